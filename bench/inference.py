@@ -1,0 +1,228 @@
+"""Benchmark: embedded engine throughput vs `model.generate`, on the tiny local model.
+
+Prints JSON: new tokens/s of the EmbeddedEngine with 1, 8 and 32 concurrent agents, against
+sequential `model.generate` calls and against batched (left-padded) `model.generate` calls on
+the same model and the same workload. Two workloads:
+
+- `single_turn`: each agent sends one chat request; the batched baseline is exactly one call.
+- `agent_episodes`: each agent plays 3 turns, token-in: turn t+1's prompt is turn t's prompt +
+  its completion + the next user message, sent only after turn t returns. The batched baseline
+  makes one call per turn across agents (a barrier per turn).
+
+Requests have different prompt lengths and token budgets. A batched `generate` call runs every
+row to the largest budget in the call, so there only each row's tokens within its own budget
+(and up to eos) count as new tokens. Everything samples at temperature 1. Each cell is the best
+of REPEATS interleaved runs, by wall time and by process CPU time; on a shared machine trust the
+CPU-time ratios (`--threads 1` keeps CPU time comparable between arms).
+Run: `python bench/inference.py [--threads N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from ludic.inference.client import ChatRequest
+from ludic.inference.engine import EmbeddedEngine
+from ludic.inference.prompts import render_prompt_ids
+from ludic.inference.sampling import SamplingConfig
+from ludic.models import load_tiny_model
+
+BOARD = "1 | X | 3\nO | 5 | 6\n7 | 8 | X"
+SINGLE_TURN_BUDGETS = (64, 192)
+EPISODE_BUDGETS = (32, 128)
+TURNS = 3
+REPEATS = 2
+
+
+@dataclass(frozen=True)
+class Agent:
+    """One agent's first prompt and its per-turn token budgets."""
+
+    prompt_ids: list[int]
+    budgets: list[int]
+    seed: int
+
+
+def make_agents(
+    n: int, turns: int, tokenizer: PreTrainedTokenizerBase, budgets: tuple[int, int]
+) -> list[Agent]:
+    low, high = budgets
+    agents = []
+    for i in range(n):
+        history = [{"role": "user", "content": f"Board:\n{BOARD}\nYour move."}]
+        for _ in range(i % 3):  # prompts of different lengths
+            history += [
+                {"role": "assistant", "content": "<think>Corner.</think><move>1</move>"},
+                {"role": "user", "content": f"Invalid move. Board:\n{BOARD}\nTry again."},
+            ]
+        agent_budgets = [low + (i * 37 + t * 53) % (high - low + 1) for t in range(turns)]
+        agents.append(Agent(render_prompt_ids(tokenizer, history), agent_budgets, seed=i))
+    return agents
+
+
+def follow_up_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    text = f"\n<|im_start|>user\nBoard:\n{BOARD}\nYour move.<|im_end|>\n<|im_start|>assistant\n"
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def _count_new(row: list[int], budget: int, eos: set[int]) -> int:
+    for i, t in enumerate(row[:budget]):
+        if t in eos:
+            return i + 1
+    return min(len(row), budget)
+
+
+def run_engine(
+    engine: EmbeddedEngine, agents: list[Agent], follow_up: list[int]
+) -> tuple[int, float]:
+    async def episode(agent: Agent) -> int:
+        prompt, total = agent.prompt_ids, 0
+        for turn, budget in enumerate(agent.budgets):
+            sampling = SamplingConfig(max_tokens=budget, seed=agent.seed * 100 + turn)
+            r = await engine.complete(
+                ChatRequest(messages=[], prompt_token_ids=prompt, sampling=sampling)
+            )
+            total += len(r.completion_token_ids)
+            prompt = [*prompt, *r.completion_token_ids, *follow_up]
+        return total
+
+    async def go() -> list[int]:
+        return await asyncio.gather(*(episode(a) for a in agents))
+
+    clock = Clock()
+    counts = asyncio.run(go())
+    return sum(counts), clock.elapsed()
+
+
+def _generate(
+    model: PreTrainedModel, prompts: list[list[int]], budgets: list[int], pad: int
+) -> list[list[int]]:
+    longest = max(map(len, prompts))
+    ids = torch.tensor([[pad] * (longest - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts])
+    out = model.generate(
+        ids,
+        attention_mask=mask,
+        max_new_tokens=max(budgets),
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        pad_token_id=pad,
+    )
+    return [row[:b] for row, b in zip(out[:, longest:].tolist(), budgets, strict=True)]
+
+
+@torch.inference_mode()
+def run_generate(
+    model: PreTrainedModel,
+    agents: list[Agent],
+    follow_up: list[int],
+    pad: int,
+    eos: set[int],
+    batched: bool,
+) -> tuple[int, float]:
+    """Sequential: one generate call per request. Batched: one call per turn across agents."""
+    prompts = [a.prompt_ids for a in agents]
+    total, clock = 0, Clock()
+    for turn in range(len(agents[0].budgets)):
+        budgets = [a.budgets[turn] for a in agents]
+        if batched:
+            outputs = _generate(model, prompts, budgets, pad)
+        else:
+            outputs = [
+                _generate(model, [p], [b], pad)[0] for p, b in zip(prompts, budgets, strict=True)
+            ]
+        completions = [
+            row[: _count_new(row, b, eos)] for row, b in zip(outputs, budgets, strict=True)
+        ]
+        total += sum(map(len, completions))
+        prompts = [[*p, *c, *follow_up] for p, c in zip(prompts, completions, strict=True)]
+    return total, clock.elapsed()
+
+
+class Clock:
+    """Wall and process-CPU seconds since creation (CPU time is what a busy, shared machine
+    does not inflate: a run that waits for the CPU is not charged for it)."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def elapsed(self) -> tuple[float, float]:
+        return time.perf_counter() - self.wall, time.process_time() - self.cpu
+
+
+Run = Callable[[], tuple[int, tuple[float, float]]]
+
+
+def measure(
+    engine: EmbeddedEngine, n: int, turns: int, budgets: tuple[int, int]
+) -> dict[str, float | int]:
+    """Best tokens per wall second and per CPU second of each arm, arms interleaved."""
+    model, tokenizer = engine.model, engine.tokenizer
+    eos, pad = set(engine.eos_ids), int(tokenizer.pad_token_id)
+    agents, follow_up = make_agents(n, turns, tokenizer, budgets), follow_up_ids(tokenizer)
+    arms: dict[str, Run] = {
+        "engine": lambda: run_engine(engine, agents, follow_up),
+        "sequential_generate": lambda: run_generate(
+            model, agents, follow_up, pad, eos, batched=False
+        ),
+        "batched_generate": lambda: run_generate(model, agents, follow_up, pad, eos, batched=True),
+    }
+    wall = dict.fromkeys(arms, 0.0)
+    cpu = dict.fromkeys(arms, 0.0)
+    for _ in range(REPEATS):
+        for name, run in arms.items():
+            tokens, (wall_s, cpu_s) = run()
+            wall[name] = max(wall[name], tokens / wall_s)
+            cpu[name] = max(cpu[name], tokens / cpu_s)
+    row: dict[str, float | int] = {"concurrency": n, "requests": n * turns}
+    for name in arms:
+        row[f"{name}_tokens_per_s"] = round(wall[name], 1)
+    for baseline in ("sequential_generate", "batched_generate"):
+        short = baseline.split("_")[0]
+        row[f"speedup_vs_{short}"] = round(wall["engine"] / wall[baseline], 2)
+        row[f"cpu_speedup_vs_{short}"] = round(cpu["engine"] / cpu[baseline], 2)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model, tokenizer = load_tiny_model()
+    engine = EmbeddedEngine(model, tokenizer)
+    run_engine(engine, make_agents(4, 1, tokenizer, SINGLE_TURN_BUDGETS), [])  # warm up
+    workloads = {
+        "single_turn": [measure(engine, n, 1, SINGLE_TURN_BUDGETS) for n in (1, 8, 32)],
+        "agent_episodes": [measure(engine, n, TURNS, EPISODE_BUDGETS) for n in (1, 8, 32)],
+    }
+    engine.close()
+    params = sum(p.numel() for p in model.parameters())
+    report = {
+        "benchmark": "inference",
+        "model": f"tiny llama, {params} params, fp32, {model.device}",
+        "torch_threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+        "targets_at_32": {"vs_sequential": 10.0, "vs_batched": 1.3},
+        "token_budgets": {"single_turn": SINGLE_TURN_BUDGETS, "agent_episodes": EPISODE_BUDGETS},
+        "timing": f"best of {REPEATS} interleaved runs per cell; speedup_* from wall time, "
+        "cpu_speedup_* from process CPU time (robust to other load on the machine)",
+        "workloads": workloads,
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,291 @@
+"""Benchmark: `BroadcastPolicyPublisher.publish` vs a raw `torch.distributed` broadcast of the
+same bytes, in the same run, over gloo on 127.0.0.1.
+
+For the tiny model (~3M parameters) and a randomly initialised ~100M-parameter Llama (built
+from a config, no hub), each round times, back to back:
+- raw: one broadcast of the model's bytes to a bare receiver process (the trainer's parameters
+  are views into one flat buffer, so raw sends exactly the bytes publish sends), plus
+  1-element messages so the time covers delivery (both sides reuse their buffers);
+- publish: the full push to the embedded server in a subprocess (manifest over HTTP, bucketed
+  broadcasts, the server loading the weights, its reply), without verification.
+It does this with the engine as shipped (`publish_s`: reused buffers, then one
+`update_weights` copy, unless the engine has `update_weights_in_place`) and with an engine that
+receives straight into its parameters (`publish_in_place_s`; a stand-in subclass while the
+engine lacks that method), then times verified in-place pushes (version + logprob probe).
+Ratios are medians of per-round publish / raw (raw and publish alternate, so machine load
+drifts hit both). Target: publish <= 1.5x raw. Prints JSON.
+
+    python bench/weight_sync.py [--models tiny,100m] [--repeats 5] [--bucket-mb 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import httpx
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from ludic.distributed import BroadcastPolicyPublisher
+from ludic.distributed.transfer import Collective, host_store, join_store, open_group
+
+TOKEN = "bench-token"
+# ~100M parameters: 2 x 32000 x 640 embeddings (41M) + 12 layers x 4.96M (59.5M).
+CONFIGS = {
+    "100m": {
+        "vocab_size": 32000,
+        "hidden_size": 640,
+        "intermediate_size": 1728,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 10,
+        "num_key_value_heads": 10,
+    },
+}
+
+
+def build_model(name: str) -> LlamaForCausalLM:
+    if name == "tiny":
+        from ludic.models import build_tiny_model
+
+        return build_tiny_model(seed=0)[0]
+    config = LlamaConfig(
+        **CONFIGS[name],
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+        eos_token_id=2,
+        pad_token_id=0,
+        bos_token_id=None,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return LlamaForCausalLM(config).eval()
+
+
+def _spawn(*args: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen([sys.executable, __file__, *args], env=env)
+
+
+# -- raw broadcast --------------------------------------------------------------------------
+
+
+def flatten_parameters_(model: torch.nn.Module) -> torch.Tensor:
+    """Move every parameter into one flat float32 buffer (each becomes a view of it)."""
+    params = list(model.parameters())
+    flat = torch.empty(sum(p.numel() for p in params), dtype=torch.float32)
+    offset = 0
+    with torch.no_grad():
+        for p in params:
+            view = flat[offset : offset + p.numel()].view_as(p)
+            view.copy_(p)
+            p.data = view
+            offset += p.numel()
+    return flat
+
+
+class RawBaseline:
+    """A bare receiver process, fed `flat` (the trainer's parameter bytes)."""
+
+    def __init__(self, flat: torch.Tensor) -> None:
+        store = host_store("127.0.0.1", 0, world_size=2, timeout_s=600)
+        self.receiver = _spawn("--raw-receiver", str(store.port), str(flat.numel()))
+        self.group: Collective = open_group(
+            store, rank=0, world_size=2, backend="gloo", timeout_s=600
+        )
+        self.store = store
+        self.flat = flat
+        self.flag = torch.zeros(1)
+
+    def once(self) -> float:
+        started = time.perf_counter()
+        self.flag.fill_(1)
+        self.group.broadcast(self.flag, 0).wait()  # "another round follows"
+        self.group.broadcast(self.flat, 0).wait()
+        self.group.broadcast(self.flag, 1).wait()  # the receiver has everything
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self.flag.fill_(0)
+        self.group.broadcast(self.flag, 0).wait()
+        self.receiver.wait(timeout=60)
+
+
+def run_raw_receiver(port: int, numel: int) -> None:
+    store = join_store("127.0.0.1", port, world_size=2, timeout_s=600)
+    group = open_group(store, rank=1, world_size=2, backend="gloo", timeout_s=600)
+    flat = torch.empty(numel, dtype=torch.float32).fill_(0)
+    flag = torch.zeros(1)
+    while True:
+        group.broadcast(flag, 0).wait()
+        if not flag.item():
+            return
+        group.broadcast(flat, 0).wait()
+        group.broadcast(flag, 1).wait()
+
+
+# -- the embedded server --------------------------------------------------------------------
+
+
+def run_server(name: str, port: int, in_place: bool) -> None:
+    import uvicorn
+
+    from ludic.inference.engine import EmbeddedEngine
+    from ludic.inference.server import create_app
+    from ludic.models import build_tiny_model
+
+    class InPlaceEngine(EmbeddedEngine):
+        """Stand-in for `EmbeddedEngine.update_weights_in_place` while the engine lacks it."""
+
+        def update_weights_in_place(self, fill: Any, *, version: int | None = None) -> int:
+            def apply() -> int:
+                with torch.no_grad():
+                    fill(self.model)
+                self._version = self._version + 1 if version is None else version
+                return self._version
+
+            return self._call_on_worker(apply)
+
+    torch.set_num_threads(1)
+    model = build_model(name)
+    tokenizer = build_tiny_model(seed=0)[1]
+    engine_class = InPlaceEngine if in_place and not _engine_has_in_place() else EmbeddedEngine
+    with engine_class(model, tokenizer) as engine:
+        app = create_app(engine, model_name=name, token=TOKEN)
+        uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+def start_server(name: str, in_place: bool) -> tuple[subprocess.Popen[bytes], str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    server = _spawn("--serve", name, str(port), str(int(in_place)))
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"the server exited with {server.returncode}")
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return server, url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("the server did not become healthy")
+
+
+def _engine_has_in_place() -> bool:
+    from ludic.inference.engine import EmbeddedEngine
+
+    return hasattr(EmbeddedEngine, "update_weights_in_place")
+
+
+# -- rounds ---------------------------------------------------------------------------------
+
+
+def timed_rounds(
+    model: torch.nn.Module, raw: RawBaseline, url: str, repeats: int, bucket_mb: float
+) -> dict[str, Any]:
+    """Alternate raw and publish `repeats` times (after a warm-up of each), then time
+    verified pushes."""
+    publisher = BroadcastPolicyPublisher(url, TOKEN, bucket_mb=bucket_mb, verify=False)
+    publisher.publish(model, version=0)  # also builds the group
+    raw.once()
+    raws, pushes = [], []
+    for version in range(1, repeats + 1):
+        raws.append(raw.once())
+        started = time.perf_counter()
+        publisher.publish(model, version=version)
+        pushes.append(time.perf_counter() - started)
+    publisher.verify = True
+    verified = []
+    for version in range(repeats + 1, 2 * repeats + 1):
+        started = time.perf_counter()
+        publisher.publish(model, version=version)
+        verified.append(time.perf_counter() - started)
+    stats = publisher.last_push
+    publisher.close()
+    return {
+        "raw_s": statistics.median(raws),
+        "publish_s": statistics.median(pushes),
+        "ratio": statistics.median(p / r for p, r in zip(pushes, raws, strict=True)),
+        "verified_s": statistics.median(verified),
+        "num_buckets": stats.num_buckets if stats else None,
+    }
+
+
+def bench_model(name: str, repeats: int, bucket_mb: float) -> dict[str, Any]:
+    model = build_model(name)
+    numel = sum(t.numel() for t in model.state_dict().values())
+    flat = flatten_parameters_(model)
+    if flat.numel() != numel:
+        raise RuntimeError("the state dict holds more than the parameters")
+    raw = RawBaseline(flat)
+    modes = {}
+    for mode in ("shipped", "in_place"):
+        server, url = start_server(name, in_place=mode == "in_place")
+        try:
+            modes[mode] = timed_rounds(model, raw, url, repeats, bucket_mb)
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
+    raw.close()
+    shipped, in_place = modes["shipped"], modes["in_place"]
+    return {
+        "model": name,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "bytes": numel * 4,
+        "num_buckets": in_place["num_buckets"],
+        "raw_broadcast_s": statistics.median([shipped["raw_s"], in_place["raw_s"]]),
+        "publish_s": shipped["publish_s"],
+        "publish_over_raw": shipped["ratio"],
+        "publish_in_place_s": in_place["publish_s"],
+        "publish_in_place_over_raw": in_place["ratio"],
+        "publish_in_place_verified_s": in_place["verified_s"],
+        "target_publish_over_raw": 1.5,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="tiny,100m")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--bucket-mb", type=float, default=64.0)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--raw-receiver", nargs=2, type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.raw_receiver:
+        run_raw_receiver(*args.raw_receiver)
+        return
+    if args.serve:
+        run_server(args.serve[0], int(args.serve[1]), in_place=args.serve[2] == "1")
+        return
+    torch.set_num_threads(args.threads)
+    results = [bench_model(m, args.repeats, args.bucket_mb) for m in args.models.split(",")]
+    report = {
+        "benchmark": "weight_sync",
+        "backend": "gloo (CPU, 127.0.0.1)",
+        "bucket_mb": args.bucket_mb,
+        "engine_has_update_weights_in_place": _engine_has_in_place(),
+        "repeats": args.repeats,
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "peak_rss_mb_trainer": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "results": results,
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Train an LLM at tic-tac-toe against the scripted opponent with GRPO.
+
+    python examples/tictactoe/train.py                       # tiny model, embedded engine, CPU
+    python examples/tictactoe/train.py --model ludic_runs/quickstart/sft/checkpoints/step_00000040/model
+    # inference on a server (here `ludic serve`, or vLLM with Ludic's extension), training here:
+    ludic serve --model DIR --token secret &
+    python examples/tictactoe/train.py --model DIR --server-url http://127.0.0.1:8000 --server-token secret
+
+The agent sees the latest board only (LatestObservationContext) and answers `<move>N</move>`.
+Each step plays `groups` games x `group_size` samples, assigns GRPO advantages within each
+group, takes one optimizer step and pushes the new weights to inference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import tyro
+
+from ludic.agents import Agent
+from ludic.context.latest_observation import LatestObservationContext
+from ludic.envs import TicTacToeEnv
+from ludic.inference import ChatClient, SamplingConfig
+from ludic.interaction import SingleAgentProtocol
+from ludic.parsers import xml_tag_parser
+from ludic.recipes.training import finish, load_policy, make_inference, make_trainer, plot_curve
+from ludic.rollouts import (
+    ComponentSpec,
+    GRPORequestStrategy,
+    RolloutEngine,
+    RolloutRequest,
+    SeedSequencer,
+)
+from ludic.training import RolloutBatchSource, make_grpo
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainConfig:
+    """GRPO on TicTacToeEnv against a scripted opponent."""
+
+    model: str | None = None
+    """Local model directory or hub id (default: a fresh tiny model)."""
+    server_url: str | None = None
+    """Serve the policy from this OpenAI-compatible server instead of in process; weights are
+    pushed to it after every step (needs --server-token)."""
+    server_token: str | None = None
+    """Bearer token of the server's control endpoints (`ludic serve --token ...`)."""
+    served_model: str = "default"
+    """Model name to send to the server."""
+    opponent: Literal["random", "minimax", "mixed"] = "random"
+    """Scripted opponent."""
+    steps: int = 40
+    """Optimizer steps."""
+    groups: int = 4
+    """Games (opponent seeds) per step."""
+    group_size: int = 8
+    """Samples per game (the GRPO group)."""
+    lr: float = 1e-3
+    """Learning rate (1e-3 suits the tiny model; use ~1e-6 for a real LLM)."""
+    max_tokens: int = 10
+    """Token limit of one reply."""
+    seed: int = 0
+    """Seeds training, opponent seeds and sampling."""
+    device: str = "cpu"
+    """Training device."""
+    out_dir: Path = Path("ludic_runs/tictactoe_train")
+    """Where metrics.jsonl, rollouts.jsonl, checkpoints and reward_curve.png go."""
+
+
+def make_protocol(client: ChatClient, max_tokens: int) -> SingleAgentProtocol:
+    agent = Agent(
+        client,
+        context=LatestObservationContext(),
+        parser=xml_tag_parser("move"),
+        sampling=SamplingConfig(max_tokens=max_tokens),
+        system_prompt="",  # the observation says how to reply: no system prompt
+    )
+    return SingleAgentProtocol(agent, max_steps=9)
+
+
+async def train(cfg: TrainConfig) -> list[dict[str, float]]:
+    model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
+    inference = make_inference(
+        model,
+        tokenizer,
+        server_url=cfg.server_url,
+        server_token=cfg.server_token,
+        served_model=cfg.served_model,
+        device=cfg.device,
+    )
+    algorithm = make_grpo()
+    sampling = SamplingConfig(temperature=1.0, max_tokens=cfg.max_tokens)
+    rollouts = RolloutEngine(
+        env_registry={"tictactoe": TicTacToeEnv},
+        protocol_registry={"agent": lambda: make_protocol(inference.client, cfg.max_tokens)},
+        jsonl_log=cfg.out_dir / "rollouts.jsonl",
+    )
+    game = ComponentSpec(name="tictactoe", kwargs={"opponent": cfg.opponent})
+    source = RolloutBatchSource(
+        engine=rollouts,
+        requests_fn=lambda: [
+            RolloutRequest(env=game, protocol=ComponentSpec(name="agent"), sampling=sampling)
+            for _ in range(cfg.groups)
+        ],
+        credit_assigner=algorithm.credit_assigner,
+        strategy=GRPORequestStrategy(group_size=cfg.group_size),
+        seed_sequencer=SeedSequencer(run_seed=cfg.seed),
+    )
+    trainer = make_trainer(
+        model,
+        tokenizer,
+        algorithm,
+        source,
+        out=cfg.out_dir,
+        lr=cfg.lr,
+        seed=cfg.seed,
+        publisher=inference.publisher,
+        device=cfg.device,
+    )
+    try:
+        history = await trainer.train(cfg.steps)
+        finish(trainer)
+    finally:
+        await inference.aclose()
+    return history
+
+
+def main(cfg: TrainConfig) -> list[dict[str, float]]:
+    history = asyncio.run(train(cfg))
+    curve = plot_curve(
+        cfg.out_dir / "metrics.jsonl", cfg.out_dir / "reward_curve.png", "batch/mean_reward"
+    )
+    rewards = [h["batch/mean_reward"] for h in history]
+    print(f"mean episode reward: first step {rewards[0]:+.2f}, last step {rewards[-1]:+.2f}")
+    print(f"reward curve: {curve}; checkpoints: {cfg.out_dir / 'checkpoints'}")
+    return history
+
+
+if __name__ == "__main__":
+    main(tyro.cli(TrainConfig))

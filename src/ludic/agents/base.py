@@ -1,0 +1,214 @@
+"""Agent = ChatClient + ContextStrategy + Parser: an LLM with state.
+
+`act()` makes one or more model calls and returns every call as an AgentStep, the last of
+which says what the protocol does next (`action_target`). The agent does not step the env and
+does not decide when an episode ends; protocols do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ludic.context.base import ContextStrategy
+from ludic.context.full_dialog import FullDialog
+from ludic.inference.client import ChatClient, ChatRequest, ChatResponse
+from ludic.inference.sampling import SamplingConfig
+from ludic.parsers import DEFAULT_PENALTY, Parser, identity_parser
+from ludic.types import AgentStep, Info, Message, ParseResult, ToolCall, ToolResult
+
+INCOMPLETE_FEEDBACK = (
+    "Your reply was cut off before it finished (it hit the token limit). Answer more briefly."
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AgentAct:
+    """The outcome of one `act()` call.
+
+    `steps` are all model calls made (in order). `parse_result` is set when the last step
+    targets the env (its `action` is None on a parse failure). `external_calls` are the tool
+    calls the protocol must handle when the last step targets "external".
+    """
+
+    steps: tuple[AgentStep, ...]
+    parse_result: ParseResult | None = None
+    external_calls: tuple[ToolCall, ...] = ()
+
+    @property
+    def final_step(self) -> AgentStep:
+        return self.steps[-1]
+
+    @property
+    def action(self) -> str | None:
+        return None if self.parse_result is None else self.parse_result.action
+
+
+def derive_call_seed(base_seed: int | None, call_index: int) -> int | None:
+    """A distinct, deterministic sampling seed for each model call of an episode."""
+    if base_seed is None:
+        return None
+    return (base_seed * 1_000_003 + call_index * 7_919 + 1) % (2**31 - 1)
+
+
+class Agent:
+    """A plain LLM agent: one model call per `act()`, parsed into an env action.
+
+    With `reject_incomplete_completions` (default), a completion cut off by the token limit
+    (`finish_reason == "length"`) is a parse failure with `info["incomplete_completion"]`;
+    its raw text is still added to the context, followed by feedback on the next step.
+    """
+
+    def __init__(
+        self,
+        client: ChatClient,
+        *,
+        context: ContextStrategy | None = None,
+        parser: Parser = identity_parser,
+        sampling: SamplingConfig | None = None,
+        agent_id: str = "agent_0",
+        system_prompt: str | None = None,
+        reject_incomplete_completions: bool = True,
+        incomplete_penalty: float = DEFAULT_PENALTY,
+    ) -> None:
+        self.client = client
+        self.context = context if context is not None else FullDialog()
+        self.parser = parser
+        self.sampling = sampling if sampling is not None else SamplingConfig()
+        self.agent_id = agent_id
+        self.system_prompt = system_prompt
+        self.reject_incomplete_completions = reject_incomplete_completions
+        self.incomplete_penalty = incomplete_penalty
+        self._calls = 0
+        self._step_index = 0
+
+    # ---- episode hooks (called by protocols) -------------------------------------------
+    def reset(self, system_prompt: str | None = None) -> None:
+        """Start a new episode. The agent's own system prompt wins over the env's suggestion."""
+        self._calls = 0
+        self._step_index = 0
+        self.context.reset(self.episode_system_prompt(system_prompt))
+
+    def episode_system_prompt(self, env_prompt: str | None) -> str | None:
+        """The system prompt for an episode: the agent's own, else the env's suggestion."""
+        return self.system_prompt if self.system_prompt is not None else env_prompt
+
+    def on_env_reset(self, obs: str, info: Info) -> None:
+        self.context.on_env_reset(obs, info)
+
+    def on_after_step(self, next_obs: str | None, info: Info) -> None:
+        self.context.on_after_step(next_obs, info)
+
+    def on_tool_results(self, results: Sequence[ToolResult]) -> None:
+        self.context.on_tool_results(results)
+
+    # ---- acting ---------------------------------------------------------------------------
+    async def act(
+        self,
+        *,
+        turn_id: str,
+        sampling: SamplingConfig | None = None,
+        step_info: Info | None = None,
+    ) -> AgentAct:
+        """One model call, parsed into an env action (or a recorded parse failure)."""
+        response, prompt = await self._call_model(sampling)
+        message: Message = {"role": "assistant", "content": response.text}
+        self.context.on_after_act(message)
+        parse_result, info = self.parse_completion(response)
+        step = self._make_step(
+            turn_id=turn_id,
+            loop_index=0,
+            prompt=prompt,
+            response=response,
+            action_target="env",
+            parse_result=parse_result,
+            step_info=step_info,
+            info=info,
+        )
+        return AgentAct(steps=(step,), parse_result=parse_result)
+
+    def parse_completion(self, response: ChatResponse) -> tuple[ParseResult, Info]:
+        """Parse a final completion, rejecting truncated ones when configured."""
+        info: Info = {}
+        if self.reject_incomplete_completions and response.finish_reason == "length":
+            info["incomplete_completion"] = True
+            info["parse_error"] = True
+            return (
+                ParseResult(action=None, reward=self.incomplete_penalty, obs=INCOMPLETE_FEEDBACK),
+                info,
+            )
+        try:
+            result = self.parser(response.text)
+        except Exception as exc:  # a buggy parser is a parse failure, never a crash
+            result = ParseResult(
+                action=None,
+                reward=DEFAULT_PENALTY,
+                obs=f"Your reply could not be parsed ({type(exc).__name__}).",
+            )
+            info["parser_exception"] = f"{type(exc).__name__}: {exc}"
+        if result.action is None:
+            info["parse_error"] = True
+        return result, info
+
+    def give_up(self, steps: Sequence[AgentStep], feedback: str) -> AgentAct:
+        """End an act whose tool loop hit its cap: the last step becomes a parse failure
+        targeting the env, with `info["tool_loop_exhausted"]`."""
+        failure = ParseResult(action=None, reward=DEFAULT_PENALTY, obs=feedback)
+        last = steps[-1]
+        info = {**last.info, "parse_error": True, "tool_loop_exhausted": True}
+        final = dataclasses.replace(
+            last, action_target="env", parse_result=failure, reward=failure.reward, info=info
+        )
+        return AgentAct(steps=(*steps[:-1], final), parse_result=failure)
+
+    async def _call_model(
+        self, sampling: SamplingConfig | None, tools: Sequence[dict[str, Any]] | None = None
+    ) -> tuple[ChatResponse, list[Message]]:
+        cfg = sampling if sampling is not None else self.sampling
+        cfg = cfg.with_seed(derive_call_seed(cfg.seed, self._calls))
+        self._calls += 1
+        prompt = self.context.on_before_act()
+        response = await self.client.complete(
+            ChatRequest(messages=prompt, sampling=cfg, tools=tools or None)
+        )
+        return response, prompt
+
+    def _make_step(
+        self,
+        *,
+        turn_id: str,
+        loop_index: int,
+        prompt: list[Message],
+        response: ChatResponse,
+        action_target: str,
+        parse_result: ParseResult | None,
+        step_info: Info | None,
+        info: Info | None = None,
+        tool_calls: Sequence[ToolCall] = (),
+        tool_results: Sequence[ToolResult] = (),
+    ) -> AgentStep:
+        merged: Info = {**response.to_info(), **(step_info or {}), **(info or {})}
+        step = AgentStep(
+            index=self._step_index,
+            turn_id=turn_id,
+            agent_id=self.agent_id,
+            loop_index=loop_index,
+            prompt_messages=tuple(prompt),
+            completion=response.text,
+            trace=response.trace(),
+            finish_reason=response.finish_reason,
+            policy_version=response.policy_version,
+            tool_calls=tuple(tool_calls),
+            tool_results=tuple(tool_results),
+            action_target=action_target,  # type: ignore[arg-type]
+            parse_result=parse_result,
+            reward=0.0 if parse_result is None else parse_result.reward,
+            info=merged,
+        )
+        self._step_index += 1
+        return step
+
+
+__all__ = ["INCOMPLETE_FEEDBACK", "Agent", "AgentAct", "derive_call_seed"]

@@ -1,0 +1,241 @@
+"""Tools from typed Python callables: OpenAI tool schemas, argument validation, tool-call
+parsing from completion text, and safe execution.
+
+A tool is a plain (sync or async) function with type hints and a docstring. Its name is the
+function name, its description the docstring's first paragraph, and parameter descriptions come
+from an "Args:" section. Execution never raises: errors become `ToolResult(is_error=True)`.
+It does not sandbox code; see `ludic.sandbox` for untrusted code.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ludic._aio import maybe_await
+from ludic.types import ToolCall, ToolResult, new_id
+
+_JSON_TYPES: dict[type, str] = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    list: "array",
+    tuple: "array",
+    dict: "object",
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Tool:
+    """A callable with its OpenAI schema."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    fn: Callable[..., Any] | None = None
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+
+def _json_schema(tp: Any) -> dict[str, Any]:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin is Literal:
+        enum: dict[str, Any] = {"enum": list(args)}
+        kinds = {type(a) for a in args}
+        if len(kinds) == 1 and (kind := kinds.pop()) in _JSON_TYPES:
+            enum["type"] = _JSON_TYPES[kind]
+        return enum
+    if origin in (typing.Union, types.UnionType):
+        non_none = [a for a in args if a is not type(None)]
+        if len(non_none) == 1:
+            return _json_schema(non_none[0])
+        return {"anyOf": [_json_schema(a) for a in non_none]}
+    if origin in (list, tuple, Sequence):
+        schema: dict[str, Any] = {"type": "array"}
+        if args and args[0] is not Ellipsis:
+            schema["items"] = _json_schema(args[0])
+        return schema
+    if origin in (dict, Mapping):
+        return {"type": "object"}
+    if tp in _JSON_TYPES:
+        return {"type": _JSON_TYPES[tp]}
+    if tp is Any:
+        return {}
+    raise TypeError(
+        f"tool parameter type {tp!r} has no JSON schema; use str, int, float, bool, "
+        "list, dict, Literal or Optional of those"
+    )
+
+
+def _doc_parts(doc: str | None) -> tuple[str, dict[str, str]]:
+    if not doc:
+        return "", {}
+    doc = inspect.cleandoc(doc)
+    description = doc.split("\n\n", 1)[0].replace("\n", " ").strip()
+    params: dict[str, str] = {}
+    match = re.search(
+        r"^(?:Args|Arguments|Parameters):\s*\n(.*?)(?:\n\s*\n|\Z)", doc, re.DOTALL | re.MULTILINE
+    )
+    if match:
+        for line in match.group(1).splitlines():
+            m = re.match(r"\s*(\w+)(?:\s*\([^)]*\))?\s*:\s*(.+)", line)
+            if m:
+                params[m.group(1)] = m.group(2).strip()
+    return description, params
+
+
+def tool_from_callable(fn: Callable[..., Any], *, name: str | None = None) -> Tool:
+    """Build a Tool (schema + function) from a typed callable."""
+    hints = typing.get_type_hints(fn)
+    description, param_docs = _doc_parts(fn.__doc__)
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for pname, param in inspect.signature(fn).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"tool {fn.__name__}: *args/**kwargs are not supported")
+        if pname not in hints:
+            raise TypeError(f"tool {fn.__name__}: parameter {pname!r} needs a type hint")
+        prop = _json_schema(hints[pname])
+        if pname in param_docs:
+            prop["description"] = param_docs[pname]
+        properties[pname] = prop
+        if param.default is inspect.Parameter.empty:
+            required.append(pname)
+    return Tool(
+        name=name or fn.__name__,
+        description=description or (name or fn.__name__),
+        parameters={"type": "object", "properties": properties, "required": required},
+        fn=fn,
+    )
+
+
+def as_tool(obj: Tool | Callable[..., Any]) -> Tool:
+    return obj if isinstance(obj, Tool) else tool_from_callable(obj)
+
+
+_TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: isinstance(v, str),
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "boolean": lambda v: isinstance(v, bool),
+    "array": lambda v: isinstance(v, list),
+    "object": lambda v: isinstance(v, dict),
+}
+
+
+def _check_value(name: str, value: Any, schema: Mapping[str, Any]) -> str | None:
+    if "enum" in schema and value not in schema["enum"]:
+        return f"argument {name!r} must be one of {schema['enum']}, got {value!r}"
+    if "anyOf" in schema:
+        if all(_check_value(name, value, s) for s in schema["anyOf"]):
+            return f"argument {name!r} has the wrong type ({type(value).__name__})"
+        return None
+    t = schema.get("type")
+    if t and not _TYPE_CHECKS[t](value):
+        return f"argument {name!r} must be {t}, got {type(value).__name__}"
+    if t == "array" and "items" in schema:
+        for i, item in enumerate(value):
+            error = _check_value(f"{name}[{i}]", item, schema["items"])
+            if error:
+                return error
+    return None
+
+
+def validate_arguments(tool: Tool, arguments: Any) -> str | None:
+    """An error message for invalid arguments, or None when they match the schema."""
+    if not isinstance(arguments, dict):
+        return f"arguments must be a JSON object, got {type(arguments).__name__}"
+    props: dict[str, Any] = tool.parameters.get("properties", {})
+    missing = [p for p in tool.parameters.get("required", []) if p not in arguments]
+    if missing:
+        return f"missing required argument(s): {', '.join(missing)}"
+    unknown = [a for a in arguments if a not in props]
+    if unknown:
+        return f"unknown argument(s): {', '.join(unknown)}; expected {sorted(props)}"
+    for name, value in arguments.items():
+        if value is None and name not in tool.parameters.get("required", []):
+            continue
+        error = _check_value(name, value, props[name])
+        if error:
+            return error
+    return None
+
+
+async def execute_tool(tool: Tool | None, call: ToolCall, *, max_chars: int = 4000) -> ToolResult:
+    """Run one call; any problem (unknown tool, bad JSON, bad args, exception) is an error result."""
+
+    def error(msg: str) -> ToolResult:
+        return ToolResult(
+            tool_call_id=call.id, name=call.name, content=f"Error: {msg}", is_error=True
+        )
+
+    if tool is None or tool.fn is None:
+        return error(f"unknown tool {call.name!r}")
+    try:
+        arguments = json.loads(call.arguments) if call.arguments.strip() else {}
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, huge ints, deep nesting
+        return error(f"tool arguments are not valid JSON ({_json_problem(exc)})")
+    problem = validate_arguments(tool, arguments)
+    if problem:
+        return error(problem)
+    try:
+        value = await maybe_await(tool.fn(**arguments))
+        content = value if isinstance(value, str) else json.dumps(value, default=str)
+    except Exception as exc:  # a tool that raises must not crash the episode
+        return error(f"{type(exc).__name__}: {exc}")
+    if len(content) > max_chars:
+        content = content[:max_chars] + f"... [truncated {len(content) - max_chars} chars]"
+    return ToolResult(tool_call_id=call.id, name=call.name, content=content)
+
+
+def _json_problem(exc: Exception) -> str:
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at char {exc.pos}"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return str(exc)
+
+
+INVALID_TOOL = "<invalid>"
+_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+def parse_tool_calls(text: str) -> list[tuple[ToolCall, str | None]]:
+    """Hermes/Qwen-style `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks.
+
+    Returns `(call, problem)` pairs. A malformed block becomes a call named "<invalid>" whose
+    arguments hold the raw text, with a problem message the agent is told about.
+    """
+    parsed: list[tuple[ToolCall, str | None]] = []
+    for raw in _TOOL_CALL_RE.findall(text):
+        call_id = "call_" + new_id()[:12]
+        try:
+            obj = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            problem = f"tool call is not valid JSON ({_json_problem(exc)})"
+            parsed.append((ToolCall(id=call_id, name=INVALID_TOOL, arguments=raw.strip()), problem))
+            continue
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+            problem = 'tool call must be a JSON object with a string "name"'
+            parsed.append((ToolCall(id=call_id, name=INVALID_TOOL, arguments=raw.strip()), problem))
+            continue
+        args = obj.get("arguments", {})
+        args_text = args if isinstance(args, str) else json.dumps(args)
+        parsed.append((ToolCall(id=call_id, name=obj["name"], arguments=args_text), None))
+    return parsed

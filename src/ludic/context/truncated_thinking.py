@@ -1,0 +1,51 @@
+"""TruncatedThinkingContext: hide earlier turns' `<think>` blocks from the prompt, keep them in
+history.
+
+The prompt is no longer append-only across turns (an earlier assistant message changes once
+a later turn starts), which the sample builder handles by closing the sequence as a snapshot.
+Within a turn (a tool loop) the prompt stays append-only. It does not summarise the thinking it
+removes.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ludic.context.base import ContextStrategy
+from ludic.types import Message
+
+
+class TruncatedThinkingContext(ContextStrategy):
+    """Replace `<think>...</think>` in earlier turns' assistant messages by `placeholder`.
+
+    A turn starts at a user message (an observation); assistant messages after the last one
+    (the current turn's tool loop) keep their thinking, as reasoning models expect. Of the
+    earlier turns' assistant messages, the last `keep_last` keep theirs too (0: strip all).
+    `.messages` always holds the full, unstripped history.
+    """
+
+    def __init__(
+        self,
+        system_prompt: str | None = None,
+        *,
+        placeholder: str = "<think>...</think>",
+        keep_last: int = 0,
+        open_tag: str = "<think>",
+        close_tag: str = "</think>",
+    ) -> None:
+        super().__init__(system_prompt)
+        if keep_last < 0:
+            raise ValueError(f"keep_last must be >= 0, got {keep_last}")
+        self.placeholder = placeholder
+        self.keep_last = keep_last
+        self._pattern = re.compile(re.escape(open_tag) + r".*?" + re.escape(close_tag), re.DOTALL)
+
+    def on_before_act(self) -> list[Message]:
+        messages = self.messages
+        turn_start = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=0)
+        earlier = [i for i, m in enumerate(messages[:turn_start]) if m.get("role") == "assistant"]
+        for i in earlier[: max(len(earlier) - self.keep_last, 0)]:
+            content = messages[i].get("content")
+            if isinstance(content, str):
+                messages[i]["content"] = self._pattern.sub(self.placeholder, content)
+        return messages

@@ -1,0 +1,35 @@
+"""Weight publishing from the trainer to inference: the `PolicyPublisher` seam and its
+implementations (in-process, and HTTP + torch.distributed broadcast with verification)."""
+
+from ludic.distributed.broadcast import BroadcastPolicyPublisher, PushStats, WeightPushError
+from ludic.distributed.inprocess import InProcessPublisher, WeightTarget
+from ludic.distributed.interfaces import PolicyPublisher, PublishVerificationError, Weights
+from ludic.distributed.manifest import ManifestError, WeightManifest, plan_manifest
+from ludic.distributed.verification import (
+    HttpPolicyProbe,
+    PolicyProbe,
+    check_served_policy,
+    compare_logprobs,
+    default_probe_tokens,
+    reference_logprobs,
+)
+
+__all__ = [
+    "BroadcastPolicyPublisher",
+    "HttpPolicyProbe",
+    "InProcessPublisher",
+    "ManifestError",
+    "PolicyProbe",
+    "PolicyPublisher",
+    "PublishVerificationError",
+    "PushStats",
+    "WeightManifest",
+    "WeightPushError",
+    "WeightTarget",
+    "Weights",
+    "check_served_policy",
+    "compare_logprobs",
+    "default_probe_tokens",
+    "plan_manifest",
+    "reference_logprobs",
+]

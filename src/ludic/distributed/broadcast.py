@@ -1,0 +1,273 @@
+"""`BroadcastPolicyPublisher`: pushes trainer weights to an inference server over an HTTP control
+plane and a `torch.distributed` data plane, then verifies the server serves them.
+
+One push: POST `/ludic/weights/start` with the manifest (names, shapes, dtypes, buckets,
+version), broadcast the buckets over the standalone group (trainer = rank 0, server = rank 1),
+POST `/ludic/weights/finish` (the server loads everything at once and reports its version),
+then check `/ludic/version` and a logprob probe against the trainer's own model. The server
+side is `ludic.inference.weight_receiver`. Under FSDP call `publish` on every rank: the full
+state dict is gathered (a collective), rank 0 pushes, the other ranks return. It talks to one
+server; publish to several with one publisher each.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import torch
+import torch.distributed as dist
+
+from ludic.distributed.interfaces import Weights
+from ludic.distributed.manifest import plan_manifest
+from ludic.distributed.transfer import (
+    Backend,
+    BufferPool,
+    Collective,
+    host_store,
+    open_group,
+    send_buckets,
+)
+from ludic.distributed.verification import (
+    HttpPolicyProbe,
+    check_served_policy,
+    default_probe_tokens,
+    reference_logprobs,
+    vocab_size_of,
+)
+
+logger = logging.getLogger(__name__)
+
+
+class WeightPushError(RuntimeError):
+    """The server refused or failed a push (the message carries its explanation)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PushStats:
+    """Timings and sizes of the last push (seconds)."""
+
+    version: int
+    num_bytes: int
+    num_buckets: int
+    transfer_seconds: float
+    verify_seconds: float
+
+
+class BroadcastPolicyPublisher:
+    """Publishes to the server at `base_url` whose control endpoints take bearer `token`.
+
+    - `backend`: "gloo" (CPU tensors) or "nccl" (tensors on `device`, a CUDA device).
+    - `bucket_mb`, `pack_below_mb`: tensors smaller than `pack_below_mb` are packed into
+      broadcasts of at most `bucket_mb`; larger ones are broadcast alone, in place (no copy).
+    - `wire_dtype`: cast floating tensors before sending (e.g. bfloat16 for a bf16 server).
+    - `verify`: after each push, check the version the server reports; with `probe` also
+      compare the server's `/ludic/logprobs` on `probe_token_ids` (default: 16 fixed
+      pseudo-random ids) with the trainer's within `atol`. The trainer's logprobs come from the
+      published model, or, when `publish` gets a state dict (as the Trainer passes), from
+      `probe_model` (the model that state came from; with LoRA its forward matches the merged
+      weights). Without either only the version is checked (a warning says so once). Under
+      FSDP with rank-0-only publishing leave `probe_model` unset (its forward is a collective).
+      Turn `probe` off for servers without `/ludic/logprobs` (the vLLM extension).
+    - `server_ranks`: receiving ranks on the server side (vLLM with tensor parallelism: TP).
+    - `master_addr`: this trainer's address as the server sees it (it hosts the TCPStore).
+    - `rank`: this process's trainer rank (default: the default group's rank, else 0).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        backend: Backend = "gloo",
+        bucket_mb: float = 64.0,
+        pack_below_mb: float = 1.0,
+        device: str | torch.device | None = None,
+        wire_dtype: torch.dtype | None = None,
+        verify: bool = True,
+        probe: bool = True,
+        probe_token_ids: Sequence[int] | None = None,
+        probe_model: torch.nn.Module | None = None,
+        atol: float = 1e-3,
+        master_addr: str = "127.0.0.1",
+        timeout_s: float = 120.0,
+        rank: int | None = None,
+        server_ranks: int = 1,
+        http: httpx.Client | None = None,
+    ) -> None:
+        if backend not in ("gloo", "nccl"):
+            raise ValueError(f"backend must be 'gloo' (CPU) or 'nccl' (GPU), got {backend!r}")
+        if bucket_mb <= 0 or pack_below_mb <= 0:
+            raise ValueError(
+                f"bucket_mb and pack_below_mb must be > 0: {bucket_mb}, {pack_below_mb}"
+            )
+        if server_ranks < 1:
+            raise ValueError(f"server_ranks must be >= 1, got {server_ranks}")
+        if probe_token_ids is not None and len(probe_token_ids) < 2:
+            raise ValueError("probe_token_ids needs at least 2 tokens (a prefix and a target)")
+        self.backend: Backend = backend
+        self.bucket_bytes = max(1, int(bucket_mb * 2**20))
+        self.alone_bytes = max(1, int(pack_below_mb * 2**20))
+        self.device = torch.device(device or ("cuda" if backend == "nccl" else "cpu"))
+        self._pool = BufferPool(self.device)  # packing buffers, kept across pushes
+        self.wire_dtype = wire_dtype
+        self.verify = verify
+        self.probe = probe
+        self.server_ranks = server_ranks
+        self.probe_token_ids = None if probe_token_ids is None else list(probe_token_ids)
+        self.probe_model = probe_model
+        self._warned_no_probe = False
+        self.atol = atol
+        self.master_addr = master_addr
+        self.timeout_s = timeout_s
+        self.rank = rank
+        self.http = http or httpx.Client(base_url=base_url, timeout=timeout_s)
+        self.http.headers["Authorization"] = f"Bearer {token}"
+        self._group: Collective | None = None
+        self._store: Any = None  # rank 0 hosts it; it must outlive the group
+        self.last_push: PushStats | None = None
+
+    # -- connection ---------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Host the store, ask the server to join, build the group (blocks until joined)."""
+        self._request("GET", "/ludic/weights/status")  # fail fast on a wrong URL or token
+        world_size = 1 + self.server_ranks
+        store = host_store(self.master_addr, 0, world_size=world_size, timeout_s=self.timeout_s)
+        body = {
+            "host": self.master_addr,
+            "port": int(store.port),
+            "backend": self.backend,
+            "world_size": world_size,
+            "timeout_s": self.timeout_s,
+        }
+        self._request("POST", "/ludic/weights/init", json=body)
+        self._group = open_group(
+            store, rank=0, world_size=world_size, backend=self.backend, timeout_s=self.timeout_s
+        )
+        self._store = store
+
+    def close(self) -> None:
+        """Drop the group and tell the server (best effort)."""
+        if self._group is not None:
+            try:
+                self._request("POST", "/ludic/weights/close")
+            except (httpx.HTTPError, WeightPushError) as e:
+                logger.warning("could not close the server's weight-sync group: %s", e)
+        self._group, self._store = None, None
+
+    # -- publishing ---------------------------------------------------------------------
+
+    def publish(self, weights: Weights, *, version: int) -> None:
+        """Push `weights` as policy `version` and verify; raises PublishVerificationError if the
+        server does not serve them, WeightPushError if it refused or failed the push."""
+        model = weights if isinstance(weights, torch.nn.Module) else self.probe_model
+        state = _full_state_dict(weights)  # a collective under FSDP: every rank calls it
+        expected = None
+        probe_ids = None
+        if self.verify and self.probe and model is not None:
+            probe_ids = self._probe_ids(model)
+            expected = reference_logprobs(model, probe_ids)  # FSDP forward: every rank
+        elif self.verify and self.probe and not self._warned_no_probe:
+            logger.warning(
+                "publishing a state dict without probe_model: only the served version is "
+                "verified, not the weights (pass probe_model=<the trainer's model>)"
+            )
+            self._warned_no_probe = True
+        if self._rank() != 0:
+            return
+        started = time.perf_counter()
+        tensors = self._wire_tensors(state)
+        manifest = plan_manifest(
+            tensors, version=version, bucket_bytes=self.bucket_bytes, alone_bytes=self.alone_bytes
+        )
+        if self._group is None:
+            self.connect()
+        assert self._group is not None
+        self._request("POST", "/ludic/weights/start", json=manifest.to_json())
+        try:
+            send_buckets(self._group, manifest, tensors, pool=self._pool)
+        except Exception as e:
+            self._group = None  # a failed collective leaves the group unusable: reconnect next
+            raise WeightPushError(f"broadcasting weights failed: {type(e).__name__}: {e}") from e
+        reply = self._request("POST", "/ludic/weights/finish")
+        transferred = time.perf_counter()
+        if self.verify:
+            self._verify(version, int(reply["policy_version"]), probe_ids, expected)
+        self.last_push = PushStats(
+            version=version,
+            num_bytes=manifest.total_bytes,
+            num_buckets=len(manifest.buckets),
+            transfer_seconds=transferred - started,
+            verify_seconds=time.perf_counter() - transferred,
+        )
+
+    def _verify(
+        self,
+        version: int,
+        finished_version: int,
+        probe_ids: list[int] | None,
+        expected: list[float] | None,
+    ) -> None:
+        probe = HttpPolicyProbe(self.http)
+        served_version = probe.served_version()
+        if finished_version != version:  # the load itself reported another version
+            served_version = finished_version
+        served = probe.served_logprobs(probe_ids) if probe_ids is not None else None
+        check_served_policy(
+            version=version,
+            served_version=served_version,
+            expected_logprobs=expected,
+            served_logprobs=served,
+            atol=self.atol,
+        )
+
+    def _probe_ids(self, model: torch.nn.Module) -> list[int]:
+        if self.probe_token_ids is None:
+            self.probe_token_ids = default_probe_tokens(vocab_size_of(model))
+        return self.probe_token_ids
+
+    def _wire_tensors(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        tensors = {}
+        for name, tensor in state.items():
+            t = tensor.detach()
+            if self.wire_dtype is not None and t.is_floating_point():
+                t = t.to(self.wire_dtype)
+            tensors[name] = t.to(self.device).contiguous()
+        return tensors
+
+    def _rank(self) -> int:
+        if self.rank is not None:
+            return self.rank
+        return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+    def _request(self, method: str, path: str, json: Any = None) -> dict[str, Any]:
+        try:
+            response = self.http.request(method, path, json=json)
+        except httpx.HTTPError as e:
+            raise WeightPushError(f"{method} {path}: cannot reach the server: {e}") from e
+        if response.status_code != 200:
+            raise WeightPushError(
+                f"{method} {path} failed ({response.status_code}): {response.text[:500]}"
+            )
+        body: dict[str, Any] = response.json()
+        return body
+
+
+def _full_state_dict(weights: Weights) -> Mapping[str, torch.Tensor]:
+    """The unsharded state dict; under FSDP2 a collective that leaves it on rank 0 only."""
+    if not isinstance(weights, torch.nn.Module):
+        return weights
+    from torch.distributed.tensor import DTensor
+
+    if not any(isinstance(p, DTensor) for p in weights.parameters()):
+        return weights.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    full: dict[str, Any] = get_model_state_dict(weights, options=options)
+    return {name: value for name, value in full.items() if isinstance(value, torch.Tensor)}

@@ -1,0 +1,240 @@
+"""The tensor manifest of one weight push: names, shapes, dtypes, the chunking plan, the version.
+
+Tensors smaller than `alone_bytes` are packed, in state-dict order, into buckets of one dtype of
+at most `bucket_bytes` each; larger ones travel alone, so they are broadcast straight from (and,
+on a server that supports it, into) the parameters' own memory, with no copy. The
+manifest goes over the control plane as JSON and is validated on arrival; the bytes go over the
+data plane. This module does no I/O and knows nothing about models or servers.
+
+Shape legend: N = elements of a flat bucket.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ludic.types import JSON
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "float64": torch.float64,
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+}
+_NAMES = {dtype: name for name, dtype in DTYPES.items()}
+
+
+class ManifestError(ValueError):
+    """A manifest is malformed or does not describe the tensors it travels with."""
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    if dtype not in _NAMES:
+        raise ManifestError(f"dtype {dtype} cannot be published; supported: {sorted(DTYPES)}")
+    return _NAMES[dtype]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TensorEntry:
+    """One tensor: where its elements sit in which bucket."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    bucket: int
+    offset: int
+    """Element offset of the tensor inside its bucket."""
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Bucket:
+    """One broadcast: a flat tensor of `numel` elements of `dtype`."""
+
+    index: int
+    dtype: str
+    numel: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPES[self.dtype].itemsize
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WeightManifest:
+    """Everything the receiver needs before the bytes arrive. `full`: the push holds the whole
+    state dict (the receiver loads it strictly); False allows a partial update."""
+
+    version: int
+    tensors: tuple[TensorEntry, ...]
+    buckets: tuple[Bucket, ...]
+    full: bool = True
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(b.nbytes for b in self.buckets)
+
+    def bucket_entries(self) -> list[list[TensorEntry]]:
+        """The entries of each bucket, by bucket index, in offset order."""
+        grouped: list[list[TensorEntry]] = [[] for _ in self.buckets]
+        for e in self.tensors:
+            grouped[e.bucket].append(e)
+        return grouped
+
+    def to_json(self) -> JSON:
+        return {
+            "version": self.version,
+            "full": self.full,
+            "buckets": [[b.dtype, b.numel] for b in self.buckets],
+            "tensors": [[e.name, e.dtype, list(e.shape), e.bucket, e.offset] for e in self.tensors],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> WeightManifest:
+        """Parse and validate (types, dtypes, bucket bounds, no overlaps); ManifestError if bad."""
+        try:
+            version, full = data["version"], data["full"]
+            buckets = tuple(
+                Bucket(index=i, dtype=str(d), numel=_count(n, "bucket size"))
+                for i, (d, n) in enumerate(data["buckets"])
+            )
+            tensors = tuple(
+                TensorEntry(
+                    name=str(name),
+                    dtype=str(dtype),
+                    shape=tuple(_count(s, f"dimension of {name}") for s in shape),
+                    bucket=_count(bucket, f"bucket of {name}"),
+                    offset=_count(offset, f"offset of {name}"),
+                )
+                for name, dtype, shape, bucket, offset in data["tensors"]
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            if isinstance(e, ManifestError):
+                raise
+            raise ManifestError(f"malformed weight manifest ({type(e).__name__}: {e})") from e
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise ManifestError(f"manifest version must be an int >= 0, got {version!r}")
+        if not isinstance(full, bool):
+            raise ManifestError(f"manifest 'full' must be a bool, got {full!r}")
+        manifest = cls(version=version, tensors=tensors, buckets=buckets, full=full)
+        _validate_layout(manifest)
+        return manifest
+
+
+def plan_manifest(
+    tensors: Mapping[str, torch.Tensor],
+    *,
+    version: int,
+    bucket_bytes: int,
+    alone_bytes: int | None = None,
+    full: bool = True,
+) -> WeightManifest:
+    """Pack `tensors` (in order) into per-dtype buckets of at most `bucket_bytes`; a tensor of
+    at least `alone_bytes` (default: `bucket_bytes`) gets a bucket of its own."""
+    if bucket_bytes < 1:
+        raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
+    alone = bucket_bytes if alone_bytes is None else min(alone_bytes, bucket_bytes)
+    buckets: list[Bucket] = []
+    entries: list[TensorEntry] = []
+    open_bucket: dict[str, int] = {}  # dtype -> index of the bucket of small tensors being filled
+    for name, tensor in tensors.items():
+        dtype = dtype_name(tensor.dtype)
+        nbytes = tensor.numel() * tensor.element_size()
+        index = None if nbytes >= alone else open_bucket.get(dtype)
+        if index is None or buckets[index].nbytes + nbytes > bucket_bytes:
+            index = len(buckets)
+            buckets.append(Bucket(index=index, dtype=dtype, numel=0))
+            if nbytes < alone:
+                open_bucket[dtype] = index
+        bucket = buckets[index]
+        entries.append(
+            TensorEntry(
+                name=name, dtype=dtype, shape=tuple(tensor.shape), bucket=index, offset=bucket.numel
+            )
+        )
+        buckets[index] = Bucket(index=index, dtype=dtype, numel=bucket.numel + tensor.numel())
+        if nbytes < alone and buckets[index].nbytes >= bucket_bytes:
+            del open_bucket[dtype]  # full: the next small tensor opens a new bucket
+    return WeightManifest(
+        version=version, tensors=tuple(entries), buckets=tuple(buckets), full=full
+    )
+
+
+def flatten_into(
+    flat_N: torch.Tensor, entries: list[TensorEntry], tensors: Mapping[str, torch.Tensor]
+) -> torch.Tensor:
+    """Copy each entry's tensor into its slice of `flat_N` (the send side); returns `flat_N`."""
+    for e in entries:
+        flat_N[e.offset : e.offset + e.numel].copy_(tensors[e.name].reshape(-1))
+    return flat_N
+
+
+def unflatten(flat_N: torch.Tensor, entries: list[TensorEntry]) -> dict[str, torch.Tensor]:
+    """Views of `flat_N` shaped as each entry (no copy)."""
+    return {e.name: flat_N[e.offset : e.offset + e.numel].view(e.shape) for e in entries}
+
+
+def check_against(manifest: WeightManifest, shapes: Mapping[str, tuple[int, ...]]) -> None:
+    """ManifestError unless every tensor exists in `shapes` (the served model's state dict) with
+    the same shape, and, for a full push, every name of `shapes` is present."""
+    unknown = [e.name for e in manifest.tensors if e.name not in shapes]
+    if unknown:
+        raise ManifestError(
+            f"{len(unknown)} tensors the served model does not have, e.g. {unknown[:3]}: the "
+            "trainer and the server must run the same architecture"
+        )
+    wrong = [
+        f"{e.name}: sent {e.shape}, served {tuple(shapes[e.name])}"
+        for e in manifest.tensors
+        if tuple(shapes[e.name]) != e.shape
+    ]
+    if wrong:
+        raise ManifestError(f"{len(wrong)} shape mismatches, e.g. {wrong[:3]}")
+    if manifest.full:
+        missing = sorted(set(shapes) - {e.name for e in manifest.tensors})
+        if missing:
+            raise ManifestError(
+                f"a full push misses {len(missing)} tensors of the served model, e.g. "
+                f"{missing[:3]}; send the whole state dict or mark the push partial (full=False)"
+            )
+
+
+def _count(value: Any, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ManifestError(f"{what} must be an int >= 0, got {value!r}")
+    return value
+
+
+def _validate_layout(manifest: WeightManifest) -> None:
+    names = [e.name for e in manifest.tensors]
+    if len(set(names)) != len(names):
+        raise ManifestError("manifest names a tensor twice")
+    for b in manifest.buckets:
+        if b.dtype not in DTYPES:
+            raise ManifestError(f"bucket {b.index} has unsupported dtype {b.dtype!r}")
+    used = [0] * len(manifest.buckets)
+    for e in manifest.tensors:
+        if e.bucket >= len(manifest.buckets):
+            raise ManifestError(f"{e.name} points at bucket {e.bucket}, which does not exist")
+        bucket = manifest.buckets[e.bucket]
+        if e.dtype != bucket.dtype:
+            raise ManifestError(f"{e.name} is {e.dtype} but its bucket holds {bucket.dtype}")
+        if e.offset != used[e.bucket]:
+            raise ManifestError(f"{e.name} does not start where the previous tensor ended")
+        used[e.bucket] += e.numel
+    for b, n in zip(manifest.buckets, used, strict=True):
+        if n != b.numel:
+            raise ManifestError(f"bucket {b.index} holds {b.numel} elements, its tensors {n}")

@@ -1,0 +1,101 @@
+"""The built-in env registry: names to factories, for `RolloutEngine(env_registry=...)` and
+the `ludic` CLI (`--env tictactoe --env-kwargs '{"opponent": "random"}'`).
+
+Each entry is an `EnvSpec`: callable like a factory, and carrying the parser that matches the
+env's action format (`spec.parser`), which the CLI's `--parser auto` picks up. It deliberately
+holds no protocol or agent choices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ludic.envs.base import LudicEnv
+from ludic.envs.code_env import code_test_env
+from ludic.envs.dataset_qa import DatasetQAEnv
+from ludic.envs.guess_number import GuessNumberEnv
+from ludic.envs.key_door import KeyDoorGridEnv
+from ludic.envs.long_task import MemoryCorridorEnv
+from ludic.envs.qa_data import load_jsonl_dataset, load_math_sample
+from ludic.envs.tictactoe import TicTacToeEnv
+from ludic.envs.tictactoe_duel import TicTacToeDuelEnv
+from ludic.envs.verifiers import exact_match, numeric_match
+from ludic.parsers import Parser, boxed_parser, xml_tag_parser
+
+MATH_SYSTEM_PROMPT = (
+    "Solve the math problem step by step, then give the final answer as a number in "
+    "\\boxed{}, for example \\boxed{42}."
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EnvSpec:
+    """A named env factory with the parser its action format needs (None: the raw text)."""
+
+    name: str
+    factory: Callable[..., LudicEnv]
+    parser: Parser | None
+    description: str
+
+    def __call__(self, **kwargs: Any) -> LudicEnv:
+        return self.factory(**kwargs)
+
+
+def math_qa_env(
+    *,
+    path: str | None = None,
+    limit: int | None = None,
+    verifier: Literal["numeric", "exact"] = "numeric",
+    sample_index: int | None = None,
+) -> DatasetQAEnv:
+    """DatasetQAEnv over the bundled math sample, or a local GSM8K-style JSONL at `path`."""
+    if verifier not in ("numeric", "exact"):
+        raise ValueError(f"verifier must be 'numeric' or 'exact', got {verifier!r}")
+    dataset = load_math_sample() if path is None else load_jsonl_dataset(path)
+    return DatasetQAEnv(
+        dataset[:limit] if limit is not None else dataset,
+        verifier=numeric_match if verifier == "numeric" else exact_match,
+        system_prompt=MATH_SYSTEM_PROMPT,
+        sample_index=sample_index,
+    )
+
+
+def _spec(name: str, factory: Callable[..., LudicEnv], parser: Parser | None, text: str) -> EnvSpec:
+    return EnvSpec(name=name, factory=factory, parser=parser, description=text)
+
+
+_MOVE = xml_tag_parser("move")
+BUILTIN_ENVS: dict[str, Callable[..., LudicEnv]] = {
+    "tictactoe": _spec("tictactoe", TicTacToeEnv, _MOVE, "tic-tac-toe vs a scripted opponent"),
+    "tictactoe_duel": _spec(
+        "tictactoe_duel", TicTacToeDuelEnv, _MOVE, "two-agent tic-tac-toe (seats X and O)"
+    ),
+    "key_door": _spec(
+        "key_door", KeyDoorGridEnv, _MOVE, "grid world: fetch the key, open the door"
+    ),
+    "guess_number": _spec("guess_number", GuessNumberEnv, _MOVE, "guess 1..N from higher/lower"),
+    "math_qa": _spec("math_qa", math_qa_env, boxed_parser(), "one-shot math word problems"),
+    "code": _spec(
+        "code", code_test_env, None, "APPS-style programs run against stdin/stdout tests"
+    ),
+    "memory_corridor": _spec(
+        "memory_corridor", MemoryCorridorEnv, None, "long corridor that overflows the context"
+    ),
+}
+
+
+def make_env(name: str, **kwargs: Any) -> LudicEnv:
+    """Build the built-in env `name` with `kwargs`; KeyError listing the names if unknown."""
+    if name not in BUILTIN_ENVS:
+        raise KeyError(f"no built-in env {name!r}; choose one of {sorted(BUILTIN_ENVS)}")
+    return BUILTIN_ENVS[name](**kwargs)
+
+
+def env_parser(name: str) -> Parser | None:
+    """The parser suggested for built-in env `name` (None: use the completion as the action)."""
+    if name not in BUILTIN_ENVS:
+        raise KeyError(f"no built-in env {name!r}; choose one of {sorted(BUILTIN_ENVS)}")
+    parser: Parser | None = getattr(BUILTIN_ENVS[name], "parser", None)
+    return parser

@@ -1,0 +1,239 @@
+"""`ludic eval`: evaluate a built-in or user env with a local model or a server, print a table.
+
+The CLI module calls `run_eval_command(EvalConfig(...))`; everything heavy (torch, the model,
+HTTP) is imported only when the command runs. One agent per seat-one env (SingleAgentProtocol);
+multi-agent evaluation goes through the Python API (`run_eval` with your own registries).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ludic.agents.base import Agent
+from ludic.envs.base import LudicEnv
+from ludic.eval.core import EvalResult, make_eval_requests, run_eval
+from ludic.eval.summary import print_summary
+from ludic.inference.client import ChatClient
+from ludic.inference.sampling import SamplingConfig
+from ludic.interaction.single_agent import SingleAgentProtocol
+from ludic.parsers import Parser, boxed_parser, identity_parser, xml_tag_parser
+from ludic.rollouts import ComponentSpec, RolloutEngine, RolloutRequest
+
+EnvFactory = Callable[..., LudicEnv]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EvalConfig:
+    """Evaluate a policy on an environment and print a summary table."""
+
+    env: str
+    """Built-in env name (from `ludic.envs.BUILTIN_ENVS`) or a `module:factory` import string
+    whose factory returns a LudicEnv."""
+    env_kwargs: str = "{}"
+    """JSON object of keyword arguments for the env factory."""
+    model: str | None = None
+    """Local model directory for the embedded engine (default: a locally built tiny model)."""
+    server_url: str | None = None
+    """Base URL of an OpenAI-compatible server (vLLM, SGLang, `ludic serve`); overrides --model."""
+    served_model: str = "default"
+    """Model name to send to the server."""
+    api_key: str | None = None
+    """Bearer token for the server, if it needs one."""
+    parser: str = "auto"
+    """Action parser: auto (the env's own, else identity), identity, boxed, xml:TAG, or a
+    `module:function` import string."""
+    system_prompt: str | None = None
+    """System prompt for the agent (default: the env's suggestion)."""
+    num_problems: int = 16
+    """Number of distinct problems (env seeds seed, seed+1, ...)."""
+    samples_per_problem: int = 1
+    """Episodes per problem; pass@k and mean@k are reported for k = 1 and k = this."""
+    max_steps: int = 10
+    """Env steps per episode before the protocol truncates it."""
+    temperature: float = 1.0
+    """Sampling temperature."""
+    max_tokens: int = 128
+    """Completion token limit per model call."""
+    seed: int = 0
+    """First env seed; sampling seeds are derived from it."""
+    concurrency: int = 16
+    """Episodes in flight at once."""
+    episode_timeout_s: float | None = 600.0
+    """Wall-clock limit per episode (None: no limit)."""
+    out_dir: Path = Path("ludic_runs/eval")
+    """Where episodes.jsonl, steps.jsonl, rollouts.jsonl and metrics.json are written."""
+    progress: bool = True
+    """Show a progress bar over episodes."""
+
+
+def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> EvalResult:
+    """Build the env, client and engine from `cfg`, evaluate, print and write the results."""
+    console = console or Console()
+    env_factory = resolve_env_factory(cfg.env)
+    env_kwargs = _parse_kwargs(cfg.env_kwargs)
+    parser = resolve_parser(cfg.parser, env_factory)
+    model_dir = None if cfg.server_url else resolve_model_dir(cfg.model, console=console)
+    requests = make_eval_requests(
+        env=ComponentSpec(name="env", kwargs=env_kwargs),
+        protocol=ComponentSpec(name="single"),
+        num_problems=cfg.num_problems,
+        samples_per_problem=cfg.samples_per_problem,
+        seed=cfg.seed,
+        sampling=SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_tokens),
+        meta={"env": cfg.env},
+    )
+    result = asyncio.run(_evaluate(cfg, env_factory, parser, model_dir, requests))
+    print_summary(result.metrics, title=f"ludic eval: {cfg.env}", console=console)
+    view = f"ludic view {cfg.out_dir / 'rollouts.jsonl'}"
+    if model_dir is not None:
+        view += f" --tokenizer {model_dir}"
+    console.print(f"records in [bold]{cfg.out_dir}[/bold]; browse the episodes with: {view}")
+    return result
+
+
+async def _evaluate(
+    cfg: EvalConfig,
+    env_factory: EnvFactory,
+    parser: Parser,
+    model_dir: str | None,
+    requests: list[RolloutRequest],
+) -> EvalResult:
+    # The client is built, used and closed inside this one event loop (HTTP clients need that).
+    client = build_client(cfg, model_dir)
+    try:
+
+        def protocol_factory() -> SingleAgentProtocol:
+            agent = Agent(client, parser=parser, system_prompt=cfg.system_prompt)
+            return SingleAgentProtocol(agent, max_steps=cfg.max_steps)
+
+        engine = RolloutEngine(
+            env_registry={"env": env_factory},
+            protocol_registry={"single": protocol_factory},
+            concurrency=cfg.concurrency,
+            episode_timeout_s=cfg.episode_timeout_s,
+        )
+        return await run_eval(engine, requests, progress=cfg.progress, out_dir=cfg.out_dir)
+    finally:
+        await _close(client)
+
+
+async def _close(client: object) -> None:
+    aclose = getattr(client, "aclose", None)
+    if callable(aclose):
+        await aclose()
+        return
+    close = getattr(client, "close", None)
+    if callable(close):
+        close()
+
+
+def import_object(spec: str) -> Any:
+    """The object named by a `module:attribute` (dotted attribute allowed) import string."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{spec!r} is not an import string; write it as 'package.module:name'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"cannot import module {module_name!r} from {spec!r}: {e}") from e
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+def resolve_env_factory(name: str) -> EnvFactory:
+    """A built-in env's factory by registry name, or a user factory by `module:factory`."""
+    if ":" in name:
+        factory = import_object(name)
+    else:
+        registry = _builtin_envs()
+        if name not in registry:
+            raise ValueError(
+                f"unknown env {name!r}; built-in envs: {sorted(registry)}; or pass a "
+                "'module:factory' import string for your own env"
+            )
+        factory = registry[name]  # an EnvSpec: callable, and carries the env's parser
+    if not callable(factory):
+        raise ValueError(f"env {name!r} resolves to {factory!r}, which is not callable")
+    return factory  # type: ignore[no-any-return]
+
+
+def resolve_parser(spec: str, env_factory: EnvFactory | None = None) -> Parser:
+    """A parser from its CLI spelling (see `EvalConfig.parser`)."""
+    if spec == "auto":
+        suggested = getattr(env_factory, "parser", None) or getattr(
+            env_factory, "default_parser", None
+        )
+        return suggested if callable(suggested) else identity_parser
+    if spec == "identity":
+        return identity_parser
+    if spec == "boxed":
+        return boxed_parser()
+    if spec.startswith("xml:") and len(spec) > 4:
+        return xml_tag_parser(spec[4:])
+    if ":" in spec:
+        parser = import_object(spec)
+        if callable(parser):
+            return parser  # type: ignore[no-any-return]
+    raise ValueError(
+        f"unknown parser {spec!r}; use auto, identity, boxed, xml:TAG or 'module:function'"
+    )
+
+
+def resolve_model_dir(model: str | None, *, console: Console) -> str:
+    """`model` when it is a directory; None builds (or reuses) the cached tiny model."""
+    if model is None:
+        from ludic.models import tiny_model_dir
+
+        model = str(tiny_model_dir())
+        console.print(f"no --model given: using the tiny local model at {model}")
+    if not Path(model).is_dir():
+        raise ValueError(f"--model {model!r} is not a directory with a saved model")
+    return model
+
+
+def build_client(cfg: EvalConfig, model_dir: str | None) -> ChatClient:
+    """An OpenAI-compatible client for `cfg.server_url`, else the embedded engine over
+    `model_dir`."""
+    if cfg.server_url:
+        from ludic.inference.openai_client import OpenAICompatibleClient
+
+        return OpenAICompatibleClient(
+            base_url=cfg.server_url, model=cfg.served_model, api_key=cfg.api_key
+        )
+    if model_dir is None:
+        raise ValueError("the embedded engine needs a model directory (or pass --server-url)")
+    from ludic.inference.engine import EmbeddedEngine
+
+    return EmbeddedEngine.from_pretrained(model_dir)
+
+
+def _builtin_envs() -> dict[str, Any]:
+    registry = getattr(importlib.import_module("ludic.envs"), "BUILTIN_ENVS", None)
+    if registry is None:
+        raise ValueError(
+            "this install has no built-in env registry (ludic.envs.BUILTIN_ENVS); pass your "
+            "env as a 'module:factory' import string"
+        )
+    return dict(registry)
+
+
+def _parse_kwargs(text: str) -> dict[str, Any]:
+    try:
+        kwargs = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--env-kwargs must be a JSON object, got {text!r} ({e})") from e
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"--env-kwargs must be a JSON object, got {text!r}")
+    return kwargs

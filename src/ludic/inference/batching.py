@@ -1,0 +1,243 @@
+"""Continuous batching over a Hugging Face causal LM with a left-padded DynamicCache.
+
+New sequences are prefilled together (left-padded) and merged into the running batch by
+left-padding the shorter KV cache; every step samples one token for every row, retires finished
+rows and trims padding columns no row needs any more. Position ids are per row, so padding never
+changes a row's numerics beyond float noise. A prompt extending a finished sequence reuses its
+KV (`ludic.inference.prefix_cache`) and prefills only the new suffix. It supports full-attention
+models whose cache layers are plain `DynamicLayer`s (Llama, Qwen2/3, Mistral without sliding
+window); no paged attention or speculative decoding.
+
+Legend: B rows, T cached positions, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+from ludic.inference.kv_cache import (
+    extract_prefix,
+    load_prefixes,
+    merge_rows,
+    new_cache,
+    pad_left,
+    select_rows,
+)
+from ludic.inference.prefix_cache import CachedPrefix, PrefixCache
+from ludic.inference.sequence import SequenceState, TextCodec
+from ludic.inference.token_sampling import (
+    LogprobsMode,
+    draw_uniforms,
+    processed_logprobs,
+    sample_tokens,
+)
+
+
+class DecodeBatch:
+    """The running batch: rows, their KV cache, attention mask, positions and next logits."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        codec: TextCodec,
+        logprobs_mode: LogprobsMode = "processed",
+        prefix_cache_tokens: int = 0,
+    ) -> None:
+        self.model = model
+        self._sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
+        self.prefix_cache = PrefixCache(prefix_cache_tokens)
+        self.codec = codec
+        self.logprobs_mode = logprobs_mode
+        self.rows: list[SequenceState] = []
+        self._cache: DynamicCache | None = None
+        self._mask_BT = torch.zeros(0, 0, dtype=torch.long)
+        self._positions_B = torch.zeros(0, dtype=torch.long)
+        self._logits_BV = torch.zeros(0, 0)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @torch.inference_mode()
+    def admit(self, new: Sequence[SequenceState]) -> None:
+        """Prefill `new` sequences and add them to the batch.
+
+        Prompts extending a cached finished sequence prefill only their new suffix. Prompts are
+        grouped by (suffix) length so that padding stays under a quarter of each prefill.
+        """
+        found = {id(s): self.prefix_cache.lookup(s.prompt_ids) for s in new}
+        misses = [s for s in new if found[id(s)] is None]
+        hits = [s for s in new if found[id(s)] is not None]
+        for group in _length_groups(misses, lambda s: len(s.prompt_ids)):
+            self._prefill(group, [None] * len(group))
+        for group in _length_groups(hits, lambda s: len(s.prompt_ids) - len(found[id(s)].ids)):  # type: ignore[union-attr]
+            self._prefill(group, [found[id(s)] for s in group])
+
+    def _prefill(self, new: list[SequenceState], prefixes: list[CachedPrefix | None]) -> None:
+        cached = [0 if p is None else len(p.ids) for p in prefixes]
+        suffixes = [s.prompt_ids[n:] for s, n in zip(new, cached, strict=True)]
+        width_prefix, width_suffix = max(cached), max(map(len, suffixes))
+        ids_BS = torch.zeros(len(new), width_suffix, dtype=torch.long)
+        mask_BT = torch.zeros(len(new), width_prefix + width_suffix, dtype=torch.long)
+        for row, (suffix, n) in enumerate(zip(suffixes, cached, strict=True)):
+            ids_BS[row, width_suffix - len(suffix) :] = torch.tensor(suffix)
+            mask_BT[row, width_prefix - n : width_prefix] = 1
+            mask_BT[row, mask_BT.shape[1] - len(suffix) :] = 1
+        ids_BS, mask_BT = ids_BS.to(self.device), mask_BT.to(self.device)
+        cache = new_cache(self.model.config)
+        if width_prefix:
+            load_prefixes(cache, prefixes, width_prefix)
+        positions_BT = (mask_BT.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(
+            input_ids=ids_BS,
+            attention_mask=mask_BT,
+            position_ids=positions_BT[:, width_prefix:],
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        self._merge(cache, mask_BT, out.logits[:, -1].float(), new)
+
+    def _merge(
+        self,
+        cache: DynamicCache,
+        mask_BT: torch.Tensor,
+        logits_BV: torch.Tensor,
+        new: list[SequenceState],
+    ) -> None:
+        if self._cache is None or not self.rows:
+            self._cache, self._mask_BT, self._logits_BV = cache, mask_BT, logits_BV
+            self._positions_B = mask_BT.sum(-1)
+            self.rows = list(new)
+            return
+        width = max(self._mask_BT.shape[1], mask_BT.shape[1])
+        merge_rows(self._cache, cache, width)
+        self._mask_BT = torch.cat(
+            [pad_left(self._mask_BT, width, dim=1), pad_left(mask_BT, width, dim=1)]
+        )
+        self._positions_B = torch.cat([self._positions_B, mask_BT.sum(-1)])
+        self._logits_BV = torch.cat([self._logits_BV, logits_BV])
+        self.rows += new
+
+    @torch.inference_mode()
+    def step(self) -> list[SequenceState]:
+        """Sample one token for every row, retire finished rows, run the next forward pass.
+
+        Returns the sequences that finished (or were cancelled) in this step.
+        """
+        if not self.rows:
+            return []
+        tokens_B = self._sample_and_record()
+        keep = [i for i, seq in enumerate(self.rows) if not seq.done]
+        finished = [seq for seq in self.rows if seq.done]
+        if finished:
+            self._remember([i for i, seq in enumerate(self.rows) if seq.finish_reason is not None])
+            self._select(keep)
+            tokens_B = tokens_B[keep]
+        if self.rows:
+            self._forward(tokens_B)
+        return finished
+
+    def _sample_and_record(self) -> torch.Tensor:
+        rows = self.rows
+        logprobs_BV = processed_logprobs(
+            self._logits_BV,
+            torch.tensor([s.temperature for s in rows], device=self.device),
+            torch.tensor([s.top_k for s in rows], device=self.device),
+            torch.tensor([s.top_p for s in rows], device=self.device),
+        )
+        greedy_B = torch.tensor([s.temperature == 0 for s in rows])
+        tokens_B = sample_tokens(logprobs_BV, draw_uniforms([s.generator for s in rows]), greedy_B)
+        if self.logprobs_mode == "raw":
+            logprobs_BV = torch.log_softmax(self._logits_BV.float(), dim=-1)
+        forced = [seq.next_forced() for seq in rows]
+        for row, token in enumerate(forced):
+            if token is not None:
+                tokens_B[row] = token
+        chosen_B = logprobs_BV.gather(-1, tokens_B[:, None]).squeeze(-1)
+        for row, (seq, token, logprob) in enumerate(
+            zip(rows, tokens_B.tolist(), chosen_B.tolist(), strict=True)
+        ):
+            is_forced = forced[row] is not None
+            # A forced token was sampled from a point mass: its processed logprob is 0.
+            value = 0.0 if is_forced and self.logprobs_mode == "processed" else logprob
+            seq.append(token, value, forced=is_forced, codec=self.codec)
+        return tokens_B
+
+    def _remember(self, rows: list[int]) -> None:
+        """Keep finished rows' KV (prompt + all but the last completion token) for reuse."""
+        if self.prefix_cache.max_tokens <= 0 or self._cache is None:
+            return
+        for row in rows:
+            seq = self.rows[row]
+            entry = extract_prefix(
+                self._cache, self._mask_BT, row, seq.prompt_ids + seq.completion_ids[:-1]
+            )
+            if entry is not None:
+                self.prefix_cache.store(entry)
+
+    def _select(self, keep: list[int]) -> None:
+        if not keep:
+            self.reset()
+            return
+        index = torch.tensor(keep, device=self.device)
+        self._mask_BT = self._mask_BT[index]
+        self._positions_B = self._positions_B[index]
+        self._logits_BV = self._logits_BV[index]
+        self.rows = [self.rows[i] for i in keep]
+        # Columns that are padding in every remaining row can go.
+        trim = int(self._mask_BT.argmax(dim=1).min())
+        self._mask_BT = self._mask_BT[:, trim:]
+        assert self._cache is not None
+        select_rows(self._cache, index, trim)
+
+    def _forward(self, tokens_B: torch.Tensor) -> None:
+        ones_B1 = torch.ones(len(self.rows), 1, dtype=self._mask_BT.dtype, device=self.device)
+        self._mask_BT = torch.cat([self._mask_BT, ones_B1], dim=1)
+        mask = self._mask_BT
+        if self._sdpa:  # a ready 4D boolean mask skips transformers' per-step mask building
+            mask = mask.bool()[:, None, None, :]
+        out = self.model(
+            input_ids=tokens_B[:, None].to(self.device),
+            attention_mask=mask,
+            position_ids=self._positions_B[:, None],
+            past_key_values=self._cache,
+            use_cache=True,
+        )
+        self._positions_B = self._positions_B + 1
+        self._logits_BV = out.logits[:, -1].float()
+
+    def reset(self) -> list[SequenceState]:
+        """Drop every row and the cache; returns the rows that were dropped."""
+        rows, self.rows = self.rows, []
+        self._cache = None
+        self._mask_BT = torch.zeros(0, 0, dtype=torch.long, device=self.device)
+        self._positions_B = torch.zeros(0, dtype=torch.long, device=self.device)
+        self._logits_BV = torch.zeros(0, 0, device=self.device)
+        return rows
+
+
+def _length_groups(
+    seqs: Sequence[SequenceState], length: Callable[[SequenceState], int], slack: float = 1.25
+) -> list[list[SequenceState]]:
+    """Split into groups (sorted by `length`) whose padded size is at most `slack` times their
+    real token count."""
+    groups: list[list[SequenceState]] = []
+    group: list[SequenceState] = []
+    real = 0
+    for seq in sorted(seqs, key=length):
+        n = length(seq)
+        if group and (len(group) + 1) * n > slack * (real + n):
+            groups.append(group)
+            group, real = [], 0
+        group.append(seq)
+        real += n
+    if group:
+        groups.append(group)
+    return groups

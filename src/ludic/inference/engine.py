@@ -1,0 +1,350 @@
+"""EmbeddedEngine: an in-process ChatClient over a Hugging Face model with continuous batching.
+
+Concurrent `complete()` calls from any event loop are queued to one worker thread that owns the
+model, which admits them into a shared batch between decode steps (`ludic.inference.batching`).
+Each response carries the exact prompt ids (the chat template is rendered once, with the
+request's tools), the sampled ids, their behaviour logprobs and the policy version. Weight
+updates and logprob probes run on the same thread between steps; the next turn of an episode
+reuses the KV of the turn before (prefix reuse, cleared on weight updates).
+
+transformers' own continuous batching (`generate_batch` / `init_continuous_batching`) was
+evaluated and not used: it samples every request from one global RNG, so per-request seeds are
+not reproducible, and it has no per-request stop strings or max_think. This engine does not
+stream, does not support n > 1 per request, and never loads weights from a hub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from ludic.inference.batching import DecodeBatch
+from ludic.inference.client import ChatRequest, ChatResponse
+from ludic.inference.prompts import build_sequence
+from ludic.inference.sequence import SequenceState, TextCodec
+from ludic.inference.token_sampling import LogprobsMode
+from ludic.inference.weights import copy_weights_
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EngineConfig:
+    """Knobs of the embedded engine.
+
+    `logprobs_mode` "processed" reports log-softmax of the distribution actually sampled from
+    (after temperature, top-k, top-p; forced max_think tokens get 0.0); "raw" reports the
+    model's unprocessed log-softmax, like vLLM's default `raw_logprobs`.
+    `prefix_cache_tokens` bounds the KV kept from finished requests so that a prompt extending
+    one (the next turn of an episode) prefills only its new tokens; 0 turns reuse off. Each
+    token costs layers x 2 x kv_heads x head_dim x dtype bytes (4 KiB for the tiny model).
+    """
+
+    max_batch_size: int = 64
+    max_prefill_tokens: int = 16384
+    max_model_len: int | None = None
+    logprobs_mode: LogprobsMode = "processed"
+    eos_token_ids: tuple[int, ...] | None = None
+    prefix_cache_tokens: int = 16384
+
+    def __post_init__(self) -> None:
+        if self.max_batch_size < 1:
+            raise ValueError(f"EngineConfig.max_batch_size must be >= 1, got {self.max_batch_size}")
+        if self.logprobs_mode not in ("processed", "raw"):
+            raise ValueError(
+                f"EngineConfig.logprobs_mode must be 'processed' or 'raw', got {self.logprobs_mode!r}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class EngineStatus:
+    """What `/health` reports: whether the worker runs, its load and the last step error."""
+
+    running: bool
+    active: int
+    pending: int
+    policy_version: int
+    last_error: str | None
+    prefix_hits: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "running": self.running,
+            "active": self.active,
+            "pending": self.pending,
+            "policy_version": self.policy_version,
+            "last_error": self.last_error,
+            "prefix_hits": self.prefix_hits,
+        }
+
+
+class _Control:
+    """A function to run on the worker thread between steps, with its outcome."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.result = self.fn()
+        except BaseException as e:
+            self.error = e
+        finally:
+            self.done.set()
+
+
+class EmbeddedEngine:
+    """In-process ChatClient with continuous batching. Close it (or use `with`) when done."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        config: EngineConfig | None = None,
+        policy_version: int = 0,
+    ) -> None:
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.config = config or EngineConfig()
+        self.codec = TextCodec(tokenizer)
+        self.max_model_len = self.config.max_model_len or int(
+            getattr(model.config, "max_position_embeddings", 0) or 2048
+        )
+        self.vocab_size = max(len(tokenizer), int(model.config.vocab_size))
+        self.eos_ids = frozenset(self.config.eos_token_ids or _default_eos_ids(model, tokenizer))
+        self._version = policy_version
+        self._batch = DecodeBatch(
+            model, self.codec, self.config.logprobs_mode, self.config.prefix_cache_tokens
+        )
+        self._pending: deque[SequenceState] = deque()
+        self._controls: deque[_Control] = deque()
+        self._cv = threading.Condition()
+        self._closed = False
+        self._last_error: str | None = None
+        self._thread = threading.Thread(target=self._run, name="ludic-engine", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        dtype: torch.dtype | str | None = None,
+        device: str | torch.device = "cpu",
+        config: EngineConfig | None = None,
+    ) -> EmbeddedEngine:
+        """An engine over a local model directory (see `ludic.models.load_model`)."""
+        from ludic.models.loading import load_model
+
+        model, tokenizer = load_model(path, dtype=dtype, device=device)
+        return cls(model, tokenizer, config=config)
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        """Generate one completion; raises ValueError on an invalid request."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ChatResponse] = loop.create_future()
+
+        def on_done(seq: SequenceState) -> None:
+            loop.call_soon_threadsafe(_resolve, future, seq)
+
+        seq = build_sequence(
+            request,
+            tokenizer=self.tokenizer,
+            eos_ids=self.eos_ids,
+            vocab_size=self.vocab_size,
+            max_model_len=self.max_model_len,
+            seed=_seed_or_random(request.sampling.seed),
+            on_done=on_done,
+        )
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("EmbeddedEngine is closed")
+            self._pending.append(seq)
+            self._cv.notify()
+        try:
+            return await future
+        except asyncio.CancelledError:
+            seq.cancelled = True
+            raise
+
+    def update_weights(
+        self,
+        weights: Mapping[str, torch.Tensor] | torch.nn.Module,
+        *,
+        version: int | None = None,
+        strict: bool = True,
+    ) -> int:
+        """Copy `weights` into the served model in place, between decode steps.
+
+        In-flight requests continue with the new weights (their response reports the version
+        they started with, and `extra["policy_version_end"]`). Returns the new policy version:
+        `version` if given, else the old one plus one. Blocks until applied.
+        """
+        state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
+
+        def apply() -> int:
+            copy_weights_(self.model, state, strict=strict)
+            self._batch.prefix_cache.clear()  # its KV came from the old weights
+            self._version = self._version + 1 if version is None else version
+            return self._version
+
+        return self._call_on_worker(apply)
+
+    def logprobs(self, token_ids: Sequence[int]) -> list[float]:
+        """Raw model logprobs of `token_ids[1:]` given their prefixes (a weight-sync probe)."""
+        ids = [int(t) for t in token_ids]
+        if len(ids) < 2:
+            raise ValueError("logprobs() needs at least 2 token ids (a prefix and a target)")
+        if not all(0 <= t < self.vocab_size for t in ids):
+            raise ValueError(f"logprobs() token ids must lie in [0, {self.vocab_size})")
+
+        @torch.inference_mode()
+        def probe() -> list[float]:
+            ids_1T = torch.tensor([ids], device=self.model.device)
+            logits_TV = self.model(input_ids=ids_1T).logits[0, :-1].float()
+            lp_T = torch.log_softmax(logits_TV, -1).gather(-1, ids_1T[0, 1:, None]).squeeze(-1)
+            return [float(x) for x in lp_T.tolist()]
+
+        return self._call_on_worker(probe)
+
+    def status(self) -> EngineStatus:
+        with self._cv:
+            return EngineStatus(
+                running=self._thread.is_alive() and not self._closed,
+                active=len(self._batch),
+                pending=len(self._pending),
+                policy_version=self._version,
+                last_error=self._last_error,
+                prefix_hits=self._batch.prefix_cache.hits,
+            )
+
+    def close(self) -> None:
+        """Stop the worker; requests still queued or running fail with RuntimeError."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify()
+        self._thread.join(timeout=30)
+
+    def __enter__(self) -> EmbeddedEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call_on_worker(self, fn: Callable[[], T]) -> T:
+        control = _Control(fn)
+        with self._cv:
+            if self._closed:
+                raise RuntimeError("EmbeddedEngine is closed")
+            self._controls.append(control)
+            self._cv.notify()
+        control.done.wait()
+        if control.error is not None:
+            raise control.error
+        result: T = control.result
+        return result
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not (self._closed or self._pending or self._controls or len(self._batch)):
+                    self._cv.wait()
+                if self._closed:
+                    break
+                controls = list(self._controls)
+                self._controls.clear()
+                new = self._take_pending()
+            for control in controls:
+                control.run()
+            try:
+                for seq in new:
+                    seq.policy_version = self._version
+                self._batch.admit(new)
+                finished = self._batch.step()
+            except Exception as e:  # a failed step fails its requests, not the engine
+                self._last_error = f"{type(e).__name__}: {e}"
+                dropped = self._batch.reset()
+                finished = dropped + [s for s in new if s not in dropped]
+                for seq in finished:
+                    seq.error = RuntimeError(f"generation failed: {self._last_error}")
+            for seq in finished:
+                seq.policy_version_end = self._version
+                if seq.on_done is not None:
+                    seq.on_done(seq)
+        self._fail_remaining()
+
+    def _take_pending(self) -> list[SequenceState]:
+        new: list[SequenceState] = []
+        budget = self.config.max_prefill_tokens
+        while self._pending and len(self._batch) + len(new) < self.config.max_batch_size:
+            seq = self._pending[0]
+            if seq.cancelled:
+                self._pending.popleft()
+                continue
+            if new and len(seq.prompt_ids) > budget:
+                break
+            budget -= len(seq.prompt_ids)
+            new.append(self._pending.popleft())
+        return new
+
+    def _fail_remaining(self) -> None:
+        with self._cv:
+            leftovers = self._batch.reset() + list(self._pending)
+            self._pending.clear()
+            controls = list(self._controls)
+            self._controls.clear()
+        for seq in leftovers:
+            seq.error = RuntimeError("EmbeddedEngine closed before the request finished")
+            if seq.on_done is not None:
+                seq.on_done(seq)
+        for control in controls:
+            control.error = RuntimeError("EmbeddedEngine is closed")
+            control.done.set()
+
+
+def _resolve(future: asyncio.Future[ChatResponse], seq: SequenceState) -> None:
+    if future.done():
+        return
+    if seq.error is not None:
+        future.set_exception(seq.error)
+    elif seq.cancelled:
+        future.cancel()
+    else:
+        future.set_result(seq.to_response())
+
+
+def _seed_or_random(seed: int | None) -> int:
+    return secrets.randbits(63) if seed is None else seed
+
+
+def _default_eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> set[int]:
+    ids: set[int] = set()
+    generation_config = getattr(model, "generation_config", None)
+    for source in (getattr(generation_config, "eos_token_id", None), tokenizer.eos_token_id):
+        if isinstance(source, int):
+            ids.add(source)
+        elif isinstance(source, list | tuple):
+            ids.update(int(t) for t in source)
+    if not ids:
+        raise ValueError(
+            "cannot tell when to stop: neither the generation config nor the tokenizer names an "
+            "eos token; pass EngineConfig(eos_token_ids=(...))"
+        )
+    return ids

@@ -1,0 +1,207 @@
+"""OpenAICompatibleClient: a ChatClient over HTTP for the embedded server, vLLM and SGLang.
+
+It asks for token ids (`return_token_ids`) and sampled-token logprobs, uses `/v1/completions`
+with a token-id prompt in token-in mode, retries connection errors and 5xx with exponential
+backoff, and turns a 4xx into `InferenceRequestError` carrying the server's message. It does
+not stream and sends n=1 only. Servers that return no ids give responses with empty ids (no
+token trace); mismatched ids and logprobs are an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+from typing import Any
+
+import httpx
+
+from ludic.inference.client import ChatRequest, ChatResponse
+from ludic.inference.sampling import resolve_sampling_args
+from ludic.types import ToolCall
+
+# Servers that cannot put the policy version in the body (vLLM) send it as a header.
+VERSION_HEADER = "X-Ludic-Policy-Version"
+
+
+class InferenceRequestError(ValueError):
+    """The server refused the request (4xx). `message` is the server's own explanation."""
+
+    def __init__(self, status_code: int, message: str) -> None:
+        super().__init__(f"inference server refused the request ({status_code}): {message}")
+        self.status_code = status_code
+        self.message = message
+
+
+class InferenceUnavailableError(ConnectionError):
+    """The server could not be reached, or kept failing (5xx), after all retries."""
+
+
+class OpenAICompatibleClient:
+    """ChatClient against an OpenAI-compatible server (`base_url`, with or without `/v1`).
+
+    Wraps one `httpx.AsyncClient`: use a client within one event loop and `aclose()` it.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout: float = 300.0,
+        max_retries: int = 5,
+        *,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.base_url = base_url.rstrip("/").removesuffix("/v1")
+        self.model = model
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
+        )
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        if request.prompt_token_ids is not None:
+            body, headers = await self._post("/v1/completions", self._completion_body(request))
+            response = _parse_completion(body)
+        else:
+            body, headers = await self._post("/v1/chat/completions", self._chat_body(request))
+            response = _parse_chat(body)
+        if response.policy_version is None and VERSION_HEADER in headers:
+            response = dataclasses.replace(response, policy_version=int(headers[VERSION_HEADER]))
+        return response
+
+    def _sampling_fields(self, request: ChatRequest) -> dict[str, Any]:
+        kwargs = resolve_sampling_args(request.sampling)
+        extra = kwargs.pop("extra_body", {})
+        body = {"model": self.model, **kwargs, **extra, "return_token_ids": True}
+        if "max_think" in extra:  # vLLM passes per-request args to logits processors this way
+            body["vllm_xargs"] = {"max_think": extra["max_think"]}
+        return body
+
+    def _chat_body(self, request: ChatRequest) -> dict[str, Any]:
+        body = {**self._sampling_fields(request), "messages": list(request.messages)}
+        body["logprobs"] = True
+        if request.tools:
+            body["tools"] = list(request.tools)
+        return body
+
+    def _completion_body(self, request: ChatRequest) -> dict[str, Any]:
+        assert request.prompt_token_ids is not None
+        body = {**self._sampling_fields(request), "prompt": list(request.prompt_token_ids)}
+        body["logprobs"] = 0  # the sampled token's logprob, no alternatives
+        return body
+
+    async def _post(self, path: str, body: dict[str, Any]) -> tuple[dict[str, Any], httpx.Headers]:
+        last_problem = ""
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                delay = min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
+                await asyncio.sleep(delay * (0.5 + random.random() / 2))
+            try:
+                response = await self._http.post(path, json=body)
+            except httpx.TransportError as e:
+                last_problem = f"{type(e).__name__}: {e}"
+                continue
+            if response.status_code >= 500:
+                last_problem = f"{response.status_code}: {_server_message(response)}"
+                continue
+            if response.status_code >= 400:
+                raise InferenceRequestError(response.status_code, _server_message(response))
+            result: dict[str, Any] = response.json()
+            return result, response.headers
+        raise InferenceUnavailableError(
+            f"{self.base_url}{path} failed after {self.max_retries + 1} attempts: {last_problem}"
+        )
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> OpenAICompatibleClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _server_message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:500]
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and "message" in error:
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+        if "message" in body:
+            return str(body["message"])
+        if "detail" in body:
+            return str(body["detail"])
+    return str(body)[:500]
+
+
+def _checked(
+    ids: list[int] | None, logprobs: list[float] | None
+) -> tuple[tuple[int, ...], tuple[float, ...] | None]:
+    if ids is None:
+        return (), None
+    if logprobs is not None and len(logprobs) != len(ids):
+        raise ValueError(
+            f"server returned {len(ids)} token ids but {len(logprobs)} logprobs; token-in/out "
+            "training needs one logprob per token"
+        )
+    return tuple(ids), None if logprobs is None else tuple(logprobs)
+
+
+def _parse_chat(body: dict[str, Any]) -> ChatResponse:
+    choice = body["choices"][0]
+    message = choice.get("message") or {}
+    content = (choice.get("logprobs") or {}).get("content")
+    logprobs = None if content is None else [float(c["logprob"]) for c in content]
+    completion_ids, completion_logprobs = _checked(choice.get("token_ids"), logprobs)
+    calls = tuple(
+        ToolCall(
+            id=c.get("id", ""), name=c["function"]["name"], arguments=c["function"]["arguments"]
+        )
+        for c in message.get("tool_calls") or ()
+    )
+    return ChatResponse(
+        text=message.get("content") or "",
+        prompt_token_ids=tuple(body.get("prompt_token_ids") or ()),
+        completion_token_ids=completion_ids,
+        completion_logprobs=completion_logprobs,
+        finish_reason=choice.get("finish_reason"),
+        policy_version=body.get("policy_version"),
+        tool_calls=calls,
+        extra=_stop_reason(choice),
+    )
+
+
+def _parse_completion(body: dict[str, Any]) -> ChatResponse:
+    choice = body["choices"][0]
+    token_logprobs = (choice.get("logprobs") or {}).get("token_logprobs")
+    logprobs = None if token_logprobs is None else [float(x) for x in token_logprobs]
+    completion_ids, completion_logprobs = _checked(choice.get("token_ids"), logprobs)
+    return ChatResponse(
+        text=choice.get("text") or "",
+        prompt_token_ids=tuple(
+            choice.get("prompt_token_ids") or body.get("prompt_token_ids") or ()
+        ),
+        completion_token_ids=completion_ids,
+        completion_logprobs=completion_logprobs,
+        finish_reason=choice.get("finish_reason"),
+        policy_version=body.get("policy_version"),
+        extra=_stop_reason(choice),
+    )
+
+
+def _stop_reason(choice: dict[str, Any]) -> dict[str, Any]:
+    reason = choice.get("stop_reason")
+    return {} if reason is None else {"stop_reason": reason}

@@ -1,0 +1,199 @@
+"""The embedded engine behind an OpenAI-compatible HTTP server (FastAPI + uvicorn).
+
+Endpoints: `/v1/chat/completions`, token-in `/v1/completions`, `/v1/models`, `/health` (503 when
+the engine's worker is not running), and bearer-token control endpoints under `/ludic/`:
+version, logprob probe, weight update from safetensors bytes, and the torch.distributed weight
+receiver `/ludic/weights/*` (`ludic.inference.weight_receiver`, driven by
+`ludic.distributed.BroadcastPolicyPublisher`). Binds 127.0.0.1 by default. It does not stream,
+batch several choices per request, or serve more than one model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
+from safetensors.torch import load as load_safetensors
+from starlette.exceptions import HTTPException
+
+from ludic.inference.client import ChatRequest, ChatResponse
+from ludic.inference.engine import EmbeddedEngine, EngineConfig
+from ludic.inference.openai_client import VERSION_HEADER
+from ludic.inference.openai_protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    chat_completion_body,
+    completion_body,
+    error_body,
+)
+from ludic.inference.serve_config import ServeConfig
+from ludic.inference.weight_receiver import install_weight_sync_routes
+
+logger = logging.getLogger(__name__)
+
+
+class ProbeRequest(BaseModel):
+    token_ids: list[int]
+
+
+def create_app(engine: EmbeddedEngine, *, model_name: str, token: str | None = None) -> FastAPI:
+    """The FastAPI app serving `engine` (the caller owns and closes the engine)."""
+    app = FastAPI(title="ludic embedded inference server")
+    bearer = HTTPBearer(auto_error=False)
+
+    def require_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if token is None:
+            raise HTTPException(
+                403, "control endpoints are disabled: start the server with a token"
+            )
+        if credentials is None or not secrets.compare_digest(credentials.credentials, token):
+            raise HTTPException(401, "missing or wrong bearer token for a control endpoint")
+
+    @app.middleware("http")
+    async def _version_header(request: Request, call_next: Any) -> Any:
+        response = await call_next(request)
+        response.headers[VERSION_HEADER] = str(engine.policy_version)
+        return response
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        )
+        return JSONResponse(error_body(400, f"invalid request: {problems}"), status_code=400)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        return JSONResponse(
+            error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code
+        )
+
+    async def generate(request: ChatRequest, requested_model: str | None) -> ChatResponse:
+        if requested_model not in (None, model_name):
+            raise HTTPException(404, f"model {requested_model!r} not found; serving {model_name!r}")
+        try:
+            return await engine.complete(request)
+        except ValueError as e:
+            raise HTTPException(400, str(e)) from e
+        except RuntimeError as e:
+            status = 503 if "closed" in str(e) else 500
+            raise HTTPException(status, str(e)) from e
+
+    def checked(req: ChatCompletionRequest | CompletionRequest) -> None:
+        problem = req.unsupported()
+        if problem is not None:
+            raise HTTPException(400, problem)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(req: ChatCompletionRequest) -> dict[str, Any]:
+        checked(req)
+        chat = _sampling_errors_as_400(lambda: req.to_chat_request(engine.max_model_len))
+        response = await generate(chat, req.model)
+        return chat_completion_body(response, req, model_name, engine.tokenizer)
+
+    @app.post("/v1/completions")
+    async def completions(req: CompletionRequest) -> dict[str, Any]:
+        checked(req)
+        sampling = _sampling_errors_as_400(lambda: req.sampling(engine.max_model_len))
+        ids = req.prompt if isinstance(req.prompt, list) else engine.tokenizer.encode(req.prompt)
+        chat = ChatRequest(messages=[], sampling=sampling, prompt_token_ids=list(ids))
+        response = await generate(chat, req.model)
+        return completion_body(response, req, model_name, engine.tokenizer)
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        card = {
+            "id": model_name,
+            "object": "model",
+            "owned_by": "ludic",
+            "max_model_len": engine.max_model_len,
+        }
+        return {"object": "list", "data": [card]}
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        status = engine.status()
+        body = {"status": "ok" if status.running else "unavailable", **status.to_dict()}
+        return JSONResponse(body, status_code=200 if status.running else 503)
+
+    @app.get("/ludic/version", dependencies=[Depends(require_token)])
+    async def version() -> dict[str, int]:
+        return {"policy_version": engine.policy_version}
+
+    @app.post("/ludic/logprobs", dependencies=[Depends(require_token)])
+    async def logprobs(req: ProbeRequest) -> dict[str, Any]:
+        try:
+            values = await asyncio.to_thread(engine.logprobs, req.token_ids)
+        except ValueError as e:
+            raise HTTPException(400, str(e)) from e
+        return {"logprobs": values, "policy_version": engine.policy_version}
+
+    @app.post("/ludic/update_weights", dependencies=[Depends(require_token)])
+    async def update_weights(
+        request: Request, version: int | None = None, strict: bool = True
+    ) -> dict[str, int]:
+        """Body: a safetensors file (bytes) with the new weights. Never unpickled."""
+        payload = await request.body()
+        try:
+            state = load_safetensors(payload)
+        except Exception as e:
+            raise HTTPException(400, f"body is not a safetensors file: {e}") from e
+        try:
+            new_version = await asyncio.to_thread(
+                engine.update_weights, state, version=version, strict=strict
+            )
+        except ValueError as e:
+            raise HTTPException(400, str(e)) from e
+        return {"policy_version": new_version}
+
+    install_weight_sync_routes(app, engine, token)
+    return app
+
+
+def _sampling_errors_as_400(build: Any) -> Any:
+    try:
+        return build()
+    except ValueError as e:
+        raise HTTPException(400, str(e)) from e
+
+
+def serve(config: ServeConfig) -> None:
+    """Load the model, start the engine and serve until interrupted (blocks)."""
+    import os
+
+    import torch
+    import uvicorn
+
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    if config.token is None and config.host not in ("127.0.0.1", "localhost", "::1"):
+        logger.warning("serving on %s without a token: control endpoints are disabled", config.host)
+    engine = EmbeddedEngine.from_pretrained(
+        config.model,
+        dtype=config.dtype,
+        device=config.device,
+        config=EngineConfig(
+            max_batch_size=config.max_batch_size,
+            max_model_len=config.max_model_len,
+            logprobs_mode=config.logprobs_mode,
+        ),
+    )
+    name = config.served_model_name or os.path.basename(os.path.normpath(config.model))
+    app = create_app(engine, model_name=name, token=config.token)
+    try:
+        uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level)
+    finally:
+        engine.close()
+
+
+if __name__ == "__main__":
+    import tyro
+
+    serve(tyro.cli(ServeConfig))

@@ -1,0 +1,340 @@
+"""`python -m ludic.inference.vllm_server MODEL [vllm serve args]`: vLLM's OpenAI server plus
+Ludic's weight-sync endpoints and a `max_think` logits processor. GPU only; UNVERIFIED on GPU.
+
+It runs `vllm serve` unchanged and plugs in three documented extension points: a worker
+extension (`--worker-extension-cls`) that joins the trainer's NCCL group and loads broadcast
+weights, a V1 logits processor (`--logits-processors`, per-request `vllm_xargs.max_think`), and
+an HTTP middleware (`--middleware`) serving `/ludic/version` and `/ludic/weights/*` (bearer
+token from `--ludic-token` or `LUDIC_SERVER_TOKEN`) and adding an `X-Ludic-Policy-Version`
+header to every response. The protocol is the embedded server's, so
+`ludic.distributed.BroadcastPolicyPublisher` drives both (with TP > 1 the trainer's group needs
+world_size 1 + TP: an InitRequest field). No `/ludic/logprobs` probe here. Importing this module
+never needs vLLM; using the vLLM parts without it raises ImportError. The version counter lives
+in the API server process (one per `--api-server-count`); it assumes the V1 model runner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+try:
+    from vllm.v1.sample.logits_processor import (
+        BatchUpdate,
+        LogitsProcessor,
+        MoveDirectionality,
+    )
+
+    VLLM_IMPORT_ERROR: ImportError | None = None
+except ImportError as e:  # no vLLM here: only the helpers below are usable
+    LogitsProcessor = object
+    VLLM_IMPORT_ERROR = e
+
+MODULE = "ludic.inference.vllm_server"
+TOKEN_ENV = "LUDIC_SERVER_TOKEN"
+VERSION_HEADER = "X-Ludic-Policy-Version"
+_state = {"policy_version": 0}
+_push: dict[str, Any] = {}  # the join / receive tasks of the weight push in progress
+
+
+def require_vllm() -> None:
+    if VLLM_IMPORT_ERROR is not None:
+        raise ImportError(
+            "ludic.inference.vllm_server needs vLLM and a CUDA GPU: pip install 'ludic[vllm]'. "
+            "On CPU use the embedded server (ludic.inference.server)."
+        ) from VLLM_IMPORT_ERROR
+
+
+class WeightSyncWorkerExtension:
+    """Mixed into each vLLM worker; called through `engine_client.collective_rpc`.
+
+    Speaks the embedded server's `/ludic/weights/*` protocol (`ludic.distributed.transfer`):
+    each worker joins the trainer's group as rank `init.rank + its vLLM rank`, receives every
+    bucket and loads the full tensors with `load_weights` (which shards them for TP).
+    """
+
+    _ludic_group: Any = None  # the c10d group of the trainer's broadcasts, once joined
+
+    def ludic_worker_rank(self) -> int:
+        return int(getattr(self, "rank", 0))
+
+    def ludic_weights_init(self, request: dict[str, Any]) -> None:
+        from ludic.distributed.transfer import join_store, open_group
+        from ludic.inference.weight_receiver import InitRequest
+
+        req = InitRequest(**request)
+        store = join_store(req.host, req.port, world_size=req.world_size, timeout_s=req.timeout_s)
+        self._ludic_store = store  # must outlive the group
+        self._ludic_group = open_group(
+            store,
+            rank=req.rank + self.ludic_worker_rank(),
+            world_size=req.world_size,
+            backend=req.backend,
+            timeout_s=req.timeout_s,
+        )
+
+    def ludic_weights_receive(self, manifest_json: dict[str, Any]) -> int:
+        from ludic.distributed.manifest import WeightManifest
+        from ludic.distributed.transfer import receive_buckets
+
+        if self._ludic_group is None:
+            raise RuntimeError("no communicator: POST /ludic/weights/init first")
+        worker: Any = self
+        manifest = WeightManifest.from_json(manifest_json)
+        state = receive_buckets(self._ludic_group, manifest, device=worker.device)
+        worker.model_runner.model.load_weights(weights=list(state.items()))
+        return len(state)
+
+    def ludic_weights_close(self) -> None:
+        self._ludic_group = None
+
+
+@dataclass(slots=True)
+class _ThinkRow:
+    cap: int
+    prompt_ids: Sequence[int]
+    output_ids: Sequence[int]  # vLLM's live list of generated ids for this request
+    forcing: bool | None = None
+
+
+class MaxThinkLogitsProcessor(LogitsProcessor):  # type: ignore[misc,valid-type]
+    """Forces `</think>` once a request has generated `max_think` tokens with thinking open.
+
+    Assumes `<think>` and `</think>` are single tokens (Qwen3, DeepSeek-R1 style); otherwise the
+    close sequence is forced without checking whether thinking is open.
+    """
+
+    def __init__(self, vllm_config: Any, device: Any, is_pin_memory: bool) -> None:
+        from transformers import AutoTokenizer
+
+        config = vllm_config.model_config
+        tokenizer = AutoTokenizer.from_pretrained(
+            config.tokenizer, trust_remote_code=config.trust_remote_code
+        )
+        self.open_ids = tokenizer.encode("<think>", add_special_tokens=False)
+        self.close_ids = tokenizer.encode("</think>", add_special_tokens=False)
+        self.rows: dict[int, _ThinkRow] = {}
+
+    @classmethod
+    def validate_params(cls, params: Any) -> None:
+        cap = (getattr(params, "extra_args", None) or {}).get("max_think")
+        if cap is not None and (not isinstance(cap, int) or cap < 1):
+            raise ValueError(f"max_think must be an integer >= 1, got {cap!r}")
+
+    def is_argmax_invariant(self) -> bool:
+        return False
+
+    def update_state(self, batch_update: BatchUpdate | None) -> None:
+        if batch_update is None:
+            return
+        for index in batch_update.removed:
+            self.rows.pop(index, None)
+        for index, params, prompt_ids, output_ids in batch_update.added:
+            cap = (getattr(params, "extra_args", None) or {}).get("max_think")
+            if cap is None:
+                self.rows.pop(index, None)
+            else:
+                self.rows[index] = _ThinkRow(cap, prompt_ids or [], output_ids)
+        for src, dst, direction in batch_update.moved:
+            a, b = self.rows.pop(src, None), self.rows.pop(dst, None)
+            if a is not None:
+                self.rows[dst] = a
+            if direction == MoveDirectionality.SWAP and b is not None:
+                self.rows[src] = b
+
+    def apply(self, logits: Any) -> Any:
+        for index, row in self.rows.items():
+            token = self._forced_token(row)
+            if token is not None:
+                logits[index].fill_(float("-inf"))
+                logits[index, token] = 0.0
+        return logits
+
+    def _forced_token(self, row: _ThinkRow) -> int | None:
+        step = len(row.output_ids) - row.cap
+        if step < 0 or step >= len(self.close_ids):
+            return None
+        if row.forcing is None:
+            row.forcing = self._thinking_open(list(row.prompt_ids) + list(row.output_ids))
+        return self.close_ids[step] if row.forcing else None
+
+    def _thinking_open(self, ids: list[int]) -> bool:
+        if len(self.open_ids) != 1 or len(self.close_ids) != 1:
+            return True
+        last_open = max((i for i, t in enumerate(ids) if t == self.open_ids[0]), default=-1)
+        last_close = max((i for i, t in enumerate(ids) if t == self.close_ids[0]), default=-1)
+        return last_open > last_close
+
+
+async def ludic_middleware(request: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
+    """Serves /ludic/* (token-guarded) and stamps the policy version on every response."""
+    if request.url.path.startswith("/ludic/"):
+        response = await _control(request)
+    else:
+        response = await call_next(request)
+    response.headers[VERSION_HEADER] = str(_state["policy_version"])
+    return response
+
+
+async def _control(request: Any) -> Any:
+    from fastapi.responses import JSONResponse
+
+    from ludic.inference.openai_protocol import error_body
+
+    token = os.environ.get(TOKEN_ENV)
+    given = request.headers.get("authorization", "").removeprefix("Bearer ")
+    if not token or not secrets.compare_digest(given, token):
+        return JSONResponse(error_body(401, "missing or wrong bearer token"), status_code=401)
+    handler = _ROUTES.get(request.url.path)
+    if handler is None:
+        return JSONResponse(error_body(404, f"unknown control endpoint {request.url.path}"), 404)
+    try:
+        return JSONResponse(await handler(request, request.app.state.engine_client))
+    except (ValueError, RuntimeError) as e:
+        return JSONResponse(error_body(400, f"{type(e).__name__}: {e}"), status_code=400)
+
+
+async def _version(request: Any, engine: Any) -> dict[str, Any]:
+    return {"policy_version": _state["policy_version"]}
+
+
+async def _weights_init(request: Any, engine: Any) -> dict[str, Any]:
+    from ludic.inference.weight_receiver import InitRequest
+
+    req = InitRequest(**await request.json())
+    # The join completes only once the trainer builds its side: do not wait for it here.
+    _push["join"] = asyncio.ensure_future(
+        engine.collective_rpc("ludic_weights_init", args=(req.model_dump(),))
+    )
+    return {"status": "joining"}
+
+
+async def _weights_start(request: Any, engine: Any) -> dict[str, Any]:
+    from ludic.distributed.manifest import WeightManifest
+
+    body = await request.json()
+    manifest = WeightManifest.from_json(body)  # ManifestError is a ValueError -> 400
+    if _push.get("receive") is not None:
+        raise RuntimeError("a push is already in progress: finish it first")
+    join = _push.get("join")
+    if join is None:
+        raise RuntimeError("no communicator: POST /ludic/weights/init first")
+    await join
+    _push["version"] = manifest.version
+    _push["receive"] = asyncio.ensure_future(
+        engine.collective_rpc("ludic_weights_receive", args=(body,))
+    )
+    return {"status": "receiving"}
+
+
+async def _weights_finish(request: Any, engine: Any) -> dict[str, Any]:
+    receive = _push.pop("receive", None)
+    if receive is None:
+        raise RuntimeError("no push in progress: POST /ludic/weights/start first")
+    counts = await receive
+    await engine.reset_prefix_cache()  # cached KV came from the old weights
+    _state["policy_version"] = int(_push["version"])
+    return {"policy_version": _state["policy_version"], "num_tensors": int(counts[0])}
+
+
+async def _weights_close(request: Any, engine: Any) -> dict[str, Any]:
+    await engine.collective_rpc("ludic_weights_close")
+    _push.clear()
+    return {"status": "closed"}
+
+
+async def _weights_status(request: Any, engine: Any) -> dict[str, Any]:
+    join = _push.get("join")
+    return {
+        "connected": join is not None and join.done() and join.exception() is None,
+        "joining": join is not None and not join.done(),
+        "in_progress": _push.get("receive") is not None,
+        "last_version": _state["policy_version"],
+    }
+
+
+_ROUTES: dict[str, Callable[[Any, Any], Awaitable[dict[str, Any]]]] = {
+    "/ludic/version": _version,
+    "/ludic/weights/init": _weights_init,
+    "/ludic/weights/start": _weights_start,
+    "/ludic/weights/finish": _weights_finish,
+    "/ludic/weights/close": _weights_close,
+    "/ludic/weights/status": _weights_status,
+}
+
+
+def vllm_serve_args(argv: Sequence[str]) -> list[str]:
+    """`vllm serve` arguments with Ludic's extension points and defaults added."""
+    args = list(argv)
+    if "--ludic-token" in args:
+        i = args.index("--ludic-token")
+        os.environ[TOKEN_ENV] = args[i + 1]
+        del args[i : i + 2]
+
+    def has(flag: str) -> bool:
+        return any(a == flag or a.startswith(flag + "=") for a in args)
+
+    args += ["--worker-extension-cls", f"{MODULE}.WeightSyncWorkerExtension"]
+    args += ["--logits-processors", f"{MODULE}:MaxThinkLogitsProcessor"]
+    args += ["--middleware", f"{MODULE}.ludic_middleware"]
+    if not has("--logprobs-mode"):  # behaviour logprobs of what was sampled, as the engine
+        args += ["--logprobs-mode", "processed_logprobs"]
+    if not has("--generation-config"):  # Ludic's sampling params, not the checkpoint's
+        args += ["--generation-config", "vllm"]
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    require_vllm()
+    from vllm.entrypoints.cli.main import main as vllm_main
+
+    sys.argv = ["vllm", "serve", *vllm_serve_args(sys.argv[1:] if argv is None else argv)]
+    vllm_main()
+
+
+def start_vllm_server(
+    model: str,
+    *,
+    port: int = 8000,
+    host: str = "127.0.0.1",
+    token: str | None = None,
+    extra_args: Sequence[str] = (),
+    log_file: str | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start `python -m ludic.inference.vllm_server` in a subprocess (stop it by its pid)."""
+    require_vllm()
+    cmd = [sys.executable, "-m", MODULE, model, "--host", host, "--port", str(port), *extra_args]
+    env = {**os.environ, **({TOKEN_ENV: token} if token else {})}
+    out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115
+    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def wait_for_health(
+    base_url: str, *, timeout_s: float = 600.0, process: subprocess.Popen[bytes] | None = None
+) -> None:
+    """Poll `{base_url}/health` until 200; fail early if `process` exits. Works for any server."""
+    deadline = time.monotonic() + timeout_s
+    url = base_url.rstrip("/").removesuffix("/v1") + "/health"
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"server process exited with code {process.returncode}")
+        try:
+            if httpx.get(url, timeout=2.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"{url} did not report healthy within {timeout_s:.0f}s")
+
+
+if __name__ == "__main__":
+    main()

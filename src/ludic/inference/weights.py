@@ -1,0 +1,46 @@
+"""Copying a state dict into a live model in place, checked before anything is written.
+
+Names and shapes are validated up front, so a bad update leaves the model untouched. Tensors
+are cast to each parameter's dtype and device. It does not handle sharded (FSDP/DTensor) state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+
+@torch.no_grad()
+def copy_weights_(
+    model: torch.nn.Module, state: Mapping[str, torch.Tensor], *, strict: bool = True
+) -> None:
+    """Copy `state` into `model`'s parameters and buffers.
+
+    `strict` also requires every parameter of the model to be present (a full update); with
+    `strict=False` a partial update (e.g. one broadcast bucket) is fine. Unknown names and shape
+    mismatches always raise ValueError before any tensor is written.
+    """
+    targets = model.state_dict()
+    unknown = sorted(set(state) - set(targets))
+    if unknown:
+        raise ValueError(
+            f"update_weights: {len(unknown)} unknown tensor names, e.g. {unknown[:3]}; the "
+            "state dict must come from the same architecture as the served model"
+        )
+    if strict:
+        missing = sorted(set(dict(model.named_parameters())) - set(state))
+        if missing:
+            raise ValueError(
+                f"update_weights: {len(missing)} parameters missing, e.g. {missing[:3]}; pass "
+                "the full state dict or strict=False for a partial update"
+            )
+    for name, tensor in state.items():
+        if tuple(tensor.shape) != tuple(targets[name].shape):
+            raise ValueError(
+                f"update_weights: {name} has shape {tuple(tensor.shape)}, the model expects "
+                f"{tuple(targets[name].shape)}"
+            )
+    for name, tensor in state.items():
+        target = targets[name]
+        target.copy_(tensor.to(device=target.device, dtype=target.dtype))

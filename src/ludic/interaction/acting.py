@@ -1,0 +1,89 @@
+"""One agent turn with external tool round trips, shared by every protocol."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
+
+from ludic.agents.base import Agent, AgentAct
+from ludic.inference.sampling import SamplingConfig
+from ludic.types import AgentStep, Info, ToolCall, ToolResult
+
+ExternalToolHandler = Callable[
+    [Sequence[ToolCall], "ToolCallContext"], Awaitable[Sequence[ToolResult]]
+]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCallContext:
+    """Where an external tool call came from (used to link child rollouts to parents)."""
+
+    rollout_id: str
+    agent_id: str
+    turn_id: str
+    agent_step_id: str
+    sampling: SamplingConfig | None
+
+
+def _error_results(calls: Sequence[ToolCall], message: str) -> list[ToolResult]:
+    return [
+        ToolResult(tool_call_id=c.id, name=c.name, is_error=True, content=f"Error: {message}")
+        for c in calls
+    ]
+
+
+async def act_with_tools(
+    agent: Agent,
+    *,
+    turn_id: str,
+    sampling: SamplingConfig | None,
+    step_info: Info,
+    rollout_id: str,
+    handler: ExternalToolHandler | None,
+    max_external_calls: int,
+) -> AgentAct:
+    """Let the agent act; route external tool calls through `handler` and feed the results
+    back until it gives a final action. Returns one AgentAct holding every model call of the
+    turn, their `loop_index` numbered 0, 1, ... across the whole turn. A missing or failing
+    handler yields error results the agent sees; too many round trips end the turn as a parse
+    failure (`Agent.give_up`)."""
+    steps: list[AgentStep] = []
+    for _ in range(max_external_calls + 1):
+        act = await agent.act(turn_id=turn_id, sampling=sampling, step_info=step_info)
+        steps.extend(
+            dataclasses.replace(s, loop_index=len(steps) + i) for i, s in enumerate(act.steps)
+        )
+        if not act.external_calls:
+            return dataclasses.replace(act, steps=tuple(steps))
+        calls = act.external_calls
+        if handler is None:
+            results = _error_results(calls, "no handler for external tools in this protocol")
+        else:
+            ctx = ToolCallContext(
+                rollout_id=rollout_id,
+                agent_id=agent.agent_id,
+                turn_id=turn_id,
+                agent_step_id=act.final_step.id,
+                sampling=sampling,
+            )
+            try:
+                results = _match_results(calls, await handler(calls, ctx))
+            except Exception as exc:  # a failing handler is a tool error, not a crash
+                results = _error_results(calls, f"{type(exc).__name__}: {exc}")
+        agent.on_tool_results(results)
+        steps[-1] = dataclasses.replace(steps[-1], tool_results=(*steps[-1].tool_results, *results))
+    return agent.give_up(
+        steps,
+        f"You made {max_external_calls + 1} external tool calls without a final answer. "
+        "Give your final answer now.",
+    )
+
+
+def _match_results(calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> list[ToolResult]:
+    """One result per call, in call order; a call the handler left unanswered gets an error
+    (the model must see a reply to every tool call it made)."""
+    by_id = {r.tool_call_id: r for r in results}
+    return [
+        by_id.get(c.id) or _error_results([c], "the tool handler returned no result")[0]
+        for c in calls
+    ]

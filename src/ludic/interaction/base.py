@@ -1,0 +1,33 @@
+"""The InteractionProtocol seam: the object that owns the agent <-> env loop.
+
+Neither env nor agent runs episodes; a protocol does, and returns one Rollout per agent it
+trains (plus child rollouts for delegation). Protocols hold their agents, so build a fresh
+protocol per episode (the RolloutEngine does this through factories).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from ludic.envs.base import LudicEnv
+from ludic.inference.sampling import SamplingConfig
+from ludic.types import Rollout
+
+
+@runtime_checkable
+class InteractionProtocol(Protocol):
+    """Runs one episode of `env` and returns its rollouts.
+
+    `sampling.seed`, when set, is the episode's sampling seed; agents derive a distinct,
+    deterministic seed for each model call from it. A protocol records agent errors (parse
+    failures, tool errors) in the rollout; exceptions from the env or the client propagate to
+    the caller (the RolloutEngine turns them into a failed rollout).
+    """
+
+    async def run(
+        self,
+        env: LudicEnv,
+        *,
+        env_seed: int | None = None,
+        sampling: SamplingConfig | None = None,
+    ) -> list[Rollout]: ...

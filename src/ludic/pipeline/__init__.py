@@ -1,0 +1,57 @@
+"""Decoupled rollouts and training over Redis Streams: actors push samples tagged with their
+policy version, the learner consumes them with acknowledgements (`PipelineBatchSource`).
+
+Importing this package is light; the Redis, torch and training parts load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ludic.pipeline.config import ActorConfig, LearnerConfig
+
+if TYPE_CHECKING:
+    from ludic.pipeline.actor import ActorBatchStats, PipelineActor
+    from ludic.pipeline.codec import DecodedSample, PayloadError, decode_sample, encode_sample
+    from ludic.pipeline.commands import run_actor, run_learner
+    from ludic.pipeline.source import PipelineBatchSource
+    from ludic.pipeline.stream import RedisUnavailableError, SampleStream, StreamEntry
+
+_LAZY = {
+    "ActorBatchStats": "ludic.pipeline.actor",
+    "PipelineActor": "ludic.pipeline.actor",
+    "DecodedSample": "ludic.pipeline.codec",
+    "PayloadError": "ludic.pipeline.codec",
+    "decode_sample": "ludic.pipeline.codec",
+    "encode_sample": "ludic.pipeline.codec",
+    "run_actor": "ludic.pipeline.commands",
+    "run_learner": "ludic.pipeline.commands",
+    "PipelineBatchSource": "ludic.pipeline.source",
+    "RedisUnavailableError": "ludic.pipeline.stream",
+    "SampleStream": "ludic.pipeline.stream",
+    "StreamEntry": "ludic.pipeline.stream",
+}
+
+__all__ = [
+    "ActorBatchStats",
+    "ActorConfig",
+    "DecodedSample",
+    "LearnerConfig",
+    "PayloadError",
+    "PipelineActor",
+    "PipelineBatchSource",
+    "RedisUnavailableError",
+    "SampleStream",
+    "StreamEntry",
+    "decode_sample",
+    "encode_sample",
+    "run_actor",
+    "run_learner",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'ludic.pipeline' has no attribute {name!r}")

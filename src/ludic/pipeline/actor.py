@@ -1,0 +1,156 @@
+"""`PipelineActor`: generates rollouts with the currently served policy and pushes every
+training sample to the Redis stream, tagged with the policy version(s) that produced it.
+
+A batch is one `generate_batch` call (requests -> rollouts -> credit -> samples), so group
+baselines (GRPO) are computed here, before the samples leave. Before each batch the actor waits
+while the stream holds `max_backlog` or more undelivered entries, which bounds both Redis memory
+and how stale queued samples can get. It does not train or publish weights; the policy it
+samples from is whatever its ChatClient serves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass
+
+from ludic._aio import maybe_await
+from ludic.pipeline.codec import encode_sample
+from ludic.pipeline.stream import SampleStream
+from ludic.rollouts import (
+    CreditAssigner,
+    RequestStrategy,
+    RolloutEngine,
+    RolloutRequest,
+    SampleFilter,
+    SampleMode,
+    SeedSequencer,
+    SnapshotPolicy,
+    generate_batch,
+)
+from ludic.types import JSON
+
+logger = logging.getLogger(__name__)
+RequestsFn = Callable[[], Sequence[RolloutRequest] | Awaitable[Sequence[RolloutRequest]]]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ActorBatchStats:
+    """What one actor batch produced and how long it waited for the learner."""
+
+    batch_index: int
+    num_rollouts: int
+    num_failed: int
+    num_samples: int
+    mean_reward: float
+    policy_version_min: int | None
+    policy_version_max: int | None
+    backpressure_seconds: float
+    generate_seconds: float
+
+    def to_dict(self) -> JSON:
+        return asdict(self)
+
+
+class PipelineActor:
+    """Runs batches of episodes on `engine` and XADDs their samples to `stream`.
+
+    `requests_fn`, `strategy`, `credit_assigner`, `filters`, `seed_sequencer`, `sample_mode`
+    and `snapshot_policy` mean what they mean for `RolloutBatchSource`. Sample ids are
+    `<actor_id>:<batch>:<index>` (a random `actor_id` by default, so restarts never reuse ids).
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: RolloutEngine,
+        stream: SampleStream,
+        requests_fn: RequestsFn,
+        credit_assigner: CreditAssigner,
+        strategy: RequestStrategy | None = None,
+        filters: Sequence[SampleFilter] = (),
+        seed_sequencer: SeedSequencer | None = None,
+        sample_mode: SampleMode = "turn",
+        snapshot_policy: SnapshotPolicy = "share",
+        max_backlog: int = 256,
+        actor_id: str | None = None,
+        poll_s: float = 0.1,
+    ) -> None:
+        if max_backlog < 1:
+            raise ValueError(f"max_backlog must be >= 1, got {max_backlog}")
+        self.engine = engine
+        self.stream = stream
+        self.requests_fn = requests_fn
+        self.credit_assigner = credit_assigner
+        self.strategy = strategy
+        self.filters = tuple(filters)
+        self.seed_sequencer = seed_sequencer
+        self.sample_mode: SampleMode = sample_mode
+        self.snapshot_policy: SnapshotPolicy = snapshot_policy
+        self.max_backlog = max_backlog
+        self.actor_id = actor_id or secrets.token_hex(4)
+        self.poll_s = poll_s
+        self.batch_index = 0
+        self.samples_pushed = 0
+
+    async def step(self) -> ActorBatchStats:
+        """Wait for room in the stream, generate one batch and push its samples."""
+        waited = await self._wait_for_room()
+        started = time.perf_counter()
+        requests = list(await maybe_await(self.requests_fn()))
+        if self.seed_sequencer is not None:
+            requests = self.seed_sequencer.seed_requests(requests, self.batch_index)
+        result = await generate_batch(
+            self.engine,
+            requests,
+            self.credit_assigner,
+            filters=self.filters,
+            strategy=self.strategy,
+            sample_mode=self.sample_mode,
+            snapshot_policy=self.snapshot_policy,
+        )
+        generated = time.perf_counter() - started
+        versions = [v for s in result.samples for v in s.policy_versions]
+        for i, sample in enumerate(result.samples):
+            meta = {**sample.meta, "actor_id": self.actor_id, "actor_batch": self.batch_index}
+            tagged = dataclasses.replace(sample, meta=meta)
+            sample_id = f"{self.actor_id}:{self.batch_index}:{i}"
+            await self.stream.add(encode_sample(tagged, sample_id=sample_id))
+        self.samples_pushed += len(result.samples)
+        stats = ActorBatchStats(
+            batch_index=self.batch_index,
+            num_rollouts=result.stats.num_rollouts,
+            num_failed=result.stats.num_failed,
+            num_samples=len(result.samples),
+            mean_reward=result.stats.mean_reward,
+            policy_version_min=min(versions) if versions else None,
+            policy_version_max=max(versions) if versions else None,
+            backpressure_seconds=waited,
+            generate_seconds=generated,
+        )
+        self.batch_index += 1
+        return stats
+
+    async def run(
+        self, num_batches: int | None = None, *, stop: asyncio.Event | None = None
+    ) -> list[ActorBatchStats]:
+        """Run `num_batches` batches (None: until `stop` is set or the task is cancelled)."""
+        await self.stream.ensure_group()
+        history: list[ActorBatchStats] = []
+        while num_batches is None or len(history) < num_batches:
+            if stop is not None and stop.is_set():
+                break
+            stats = await self.step()
+            history.append(stats)
+            logger.info("actor %s batch %d: %s", self.actor_id, stats.batch_index, stats)
+        return history
+
+    async def _wait_for_room(self) -> float:
+        started = time.perf_counter()
+        while await self.stream.backlog() >= self.max_backlog:
+            await asyncio.sleep(self.poll_s)
+        return time.perf_counter() - started

@@ -1,0 +1,255 @@
+"""`run_actor` and `run_learner`: the two pipeline processes, assembled from public components.
+
+An actor = env + agent + ChatClient (the served policy) + `PipelineActor`; the learner =
+model + `Trainer` over a `PipelineBatchSource`, publishing with `BroadcastPolicyPublisher`.
+With checkpoints, samples are acked after the checkpoint that holds them; without, after each
+step. Heavy imports happen when a command runs. It starts no server and no Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ludic.pipeline.actor import ActorBatchStats, PipelineActor
+from ludic.pipeline.config import ActorConfig, Algorithm, LearnerConfig
+from ludic.pipeline.stream import SampleStream
+
+logger = logging.getLogger(__name__)
+TOKEN_ENV = "LUDIC_SERVER_TOKEN"
+
+
+def make_algorithm(name: Algorithm) -> Any:
+    """The `RLAlgorithm` preset called `name`."""
+    from ludic.training import algorithm as presets
+
+    factories: dict[str, Callable[[], Any]] = {
+        "grpo": presets.make_grpo,
+        "gspo": presets.make_gspo,
+        "cispo": presets.make_cispo,
+        "gmpo": presets.make_gmpo,
+        "reinforce_baseline": presets.make_reinforce_baseline,
+    }
+    if name not in factories:
+        raise ValueError(f"unknown algorithm {name!r}; choose one of {sorted(factories)}")
+    return factories[name]()
+
+
+# -- actor ------------------------------------------------------------------------------
+
+
+def run_actor(cfg: ActorConfig) -> list[ActorBatchStats]:
+    """Generate batches and push their samples until `cfg.batches` (or forever)."""
+    return asyncio.run(_act(cfg))
+
+
+async def _act(cfg: ActorConfig) -> list[ActorBatchStats]:
+    from ludic.agents import Agent
+    from ludic.eval.command import resolve_env_factory, resolve_parser
+    from ludic.inference import SamplingConfig
+    from ludic.interaction import SingleAgentProtocol
+    from ludic.rollouts import (
+        ComponentSpec,
+        GRPORequestStrategy,
+        RolloutEngine,
+        RolloutRequest,
+        SeedSequencer,
+    )
+
+    env_factory = resolve_env_factory(cfg.env)
+    env_kwargs = json.loads(cfg.env_kwargs)
+    parser = resolve_parser(cfg.parser, env_factory)
+    client = await _actor_client(cfg)
+    stream = SampleStream(cfg.redis_url, stream=cfg.stream, max_len=cfg.max_stream_len)
+    sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_tokens)
+
+    def protocol() -> SingleAgentProtocol:
+        agent = Agent(client, parser=parser, system_prompt=cfg.system_prompt)
+        return SingleAgentProtocol(agent, max_steps=cfg.max_steps)
+
+    def requests() -> list[RolloutRequest]:
+        env = ComponentSpec(name="env", kwargs=env_kwargs)
+        return [
+            RolloutRequest(env=env, protocol=ComponentSpec(name="single"), sampling=sampling)
+            for _ in range(cfg.problems_per_batch)
+        ]
+
+    actor = PipelineActor(
+        engine=RolloutEngine(
+            env_registry={"env": env_factory},
+            protocol_registry={"single": protocol},
+            concurrency=cfg.concurrency,
+        ),
+        stream=stream,
+        requests_fn=requests,
+        credit_assigner=make_algorithm(cfg.algorithm).credit_assigner,
+        strategy=GRPORequestStrategy(group_size=cfg.group_size),
+        seed_sequencer=SeedSequencer(run_seed=cfg.seed),
+        max_backlog=cfg.max_backlog,
+        actor_id=cfg.actor_id,
+    )
+    try:
+        await stream.ensure_group()
+        history: list[ActorBatchStats] = []
+        while cfg.batches is None or len(history) < cfg.batches:
+            stats = await actor.step()
+            history.append(stats)
+            if cfg.metrics_path is not None:
+                with Path(cfg.metrics_path).open("a") as f:
+                    f.write(json.dumps(stats.to_dict()) + "\n")
+        return history
+    finally:
+        await stream.aclose()
+        await _close(client)
+
+
+async def _actor_client(cfg: ActorConfig) -> Any:
+    if cfg.server_url is None:
+        from ludic.inference.engine import EmbeddedEngine
+        from ludic.models import tiny_model_dir
+
+        return EmbeddedEngine.from_pretrained(cfg.model or tiny_model_dir(), dtype="float32")
+    from ludic.inference.openai_client import OpenAICompatibleClient
+
+    name = cfg.served_model or await _first_model(cfg.server_url, cfg.api_key)
+    return OpenAICompatibleClient(cfg.server_url, name, api_key=cfg.api_key)
+
+
+async def _first_model(server_url: str, api_key: str | None) -> str:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    base = server_url.rstrip("/").removesuffix("/v1")
+    async with httpx.AsyncClient(headers=headers, timeout=30) as http:
+        reply = await http.get(base + "/v1/models")
+    reply.raise_for_status()
+    models = reply.json().get("data") or []
+    if not models:
+        raise ValueError(f"{base}/v1/models lists no model; pass --served-model")
+    return str(models[0]["id"])
+
+
+async def _close(client: Any) -> None:
+    if hasattr(client, "aclose"):
+        await client.aclose()
+    elif hasattr(client, "close"):
+        client.close()
+
+
+# -- learner ----------------------------------------------------------------------------
+
+
+def run_learner(cfg: LearnerConfig) -> list[dict[str, float]]:
+    """Train `cfg.steps` steps on samples from the stream; returns each step's metrics."""
+    return asyncio.run(_learn(cfg))
+
+
+async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
+    from ludic.models import load_model, tiny_model_dir
+    from ludic.pipeline.source import PipelineBatchSource
+    from ludic.training import BatchSourceExhausted
+
+    stream = SampleStream(
+        cfg.redis_url,
+        stream=cfg.stream,
+        group=cfg.group,
+        ledger=f"{cfg.stream}:ledger" if cfg.ledger else None,
+    )
+    trainer: Any = None
+    source = PipelineBatchSource(
+        stream,
+        batch_size=cfg.batch_size,
+        consumer=cfg.consumer,
+        max_lag=cfg.max_lag,
+        stale=cfg.stale,
+        stale_decay=cfg.stale_decay,
+        current_version=lambda: int(trainer.policy_version),
+        auto_commit=cfg.checkpoint_every is None,
+        max_wait_s=cfg.max_wait_s,
+    )
+    model, tokenizer = load_model(cfg.model or tiny_model_dir(), dtype="float32")
+    publisher = None if cfg.server_url is None else _publisher(cfg, model)
+    trainer = _trainer(cfg, source, model, tokenizer, publisher)
+    history: list[dict[str, float]] = []
+    try:
+        if publisher is not None:  # the server starts from the learner's (resumed) weights
+            publisher.publish(trainer.model, version=trainer.policy_version)
+        while trainer.step < cfg.steps:
+            try:
+                history.append(await trainer.train_step())
+            except BatchSourceExhausted as e:
+                logger.info("learner stops: %s", e)
+                break
+            if trainer.checkpoints is not None and trainer.checkpoints.due(trainer.step):
+                await source.commit()  # the checkpoint just saved holds these samples
+        if trainer.checkpoints is not None and not trainer.checkpoints.due(trainer.step):
+            trainer.save_checkpoint()
+        await source.commit()
+        logger.info("learner done: %s", dict(source.totals))
+        return history
+    finally:
+        trainer.close()
+        if publisher is not None:
+            publisher.close()
+        await source.aclose()
+
+
+def _publisher(cfg: LearnerConfig, model: Any) -> Any:
+    from ludic.distributed import BroadcastPolicyPublisher
+
+    assert cfg.server_url is not None
+    token = cfg.token or os.environ.get(TOKEN_ENV)
+    if not token:
+        raise ValueError(
+            f"publishing to {cfg.server_url} needs the server's control token: pass --token "
+            f"or set ${TOKEN_ENV}"
+        )
+    return BroadcastPolicyPublisher(
+        cfg.server_url,
+        token,
+        backend=cfg.backend,
+        bucket_mb=cfg.bucket_mb,
+        atol=cfg.verify_atol,
+        master_addr=cfg.master_addr,
+        probe_model=model,  # the Trainer publishes state dicts: probe with its live model
+    )
+
+
+def _trainer(cfg: LearnerConfig, source: Any, model: Any, tokenizer: Any, publisher: Any) -> Any:
+    from ludic.training import CheckpointConfig, JsonlLogger, Trainer, TrainerConfig
+
+    out = Path(cfg.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    checkpoint = None
+    if cfg.checkpoint_every is not None:
+        checkpoint = CheckpointConfig(
+            dir=str(out / "checkpoints"), every_n_steps=cfg.checkpoint_every, keep_last=2
+        )
+    config = TrainerConfig(
+        lr=cfg.lr,
+        seed=cfg.seed,
+        pad_token_id=int(tokenizer.pad_token_id or 0),
+        micro_batch_tokens=cfg.micro_batch_tokens,
+        max_lag=None,  # the source already dropped (or downweighted) stale samples
+        publish_every=cfg.publish_every,
+        checkpoint=checkpoint,
+        device=cfg.device,
+    )
+    trainer = Trainer(
+        model,
+        make_algorithm(cfg.algorithm),
+        source,
+        config,
+        publisher=publisher,
+        logger=JsonlLogger(out / "metrics.jsonl"),
+        tokenizer=tokenizer,
+    )
+    if cfg.resume and trainer.checkpoints is not None and trainer.checkpoints.latest():
+        step = trainer.resume()
+        logger.info("resumed from step %d (policy version %d)", step, trainer.policy_version)
+    return trainer

@@ -1,0 +1,130 @@
+"""The configs of the two pipeline processes: `ActorConfig` (`ludic actor`) and `LearnerConfig`
+(`ludic learner`). Field docstrings are the commands' `--help` (tyro). Importing this module is
+light (no torch, no Redis); `ludic.pipeline.commands` runs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Algorithm = Literal["grpo", "gspo", "cispo", "gmpo", "reinforce_baseline"]
+StalePolicy = Literal["drop", "downweight"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ActorConfig:
+    """Generate rollouts with the served policy and push training samples to a Redis stream."""
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    """Redis holding the sample stream."""
+    stream: str = "ludic:samples"
+    """Stream key (actors and the learner must use the same one)."""
+    server_url: str | None = None
+    """OpenAI-compatible server serving the policy (`ludic serve`, vLLM), which the learner
+    publishes to. None: an embedded engine on --model in this process, whose weights never
+    change (for debugging the pipeline only)."""
+    served_model: str | None = None
+    """Model name to request from the server (default: its first /v1/models entry)."""
+    api_key: str | None = None
+    """Bearer token for the server's inference endpoints, if it needs one."""
+    model: str | None = None
+    """Local model directory for the embedded engine (default: a locally built tiny model)."""
+    env: str = "tictactoe"
+    """Built-in env name (see `ludic.envs.BUILTIN_ENVS`) or a `module:factory` import string."""
+    env_kwargs: str = "{}"
+    """JSON object of keyword arguments for the env factory."""
+    parser: str = "auto"
+    """Action parser: auto (the env's own), identity, boxed, xml:TAG or `module:function`."""
+    system_prompt: str | None = None
+    """System prompt (default: the env's suggestion)."""
+    algorithm: Algorithm = "grpo"
+    """Preset whose credit assignment runs here (the learner must use the same preset)."""
+    problems_per_batch: int = 4
+    """Distinct problems (env seeds) per batch."""
+    group_size: int = 8
+    """Episodes per problem (the group sharing a baseline)."""
+    max_steps: int = 10
+    """Env steps per episode before truncation."""
+    max_tokens: int = 128
+    """Token limit per model call."""
+    temperature: float = 1.0
+    """Sampling temperature."""
+    concurrency: int = 32
+    """Episodes in flight at once."""
+    batches: int | None = None
+    """Stop after this many batches (None: run until interrupted)."""
+    max_backlog: int = 256
+    """Wait before a batch while the stream holds this many undelivered samples (bounds Redis
+    memory and how stale queued samples get)."""
+    max_stream_len: int = 100_000
+    """Safety cap on the stream (XADD MAXLEN ~); only reached if backpressure is bypassed."""
+    actor_id: str | None = None
+    """Prefix of this actor's sample ids (default: random, so restarts never reuse ids)."""
+    seed: int = 0
+    """Seeds env problems and sampling (give each actor its own)."""
+    metrics_path: Path | None = None
+    """Append one JSON line of stats per batch here."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LearnerConfig:
+    """Train on samples from a Redis stream and publish weights to the inference server."""
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    """Redis holding the sample stream."""
+    stream: str = "ludic:samples"
+    """Stream key (actors and the learner must use the same one)."""
+    group: str = "ludic-learners"
+    """Consumer group of the stream."""
+    consumer: str = "learner-0"
+    """Consumer name; keep it across restarts so the learner replays its own pending samples."""
+    server_url: str | None = None
+    """Inference server to publish weights to (None: do not publish)."""
+    token: str | None = None
+    """Bearer token of the server's control endpoints (default: $LUDIC_SERVER_TOKEN)."""
+    model: str | None = None
+    """Local model directory to start from; the server must serve the same model
+    (default: a locally built tiny model)."""
+    algorithm: Algorithm = "grpo"
+    """Algorithm preset (its loss runs here; its credit assignment ran on the actors)."""
+    steps: int = 100
+    """Optimizer steps (the run ends earlier if --max-wait-s passes without samples)."""
+    batch_size: int = 32
+    """Samples per optimizer step."""
+    lr: float = 1e-5
+    """Learning rate."""
+    micro_batch_tokens: int | None = None
+    """Token budget of one forward/backward (None: the whole batch at once)."""
+    max_lag: int | None = 4
+    """Samples more than this many policy versions behind are stale (None: never)."""
+    stale: StalePolicy = "drop"
+    """What to do with stale samples: drop them, or downweight by stale_decay per extra version."""
+    stale_decay: float = 0.5
+    """Weight factor per version beyond max_lag when stale=downweight."""
+    publish_every: int = 1
+    """Publish weights every N optimizer steps."""
+    bucket_mb: float = 64.0
+    """Size of one weight broadcast."""
+    backend: Literal["gloo", "nccl"] = "gloo"
+    """Weight broadcast backend: gloo (CPU tensors) or nccl (GPU)."""
+    master_addr: str = "127.0.0.1"
+    """This machine's address as the server sees it (it hosts the broadcast rendezvous)."""
+    verify_atol: float = 1e-3
+    """Largest logprob gap between server and trainer accepted after a push."""
+    checkpoint_every: int | None = None
+    """Checkpoint every N steps; samples are then acked only once a checkpoint holds them, so
+    a restarted learner resumes from it and redoes exactly the rest (None: ack every step)."""
+    resume: bool = True
+    """Resume from the newest checkpoint in out_dir when there is one."""
+    max_wait_s: float | None = None
+    """Stop when no sample arrives for this long (None: wait forever)."""
+    ledger: bool = False
+    """Record each commit's sample ids in `<stream>:ledger` (audits, exactly-once checks)."""
+    seed: int = 0
+    """Seeds training."""
+    device: str = "cpu"
+    """Training device."""
+    out_dir: Path = Path("ludic_runs/learner")
+    """Where metrics.jsonl and checkpoints are written."""

@@ -1,0 +1,246 @@
+"""`SampleStream`: the Redis Stream between actors and the learner (`redis.asyncio` only).
+
+Actors XADD entries; the learner reads them through a consumer group and, once the optimizer
+step that used them is done, commits them: one Lua script acks each entry, deletes it and
+(optionally) records the acked sample ids in a ledger stream, atomically, so a commit that is
+retried after a lost reply changes nothing. Deleting committed entries keeps `XLEN` equal to
+undelivered + in-flight entries, which is what actors throttle on (`backlog`). `max_len` is a
+safety cap passed as `XADD MAXLEN ~`: with backpressure working it never trims; if the learner is
+gone and actors ignore the backlog, the oldest entries are trimmed rather than Redis running out
+of memory. Every command retries connection failures with jittered exponential backoff, and a
+group lost with Redis's data is recreated. It does not decode payloads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+try:
+    import redis.asyncio as aioredis
+    from redis.asyncio.retry import Retry
+    from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import ResponseError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+except ImportError as e:  # an optional extra
+    raise ImportError("the Redis pipeline needs redis-py: pip install 'ludic[redis]'") from e
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+# KEYS: stream, ledger. ARGV: group, step, record (1/0), then entry id / sample id pairs.
+_COMMIT = """
+local acked = {}
+for i = 4, #ARGV, 2 do
+  if redis.call('XACK', KEYS[1], ARGV[1], ARGV[i]) == 1 then
+    redis.call('XDEL', KEYS[1], ARGV[i])
+    table.insert(acked, ARGV[i + 1])
+  end
+end
+if ARGV[3] == '1' and #acked > 0 then
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', '1000000', '*',
+             'step', ARGV[2], 'ids', cjson.encode(acked))
+end
+return #acked
+"""
+
+
+class RedisUnavailableError(ConnectionError):
+    """Redis stayed unreachable for longer than `give_up_after_s`."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StreamEntry:
+    """One entry as read; `fields` is None when it was trimmed away before being read."""
+
+    entry_id: str
+    fields: dict[bytes, bytes] | None
+
+
+class SampleStream:
+    """One Redis stream (`stream`) and its consumer group (`group`) at `url`.
+
+    - `ledger`: a stream key recording each commit's sample ids (audits; None: no record).
+    - `retry_base_s`, `retry_cap_s`: backoff between reconnection attempts;
+      `give_up_after_s`: raise RedisUnavailableError after failing this long (None: never).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        stream: str = "ludic:samples",
+        group: str = "ludic-learners",
+        max_len: int = 100_000,
+        ledger: str | None = None,
+        retry_base_s: float = 0.05,
+        retry_cap_s: float = 2.0,
+        give_up_after_s: float | None = 600.0,
+        socket_timeout_s: float = 30.0,
+    ) -> None:
+        if max_len < 1:
+            raise ValueError(f"max_len must be >= 1, got {max_len}")
+        self.url, self.stream, self.group = url, stream, group
+        self.max_len = max_len
+        self.ledger = ledger
+        self.give_up_after_s = give_up_after_s
+        self.socket_timeout_s = socket_timeout_s
+        self.redis = aioredis.from_url(
+            url,
+            decode_responses=False,
+            socket_timeout=socket_timeout_s,
+            socket_connect_timeout=5.0,
+            retry=Retry(NoBackoff(), 0),  # retries happen in `_call`, with backoff and logging
+        )
+        self._backoff = ExponentialWithJitterBackoff(cap=retry_cap_s, base=retry_base_s)
+        self._commit_script = self.redis.register_script(_COMMIT)
+        self.reconnect_attempts = 0
+
+    async def ensure_group(self) -> None:
+        """Create the stream and group if missing (reading from the stream's start)."""
+        await self._call("XGROUP CREATE", self._create_group)
+
+    async def _create_group(self) -> None:
+        try:
+            await self.redis.xgroup_create(self.stream, self.group, id="0", mkstream=True)
+        except ResponseError as e:
+            if "BUSYGROUP" not in str(e):
+                raise
+
+    async def add(self, fields: dict[bytes, bytes]) -> str:
+        """XADD one entry (retried on failure: at-least-once); returns its id."""
+        entry_id = await self._call(
+            "XADD",
+            lambda: self.redis.xadd(self.stream, fields, maxlen=self.max_len, approximate=True),  # type: ignore[arg-type]
+        )
+        return _text(entry_id)
+
+    async def backlog(self) -> int:
+        """Entries not yet delivered to the learner (stream length minus in-flight entries)."""
+
+        async def query() -> int:
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.xlen(self.stream)
+                pipe.xpending(self.stream, self.group)
+                length, pending = await pipe.execute()
+            return int(length) - int(pending["pending"])
+
+        return await self._call("XLEN/XPENDING", query)
+
+    async def read(
+        self, consumer: str, *, count: int, block_ms: int | None = None
+    ) -> list[StreamEntry]:
+        """Up to `count` new entries for `consumer`, waiting up to `block_ms` for the first."""
+        if block_ms is not None and block_ms >= self.socket_timeout_s * 1000:
+            raise ValueError(f"block_ms={block_ms} must be below the socket timeout")
+        return await self._read_group(consumer, ">", count=count, block_ms=block_ms)
+
+    async def read_pending(
+        self, consumer: str, *, after: str = "0", count: int
+    ) -> list[StreamEntry]:
+        """Entries delivered to `consumer` earlier and not committed, with ids after `after`
+        (what a restarted learner must finish first)."""
+        return await self._read_group(consumer, after, count=count, block_ms=None)
+
+    async def _read_group(
+        self, consumer: str, start: str, *, count: int, block_ms: int | None
+    ) -> list[StreamEntry]:
+        reply: Any = await self._call(
+            "XREADGROUP",
+            lambda: self.redis.xreadgroup(
+                self.group,
+                consumer,
+                {self.stream: start},
+                count=count,
+                block=block_ms,
+            ),
+        )
+        return [_entry(e) for _, entries in (reply or []) for e in entries]
+
+    async def claim_idle(self, consumer: str, *, min_idle_ms: int, count: int) -> list[StreamEntry]:
+        """Take over entries another (crashed) consumer left uncommitted for `min_idle_ms`."""
+        claimed: list[StreamEntry] = []
+        cursor: Any = "0-0"
+        while True:
+
+            async def claim(start: Any = cursor) -> Any:
+                return await self.redis.xautoclaim(
+                    self.stream, self.group, consumer, min_idle_ms, start, count=count
+                )
+
+            reply = await self._call("XAUTOCLAIM", claim)
+            cursor, entries = reply[0], reply[1]
+            claimed.extend(_entry(e) for e in entries)
+            if _text(cursor) == "0-0" or not entries:
+                return claimed
+
+    async def commit(self, entries: Sequence[tuple[str, str]], *, step: int) -> int:
+        """Ack and delete `(entry_id, sample_id)` pairs (and record them in the ledger);
+        returns how many were still pending (already-acked ones are skipped)."""
+        if not entries:
+            return 0
+        ledger = self.ledger or f"{self.stream}:ledger"
+        args: list[str | int] = [self.group, step, "1" if self.ledger else "0"]
+        for entry_id, sample_id in entries:
+            args += [entry_id, sample_id]
+        acked = await self._call(
+            "commit",
+            lambda: self._commit_script(keys=[self.stream, ledger], args=args),  # type: ignore[arg-type]
+        )
+        return int(acked)
+
+    async def dead_letter(self, entry: StreamEntry, error: str) -> None:
+        """Keep a copy of an undecodable entry in `<stream>:dead` for inspection."""
+        fields: dict[bytes, bytes] = {
+            b"entry_id": entry.entry_id.encode(),
+            b"error": error.encode(),
+        }
+        fields.update(entry.fields or {})
+        await self._call(
+            "XADD dead",
+            lambda: self.redis.xadd(f"{self.stream}:dead", fields, maxlen=10_000),  # type: ignore[arg-type]
+        )
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+
+    async def _call(self, what: str, command: Callable[[], Awaitable[T]]) -> T:
+        """Run `command`, retrying connection failures with backoff; recreate a lost group."""
+        failures, started = 0, time.monotonic()
+        need_group = recreated = False
+        while True:
+            try:
+                if need_group:
+                    await self._create_group()
+                    need_group = False
+                return await command()
+            except ResponseError as e:
+                if "NOGROUP" not in str(e) or recreated:
+                    raise
+                logger.warning("redis lost group %r (data lost?): recreating it", self.group)
+                need_group = recreated = True
+            except (RedisConnectionError, RedisTimeoutError, OSError) as e:
+                failures += 1
+                self.reconnect_attempts += 1
+                waited = time.monotonic() - started
+                if self.give_up_after_s is not None and waited > self.give_up_after_s:
+                    raise RedisUnavailableError(
+                        f"redis at {self.url} unreachable for {waited:.0f}s ({what}: {e})"
+                    ) from e
+                delay = self._backoff.compute(failures)
+                logger.warning("redis %s failed (%s); retry %d in %.2fs", what, e, failures, delay)
+                await asyncio.sleep(delay)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _entry(raw: Any) -> StreamEntry:
+    entry_id, fields = raw
+    return StreamEntry(entry_id=_text(entry_id), fields=dict(fields) if fields else None)

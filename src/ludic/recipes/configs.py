@@ -1,0 +1,152 @@
+"""The configs of the `ludic quickstart`, `ludic train` and `ludic sft` commands.
+
+One frozen dataclass per command; field docstrings are the command's `--help` (tyro). This
+module imports nothing heavy, so building the CLI stays fast; the recipes that run a config
+live beside it (`quickstart.py`, `train.py`, `sft.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+Opponent = Literal["random", "minimax", "mixed"]
+IllegalMove = Literal["retry", "end"]
+Algorithm = Literal["grpo", "dr_grpo", "gspo", "cispo", "gmpo", "reinforce_baseline"]
+ContextKind = Literal["full", "latest"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QuickstartConfig:
+    """Train a tiny model to play tic-tac-toe from scratch on the CPU: expert data by rejection
+    sampling, SFT cold start, then GRPO; evaluates before SFT, after SFT and after RL."""
+
+    out_dir: Path = Path("ludic_runs/quickstart")
+    """Where data, metrics, checkpoints, eval records and the reward curve are written."""
+    seed: int = 0
+    """Seeds the model init, data, training and evaluation."""
+    opponent: Opponent = "random"
+    """Scripted opponent: random, minimax (perfect play) or mixed (random with probability
+    --opponent-epsilon, else minimax)."""
+    opponent_epsilon: float = 0.5
+    """Random-move probability of the mixed opponent."""
+    illegal_move: IllegalMove = "retry"
+    """What an illegal move does: retry (a -1 penalty, then move again) or end (the game is
+    lost with -1)."""
+    expert_episodes: int = 256
+    """Episodes the scripted expert plays; its wins and draws become the SFT data."""
+    expert_epsilon: float = 0.3
+    """Probability that the expert plays a random legal move instead of a minimax move."""
+    sft_steps: int = 40
+    """SFT optimizer steps."""
+    sft_batch_size: int = 32
+    """Samples (turns) per SFT step."""
+    sft_lr: float = 3e-3
+    """SFT learning rate."""
+    rl_steps: int = 40
+    """GRPO optimizer steps."""
+    rl_groups: int = 4
+    """Games (opponent seeds) per GRPO step."""
+    group_size: int = 8
+    """Episodes per game: the GRPO group sharing one baseline."""
+    rl_lr: float = 1e-3
+    """GRPO learning rate."""
+    eval_episodes: int = 128
+    """Evaluation games per stage (the same opponent seeds at every stage)."""
+    eval_temperature: float = 1.0
+    """Sampling temperature of the evaluated policy (0: greedy)."""
+    max_tokens: int = 10
+    """Token limit of one reply; a longer reply is an incomplete, unparseable move."""
+    hidden_size: int = 128
+    """Width of the tiny Llama model built from scratch."""
+    num_layers: int = 2
+    """Layers of the tiny model."""
+    threads: int | None = None
+    """torch CPU threads (default: torch's choice, one per core)."""
+    tiny: bool = False
+    """A very small budget (a few episodes and steps) for smoke tests; overrides the budgets."""
+    progress: bool = True
+    """Show progress bars."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainConfig:
+    """Online RL (GRPO by default) on a built-in or user env, with the embedded engine serving
+    the policy in process and fresh weights pushed to it after every step."""
+
+    env: str = "tictactoe"
+    """Built-in env name (see `ludic.envs.BUILTIN_ENVS`) or a `module:factory` import string."""
+    env_kwargs: str = "{}"
+    """JSON object of keyword arguments for the env factory."""
+    model: str | None = None
+    """Local Hugging Face model directory to start from (a checkpoint's `model/` works);
+    default: a tiny model built locally."""
+    parser: str = "auto"
+    """Action parser: auto (the env's own), identity, boxed, xml:TAG or `module:function`."""
+    system_prompt: str | None = None
+    """System prompt (default: the env's suggestion)."""
+    context: ContextKind = "full"
+    """Agent memory: full (the whole dialog) or latest (system prompt + latest observation)."""
+    algorithm: Algorithm = "grpo"
+    """Algorithm preset (credit assignment + loss)."""
+    steps: int = 50
+    """Optimizer steps."""
+    problems_per_step: int = 4
+    """Distinct problems (env seeds) per step."""
+    group_size: int = 8
+    """Episodes per problem (the group sharing a baseline)."""
+    lr: float = 1e-4
+    """Learning rate."""
+    max_steps: int = 10
+    """Env steps per episode before truncation."""
+    max_tokens: int = 128
+    """Token limit per model call."""
+    temperature: float = 1.0
+    """Sampling temperature of the rollouts."""
+    micro_batch_tokens: int | None = None
+    """Token budget of one forward/backward (None: the whole batch at once)."""
+    checkpoint_every: int | None = None
+    """Save a checkpoint every N steps (a final one is always saved)."""
+    seed: int = 0
+    """Seeds training, env seeds and sampling."""
+    device: str = "cpu"
+    """Training device (the embedded engine shares the model's device)."""
+    out_dir: Path = Path("ludic_runs/train")
+    """Where metrics.jsonl, rollouts.jsonl, checkpoints and the reward curve are written."""
+    progress: bool = True
+    """Show a progress bar."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SFTConfig:
+    """Supervised fine-tuning (offline RL with weight 1) on rollouts stored as JSONL, e.g. the
+    output of rejection sampling."""
+
+    data: Path
+    """Rollouts JSONL (a RolloutEngine log or `write_rollouts_jsonl` output)."""
+    model: str | None = None
+    """Local Hugging Face model directory to fine-tune; default: a tiny model built locally."""
+    steps: int = 100
+    """Optimizer steps (fewer if --epochs runs out first)."""
+    epochs: int | None = None
+    """Stop after this many passes over the data (None: only --steps limits)."""
+    batch_size: int = 32
+    """Samples (turns) per step."""
+    lr: float = 1e-4
+    """Learning rate."""
+    min_reward: float | None = None
+    """Keep only episodes whose total reward is at least this (rejection at load time)."""
+    retokenize: bool = False
+    """Rebuild token ids from the messages with the model's chat template (for rollouts from
+    a backend that returned no ids, or from another tokenizer)."""
+    micro_batch_tokens: int | None = None
+    """Token budget of one forward/backward (None: the whole batch at once)."""
+    seed: int = 0
+    """Seeds shuffling and training."""
+    device: str = "cpu"
+    """Training device."""
+    out_dir: Path = Path("ludic_runs/sft")
+    """Where metrics.jsonl, checkpoints and the loss curve are written."""
+    progress: bool = True
+    """Show a progress bar."""

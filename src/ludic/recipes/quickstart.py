@@ -1,0 +1,257 @@
+"""`ludic quickstart`: a tiny model learns tic-tac-toe from scratch on one CPU.
+
+Stages: build a random tiny model; evaluate it; let a scripted expert play and keep its wins
+and draws (rejection sampling); SFT on them; evaluate; GRPO against the scripted opponent with
+the embedded engine serving the policy and fresh weights pushed after every step; evaluate;
+print the three evaluations as one table. Every piece is a public component; this file only
+wires them. It does not tune anything for you: the budgets are `QuickstartConfig` fields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+
+from ludic.distributed import InProcessPublisher
+from ludic.inference.engine import EmbeddedEngine
+from ludic.inference.sampling import SamplingConfig
+from ludic.models import TinyModelSpec, build_tiny_model
+from ludic.recipes.configs import QuickstartConfig
+from ludic.recipes.expert import PolicyClient
+from ludic.recipes.tictactoe import (
+    ENV_NAME,
+    PROTOCOL_NAME,
+    StageResult,
+    evaluate_stage,
+    expert_policy,
+    print_results,
+    rollout_engine,
+)
+from ludic.recipes.training import finish, make_trainer, plot_curve
+from ludic.rollouts import (
+    ComponentSpec,
+    GRPORequestStrategy,
+    RolloutRequest,
+    SeedSequencer,
+    derive_seed,
+    write_rollouts_jsonl,
+)
+from ludic.training import OfflineBatchSource, RolloutBatchSource, make_grpo, make_sft
+from ludic.types import Rollout
+
+TINY_BUDGET = {
+    "expert_episodes": 12,
+    "sft_steps": 3,
+    "sft_batch_size": 8,
+    "rl_steps": 2,
+    "rl_groups": 2,
+    "group_size": 2,
+    "eval_episodes": 4,
+    "hidden_size": 64,
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class QuickstartResult:
+    """The three evaluations (before SFT, after SFT, after RL) and where the outputs are."""
+
+    stages: tuple[StageResult, ...]
+    out_dir: Path
+    metrics_jsonl: Path
+    reward_curve_png: Path
+    checkpoint_dir: Path
+    seconds: float
+
+
+def run_quickstart(cfg: QuickstartConfig, *, console: Console | None = None) -> QuickstartResult:
+    """Run every stage of the quickstart (see the module docstring) and print the table."""
+    console = console or Console()
+    if cfg.tiny:
+        cfg = replace(cfg, **TINY_BUDGET)  # type: ignore[arg-type]
+    if cfg.threads is not None:
+        torch.set_num_threads(cfg.threads)
+    return asyncio.run(_run(cfg, console))
+
+
+async def _run(cfg: QuickstartConfig, console: Console) -> QuickstartResult:
+    started = time.perf_counter()
+    out = cfg.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    env_kwargs: dict[str, Any] = {
+        "opponent": cfg.opponent,
+        "epsilon": cfg.opponent_epsilon,
+        "illegal_move": cfg.illegal_move,
+    }
+    spec = TinyModelSpec(
+        hidden_size=cfg.hidden_size,
+        intermediate_size=3 * cfg.hidden_size,
+        num_hidden_layers=cfg.num_layers,
+    )
+    model, tokenizer = build_tiny_model(seed=cfg.seed, spec=spec)
+    n_params = sum(p.numel() for p in model.parameters())
+    console.rule(f"[bold]ludic quickstart[/bold]: tic-tac-toe vs a {cfg.opponent} opponent")
+    console.print(f"built a tiny Llama model from scratch: {n_params / 1e6:.2f}M parameters")
+
+    async def evaluate(engine: EmbeddedEngine, stage: str) -> StageResult:
+        console.print(f"[bold]evaluate[/bold] {stage}: {cfg.eval_episodes} games")
+        return await evaluate_stage(
+            engine,
+            stage,
+            env_kwargs=env_kwargs,
+            episodes=cfg.eval_episodes,
+            temperature=cfg.eval_temperature,
+            max_tokens=cfg.max_tokens,
+            out_dir=out / "eval" / stage.replace(" ", "_"),
+            progress=cfg.progress,
+        )
+
+    with EmbeddedEngine(copy.deepcopy(model), tokenizer) as engine:
+        stages = [await evaluate(engine, "before SFT")]
+        data = await _expert_data(cfg, tokenizer, env_kwargs, out / "expert", console)
+        sft_version = await _sft(cfg, model, tokenizer, data, out / "sft", console)
+        InProcessPublisher(engine).publish(model, version=sft_version)
+        stages.append(await evaluate(engine, "after SFT"))
+        await _grpo(cfg, model, tokenizer, engine, env_kwargs, sft_version, out / "rl", console)
+        stages.append(await evaluate(engine, "after RL"))
+
+    curve = plot_curve(out / "rl" / "metrics.jsonl", out / "reward_curve.png", "batch/mean_reward")
+    seconds = time.perf_counter() - started
+    print_results(stages, title=f"Tic-tac-toe vs a {cfg.opponent} opponent", console=console)
+    result = QuickstartResult(
+        stages=tuple(stages),
+        out_dir=out,
+        metrics_jsonl=out / "rl" / "metrics.jsonl",
+        reward_curve_png=curve,
+        checkpoint_dir=out / "rl" / "checkpoints",
+        seconds=seconds,
+    )
+    _write_results(result, cfg)
+    console.print(
+        f"done in {seconds / 60:.1f} min. Reward curve: [bold]{curve}[/bold]; look at the "
+        f"games: ludic view {out / 'eval' / 'after_RL' / 'rollouts.jsonl'}"
+    )
+    return result
+
+
+async def _expert_data(
+    cfg: QuickstartConfig,
+    tokenizer: Any,
+    env_kwargs: dict[str, Any],
+    out: Path,
+    console: Console,
+) -> Path:
+    """Rejection sampling: the expert plays, wins and draws are kept as SFT data."""
+    console.print(f"[bold]expert data[/bold]: {cfg.expert_episodes} games by a scripted expert")
+    client = PolicyClient(expert_policy(cfg.expert_epsilon), tokenizer)
+    engine = rollout_engine(client, max_tokens=cfg.max_tokens, progress=cfg.progress)
+    requests = [
+        RolloutRequest(
+            env=ComponentSpec(name=ENV_NAME, kwargs=env_kwargs),
+            protocol=ComponentSpec(name=PROTOCOL_NAME),
+        )
+        for _ in range(cfg.expert_episodes)
+    ]
+    seeds = SeedSequencer(run_seed=derive_seed(cfg.seed, "expert"))
+    rollouts = await engine.run(seeds.seed_requests(requests, batch_index=0))
+    kept = [r for r in rollouts if _won_or_drew(r)]
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / "all.jsonl").open("w", encoding="utf-8") as f:
+        write_rollouts_jsonl(rollouts, f)
+    path = out / "kept.jsonl"
+    with path.open("w", encoding="utf-8") as f:
+        write_rollouts_jsonl(kept, f)
+    console.print(f"kept {len(kept)} of {len(rollouts)} expert games (wins and draws): {path}")
+    if not kept:
+        raise RuntimeError("the expert won or drew no game; raise --expert-episodes")
+    return path
+
+
+def _won_or_drew(rollout: Rollout) -> bool:
+    steps = rollout.env_steps
+    return bool(steps) and steps[-1].info.get("outcome") in ("win", "draw")
+
+
+async def _sft(
+    cfg: QuickstartConfig, model: Any, tokenizer: Any, data: Path, out: Path, console: Console
+) -> int:
+    """SFT on the kept expert games; returns the policy version it ends at."""
+    console.print(f"[bold]SFT[/bold]: {cfg.sft_steps} steps on the expert's moves")
+    algorithm = make_sft()
+    source = OfflineBatchSource(
+        paths=data,
+        credit_assigner=algorithm.credit_assigner,
+        batch_size=cfg.sft_batch_size,
+        seed=cfg.seed,
+    )
+    trainer = make_trainer(
+        model, tokenizer, algorithm, source, out=out, lr=cfg.sft_lr, seed=cfg.seed
+    )
+    await trainer.train(cfg.sft_steps, progress=cfg.progress)
+    finish(trainer)
+    return trainer.policy_version
+
+
+async def _grpo(
+    cfg: QuickstartConfig,
+    model: Any,
+    tokenizer: Any,
+    engine: EmbeddedEngine,
+    env_kwargs: dict[str, Any],
+    start_version: int,
+    out: Path,
+    console: Console,
+) -> None:
+    """GRPO against the scripted opponent; weights are pushed to `engine` after every step."""
+    episodes = cfg.rl_groups * cfg.group_size
+    console.print(f"[bold]GRPO[/bold]: {cfg.rl_steps} steps of {episodes} games each")
+    algorithm = make_grpo()
+    sampling = SamplingConfig(temperature=1.0, max_tokens=cfg.max_tokens)
+
+    def requests() -> list[RolloutRequest]:
+        return [
+            RolloutRequest(
+                env=ComponentSpec(name=ENV_NAME, kwargs=env_kwargs),
+                protocol=ComponentSpec(name=PROTOCOL_NAME),
+                sampling=sampling,
+            )
+            for _ in range(cfg.rl_groups)
+        ]
+
+    source = RolloutBatchSource(
+        engine=rollout_engine(engine, max_tokens=cfg.max_tokens, jsonl_log=out / "rollouts.jsonl"),
+        requests_fn=requests,
+        credit_assigner=algorithm.credit_assigner,
+        strategy=GRPORequestStrategy(group_size=cfg.group_size),
+        seed_sequencer=SeedSequencer(run_seed=derive_seed(cfg.seed, "rl")),
+    )
+    trainer = make_trainer(
+        model,
+        tokenizer,
+        algorithm,
+        source,
+        out=out,
+        lr=cfg.rl_lr,
+        seed=cfg.seed,
+        publisher=InProcessPublisher(engine),
+        initial_policy_version=start_version,
+        checkpoint_every=max(1, cfg.rl_steps // 2),
+    )
+    await trainer.train(cfg.rl_steps, progress=cfg.progress)
+    finish(trainer)
+
+
+def _write_results(result: QuickstartResult, cfg: QuickstartConfig) -> None:
+    record = {
+        "stages": [s.to_dict() for s in result.stages],
+        "seconds": result.seconds,
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+    }
+    (result.out_dir / "results.json").write_text(json.dumps(record, indent=2) + "\n")

@@ -1,0 +1,106 @@
+"""`ludic sft`: supervised fine-tuning on stored rollouts (SFT = offline RL with weight 1).
+
+Reads a rollouts JSONL with `OfflineBatchSource`, trains with `make_sft()` (NLL of the action
+tokens only), logs metrics, saves checkpoints whose `model/` directory is a loadable model,
+and plots the loss curve. It does not generate data: see `examples/rejection_sampling.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from ludic.recipes.configs import SFTConfig
+from ludic.recipes.training import finish, load_policy, make_trainer, plot_curve
+from ludic.rollouts import ChatTemplateRetokenizer, SampleFilter, SAWItem
+from ludic.training import OfflineBatchSource, drop_parse_errors, make_sft
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SFTResult:
+    """Where the run's outputs are, and its first and last loss."""
+
+    checkpoint: Path
+    metrics_jsonl: Path
+    first_loss: float
+    last_loss: float
+    steps: int
+
+
+def min_episode_return(threshold: float) -> SampleFilter:
+    """Keep samples from episodes whose total reward is at least `threshold`."""
+
+    def keep(item: SAWItem) -> bool:
+        return float(item.meta.get("episode_return", float("-inf"))) >= threshold
+
+    return keep
+
+
+def sft_command(cfg: SFTConfig, *, console: Console | None = None) -> SFTResult:
+    """Fine-tune `cfg.model` (default: a fresh tiny model) on `cfg.data`; see `SFTConfig`."""
+    console = console or Console()
+    if not cfg.data.is_file():
+        raise FileNotFoundError(f"--data {cfg.data} is not a file (expected a rollouts JSONL)")
+    model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
+    algorithm = make_sft()
+    filters: list[SampleFilter] = [drop_parse_errors()]
+    if cfg.min_reward is not None:
+        filters.append(min_episode_return(cfg.min_reward))
+    source = OfflineBatchSource(
+        paths=cfg.data,
+        credit_assigner=algorithm.credit_assigner,
+        batch_size=cfg.batch_size,
+        seed=cfg.seed,
+        num_epochs=cfg.epochs,
+        filters=filters,
+        retokenizer=ChatTemplateRetokenizer(tokenizer=tokenizer) if cfg.retokenize else None,
+    )
+    _check_vocab(source, model)
+    console.print(
+        f"SFT on {len(source.samples)} samples from {source.num_rollouts} rollouts "
+        f"({source.num_filtered_out} filtered out)"
+    )
+    trainer = make_trainer(
+        model,
+        tokenizer,
+        algorithm,
+        source,
+        out=cfg.out_dir,
+        lr=cfg.lr,
+        seed=cfg.seed,
+        micro_batch_tokens=cfg.micro_batch_tokens,
+        device=cfg.device,
+    )
+    history = asyncio.run(trainer.train(cfg.steps, progress=cfg.progress))
+    checkpoint = finish(trainer)
+    metrics = cfg.out_dir / "metrics.jsonl"
+    if not history:
+        raise RuntimeError("SFT ran no step: the data gave no batch")
+    curve = plot_curve(metrics, cfg.out_dir / "loss_curve.png", "loss")
+    console.print(
+        f"SFT done: loss {history[0]['loss']:.3f} -> {history[-1]['loss']:.3f} over "
+        f"{len(history)} steps. Model: [bold]{checkpoint / 'model'}[/bold]; curve: {curve}"
+    )
+    return SFTResult(
+        checkpoint=checkpoint,
+        metrics_jsonl=metrics,
+        first_loss=float(history[0]["loss"]),
+        last_loss=float(history[-1]["loss"]),
+        steps=len(history),
+    )
+
+
+def _check_vocab(source: OfflineBatchSource, model: torch.nn.Module) -> None:
+    """Token ids from another tokenizer would index past the embedding: say so up front."""
+    vocab = int(model.get_input_embeddings().weight.shape[0])  # type: ignore[operator]
+    top = max(max(s.input_ids) for s in source.samples)
+    if top >= vocab:
+        raise ValueError(
+            f"the data holds token id {top} but the model's vocabulary has {vocab} entries: the "
+            "rollouts were tokenized by another tokenizer. Pass --retokenize to rebuild the ids "
+            "from the messages with this model's chat template"
+        )

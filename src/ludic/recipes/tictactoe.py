@@ -1,0 +1,184 @@
+"""Tic-tac-toe pieces shared by the quickstart and the examples: the agent harness, a scripted
+expert, evaluation of one training stage, and the results table.
+
+The harness is a plain `Agent` with `LatestObservationContext` (the board is fully observed)
+and the env's `<move>N</move>` parser, run by `SingleAgentProtocol`. The expert reads the board
+from the observation text and plays minimax with some random moves. Nothing here trains.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ludic.agents import Agent
+from ludic.context.latest_observation import LatestObservationContext
+from ludic.envs import TicTacToeEnv, minimax_move, random_move
+from ludic.envs.tictactoe_solver import EMPTY, side_to_move
+from ludic.eval import EvalResult, make_eval_requests, run_eval
+from ludic.inference.client import ChatClient
+from ludic.inference.sampling import SamplingConfig
+from ludic.interaction import SingleAgentProtocol
+from ludic.parsers import xml_tag_parser
+from ludic.rollouts import ComponentSpec, RolloutEngine
+from ludic.types import JSON, Message
+
+ENV_NAME = "tictactoe"
+PROTOCOL_NAME = "agent"
+MOVE_PARSER = xml_tag_parser("move")
+# X moves at most 5 times; the rest leaves room for retries after unparseable or illegal moves.
+MAX_EPISODE_STEPS = 12
+# The observation already says how to reply, so no system prompt: shorter prompts.
+SYSTEM_PROMPT = ""
+EVAL_SEED = 1_000_000
+STAGE_COLUMNS = ("win", "draw", "loss", "illegal")  # StageResult fields shown as percentages
+
+
+def board_from_observation(text: str) -> str:
+    """The board ("X.O......", row by row) drawn in a TicTacToeEnv observation (the last one,
+    if the text holds several). Raises ValueError when no 3x3 board is found."""
+    rows = [line for line in text.splitlines() if line.count("|") == 2]
+    if len(rows) < 3:
+        raise ValueError(f"no tic-tac-toe board in this observation: {text[:200]!r}")
+    cells = [cell.strip() for row in rows[-3:] for cell in row.split("|")]
+    if len(cells) != 9:
+        raise ValueError(f"cannot read 9 cells from the board in {text[:200]!r}")
+    return "".join(c if c in ("X", "O") else EMPTY for c in cells)
+
+
+def expert_policy(epsilon: float) -> Callable[[Sequence[Message], random.Random], str]:
+    """A scripted player for `PolicyClient`: a random legal move with probability `epsilon`,
+    else a minimax move (ties broken at random), written as `<move>N</move>`."""
+    if not 0.0 <= epsilon <= 1.0:
+        raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+
+    def policy(messages: Sequence[Message], rng: random.Random) -> str:
+        latest = next(m for m in reversed(messages) if m.get("role") == "user")
+        board = board_from_observation(str(latest.get("content") or ""))
+        if rng.random() < epsilon:
+            move = random_move(board, rng)
+        else:
+            move = minimax_move(board, side_to_move(board), rng)
+        return f"<move>{move}</move>"
+
+    return policy
+
+
+def protocol_factory(client: ChatClient, *, max_tokens: int = 10) -> Callable[[], Any]:
+    """A factory of fresh `SingleAgentProtocol`s around one agent on `client`."""
+
+    def make() -> SingleAgentProtocol:
+        agent = Agent(
+            client,
+            context=LatestObservationContext(),
+            parser=MOVE_PARSER,
+            sampling=SamplingConfig(max_tokens=max_tokens),
+            system_prompt=SYSTEM_PROMPT,
+        )
+        return SingleAgentProtocol(agent, max_steps=MAX_EPISODE_STEPS)
+
+    return make
+
+
+def rollout_engine(
+    client: ChatClient,
+    *,
+    max_tokens: int = 10,
+    concurrency: int = 64,
+    jsonl_log: Path | None = None,
+    progress: bool = False,
+) -> RolloutEngine:
+    """A RolloutEngine playing TicTacToeEnv with the agent harness on `client`."""
+    return RolloutEngine(
+        env_registry={ENV_NAME: TicTacToeEnv},
+        protocol_registry={PROTOCOL_NAME: protocol_factory(client, max_tokens=max_tokens)},
+        concurrency=concurrency,
+        jsonl_log=jsonl_log,
+        progress=progress,
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StageResult:
+    """One evaluation. `win`, `draw`, `loss` are shares of games (a game forfeited by an illegal
+    move, or cut off without finishing, is a loss); `illegal` is the share of moves that were
+    illegal or unparseable; `mean_reward` is the mean episode reward, format penalties included."""
+
+    stage: str
+    episodes: int
+    win: float
+    draw: float
+    loss: float
+    illegal: float
+    mean_reward: float
+
+    def to_dict(self) -> JSON:
+        return asdict(self)
+
+
+def stage_result(stage: str, result: EvalResult) -> StageResult:
+    """Summarise `run_eval` output: outcome rates from its metrics, illegal moves from its
+    per-turn records (a parse failure or an env step flagged `illegal_move`)."""
+    metrics = result.metrics
+    rate = lambda label: float(metrics.get(f"outcome/{label}", 0.0))  # noqa: E731
+    moves = [s for s in result.steps if s.action is not None or s.parse_error]
+    illegal = sum(1 for s in moves if s.parse_error or s.info.get("illegal_move"))
+    win, draw = rate("win"), rate("draw")
+    return StageResult(
+        stage=stage,
+        episodes=int(metrics.get("episodes", 0)),
+        win=win,
+        draw=draw,
+        loss=max(0.0, 1.0 - win - draw),
+        illegal=illegal / len(moves) if moves else 0.0,
+        mean_reward=float(metrics.get("reward/mean", 0.0)),
+    )
+
+
+async def evaluate_stage(
+    client: ChatClient,
+    stage: str,
+    *,
+    env_kwargs: Mapping[str, Any],
+    episodes: int,
+    temperature: float,
+    max_tokens: int = 10,
+    out_dir: Path | None = None,
+    progress: bool = False,
+) -> StageResult:
+    """Play `episodes` games (opponent seeds EVAL_SEED, EVAL_SEED + 1, ...) and summarise."""
+    requests = make_eval_requests(
+        env=ComponentSpec(name=ENV_NAME, kwargs=dict(env_kwargs)),
+        protocol=ComponentSpec(name=PROTOCOL_NAME),
+        num_problems=episodes,
+        seed=EVAL_SEED,
+        sampling=SamplingConfig(temperature=temperature, max_tokens=max_tokens),
+        meta={"stage": stage},
+    )
+    engine = rollout_engine(client, max_tokens=max_tokens)
+    result = await run_eval(engine, requests, progress=progress, out_dir=out_dir)
+    return stage_result(stage, result)
+
+
+def results_table(results: Sequence[StageResult], *, title: str = "Tic-tac-toe") -> Table:
+    """One row per stage: win / draw / loss (of games), illegal (of moves), mean reward."""
+    table = Table(title=title, header_style="bold cyan")
+    table.add_column("stage")
+    for name in ("win", "draw", "loss", "illegal moves", "mean reward"):
+        table.add_column(name, justify="right")
+    for r in results:
+        rates = [f"{getattr(r, name):.0%}" for name in STAGE_COLUMNS]
+        table.add_row(r.stage, *rates, f"{r.mean_reward:+.2f}")
+    return table
+
+
+def print_results(
+    results: Sequence[StageResult], *, title: str = "Tic-tac-toe", console: Console | None = None
+) -> None:
+    (console or Console()).print(results_table(results, title=title))

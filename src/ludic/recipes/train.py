@@ -1,0 +1,187 @@
+"""`ludic train`: online RL on one env with an in-process inference engine.
+
+Each step plays `problems_per_step x group_size` episodes with the current policy (served by
+`EmbeddedEngine` from a copy of the model), assigns credit with the chosen preset, takes one
+optimizer step and pushes the new weights into the engine (`InProcessPublisher`, verified by
+version). Single-seat envs only (multi-agent self-play: `examples/tictactoe/selfplay.py`); a
+remote inference server needs a weight publisher for it, which this command does not set up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from ludic.agents import Agent
+from ludic.context import ContextStrategy, FullDialog
+from ludic.context.latest_observation import LatestObservationContext
+from ludic.distributed import InProcessPublisher
+from ludic.eval.command import resolve_env_factory, resolve_parser
+from ludic.inference.engine import EmbeddedEngine
+from ludic.inference.sampling import SamplingConfig
+from ludic.interaction import SingleAgentProtocol
+from ludic.recipes.configs import Algorithm, TrainConfig
+from ludic.recipes.training import finish, load_policy, make_trainer, plot_curve
+from ludic.rollouts import (
+    ComponentSpec,
+    GRPORequestStrategy,
+    RolloutEngine,
+    RolloutRequest,
+    SeedSequencer,
+)
+from ludic.training import (
+    RLAlgorithm,
+    RolloutBatchSource,
+    make_cispo,
+    make_dr_grpo,
+    make_gmpo,
+    make_grpo,
+    make_gspo,
+    make_reinforce_baseline,
+)
+
+PRESETS: dict[str, Callable[[TrainConfig], RLAlgorithm]] = {
+    "grpo": lambda cfg: make_grpo(),
+    "dr_grpo": lambda cfg: make_dr_grpo(max_tokens=cfg.max_tokens),
+    "gspo": lambda cfg: make_gspo(),
+    "cispo": lambda cfg: make_cispo(),
+    "gmpo": lambda cfg: make_gmpo(),
+    "reinforce_baseline": lambda cfg: make_reinforce_baseline(),
+}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainResult:
+    """Where the run's outputs are, and the mean episode reward of its first and last step."""
+
+    checkpoint: Path
+    metrics_jsonl: Path
+    reward_curve_png: Path
+    first_reward: float
+    last_reward: float
+    steps: int
+
+
+def make_algorithm(name: Algorithm, cfg: TrainConfig) -> RLAlgorithm:
+    if name not in PRESETS:
+        raise ValueError(f"unknown algorithm {name!r}; choose one of {sorted(PRESETS)}")
+    return PRESETS[name](cfg)
+
+
+def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainResult:
+    """Train `cfg.model` (default: a fresh tiny model) on `cfg.env`; see `TrainConfig`."""
+    console = console or Console()
+    env_factory = resolve_env_factory(cfg.env)
+    env_kwargs = _env_kwargs(cfg.env_kwargs)
+    _check_single_seat(env_factory, env_kwargs, cfg.env)
+    parser = resolve_parser(cfg.parser, env_factory)
+    algorithm = make_algorithm(cfg.algorithm, cfg)
+    model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
+    sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_tokens)
+
+    with EmbeddedEngine(copy.deepcopy(model), tokenizer) as engine:
+
+        def protocol() -> SingleAgentProtocol:
+            context: ContextStrategy = (
+                LatestObservationContext() if cfg.context == "latest" else FullDialog()
+            )
+            agent = Agent(
+                engine,
+                context=context,
+                parser=parser,
+                sampling=sampling,
+                system_prompt=cfg.system_prompt,
+            )
+            return SingleAgentProtocol(agent, max_steps=cfg.max_steps)
+
+        rollouts = RolloutEngine(
+            env_registry={"env": env_factory},
+            protocol_registry={"agent": protocol},
+            jsonl_log=cfg.out_dir / "rollouts.jsonl",
+        )
+        source = RolloutBatchSource(
+            engine=rollouts,
+            requests_fn=lambda: [
+                RolloutRequest(
+                    env=ComponentSpec(name="env", kwargs=env_kwargs),
+                    protocol=ComponentSpec(name="agent"),
+                    sampling=sampling,
+                )
+                for _ in range(cfg.problems_per_step)
+            ],
+            credit_assigner=algorithm.credit_assigner,
+            strategy=GRPORequestStrategy(group_size=cfg.group_size),
+            seed_sequencer=SeedSequencer(run_seed=cfg.seed),
+        )
+        trainer = make_trainer(
+            model,
+            tokenizer,
+            algorithm,
+            source,
+            out=cfg.out_dir,
+            lr=cfg.lr,
+            seed=cfg.seed,
+            publisher=InProcessPublisher(engine),
+            checkpoint_every=cfg.checkpoint_every,
+            micro_batch_tokens=cfg.micro_batch_tokens,
+            device=cfg.device,
+        )
+        console.print(
+            f"{algorithm.name} on {cfg.env}: {cfg.steps} steps of "
+            f"{cfg.problems_per_step} x {cfg.group_size} episodes"
+        )
+        history = asyncio.run(trainer.train(cfg.steps, progress=cfg.progress))
+        checkpoint = finish(trainer)
+    return _report(cfg, history, checkpoint, console)
+
+
+def _report(
+    cfg: TrainConfig, history: list[dict[str, float]], checkpoint: Path, console: Console
+) -> TrainResult:
+    if not history:
+        raise RuntimeError("training ran no step")
+    metrics = cfg.out_dir / "metrics.jsonl"
+    curve = plot_curve(metrics, cfg.out_dir / "reward_curve.png", "batch/mean_reward")
+    first, last = history[0]["batch/mean_reward"], history[-1]["batch/mean_reward"]
+    console.print(
+        f"done: mean episode reward {first:+.3f} (first step) -> {last:+.3f} (last step). "
+        f"Model: [bold]{checkpoint / 'model'}[/bold]; curve: {curve}"
+    )
+    return TrainResult(
+        checkpoint=checkpoint,
+        metrics_jsonl=metrics,
+        reward_curve_png=curve,
+        first_reward=float(first),
+        last_reward=float(last),
+        steps=len(history),
+    )
+
+
+def _env_kwargs(text: str) -> dict[str, Any]:
+    try:
+        kwargs = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--env-kwargs must be a JSON object, got {text!r} ({e})") from e
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"--env-kwargs must be a JSON object, got {text!r}")
+    return kwargs
+
+
+def _check_single_seat(factory: Callable[..., Any], kwargs: dict[str, Any], name: str) -> None:
+    env = factory(**kwargs)
+    try:
+        seats = list(env.agent_ids)
+    finally:
+        env.close()
+    if len(seats) != 1:
+        raise ValueError(
+            f"env {name!r} has {len(seats)} seats {seats}; `ludic train` trains one agent. For "
+            "multi-agent self-play see examples/tictactoe/selfplay.py (MultiAgentProtocol)"
+        )

@@ -1,0 +1,83 @@
+"""`generate_batch`: requests in, training samples out (expand, run, assign credit, stitch,
+filter). The one call the training side needs. It does not collate tensors or train.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from ludic.rollouts.build_samples import SampleMode, SnapshotPolicy, build_samples
+from ludic.rollouts.engine import RolloutEngine
+from ludic.rollouts.requests import RequestStrategy, RolloutRequest
+from ludic.rollouts.retokenize import Retokenizer
+from ludic.rollouts.samples import CreditAssigner, SampleFilter, SAWItem
+from ludic.types import JSON, Rollout
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BatchStats:
+    """Counts over one batch. `mean_reward` averages `total_reward` over non-failed rollouts
+    (0.0 when every rollout failed)."""
+
+    num_requests: int
+    num_rollouts: int
+    num_failed: int
+    num_timed_out: int
+    num_agent_steps: int
+    num_samples: int
+    num_filtered_out: int
+    num_snapshots: int
+    num_truncated_episodes: int
+    mean_reward: float
+
+    def to_dict(self) -> JSON:
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BatchResult:
+    """The samples to train on, the rollouts they came from (failed ones included) and stats."""
+
+    samples: list[SAWItem]
+    rollouts: list[Rollout]
+    stats: BatchStats
+
+
+async def generate_batch(
+    engine: RolloutEngine,
+    requests: Sequence[RolloutRequest],
+    credit_assigner: CreditAssigner,
+    *,
+    filters: Sequence[SampleFilter] = (),
+    strategy: RequestStrategy | None = None,
+    sample_mode: SampleMode = "turn",
+    snapshot_policy: SnapshotPolicy = "share",
+    retokenizer: Retokenizer | None = None,
+) -> BatchResult:
+    """Expand `requests` with `strategy`, run them, weight turns, build and filter samples.
+
+    The credit assigner sees only the non-failed rollouts, so a failed episode never enters a
+    group baseline. A sample is kept when every filter returns True.
+    """
+    expanded = strategy.expand(requests) if strategy is not None else list(requests)
+    rollouts = await engine.run(expanded)
+    ok = [r for r in rollouts if not r.failed]
+    weights = credit_assigner.assign(ok)
+    built = build_samples(
+        ok, weights, mode=sample_mode, snapshot_policy=snapshot_policy, retokenizer=retokenizer
+    )
+    samples = [s for s in built if all(f(s) for f in filters)]
+    stats = BatchStats(
+        num_requests=len(expanded),
+        num_rollouts=len(rollouts),
+        num_failed=len(rollouts) - len(ok),
+        num_timed_out=sum(1 for r in rollouts if r.meta.get("error_phase") == "timeout"),
+        num_agent_steps=sum(len(r.agent_steps) for r in ok),
+        num_samples=len(samples),
+        num_filtered_out=len(built) - len(samples),
+        num_snapshots=sum(1 for s in samples if s.meta.get("is_snapshot")),
+        num_truncated_episodes=sum(1 for r in ok if r.meta.get("episode_truncated")),
+        mean_reward=sum(r.total_reward for r in ok) / len(ok) if ok else 0.0,
+    )
+    return BatchResult(samples=samples, rollouts=rollouts, stats=stats)

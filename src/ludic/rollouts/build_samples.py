@@ -1,0 +1,289 @@
+"""Rollouts -> SAWItems: stitched token sequences with a weight and the meta training needs.
+
+Modes: "turn" (default; one sample per agent turn, seed 000's turn concatenation) and "episode"
+(one sample per rollout, every turn concatenated, for single-sequence agents). A context rewrite
+splits a sample into segments: the earlier ones are snapshots, the last one carries the outcome.
+How segments are weighted is a `SnapshotPolicy`:
+
+- "share" (default): every segment gets the credit weight w and the reward r of its turn
+  (episode mode: of the episode). Each segment trains like a full sample, so a turn with k
+  segments contributes k times the sequences of an unsplit one.
+- "split": every segment gets w / k and reward r, so a turn's segments sum to one sample's
+  weight and many rewrites never outweigh few.
+- "own_reward": a snapshot uses its own precomputed reward, read from the
+  `info["snapshot_reward"]` of its last agent step (e.g. a context-length penalty), as both its
+  reward and its weight; the final segment carries w and r (the outcome).
+
+Group ids and rollout ids carry to every segment, so group baselines (computed on rollouts by the
+credit assigner, before this) see one member per rollout whatever the segment count. Failed
+rollouts and segments with no action tokens give no samples. No credit assignment happens here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, get_args
+
+from ludic.rollouts.retokenize import Retokenizer
+from ludic.rollouts.samples import SAWItem, TurnKey
+from ludic.rollouts.stitching import TokenSegment, stitch_traces
+from ludic.types import JSON, AgentStep, Rollout, TokenTrace, Turn
+
+SampleMode = Literal["turn", "episode"]
+SnapshotPolicy = Literal["share", "split", "own_reward"]
+SNAPSHOT_REWARD_KEY = "snapshot_reward"
+_WEIGHT_TOLERANCE = 1e-9
+
+
+def build_samples(
+    rollouts: Sequence[Rollout],
+    weights: Mapping[TurnKey, float],
+    *,
+    mode: SampleMode = "turn",
+    snapshot_policy: SnapshotPolicy = "share",
+    retokenizer: Retokenizer | None = None,
+) -> list[SAWItem]:
+    """Build training samples from rollouts and the credit assigner's per-turn weights.
+
+    `weights` maps `(rollout.id, turn.turn_id)` to the turn's weight. With `retokenizer`
+    (explicit opt-in), every step's tokens are rebuilt from its messages; without it, every
+    agent step must carry a token trace.
+    """
+    if mode not in get_args(SampleMode):
+        raise ValueError(f"sample mode must be one of {get_args(SampleMode)}, got {mode!r}")
+    if snapshot_policy not in get_args(SnapshotPolicy):
+        raise ValueError(
+            f"snapshot_policy must be one of {get_args(SnapshotPolicy)}, got {snapshot_policy!r}"
+        )
+    samples: list[SAWItem] = []
+    for rollout in rollouts:
+        if rollout.failed:
+            continue
+        if mode == "turn":
+            samples += _turn_samples(rollout, weights, snapshot_policy, retokenizer)
+        else:
+            samples += _episode_samples(rollout, weights, snapshot_policy, retokenizer)
+    return samples
+
+
+def _turn_samples(
+    rollout: Rollout,
+    weights: Mapping[TurnKey, float],
+    policy: SnapshotPolicy,
+    retokenizer: Retokenizer | None,
+) -> list[SAWItem]:
+    base = _rollout_meta(rollout, "turn")
+    turns = [t for t in rollout.turns() if t.agent_steps]
+    samples: list[SAWItem] = []
+    for turn_index, turn in enumerate(turns):
+        steps = turn.agent_steps
+        meta = {
+            **base,
+            "turn_id": turn.turn_id,
+            "turn_index": turn_index,
+            "state_key": turn.state_key,
+            **_turn_flags(rollout, (turn,), is_last=turn_index == len(turns) - 1),
+        }
+        segments = stitch_traces(steps, _traces(rollout, steps, retokenizer))
+        samples += _segment_samples(
+            segments,
+            weight=_weight(weights, rollout, turn),
+            reward=turn.reward,
+            id_prefix=f"{rollout.id}:{turn.turn_id}",
+            meta=meta,
+            policy=policy,
+        )
+    return samples
+
+
+def _episode_samples(
+    rollout: Rollout,
+    weights: Mapping[TurnKey, float],
+    policy: SnapshotPolicy,
+    retokenizer: Retokenizer | None,
+) -> list[SAWItem]:
+    turns = [t for t in rollout.turns() if t.agent_steps]
+    if not turns:
+        return []
+    turn_weights = [_weight(weights, rollout, t) for t in turns]
+    if max(turn_weights) - min(turn_weights) > _WEIGHT_TOLERANCE * max(
+        1.0, *map(abs, turn_weights)
+    ):
+        raise ValueError(
+            f"episode sample mode needs one weight per rollout, but the credit assigner gave "
+            f"rollout {rollout.id} per-turn weights {turn_weights}; use sample mode 'turn' with "
+            "per-turn credit, or an episode-level credit assigner"
+        )
+    steps = tuple(s for t in turns for s in t.agent_steps)
+    meta = {
+        **_rollout_meta(rollout, "episode"),
+        "turn_id": None,
+        "turn_index": None,
+        "num_turns": len(turns),
+        "state_key": turns[0].state_key,
+        **_turn_flags(rollout, turns, is_last=True),
+    }
+    segments = stitch_traces(steps, _traces(rollout, steps, retokenizer))
+    return _segment_samples(
+        segments,
+        weight=turn_weights[-1],
+        reward=rollout.total_reward,
+        id_prefix=f"{rollout.id}:episode",
+        meta=meta,
+        policy=policy,
+        record_turn_ids=True,
+    )
+
+
+def _segment_samples(
+    segments: list[TokenSegment],
+    *,
+    weight: float,
+    reward: float,
+    id_prefix: str,
+    meta: JSON,
+    policy: SnapshotPolicy,
+    record_turn_ids: bool = False,
+) -> list[SAWItem]:
+    kept = [s for s in segments if s.num_action_tokens > 0]
+    n = len(kept)
+    samples: list[SAWItem] = []
+    parent_id: str | None = None
+    for k, seg in enumerate(kept):
+        is_snapshot = k < n - 1
+        w, r, source = weight, reward, "credit"
+        if policy == "split" and n > 1:
+            w, source = weight / n, f"credit/{n}"
+        elif policy == "own_reward" and is_snapshot:
+            r = _snapshot_reward(seg)
+            w, source = r, "snapshot_reward"
+        sample_id = f"{id_prefix}:{k}"
+        last = seg.agent_steps[-1]
+        seg_meta: dict[str, Any] = {
+            **meta,
+            "sample_id": sample_id,
+            "parent_sample_id": parent_id,
+            "segment_index": k,
+            "num_segments": n,
+            "is_snapshot": is_snapshot,
+            "snapshot_policy": policy,
+            "reward": r,
+            "weight": w,
+            "credit_weight": weight,
+            "weight_source": source,
+            "finish_reason": last.finish_reason,
+            "policy_versions": sorted(
+                {s.policy_version for s in seg.agent_steps if s.policy_version is not None}
+            ),
+        }
+        if record_turn_ids:
+            seg_meta["turn_ids"] = list(dict.fromkeys(s.turn_id for s in seg.agent_steps))
+        samples.append(
+            SAWItem(
+                input_ids=seg.input_ids,
+                action_mask=seg.action_mask,
+                weight=w,
+                behavior_logprobs=seg.behavior_logprobs,
+                meta=seg_meta,
+            )
+        )
+        parent_id = sample_id
+    return samples
+
+
+def _rollout_meta(rollout: Rollout, mode: SampleMode) -> JSON:
+    return {
+        "sample_mode": mode,
+        "rollout_id": rollout.id,
+        "agent_id": rollout.agent_id,
+        "group_id": rollout.group_id,
+        "request_id": rollout.meta.get("request_id"),
+        "episode_return": rollout.total_reward,
+        "episode_truncated": bool(rollout.meta.get("episode_truncated", False)),
+    }
+
+
+def _turn_flags(rollout: Rollout, turns: Sequence[Turn], *, is_last: bool) -> JSON:
+    """terminated / truncated of the turn that closes the sample (seed 000, "Training sees
+    truncation"), the episode's truncation reason, and turn-level failure flags."""
+    closing = turns[-1]
+    outcomes = (
+        [closing.env_step, *closing.observed_steps]
+        if closing.env_step
+        else list(closing.observed_steps)
+    )
+    last_info = closing.agent_steps[-1].info
+    terminated = bool(last_info.get("terminated", False))
+    truncated = bool(last_info.get("truncated", False))
+    step_reason = None
+    for outcome in outcomes:
+        terminated = terminated or outcome.terminated
+        if outcome.truncated:
+            truncated = True
+            step_reason = step_reason or outcome.truncation_reason
+    # The protocol's max_steps cut ends the episode on its last turn, however it recorded it.
+    truncated = truncated or (is_last and bool(rollout.meta.get("episode_truncated", False)))
+    reason = rollout.meta.get("truncation_reason")
+    if reason is None and truncated:
+        reason = step_reason
+    parse_error = incomplete = False
+    for turn in turns:
+        infos = [s.info for s in turn.agent_steps]
+        if turn.env_step is not None:
+            infos.append(turn.env_step.info)
+        parse_error = parse_error or any(_is_parse_error(s) for s in turn.agent_steps)
+        for info in infos:
+            parse_error = parse_error or bool(info.get("parse_error", False))
+            incomplete = incomplete or bool(info.get("incomplete_completion", False))
+    return {
+        "terminated": terminated,
+        "truncated": truncated,
+        "truncation_reason": reason,
+        "parse_error": parse_error,
+        "incomplete_completion": incomplete,
+    }
+
+
+def _is_parse_error(step: AgentStep) -> bool:
+    pr = step.parse_result
+    return step.action_target == "env" and pr is not None and not pr.ok
+
+
+def _weight(weights: Mapping[TurnKey, float], rollout: Rollout, turn: Turn) -> float:
+    try:
+        return float(weights[(rollout.id, turn.turn_id)])
+    except KeyError:
+        raise KeyError(
+            f"the credit assigner gave no weight for turn {turn.turn_id!r} of rollout "
+            f"{rollout.id}; a CreditAssigner must return a weight for every turn of every "
+            "non-failed rollout it is given"
+        ) from None
+
+
+def _snapshot_reward(segment: TokenSegment) -> float:
+    step = segment.agent_steps[-1]
+    if SNAPSHOT_REWARD_KEY not in step.info:
+        raise ValueError(
+            f"snapshot_policy='own_reward' but AgentStep {step.id} (the last call before a "
+            f"context rewrite) has no info[{SNAPSHOT_REWARD_KEY!r}]; have the agent or context "
+            "strategy record the snapshot's reward there, or use snapshot_policy='share'/'split'"
+        )
+    return float(step.info[SNAPSHOT_REWARD_KEY])
+
+
+def _traces(
+    rollout: Rollout, steps: Sequence[AgentStep], retokenizer: Retokenizer | None
+) -> list[TokenTrace]:
+    if retokenizer is not None:
+        return [retokenizer.trace(s) for s in steps]
+    traces: list[TokenTrace] = []
+    for s in steps:
+        if s.trace is None:
+            raise ValueError(
+                f"AgentStep {s.id} (rollout {rollout.id}, turn {s.turn_id!r}) has no token "
+                "trace: the inference backend returned no token ids. Use a backend that returns "
+                "ids (token-in mode), or opt in to retokenization with "
+                "retokenizer=ChatTemplateRetokenizer(tokenizer=...)"
+            )
+        traces.append(s.trace)
+    return traces

@@ -1,0 +1,175 @@
+"""RolloutEngine: the stateless factory floor that turns requests into rollouts.
+
+For each request it builds a fresh env and protocol from registered factories, runs the episode
+concurrently with the others (a concurrency limit and a per-episode timeout), stamps rollout
+meta, and closes the env. It does not assign credit or build samples (see `batch.py`), and it
+never lets one episode's failure abort the batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from ludic._aio import maybe_await
+from ludic.envs.base import LudicEnv
+from ludic.interaction.base import InteractionProtocol
+from ludic.rollouts.requests import RolloutRequest
+from ludic.rollouts.rollout_log import append_rollouts_jsonl
+from ludic.types import Rollout
+
+EnvFactory = Callable[..., LudicEnv]
+ProtocolFactory = Callable[..., InteractionProtocol]
+
+logger = logging.getLogger(__name__)
+
+
+class RolloutEngine:
+    """Runs one episode per `RolloutRequest`, concurrently.
+
+    - `env_registry` / `protocol_registry`: `{name: factory}`; a request's `env.name` picks the
+      factory, called as `factory(**env.kwargs)` (same for the protocol).
+    - `concurrency`: episodes in flight at once. `episode_timeout_s`: wall-clock limit per
+      episode (None: no limit).
+    - `jsonl_log`: append every rollout (failed ones included) to this file as episodes finish.
+    - `progress`: show a progress bar (tqdm) over episodes.
+
+    Rollout meta gets the request's `meta`, then the protocol's own keys, then `request_id`,
+    `group_id`, `env_seed`, `sampling_seed`, `env_name`, `protocol_name`. A failed episode
+    (a factory, the env, the client or the protocol raised, or it timed out) becomes one rollout
+    with no steps and `meta["error"]`, `meta["error_type"]`, `meta["error_phase"]`.
+    """
+
+    def __init__(
+        self,
+        *,
+        env_registry: Mapping[str, EnvFactory],
+        protocol_registry: Mapping[str, ProtocolFactory],
+        concurrency: int = 32,
+        episode_timeout_s: float | None = None,
+        jsonl_log: str | Path | None = None,
+        progress: bool = False,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"RolloutEngine.concurrency must be >= 1, got {concurrency}")
+        if episode_timeout_s is not None and episode_timeout_s <= 0:
+            raise ValueError(
+                f"RolloutEngine.episode_timeout_s must be > 0 or None, got {episode_timeout_s}"
+            )
+        self.env_registry = dict(env_registry)
+        self.protocol_registry = dict(protocol_registry)
+        self.concurrency = concurrency
+        self.episode_timeout_s = episode_timeout_s
+        self.jsonl_log = None if jsonl_log is None else Path(jsonl_log)
+        self.progress = progress
+
+    async def run(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
+        """Run every request; rollouts come back in request order (a request may yield several,
+        e.g. one per agent)."""
+        self._check_names(requests)
+        semaphore = asyncio.Semaphore(self.concurrency)
+        with tqdm(total=len(requests), desc="rollouts", disable=not self.progress) as bar:
+
+            async def one(request: RolloutRequest) -> list[Rollout]:
+                async with semaphore:
+                    rollouts = await self._run_episode(request)
+                if self.jsonl_log is not None:
+                    append_rollouts_jsonl(self.jsonl_log, rollouts)
+                bar.update(1)
+                return rollouts
+
+            per_request = await asyncio.gather(*(one(r) for r in requests))
+        return [r for rollouts in per_request for r in rollouts]
+
+    def _check_names(self, requests: Sequence[RolloutRequest]) -> None:
+        for request in requests:
+            if request.env.name not in self.env_registry:
+                raise KeyError(
+                    f"request {request.request_id} names env {request.env.name!r}, which is not "
+                    f"registered; registered envs: {sorted(self.env_registry)}"
+                )
+            if request.protocol.name not in self.protocol_registry:
+                raise KeyError(
+                    f"request {request.request_id} names protocol {request.protocol.name!r}, "
+                    f"which is not registered; registered protocols: "
+                    f"{sorted(self.protocol_registry)}"
+                )
+
+    async def _run_episode(self, request: RolloutRequest) -> list[Rollout]:
+        started = time.perf_counter()
+        phase = "env_factory"
+        env: LudicEnv | None = None
+        deadline: asyncio.Timeout | None = None
+        try:
+            async with asyncio.timeout(self.episode_timeout_s) as deadline:
+                env = self.env_registry[request.env.name](**request.env.kwargs)
+                phase = "protocol_factory"
+                protocol = self.protocol_registry[request.protocol.name](**request.protocol.kwargs)
+                phase = "run"
+                rollouts = await protocol.run(
+                    env, env_seed=request.env_seed, sampling=request.episode_sampling()
+                )
+                if not rollouts:
+                    raise ValueError(
+                        f"protocol {request.protocol.name!r} returned no rollouts; a protocol "
+                        "returns at least one Rollout per episode"
+                    )
+        except Exception as e:
+            if isinstance(e, TimeoutError) and deadline is not None and deadline.expired():
+                error_type, message = (
+                    "TimeoutError",
+                    (f"episode exceeded episode_timeout_s={self.episode_timeout_s}"),
+                )
+                phase = "timeout"
+            else:
+                error_type, message = type(e).__name__, str(e) or repr(e)
+            logger.warning("episode %s failed (%s): %s", request.request_id, phase, message)
+            rollouts = [_failed_rollout(error_type, message, phase)]
+        finally:
+            close_error = await _close_env(env)
+        elapsed = time.perf_counter() - started
+        for rollout in rollouts:
+            _stamp(rollout, request, elapsed_s=elapsed, close_error=close_error)
+        return rollouts
+
+
+def _failed_rollout(error_type: str, message: str, phase: str) -> Rollout:
+    return Rollout(meta={"error": message, "error_type": error_type, "error_phase": phase})
+
+
+async def _close_env(env: LudicEnv | None) -> str | None:
+    """Close the env; a close error is reported in meta, never raised (the episode is done)."""
+    if env is None:
+        return None
+    # `close` may be async in a subclass although the base declares it sync.
+    close: Callable[[], object] = env.close
+    try:
+        await maybe_await(close())
+    except Exception as e:
+        logger.warning("env.close() raised %r", e)
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def _stamp(
+    rollout: Rollout, request: RolloutRequest, *, elapsed_s: float, close_error: str | None
+) -> None:
+    meta: dict[str, Any] = {**request.meta, **rollout.meta}
+    meta.update(
+        request_id=request.request_id,
+        group_id=request.group_id,
+        env_seed=request.env_seed,
+        sampling_seed=request.sampling_seed,
+        env_name=request.env.name,
+        protocol_name=request.protocol.name,
+        episode_seconds=elapsed_s,
+    )
+    if close_error is not None:
+        meta["env_close_error"] = close_error
+    rollout.meta = meta

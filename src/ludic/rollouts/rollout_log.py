@@ -1,0 +1,63 @@
+"""Rollouts as JSON Lines: one `Rollout.to_dict()` per line, and the reader that inverts it.
+
+Deliberately plain: no compression, no schema versioning, no pickling (files may come from
+elsewhere). A truncated last line (a run killed mid-write) is reported, never silently skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO
+
+from ludic.types import Rollout
+
+
+def rollout_to_line(rollout: Rollout) -> str:
+    """One JSON line (with trailing newline) for `rollout`."""
+    try:
+        return json.dumps(rollout.to_dict(), ensure_ascii=False) + "\n"
+    except (TypeError, ValueError) as e:
+        raise TypeError(
+            f"rollout {rollout.id} is not JSON-serialisable ({e}); keep step info and rollout "
+            "meta to JSON values (str, int, float, bool, None, lists and dicts of them)"
+        ) from e
+
+
+def write_rollouts_jsonl(rollouts: Iterable[Rollout], stream: IO[str]) -> int:
+    """Write rollouts to an open text stream, one per line; returns how many were written."""
+    n = 0
+    for rollout in rollouts:
+        stream.write(rollout_to_line(rollout))
+        n += 1
+    return n
+
+
+def append_rollouts_jsonl(path: str | Path, rollouts: Iterable[Rollout]) -> int:
+    """Append rollouts to the file at `path` (created with its parent folders if needed)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as f:
+        return write_rollouts_jsonl(rollouts, f)
+
+
+def iter_rollouts_jsonl(path: str | Path) -> Iterator[Rollout]:
+    """Yield the rollouts of a JSONL file in order; blank lines are skipped."""
+    with Path(path).open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(
+                    f"{path}:{lineno}: not a JSON rollout record ({e}); the file may have been "
+                    "cut off mid-write: drop the damaged line and read again"
+                ) from e
+            yield Rollout.from_dict(record)
+
+
+def read_rollouts_jsonl(path: str | Path) -> list[Rollout]:
+    """All rollouts of a JSONL file written by `append_rollouts_jsonl` or the engine's log."""
+    return list(iter_rollouts_jsonl(path))

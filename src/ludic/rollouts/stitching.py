@@ -1,0 +1,113 @@
+"""Stitching token traces of consecutive model calls into training sequences.
+
+The first call's prompt ids start a sequence; each completion is appended as action tokens
+(mask 1, behaviour logprobs aligned); each later call appends only the prompt suffix that extends
+the sequence (mask 0: tool results, observations, template glue). When a later prompt does not
+extend the sequence (the context was rewritten), the sequence is closed and a new one starts
+from that prompt. This module knows tokens only: no rewards, weights or sample meta.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ludic.types import AgentStep, TokenTrace
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TokenSegment:
+    """One append-only sequence and the agent steps whose tokens it holds (in order).
+
+    `behavior_logprobs` is aligned with `input_ids` (0.0 on prompt tokens), or None when any of
+    the steps' traces has no logprobs.
+    """
+
+    input_ids: tuple[int, ...]
+    action_mask: tuple[int, ...]
+    behavior_logprobs: tuple[float, ...] | None
+    agent_steps: tuple[AgentStep, ...]
+
+    @property
+    def num_action_tokens(self) -> int:
+        return sum(self.action_mask)
+
+
+class _OpenSegment:
+    __slots__ = ("ids", "logprobs", "mask", "steps")
+
+    def __init__(self, prompt_ids: Sequence[int]) -> None:
+        self.ids: list[int] = list(prompt_ids)
+        self.mask: list[int] = [0] * len(self.ids)
+        self.logprobs: list[float] | None = [0.0] * len(self.ids)
+        self.steps: list[AgentStep] = []
+
+    def extends(self, prompt_ids: tuple[int, ...]) -> bool:
+        n = len(self.ids)
+        # Compare as tuples: a tuple never equals a list.
+        return len(prompt_ids) >= n and prompt_ids[:n] == tuple(self.ids)
+
+    def append_prompt_suffix(self, prompt_ids: tuple[int, ...]) -> None:
+        suffix = prompt_ids[len(self.ids) :]
+        self.ids.extend(suffix)
+        self.mask.extend([0] * len(suffix))
+        if self.logprobs is not None:
+            self.logprobs.extend([0.0] * len(suffix))
+
+    def append_completion(self, step: AgentStep, trace: TokenTrace) -> None:
+        completion = trace.completion_token_ids
+        self.ids.extend(completion)
+        self.mask.extend([1] * len(completion))
+        if trace.completion_logprobs is None:
+            self.logprobs = None
+        elif self.logprobs is not None:
+            self.logprobs.extend(trace.completion_logprobs)
+        self.steps.append(step)
+
+    def close(self) -> TokenSegment:
+        return TokenSegment(
+            input_ids=tuple(self.ids),
+            action_mask=tuple(self.mask),
+            behavior_logprobs=None if self.logprobs is None else tuple(self.logprobs),
+            agent_steps=tuple(self.steps),
+        )
+
+
+def stitch_traces(steps: Sequence[AgentStep], traces: Sequence[TokenTrace]) -> list[TokenSegment]:
+    """Stitch `traces` (one per step, in call order) into append-only segments.
+
+    Returns one segment when every prompt extends the sequence so far, and one more per context
+    rewrite. A segment may hold no action tokens (its calls sampled nothing); callers decide
+    whether to keep it.
+    """
+    if len(steps) != len(traces):
+        raise ValueError(f"stitch_traces: {len(steps)} steps but {len(traces)} traces")
+    if len(steps) == 1:
+        return [_single_call_segment(steps[0], traces[0])]
+    segments: list[TokenSegment] = []
+    current: _OpenSegment | None = None
+    for step, trace in zip(steps, traces, strict=True):
+        prompt = trace.prompt_token_ids
+        if current is None:
+            current = _OpenSegment(prompt)
+        elif current.extends(prompt):
+            current.append_prompt_suffix(prompt)
+        else:
+            segments.append(current.close())
+            current = _OpenSegment(prompt)
+        current.append_completion(step, trace)
+    if current is not None:
+        segments.append(current.close())
+    return segments
+
+
+def _single_call_segment(step: AgentStep, trace: TokenTrace) -> TokenSegment:
+    """The common one-call turn, without the incremental bookkeeping (hot path)."""
+    n_prompt, n_completion = len(trace.prompt_token_ids), len(trace.completion_token_ids)
+    lp = trace.completion_logprobs
+    return TokenSegment(
+        input_ids=trace.prompt_token_ids + trace.completion_token_ids,
+        action_mask=(0,) * n_prompt + (1,) * n_completion,
+        behavior_logprobs=None if lp is None else (0.0,) * n_prompt + lp,
+        agent_steps=(step,),
+    )

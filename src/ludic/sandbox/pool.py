@@ -1,0 +1,204 @@
+"""SandboxPool: the front door for running untrusted code. A concurrency limit, a result
+cache keyed by sha256 of (argv, files, stdin, limits, isolation), deduplication of identical
+runs in flight, and lazy choice of the best backend that works here.
+
+It deliberately keeps no warm sandboxes: measured on a 2-core box, a bubblewrap run costs
+50-150 ms, nearly all of it process and interpreter start-up, while claiming a uid and making
+the scratch directory cost about 7 ms, so pre-creating them would save little.
+
+Cached results are returned as first seen (`cached=True`): code that prints random numbers is
+not re-run (pass `use_cache=False` for that). Wall-time outcomes are never cached (they depend
+on host load). A pool belongs to one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import os
+import weakref
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+
+from ludic.sandbox.bubblewrap import BubblewrapBackend
+from ludic.sandbox.records import SandboxBackend, SandboxLimits, SandboxResult
+from ludic.sandbox.restricted import RestrictedSubprocessBackend
+
+PYTHON_FILE = "main.py"
+
+
+_detected: dict[tuple[str | None, bool], SandboxBackend] = {}
+
+
+async def detect_backend(
+    *, python: str | None = None, allow_weak: bool = True, use_cached: bool = True
+) -> SandboxBackend:
+    """Bubblewrap when it works here, else the restricted subprocess (logged as weaker).
+
+    The answer is remembered for the process (backends hold no event-loop state), so
+    creating many pools is cheap; `use_cached=False` probes afresh and remembers nothing. Raises RuntimeError when
+    nothing works, or when bubblewrap fails and `allow_weak` is False.
+    """
+    key = (python, allow_weak)
+    if not use_cached:
+        return await _detect(python, allow_weak)
+    if key not in _detected:
+        _detected[key] = await _detect(python, allow_weak)
+    return _detected[key]
+
+
+async def _detect(python: str | None, allow_weak: bool) -> SandboxBackend:
+    strong = BubblewrapBackend(python=python)
+    problem = await strong.probe()
+    if problem is None:
+        return strong
+    if not allow_weak:
+        raise RuntimeError(f"no strong sandbox available: {problem}")
+    weak = RestrictedSubprocessBackend(python=python)
+    weak_problem = await weak.probe()
+    if weak_problem is not None:
+        raise RuntimeError(f"no sandbox works here: {problem}; and {weak_problem}")
+    return weak
+
+
+def cache_key(
+    argv: Sequence[str],
+    files: Mapping[str, bytes],
+    stdin: bytes,
+    limits: SandboxLimits,
+    isolation: str,
+) -> str:
+    """sha256 over everything that determines a run's result."""
+    payload = {
+        "argv": list(argv),
+        "files": {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())},
+        "stdin": hashlib.sha256(stdin).hexdigest(),
+        "limits": limits.to_dict(),
+        "isolation": isolation,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+class SandboxPool:
+    """Runs programs on one backend, at most `max_concurrency` at a time.
+
+    `backend=None` picks one on first use with `detect_backend`. `cache_size=0` disables
+    the cache.
+    """
+
+    def __init__(
+        self,
+        backend: SandboxBackend | None = None,
+        *,
+        limits: SandboxLimits | None = None,
+        max_concurrency: int = 4,
+        cache_size: int = 4096,
+    ) -> None:
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        if cache_size < 0:
+            raise ValueError(f"cache_size must be >= 0, got {cache_size}")
+        self.limits = limits or SandboxLimits()
+        self.max_concurrency = max_concurrency
+        self.cache_size = cache_size
+        self.hits = 0
+        self.misses = 0
+        self._backend = backend
+        self._backend_lock = asyncio.Lock()
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self._cache: OrderedDict[str, SandboxResult] = OrderedDict()
+        self._in_flight: dict[str, asyncio.Future[SandboxResult]] = {}
+
+    async def backend(self) -> SandboxBackend:
+        async with self._backend_lock:
+            if self._backend is None:
+                self._backend = await detect_backend()
+            return self._backend
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        files: Mapping[str, bytes] | None = None,
+        stdin: bytes | str = b"",
+        limits: SandboxLimits | None = None,
+        use_cache: bool = True,
+    ) -> SandboxResult:
+        """Run `argv` in a fresh sandbox holding `files` (see `SandboxBackend.run`)."""
+        backend = await self.backend()
+        files = dict(files or {})
+        stdin_bytes = stdin.encode() if isinstance(stdin, str) else stdin
+        limits = limits or self.limits
+        if not use_cache or self.cache_size == 0:
+            return await self._run(backend, argv, files, stdin_bytes, limits)
+        key = cache_key(argv, files, stdin_bytes, limits, backend.isolation)
+        if key in self._cache:
+            self.hits += 1
+            self._cache.move_to_end(key)
+            return dataclasses.replace(self._cache[key], cached=True)
+        task = self._in_flight.get(key)
+        if task is not None:  # an identical run is under way: share its result
+            self.hits += 1
+            return dataclasses.replace(await asyncio.shield(task), cached=True)
+        self.misses += 1
+        # The run is its own task so that a cancelled caller does not cancel it for the
+        # others waiting on it; the limits bound how long it can outlive every caller.
+        task = asyncio.ensure_future(self._run(backend, argv, files, stdin_bytes, limits))
+        self._in_flight[key] = task
+        task.add_done_callback(lambda t: self._finish(key, t))
+        return await asyncio.shield(task)
+
+    def _finish(self, key: str, task: asyncio.Future[SandboxResult]) -> None:
+        del self._in_flight[key]
+        if task.cancelled() or task.exception() is not None:
+            return
+        result = task.result()
+        if not result.timed_out:
+            self._cache[key] = result
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+
+    async def run_python(
+        self,
+        code: str,
+        *,
+        stdin: bytes | str = b"",
+        limits: SandboxLimits | None = None,
+        use_cache: bool = True,
+    ) -> SandboxResult:
+        """Run Python source as the script `main.py` in the sandbox's working directory."""
+        backend = await self.backend()
+        return await self.run(
+            [backend.python, PYTHON_FILE],
+            files={PYTHON_FILE: code.encode("utf-8")},
+            stdin=stdin,
+            limits=limits,
+            use_cache=use_cache,
+        )
+
+    async def _run(
+        self,
+        backend: SandboxBackend,
+        argv: Sequence[str],
+        files: Mapping[str, bytes],
+        stdin: bytes,
+        limits: SandboxLimits,
+    ) -> SandboxResult:
+        async with self._slots:
+            return await backend.run(argv, files=files, stdin=stdin, limits=limits)
+
+
+_shared: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SandboxPool] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def shared_pool() -> SandboxPool:
+    """The default pool of the running event loop, shared by every env and tool that was
+    given none: one cache, and at most one sandbox per CPU at a time."""
+    loop = asyncio.get_running_loop()
+    if loop not in _shared:
+        _shared[loop] = SandboxPool(max_concurrency=os.cpu_count() or 1)
+    return _shared[loop]

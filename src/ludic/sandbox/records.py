@@ -1,0 +1,168 @@
+"""Sandbox records and the backend seam: resource limits, the result of one run, and the
+`SandboxBackend` protocol every isolation technique implements.
+
+Plain data and one Protocol; it deliberately runs nothing (see `runner` and the backends).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol, runtime_checkable
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SandboxLimits:
+    """Limits for one sandboxed run.
+
+    - `wall_time_s`: killed after this many seconds of real time (`timed_out`).
+    - `cpu_time_s`: RLIMIT_CPU in whole seconds (SIGXCPU, then SIGKILL a second later).
+    - `memory_bytes`: RLIMIT_AS per process (allocations fail: Python raises MemoryError).
+    - `max_processes`: tasks (processes and threads) the sandbox may hold at once.
+    - `max_file_bytes`: RLIMIT_FSIZE, the largest file it may write (also the size of /tmp).
+    - `max_output_bytes`: per stream (stdout, stderr); more is cut and the run killed.
+    """
+
+    wall_time_s: float = 10.0
+    cpu_time_s: int = 5
+    memory_bytes: int = 512 * MiB
+    max_processes: int = 32
+    max_file_bytes: int = 16 * MiB
+    max_output_bytes: int = 1 * MiB
+
+    def __post_init__(self) -> None:
+        for name in (
+            "wall_time_s",
+            "cpu_time_s",
+            "memory_bytes",
+            "max_processes",
+            "max_file_bytes",
+            "max_output_bytes",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ValueError(f"SandboxLimits.{name} must be a positive number, got {value!r}")
+        if not isinstance(self.cpu_time_s, int):
+            raise ValueError(
+                f"SandboxLimits.cpu_time_s must be whole seconds (RLIMIT_CPU), got "
+                f"{self.cpu_time_s!r}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SandboxResult:
+    """What one sandboxed run did. JSON-safe through `to_dict` (for step info).
+
+    `exit_code` is the program's exit status, None when a signal ended it (`killed_signal`).
+    `timed_out` is the wall-time limit; `cpu_time_exceeded`, `memory_exceeded` are best-effort
+    readings of how the program died. `isolation` names the backend that ran it, e.g.
+    "bubblewrap" or "subprocess" (weaker), so a weak sandbox is never silent.
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int | None
+    timed_out: bool = False
+    cpu_time_exceeded: bool = False
+    memory_exceeded: bool = False
+    output_truncated: bool = False
+    killed_signal: int | None = None
+    duration_s: float = 0.0
+    isolation: str = ""
+    cached: bool = False
+
+    @property
+    def limit_hit(self) -> str | None:
+        """The first limit the run hit: "wall_time", "cpu_time", "memory", "output" or None."""
+        if self.timed_out:
+            return "wall_time"
+        if self.cpu_time_exceeded:
+            return "cpu_time"
+        if self.memory_exceeded:
+            return "memory"
+        if self.output_truncated:
+            return "output"
+        return None
+
+    @property
+    def ok(self) -> bool:
+        """Exited with status 0 and hit no limit."""
+        return self.exit_code == 0 and self.limit_hit is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@runtime_checkable
+class SandboxBackend(Protocol):
+    """One way of isolating a program.
+
+    `run` copies `files` (relative name -> content) into a fresh scratch directory, which is
+    the program's working directory and its only writable place, runs `argv` there with
+    `stdin`, and never raises for anything the program does. `python` is the interpreter path
+    as seen inside the sandbox. `probe` returns None when the backend works on this machine,
+    else the reason it does not.
+    """
+
+    @property
+    def isolation(self) -> str: ...
+
+    @property
+    def python(self) -> str: ...
+
+    async def probe(self) -> str | None: ...
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        files: Mapping[str, bytes] | None = None,
+        stdin: bytes = b"",
+        limits: SandboxLimits,
+    ) -> SandboxResult: ...
+
+
+_MEMORY_ERRORS = re.compile(
+    r"^MemoryError\b|Cannot allocate memory|std::bad_alloc|out of memory", re.MULTILINE
+)
+
+
+def classify_exit(
+    returncode: int,
+    stderr: str,
+    *,
+    limits: SandboxLimits,
+    duration_s: float,
+    killed_by_runner: bool,
+    signal_as_128_plus: bool,
+) -> dict[str, Any]:
+    """Exit code, signal and limit flags from a raw return code (pure; best-effort).
+
+    Backends that run the program under a wrapper (bwrap, docker) report a signal death as
+    128 + signal; plain subprocesses report it as a negative code.
+    """
+    killed_signal: int | None = None
+    if returncode < 0:
+        killed_signal = -returncode
+    elif signal_as_128_plus and 128 < returncode < 128 + 65:
+        killed_signal = returncode - 128
+    exit_code = None if killed_signal is not None else returncode
+    cpu = killed_signal == signal.SIGXCPU or (
+        killed_signal == signal.SIGKILL and not killed_by_runner and duration_s >= limits.cpu_time_s
+    )
+    # RLIMIT_AS makes allocations fail (MemoryError); a cgroup limit (containers) SIGKILLs.
+    oom_kill = killed_signal == signal.SIGKILL and not killed_by_runner and not cpu
+    memory = not cpu and (oom_kill or bool(_MEMORY_ERRORS.search(stderr[-4000:])))
+    return {
+        "exit_code": exit_code,
+        "killed_signal": killed_signal,
+        "cpu_time_exceeded": cpu,
+        "memory_exceeded": memory,
+    }

@@ -1,0 +1,245 @@
+"""Algorithm presets: each is a credit assigner plus a loss, with the paper's defaults.
+
+A preset is a plain function returning `RLAlgorithm`; to change anything beyond its arguments,
+build `RLAlgorithm(name=..., credit_assigner=..., loss=...)` yourself. No preset needs a critic;
+KL-to-reference and entropy terms are added only when their coefficient is non-zero.
+"""
+
+from __future__ import annotations
+
+from ludic.training.algorithm_types import Aggregation, Loss, RLAlgorithm
+from ludic.training.credit import (
+    ConstantCredit,
+    GiGPO,
+    GroupNormalizedReturn,
+    MonteCarloReturn,
+)
+from ludic.training.credit.gigpo import Combine
+from ludic.training.losses import (
+    CISPOLoss,
+    CompositeLoss,
+    EntropyBonus,
+    GMPOLoss,
+    KLEstimator,
+    KLToReferenceLoss,
+    MaskedCrossEntropyLoss,
+    ReinforceLoss,
+    SequenceClippedSurrogateLoss,
+    TokenClippedSurrogateLoss,
+)
+
+
+def with_regularizers(
+    loss: Loss,
+    *,
+    kl_beta: float = 0.0,
+    kl_estimator: KLEstimator = "k3",
+    entropy_coef: float = 0.0,
+    aggregation: Aggregation = "token_mean",
+    constant_normalizer: float | None = None,
+) -> Loss:
+    """`loss + kl_beta * KL(pi || pi_ref) - entropy_coef * H`, or `loss` unchanged when both
+    coefficients are 0. The extra terms use the same aggregation as the policy term."""
+    if kl_beta < 0 or entropy_coef < 0:
+        raise ValueError(f"kl_beta and entropy_coef must be >= 0, got {kl_beta}, {entropy_coef}")
+    terms: list[tuple[float, Loss]] = [(1.0, loss)]
+    if kl_beta > 0:
+        kl = KLToReferenceLoss(
+            estimator=kl_estimator, aggregation=aggregation, constant_normalizer=constant_normalizer
+        )
+        terms.append((kl_beta, kl))
+    if entropy_coef > 0:
+        bonus = EntropyBonus(aggregation=aggregation, constant_normalizer=constant_normalizer)
+        terms.append((entropy_coef, bonus))
+    return loss if len(terms) == 1 else CompositeLoss(terms=terms)
+
+
+def make_reinforce(
+    *,
+    gamma: float = 1.0,
+    aggregation: Aggregation = "seq_mean_token_sum",
+    truncated_is_cap: float | None = None,
+) -> RLAlgorithm:
+    """REINFORCE (Williams 1992): A_k = discounted return-to-go, loss = -A * log pi(turn).
+
+    seq_mean_token_sum keeps the textbook estimator E[G grad log pi(o)] with log pi(o) the sum
+    over the turn's tokens; pass "token_mean" for a length-normalised variant.
+    `truncated_is_cap` adds a truncated importance weight against the behaviour policy.
+    """
+    return RLAlgorithm(
+        name="reinforce",
+        credit_assigner=MonteCarloReturn(gamma=gamma),
+        loss=ReinforceLoss(aggregation=aggregation, truncated_is_cap=truncated_is_cap),
+    )
+
+
+def make_reinforce_baseline(
+    *,
+    aggregation: Aggregation = "seq_mean_token_sum",
+    truncated_is_cap: float | None = None,
+) -> RLAlgorithm:
+    """REINFORCE with the group-mean baseline: A_i = R_i - mean_group(R) for every turn of
+    episode i (groups by `meta["group_id"]`), no std scaling."""
+    return RLAlgorithm(
+        name="reinforce_baseline",
+        credit_assigner=GroupNormalizedReturn(normalize_std=False),
+        loss=ReinforceLoss(aggregation=aggregation, truncated_is_cap=truncated_is_cap),
+    )
+
+
+def make_grpo(
+    *,
+    clip_eps_low: float = 0.2,
+    clip_eps_high: float = 0.2,
+    aggregation: Aggregation = "seq_mean_token_mean",
+    kl_beta: float = 0.0,
+    kl_estimator: KLEstimator = "k3",
+    entropy_coef: float = 0.0,
+) -> RLAlgorithm:
+    """GRPO (DeepSeekMath, arXiv:2402.03300): A_i = (R_i - mean) / (std + eps) in the group,
+    token-clipped surrogate with eps = 0.2, aggregated as the paper writes it,
+    (1/G) sum_i (1/|o_i|) sum_t (seq_mean_token_mean). The paper adds a k3 KL penalty with
+    beta = 0.04 (pass kl_beta=0.04; it needs a reference model); the default here has none.
+    DAPO (arXiv:2503.14476) is clip_eps_high=0.28 with aggregation="token_mean".
+    """
+    loss = TokenClippedSurrogateLoss(
+        clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, aggregation=aggregation
+    )
+    return RLAlgorithm(
+        name="grpo",
+        credit_assigner=GroupNormalizedReturn(normalize_std=True),
+        loss=with_regularizers(
+            loss,
+            kl_beta=kl_beta,
+            kl_estimator=kl_estimator,
+            entropy_coef=entropy_coef,
+            aggregation=aggregation,
+        ),
+    )
+
+
+def make_dr_grpo(
+    *,
+    max_tokens: int,
+    clip_eps_low: float = 0.2,
+    clip_eps_high: float = 0.2,
+) -> RLAlgorithm:
+    """Dr.GRPO ("GRPO done right", arXiv:2503.20783): removes GRPO's two biases. Advantages
+    are R_i - mean (no std division) and the loss is sum over tokens / (N * max_tokens), a
+    constant normaliser, so long wrong answers are not favoured. `max_tokens` is the
+    generation budget per sample."""
+    loss = TokenClippedSurrogateLoss(
+        clip_eps_low=clip_eps_low,
+        clip_eps_high=clip_eps_high,
+        aggregation="constant",
+        constant_normalizer=float(max_tokens),
+    )
+    return RLAlgorithm(
+        name="dr_grpo",
+        credit_assigner=GroupNormalizedReturn(normalize_std=False),
+        loss=loss,
+    )
+
+
+def make_gspo(
+    *,
+    clip_eps_low: float = 3e-4,
+    clip_eps_high: float = 4e-4,
+) -> RLAlgorithm:
+    """GSPO (arXiv:2507.18071): GRPO's group-normalised advantages with a clipped
+    sequence-level ratio exp(mean_t log r_t), clip range (3e-4, 4e-4) as in the paper,
+    averaged over sequences."""
+    return RLAlgorithm(
+        name="gspo",
+        credit_assigner=GroupNormalizedReturn(normalize_std=True),
+        loss=SequenceClippedSurrogateLoss(clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high),
+    )
+
+
+def make_cispo(
+    *,
+    clip_eps_low: float = 1.0,
+    clip_eps_high: float = 0.28,
+) -> RLAlgorithm:
+    """CISPO (MiniMax-M1, arXiv:2506.13585): GRPO's group-normalised advantages, and the loss
+    -sg(clip(r_t)) * A * log pi(a_t) averaged over all tokens of the batch (token_mean). No
+    lower bound on the weight (eps_low = 1), eps_high tuned (the paper gives no value)."""
+    return RLAlgorithm(
+        name="cispo",
+        credit_assigner=GroupNormalizedReturn(normalize_std=True),
+        loss=CISPOLoss(clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high),
+    )
+
+
+def make_gmpo(
+    *,
+    clip_eps_low: float = 0.4,
+    clip_eps_high: float = 0.4,
+) -> RLAlgorithm:
+    """GMPO (arXiv:2507.20673): GRPO's credit with the geometric mean of token ratios,
+    clipped per token in log space to (e^-0.4, e^0.4), averaged over sequences."""
+    return RLAlgorithm(
+        name="gmpo",
+        credit_assigner=GroupNormalizedReturn(normalize_std=True),
+        loss=GMPOLoss(clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high),
+    )
+
+
+def make_sft(*, aggregation: Aggregation = "token_mean") -> RLAlgorithm:
+    """SFT as offline RL: every turn weighs 1.0 and the loss is the NLL of action tokens,
+    which equals REINFORCE with A = 1 (`ReinforceLoss`) under the same aggregation."""
+    return RLAlgorithm(
+        name="sft",
+        credit_assigner=ConstantCredit(value=1.0),
+        loss=MaskedCrossEntropyLoss(aggregation=aggregation),
+    )
+
+
+def make_gigpo(
+    *,
+    gamma: float = 0.95,
+    omega: float | None = None,
+    combine: Combine = "paper",
+    normalize_std: bool = True,
+    step_normalize_std: bool = True,
+    clip_eps_low: float = 0.2,
+    clip_eps_high: float = 0.2,
+    aggregation: Aggregation = "token_mean",
+    kl_beta: float = 0.0,
+    kl_estimator: KLEstimator = "k3",
+) -> RLAlgorithm:
+    """GiGPO (arXiv:2505.10978): A = A_E + omega * A_S (episode-level group advantage plus
+    step-level advantage over anchor states, gamma = 0.95, omega = 1 as in the paper; see
+    `GiGPO` for combine="seed003"), with the token-clipped surrogate (token_mean, as the
+    reference verl-agent code runs it). The paper uses a KL penalty beta = 0.01 (kl_beta)."""
+    loss = TokenClippedSurrogateLoss(
+        clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, aggregation=aggregation
+    )
+    credit = GiGPO(
+        gamma=gamma,
+        omega=omega,
+        combine=combine,
+        normalize_std=normalize_std,
+        step_normalize_std=step_normalize_std,
+    )
+    return RLAlgorithm(
+        name="gigpo",
+        credit_assigner=credit,
+        loss=with_regularizers(
+            loss, kl_beta=kl_beta, kl_estimator=kl_estimator, aggregation=aggregation
+        ),
+    )
+
+
+__all__ = [
+    "make_cispo",
+    "make_dr_grpo",
+    "make_gigpo",
+    "make_gmpo",
+    "make_grpo",
+    "make_gspo",
+    "make_reinforce",
+    "make_reinforce_baseline",
+    "make_sft",
+    "with_regularizers",
+]

@@ -1,0 +1,26 @@
+"""Batch sources: where the Trainer's samples come from (rollouts now, or stored rollouts)."""
+
+from ludic.training.batching.offline import OfflineBatchSource
+from ludic.training.batching.requests_from_dataset import (
+    RequestsExhausted,
+    make_requests_fn_from_queue,
+)
+from ludic.training.batching.synced import RequestsFn, RolloutBatchSource
+from ludic.training.batching.types import (
+    BatchSource,
+    BatchSourceExhausted,
+    SAWBatch,
+    StatefulBatchSource,
+)
+
+__all__ = [
+    "BatchSource",
+    "BatchSourceExhausted",
+    "OfflineBatchSource",
+    "RequestsExhausted",
+    "RequestsFn",
+    "RolloutBatchSource",
+    "SAWBatch",
+    "StatefulBatchSource",
+    "make_requests_fn_from_queue",
+]

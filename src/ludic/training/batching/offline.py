@@ -1,0 +1,115 @@
+"""`OfflineBatchSource`: batches of samples from rollouts stored as JSONL (rejection sampling,
+demonstrations, an earlier run's log) for SFT and offline RL.
+
+Credit is assigned once over all stored rollouts (so group baselines see whole groups), samples
+are built and filtered, then served in seeded-shuffled batches epoch after epoch. The data
+position (epoch, offset) is checkpointable. It does not re-tokenize unless given a retokenizer
+and never generates rollouts.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+from ludic.rollouts import (
+    CreditAssigner,
+    Retokenizer,
+    SampleFilter,
+    SampleMode,
+    SAWItem,
+    SnapshotPolicy,
+    build_samples,
+    derive_seed,
+    iter_rollouts_jsonl,
+)
+from ludic.training.batching.types import BatchSourceExhausted, SAWBatch
+from ludic.training.filters import apply_filters
+from ludic.types import JSON, Rollout
+
+
+class OfflineBatchSource:
+    """Serves `batch_size` samples per batch from JSONL rollout files.
+
+    - `shuffle`: a fresh permutation per epoch from `derive_seed(seed, "offline", epoch)`.
+    - `num_epochs`: stop (raise `BatchSourceExhausted`) after this many passes; None cycles
+      forever. `drop_last`: skip an epoch's final short batch.
+    - Failed rollouts are skipped; `filters` drop samples after credit assignment.
+    """
+
+    def __init__(
+        self,
+        *,
+        paths: str | Path | Sequence[str | Path],
+        credit_assigner: CreditAssigner,
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_epochs: int | None = None,
+        drop_last: bool = False,
+        filters: Sequence[SampleFilter] = (),
+        sample_mode: SampleMode = "turn",
+        snapshot_policy: SnapshotPolicy = "share",
+        retokenizer: Retokenizer | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        files = [paths] if isinstance(paths, str | Path) else list(paths)
+        rollouts: list[Rollout] = [r for p in files for r in iter_rollouts_jsonl(p)]
+        ok = [r for r in rollouts if not r.failed]
+        built = build_samples(
+            ok,
+            credit_assigner.assign(ok),
+            mode=sample_mode,
+            snapshot_policy=snapshot_policy,
+            retokenizer=retokenizer,
+        )
+        self.samples, self.num_filtered_out = apply_filters(built, filters)
+        if not self.samples:
+            raise ValueError(
+                f"OfflineBatchSource: no samples from {[str(f) for f in files]} "
+                f"({len(rollouts)} rollouts, {len(rollouts) - len(ok)} failed, "
+                f"{self.num_filtered_out} samples filtered out)"
+            )
+        if drop_last and batch_size > len(self.samples):
+            raise ValueError(
+                f"drop_last with batch_size={batch_size} > {len(self.samples)} samples "
+                "would never yield a batch"
+            )
+        self.num_rollouts = len(rollouts)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.num_epochs = num_epochs
+        self.drop_last = drop_last
+        self.epoch = 0
+        self.position = 0
+        self._order_epoch = -1
+        self._order: list[int] = []
+
+    def _epoch_order(self) -> list[int]:
+        if self._order_epoch != self.epoch:
+            order = list(range(len(self.samples)))
+            if self.shuffle:
+                random.Random(derive_seed(self.seed, "offline", self.epoch)).shuffle(order)
+            self._order, self._order_epoch = order, self.epoch
+        return self._order
+
+    async def next_batch(self) -> SAWBatch:
+        remaining = len(self.samples) - self.position
+        if remaining <= 0 or (self.drop_last and remaining < self.batch_size):
+            self.epoch, self.position = self.epoch + 1, 0
+        if self.num_epochs is not None and self.epoch >= self.num_epochs:
+            raise BatchSourceExhausted(f"OfflineBatchSource: {self.num_epochs} epochs done")
+        rows = self._epoch_order()[self.position : self.position + self.batch_size]
+        self.position += len(rows)
+        items: list[SAWItem] = [self.samples[i] for i in rows]
+        return SAWBatch(items=items, stats={"epoch": float(self.epoch)})
+
+    def state_dict(self) -> JSON:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: JSON) -> None:
+        self.epoch = int(state.get("epoch", 0))
+        self.position = int(state.get("position", 0))

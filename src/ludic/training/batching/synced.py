@@ -1,0 +1,86 @@
+"""`RolloutBatchSource`: the synchronous source. Each batch runs fresh episodes with the current
+policy (requests -> engine -> credit -> samples -> filters, via `generate_batch`), so the
+Trainer waits for rollouts. For overlapping rollouts and training, use a pipeline source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+
+from ludic._aio import maybe_await
+from ludic.rollouts import (
+    CreditAssigner,
+    RequestStrategy,
+    Retokenizer,
+    RolloutEngine,
+    RolloutRequest,
+    SampleFilter,
+    SampleMode,
+    SeedSequencer,
+    SnapshotPolicy,
+    generate_batch,
+)
+from ludic.training.batching.types import SAWBatch
+from ludic.types import JSON
+
+RequestsFn = Callable[[], Sequence[RolloutRequest] | Awaitable[Sequence[RolloutRequest]]]
+
+
+class RolloutBatchSource:
+    """Generates each batch on demand.
+
+    - `requests_fn()` gives the logical requests of the next batch (sync or async);
+      `strategy` expands them (e.g. `GRPORequestStrategy(group_size=8)`).
+    - `seed_sequencer` fills unset env / sampling seeds from the batch index, so a run (and a
+      resumed run) replays the same seeds; the batch index is the checkpointed state.
+    - `credit_assigner`, `filters`, `sample_mode`, `snapshot_policy`, `retokenizer` go to
+      `generate_batch`.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: RolloutEngine,
+        requests_fn: RequestsFn,
+        credit_assigner: CreditAssigner,
+        filters: Sequence[SampleFilter] = (),
+        strategy: RequestStrategy | None = None,
+        seed_sequencer: SeedSequencer | None = None,
+        sample_mode: SampleMode = "turn",
+        snapshot_policy: SnapshotPolicy = "share",
+        retokenizer: Retokenizer | None = None,
+    ) -> None:
+        self.engine = engine
+        self.requests_fn = requests_fn
+        self.credit_assigner = credit_assigner
+        self.filters = tuple(filters)
+        self.strategy = strategy
+        self.seed_sequencer = seed_sequencer
+        self.sample_mode: SampleMode = sample_mode
+        self.snapshot_policy: SnapshotPolicy = snapshot_policy
+        self.retokenizer = retokenizer
+        self.batch_index = 0
+
+    async def next_batch(self) -> SAWBatch:
+        requests = list(await maybe_await(self.requests_fn()))
+        if self.seed_sequencer is not None:
+            requests = self.seed_sequencer.seed_requests(requests, self.batch_index)
+        result = await generate_batch(
+            self.engine,
+            requests,
+            self.credit_assigner,
+            filters=self.filters,
+            strategy=self.strategy,
+            sample_mode=self.sample_mode,
+            snapshot_policy=self.snapshot_policy,
+            retokenizer=self.retokenizer,
+        )
+        self.batch_index += 1
+        stats = {k: float(v) for k, v in result.stats.to_dict().items()}
+        return SAWBatch(items=result.samples, rollouts=result.rollouts, stats=stats)
+
+    def state_dict(self) -> JSON:
+        return {"batch_index": self.batch_index}
+
+    def load_state_dict(self, state: JSON) -> None:
+        self.batch_index = int(state.get("batch_index", 0))

@@ -1,0 +1,380 @@
+"""Training checkpoints: atomic periodic saves with retention, verified loads.
+
+A checkpoint `step_00000042/` holds `model/` (Hugging Face format, loadable by `from_pretrained`;
+a peft adapter directory for LoRA), `optimizer.pt` (the single-process `optimizer.state_dict()`
+layout), `scheduler.pt`, `rng.pt` (torch RNG), `state.json` (step, policy version, data
+position, python/numpy RNG), with several ranks `rank_states.pt` (each rank's RNG and data
+position) and, written last, `MANIFEST.json` listing every file with its size and sha256. It is
+written to a temporary sibling directory, fsynced and renamed, so a crash mid-save leaves the
+previous checkpoint intact. A checkpoint without a manifest, or whose files do not match it, is
+refused with a message naming the problem. Nothing here is sharded: distributed training hands
+in full states gathered on rank 0 (see `ludic.training.distributed`), so any world size can resume.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import shutil
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from ludic.training.distributed.state import fit_state_to_model
+from ludic.training.weights_io import CorruptCheckpointError, read_state_dict, save_weights
+from ludic.types import JSON
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "MANIFEST.json"
+STATE = "state.json"
+RANK_STATES = "rank_states.pt"
+_FORMAT = 1
+_NAME = re.compile(r"^step_(\d+)$")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CheckpointConfig:
+    """Where and how often to save. `keep_last=None` keeps every checkpoint. `verify` is what
+    loading checks against the manifest: "sha256" (contents) or "size" (fast)."""
+
+    dir: str
+    every_n_steps: int | None = None
+    keep_last: int | None = 3
+    max_shard_size: int | str = "5GB"
+    verify: Literal["sha256", "size"] = "sha256"
+
+    def __post_init__(self) -> None:
+        if self.every_n_steps is not None and self.every_n_steps < 1:
+            raise ValueError(f"every_n_steps must be >= 1 or None, got {self.every_n_steps}")
+        if self.keep_last is not None and self.keep_last < 1:
+            raise ValueError(f"keep_last must be >= 1 or None, got {self.keep_last}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LoadedCheckpoint:
+    """Everything a checkpoint stores, read into memory (model weights as a CPU state dict)."""
+
+    path: Path
+    step: int
+    policy_version: int
+    model_state: dict[str, torch.Tensor]
+    optimizer_state: dict[str, Any] | None
+    scheduler_state: dict[str, Any] | None
+    rng_state: dict[str, Any]
+    data_state: JSON = field(default_factory=dict)
+    extra: JSON = field(default_factory=dict)
+    rank_states: list[RankState] | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RankState:
+    """One rank's RNG and data position (its batch source's `state_dict()`)."""
+
+    data_state: JSON
+    rng_json: JSON | None
+    rng_tensors: dict[str, Any]
+
+
+def capture_rank_state(data_state: JSON) -> RankState:
+    rng_json, rng_tensors = capture_rng_state()
+    return RankState(data_state=data_state, rng_json=rng_json, rng_tensors=rng_tensors)
+
+
+def rank_state_for(checkpoint: LoadedCheckpoint, rank: int, world_size: int) -> RankState:
+    """Rank `rank`'s own saved state when the checkpoint was written by `world_size` ranks;
+    otherwise (another world size, or a single-process checkpoint) rank 0's, for every rank."""
+    saved = checkpoint.rank_states
+    if saved is not None and len(saved) == world_size:
+        return saved[rank]
+    if saved is not None and rank == 0:
+        logger.warning(
+            "%s was written by %d ranks, resuming on %d: every rank takes rank 0's RNG and data "
+            "position",
+            checkpoint.path.name,
+            len(saved),
+            world_size,
+        )
+    rng = checkpoint.rng_state
+    return RankState(
+        data_state=checkpoint.data_state, rng_json=rng.get("json"), rng_tensors=rng["tensors"]
+    )
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def capture_rng_state() -> tuple[JSON, dict[str, Any]]:
+    """(python + numpy state as JSON, torch CPU/CUDA states as tensors)."""
+    version, internal, gauss = random.getstate()
+    kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
+    json_state = {
+        "python": [version, list(internal), gauss],
+        "numpy": [kind, np.asarray(keys).tolist(), pos, has_gauss, cached],
+    }
+    tensors: dict[str, Any] = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        tensors["cuda"] = torch.cuda.get_rng_state_all()
+    return json_state, tensors
+
+
+def restore_rng_state(json_state: JSON, tensors: dict[str, Any]) -> None:
+    version, internal, gauss = json_state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = json_state["numpy"]
+    np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(tensors["torch"])
+    if "cuda" in tensors and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(tensors["cuda"])
+
+
+class CheckpointManager:
+    """Saves, lists, verifies and loads checkpoints under `config.dir`."""
+
+    def __init__(self, config: CheckpointConfig) -> None:
+        self.config = config
+        self.root = Path(config.dir)
+
+    def due(self, step: int) -> bool:
+        every = self.config.every_n_steps
+        return every is not None and step > 0 and step % every == 0
+
+    def path_for(self, step: int) -> Path:
+        return self.root / f"step_{step:08d}"
+
+    def save(
+        self,
+        *,
+        step: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+        policy_version: int = 0,
+        data_state: JSON | None = None,
+        extra: JSON | None = None,
+        tokenizer: Any | None = None,
+        model_state: Mapping[str, torch.Tensor] | None = None,
+        optimizer_state: Mapping[str, Any] | None = None,
+        rank_states: Sequence[RankState] | None = None,
+    ) -> Path:
+        """Write checkpoint `step` atomically, then apply retention; returns its path.
+
+        `model_state` / `optimizer_state` replace `model.state_dict()` / `optimizer.state_dict()`
+        (a sharded model's full states gathered on rank 0); `rank_states` (one per rank) are
+        written when there is more than one.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        final = self.path_for(step)
+        tmp = self.root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
+        if optimizer_state is None and optimizer is not None:
+            optimizer_state = optimizer.state_dict()
+        try:
+            tmp.mkdir(parents=True)
+            save_weights(
+                model,
+                tmp / "model",
+                max_shard_size=self.config.max_shard_size,
+                state_dict=model_state,
+            )
+            if optimizer_state is not None:
+                torch.save(dict(optimizer_state), tmp / "optimizer.pt")
+            if rank_states is not None and len(rank_states) > 1:
+                torch.save([asdict(r) for r in rank_states], tmp / RANK_STATES)
+            self._write(tmp, step, scheduler, policy_version, data_state, extra)
+            if tokenizer is not None:
+                tokenizer.save_pretrained(str(tmp / "model"))
+            self._write_manifest(tmp, step)
+            self._swap_in(tmp, final)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self._apply_retention()
+        return final
+
+    def _write(
+        self,
+        tmp: Path,
+        step: int,
+        scheduler: torch.optim.lr_scheduler.LRScheduler | None,
+        policy_version: int,
+        data_state: JSON | None,
+        extra: JSON | None,
+    ) -> None:
+        if scheduler is not None:
+            torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        rng_json, rng_tensors = capture_rng_state()
+        torch.save(rng_tensors, tmp / "rng.pt")
+        state = {
+            "format": _FORMAT,
+            "step": step,
+            "policy_version": policy_version,
+            "data_state": data_state or {},
+            "extra": extra or {},
+            "rng": rng_json,
+        }
+        (tmp / STATE).write_text(json.dumps(state))
+
+    def _write_manifest(self, tmp: Path, step: int) -> None:
+        files = {}
+        for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
+            _fsync(path)
+            files[path.relative_to(tmp).as_posix()] = {
+                "size": path.stat().st_size,
+                "sha256": _sha256(path),
+            }
+        manifest = tmp / MANIFEST
+        manifest.write_text(json.dumps({"format": _FORMAT, "step": step, "files": files}))
+        _fsync(manifest)
+        _fsync(tmp)
+
+    def _swap_in(self, tmp: Path, final: Path) -> None:
+        old = None
+        if final.exists():  # re-saving a step: move the old one aside, drop it after the swap
+            old = final.with_name(f".old-{final.name}-{uuid.uuid4().hex[:8]}")
+            os.replace(final, old)
+        os.replace(tmp, final)
+        _fsync(self.root)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _apply_retention(self) -> None:
+        keep = self.config.keep_last
+        if keep is None:
+            return
+        complete = [p for p in self.list() if (p / MANIFEST).is_file()]
+        for path in complete[:-keep]:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def list(self) -> list[Path]:
+        """Checkpoint directories (complete or not), oldest first by step."""
+        if not self.root.is_dir():
+            return []
+        found = [(int(m.group(1)), p) for p in self.root.iterdir() if (m := _NAME.match(p.name))]
+        return [p for _, p in sorted(found)]
+
+    def verify(self, path: str | Path, *, deep: bool | None = None) -> None:
+        """Raise `CorruptCheckpointError` naming the problem unless `path` is complete and every
+        file matches the manifest (sizes; and sha256 when deep, default from config)."""
+        path = Path(path)
+        deep = self.config.verify == "sha256" if deep is None else deep
+        manifest = path / MANIFEST
+        if not manifest.is_file():
+            raise CorruptCheckpointError(
+                f"{path}: no {MANIFEST}, so the save did not complete (partial checkpoint)"
+            )
+        try:
+            files = json.loads(manifest.read_text())["files"]
+        except (ValueError, KeyError) as e:
+            raise CorruptCheckpointError(f"{manifest}: unreadable manifest ({e})") from e
+        for name, expected in files.items():
+            file = path / name
+            if not file.is_file():
+                raise CorruptCheckpointError(f"{path}: {name} is listed in {MANIFEST} but missing")
+            size = file.stat().st_size
+            if size != expected["size"]:
+                raise CorruptCheckpointError(
+                    f"{path}: {name} has {size} bytes, the manifest says {expected['size']}"
+                )
+            if deep and _sha256(file) != expected["sha256"]:
+                raise CorruptCheckpointError(f"{path}: {name} does not match its sha256 (corrupt)")
+
+    def latest(self) -> Path | None:
+        """The newest checkpoint that verifies; broken ones are skipped with a warning."""
+        for path in reversed(self.list()):
+            try:
+                self.verify(path)
+            except CorruptCheckpointError as e:
+                logger.warning("skipping checkpoint %s: %s", path.name, e)
+                continue
+            return path
+        return None
+
+    def resolve(self, path: str | Path | None = None) -> Path:
+        """`path` once it verifies (default: `latest()`); raises when there is none."""
+        if path is None:
+            path = self.latest()
+            if path is None:
+                raise FileNotFoundError(f"no complete checkpoint under {self.root}")
+        path = Path(path)
+        self.verify(path)
+        return path
+
+    def load(self, path: str | Path | None = None) -> LoadedCheckpoint:
+        """Read checkpoint `path` (default: `latest()`) after verifying it."""
+        return read_checkpoint(self.resolve(path))
+
+
+def _torch_file(path: Path) -> Any:
+    if not path.is_file():
+        return None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise CorruptCheckpointError(f"{path}: cannot be read ({e})") from e
+
+
+def read_checkpoint(path: str | Path, *, with_weights: bool = True) -> LoadedCheckpoint:
+    """Read a checkpoint directory without verifying its manifest (see `CheckpointManager`).
+    `with_weights=False` skips the model and optimizer states (ranks that receive them by
+    broadcast from rank 0)."""
+    path = Path(path)
+    try:
+        state = json.loads((path / STATE).read_text())
+    except (OSError, ValueError) as e:
+        raise CorruptCheckpointError(f"{path}: {STATE} is missing or unreadable ({e})") from e
+    rng_tensors = _torch_file(path / "rng.pt") or {}
+    ranks = _torch_file(path / RANK_STATES)
+    return LoadedCheckpoint(
+        path=path,
+        step=int(state["step"]),
+        policy_version=int(state["policy_version"]),
+        model_state=read_state_dict(path / "model") if with_weights else {},
+        optimizer_state=_torch_file(path / "optimizer.pt") if with_weights else None,
+        scheduler_state=_torch_file(path / "scheduler.pt"),
+        rng_state={"json": state.get("rng"), "tensors": rng_tensors},
+        data_state=dict(state.get("data_state", {})),
+        extra=dict(state.get("extra", {})),
+        rank_states=None if ranks is None else [RankState(**r) for r in ranks],
+    )
+
+
+def restore_into(
+    checkpoint: LoadedCheckpoint,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    restore_rng: bool = True,
+) -> None:
+    """Load a checkpoint's weights, optimizer, scheduler and RNG states into live objects
+    (single process; the Trainer goes through its runtime instead)."""
+    fitted, partial = fit_state_to_model(model, checkpoint.model_state)
+    model.load_state_dict(fitted, strict=not partial)
+    if optimizer is not None and checkpoint.optimizer_state is not None:
+        optimizer.load_state_dict(checkpoint.optimizer_state)
+    if scheduler is not None and checkpoint.scheduler_state is not None:
+        scheduler.load_state_dict(checkpoint.scheduler_state)
+    rng = checkpoint.rng_state
+    if restore_rng and rng.get("json") is not None:
+        restore_rng_state(rng["json"], rng["tensors"])

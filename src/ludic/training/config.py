@@ -1,0 +1,102 @@
+"""`TrainerConfig`: every knob of the optimisation loop in one dataclass (field docstrings
+become `--help` with tyro). Algorithm choices (credit, loss) are not here: they are the
+`RLAlgorithm` passed to the Trainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from ludic.training.checkpoint import CheckpointConfig
+from ludic.training.schedule import LR_SCHEDULES, LRSchedule
+
+DType = Literal["float32", "bfloat16"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrainerConfig:
+    """Optimisation, batching, staleness, publishing, checkpointing and device settings."""
+
+    lr: float = 1e-5
+    """AdamW learning rate (peak, after warmup)."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    eps: float = 1e-8
+    """AdamW epsilon."""
+    max_grad_norm: float | None = 1.0
+    """Clip the global gradient L2 norm to this (None: no clipping; the norm is still logged)."""
+    lr_schedule: LRSchedule = "constant"
+    """After warmup: constant, cosine or linear decay to min_lr_ratio * lr over total_steps."""
+    warmup_steps: int = 0
+    """Linear warmup over this many applied updates."""
+    total_steps: int | None = None
+    """Updates the decay spans (needed by cosine and linear)."""
+    min_lr_ratio: float = 0.0
+    """Floor of the decayed LR as a fraction of lr."""
+    micro_batch_tokens: int | None = None
+    """Token budget of one forward/backward (padding counted); None: the batch in one go."""
+    max_seq_len: int | None = None
+    """Cap sequences at this many tokens (marked seq_len_truncated); None: no cap."""
+    packing: bool = False
+    """Pack each micro-batch's sequences into one row (position ids restart per sequence)."""
+    pad_token_id: int = 0
+    """Token id used for right padding (never trained on)."""
+    logprob_chunk_tokens: int = 1024
+    """Positions per chunk of the float32 log-softmax (bounds extra memory to chunk x vocab)."""
+    max_lag: int | None = None
+    """Drop samples whose oldest token is more than this many policy versions old."""
+    initial_policy_version: int = 0
+    """Policy version of the starting weights."""
+    publish_every: int = 1
+    """Publish weights every N applied updates (when a publisher is given)."""
+    checkpoint: CheckpointConfig | None = None
+    """Periodic checkpoints (directory, every_n_steps, keep_last); None: no checkpoints."""
+    eval_every: int | None = None
+    """Call the eval hook every N steps (None: never)."""
+    seed: int = 0
+    """Seeds python, numpy and torch when the Trainer is built."""
+    device: str = "cpu"
+    """Device the model trains on. Under torchrun (WORLD_SIZE > 1) "cuda" means each rank's
+    cuda:LOCAL_RANK with NCCL, "cpu" means gloo; the model is then sharded with FSDP2."""
+    dtype: DType = "float32"
+    """Autocast dtype of the forward pass (float32: no autocast). Weights keep their dtype;
+    float16 is not offered (it would need loss scaling)."""
+
+    def __post_init__(self) -> None:
+        _positive("lr", self.lr)
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        if self.lr_schedule != "constant" and self.total_steps is None:
+            raise ValueError(f"lr_schedule={self.lr_schedule!r} needs total_steps")
+        for name in ("warmup_steps", "initial_policy_version"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("publish_every", "logprob_chunk_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_grad_norm", "micro_batch_tokens", "total_steps", "eval_every"):
+            value = getattr(self, name)
+            if value is not None:
+                _positive(name, value)
+        if self.max_lag is not None and self.max_lag < 0:
+            raise ValueError(f"max_lag must be >= 0 or None, got {self.max_lag}")
+        if self.max_seq_len is not None and self.max_seq_len < 2:
+            raise ValueError(f"max_seq_len must be >= 2 or None, got {self.max_seq_len}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16}[self.dtype]
+
+
+def _positive(name: str, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{name} must be > 0, got {value}")

@@ -1,0 +1,174 @@
+"""GiGPO credit (Feng et al., "Group-in-Group Policy Optimization for LLM Agent Training",
+arXiv:2505.10978): a GRPO episode-level advantage plus a step-level advantage computed among the
+turns of the same episode group that acted from the same anchor state. Critic-free; it does not
+merge "similar" states (exact key match only) and does not look inside observations beyond the key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from ludic.rollouts.samples import TurnKey
+from ludic.training.credit.core import (
+    AnchorKey,
+    AnchorKeyFn,
+    GroupKey,
+    active_rollouts,
+    check_eps,
+    check_gamma,
+    default_anchor_key,
+    discounted_returns,
+    group_normalize,
+    rollout_group_key,
+    turn_key,
+)
+from ludic.types import Rollout, Turn
+
+Combine = Literal["paper", "seed003"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GiGPOTurnCredit:
+    """How one turn's GiGPO weight was derived (for logs and sample meta).
+
+    `anchor_group_size` counts the turns (this one included) in its anchor group; 0 when the
+    turn has no anchor state (it gets A_S = 0, as does a group of one).
+    """
+
+    episode_advantage: float
+    step_advantage: float
+    return_to_go: float
+    anchor_group_size: int
+    advantage: float
+
+
+def combine_advantages(
+    episode_advantage: float, step_advantage: float, *, omega: float, combine: Combine
+) -> float:
+    """paper:   A = A_E + omega * A_S              (GiGPO eq. 8; omega = 1 in the paper)
+    seed003: A = omega * A_E + (1 - omega) * A_S  (a convex mix; omega = 0.5 is the paper's
+    direction at half the scale). seed003 with omega' equals omega' times the paper form with
+    omega = (1 - omega') / omega': same direction, different scale."""
+    if combine == "paper":
+        return episode_advantage + omega * step_advantage
+    return omega * episode_advantage + (1.0 - omega) * step_advantage
+
+
+def gigpo_group_credit(
+    rewards: Sequence[Sequence[float]],
+    anchors: Sequence[Sequence[AnchorKey | None]],
+    *,
+    gamma: float,
+    omega: float,
+    combine: Combine,
+    normalize_std: bool,
+    step_normalize_std: bool,
+    eps: float,
+) -> list[list[GiGPOTurnCredit]]:
+    """GiGPO for one episode group. `rewards[i][k]` and `anchors[i][k]` are episode i's turn k.
+
+    A_E(i)   = group_normalize(R)[i] with R_i = sum_k r_ik (undiscounted episode return)
+    G_ik     = sum_{j >= k} gamma^(j - k) r_ij (discounted return-to-go)
+    A_S(i,k) = group_normalize({G_jl : anchor_jl == anchor_ik})[ik]; 0 for no anchor or a
+               group of one. Revisits of a state within one episode join the same anchor group.
+    """
+    episode_adv = group_normalize(
+        [math.fsum(r) for r in rewards], normalize_std=normalize_std, eps=eps
+    )
+    returns = [discounted_returns(r, gamma) for r in rewards]
+    members: dict[AnchorKey, list[tuple[int, int]]] = defaultdict(list)
+    for i, episode_anchors in enumerate(anchors):
+        for k, anchor in enumerate(episode_anchors):
+            if anchor is not None:
+                members[anchor].append((i, k))
+    step_adv: dict[tuple[int, int], tuple[float, int]] = {}
+    for positions in members.values():
+        values = [returns[i][k] for i, k in positions]
+        normed = group_normalize(values, normalize_std=step_normalize_std, eps=eps)
+        for pos, a in zip(positions, normed, strict=True):
+            step_adv[pos] = (a, len(positions))
+    out: list[list[GiGPOTurnCredit]] = []
+    for i, episode_returns in enumerate(returns):
+        row = []
+        for k, g in enumerate(episode_returns):
+            a_s, size = step_adv.get((i, k), (0.0, 0))
+            row.append(
+                GiGPOTurnCredit(
+                    episode_advantage=episode_adv[i],
+                    step_advantage=a_s,
+                    return_to_go=g,
+                    anchor_group_size=size,
+                    advantage=combine_advantages(episode_adv[i], a_s, omega=omega, combine=combine),
+                )
+            )
+        out.append(row)
+    return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GiGPO:
+    """GiGPO credit assigner: A = combine(A_E, A_S) per turn (see `gigpo_group_credit`).
+
+    Episode groups are those of `GroupNormalizedReturn` (agent id + `meta["group_id"]`, else the
+    first observation text); failed rollouts are left out. Anchor states come from `anchor_key`
+    (default: the env's `state_key`, else a hash of the observation text). `omega` defaults to
+    1.0 for `combine="paper"` (the paper's setting) and 0.5 for `combine="seed003"` (the same
+    direction). `normalize_std` / `step_normalize_std` pick mean-std or mean-only normalisation
+    for A_E and A_S (the reference code's "mean_std_norm" / "mean_norm").
+    """
+
+    gamma: float = 0.95
+    omega: float | None = None
+    combine: Combine = "paper"
+    normalize_std: bool = True
+    step_normalize_std: bool = True
+    eps: float = 1e-6
+    anchor_key: AnchorKeyFn = default_anchor_key
+
+    def __post_init__(self) -> None:
+        check_gamma(self.gamma, "GiGPO")
+        check_eps(self.eps, "GiGPO")
+        if self.combine not in ("paper", "seed003"):
+            raise ValueError(f"GiGPO: combine must be 'paper' or 'seed003', got {self.combine!r}")
+        omega = self.effective_omega
+        if self.combine == "seed003" and not 0.0 <= omega <= 1.0:
+            raise ValueError(f"GiGPO: with combine='seed003' omega must be in [0, 1], got {omega}")
+        if self.combine == "paper" and not (omega >= 0.0 and math.isfinite(omega)):
+            raise ValueError(f"GiGPO: omega must be a finite number >= 0, got {omega}")
+
+    @property
+    def effective_omega(self) -> float:
+        if self.omega is not None:
+            return float(self.omega)
+        return 1.0 if self.combine == "paper" else 0.5
+
+    def details(self, rollouts: Sequence[Rollout]) -> dict[TurnKey, GiGPOTurnCredit]:
+        """Per-turn breakdown (A_E, A_S, return-to-go, anchor group size, final advantage)."""
+        groups: dict[GroupKey, list[tuple[Rollout, list[Turn]]]] = defaultdict(list)
+        for rollout in active_rollouts(rollouts):
+            turns = rollout.turns()
+            groups[rollout_group_key(rollout, turns)].append((rollout, turns))
+        out: dict[TurnKey, GiGPOTurnCredit] = {}
+        seen: set[TurnKey] = set()
+        for members in groups.values():
+            credits = gigpo_group_credit(
+                [[t.reward for t in turns] for _, turns in members],
+                [[self.anchor_key(t) for t in turns] for _, turns in members],
+                gamma=self.gamma,
+                omega=self.effective_omega,
+                combine=self.combine,
+                normalize_std=self.normalize_std,
+                step_normalize_std=self.step_normalize_std,
+                eps=self.eps,
+            )
+            for (rollout, turns), row in zip(members, credits, strict=True):
+                for turn, credit in zip(turns, row, strict=True):
+                    out[turn_key(rollout, turn, seen)] = credit
+        return out
+
+    def assign(self, rollouts: Sequence[Rollout]) -> dict[TurnKey, float]:
+        return {key: c.advantage for key, c in self.details(rollouts).items()}

@@ -1,0 +1,53 @@
+"""Where training runs: the `TrainingRuntime` seam, one process (`LocalRuntime`) or FSDP2 under
+torchrun (`FSDPRuntime`), and world-size-independent full training states.
+
+The FSDP names load on first use (DCP and DTensor take about a second to import)."""
+
+from typing import TYPE_CHECKING, Any
+
+from ludic.training.distributed.runtime import (
+    LocalRuntime,
+    TrainingRuntime,
+    auto_runtime,
+    launched_world_size,
+    run_on_main,
+)
+from ludic.training.distributed.state import (
+    fit_state_to_model,
+    indexed_optimizer_state,
+    named_optimizer_state,
+    optimizer_param_names,
+)
+
+if TYPE_CHECKING:
+    from ludic.training.distributed.fsdp import (
+        FSDPRuntime,
+        init_process_group_from_env,
+        shard_model,
+    )
+
+_LAZY = ("FSDPRuntime", "init_process_group_from_env", "shard_model")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from ludic.training.distributed import fsdp
+
+        return getattr(fsdp, name)
+    raise AttributeError(f"module 'ludic.training.distributed' has no attribute {name!r}")
+
+
+__all__ = [
+    "FSDPRuntime",
+    "LocalRuntime",
+    "TrainingRuntime",
+    "auto_runtime",
+    "fit_state_to_model",
+    "indexed_optimizer_state",
+    "init_process_group_from_env",
+    "launched_world_size",
+    "named_optimizer_state",
+    "optimizer_param_names",
+    "run_on_main",
+    "shard_model",
+]

@@ -1,0 +1,214 @@
+"""FSDP2 data parallelism for one torchrun rank: process-group setup from torchrun's environment
+(gloo on CPU, NCCL on CUDA), `fully_shard` wrapping, cross-rank agreements, and full-state
+gather/broadcast through DCP's state-dict API (so checkpoints do not depend on world size).
+
+Gradients are summed over ranks (not averaged): each rank's loss is already normalised by
+batch-wide totals summed over ranks. It does not do tensor/pipeline parallelism, sharded (DCP
+`save`) checkpoints or a reference model's sharding (a ref model stays whole on every rank).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar, cast
+
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor
+
+from ludic.distributed.interfaces import Weights
+from ludic.training.distributed.runtime import run_on_main
+from ludic.training.distributed.state import (
+    fit_state_to_model,
+    indexed_optimizer_state,
+    named_optimizer_state,
+    optimizer_param_names,
+)
+from ludic.training.lora import inference_weights
+
+T = TypeVar("T")
+
+_GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def init_process_group_from_env(
+    device: str | torch.device = "cpu", *, timeout_s: float = 1800.0
+) -> torch.device:
+    """Join torchrun's group (RANK, WORLD_SIZE, MASTER_ADDR/PORT, LOCAL_RANK from the
+    environment) unless already joined; returns this rank's device (`cuda:LOCAL_RANK` for a
+    CUDA `device`, else CPU). Backend: NCCL on CUDA, gloo on CPU."""
+    cuda = torch.device(device).type == "cuda"
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if cuda and not torch.cuda.is_available():
+        raise RuntimeError("device='cuda' but CUDA is not available on this rank")
+    rank_device = torch.device("cuda", local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(rank_device)
+    if not dist.is_initialized():
+        dist.init_process_group(
+            backend="nccl" if cuda else "gloo",
+            timeout=datetime.timedelta(seconds=timeout_s),
+            device_id=rank_device if cuda else None,
+        )
+    return rank_device
+
+
+def shard_model(model: torch.nn.Module) -> torch.nn.Module:
+    """`fully_shard` each transformer block (HF `_no_split_modules`), then the root; gradients
+    are reduced as plain sums (gloo has no pre-scaled sum)."""
+    block_names: set[str] = set()
+    for module in model.modules():
+        block_names.update(getattr(module, "_no_split_modules", None) or ())
+    for module in list(model.modules()):
+        if module is not model and type(module).__name__ in block_names:
+            fully_shard(module)
+    fully_shard(model)
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)
+    return model
+
+
+class FSDPRuntime:
+    """This rank of a torchrun job: FSDP2-sharded model, states gathered to and broadcast from
+    rank 0. Build it with `FSDPRuntime.from_env(device)` (or `auto_runtime`)."""
+
+    def __init__(self, device: torch.device, *, owns_group: bool = False) -> None:
+        if not dist.is_initialized():
+            raise RuntimeError("FSDPRuntime needs an initialised process group (use from_env)")
+        self._device = device
+        self._owns_group = owns_group
+        self._rank = dist.get_rank()
+        self._world_size = dist.get_world_size()
+
+    @classmethod
+    def from_env(cls, device: str | torch.device = "cpu") -> FSDPRuntime:
+        owns = not dist.is_initialized()
+        return cls(init_process_group_from_env(device), owns_group=owns)
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def is_main(self) -> bool:
+        return self._rank == 0
+
+    def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Rank 0's weights on every rank, then sharded."""
+        model = model.to(self._device)
+        with torch.no_grad():
+            for tensor in [*model.parameters(), *model.buffers()]:
+                dist.broadcast(tensor.data, src=0)
+        return shard_model(model)
+
+    def all_reduce_sum(self, values: Sequence[float]) -> list[float]:
+        tensor = torch.tensor(list(values), dtype=torch.float64, device=self._device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return [float(v) for v in tensor.tolist()]
+
+    def all_reduce_max(self, value: int) -> int:
+        tensor = torch.tensor([value], dtype=torch.int64, device=self._device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return int(tensor.item())
+
+    def all_ranks(self, flag: bool) -> bool:
+        return self.all_reduce_sum([0.0 if flag else 1.0])[0] == 0.0
+
+    def any_rank(self, flag: bool) -> bool:
+        return self.all_reduce_sum([1.0 if flag else 0.0])[0] > 0.0
+
+    def all_gather_object(self, obj: T) -> list[T]:
+        out: list[Any] = [None] * self._world_size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def broadcast_object(self, obj: T) -> T:
+        box: list[Any] = [obj if self.is_main else None]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]  # type: ignore[no-any-return]
+
+    def barrier(self) -> None:
+        dist.barrier()
+
+    def clip_grad_norm(self, model: torch.nn.Module, max_norm: float | None) -> float:
+        params = [p for p in model.parameters() if p.grad is not None]
+        limit = torch.inf if max_norm is None else max_norm
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm=limit)
+        if isinstance(norm, DTensor):
+            norm = norm.full_tensor()
+        return float(norm.item())
+
+    def full_model_state(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        return cast(dict[str, torch.Tensor], get_model_state_dict(model, options=_GATHER))
+
+    def load_model_state(self, model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+        fitted: dict[str, torch.Tensor] = {}
+
+        def fit() -> bool:  # on rank 0 only; the tensors go out through DCP's broadcast
+            nonlocal fitted
+            fitted, partial = fit_state_to_model(model, state)
+            return partial
+
+        partial = run_on_main(self, fit)
+        options = StateDictOptions(
+            full_state_dict=True, broadcast_from_rank0=True, strict=not partial
+        )
+        set_model_state_dict(model, cast(dict[str, Any], fitted), options=options)
+
+    def full_optimizer_state(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+    ) -> dict[str, Any]:
+        named = get_optimizer_state_dict(model, optimizer, options=_GATHER)
+        return indexed_optimizer_state(named) if self.is_main else {}
+
+    def load_optimizer_state(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        state: Mapping[str, Any] | None,
+    ) -> None:
+        names = optimizer_param_names(model, optimizer)
+        if not self.broadcast_object(state is not None):
+            return
+        named: dict[str, Any] = {}
+
+        def convert() -> None:  # on rank 0 only
+            nonlocal named
+            assert state is not None
+            named = named_optimizer_state(state, names)
+
+        run_on_main(self, convert)
+        options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+        set_optimizer_state_dict(model, optimizer, named, options=options)
+
+    def inference_weights(self, model: torch.nn.Module) -> Weights | None:
+        state = self.full_model_state(model)
+        return inference_weights(model, state) if self.is_main else None
+
+    def close(self) -> None:
+        """Destroy the group this runtime created, after a barrier: a rank that tears its gloo
+        pairs down while a peer is still mid-collective (or still writing results) can abort the
+        peer's transport threads at exit."""
+        if self._owns_group and dist.is_initialized():
+            dist.barrier()
+            dist.destroy_process_group()

@@ -1,0 +1,211 @@
+"""Where the training loop runs: the `TrainingRuntime` seam and its single-process version.
+
+The Trainer asks its runtime to place the model, agree on counts and decisions across ranks,
+clip gradients and move full (unsharded) model and optimizer states in and out. It never
+branches on which runtime it has: in one process every agreement is the identity. FSDP2 lives
+in `fsdp.py`; `auto_runtime` picks it under torchrun. Nothing here launches processes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
+
+import torch
+
+from ludic.distributed.interfaces import Weights
+from ludic.training.distributed.state import fit_state_to_model
+from ludic.training.lora import inference_weights, is_lora_model
+
+T = TypeVar("T")
+
+
+class TrainingRuntime(Protocol):
+    """One process of a data-parallel job (or the only one). Every method is called by every
+    rank in the same order; methods that return a full state return it on the main rank (rank
+    0, which writes checkpoints and publishes) and an empty one elsewhere."""
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def is_main(self) -> bool: ...
+
+    def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Move to the device (and shard); build the optimizer from the returned model."""
+        ...
+
+    def all_reduce_sum(self, values: Sequence[float]) -> list[float]: ...
+
+    def all_reduce_max(self, value: int) -> int: ...
+
+    def all_ranks(self, flag: bool) -> bool:
+        """True when `flag` is true on every rank."""
+        ...
+
+    def any_rank(self, flag: bool) -> bool: ...
+
+    def all_gather_object(self, obj: T) -> list[T]: ...
+
+    def broadcast_object(self, obj: T) -> T:
+        """The main rank's `obj`, on every rank."""
+        ...
+
+    def barrier(self) -> None: ...
+
+    def clip_grad_norm(self, model: torch.nn.Module, max_norm: float | None) -> float:
+        """Clip the global gradient norm (inf: no clipping); returns the norm before clipping."""
+        ...
+
+    def full_model_state(self, model: torch.nn.Module) -> dict[str, torch.Tensor]: ...
+
+    def load_model_state(self, model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+        """Load a full state read on the main rank (ignored elsewhere); the dict is not changed."""
+        ...
+
+    def full_optimizer_state(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+    ) -> dict[str, Any]:
+        """The state in the single-process `optimizer.state_dict()` layout (params by index)."""
+        ...
+
+    def load_optimizer_state(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        state: Mapping[str, Any] | None,
+    ) -> None: ...
+
+    def inference_weights(self, model: torch.nn.Module) -> Weights | None:
+        """What a publisher should push (LoRA merged in); None off the main rank."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class LocalRuntime:
+    """A single process on `device`: agreements are the identity, states are the module's."""
+
+    def __init__(self, device: str | torch.device = "cpu") -> None:
+        self._device = torch.device(device)
+
+    @property
+    def rank(self) -> int:
+        return 0
+
+    @property
+    def world_size(self) -> int:
+        return 1
+
+    @property
+    def device(self) -> torch.device:
+        return self._device
+
+    @property
+    def is_main(self) -> bool:
+        return True
+
+    def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model.to(self._device)
+
+    def all_reduce_sum(self, values: Sequence[float]) -> list[float]:
+        return [float(v) for v in values]
+
+    def all_reduce_max(self, value: int) -> int:
+        return value
+
+    def all_ranks(self, flag: bool) -> bool:
+        return flag
+
+    def any_rank(self, flag: bool) -> bool:
+        return flag
+
+    def all_gather_object(self, obj: T) -> list[T]:
+        return [obj]
+
+    def broadcast_object(self, obj: T) -> T:
+        return obj
+
+    def barrier(self) -> None:
+        return None
+
+    def clip_grad_norm(self, model: torch.nn.Module, max_norm: float | None) -> float:
+        params = [p for p in model.parameters() if p.grad is not None]
+        limit = torch.inf if max_norm is None else max_norm
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm=limit).item())
+
+    def full_model_state(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        return dict(model.state_dict())
+
+    def load_model_state(self, model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+        fitted, partial = fit_state_to_model(model, state)
+        model.load_state_dict(fitted, strict=not partial)
+
+    def full_optimizer_state(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+    ) -> dict[str, Any]:
+        return optimizer.state_dict()
+
+    def load_optimizer_state(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        state: Mapping[str, Any] | None,
+    ) -> None:
+        if state is not None:
+            optimizer.load_state_dict(dict(state))
+
+    def inference_weights(self, model: torch.nn.Module) -> Weights | None:
+        if is_lora_model(model):
+            return inference_weights(model, model.state_dict())
+        return model
+
+    def close(self) -> None:
+        return None
+
+
+def launched_world_size() -> int:
+    """WORLD_SIZE set by torchrun (1 outside it)."""
+    value = os.environ.get("WORLD_SIZE", "1")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"WORLD_SIZE must be an integer, got {value!r}") from None
+
+
+def auto_runtime(device: str | torch.device = "cpu") -> TrainingRuntime:
+    """FSDP2 when launched by torchrun with WORLD_SIZE > 1 (or when a process group with more
+    than one rank is already initialised), else `LocalRuntime(device)`."""
+    import torch.distributed as dist
+
+    grouped = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    if grouped or launched_world_size() > 1:
+        from ludic.training.distributed.fsdp import FSDPRuntime
+
+        return FSDPRuntime.from_env(device)
+    return LocalRuntime(device)
+
+
+def run_on_main(runtime: TrainingRuntime, fn: Callable[[], T]) -> T:
+    """Run `fn` on the main rank and hand its result to every rank; if it raises there, every
+    rank raises (so no rank is left waiting in a collective)."""
+    result: tuple[bool, Any] = (True, None)
+    error: BaseException | None = None
+    if runtime.is_main:
+        try:
+            result = (True, fn())
+        except Exception as e:
+            error, result = e, (False, f"{type(e).__name__}: {e}")
+    ok, value = runtime.broadcast_object(result)
+    if error is not None:
+        raise error
+    if not ok:
+        raise RuntimeError(f"rank 0 failed: {value}")
+    return value  # type: ignore[no-any-return]

@@ -1,0 +1,110 @@
+"""LoRA through peft: wrap a causal LM with adapters, map peft's adapter checkpoint keys to the
+live model's, and fold adapters into full base-model weights for inference.
+
+Merging is a pure function of a full state dict (`W = W0 + scaling * B @ A`), so it works the
+same on a sharded model's gathered state and never touches the live model. Only plain LoRA on
+Linear layers with one adapter is handled (no DoRA, no `modules_to_save`, no trained biases);
+peft is imported only when a LoRA model is built or merged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+ADAPTER = "default"
+"""The adapter name peft gives the only adapter (it is left out of saved adapter keys)."""
+PEFT_PREFIX = "base_model.model."
+_LORA_PARTS = (".lora_A.", ".lora_B.")
+
+
+def add_lora(
+    model: torch.nn.Module,
+    *,
+    rank: int = 8,
+    alpha: int = 16,
+    dropout: float = 0.0,
+    target_modules: Sequence[str] = ("q_proj", "k_proj", "v_proj", "o_proj"),
+) -> torch.nn.Module:
+    """`model` wrapped by peft with LoRA adapters (B starts at zero, so outputs are unchanged);
+    only the adapters require gradients. Needs `pip install peft` (the `peft` extra)."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as e:
+        raise ImportError("LoRA needs peft: pip install 'ludic[peft]'") from e
+    config = LoraConfig(
+        r=rank,
+        lora_alpha=alpha,
+        lora_dropout=dropout,
+        target_modules=list(target_modules),
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, config)  # type: ignore[arg-type]
+
+
+def is_lora_model(model: torch.nn.Module) -> bool:
+    """A peft model (it carries `peft_config`), sharded or not."""
+    return hasattr(model, "peft_config")
+
+
+def lora_scalings(model: torch.nn.Module) -> dict[str, float]:
+    """Name of each LoRA-wrapped layer -> its scaling (alpha / rank). Raises ValueError for an
+    adapter this module cannot merge by hand."""
+    from peft.tuners.lora import Linear as LoraLinear
+    from peft.tuners.lora import LoraLayer
+
+    scalings: dict[str, float] = {}
+    for name, module in model.named_modules():
+        if not isinstance(module, LoraLayer):
+            continue
+        if not isinstance(module, LoraLinear) or module.fan_in_fan_out:
+            raise ValueError(f"{name}: only LoRA on Linear layers can be merged, got {module}")
+        if set(module.lora_A) != {ADAPTER} or module.use_dora.get(ADAPTER, False):
+            raise ValueError(f"{name}: expected one plain LoRA adapter named {ADAPTER!r}")
+        scalings[name] = float(module.scaling[ADAPTER])
+    return scalings
+
+
+def merge_lora_weights(
+    state: Mapping[str, torch.Tensor], scalings: Mapping[str, float]
+) -> dict[str, torch.Tensor]:
+    """Base-model weights (names without peft's prefixes) with each adapter folded in:
+    `W = W0 + scaling * (B @ A)` in W0's dtype, as `merge_and_unload` computes it."""
+    merged: dict[str, torch.Tensor] = {}
+    for key, tensor in state.items():
+        if not any(part in key for part in _LORA_PARTS):
+            merged[_base_name(key)] = tensor
+    for layer, scaling in scalings.items():
+        a = state[f"{layer}.lora_A.{ADAPTER}.weight"]
+        b = state[f"{layer}.lora_B.{ADAPTER}.weight"]
+        name = _base_name(f"{layer}.base_layer.weight")
+        base = merged[name]
+        merged[name] = base + (b.to(base.dtype) @ a.to(base.dtype)) * scaling
+    return merged
+
+
+def inference_weights(
+    model: torch.nn.Module, state: Mapping[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """The weights inference serves: `state` itself, or merged when `model` is a LoRA model."""
+    if is_lora_model(model):
+        return merge_lora_weights(state, lora_scalings(model))
+    return dict(state)
+
+
+def adapter_keys_to_model(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """peft's saved adapter keys (`...q_proj.lora_A.weight`) under the live model's names
+    (`...q_proj.lora_A.default.weight`); keys already carrying the adapter name are kept."""
+    out: dict[str, torch.Tensor] = {}
+    for key, tensor in state.items():
+        for part in _LORA_PARTS:
+            if part in key and f"{part}{ADAPTER}." not in key:
+                key = key.replace(part, f"{part}{ADAPTER}.", 1)
+        out[key] = tensor
+    return out
+
+
+def _base_name(key: str) -> str:
+    return key.removeprefix(PEFT_PREFIX).replace(".base_layer.", ".")

@@ -1,0 +1,46 @@
+"""The loss family: policy-gradient, sequence-ratio and regulariser terms, all aggregated by one
+batch-normalised contract (`aggregate`) so micro-batch losses sum to the big-batch loss.
+
+No loss computes logprobs or entropies; the Trainer does and passes them in `LossInputs`.
+"""
+
+from ludic.training.losses.aggregation import (
+    AGGREGATIONS,
+    aggregate,
+    masked,
+    masked_seq_mean,
+    reduce_metrics,
+)
+from ludic.training.losses.composite import CompositeLoss
+from ludic.training.losses.policy_gradient import (
+    CISPOLoss,
+    ReinforceLoss,
+    TokenClippedSurrogateLoss,
+)
+from ludic.training.losses.regularizers import (
+    EntropyBonus,
+    KLEstimator,
+    KLToReferenceLoss,
+    MaskedCrossEntropyLoss,
+    kl_estimate,
+)
+from ludic.training.losses.sequence import GMPOLoss, SequenceClippedSurrogateLoss
+
+__all__ = [
+    "AGGREGATIONS",
+    "CISPOLoss",
+    "CompositeLoss",
+    "EntropyBonus",
+    "GMPOLoss",
+    "KLEstimator",
+    "KLToReferenceLoss",
+    "MaskedCrossEntropyLoss",
+    "ReinforceLoss",
+    "SequenceClippedSurrogateLoss",
+    "TokenClippedSurrogateLoss",
+    "aggregate",
+    "kl_estimate",
+    "masked",
+    "masked_seq_mean",
+    "reduce_metrics",
+]

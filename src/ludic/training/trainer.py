@@ -1,0 +1,341 @@
+"""The Trainer: the optimisation loop and nothing else.
+
+One step = pull a batch from the BatchSource, drop stale samples (`max_lag`), cap sequence
+lengths, collate, accumulate gradients over token-budget micro-batches (equal to one big batch),
+guard against nan/inf, clip, step AdamW and the LR schedule, bump the policy version, then
+publish / checkpoint / evaluate when due. Which algorithm runs is entirely the `RLAlgorithm`'s
+loss (and the source's credit assigner): there is no algorithm branch here.
+
+The step is async because batch sources are (rollout generation is); `run(n)` is the
+synchronous entry point. Where it runs is the `TrainingRuntime`'s business: one process, or
+FSDP2 under torchrun (chosen automatically), where ranks agree on batch totals, the number of
+forward/backward passes and every skip decision, so the loop below is the same for both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ludic._aio import maybe_await
+from ludic.distributed.interfaces import PolicyPublisher
+from ludic.rollouts.samples import SAWItem
+from ludic.training.algorithm_types import RLAlgorithm
+from ludic.training.batching.types import (
+    BatchSource,
+    BatchSourceExhausted,
+    SAWBatch,
+    StatefulBatchSource,
+)
+from ludic.training.checkpoint import (
+    CheckpointManager,
+    capture_rank_state,
+    rank_state_for,
+    read_checkpoint,
+    restore_rng_state,
+)
+from ludic.training.collate import cap_seq_len, collate, plan_micro_batches, trainable_action_tokens
+from ludic.training.config import TrainerConfig
+from ludic.training.distributed.runtime import TrainingRuntime, auto_runtime, run_on_main
+from ludic.training.distributed.state import optimizer_param_names
+from ludic.training.filters import drop_stale
+from ludic.training.gradients import BatchTotals, accumulate_gradients
+from ludic.training.loggers import TrainingLogger
+from ludic.training.losses import reduce_metrics
+from ludic.training.schedule import build_scheduler
+from ludic.training.stats import Reducer, aggregate_stats, default_sample_reducers
+from ludic.types import JSON
+
+logger = logging.getLogger(__name__)
+
+EvalFn = Callable[["Trainer"], Mapping[str, float] | Awaitable[Mapping[str, float]]]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+class Trainer:
+    """Optimises `model` with `algorithm.loss` on batches from `batch_source`.
+
+    `publisher` receives the weights every `config.publish_every` updates; `ref_model` feeds
+    losses that need reference logprobs (KL); `eval_fn(trainer)` returns metrics every
+    `config.eval_every` steps (logged as `eval/...`); `reducers` summarise each batch's samples
+    (default: `default_sample_reducers()`). `step` counts steps taken (skipped ones included);
+    `policy_version` counts applied updates from `config.initial_policy_version`.
+
+    `runtime` (default: `auto_runtime(config.device)`, FSDP2 under torchrun) places and shards
+    the model; a given `optimizer` must be built on the model it returns. Under FSDP every rank
+    builds the same Trainer on its own share of the data (a publisher or logger only where it
+    should act, e.g. rank 0); rank 0 writes checkpoints and publishes; `eval_fn` runs on every rank (a sharded
+    forward needs them all); sample stats are per rank, loss, grad_norm and token counts global.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        algorithm: RLAlgorithm,
+        batch_source: BatchSource,
+        config: TrainerConfig | None = None,
+        *,
+        publisher: PolicyPublisher | None = None,
+        ref_model: torch.nn.Module | None = None,
+        logger: TrainingLogger | None = None,
+        checkpoint_manager: CheckpointManager | None = None,
+        eval_fn: EvalFn | None = None,
+        reducers: Mapping[str, Reducer] | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        tokenizer: Any | None = None,
+        runtime: TrainingRuntime | None = None,
+    ) -> None:
+        self.config = config = config or TrainerConfig()
+        seed_everything(config.seed)
+        self._owns_runtime = runtime is None
+        self.runtime = runtime = runtime or auto_runtime(config.device)
+        self.device = runtime.device
+        self.model = runtime.prepare_model(model).train()
+        self.algorithm = algorithm
+        self.batch_source = batch_source
+        self.publisher = publisher
+        self._publishes = runtime.any_rank(publisher is not None)
+        self.ref_model = None if ref_model is None else ref_model.to(self.device).eval()
+        if self.ref_model is not None:
+            self.ref_model.requires_grad_(False)
+        self.logger = logger
+        self.eval_fn = eval_fn
+        self.reducers = default_sample_reducers() if reducers is None else dict(reducers)
+        self.tokenizer = tokenizer
+        self.optimizer = optimizer or torch.optim.AdamW(
+            [p for p in self.model.parameters() if p.requires_grad],
+            lr=config.lr,
+            betas=config.betas,
+            eps=config.eps,
+            weight_decay=config.weight_decay,
+        )
+        optimizer_param_names(self.model, self.optimizer)  # raises unless built on self.model
+        self.scheduler = build_scheduler(
+            self.optimizer,
+            schedule=config.lr_schedule,
+            warmup_steps=config.warmup_steps,
+            total_steps=config.total_steps,
+            min_lr_ratio=config.min_lr_ratio,
+        )
+        if checkpoint_manager is None and config.checkpoint is not None:
+            checkpoint_manager = CheckpointManager(config.checkpoint)
+        self.checkpoints = checkpoint_manager
+        self.step = 0
+        self.policy_version = config.initial_policy_version
+
+    # -- one step ---------------------------------------------------------------------------
+
+    async def train_step(self) -> dict[str, float]:
+        """One optimizer step on the next batch; returns its metrics."""
+        started = time.perf_counter()
+        batch: SAWBatch = await maybe_await(self.batch_source.next_batch())
+        batch_seconds = time.perf_counter() - started
+        items, metrics = self._select_items(batch)
+        metrics.update(self._optimize(items))
+        self.step += 1
+        metrics.update(await self._after_step(applied=not _skipped(metrics)))
+        metrics["policy_version"] = float(self.policy_version)
+        metrics["time/batch_seconds"] = batch_seconds
+        metrics["step_seconds"] = time.perf_counter() - started
+        if self.logger is not None:
+            self.logger.log(metrics, self.step)
+        return metrics
+
+    def _select_items(self, batch: SAWBatch) -> tuple[list[SAWItem], dict[str, float]]:
+        """Stale dropping, length capping and removal of samples with nothing to train on."""
+        items = list(batch.items)
+        metrics = {f"batch/{k}": float(v) for k, v in batch.stats.items()}
+        metrics["num_samples_in"] = float(len(items))
+        if self.config.max_lag is not None:
+            fresh = drop_stale(self.policy_version, self.config.max_lag)
+            kept = [item for item in items if fresh(item)]
+            metrics["dropped_stale"] = float(len(items) - len(kept))
+            items = kept
+        items = cap_seq_len(items, self.config.max_seq_len)
+        trainable = [item for item in items if trainable_action_tokens(item) > 0]
+        metrics["dropped_no_action_tokens"] = float(len(items) - len(trainable))
+        metrics["num_samples"] = float(len(trainable))
+        metrics.update(aggregate_stats(self.reducers, trainable))
+        return trainable, metrics
+
+    def _optimize(self, items: list[SAWItem]) -> dict[str, float]:
+        config, runtime = self.config, self.runtime
+        batch = collate(items, pad_token_id=config.pad_token_id) if items else None
+        plan: list[list[int]] = []
+        if batch is not None:
+            plan = plan_micro_batches(
+                batch.lengths_B.tolist(), config.micro_batch_tokens, packed=config.packing
+            )
+        local = (0.0, 0.0) if batch is None else (batch.num_action_tokens, batch.num_sequences)
+        tokens, sequences = runtime.all_reduce_sum(local)
+        passes = runtime.all_reduce_max(len(plan))
+        if tokens == 0:
+            return self._skip("skipped_empty")
+        self.optimizer.zero_grad(set_to_none=True)
+        started = time.perf_counter()
+        result = accumulate_gradients(
+            self.model,
+            self.algorithm.loss,
+            batch,
+            plan,
+            totals=BatchTotals(action_tokens=tokens, sequences=sequences),
+            num_passes=passes,
+            pad_token_id=config.pad_token_id,
+            ref_model=self.ref_model,
+            packed=config.packing,
+            device=self.device,
+            autocast_dtype=config.torch_dtype,
+            chunk_tokens=config.logprob_chunk_tokens,
+        )
+        loss, nonfinite = runtime.all_reduce_sum([result.loss, float(not result.finite)])
+        metrics = {
+            "loss": loss,
+            "num_action_tokens": tokens,
+            "num_micro_batches": float(passes),
+            **{f"loss/{k}": v for k, v in self._loss_metrics(result.metrics).items()},
+        }
+        grad_norm = (
+            math.nan if nonfinite else runtime.clip_grad_norm(self.model, config.max_grad_norm)
+        )
+        metrics["grad_norm"] = grad_norm
+        if not math.isfinite(grad_norm):
+            return {**metrics, **self._skip("skipped_nonfinite")}
+        metrics["lr"] = float(self.scheduler.get_last_lr()[0])
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.policy_version += 1
+        metrics["time/train_seconds"] = time.perf_counter() - started
+        return metrics
+
+    def _loss_metrics(self, local: dict[str, float]) -> dict[str, float]:
+        """Loss metrics are shares of batch-wide totals, so ranks combine like micro-batches."""
+        if self.runtime.world_size == 1:
+            return local
+        return reduce_metrics(self.runtime.all_gather_object(local))
+
+    def _skip(self, reason: str) -> dict[str, float]:
+        """Leave the weights untouched: drop any gradient, do not step optimizer or schedule."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if reason == "skipped_nonfinite":
+            logger.warning(
+                "step %d: non-finite loss or gradient; skipped (weights unchanged)", self.step + 1
+            )
+        return {reason: 1.0}
+
+    async def _after_step(self, *, applied: bool) -> dict[str, float]:
+        config, metrics = self.config, {}
+        updates = self.policy_version - config.initial_policy_version
+        if applied and self._publishes and updates % config.publish_every == 0:
+            started = time.perf_counter()
+            weights = self.runtime.inference_weights(self.model)  # gathers on every rank
+            if self.publisher is not None and weights is not None:
+                self.publisher.publish(weights, version=self.policy_version)
+            metrics["time/publish_seconds"] = time.perf_counter() - started
+        if self.checkpoints is not None and self.checkpoints.due(self.step):
+            self.save_checkpoint()
+        if self.eval_fn is not None and config.eval_every and self.step % config.eval_every == 0:
+            results = await maybe_await(self.eval_fn(self))
+            metrics.update({f"eval/{k}": float(v) for k, v in results.items()})
+        return metrics
+
+    # -- loops --------------------------------------------------------------------------------
+
+    async def train(self, num_steps: int, *, progress: bool = True) -> list[dict[str, float]]:
+        """Run `num_steps` steps (fewer if the source runs out); returns each step's metrics."""
+        history: list[dict[str, float]] = []
+        with tqdm(total=num_steps, desc="train", disable=not progress) as bar:
+            for _ in range(num_steps):
+                try:
+                    metrics = await self.train_step()
+                except BatchSourceExhausted as e:
+                    logger.info("batch source exhausted after %d steps: %s", self.step, e)
+                    break
+                history.append(metrics)
+                bar.update(1)
+                bar.set_postfix(loss=f"{metrics.get('loss', math.nan):.4g}")
+        return history
+
+    def run(self, num_steps: int, *, progress: bool = True) -> list[dict[str, float]]:
+        """Synchronous `train` (starts an event loop; use `await train(...)` inside one)."""
+        return asyncio.run(self.train(num_steps, progress=progress))
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    def save_checkpoint(self) -> Path:
+        """Save model, optimizer, schedule, RNG, step, version and the source's data position
+        (full states gathered from every rank, written by rank 0)."""
+        manager, runtime = self._checkpoints(), self.runtime
+        model_state = runtime.full_model_state(self.model)
+        optimizer_state = runtime.full_optimizer_state(self.model, self.optimizer)
+        rank_states = runtime.all_gather_object(capture_rank_state(self._data_state()))
+        return run_on_main(
+            runtime,
+            lambda: manager.save(
+                step=self.step,
+                model=self.model,
+                model_state=model_state,
+                optimizer_state=optimizer_state,
+                scheduler=self.scheduler,
+                policy_version=self.policy_version,
+                data_state=rank_states[0].data_state,
+                rank_states=rank_states,
+                tokenizer=self.tokenizer,
+            ),
+        )
+
+    def resume(self, path: str | Path | None = None) -> int:
+        """Restore everything `save_checkpoint` wrote (default: the latest good checkpoint), on
+        any number of ranks; returns the restored step. Continuing then matches an
+        uninterrupted run."""
+        manager, runtime = self._checkpoints(), self.runtime
+        chosen = run_on_main(runtime, lambda: manager.resolve(path))
+        checkpoint = read_checkpoint(chosen, with_weights=runtime.is_main)
+        runtime.load_model_state(self.model, checkpoint.model_state)
+        runtime.load_optimizer_state(self.model, self.optimizer, checkpoint.optimizer_state)
+        if checkpoint.scheduler_state is not None:
+            self.scheduler.load_state_dict(checkpoint.scheduler_state)
+        own = rank_state_for(checkpoint, runtime.rank, runtime.world_size)
+        if own.rng_json is not None:
+            restore_rng_state(own.rng_json, own.rng_tensors)
+        if isinstance(self.batch_source, StatefulBatchSource):
+            self.batch_source.load_state_dict(own.data_state)
+        self.step = checkpoint.step
+        self.policy_version = checkpoint.policy_version
+        return self.step
+
+    def _checkpoints(self) -> CheckpointManager:
+        if self.checkpoints is None:
+            raise ValueError("no checkpoint manager: set TrainerConfig.checkpoint")
+        return self.checkpoints
+
+    def _data_state(self) -> JSON:
+        source = self.batch_source
+        return source.state_dict() if isinstance(source, StatefulBatchSource) else {}
+
+    def close(self) -> None:
+        """Close the logger, and the runtime when the Trainer created it."""
+        if self.logger is not None:
+            self.logger.close()
+        if self._owns_runtime:
+            self.runtime.close()
+
+
+def _skipped(metrics: Mapping[str, float]) -> bool:
+    return bool(metrics.get("skipped_empty") or metrics.get("skipped_nonfinite"))

@@ -1,0 +1,231 @@
+"""PNG plots of a training metrics JSONL (one `{"step": ..., <metric>: ...}` object per line):
+one panel per metric family found (reward, loss, KL, clip fraction, entropy, completion length).
+
+matplotlib (Agg backend, no display) is imported only when plotting. It plots what the file
+holds; it does not compute new metrics beyond an optional EMA smoothing for display.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import tyro
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+MetricRecord = Mapping[str, Any]
+# (panel title, pattern a metric name must match); a metric goes to the first panel it matches.
+PANEL_FAMILIES: tuple[tuple[str, str], ...] = (
+    ("Reward", r"reward"),
+    ("Loss", r"(^|[/_])loss($|[/_])"),
+    ("KL", r"(^|[/_])kl($|[/_])"),
+    ("Clip fraction", r"clip_?frac"),
+    ("Entropy", r"entropy"),
+    ("Completion length", r"completion_(len|length|tokens)|response_len"),
+)
+_NOT_METRICS = frozenset({"step", "time", "timestamp"})
+_DPI = 100
+_MARKER_BELOW = 40  # sparse series (e.g. eval every N steps) get point markers
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Panel:
+    """One axes: a title and the metric names drawn on it."""
+
+    title: str
+    keys: tuple[str, ...]
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a metrics JSONL; a record without "step" gets its line position."""
+    records: list[dict[str, Any]] = []
+    with Path(path).open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(
+                    f"{path}:{lineno}: not a JSON metrics record ({e}); the file may have been "
+                    "cut off mid-write: drop the damaged line"
+                ) from e
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}:{lineno}: expected a JSON object per line")
+            record.setdefault("step", len(records))
+            records.append(record)
+    return records
+
+
+def metric_panels(records: Sequence[MetricRecord], keys: Sequence[str] = ()) -> list[Panel]:
+    """Panels for `keys` (one each), or one per metric family present in `records`."""
+    present = _numeric_keys(records)
+    if keys:
+        missing = [k for k in keys if k not in present]
+        if missing:
+            raise ValueError(f"metrics {missing} are not in the file; it has {sorted(present)}")
+        return [Panel(title=k, keys=(k,)) for k in keys]
+    grouped: dict[str, list[str]] = {title: [] for title, _ in PANEL_FAMILIES}
+    for key in sorted(present):
+        for title, pattern in PANEL_FAMILIES:
+            if re.search(pattern, key):
+                grouped[title].append(key)
+                break
+    return [Panel(title=t, keys=tuple(ks)) for t, ks in grouped.items() if ks]
+
+
+def metrics_figure(
+    records: Sequence[MetricRecord],
+    panels: Sequence[Panel] | None = None,
+    *,
+    smooth: float = 0.0,
+    title: str | None = None,
+) -> Figure:
+    """A figure with one axes per panel (up to 3 per row), each metric against step.
+
+    `smooth` in [0, 1) draws an exponential moving average over the raw (faint) curve.
+    """
+    if not 0.0 <= smooth < 1.0:
+        raise ValueError(f"smooth must be in [0, 1), got {smooth}")
+    panels = list(panels) if panels is not None else metric_panels(records)
+    if not panels:
+        raise ValueError(
+            "no plottable metrics: expected keys such as loss, reward/mean, kl, clip_frac, "
+            f"entropy, completion_len; the records have {sorted(_numeric_keys(records))}"
+        )
+    from matplotlib.figure import Figure  # Figure without pyplot: no global state, no display
+
+    ncols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / ncols)
+    fig = Figure(figsize=(5.2 * ncols, 3.4 * nrows), layout="constrained")
+    if title:
+        fig.suptitle(title, fontweight="bold")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, panel in zip(axes, panels, strict=False):
+        for key in panel.keys:
+            steps, values = _series(records, key)
+            marker = "o" if len(steps) < _MARKER_BELOW else None
+            if smooth > 0:
+                (raw,) = ax.plot(steps, values, alpha=0.25, linewidth=1)
+                ax.plot(
+                    steps, _ema(values, smooth), color=raw.get_color(), label=key, marker=marker
+                )
+            else:
+                ax.plot(steps, values, label=key, marker=marker, markersize=3)
+        ax.set_title(panel.title, fontsize=11, fontweight="bold", loc="left")
+        ax.set_xlabel("step")
+        ax.grid(True, alpha=0.3)
+        ax.spines[["top", "right"]].set_visible(False)
+        if len(panel.keys) > 1:
+            ax.legend(fontsize=8, frameon=False)
+        elif panel.keys[0] != panel.title:
+            ax.set_title(panel.keys[0], fontsize=8, color="grey", loc="right")
+    for ax in axes[len(panels) :]:
+        fig.delaxes(ax)
+    return fig
+
+
+def plot_metrics(
+    metrics_jsonl: str | Path,
+    out: str | Path,
+    *,
+    keys: Sequence[str] = (),
+    smooth: float = 0.0,
+) -> list[Path]:
+    """Write PNGs of a metrics JSONL. `out` ending in .png: one figure with every panel; else
+    a directory: metrics.png (every panel) plus one <panel>.png each. Returns the paths."""
+    records = read_metrics(metrics_jsonl)
+    panels = metric_panels(records, keys)
+    title = Path(metrics_jsonl).name
+    out = Path(out)
+    if out.suffix.lower() == ".png":
+        out.parent.mkdir(parents=True, exist_ok=True)
+        metrics_figure(records, panels, smooth=smooth, title=title).savefig(out, dpi=_DPI)
+        return [out]
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "metrics.png"]
+    metrics_figure(records, panels, smooth=smooth, title=title).savefig(paths[0], dpi=_DPI)
+    for panel in panels:
+        path = out / f"{_slug(panel.title)}.png"
+        metrics_figure(records, [panel], smooth=smooth).savefig(path, dpi=_DPI)
+        paths.append(path)
+    return paths
+
+
+def _numeric_keys(records: Sequence[MetricRecord]) -> set[str]:
+    return {
+        k
+        for r in records
+        for k, v in r.items()
+        if k not in _NOT_METRICS and _as_float(v) is not None and math.isfinite(_as_float(v) or 0)
+    }
+
+
+def _series(records: Sequence[MetricRecord], key: str) -> tuple[list[float], list[float]]:
+    steps: list[float] = []
+    values: list[float] = []
+    for r in records:
+        value = _as_float(r.get(key))
+        step = _as_float(r.get("step"))
+        if value is not None and step is not None:
+            steps.append(step)
+            values.append(value)
+    return steps, values
+
+
+def _as_float(value: object) -> float | None:
+    """Numbers and the strings "nan" / "inf" the JSONL logger writes; None for the rest."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str) and value.lower() in ("nan", "inf", "-inf", "infinity", "-infinity"):
+        return float(value)
+    return None
+
+
+def _ema(values: Sequence[float], alpha: float) -> list[float]:
+    out: list[float] = []
+    avg: float | None = None
+    for v in values:
+        if math.isfinite(v):
+            avg = v if avg is None else alpha * avg + (1 - alpha) * v
+        out.append(avg if avg is not None else v)
+    return out
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_") or "metric"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlotConfig:
+    """Plot a training metrics JSONL as PNG curves against step."""
+
+    metrics: Annotated[Path, tyro.conf.Positional]
+    """Metrics JSONL written by the Trainer (one JSON object per step)."""
+    out: Path | None = None
+    """A .png file, or a directory for metrics.png plus one PNG per panel (default: a
+    `plots` directory next to the metrics file)."""
+    keys: tuple[str, ...] = ()
+    """Plot exactly these metrics, one panel each (default: the known families found)."""
+    smooth: float = 0.0
+    """EMA smoothing in [0, 1) drawn over the raw curves (0: off)."""
+
+
+def plot_command(cfg: PlotConfig, *, console: Console | None = None) -> list[Path]:
+    """`ludic plot`: write the PNGs and list them."""
+    out = cfg.out or cfg.metrics.parent / "plots"
+    paths = plot_metrics(cfg.metrics, out, keys=cfg.keys, smooth=cfg.smooth)
+    console = console or Console()
+    for path in paths:
+        console.print(f"wrote [bold]{path}[/bold]")
+    return paths

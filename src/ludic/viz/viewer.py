@@ -1,0 +1,156 @@
+"""The rollout viewer: one self-contained HTML file to browse episodes, their turns, and the
+tokens training sees (action mask, weights, snapshot boundaries).
+
+The page embeds its data as JSON and needs no network or server; open it in any browser. It
+is read-only: it does not edit, re-run or score rollouts.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import tyro
+from rich.console import Console
+
+from ludic.rollouts import SAWItem, read_rollouts_jsonl
+from ludic.types import JSON, Rollout
+from ludic.viz._viewer_js import JS
+from ludic.viz._viewer_page import CSS, PAGE_TEMPLATE
+from ludic.viz.tokens import TokenizerLike, resolve_decoder
+from ludic.viz.view_model import build_view
+
+RolloutSource = str | Path | Iterable[Rollout]
+SampleSource = str | Path | Iterable[SAWItem]
+
+
+def write_viewer(
+    rollouts: RolloutSource,
+    out_html: str | Path,
+    samples: SampleSource | None = None,
+    tokenizer: TokenizerLike | str | None = None,
+    *,
+    title: str | None = None,
+    max_episodes: int | None = None,
+) -> Path:
+    """Write the viewer page for `rollouts` (a JSONL path or Rollout objects) to `out_html`.
+
+    - `samples`: the SAWItems built from these rollouts (objects or a JSONL of
+      `SAWItem.to_dict()` lines) to show their weights; without them the token masks are
+      rebuilt from the rollouts' traces and weights show as n/a.
+    - `tokenizer`: decodes token ids (an HF tokenizer, a tokenizer directory, "bytes" for
+      ScriptedClient ids, or "ids"); None auto-detects byte-level ids, else shows ids.
+    - `max_episodes`: keep only the first N episodes (large files make large pages).
+    """
+    source = str(rollouts) if isinstance(rollouts, str | Path) else None
+    episodes = _load_rollouts(rollouts)
+    if max_episodes is not None:
+        episodes = episodes[:max_episodes]
+    items = None if samples is None else _load_samples(samples)
+    decode, decoder_name = resolve_decoder(tokenizer, episodes)
+    data: JSON = {
+        "title": title or "",
+        "source": source,
+        "generated": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "tokenizer": decoder_name,
+        "episodes": build_view(episodes, items, decode),
+    }
+    out = Path(out_html)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_html(data, title=title or "ludic rollouts"), encoding="utf-8")
+    return out
+
+
+def render_html(data: JSON, *, title: str) -> str:
+    """The page with `data` embedded as JSON (escaped so no string can close the script)."""
+    page = PAGE_TEMPLATE.replace("__TITLE__", html.escape(title))
+    page = page.replace("__CSS__", CSS).replace("__JS__", JS)
+    return page.replace("__DATA__", embed_json(data))
+
+
+def embed_json(data: object) -> str:
+    """JSON safe inside `<script type="application/json">`: `<`, `>` and `&` become `\\u`
+    escapes (so `</script>` or `<!--` in a string cannot end the element), as do U+2028/9."""
+    text = json.dumps(data, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    for raw, escaped in (
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("&", "\\u0026"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
+        text = text.replace(raw, escaped)
+    return text
+
+
+def _load_rollouts(rollouts: RolloutSource) -> list[Rollout]:
+    if isinstance(rollouts, str | Path):
+        path = Path(rollouts)
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"no rollout file at {path}; pass a JSONL written by the RolloutEngine's "
+                "jsonl_log or `ludic eval` (rollouts.jsonl)"
+            )
+        return read_rollouts_jsonl(path)
+    out = list(rollouts)
+    for r in out:
+        if not isinstance(r, Rollout):
+            raise TypeError(f"write_viewer expects Rollout objects, got {type(r).__name__}")
+    return out
+
+
+def _load_samples(samples: SampleSource) -> list[SAWItem]:
+    if not isinstance(samples, str | Path):
+        return list(samples)
+    items: list[SAWItem] = []
+    with Path(samples).open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                items.append(SAWItem.from_dict(json.loads(line)))
+            except (json.JSONDecodeError, KeyError, ValueError) as e:
+                raise ValueError(
+                    f"{samples}:{lineno}: not a SAWItem record ({e}); expected "
+                    "SAWItem.to_dict() lines"
+                ) from e
+    return items
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ViewConfig:
+    """Write a self-contained HTML page to browse rollouts."""
+
+    rollouts: Annotated[Path, tyro.conf.Positional]
+    """Rollouts JSONL (RolloutEngine jsonl_log, or rollouts.jsonl from `ludic eval`)."""
+    out: Path | None = None
+    """Output HTML file (default: next to the rollouts, with a .html suffix)."""
+    samples: Path | None = None
+    """Optional JSONL of SAWItem.to_dict() lines, to show per-sample weights."""
+    tokenizer: str | None = None
+    """Tokenizer or model directory to decode token ids; 'bytes' for ScriptedClient ids;
+    default: auto-detect byte-level ids, else show ids."""
+    title: str | None = None
+    """Page title."""
+    max_episodes: int | None = None
+    """Show only the first N episodes."""
+
+
+def view_command(cfg: ViewConfig, *, console: Console | None = None) -> Path:
+    """`ludic view`: write the page and print where it is."""
+    out = cfg.out or cfg.rollouts.with_suffix(".html")
+    path = write_viewer(
+        cfg.rollouts,
+        out,
+        samples=cfg.samples,
+        tokenizer=cfg.tokenizer,
+        title=cfg.title,
+        max_episodes=cfg.max_episodes,
+    )
+    (console or Console()).print(f"wrote [bold]{path}[/bold] (open it in a browser)")
+    return path

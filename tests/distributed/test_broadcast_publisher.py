@@ -1,0 +1,191 @@
+"""BroadcastPolicyPublisher against the embedded server app in process (FastAPI TestClient,
+real gloo group): pushes change the served weights and version, bad pushes are caught."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import torch
+from distributed_fakes import SPEC, TOKEN, InPlaceEngine, nudge_
+from fastapi.testclient import TestClient
+
+from ludic.distributed import (
+    BroadcastPolicyPublisher,
+    PolicyPublisher,
+    PublishVerificationError,
+    WeightPushError,
+)
+from ludic.inference.engine import EmbeddedEngine
+from ludic.inference.server import create_app
+from ludic.models import build_tiny_model
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]
+
+
+@dataclass
+class Rig:
+    trainer_model: torch.nn.Module
+    engine: EmbeddedEngine
+    client: TestClient
+    sabotage: dict[str, str]
+
+    def publisher(self, **kwargs: object) -> BroadcastPolicyPublisher:
+        return BroadcastPolicyPublisher(
+            "http://testserver",
+            TOKEN,
+            http=self.client,
+            timeout_s=20,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+
+@pytest.fixture(params=["buffered", "in_place"])
+def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
+    model, tokenizer = build_tiny_model(seed=0, spec=SPEC)
+    engine_class = InPlaceEngine if request.param == "in_place" else EmbeddedEngine
+    engine = engine_class(copy.deepcopy(model), tokenizer)
+    sabotage = {"mode": "none"}
+    _sabotage(engine, sabotage)
+    app = create_app(engine, model_name="tiny", token=TOKEN)  # mounts /ludic/weights/*
+    with TestClient(app, base_url="http://testserver") as client:
+        yield Rig(model, engine, client, sabotage)
+    engine.close()
+
+
+def _sabotage(engine: EmbeddedEngine, sabotage: dict[str, str]) -> None:
+    """skip_load: receive the bytes but keep the old weights, still bump the version;
+    skip_all: keep the old weights and version, report success."""
+    update_weights = engine.update_weights
+
+    def sabotaged_update(state: Any, *, version: int | None = None, strict: bool = True) -> int:
+        if sabotage["mode"] == "skip_load":
+            return update_weights({}, version=version, strict=False)
+        if sabotage["mode"] == "skip_all":
+            return version if version is not None else 0
+        return update_weights(state, version=version, strict=strict)
+
+    engine.update_weights = sabotaged_update  # type: ignore[method-assign]
+    if isinstance(engine, InPlaceEngine):
+        in_place = engine.update_weights_in_place
+
+        def sabotaged_in_place(fill: Any, *, version: int | None = None) -> int:
+            if sabotage["mode"] == "none":
+                return in_place(fill, version=version)
+            old = {k: v.clone() for k, v in engine.model.state_dict().items()}
+
+            def fill_then_undo(model: torch.nn.Module) -> None:
+                fill(model)
+                model.load_state_dict(old)
+
+            if sabotage["mode"] == "skip_all":
+                in_place(fill_then_undo, version=engine.policy_version)
+                return version if version is not None else 0
+            return in_place(fill_then_undo, version=version)
+
+        engine.update_weights_in_place = sabotaged_in_place  # type: ignore[method-assign]
+
+
+def _served_equals(rig: Rig, model: torch.nn.Module) -> bool:
+    served = rig.engine.model.state_dict()
+    return all(torch.equal(served[n], t) for n, t in model.state_dict().items())
+
+
+def test_push_changes_served_weights_version_and_outputs(rig: Rig) -> None:
+    publisher = rig.publisher(bucket_mb=0.01)  # ~10 KB buckets: many broadcasts
+    assert isinstance(publisher, PolicyPublisher)
+    probe = [3, 14, 15, 92, 65]
+    before = rig.engine.logprobs(probe)
+    nudge_(rig.trainer_model, 0.05)
+    publisher.publish(rig.trainer_model, version=1)
+    assert rig.engine.policy_version == 1 and _served_equals(rig, rig.trainer_model)
+    assert rig.engine.logprobs(probe) != before
+    stats = publisher.last_push
+    assert stats is not None and stats.num_buckets > 3 and stats.version == 1
+    assert stats.num_bytes == sum(t.numel() * 4 for t in rig.trainer_model.state_dict().values())
+    nudge_(rig.trainer_model, -0.02)
+    publisher.publish(rig.trainer_model.state_dict(), version=2)  # a state dict works too
+    assert rig.engine.policy_version == 2 and _served_equals(rig, rig.trainer_model)
+    publisher.close()
+
+
+def test_bfloat16_wire_dtype_arrives_rounded(rig: Rig) -> None:
+    publisher = rig.publisher(wire_dtype=torch.bfloat16, atol=0.1)
+    nudge_(rig.trainer_model, 0.05)
+    publisher.publish(rig.trainer_model, version=1)
+    for name, tensor in rig.trainer_model.state_dict().items():
+        expected = tensor.to(torch.bfloat16).float()
+        assert torch.equal(rig.engine.model.state_dict()[name], expected), name
+    publisher.close()
+
+
+def test_skipped_load_is_caught_by_the_probe(rig: Rig) -> None:
+    publisher = rig.publisher()
+    nudge_(rig.trainer_model, 0.05)
+    publisher.publish(rig.trainer_model, version=1)
+    rig.sabotage["mode"] = "skip_load"
+    nudge_(rig.trainer_model, 0.05)
+    with pytest.raises(PublishVerificationError, match="probe logprobs differ") as info:
+        publisher.publish(rig.trainer_model, version=2)
+    assert "policy version" not in str(info.value)  # the version did move: only the probe
+    assert rig.engine.policy_version == 2
+
+
+def test_state_dict_pushes_are_probed_with_the_probe_model(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The Trainer publishes state dicts: the probe then runs the trainer's live model.
+    publisher = rig.publisher(probe_model=rig.trainer_model)
+    rig.sabotage["mode"] = "skip_load"
+    nudge_(rig.trainer_model, 0.05)
+    with pytest.raises(PublishVerificationError, match="probe logprobs differ"):
+        publisher.publish(dict(rig.trainer_model.state_dict()), version=1)
+    blind = rig.publisher()  # no probe model: only the version can be checked, and it says so
+    with caplog.at_level("WARNING"):
+        blind.publish(dict(rig.trainer_model.state_dict()), version=2)
+    assert "only the served version is verified" in caplog.text
+
+
+def test_sync_that_did_nothing_reports_version_and_probe(rig: Rig) -> None:
+    publisher = rig.publisher()
+    rig.sabotage["mode"] = "skip_all"
+    nudge_(rig.trainer_model, 0.05)
+    with pytest.raises(PublishVerificationError) as info:
+        publisher.publish(rig.trainer_model, version=1)
+    assert "reports policy version 0, expected 1" in str(info.value)
+    assert "probe logprobs differ" in str(info.value)
+
+
+def test_architecture_mismatch_is_refused_before_any_byte(rig: Rig) -> None:
+    publisher = rig.publisher()
+    state = dict(rig.trainer_model.state_dict())
+    state["lm_head.weight"] = torch.zeros(3, 3)
+    with pytest.raises(WeightPushError, match=r"400.*lm_head.weight: sent \(3, 3\)"):
+        publisher.publish(state, version=1)
+    # the group is still usable: the next good push goes through
+    publisher.publish(rig.trainer_model, version=1)
+    assert rig.engine.policy_version == 1
+
+
+def test_wrong_token_fails_fast(rig: Rig) -> None:
+    publisher = BroadcastPolicyPublisher("http://testserver", "nope", http=rig.client)
+    with pytest.raises(WeightPushError, match="401"):
+        publisher.publish(rig.trainer_model, version=1)
+
+
+def test_reconnects_after_the_server_drops_the_group(rig: Rig) -> None:
+    publisher = rig.publisher()
+    publisher.publish(rig.trainer_model, version=1)
+    publisher.close()  # the server forgets the group; the next publish joins a new one
+    nudge_(rig.trainer_model, 0.05)
+    publisher.publish(rig.trainer_model, version=2)
+    assert rig.engine.policy_version == 2 and _served_equals(rig, rig.trainer_model)
+
+
+def test_non_zero_ranks_return_without_contacting_the_server(rig: Rig) -> None:
+    publisher = BroadcastPolicyPublisher("http://127.0.0.1:9", TOKEN, rank=1)  # nothing listens
+    publisher.publish(rig.trainer_model, version=1)
+    assert publisher.last_push is None

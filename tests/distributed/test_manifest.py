@@ -1,0 +1,123 @@
+"""Weight manifests: bucket planning, JSON round trip, validation and (un)flattening."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from ludic.distributed.manifest import (
+    ManifestError,
+    WeightManifest,
+    check_against,
+    flatten_into,
+    plan_manifest,
+    unflatten,
+)
+
+
+def _state() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {
+        "a": torch.randn(4, 4, generator=g),  # 64 bytes
+        "b": torch.randn(8, generator=g),  # 32 bytes
+        "half": torch.randn(6, generator=g).to(torch.bfloat16),  # 12 bytes
+        "big": torch.randn(40, generator=g),  # 160 bytes: alone
+        "c": torch.randn(2, 3, generator=g),  # 24 bytes
+        "steps": torch.arange(3),  # int64, 24 bytes
+    }
+
+
+def test_plan_packs_per_dtype_and_sends_big_tensors_alone() -> None:
+    manifest = plan_manifest(_state(), version=7, bucket_bytes=100)
+    layout = [
+        (b.dtype, [e.name for e in entries])
+        for b, entries in zip(manifest.buckets, manifest.bucket_entries(), strict=True)
+    ]
+    # a (64) + b (32) = 96 <= 100; "big" cannot join (96 + 160 > 100) and fills its own
+    # bucket; "c" then opens a new float32 bucket. bfloat16 and int64 get their own buckets.
+    assert layout == [
+        ("float32", ["a", "b"]),
+        ("bfloat16", ["half"]),
+        ("float32", ["big"]),
+        ("float32", ["c"]),
+        ("int64", ["steps"]),
+    ]
+    assert manifest.total_bytes == 64 + 32 + 12 + 160 + 24 + 24
+    assert manifest.version == 7 and manifest.full
+
+
+def test_big_tensors_travel_alone_without_splitting_small_ones() -> None:
+    # alone_bytes=30: a (64), b (32), big (160) travel alone; half, c, steps pack as before
+    manifest = plan_manifest(_state(), version=0, bucket_bytes=100, alone_bytes=30)
+    layout = [[e.name for e in entries] for entries in manifest.bucket_entries()]
+    assert layout == [["a"], ["b"], ["half"], ["big"], ["c"], ["steps"]]
+    state = {f"small{i}": torch.zeros(2) for i in range(3)}
+    state = {"small0": state["small0"], "big": torch.zeros(50), **state}
+    manifest = plan_manifest(state, version=0, bucket_bytes=100, alone_bytes=40)
+    layout = [[e.name for e in entries] for entries in manifest.bucket_entries()]
+    assert layout == [["small0", "small1", "small2"], ["big"]]
+
+
+def test_json_round_trip_is_exact() -> None:
+    manifest = plan_manifest(_state(), version=3, bucket_bytes=100, full=False)
+    assert WeightManifest.from_json(manifest.to_json()) == manifest
+
+
+def test_flatten_then_unflatten_restores_every_tensor() -> None:
+    state = _state()
+    manifest = plan_manifest(state, version=0, bucket_bytes=100)
+    restored: dict[str, torch.Tensor] = {}
+    for bucket, entries in zip(manifest.buckets, manifest.bucket_entries(), strict=True):
+        flat_N = torch.empty(bucket.numel, dtype=state[entries[0].name].dtype)
+        restored.update(unflatten(flatten_into(flat_N, entries, state), entries))
+    assert restored.keys() == state.keys()
+    for name, tensor in state.items():
+        assert torch.equal(restored[name], tensor), name
+
+
+def _bad(change: dict[str, Any]) -> dict[str, Any]:
+    data = plan_manifest(_state(), version=1, bucket_bytes=100).to_json()
+    return {**data, **change}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"version": -1}, "version must be an int >= 0"),
+        ({"version": "1"}, "version must be an int >= 0"),
+        ({"full": "yes"}, "'full' must be a bool"),
+        ({"buckets": [["float32", 24], ["complex64", 6]]}, "unsupported dtype"),
+        ({"tensors": [["a", "float32", [4, 4], 9, 0]]}, "bucket 9, which does not exist"),
+        ({"tensors": [["a", "float32", [4, -4], 0, 0]]}, "dimension of a must be an int >= 0"),
+        ({"tensors": [["a", "float32", [4, 4], 0, 0], ["a", "float32", [2], 0, 16]]}, "twice"),
+        ({"tensors": [["a", "float32", [4, 4], 0, 3]]}, "does not start where"),
+        ({"tensors": [["a", "bfloat16", [4, 4], 0, 0]]}, "its bucket holds float32"),
+        ({"buckets": [["float32", 5]], "tensors": [["a", "float32", [4], 0, 0]]}, "holds 5"),
+        ({"tensors": "nope"}, "malformed weight manifest"),
+    ],
+)
+def test_from_json_rejects_malformed_manifests(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ManifestError, match=message):
+        WeightManifest.from_json(_bad(change))
+
+
+def test_check_against_names_what_does_not_match() -> None:
+    state = _state()
+    shapes = {name: tuple(t.shape) for name, t in state.items()}
+    manifest = plan_manifest(state, version=0, bucket_bytes=100)
+    check_against(manifest, shapes)  # matches
+    with pytest.raises(ManifestError, match=r"does not have, e.g. \[.a.\]"):
+        check_against(manifest, {k: v for k, v in shapes.items() if k != "a"})
+    with pytest.raises(ManifestError, match="b: sent \\(8,\\), served \\(9,\\)"):
+        check_against(manifest, {**shapes, "b": (9,)})
+    partial = plan_manifest({"a": state["a"]}, version=0, bucket_bytes=100)
+    with pytest.raises(ManifestError, match="a full push misses 5 tensors"):
+        check_against(partial, shapes)
+    check_against(plan_manifest({"a": state["a"]}, version=0, bucket_bytes=100, full=False), shapes)
+
+
+def test_unsupported_dtype_is_refused_when_planning() -> None:
+    with pytest.raises(ManifestError, match="cannot be published"):
+        plan_manifest({"z": torch.zeros(2, dtype=torch.complex64)}, version=0, bucket_bytes=10)

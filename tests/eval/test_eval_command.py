@@ -1,0 +1,121 @@
+"""`ludic eval` end to end on the embedded engine over the tiny local model: a user env given
+as `module:factory`, records and a summary table written, then viewed with the real tokenizer."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from ludic.eval.command import (
+    EvalConfig,
+    import_object,
+    resolve_env_factory,
+    resolve_parser,
+    run_eval_command,
+)
+from ludic.parsers import identity_parser
+from ludic.viz import ViewConfig, view_command
+
+
+def test_eval_command_on_tiny_model_then_view(tmp_path: Path) -> None:
+    from ludic.models import tiny_model_dir
+
+    console = Console(record=True, width=100)
+    cfg = EvalConfig(
+        env="eval_fakes:QuizEnv",
+        env_kwargs='{"hint": "close"}',
+        model=str(tiny_model_dir()),
+        num_problems=2,
+        samples_per_problem=2,
+        max_steps=1,
+        max_tokens=4,
+        temperature=0.0,
+        out_dir=tmp_path / "eval",
+        progress=False,
+    )
+    result = run_eval_command(cfg, console=console)
+    assert len(result.episodes) == 4 and not any(e.failed for e in result.episodes)
+    assert [e.env_seed for e in result.episodes] == [0, 0, 1, 1]
+    assert result.metrics["episodes"] == 4 and "pass@2" in result.metrics
+    text = console.export_text()
+    assert "ludic eval: eval_fakes:QuizEnv" in text and "pass@2" in text
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+    assert metrics == pytest.approx(result.metrics)
+    steps = (tmp_path / "eval" / "steps.jsonl").read_text().splitlines()
+    assert len(steps) == 4 and all(json.loads(s)["completion_tokens"] <= 4 for s in steps)
+
+    page = view_command(
+        ViewConfig(rollouts=tmp_path / "eval" / "rollouts.jsonl", tokenizer=str(cfg.model)),
+        console=console,
+    )
+    html = page.read_text()
+    assert page.suffix == ".html" and '"tokenizer":"' + Path(str(cfg.model)).name in html
+
+
+def test_env_and_parser_resolution_errors() -> None:
+    assert resolve_env_factory("eval_fakes:QuizEnv").__name__ == "QuizEnv"
+    with pytest.raises(ValueError, match="not an import string"):
+        import_object("eval_fakes")
+    with pytest.raises(ValueError, match="has no attribute 'Nope'"):
+        resolve_env_factory("eval_fakes:Nope")
+    with pytest.raises(ValueError, match="cannot import module"):
+        resolve_env_factory("no_such_module_xyz:Env")
+    with pytest.raises(ValueError, match=r"unknown env .no-such-env.|no built-in env registry"):
+        resolve_env_factory("no-such-env")
+    assert resolve_parser("auto") is identity_parser
+    assert resolve_parser("xml:move")("<move>a</move>").action == "a"
+    assert resolve_parser("boxed")(r"\boxed{7}").action == "7"
+    with pytest.raises(ValueError, match="unknown parser"):
+        resolve_parser("regex")
+    with pytest.raises(ValueError, match="JSON object"):
+        run_eval_command(EvalConfig(env="eval_fakes:QuizEnv", env_kwargs="[1]"))
+
+
+def test_eval_command_against_an_openai_compatible_server(tmp_path: Path) -> None:
+    import uvicorn
+
+    from ludic.inference.engine import EmbeddedEngine
+    from ludic.inference.server import create_app
+    from ludic.models import tiny_model_dir
+
+    engine = EmbeddedEngine.from_pretrained(tiny_model_dir())
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(engine, model_name="tiny"), log_level="error")
+    )
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not server.started:
+            assert time.monotonic() < deadline, "the test server did not start"
+            time.sleep(0.05)
+        result = run_eval_command(
+            EvalConfig(
+                env="eval_fakes:QuizEnv",
+                server_url=f"http://127.0.0.1:{port}/v1",
+                served_model="tiny",
+                num_problems=2,
+                max_steps=1,
+                max_tokens=4,
+                out_dir=tmp_path / "eval",
+                progress=False,
+            ),
+            console=Console(record=True),
+        )
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        engine.close()
+        sock.close()
+    assert [e.failed for e in result.episodes] == [False, False], result.episodes
+    calls = [s for r in result.rollouts for s in r.agent_steps]
+    assert all(s.trace is not None and 0 < len(s.trace.completion_token_ids) <= 4 for s in calls)

@@ -1,0 +1,171 @@
+"""vLLM server extension: the parts that run without a GPU, and a GPU test that skips here."""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import httpx
+import pytest
+import torch
+import uvicorn
+from fastapi import FastAPI
+
+from ludic.inference import vllm_server
+from ludic.models import tiny_model_dir
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+HAS_CUDA = torch.cuda.is_available()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="vLLM is installed")
+def test_using_it_without_vllm_raises_a_clear_import_error() -> None:
+    with pytest.raises(ImportError, match="needs vLLM and a CUDA GPU"):
+        vllm_server.main(["model"])
+    with pytest.raises(ImportError, match="embedded server"):
+        vllm_server.start_vllm_server("model")
+
+
+def test_serve_args_add_extensions_and_keep_user_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(vllm_server.TOKEN_ENV, raising=False)
+    args = vllm_server.vllm_serve_args(
+        ["m", "--ludic-token", "s3cret", "--logprobs-mode=raw_logprobs"]
+    )
+    assert "--ludic-token" not in args and "s3cret" not in args
+    assert vllm_server.os.environ[vllm_server.TOKEN_ENV] == "s3cret"
+    assert args[args.index("--worker-extension-cls") + 1].endswith(".WeightSyncWorkerExtension")
+    assert args[args.index("--logits-processors") + 1].endswith(":MaxThinkLogitsProcessor")
+    assert args[args.index("--middleware") + 1].endswith(".ludic_middleware")
+    assert args.count("--logprobs-mode=raw_logprobs") == 1 and "--logprobs-mode" not in args
+    assert args[args.index("--generation-config") + 1] == "vllm"
+
+
+def make_processor() -> vllm_server.MaxThinkLogitsProcessor:
+    model_config = SimpleNamespace(tokenizer=str(tiny_model_dir()), trust_remote_code=False)
+    return vllm_server.MaxThinkLogitsProcessor(
+        SimpleNamespace(model_config=model_config), "cpu", False
+    )
+
+
+def test_max_think_processor_forces_close_only_when_thinking_is_open() -> None:
+    proc = make_processor()
+    (open_id,), (close_id,) = proc.open_ids, proc.close_ids
+    thinking, closed, plain = [5, 6], [5, 6], [7]
+    params = SimpleNamespace(extra_args={"max_think": 2})
+    update = SimpleNamespace(
+        removed=[],
+        added=[
+            (0, params, [1, open_id], thinking),
+            (1, params, [1, open_id, 9, close_id], closed),
+            (2, SimpleNamespace(extra_args=None), [1, open_id], plain),
+        ],
+        moved=[],
+    )
+    proc.update_state(update)  # type: ignore[arg-type]
+    logits = torch.zeros(3, 600)
+    out = proc.apply(logits.clone())
+    assert out[0].argmax() == close_id and torch.isinf(out[0]).sum() == 599
+    assert torch.equal(out[1], logits[1]) and torch.equal(out[2], logits[2])
+    thinking.append(close_id)  # vLLM appends to the live list; the close sequence is done
+    assert torch.equal(proc.apply(logits.clone())[0], logits[0])
+    proc.update_state(SimpleNamespace(removed=[0], added=[], moved=[]))  # type: ignore[arg-type]
+    assert 0 not in proc.rows
+    with pytest.raises(ValueError, match="max_think"):
+        vllm_server.MaxThinkLogitsProcessor.validate_params(
+            SimpleNamespace(extra_args={"max_think": 0})
+        )
+
+
+@pytest.fixture
+def tiny_health_server() -> Iterator[str]:
+    app = FastAPI()
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(timeout=10)
+
+
+def test_wait_for_health(tiny_health_server: str) -> None:
+    vllm_server.wait_for_health(tiny_health_server + "/v1", timeout_s=30)
+    with pytest.raises(TimeoutError, match="did not report healthy"):
+        vllm_server.wait_for_health(f"http://127.0.0.1:{free_port()}", timeout_s=1)
+    dead = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    dead.wait()
+    with pytest.raises(RuntimeError, match="exited with code 3"):  # not TimeoutError
+        vllm_server.wait_for_health(f"http://127.0.0.1:{free_port()}", timeout_s=60, process=dead)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not (HAS_VLLM and HAS_CUDA), reason="needs vLLM and a CUDA GPU")
+async def test_vllm_server_tokens_logprobs_and_nccl_weight_sync(tmp_path: object) -> None:
+    from ludic.distributed import BroadcastPolicyPublisher
+    from ludic.inference import ChatRequest, SamplingConfig
+    from ludic.inference.openai_client import OpenAICompatibleClient
+    from ludic.models import load_tiny_model
+
+    port, token = free_port(), "gpu-test"
+    model_dir = str(tiny_model_dir())
+    proc = vllm_server.start_vllm_server(
+        model_dir,
+        port=port,
+        token=token,
+        extra_args=["--gpu-memory-utilization", "0.2", "--enforce-eager"],
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        vllm_server.wait_for_health(url, timeout_s=600, process=proc)
+        async with OpenAICompatibleClient(url, model_dir) as client:
+            request = ChatRequest(
+                messages=[{"role": "user", "content": "hi"}],
+                sampling=SamplingConfig(max_tokens=8, seed=1),
+            )
+            first = await client.complete(request)
+            assert len(first.completion_token_ids) == len(first.completion_logprobs or ()) > 0
+            assert first.prompt_token_ids and first.policy_version == 0
+            other, tokenizer = load_tiny_model(seed=1)
+            think_prompt = tokenizer.encode(
+                "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>"
+            )
+            capped = await client.complete(
+                ChatRequest(
+                    messages=[],
+                    prompt_token_ids=think_prompt,
+                    sampling=SamplingConfig(
+                        max_tokens=6, max_think=2, seed=1, extras={"ignore_eos": True}
+                    ),
+                )
+            )
+            assert capped.completion_token_ids[2] == tokenizer.convert_tokens_to_ids("</think>")
+            publisher = BroadcastPolicyPublisher(url, token, backend="nccl", verify=False)
+            publisher.publish({k: v.cuda() for k, v in other.state_dict().items()}, version=1)
+            version = httpx.get(
+                url + "/ludic/version", headers={"Authorization": f"Bearer {token}"}
+            )
+            assert version.json() == {"policy_version": 1}
+            second = await client.complete(request)
+            assert (
+                second.policy_version == 1
+                and second.completion_token_ids != first.completion_token_ids
+            )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)

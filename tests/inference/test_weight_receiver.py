@@ -1,0 +1,106 @@
+"""The server-side weight-sync routes on a bare FastAPI app: auth, state machine, manifest
+checks, and a push that loads every tensor at once with the manifest's version."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+import torch
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from ludic.distributed.manifest import plan_manifest
+from ludic.distributed.transfer import BufferPool, host_store, open_group, send_buckets
+from ludic.inference.weight_receiver import install_weight_sync_routes
+
+pytestmark = pytest.mark.timeout(60)
+TOKEN = "t0ken"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+class FakeEngine:
+    """Records every update; a 2-layer linear model stands in for the served LM."""
+
+    def __init__(self) -> None:
+        self.model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+        self.updates: list[tuple[dict[str, torch.Tensor], int | None, bool]] = []
+
+    def update_weights(
+        self, state: Mapping[str, torch.Tensor], *, version: int | None = None, strict: bool = True
+    ) -> int:
+        self.updates.append(({k: v.clone() for k, v in state.items()}, version, strict))
+        self.model.load_state_dict(dict(state), strict=strict)
+        return version if version is not None else -1
+
+
+def _client(token: str | None = TOKEN) -> tuple[TestClient, FakeEngine]:
+    engine = FakeEngine()
+    app = FastAPI()
+    install_weight_sync_routes(app, engine, token)
+    return TestClient(app), engine
+
+
+def _manifest(engine: FakeEngine, version: int = 1) -> dict[str, Any]:
+    return plan_manifest(engine.model.state_dict(), version=version, bucket_bytes=32).to_json()
+
+
+def test_routes_need_the_token() -> None:
+    client, _ = _client(token=None)
+    assert client.get("/ludic/weights/status", headers=AUTH).status_code == 403
+    client, _ = _client()
+    assert client.get("/ludic/weights/status").status_code == 401
+    bad = {"Authorization": "Bearer wrong"}
+    assert client.post("/ludic/weights/init", headers=bad, json={}).status_code == 401
+    status = client.get("/ludic/weights/status", headers=AUTH).json()
+    assert status == {
+        "connected": False,
+        "joining": False,
+        "join_error": None,
+        "in_progress": False,
+        "last_version": None,
+    }
+
+
+def test_out_of_order_calls_are_refused() -> None:
+    client, engine = _client()
+    reply = client.post("/ludic/weights/start", headers=AUTH, json=_manifest(engine))
+    assert reply.status_code == 409 and "POST /ludic/weights/init first" in reply.text
+    reply = client.post("/ludic/weights/finish", headers=AUTH)
+    assert reply.status_code == 409 and "no push in progress" in reply.text
+
+
+def test_malformed_manifest_is_a_400() -> None:
+    client, _ = _client()
+    reply = client.post("/ludic/weights/start", headers=AUTH, json={"version": 1})
+    assert reply.status_code == 400 and "malformed weight manifest" in reply.text
+
+
+def test_push_loads_all_tensors_once_with_the_version() -> None:
+    client, engine = _client()
+    new = {k: torch.randn_like(v) for k, v in engine.model.state_dict().items()}
+    manifest = plan_manifest(new, version=5, bucket_bytes=32)
+    store = host_store("127.0.0.1", 0, world_size=2, timeout_s=20)
+    body = {"host": "127.0.0.1", "port": store.port, "timeout_s": 20}
+    assert client.post("/ludic/weights/init", headers=AUTH, json=body).json() == {
+        "status": "joining"
+    }
+    group = open_group(store, rank=0, world_size=2, backend="gloo", timeout_s=20)
+
+    wrong = plan_manifest({"0.weight": torch.zeros(9)}, version=5, bucket_bytes=32).to_json()
+    reply = client.post("/ludic/weights/start", headers=AUTH, json=wrong)
+    assert reply.status_code == 400 and "0.weight: sent (9,), served (3, 4)" in reply.text
+
+    assert client.post("/ludic/weights/start", headers=AUTH, json=manifest.to_json()).is_success
+    again = client.post("/ludic/weights/start", headers=AUTH, json=manifest.to_json())
+    assert again.status_code == 409 and "already in progress" in again.text
+    send_buckets(group, manifest, new, pool=BufferPool("cpu"))
+    reply = client.post("/ludic/weights/finish", headers=AUTH).json()
+    assert reply == {"policy_version": 5, "num_tensors": 4, "num_bytes": manifest.total_bytes}
+    assert len(engine.updates) == 1  # one load, after every bucket arrived
+    loaded, version, strict = engine.updates[0]
+    assert version == 5 and strict is True
+    assert all(torch.equal(loaded[k], v) for k, v in new.items())
+    status = client.get("/ludic/weights/status", headers=AUTH).json()
+    assert status["connected"] and status["last_version"] == 5 and not status["in_progress"]

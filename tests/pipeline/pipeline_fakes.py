@@ -1,0 +1,123 @@
+"""Shared helpers for the pipeline tests: a real redis-server on a free loopback port (with an
+append-only file, so it can be restarted without losing data), and sample builders."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis
+
+from ludic.envs.single_agent import SingleAgentEnv
+from ludic.rollouts.samples import SAWItem
+from ludic.types import Info, StepOutcome
+
+REDIS_BINARY = shutil.which("redis-server")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RedisServer:
+    """A redis-server we started (and stop by its pid)."""
+
+    port: int
+    dir: Path
+    process: subprocess.Popen[bytes] | None = field(default=None)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        assert REDIS_BINARY is not None
+        cmd = [REDIS_BINARY, "--port", str(self.port), "--bind", "127.0.0.1"]
+        cmd += ["--dir", str(self.dir), "--appendonly", "yes", "--appendfsync", "always"]
+        cmd += ["--save", "", "--protected-mode", "no", "--daemonize", "no"]
+        log = (self.dir / "redis.log").open("ab")
+        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if client.ping():
+                    return
+            except (redis.ConnectionError, redis.BusyLoadingError):
+                time.sleep(0.05)
+        raise RuntimeError(f"redis-server did not start:\n{(self.dir / 'redis.log').read_text()}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()  # SIGTERM: redis flushes the append-only file and exits
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+            self.process = None
+
+    def restart(self, down_s: float = 0.0) -> None:
+        self.stop()
+        time.sleep(down_s)
+        self.start()
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port)
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    if REDIS_BINARY is None:
+        pytest.skip("redis-server is not on PATH (apt-get install redis-server)")
+    data = tmp_path / "redis"
+    data.mkdir()
+    server = RedisServer(port=free_port(), dir=data)
+    server.start()
+    yield server
+    server.stop()
+
+
+def sample(
+    n: int = 6, *, weight: float = 1.0, versions: tuple[int, ...] = (), logprobs: bool = True
+) -> SAWItem:
+    """A small sample: `n` tokens, the last half are actions."""
+    mask = tuple(0 if i < n // 2 else 1 for i in range(n))
+    return SAWItem(
+        input_ids=tuple(range(10, 10 + n)),
+        action_mask=mask,
+        weight=weight,
+        behavior_logprobs=tuple(-0.5 * m for m in mask) if logprobs else None,
+        meta={"policy_versions": list(versions), "reward": 1.0, "rollout_id": "r"},
+    )
+
+
+class CountOEnv(SingleAgentEnv):
+    """One turn; reward = number of "o" in the reply (varied even for a random model)."""
+
+    def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
+        return "Say something.", {}
+
+    def env_step(self, action: str) -> StepOutcome:
+        return StepOutcome(obs="", reward=float(action.count("o")), terminated=True)
+
+
+def spawn(args: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
+    """`python <args>` with one torch thread and this folder importable (`pipeline_fakes:...`)."""
+    path = os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path}
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, *args], stdout=out, stderr=subprocess.STDOUT, env=env
+        )

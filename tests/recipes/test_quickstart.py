@@ -1,0 +1,79 @@
+"""`ludic quickstart --tiny` end to end: every stage runs, the outputs exist, the table parses."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+STAGES = ("before SFT", "after SFT", "after RL")
+ROW = re.compile(
+    r"(before SFT|after SFT|after RL)\s*│\s*(\d+)%\s*│\s*(\d+)%\s*│\s*(\d+)%\s*│\s*(\d+)%"
+    r"\s*│\s*([+-]\d+\.\d+)"
+)
+
+
+def parse_table(text: str) -> dict[str, tuple[float, ...]]:
+    """{stage: (win, draw, loss, illegal, mean reward)} from the printed results table."""
+    rows = {}
+    for match in ROW.finditer(text):
+        stage, *rates, reward = match.groups()
+        rows[stage] = (*(float(r) / 100 for r in rates), float(reward))
+    return rows
+
+
+@pytest.mark.slow
+def test_quickstart_tiny_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    script = Path(sys.executable).parent / "ludic"
+    result = subprocess.run(
+        [str(script), "quickstart", "--tiny", "--out-dir", str(out), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "COLUMNS": "120"},
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+    table = parse_table(result.stdout)
+    assert tuple(table) == STAGES, result.stdout
+    for win, draw, loss, illegal, _ in table.values():
+        assert min(win, draw, loss, illegal) >= 0.0 and max(win, draw, loss, illegal) <= 1.0
+
+    results = json.loads((out / "results.json").read_text())
+    assert [s["stage"] for s in results["stages"]] == list(STAGES)
+    for stage in results["stages"]:
+        assert stage["episodes"] > 0
+        assert table[stage["stage"]][4] == pytest.approx(stage["mean_reward"], abs=0.006)
+
+    metrics = [json.loads(line) for line in (out / "rl" / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == results["config"]["rl_steps"] and "batch/mean_reward" in metrics[0]
+    assert (out / "sft" / "metrics.jsonl").is_file()
+    png = (out / "reward_curve.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 1000
+    checkpoints = sorted((out / "rl" / "checkpoints").glob("step_*"))
+    assert checkpoints and (checkpoints[-1] / "MANIFEST.json").is_file()
+    assert (checkpoints[-1] / "model" / "config.json").is_file()
+    assert (checkpoints[-1] / "model" / "tokenizer.json").is_file()
+    assert sorted((out / "sft" / "checkpoints").glob("step_*"))
+    kept = (out / "expert" / "kept.jsonl").read_text().splitlines()
+    assert kept and all(json.loads(line)["steps"] for line in kept)
+    for stage in ("before_SFT", "after_SFT", "after_RL"):
+        assert (out / "eval" / stage / "rollouts.jsonl").is_file()
+
+
+def test_parse_table_reads_the_rich_table() -> None:
+    text = (
+        "│ before SFT │  0% │   0% │   0% │    100% │       -9.00 │\n"
+        "│ after SFT  │ 25% │  10% │  40% │     25% │       -0.31 │\n"
+        "│ after RL   │ 60% │   5% │  30% │      5% │       +0.30 │\n"
+    )
+    rows = parse_table(text)
+    assert rows["after SFT"] == (0.25, 0.10, 0.40, 0.25, -0.31)
+    assert rows["after RL"][4] == 0.30

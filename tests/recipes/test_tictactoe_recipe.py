@@ -1,0 +1,125 @@
+"""Tic-tac-toe recipe pieces: reading the board back from observations, the scripted expert,
+stage summaries and the results table."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pytest
+from rich.console import Console
+
+from ludic.envs import TicTacToeEnv, random_move
+from ludic.envs.tictactoe_solver import legal_moves, optimal_moves
+from ludic.eval import EvalResult, StepRecord
+from ludic.recipes.tictactoe import (
+    StageResult,
+    board_from_observation,
+    expert_policy,
+    print_results,
+    stage_result,
+)
+
+
+def random_game_observations(seed: int) -> list[tuple[str, str]]:
+    """(observation, board) pairs along one random game against the random opponent."""
+    env = TicTacToeEnv(opponent="random")
+    rng = random.Random(seed)
+    obs = asyncio.run(env.reset(seed=seed))[env.agent_id][0]
+    pairs = [(obs, env.board)]
+    while env.outcome is None:
+        move = random_move(env.board, rng)
+        obs = asyncio.run(env.step({env.agent_id: str(move)}))[env.agent_id].obs
+        pairs.append((obs, env.board))
+    return pairs
+
+
+def test_board_is_read_back_from_every_observation() -> None:
+    for seed in range(30):
+        for obs, board in random_game_observations(seed):
+            assert board_from_observation(obs) == board
+
+
+def test_board_reader_refuses_text_without_a_board() -> None:
+    with pytest.raises(ValueError, match="no tic-tac-toe board"):
+        board_from_observation("Could not find <move>...</move>.")
+
+
+def test_greedy_expert_plays_optimal_moves() -> None:
+    policy = expert_policy(0.0)
+    rng = random.Random(0)
+    for seed in range(10):
+        for obs, board in random_game_observations(seed):
+            if not legal_moves(board) or board.count("X") != board.count("O"):
+                continue
+            reply = policy([{"role": "user", "content": obs}], rng)
+            move = int(reply.removeprefix("<move>").removesuffix("</move>"))
+            assert move in optimal_moves(board, "X")
+
+
+def test_noisy_expert_still_plays_legal_moves_from_the_latest_message() -> None:
+    policy = expert_policy(1.0)  # always random
+    rng = random.Random(1)
+    obs, board = random_game_observations(3)[1]
+    messages = [
+        {"role": "user", "content": "You are X.\n 1 | 2 | 3\n 4 | 5 | 6\n 7 | 8 | 9"},
+        {"role": "assistant", "content": "<move>1</move>"},
+        {"role": "user", "content": obs},
+    ]
+    for _ in range(20):
+        move = int(policy(messages, rng)[len("<move>") : -len("</move>")])
+        assert move in legal_moves(board)
+    with pytest.raises(ValueError, match="epsilon"):
+        expert_policy(1.5)
+
+
+def step(action: str | None, *, illegal: bool = False) -> StepRecord:
+    return StepRecord(
+        rollout_id="r",
+        agent_id="agent_0",
+        group_id=None,
+        turn_index=0,
+        turn_id="t",
+        action=action,
+        parse_error=action is None,
+        info={"illegal_move": illegal} if action is not None else {"parse_error": True},
+    )
+
+
+def test_stage_result_counts_forfeits_as_losses_and_illegal_moves_per_move() -> None:
+    metrics = {
+        "episodes": 10.0,
+        "reward/mean": 0.1,
+        "outcome/win": 0.4,
+        "outcome/draw": 0.1,
+        "outcome/loss": 0.2,
+        "outcome/illegal": 0.2,
+        "outcome/truncated": 0.1,
+    }
+    steps = [step("5"), step("1"), step("1", illegal=True), step(None)]
+    result = stage_result(
+        "after RL", EvalResult(rollouts=[], episodes=[], steps=steps, metrics=metrics)
+    )
+    assert result == StageResult(
+        stage="after RL",
+        episodes=10,
+        win=0.4,
+        draw=0.1,
+        loss=pytest.approx(0.5),
+        illegal=0.5,
+        mean_reward=0.1,
+    )
+
+
+def test_results_table_has_one_row_per_stage() -> None:
+    console = Console(record=True, width=100)
+    rows = [
+        StageResult(
+            stage=s, episodes=8, win=w, draw=0.0, loss=0.5 - w, illegal=0.5, mean_reward=-0.5
+        )
+        for s, w in (("before SFT", 0.0), ("after SFT", 0.25), ("after RL", 0.5))
+    ]
+    print_results(rows, console=console)
+    text = console.export_text()
+    assert "before SFT" in text and "after RL" in text
+    assert "25%" in text and "-0.50" in text

@@ -1,0 +1,73 @@
+"""JSONL rollout files: exact round trip, clear errors on damage or non-JSON data."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rollout_fakes import call, env_step
+
+from ludic.rollouts import (
+    append_rollouts_jsonl,
+    iter_rollouts_jsonl,
+    read_rollouts_jsonl,
+    write_rollouts_jsonl,
+)
+from ludic.types import ParseResult, Rollout, ToolCall, ToolResult
+
+
+def rich_rollout() -> Rollout:
+    tool = call(
+        [1, 2],
+        [3, 4],
+        target="internal",
+        policy_version=2,
+        finish_reason="tool_calls",
+        tool_calls=(ToolCall(id="c", name="add", arguments='{"a": 1}'),),
+        tool_results=(ToolResult(tool_call_id="c", name="add", content="2"),),
+        prompt_messages=({"role": "user", "content": "héllo ✓"},),
+    )
+    final = call(
+        [1, 2, 3, 4, 5],
+        [6],
+        parse_result=ParseResult(action="x", reward=0.1),
+        info={"state_key": "s0", "nested": {"a": [1, 2.5, None]}},
+    )
+    return Rollout(
+        steps=[tool, final, env_step(reward=1.0, terminated=True, state_key="k")],
+        meta={"group_id": "g", "episode_truncated": False, "env_seed": 3},
+    )
+
+
+def test_round_trip_is_exact(tmp_path) -> None:
+    rollouts = [rich_rollout(), Rollout(meta={"error": "boom", "error_type": "RuntimeError"})]
+    path = tmp_path / "a" / "r.jsonl"
+    assert append_rollouts_jsonl(path, rollouts) == 2
+    append_rollouts_jsonl(path, [rollouts[0]])
+    back = read_rollouts_jsonl(path)
+    assert [r.to_dict() for r in back] == [r.to_dict() for r in [*rollouts, rollouts[0]]]
+    assert back[0].steps == rollouts[0].steps
+    assert back[1].failed
+
+
+def test_stream_writer_and_blank_lines(tmp_path) -> None:
+    buf = io.StringIO()
+    write_rollouts_jsonl([rich_rollout()], buf)
+    path = tmp_path / "r.jsonl"
+    path.write_text(buf.getvalue() + "\n\n", encoding="utf-8")
+    assert len(list(iter_rollouts_jsonl(path))) == 1
+
+
+def test_a_damaged_line_is_reported_with_its_position(tmp_path) -> None:
+    path = tmp_path / "r.jsonl"
+    append_rollouts_jsonl(path, [rich_rollout()])
+    with path.open("a") as f:
+        f.write('{"id": "cut off')
+    with pytest.raises(ValueError, match=r"r\.jsonl:2: not a JSON rollout record"):
+        read_rollouts_jsonl(path)
+
+
+def test_non_json_meta_is_a_clear_error() -> None:
+    bad = Rollout(meta={"obj": object()})
+    with pytest.raises(TypeError, match="not JSON-serialisable"):
+        write_rollouts_jsonl([bad], io.StringIO())

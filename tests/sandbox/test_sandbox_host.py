@@ -1,0 +1,83 @@
+"""Host plumbing: uid claims, scratch directories, and the bubblewrap command line exposing
+nothing of the host but what it must."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import pytest
+
+from ludic.sandbox import BubblewrapBackend, ContainerBackend, SandboxLimits
+from ludic.sandbox.host import claim_uid, kill_uid_processes, scratch_dir
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="uid claims are for root trainers")
+
+
+@needs_root
+def test_concurrent_claims_get_distinct_unused_uids() -> None:
+    import pwd
+
+    with contextlib.ExitStack() as stack:
+        uids = [stack.enter_context(claim_uid()) for _ in range(3)]
+    assert len(set(uids)) == 3 and 0 not in uids
+    for uid in uids:
+        with pytest.raises(KeyError):
+            pwd.getpwuid(uid)  # no real account behind it
+
+
+def test_kill_uid_processes_refuses_our_own_uid() -> None:
+    with pytest.raises(ValueError, match="refusing"):
+        kill_uid_processes(os.geteuid())
+
+
+def test_scratch_holds_the_files_and_is_removed() -> None:
+    with scratch_dir({"main.py": b"print(1)", "data/in.txt": b"x"}, owner=None) as path:
+        assert (path / "main.py").read_bytes() == b"print(1)"
+        assert (path / "data" / "in.txt").read_bytes() == b"x"
+        assert path.stat().st_mode & 0o777 == 0o700
+    assert not path.exists()
+
+
+def test_scratch_refuses_names_that_escape() -> None:
+    with (
+        pytest.raises(ValueError, match="relative path"),
+        scratch_dir({"../evil": b""}, owner=None),
+    ):
+        pass
+
+
+def test_bubblewrap_command_exposes_only_what_it_must(tmp_path: Path) -> None:
+    backend = BubblewrapBackend(bwrap="bwrap", python="/usr/bin/python3")
+    argv = backend.command(["/usr/bin/python3", "main.py"], tmp_path, SandboxLimits())
+    assert argv[-2:] == ["/usr/bin/python3", "main.py"]
+    for flag in ("--unshare-all", "--die-with-parent", "--clearenv", "--new-session"):
+        assert flag in argv
+    assert "--share-net" not in argv
+    sources = [
+        argv[i + 1] for i, a in enumerate(argv) if a.endswith("bind") or a.endswith("bind-try")
+    ]
+    writable = [argv[i + 1] for i, a in enumerate(argv) if a == "--bind"]
+    assert writable == [str(tmp_path)]
+    for source in sources:
+        assert source == str(tmp_path) or source.startswith(
+            ("/usr", "/etc/", "/lib", "/bin", "/sbin")
+        )
+
+
+def test_container_command_cuts_network_privileges_and_resources(tmp_path: Path) -> None:
+    limits = SandboxLimits(memory_bytes=64 * 2**20, max_processes=8, cpu_time_s=3)
+    backend = ContainerBackend(cli="podman", image="img:1")
+    argv = backend.command(["python3", "main.py"], tmp_path, limits, "ludic-sbx-x")
+    assert argv[:2] == ["podman", "run"] and argv[-3:] == ["img:1", "python3", "main.py"]
+    assert backend.isolation == "podman"
+
+    def value(flag: str) -> list[str]:
+        return [argv[i + 1] for i, a in enumerate(argv) if a == flag]
+
+    assert value("--network") == ["none"] and value("--cap-drop") == ["ALL"]
+    assert value("--memory") == value("--memory-swap") == [str(64 * 2**20)]
+    assert value("--pids-limit") == ["8"] and "cpu=3:4" in value("--ulimit")
+    assert value("--volume") == [f"{tmp_path}:/work:rw"] and "--read-only" in argv
+    assert value("--user") == ["65534:65534"] and "no-new-privileges" in value("--security-opt")

@@ -1,0 +1,159 @@
+"""Parsers: every success and failure path, composition, and fuzzing (they never raise)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ludic.parsers import (
+    DEFAULT_PENALTY,
+    Parser,
+    boxed_parser,
+    compose_parsers,
+    identity_parser,
+    think_prefix_parser,
+    xml_tag_parser,
+)
+from ludic.types import ParseResult
+
+
+def test_xml_tag_takes_the_last_tag_and_strips() -> None:
+    parse = xml_tag_parser("move", success_reward=0.1)
+    assert parse("<move>1</move> then <move>\n 2 \n</move>") == ParseResult(action="2", reward=0.1)
+    assert xml_tag_parser("move", strip=False)("<move> 3 </move>").action == " 3 "
+
+
+@pytest.mark.parametrize(
+    ("text", "feedback"),
+    [
+        ("no tag at all", "Could not find <move>...</move>"),
+        ("<move>unclosed", "Could not find <move>...</move>"),
+        ("<Move>1</Move>", "Could not find <move>...</move>"),
+        ("<move>  </move>", "<move> was empty"),
+    ],
+)
+def test_xml_tag_failures_carry_penalty_and_feedback(text: str, feedback: str) -> None:
+    result = xml_tag_parser("move", penalty=-0.5)(text)
+    assert result.action is None and result.reward == -0.5 and not result.ok
+    assert result.obs is not None and feedback in result.obs
+    assert "<move>...</move>" in result.obs  # the hint says how to answer
+
+
+def test_xml_tag_exactly_one() -> None:
+    parse = xml_tag_parser("a", exactly_one=True)
+    assert parse("<a>x</a>").action == "x"
+    result = parse("<a>x</a><a>y</a>")
+    assert result.action is None and result.reward == DEFAULT_PENALTY
+    assert result.obs is not None and "Found 2 <a> tags" in result.obs
+
+
+def test_xml_tag_refuses_a_bad_tag_name() -> None:
+    with pytest.raises(ValueError, match="not a valid tag name"):
+        xml_tag_parser("bad tag")
+
+
+def test_think_prefix() -> None:
+    parse = think_prefix_parser(success_reward=0.2)
+    assert parse("  <think>hmm</think> answer ") == ParseResult(action="answer", reward=0.2)
+    missing = parse("answer")
+    assert missing.action is None and missing.reward == DEFAULT_PENALTY
+    unclosed = parse("<think>still thinking")
+    assert unclosed.action is None and unclosed.obs is not None and "never closed" in unclosed.obs
+    nothing_after = parse("<think>done</think>   ")
+    assert nothing_after.action is None and nothing_after.obs is not None
+    assert "answer after </think>" in nothing_after.obs
+
+
+def test_think_prefix_optional() -> None:
+    parse = think_prefix_parser(require=False)
+    assert parse(" plain ").action == "plain"
+    assert parse("<think>a</think>b").action == "b"
+    assert parse("<think>unclosed").action is None  # an open block always fails
+    assert parse("   ").action is None  # and so does an empty answer
+
+
+def test_boxed_handles_nested_braces_and_takes_the_last_balanced_box() -> None:
+    parse = boxed_parser(success_reward=1.0)
+    assert parse(r"so \boxed{\frac{1}{2}}.") == ParseResult(action=r"\frac{1}{2}", reward=1.0)
+    assert parse(r"\boxed{1} then \boxed{ {2} }").action == "{2}"
+    # The last box is unbalanced: fall back to the previous balanced one.
+    assert parse(r"\boxed{7} and \boxed{8").action == "7"
+
+
+@pytest.mark.parametrize("text", ["no box", r"\boxed{}", r"\boxed{  }", r"\boxed{open"])
+def test_boxed_failures(text: str) -> None:
+    result = boxed_parser(penalty=-2.0)(text)
+    assert result.action is None and result.reward == -2.0
+    assert result.obs is not None and "\\boxed{...}" in result.obs
+
+
+def test_compose_applies_in_order_and_sums_rewards() -> None:
+    parse = compose_parsers(
+        think_prefix_parser(success_reward=0.1), xml_tag_parser("move", success_reward=0.2)
+    )
+    ok = parse("<think>x</think><move>5</move>")
+    assert ok.action == "5" and ok.reward == pytest.approx(0.3) and ok.obs is None
+    # The first parser fails: its penalty only, its feedback.
+    first = parse("<move>5</move>")
+    assert first.action is None and first.reward == pytest.approx(DEFAULT_PENALTY)
+    assert first.obs is not None and "<think>" in first.obs
+    # The second fails after the first succeeded: rewards so far plus the penalty.
+    second = parse("<think>x</think>no move")
+    assert second.action is None and second.reward == pytest.approx(0.1 + DEFAULT_PENALTY)
+    assert second.obs is not None and "<move>" in second.obs
+    # Order matters: the tag parser first leaves no think block for the second parser.
+    reversed_order = compose_parsers(xml_tag_parser("move"), think_prefix_parser())
+    assert reversed_order("<think>x</think><move>5</move>").action is None
+
+
+def test_compose_needs_a_parser() -> None:
+    with pytest.raises(ValueError, match="at least one parser"):
+        compose_parsers()
+
+
+def test_identity() -> None:
+    assert identity_parser("  x \n") == ParseResult(action="x")
+
+
+# ---- fuzz: malformed completions never raise ---------------------------------------------
+
+PARSERS: list[Parser] = [
+    identity_parser,
+    xml_tag_parser("move"),
+    xml_tag_parser("answer", exactly_one=True),
+    think_prefix_parser(),
+    think_prefix_parser(require=False),
+    boxed_parser(),
+    compose_parsers(think_prefix_parser(), xml_tag_parser("move"), boxed_parser()),
+]
+FRAGMENTS = [
+    "<think>",
+    "</think>",
+    "<move>",
+    "</move>",
+    "<answer>",
+    "</answer>",
+    "\\boxed{",
+    "{",
+    "}",
+    "<tool_call>",
+    "</tool_call>",
+    '{"name": ',
+    "\x00",
+    "é",
+    "🤖",
+    "\n",
+]
+completions = st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=8), max_size=20).map("".join)
+
+
+@settings(max_examples=150, deadline=None)
+@given(completions)
+def test_parsers_never_raise_and_failures_always_explain(text: str) -> None:
+    for parse in PARSERS:
+        result = parse(text)
+        assert isinstance(result, ParseResult)
+        if result.action is None:
+            assert result.obs  # a failure always tells the model what to do
+            assert result.reward < 0

@@ -1,0 +1,130 @@
+"""Shared by the 2-process FSDP/LoRA tests and the scripts torchrun launches for them: the data
+each rank trains on, the trainer config, and a torchrun launcher whose hang fails the test."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+from training_fakes import WeightedNLL, mixed_items, tiny_llama
+
+from ludic.rollouts.samples import SAWItem
+from ludic.training import (
+    CheckpointConfig,
+    ConstantCredit,
+    LossInputs,
+    LossOutput,
+    RLAlgorithm,
+    TrainerConfig,
+    add_lora,
+)
+
+HERE = Path(__file__).parent
+ALGORITHM = RLAlgorithm(name="test", credit_assigner=ConstantCredit(value=1.0), loss=WeightedNLL())
+
+# STEP_BATCHES[step][rank]: unequal sizes, then an empty rank (rank 1 has nothing to train on),
+# then unequal micro-batch counts, then one step after the checkpoint at step 3.
+STEP_BATCHES: list[list[list[SAWItem]]] = [
+    [mixed_items(3, seed=1), mixed_items(2, seed=2)],
+    [mixed_items(4, seed=3), []],
+    [mixed_items(1, seed=4), mixed_items(5, seed=5)],
+    [mixed_items(2, seed=6), mixed_items(3, seed=7)],
+]
+
+
+SENTINEL = 777.0
+"""A sample weight that makes `SentinelNLL` return nan."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SentinelNLL(WeightedNLL):
+    """`WeightedNLL`, but nan when a sample in the micro-batch has weight `SENTINEL` (a
+    non-finite loss on one rank only)."""
+
+    def __call__(self, inputs: LossInputs) -> LossOutput:
+        out = WeightedNLL.__call__(self, inputs)
+        if bool((inputs.advantages_B == SENTINEL).any()):
+            return LossOutput(loss=out.loss * float("nan"), metrics=out.metrics)
+        return out
+
+
+def batches_for(rank: int, world_size: int) -> list[list[SAWItem]]:
+    """What `rank` trains on; one process gets every rank's samples at each step."""
+    if world_size == 1:
+        return [[item for share in step for item in share] for step in STEP_BATCHES]
+    assert world_size == 2, world_size
+    return [step[rank] for step in STEP_BATCHES]
+
+
+def trainer_config(
+    checkpoint_dir: Path, *, every_n_steps: int = 3, device: str = "cpu"
+) -> TrainerConfig:
+    return TrainerConfig(
+        device=device,
+        lr=5e-3,
+        weight_decay=0.1,
+        max_grad_norm=0.5,
+        micro_batch_tokens=32,
+        seed=11,
+        checkpoint=CheckpointConfig(
+            dir=str(checkpoint_dir), every_n_steps=every_n_steps, keep_last=None
+        ),
+    )
+
+
+def lora_model(seed: int = 0) -> torch.nn.Module:
+    """The tiny Llama with LoRA on q/v, adapters initialised from `seed` (B non-zero, so the
+    adapters change the outputs from the first step)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = add_lora(tiny_llama(seed=0), rank=4, alpha=8, target_modules=("q_proj", "v_proj"))
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                torch.nn.init.normal_(param, std=0.02)
+    return model
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def torchrun(script: str, *args: str, timeout_s: float = 300.0) -> str:
+    """Run tests/training/`script` on 2 gloo ranks on 127.0.0.1; fails the test on a non-zero
+    exit or when it runs past `timeout_s` (a hung collective), killing the process group."""
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={_free_port()}",
+        str(HERE / script),
+        *args,
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        pytest.fail(f"torchrun {script} hung for over {timeout_s}s:\n{output[-6000:]}")
+    if proc.returncode != 0:
+        pytest.fail(f"torchrun {script} exited with {proc.returncode}:\n{output[-8000:]}")
+    return output

@@ -1,0 +1,122 @@
+"""Shared fixtures for trainer tests: a tiny Llama, hand-made samples, in-memory batch sources
+and a minimal loss implementing the Loss protocol."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from ludic.rollouts.samples import SAWItem
+from ludic.training import LossInputs, LossOutput, SAWBatch
+from ludic.types import JSON
+
+VOCAB = 300
+
+
+def tiny_llama(seed: int = 0, vocab: int = VOCAB, dropout: float = 0.0) -> LlamaForCausalLM:
+    """~50k parameters, deterministic given `seed`, global RNG untouched."""
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        attention_dropout=dropout,
+        tie_word_embeddings=False,
+        pad_token_id=0,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(config)
+
+
+def item(
+    n: int,
+    *,
+    prompt: int = 2,
+    weight: float = 1.0,
+    seed: int = 0,
+    logprobs: bool = True,
+    versions: Sequence[int] = (),
+    **meta: object,
+) -> SAWItem:
+    """A sample of n tokens whose last n - prompt tokens are actions."""
+    rng = random.Random(seed)
+    ids = tuple(rng.randrange(1, VOCAB) for _ in range(n))
+    mask = tuple(0 if i < prompt else 1 for i in range(n))
+    lp = tuple(-0.5 - 0.01 * i if m else 0.0 for i, m in enumerate(mask)) if logprobs else None
+    full_meta: JSON = {"policy_versions": list(versions), **meta}
+    return SAWItem(
+        input_ids=ids, action_mask=mask, weight=weight, behavior_logprobs=lp, meta=full_meta
+    )
+
+
+def mixed_items(count: int = 6, seed: int = 0) -> list[SAWItem]:
+    """Samples of varied lengths and signed weights."""
+    rng = random.Random(seed)
+    return [
+        item(
+            rng.randrange(5, 20),
+            prompt=rng.randrange(1, 4),
+            weight=rng.uniform(-1.0, 1.0),
+            seed=seed * 100 + i,
+        )
+        for i in range(count)
+    ]
+
+
+class ListSource:
+    """Serves fixed batches in order, cycling; its position is its checkpointable state."""
+
+    def __init__(self, batches: Sequence[Sequence[SAWItem]]) -> None:
+        self.batches = [list(b) for b in batches]
+        self.position = 0
+
+    async def next_batch(self) -> SAWBatch:
+        items = self.batches[self.position % len(self.batches)]
+        self.position += 1
+        return SAWBatch(items=items, stats={"position": float(self.position)})
+
+    def state_dict(self) -> JSON:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: JSON) -> None:
+        self.position = int(state["position"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class WeightedNLL:
+    """loss = -sum_bt m * A_b * logp_bt / total_action_tokens (REINFORCE, token mean); with
+    `poison=True` it returns nan."""
+
+    poison: bool = False
+
+    @property
+    def needs_ref_logprobs(self) -> bool:
+        return False
+
+    @property
+    def needs_entropy(self) -> bool:
+        return False
+
+    def __call__(self, inputs: LossInputs) -> LossOutput:
+        mask = inputs.action_mask_BT > 0
+        terms = torch.where(mask, inputs.advantages_B[:, None] * inputs.logprobs_BT, 0.0)
+        loss = -terms.sum() / inputs.total_action_tokens
+        if self.poison:
+            loss = loss * float("nan")
+        return LossOutput(
+            loss=loss, metrics={"tokens": float(mask.sum()) / inputs.total_action_tokens}
+        )
+
+
+def params_snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
