@@ -10,7 +10,7 @@ import pytest
 
 from ludic import cli
 
-COMMANDS = ("quickstart", "train", "sft", "eval", "serve", "view", "plot")
+COMMANDS = ("quickstart", "train", "sft", "eval", "serve", "actor", "learner", "view", "plot")
 
 
 def run_ludic(*args: str) -> subprocess.CompletedProcess[str]:

@@ -64,6 +64,18 @@ COMMANDS: dict[str, Command] = {
         run="ludic.inference.server:serve",
         summary="Serve a local model over an OpenAI-compatible HTTP API (embedded engine).",
     ),
+    "actor": Command(
+        config="ludic.pipeline.config:ActorConfig",
+        run="ludic.pipeline.commands:actor_command",
+        summary="Pipeline actor: generate rollouts with the served policy and push samples to "
+        "Redis.",
+    ),
+    "learner": Command(
+        config="ludic.pipeline.config:LearnerConfig",
+        run="ludic.pipeline.commands:learner_command",
+        summary="Pipeline learner: train on samples from Redis and publish weights to the "
+        "inference server.",
+    ),
     "view": Command(
         config="ludic.viz.viewer:ViewConfig",
         run="ludic.viz.viewer:view_command",

@@ -115,17 +115,9 @@ def start_weight_server(model_dir: Path, log: Path) -> ServerProcess:
     raise RuntimeError(f"server did not become healthy:\n{log.read_text()[-3000:]}")
 
 
-class InPlaceEngine(EmbeddedEngine):
-    """EmbeddedEngine plus the `update_weights_in_place` method the weight receiver uses when
-    an engine offers it (a stand-in until the engine has it: it reaches into internals)."""
+class BufferedEngine(EmbeddedEngine):
+    """EmbeddedEngine without `update_weights_in_place`: the weight receiver then stages each
+    push in its own buffers and loads it with `update_weights` (what an engine without in-place
+    receiving gets)."""
 
-    def update_weights_in_place(
-        self, fill: Callable[[torch.nn.Module], None], *, version: int | None = None
-    ) -> int:
-        def apply() -> int:
-            with torch.no_grad():
-                fill(self.model)
-            self._version = self._version + 1 if version is None else version
-            return self._version
-
-        return self._call_on_worker(apply)
+    update_weights_in_place = None  # type: ignore[assignment]

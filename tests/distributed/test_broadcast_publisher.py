@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from distributed_fakes import SPEC, TOKEN, InPlaceEngine, nudge_
+from distributed_fakes import SPEC, TOKEN, BufferedEngine, nudge_
 from fastapi.testclient import TestClient
 
 from ludic.distributed import (
@@ -46,7 +46,7 @@ class Rig:
 @pytest.fixture(params=["buffered", "in_place"])
 def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
     model, tokenizer = build_tiny_model(seed=0, spec=SPEC)
-    engine_class = InPlaceEngine if request.param == "in_place" else EmbeddedEngine
+    engine_class = EmbeddedEngine if request.param == "in_place" else BufferedEngine
     engine = engine_class(copy.deepcopy(model), tokenizer)
     sabotage = {"mode": "none"}
     _sabotage(engine, sabotage)
@@ -69,8 +69,8 @@ def _sabotage(engine: EmbeddedEngine, sabotage: dict[str, str]) -> None:
         return update_weights(state, version=version, strict=strict)
 
     engine.update_weights = sabotaged_update  # type: ignore[method-assign]
-    if isinstance(engine, InPlaceEngine):
-        in_place = engine.update_weights_in_place
+    in_place = engine.update_weights_in_place
+    if in_place is not None:
 
         def sabotaged_in_place(fill: Any, *, version: int | None = None) -> int:
             if sabotage["mode"] == "none":

@@ -1,6 +1,6 @@
 """Test server: the embedded server (`create_app`, which mounts the weight-sync routes) for a
 local model, plus a test-only `/test/sabotage` route that makes the engine skip loading pushed
-weights (the version is still bumped), to prove verification catches a sync that did nothing.
+weights (the version is still bumped; buffered or in place), to prove verification catches a sync that did nothing.
 
 Usage: python weight_server_main.py MODEL_DIR PORT TOKEN
 """
@@ -29,7 +29,21 @@ def main() -> None:
             return update_weights({}, version=version, strict=False)
         return update_weights(state, version=version, strict=strict)
 
+    update_in_place = engine.update_weights_in_place
+
+    def sabotaged_in_place(fill: Any, *, version: int | None = None) -> int:
+        if not sabotage["skip_load"]:
+            return update_in_place(fill, version=version)
+        old = {k: v.clone() for k, v in engine.model.state_dict().items()}
+
+        def fill_then_undo(model: torch.nn.Module) -> None:  # receive, then keep the old
+            fill(model)
+            model.load_state_dict(old)
+
+        return update_in_place(fill_then_undo, version=version)
+
     engine.update_weights = sabotaged_update  # type: ignore[method-assign]
+    engine.update_weights_in_place = sabotaged_in_place  # type: ignore[method-assign]
     app = create_app(engine, model_name="tiny", token=token)
 
     @app.post("/test/sabotage")

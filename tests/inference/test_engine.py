@@ -238,6 +238,27 @@ async def test_update_weights_changes_outputs_and_version() -> None:
         assert eng.status().policy_version == 42 and eng.status().running
 
 
+async def test_update_weights_in_place_writes_into_the_served_parameters() -> None:
+    model, tokenizer = load_tiny_model()
+    other, _ = load_tiny_model(seed=1)
+    with EmbeddedEngine(model, tokenizer, policy_version=3) as eng:
+        before = await eng.complete(req(temperature=0.0, max_tokens=8))
+        served = {name: p.data_ptr() for name, p in eng.model.named_parameters()}
+
+        def fill(target: torch.nn.Module) -> None:
+            assert not torch.is_grad_enabled()  # copy_ into leaf parameters must not record
+            for name, p in target.named_parameters():
+                p.copy_(other.get_parameter(name))
+
+        assert eng.update_weights_in_place(fill) == 4
+        assert {name: p.data_ptr() for name, p in eng.model.named_parameters()} == served
+        assert all(torch.equal(p, other.get_parameter(n)) for n, p in eng.model.named_parameters())
+        after = await eng.complete(req(temperature=0.0, max_tokens=8))
+        assert after.policy_version == 4
+        assert after.completion_token_ids != before.completion_token_ids
+        assert eng.update_weights_in_place(lambda _: None, version=42) == 42
+
+
 async def test_closed_engine_refuses_requests() -> None:
     model, tokenizer = load_tiny_model()
     eng = EmbeddedEngine(model, tokenizer)

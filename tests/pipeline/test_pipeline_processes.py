@@ -158,11 +158,6 @@ def test_killed_learner_restarts_and_consumes_each_sample_once(
     assert redis_server.client().xlen("ludic:samples") == 0
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known flaky under heavy CPU load: after a Redis restart the ledger can differ from "
-    "the produced ids (seen once in CI-like runs); under investigation, see issue 7 note",
-)
 def test_both_sides_survive_a_redis_restart(redis_server: RedisServer, tmp_path: Path) -> None:
     model = ["--model", str(tiny_model_dir(spec=SPEC))]
     actor = spawn(_actor(redis_server, tmp_path, batches=12, extra=model), tmp_path / "actor.log")

@@ -8,6 +8,7 @@ import json
 
 import pytest
 from pipeline_fakes import RedisServer, redis_server
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ludic.pipeline.stream import RedisUnavailableError, SampleStream
 
@@ -101,3 +102,35 @@ async def test_gives_up_after_the_deadline(redis_server: RedisServer) -> None:
     with pytest.raises(RedisUnavailableError, match="unreachable"):
         await stream.add({b"h": b"x", b"b": b""})
     await stream.aclose()
+
+
+async def test_keyed_add_happens_once_even_when_the_reply_is_lost(
+    redis_server: RedisServer,
+) -> None:
+    stream = _stream(redis_server)
+    await stream.ensure_group()
+    script = stream._add_once_script
+    lost = {"replies": 1}
+
+    async def applied_then_reply_lost(**kwargs: object) -> object:
+        result = await script(**kwargs)  # type: ignore[arg-type]
+        if lost["replies"]:
+            lost["replies"] -= 1
+            raise RedisConnectionError("connection closed before the reply")
+        return result
+
+    stream._add_once_script = applied_then_reply_lost  # type: ignore[assignment]
+    # Redis applied the first attempt; the retry finds the key and adds nothing.
+    assert await stream.add({b"h": b"one", b"b": b""}, key="actor:0:0") is None
+    assert stream.reconnect_attempts == 1
+    assert await stream.add({b"h": b"one again", b"b": b""}, key="actor:0:0") is None
+    assert await stream.add({b"h": b"two", b"b": b""}, key="actor:0:1") is not None
+    got = await stream.read("c", count=10, block_ms=100)
+    assert [e.fields[b"h"] for e in got if e.fields] == [b"one", b"two"]
+    assert 0 < redis_server.client().ttl("s:added:actor:0:0") <= stream.dedupe_ttl_s
+    await stream.aclose()
+
+
+def test_dedupe_ttl_must_outlast_the_retries() -> None:
+    with pytest.raises(ValueError, match="dedupe_ttl_s"):
+        SampleStream("redis://127.0.0.1:1/0", give_up_after_s=600, dedupe_ttl_s=60)

@@ -207,6 +207,25 @@ class EmbeddedEngine:
 
         return self._call_on_worker(apply)
 
+    def update_weights_in_place(
+        self, fill: Callable[[torch.nn.Module], None], *, version: int | None = None
+    ) -> int:
+        """Run `fill(model)` (which writes new values into the served parameters, e.g. by
+        receiving a broadcast straight into them) between decode steps, with no staging copy.
+
+        Same semantics as `update_weights`: in-flight requests continue with the new weights,
+        the prefix cache is dropped, and the new policy version is returned. Blocks until done.
+        """
+
+        def apply() -> int:
+            with torch.no_grad():
+                fill(self.model)
+            self._batch.prefix_cache.clear()  # its KV came from the old weights
+            self._version = self._version + 1 if version is None else version
+            return self._version
+
+        return self._call_on_worker(apply)
+
     def logprobs(self, token_ids: Sequence[int]) -> list[float]:
         """Raw model logprobs of `token_ids[1:]` given their prefixes (a weight-sync probe)."""
         ids = [int(t) for t in token_ids]

@@ -119,7 +119,7 @@ class PipelineActor:
             meta = {**sample.meta, "actor_id": self.actor_id, "actor_batch": self.batch_index}
             tagged = dataclasses.replace(sample, meta=meta)
             sample_id = f"{self.actor_id}:{self.batch_index}:{i}"
-            await self.stream.add(encode_sample(tagged, sample_id=sample_id))
+            await self.stream.add(encode_sample(tagged, sample_id=sample_id), key=sample_id)
         self.samples_pushed += len(result.samples)
         stats = ActorBatchStats(
             batch_index=self.batch_index,

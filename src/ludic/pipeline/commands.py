@@ -42,6 +42,24 @@ def make_algorithm(name: Algorithm) -> Any:
     return factories[name]()
 
 
+def configure_logging() -> None:
+    """INFO lines with timestamps: the pipeline processes are long-running services."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
+
+
+def actor_command(cfg: ActorConfig) -> None:
+    """`ludic actor`: `run_actor` with INFO logging."""
+    configure_logging()
+    run_actor(cfg)
+
+
+def learner_command(cfg: LearnerConfig) -> None:
+    """`ludic learner`: `run_learner` with INFO logging."""
+    configure_logging()
+    run_learner(cfg)
+
+
 # -- actor ------------------------------------------------------------------------------
 
 
@@ -178,7 +196,11 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
     history: list[dict[str, float]] = []
     try:
         if publisher is not None:  # the server starts from the learner's (resumed) weights
-            publisher.publish(trainer.model, version=trainer.policy_version)
+            # Gathered (FSDP) and merged (LoRA) like every later publish: a collective, so
+            # every rank calls it; only the rank it returns weights on publishes.
+            weights = trainer.runtime.inference_weights(trainer.model)
+            if weights is not None:
+                publisher.publish(weights, version=trainer.policy_version)
         while trainer.step < cfg.steps:
             try:
                 history.append(await trainer.train_step())

@@ -1,6 +1,8 @@
 """`SampleStream`: the Redis Stream between actors and the learner (`redis.asyncio` only).
 
-Actors XADD entries; the learner reads them through a consumer group and, once the optimizer
+Actors XADD entries, each under a unique key (the sample id) that a Lua script claims in the
+same step (`SET NX` with a TTL), so an XADD retried after a lost reply (Redis applied it, then
+died before answering) adds nothing the second time. The learner reads them through a consumer group and, once the optimizer
 step that used them is done, commits them: one Lua script acks each entry, deletes it and
 (optionally) records the acked sample ids in a ledger stream, atomically, so a commit that is
 retried after a lost reply changes nothing. Deleting committed entries keeps `XLEN` equal to
@@ -50,6 +52,19 @@ return #acked
 """
 
 
+# KEYS: stream, dedupe key. ARGV: max_len, dedupe ttl (s), then field / value pairs.
+_ADD_ONCE = """
+if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[2]) then
+  return false
+end
+local fields = {}
+for i = 3, #ARGV do
+  fields[#fields + 1] = ARGV[i]
+end
+return redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(fields))
+"""
+
+
 class RedisUnavailableError(ConnectionError):
     """Redis stayed unreachable for longer than `give_up_after_s`."""
 
@@ -66,6 +81,8 @@ class SampleStream:
     """One Redis stream (`stream`) and its consumer group (`group`) at `url`.
 
     - `ledger`: a stream key recording each commit's sample ids (audits; None: no record).
+    - `dedupe_ttl_s`: how long a keyed `add` remembers its key (must outlast the longest
+      retry, `give_up_after_s`).
     - `retry_base_s`, `retry_cap_s`: backoff between reconnection attempts;
       `give_up_after_s`: raise RedisUnavailableError after failing this long (None: never).
     """
@@ -82,9 +99,16 @@ class SampleStream:
         retry_cap_s: float = 2.0,
         give_up_after_s: float | None = 600.0,
         socket_timeout_s: float = 30.0,
+        dedupe_ttl_s: int = 3600,
     ) -> None:
         if max_len < 1:
             raise ValueError(f"max_len must be >= 1, got {max_len}")
+        if give_up_after_s is not None and dedupe_ttl_s <= give_up_after_s:
+            raise ValueError(
+                f"dedupe_ttl_s ({dedupe_ttl_s}) must exceed give_up_after_s ({give_up_after_s}): "
+                "a retried add must still find its key"
+            )
+        self.dedupe_ttl_s = dedupe_ttl_s
         self.url, self.stream, self.group = url, stream, group
         self.max_len = max_len
         self.ledger = ledger
@@ -99,6 +123,7 @@ class SampleStream:
         )
         self._backoff = ExponentialWithJitterBackoff(cap=retry_cap_s, base=retry_base_s)
         self._commit_script = self.redis.register_script(_COMMIT)
+        self._add_once_script = self.redis.register_script(_ADD_ONCE)
         self.reconnect_attempts = 0
 
     async def ensure_group(self) -> None:
@@ -112,13 +137,28 @@ class SampleStream:
             if "BUSYGROUP" not in str(e):
                 raise
 
-    async def add(self, fields: dict[bytes, bytes]) -> str:
-        """XADD one entry (retried on failure: at-least-once); returns its id."""
+    async def add(self, fields: dict[bytes, bytes], *, key: str | None = None) -> str | None:
+        """XADD one entry, retried on connection failures; returns its id.
+
+        With `key` (e.g. the sample id) the add happens at most once per key within
+        `dedupe_ttl_s`: a retry whose first attempt did reach Redis, or a second add of the same
+        key, adds nothing and returns None. Without `key` a retry may add the entry twice.
+        """
+        if key is None:
+            entry_id = await self._call(
+                "XADD",
+                lambda: self.redis.xadd(self.stream, fields, maxlen=self.max_len, approximate=True),  # type: ignore[arg-type]
+            )
+            return _text(entry_id)
+        args: list[bytes | int] = [self.max_len, self.dedupe_ttl_s]
+        for name, value in fields.items():
+            args += [name, value]
+        keys = [self.stream, f"{self.stream}:added:{key}"]
         entry_id = await self._call(
-            "XADD",
-            lambda: self.redis.xadd(self.stream, fields, maxlen=self.max_len, approximate=True),  # type: ignore[arg-type]
+            "XADD once",
+            lambda: self._add_once_script(keys=keys, args=args),  # type: ignore[arg-type]
         )
-        return _text(entry_id)
+        return None if entry_id is None else _text(entry_id)
 
     async def backlog(self) -> int:
         """Entries not yet delivered to the learner (stream length minus in-flight entries)."""
