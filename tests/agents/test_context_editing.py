@@ -3,8 +3,6 @@ rewritten prompt the next call sees."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 import ludic.rollouts
@@ -18,12 +16,12 @@ from ludic.agents.context_editing import (
 from ludic.agents.tool_agent import ToolAgent
 from ludic.context import FullDialog
 from ludic.context.editing import EditableContext
-from ludic.inference.scripted import ScriptedClient
+from ludic.inference.scripted import ScriptedClient, hermes_tool_call
 from ludic.types import AgentStep
 
 
 def tool_call(name: str, **arguments: object) -> str:
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+    return hermes_tool_call({"name": name, "arguments": arguments})
 
 
 def started(agent: ToolAgent, *observations: str) -> ToolAgent:

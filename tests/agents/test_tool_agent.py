@@ -10,7 +10,7 @@ from ludic.agents import ReActAgent, ToolAgent, tool_results_from_json
 from ludic.agents.tools import INVALID_TOOL
 from ludic.inference.client import ChatRequest, ChatResponse
 from ludic.inference.sampling import SamplingConfig
-from ludic.inference.scripted import ScriptedClient
+from ludic.inference.scripted import ScriptedClient, hermes_tool_call
 from ludic.parsers import xml_tag_parser
 from ludic.types import ToolCall
 
@@ -41,7 +41,7 @@ def ask_human(question: str) -> str:
 
 
 def call(name: str, **arguments: object) -> str:
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+    return hermes_tool_call({"name": name, "arguments": arguments})
 
 
 def started(agent: ToolAgent) -> ToolAgent:
@@ -88,6 +88,7 @@ async def test_internal_tools_loop_then_final_env_step() -> None:
     assistant = second.prompt_messages[-2]
     assert assistant["role"] == "assistant"
     assert assistant["tool_calls"] == [first.tool_calls[0].to_message_part()]
+    assert assistant["content"] == "<think>add</think>"  # the call lives in tool_calls only
     # Tools were offered to the server in OpenAI format on every call.
     for request in client.requests:
         assert request.tools is not None
@@ -213,3 +214,17 @@ async def test_react_agent_prompt_lists_every_tool_with_its_schema() -> None:
     custom = ReActAgent(client, tools=[add], react_instructions="T: {tools}")
     custom.reset("env")
     assert custom.context.messages[0]["content"].startswith("env\n\nT: {")
+
+
+async def test_text_parsed_calls_render_once_in_the_next_prompt() -> None:
+    from ludic.models import load_tiny_model
+
+    _, tokenizer = load_tiny_model()
+    client = ScriptedClient(["Let me add.\n" + call("add", a=2, b=3), "<move>5</move>"])
+    agent = started(ToolAgent(client, tools=[add], parser=xml_tag_parser("move")))
+    act = await agent.act(turn_id="t0")
+    rendered = tokenizer.apply_chat_template(
+        list(act.steps[1].prompt_messages), tokenize=False, add_generation_prompt=True
+    )
+    assert rendered.count("<tool_call>") == 1
+    assert "Let me add.\n<tool_call>" in rendered

@@ -9,7 +9,7 @@ from rollout_fakes import CountEnv, uniform_weights
 
 from ludic.agents import Agent, ReActAgent
 from ludic.context import TruncatedThinkingContext
-from ludic.inference.scripted import ScriptedClient, encode_text
+from ludic.inference.scripted import ScriptedClient, encode_text, hermes_tool_call
 from ludic.interaction import SingleAgentProtocol
 from ludic.rollouts import ComponentSpec, RolloutEngine, RolloutRequest, build_samples
 from ludic.types import Rollout
@@ -25,7 +25,7 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-TOOL_CALL = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
+TOOL_CALL = hermes_tool_call({"name": "add", "arguments": {"a": 2, "b": 3}})
 
 
 async def run_one(make_agent: Any, *, length: int, max_steps: int = 5) -> Rollout:

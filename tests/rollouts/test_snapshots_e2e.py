@@ -10,7 +10,6 @@ Corridor of 3 rooms (env seed 1). Message ids in the agent's history for plan TW
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ from ludic.agents.context_editing import ContextEditingAgent, snapshot_tokens
 from ludic.context.editing import EditableContext
 from ludic.envs.long_task import MemoryCorridorEnv, context_length_penalty
 from ludic.inference.client import ChatRequest, ChatResponse
-from ludic.inference.scripted import ScriptedClient
+from ludic.inference.scripted import ScriptedClient, hermes_tool_call
 from ludic.interaction import SingleAgentProtocol
 from ludic.rollouts import (
     ComponentSpec,
@@ -47,7 +46,7 @@ CODE = _code()
 
 def delete(*ids: int) -> str:
     args = {"name": "delete_context", "arguments": {"message_ids": list(ids)}}
-    return f"<tool_call>{json.dumps(args)}</tool_call>"
+    return hermes_tool_call(args)  # the form the chat template renders back: append-only
 
 
 NO_EDITS = ["next", "next", f"answer {CODE}"]

@@ -13,7 +13,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ludic.agents.base import Agent, AgentAct
-from ludic.agents.tools import INVALID_TOOL, Tool, as_tool, execute_tool, parse_tool_calls
+from ludic.agents.tools import (
+    INVALID_TOOL,
+    Tool,
+    as_tool,
+    execute_tool,
+    parse_tool_calls,
+    strip_tool_calls,
+)
 from ludic.inference.client import ChatClient, ChatResponse
 from ludic.inference.sampling import SamplingConfig
 from ludic.types import AgentStep, Info, Message, ToolCall, ToolResult
@@ -69,7 +76,7 @@ class ToolAgent(Agent):
             # A cut-off completion is rejected whole (a parse failure), tool calls included.
             incomplete = self.reject_incomplete_completions and response.finish_reason == "length"
             calls, problems = ([], {}) if incomplete else self._tool_calls(response)
-            self.context.on_after_act(_assistant_message(response.text, calls))
+            self.context.on_after_act(_assistant_message(response, calls))
             if not calls:
                 parse_result, info = self.parse_completion(response)
                 steps.append(
@@ -142,8 +149,13 @@ class ToolAgent(Agent):
         return results
 
 
-def _assistant_message(text: str, calls: Sequence[ToolCall]) -> Message:
-    message: Message = {"role": "assistant", "content": text}
+def _assistant_message(response: ChatResponse, calls: Sequence[ToolCall]) -> Message:
+    """The reply as the context stores it. Calls parsed from the text move out of the content
+    into `tool_calls` (what a server's tool parser returns too), so the chat template renders
+    each call once."""
+    parsed_from_text = bool(calls) and not response.tool_calls
+    content = strip_tool_calls(response.text) if parsed_from_text else response.text
+    message: Message = {"role": "assistant", "content": content}
     if calls:
         message["tool_calls"] = [c.to_message_part() for c in calls]
     return message

@@ -213,7 +213,14 @@ def _json_problem(exc: Exception) -> str:
 
 
 INVALID_TOOL = "<invalid>"
-_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_TOOL_CALL_RE = re.compile(r"\s*<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+def strip_tool_calls(text: str) -> str:
+    """`text` without its `<tool_call>...</tool_call>` blocks: the assistant message content
+    to store next to the parsed `tool_calls` (chat templates render the calls from
+    `tool_calls`, so keeping the blocks in the content too would show every call twice)."""
+    return _TOOL_CALL_RE.sub("", text).strip()
 
 
 def parse_tool_calls(text: str) -> list[tuple[ToolCall, str | None]]:

@@ -8,6 +8,7 @@ model a policy: replies come from a list or a function of the messages.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Iterable, Sequence
 
 from ludic.inference.client import ChatRequest, ChatResponse
@@ -26,17 +27,30 @@ def encode_text(text: str) -> list[int]:
 
 
 def render_chatml_ids(messages: Sequence[Message], add_generation_prompt: bool = True) -> list[int]:
-    """ChatML as byte ids: <im_start>role\\ncontent<im_end>\\n per message."""
+    """ChatML as byte ids: <im_start>role\\ncontent<im_end>\\n per message; an assistant
+    message's `tool_calls` follow its content as Hermes blocks (as the tiny model's template
+    renders them)."""
     ids: list[int] = []
     for m in messages:
         ids.append(IM_START)
         ids += encode_text(f"{m['role']}\n{m.get('content') or ''}")
+        for i, part in enumerate(m.get("tool_calls") or ()):
+            separator = "\n" if i or m.get("content") else ""
+            ids += encode_text(separator + hermes_tool_call(part))
         ids.append(IM_END)
         ids += encode_text("\n")
     if add_generation_prompt:
         ids.append(IM_START)
         ids += encode_text("assistant\n")
     return ids
+
+
+def hermes_tool_call(part: Message) -> str:
+    """An OpenAI `tool_calls` entry as a Hermes/Qwen text block (what such a model writes)."""
+    call = part.get("function", part)
+    arguments = call["arguments"]
+    arguments = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return f'<tool_call>\n{{"name": "{call["name"]}", "arguments": {arguments}}}\n</tool_call>'
 
 
 def decode_ids(ids: Iterable[int]) -> str:
