@@ -34,20 +34,24 @@ def _chunk_terms(
 
 
 def _next_token_logprobs(
-    logits_TV: torch.Tensor, targets_T: torch.Tensor, with_entropy: bool, chunk_tokens: int
+    logits_NV: torch.Tensor, targets_N: torch.Tensor, with_entropy: bool, chunk_tokens: int
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log p(targets[i] | logits[i]) per row of one contiguous [T, V] slice, chunked.
+    """log p(targets[i] | logits[i]) per row of a [N, V] tensor, chunk by chunk.
 
-    When autograd would otherwise keep a float32 copy of the chunk (low-precision logits, or
-    the softmax of the entropy) the chunk is recomputed in backward instead (checkpointing),
-    so only the logits themselves stay alive.
+    Chunks come from `torch.split`, whose backward writes every chunk's gradient into one
+    buffer (slicing each chunk instead would allocate a full-size gradient per chunk). When
+    autograd would otherwise keep a float32 copy of the chunk (low-precision logits, or the
+    softmax of the entropy) the chunk is recomputed in backward instead (checkpointing), so
+    only the logits themselves stay alive.
     """
-    recompute = logits_TV.requires_grad and (
-        with_entropy or logits_TV.dtype not in (torch.float32, torch.float64)
+    recompute = logits_NV.requires_grad and (
+        with_entropy or logits_NV.dtype not in (torch.float32, torch.float64)
     )
     logprobs, entropies = [], []
-    for start in range(0, logits_TV.shape[0], chunk_tokens):
-        args = (logits_TV[start : start + chunk_tokens], targets_T[start : start + chunk_tokens])
+    chunks = zip(
+        torch.split(logits_NV, chunk_tokens), torch.split(targets_N, chunk_tokens), strict=True
+    )
+    for args in chunks:
         if recompute:
             terms = checkpoint(_chunk_terms, *args, with_entropy, use_reentrant=False)
         else:
@@ -66,32 +70,27 @@ def token_logprobs(
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(logprobs_BT, entropy_BT or None) from logits where `logits_BTV[b, t]` predicts token
-    t + 1. Both are float32 (float64 for float64 logits) and 0 at position 0; `entropy_BT[b, t]` is the entropy of the
-    distribution that token t was drawn from."""
+    t + 1. Both are float32 (float64 for float64 logits) and 0 at position 0; `entropy_BT[b, t]`
+    is the entropy of the distribution that token t was drawn from."""
     if logits_BTV.dim() != 3 or logits_BTV.shape[:2] != input_ids_BT.shape:
         raise ValueError(
             f"token_logprobs: logits {tuple(logits_BTV.shape)} do not match input_ids "
             f"{tuple(input_ids_BT.shape)}; expected logits [B, T, V] for input_ids [B, T]"
         )
-    b, t = input_ids_BT.shape
+    b, t, v = logits_BTV.shape
     dtype = torch.float64 if logits_BTV.dtype == torch.float64 else torch.float32
     zeros_B1 = torch.zeros((b, 1), dtype=dtype, device=logits_BTV.device)
-    if t < 2:
-        return zeros_B1.expand(b, t).clone(), (
-            zeros_B1.expand(b, t).clone() if with_entropy else None
-        )
-    rows_lp, rows_h = [], []
-    for row in range(b):  # a row slice is contiguous: no copy of the logits
-        lp_T, h_T = _next_token_logprobs(
-            logits_BTV[row, :-1], input_ids_BT[row, 1:], with_entropy, chunk_tokens
-        )
-        rows_lp.append(lp_T)
-        rows_h.append(h_T)
-    logprobs_BT = torch.cat([zeros_B1, torch.stack(rows_lp)], dim=1)
-    if not with_entropy:
-        return logprobs_BT, None
-    entropy_BT = torch.cat([zeros_B1, torch.stack([h for h in rows_h if h is not None])], dim=1)
-    return logprobs_BT, entropy_BT
+    # Every position predicts the next token; the last one's (a dummy target) is dropped.
+    # All B*T rows at once: a view of the logits, no per-sequence slicing.
+    targets_BT = torch.cat([input_ids_BT[:, 1:], torch.zeros_like(input_ids_BT[:, :1])], dim=1)
+    lp_N, h_N = _next_token_logprobs(
+        logits_BTV.reshape(b * t, v), targets_BT.reshape(b * t), with_entropy, chunk_tokens
+    )
+
+    def shifted(values_N: torch.Tensor) -> torch.Tensor:
+        return torch.cat([zeros_B1, values_N.view(b, t)[:, :-1]], dim=1)
+
+    return shifted(lp_N), (None if h_N is None else shifted(h_N))
 
 
 def _real_tokens(values_BT: torch.Tensor, attention_mask_BT: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,8 @@ read with `weights_only=True` (no arbitrary unpickling). No hub downloads, no fo
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import safetensors.torch
@@ -124,9 +125,23 @@ def save_weights(
     save_pretrained = getattr(model, "save_pretrained", None)
     if callable(save_pretrained):
         extra = {} if state_dict is None else {"state_dict": dict(state_dict)}
-        save_pretrained(str(path), max_shard_size=max_shard_size, **extra)
+        with _no_hf_progress_bar():  # one "Writing model shards" bar per checkpoint is noise
+            save_pretrained(str(path), max_shard_size=max_shard_size, **extra)
     elif state_dict is None:
         safetensors.torch.save_model(model, str(path / SAFETENSORS_SINGLE))
     else:  # copies: safetensors refuses tensors that share memory (tied weights)
         tensors = {k: v.detach().clone().contiguous() for k, v in state_dict.items()}
         safetensors.torch.save_file(tensors, str(path / SAFETENSORS_SINGLE))
+
+
+@contextmanager
+def _no_hf_progress_bar() -> Iterator[None]:
+    from transformers.utils import logging as hf_logging
+
+    enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            hf_logging.enable_progress_bar()
