@@ -100,3 +100,20 @@ async def test_truncated_thinking_yields_snapshots_in_episode_mode() -> None:
         assert step.trace is not None
         assert sample.input_ids == step.trace.prompt_token_ids + step.trace.completion_token_ids
         assert sample.weight == 0.5 and sample.meta["rollout_id"] == rollout.id
+
+
+async def test_tool_call_text_the_template_renders_differently_splits_into_exact_samples() -> None:
+    """A call written without the template's newlines is re-rendered differently in the next
+    prompt: not append-only, so each model call becomes its own exact sample."""
+    compact = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
+    rollout = await run_one(
+        lambda: ReActAgent(ScriptedClient([compact, compact, "ok"]), tools=[add]), length=2
+    )
+    samples = build_samples([rollout], uniform_weights([rollout]))
+    calls = [s for t in rollout.turns() for s in t.agent_steps]
+    assert len(samples) == len(calls) == 6
+    for sample, step in zip(samples, calls, strict=True):
+        trace = step.trace
+        assert trace is not None
+        assert sample.input_ids == trace.prompt_token_ids + trace.completion_token_ids
+        assert sum(sample.action_mask) == len(trace.completion_token_ids)
