@@ -2,10 +2,10 @@
 
 Actors XADD entries, each under a unique key (the sample id) that a Lua script claims in the
 same step (`SET NX` with a TTL), so an XADD retried after a lost reply (Redis applied it, then
-died before answering) adds nothing the second time. The learner reads them through a consumer group and, once the optimizer
-step that used them is done, commits them: one Lua script acks each entry, deletes it and
-(optionally) records the acked sample ids in a ledger stream, atomically, so a commit that is
-retried after a lost reply changes nothing. Deleting committed entries keeps `XLEN` equal to
+died before answering) adds nothing the second time. The learner reads them through a
+consumer group and, once the optimizer step that used them is done, commits them: one Lua
+script acks each entry, deletes it and (optionally) records the acked sample ids in a ledger
+stream, atomically, so a commit that is retried after a lost reply changes nothing. Deleting committed entries keeps `XLEN` equal to
 undelivered + in-flight entries, which is what actors throttle on (`backlog`). `max_len` is a
 safety cap passed as `XADD MAXLEN ~`: with backpressure working it never trims; if the learner is
 gone and actors ignore the backlog, the oldest entries are trimmed rather than Redis running out
