@@ -2,9 +2,10 @@
 
     python examples/tictactoe/selfplay.py
     python examples/tictactoe/selfplay.py --model ludic_runs/quickstart/rl/checkpoints/step_00000040/model
+    python examples/tictactoe/selfplay.py --model DIR --server-url http://127.0.0.1:8000 --server-token secret
 
 `TicTacToeDuelEnv` has two seats, X and O. `MultiAgentProtocol` runs one `Agent` per seat (both
-on the same engine: the same policy) and returns one rollout per seat, each with that seat's
+on the same client: the same policy) and returns one rollout per seat, each with that seat's
 own reward. GRPO groups rollouts by seat and game, so X is compared with X and O with O; every
 rollout trains the one shared model. Prints the outcome rates of 64 games before and after.
 """
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import copy
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,12 +21,11 @@ import tyro
 
 from ludic.agents import Agent
 from ludic.context.latest_observation import LatestObservationContext
-from ludic.distributed import InProcessPublisher
 from ludic.envs import TicTacToeDuelEnv
 from ludic.inference import ChatClient, SamplingConfig
 from ludic.interaction import MultiAgentProtocol
 from ludic.parsers import xml_tag_parser
-from ludic.recipes.training import finish, load_policy, make_trainer
+from ludic.recipes.training import finish, load_policy, make_inference, make_trainer
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -44,6 +43,13 @@ class SelfPlayConfig:
 
     model: str | None = None
     """Local model directory or hub id (default: a fresh tiny model)."""
+    server_url: str | None = None
+    """Serve the policy from this OpenAI-compatible server instead of in process; weights are
+    pushed to it after every step (needs --server-token)."""
+    server_token: str | None = None
+    """Bearer token of the server's control endpoints (`ludic serve --token ...`)."""
+    served_model: str = "default"
+    """Model name to send to the server."""
     steps: int = 20
     """Optimizer steps."""
     games: int = 4
@@ -58,6 +64,8 @@ class SelfPlayConfig:
     """Token limit of one reply."""
     seed: int = 0
     """Seeds training and sampling."""
+    device: str = "cpu"
+    """Training device."""
     out_dir: Path = Path("ludic_runs/tictactoe_selfplay")
     """Where metrics.jsonl and checkpoints go."""
 
@@ -91,16 +99,22 @@ def outcome_rates(rollouts: list[Rollout]) -> dict[str, float]:
 
 
 async def selfplay(cfg: SelfPlayConfig) -> tuple[dict[str, float], dict[str, float]]:
-    from ludic.inference.engine import EmbeddedEngine
-
-    model, tokenizer = load_policy(cfg.model, seed=cfg.seed)
+    model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
     algorithm = make_grpo()
     sampling = SamplingConfig(temperature=1.0, max_tokens=cfg.max_tokens)
     duel = ComponentSpec(name="duel")
-    with EmbeddedEngine(copy.deepcopy(model), tokenizer) as engine:
+    inference = make_inference(
+        model,
+        tokenizer,
+        server_url=cfg.server_url,
+        server_token=cfg.server_token,
+        served_model=cfg.served_model,
+        device=cfg.device,
+    )
+    try:
         rollouts = RolloutEngine(
             env_registry={"duel": TicTacToeDuelEnv},
-            protocol_registry={"selfplay": lambda: make_protocol(engine, cfg.max_tokens)},
+            protocol_registry={"selfplay": lambda: make_protocol(inference.client, cfg.max_tokens)},
         )
 
         def requests(n: int) -> list[RolloutRequest]:
@@ -129,11 +143,14 @@ async def selfplay(cfg: SelfPlayConfig) -> tuple[dict[str, float], dict[str, flo
             out=cfg.out_dir,
             lr=cfg.lr,
             seed=cfg.seed,
-            publisher=InProcessPublisher(engine),
+            publisher=inference.publisher,
+            device=cfg.device,
         )
         await trainer.train(cfg.steps)
         finish(trainer)
         after = await evaluate()
+    finally:
+        await inference.aclose()
     return before, after
 
 

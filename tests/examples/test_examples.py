@@ -150,3 +150,49 @@ def test_grpo_reference(capsys: pytest.CaptureFixture[str]) -> None:
 def test_grpo_reference_stays_short() -> None:
     lines = (EXAMPLES / "grpo_reference.py").read_text().splitlines()
     assert len(lines) <= 300, "the reference loop must stay readable (STYLE.md rule 15)"
+
+
+@pytest.mark.slow
+def test_tictactoe_train_on_an_inference_server(tmp_path: Path) -> None:
+    """Scaling out: rollouts from `ludic serve` in another process, training here, and the new
+    weights pushed to the server after each step."""
+    import socket
+    import subprocess
+
+    import httpx
+
+    from ludic.inference.vllm_server import wait_for_health
+    from ludic.models import tiny_model_dir
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    model_dir, token, url = str(tiny_model_dir()), "example-token", f"http://127.0.0.1:{port}"
+    command = [sys.executable, "-m", "ludic.inference.server", "--model", model_dir]
+    command += ["--port", str(port), "--token", token, "--threads", "1"]
+    command += ["--served-model-name", "tiny"]
+    with (tmp_path / "server.log").open("wb") as log:
+        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_health(url, timeout_s=120, process=server)
+        example = load_example("tictactoe/train.py")
+        cfg = config(
+            example,
+            "TrainConfig",
+            model=model_dir,
+            server_url=url,
+            server_token=token,
+            served_model="tiny",
+            steps=2,
+            groups=2,
+            group_size=2,
+            out_dir=tmp_path / "run",
+        )
+        history = example.main(cfg)
+        assert [h["policy_version"] for h in history] == [1, 2]
+        auth = {"Authorization": f"Bearer {token}"}
+        served = httpx.get(url + "/ludic/version", headers=auth, timeout=10).json()
+        assert served["policy_version"] == 2
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
