@@ -26,10 +26,13 @@ def _one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(threads)
 
 
-@pytest.fixture(scope="module")
-def engine() -> Iterator[EmbeddedEngine]:
+@pytest.fixture(scope="module", params=[True, False], ids=["lean", "transformers"])
+def engine(request: pytest.FixtureRequest) -> Iterator[EmbeddedEngine]:
+    """The engine over both forwards: the lean one and the transformers model's own."""
     model, tokenizer = load_tiny_model()
-    with EmbeddedEngine(model, tokenizer) as eng:
+    config = EngineConfig(lean_forward=request.param)
+    with EmbeddedEngine(model, tokenizer, config=config) as eng:
+        assert (eng._batch._lean is not None) == request.param
         yield eng
 
 
@@ -299,7 +302,7 @@ async def test_next_turn_reuses_the_finished_turns_kv_with_exact_logprobs() -> N
 async def test_eager_attention_models_batch_correctly_too() -> None:
     model, tokenizer = load_tiny_model()
     model.set_attn_implementation("eager")
-    with EmbeddedEngine(model, tokenizer) as eng:
+    with EmbeddedEngine(model, tokenizer, config=EngineConfig(lean_forward=False)) as eng:
         prompts = [
             req([{"role": "user", "content": "X " * k}], max_tokens=6, seed=k) for k in (1, 9)
         ]

@@ -26,6 +26,7 @@ from ludic.inference.kv_cache import (
     pad_left,
     select_rows,
 )
+from ludic.inference.lean_forward import LeanForward
 from ludic.inference.prefix_cache import CachedPrefix, PrefixCache
 from ludic.inference.sequence import SequenceState, TextCodec
 from ludic.inference.token_sampling import (
@@ -45,8 +46,10 @@ class DecodeBatch:
         codec: TextCodec,
         logprobs_mode: LogprobsMode = "processed",
         prefix_cache_tokens: int = 0,
+        lean_forward: bool = True,
     ) -> None:
         self.model = model
+        self._lean = LeanForward.for_model(model) if lean_forward else None
         self._sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
         self.prefix_cache = PrefixCache(prefix_cache_tokens)
         self.codec = codec
@@ -94,15 +97,19 @@ class DecodeBatch:
         if width_prefix:
             load_prefixes(cache, prefixes, width_prefix)
         positions_BT = (mask_BT.cumsum(-1) - 1).clamp(min=0)
-        out = self.model(
-            input_ids=ids_BS,
-            attention_mask=mask_BT,
-            position_ids=positions_BT[:, width_prefix:],
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        self._merge(cache, mask_BT, out.logits[:, -1].float(), new)
+        if self._lean is not None:
+            logits_BV = self._lean(ids_BS, mask_BT, positions_BT[:, width_prefix:], cache)[:, -1]
+        else:
+            out = self.model(
+                input_ids=ids_BS,
+                attention_mask=mask_BT,
+                position_ids=positions_BT[:, width_prefix:],
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            logits_BV = out.logits[:, -1].float()
+        self._merge(cache, mask_BT, logits_BV, new)
 
     def _merge(
         self,
@@ -200,11 +207,20 @@ class DecodeBatch:
     def _forward(self, tokens_B: torch.Tensor) -> None:
         ones_B1 = torch.ones(len(self.rows), 1, dtype=self._mask_BT.dtype, device=self.device)
         self._mask_BT = torch.cat([self._mask_BT, ones_B1], dim=1)
+        tokens_B1 = tokens_B[:, None].to(self.device)
+        if self._lean is not None:
+            assert self._cache is not None
+            logits_B1V = self._lean(
+                tokens_B1, self._mask_BT, self._positions_B[:, None], self._cache
+            )
+            self._positions_B = self._positions_B + 1
+            self._logits_BV = logits_B1V[:, -1]
+            return
         mask = self._mask_BT
         if self._sdpa:  # a ready 4D boolean mask skips transformers' per-step mask building
             mask = mask.bool()[:, None, None, :]
         out = self.model(
-            input_ids=tokens_B[:, None].to(self.device),
+            input_ids=tokens_B1,
             attention_mask=mask,
             position_ids=self._positions_B[:, None],
             past_key_values=self._cache,

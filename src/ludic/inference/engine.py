@@ -47,6 +47,9 @@ class EngineConfig:
     `prefix_cache_tokens` bounds the KV kept from finished requests so that a prompt extending
     one (the next turn of an episode) prefills only its new tokens; 0 turns reuse off. Each
     token costs layers x 2 x kv_heads x head_dim x dtype bytes (4 KiB for the tiny model).
+    `lean_forward` runs Llama-family models (Llama, Mistral, Qwen2, Qwen3) through
+    `ludic.inference.lean_forward` instead of the transformers forward (same arithmetic, less
+    per-step overhead); other models, or a failed self-check, use the transformers forward.
     """
 
     max_batch_size: int = 64
@@ -55,6 +58,7 @@ class EngineConfig:
     logprobs_mode: LogprobsMode = "processed"
     eos_token_ids: tuple[int, ...] | None = None
     prefix_cache_tokens: int = 16384
+    lean_forward: bool = True
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
@@ -127,7 +131,11 @@ class EmbeddedEngine:
         self.eos_ids = frozenset(self.config.eos_token_ids or _default_eos_ids(model, tokenizer))
         self._version = policy_version
         self._batch = DecodeBatch(
-            model, self.codec, self.config.logprobs_mode, self.config.prefix_cache_tokens
+            model,
+            self.codec,
+            self.config.logprobs_mode,
+            self.config.prefix_cache_tokens,
+            lean_forward=self.config.lean_forward,
         )
         self._pending: deque[SequenceState] = deque()
         self._controls: deque[_Control] = deque()

@@ -1,0 +1,123 @@
+"""LeanForward: the same logits as the transformers forward for every supported family, through
+padded prefills, cached prefixes and decode steps; anything else falls back."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import (
+    GPT2Config,
+    GPT2LMHeadModel,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PretrainedConfig,
+    PreTrainedModel,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from ludic.inference.kv_cache import new_cache
+from ludic.inference.lean_forward import LeanForward
+
+SIZES = {
+    "vocab_size": 97,
+    "hidden_size": 32,
+    "intermediate_size": 48,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+}
+
+
+def build(config_cls: type[PretrainedConfig], model_cls: type[PreTrainedModel], **extra: object):
+    torch.manual_seed(0)
+    model = model_cls(config_cls(**SIZES, **extra)).eval()  # type: ignore[call-arg]
+    with torch.no_grad():  # make the norms' weights matter
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(torch.rand_like(p) * 0.5)
+    return model
+
+
+FAMILIES = {
+    "llama": lambda: build(LlamaConfig, LlamaForCausalLM),
+    "qwen2 (qkv bias)": lambda: build(Qwen2Config, Qwen2ForCausalLM),
+    "qwen3 (q/k norms)": lambda: build(Qwen3Config, Qwen3ForCausalLM, head_dim=8),
+    "llama3 rope scaling": lambda: build(
+        LlamaConfig,
+        LlamaForCausalLM,
+        rope_parameters={
+            "rope_type": "llama3",
+            "rope_theta": 10000.0,
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16,
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_matches_the_transformers_forward_through_prefill_prefix_and_decode(family: str) -> None:
+    model = FAMILIES[family]()
+    lean = LeanForward.for_model(model)
+    assert lean is not None
+    ids_BS = torch.randint(0, 97, (3, 9))
+    mask_BT = torch.ones(3, 9, dtype=torch.long)
+    mask_BT[1, :4] = 0  # left padding
+    mask_BT[2, :7] = 0
+    positions_BT = (mask_BT.cumsum(-1) - 1).clamp(min=0)
+    lean_cache, hf_cache = new_cache(model.config), new_cache(model.config)
+    with torch.inference_mode():
+        # prefill in two chunks (the second one sees the first as a cached prefix), then decode
+        chunks = [(0, 5), (5, 9), (9, 10), (10, 11)]
+        for start, end in chunks:
+            if end > 9:
+                ids_BS = torch.cat([ids_BS, torch.randint(0, 97, (3, 1))], dim=1)
+                mask_BT = torch.cat([mask_BT, torch.ones(3, 1, dtype=torch.long)], dim=1)
+                positions_BT = torch.cat([positions_BT, positions_BT[:, -1:] + 1], dim=1)
+            new_ids, positions = ids_BS[:, start:end], positions_BT[:, start:end]
+            got = lean(new_ids, mask_BT[:, :end], positions, lean_cache, keep=end - start)
+            want = model(
+                input_ids=new_ids,
+                attention_mask=mask_BT[:, :end],
+                position_ids=positions,
+                past_key_values=hf_cache,
+                use_cache=True,
+            ).logits.float()
+            real = mask_BT[:, start:end, None].bool()
+            assert torch.allclose(got.masked_fill(~real, 0), want.masked_fill(~real, 0), atol=1e-5)
+            assert torch.isfinite(got).all()  # padding queries attend themselves, never nothing
+    for lean_layer, hf_layer in zip(lean_cache.layers, hf_cache.layers, strict=True):
+        real_keys = mask_BT[:, None, :, None].bool()
+        assert torch.allclose(
+            lean_layer.keys.masked_fill(~real_keys, 0),
+            hf_layer.keys.masked_fill(~real_keys, 0),
+            atol=1e-5,
+        )
+
+
+def test_reads_live_parameters_so_weight_updates_apply() -> None:
+    model = FAMILIES["llama"]()
+    lean = LeanForward.for_model(model)
+    assert lean is not None
+    ids, mask, positions = torch.tensor([[5, 6, 7]]), torch.ones(1, 3), torch.arange(3)[None]
+    before = lean(ids, mask, positions, new_cache(model.config))
+    with torch.no_grad():
+        model.lm_head.weight.mul_(2)
+    after = lean(ids, mask, positions, new_cache(model.config))
+    assert torch.allclose(after, before * 2, atol=1e-5)
+
+
+def test_other_architectures_fall_back() -> None:
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=50)).eval()
+    assert LeanForward.for_model(gpt2) is None
+
+
+def test_a_variant_that_computes_differently_fails_the_self_check() -> None:
+    model = FAMILIES["llama"]()
+    model.model.layers[0].mlp.act_fn = torch.nn.GELU()  # config still says silu
+    assert LeanForward.for_model(model) is None
