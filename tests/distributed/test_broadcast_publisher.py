@@ -4,7 +4,10 @@ real gloo group): pushes change the served weights and version, bad pushes are c
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+import gc
+import threading
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,11 +22,14 @@ from ludic.distributed import (
     PublishVerificationError,
     WeightPushError,
 )
+from ludic.distributed.manifest import plan_manifest
+from ludic.distributed.transfer import adjacent_view
 from ludic.inference.engine import EmbeddedEngine
 from ludic.inference.server import create_app
 from ludic.models import build_tiny_model
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
 @dataclass
@@ -32,6 +38,7 @@ class Rig:
     engine: EmbeddedEngine
     client: TestClient
     sabotage: dict[str, str]
+    control: str
 
     def publisher(self, **kwargs: object) -> BroadcastPolicyPublisher:
         return BroadcastPolicyPublisher(
@@ -39,20 +46,32 @@ class Rig:
             TOKEN,
             http=self.client,
             timeout_s=20,
+            control=self.control,  # type: ignore[arg-type]
             **kwargs,  # type: ignore[arg-type]
         )
 
 
-@pytest.fixture(params=["buffered", "in_place"])
+@pytest.fixture(
+    params=[
+        ("buffered", "http"),
+        ("in_place", "http"),
+        ("buffered", "store"),
+        ("in_place", "store"),
+    ],
+    ids=lambda p: "-".join(p),
+)
 def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
+    """The embedded server over an engine that receives in place or into buffers, driven by
+    HTTP requests (what the vLLM extension speaks) or by the trainer's store."""
     model, tokenizer = build_tiny_model(seed=0, spec=SPEC)
-    engine_class = EmbeddedEngine if request.param == "in_place" else BufferedEngine
+    receive, control = request.param
+    engine_class = EmbeddedEngine if receive == "in_place" else BufferedEngine
     engine = engine_class(copy.deepcopy(model), tokenizer)
     sabotage = {"mode": "none"}
     _sabotage(engine, sabotage)
     app = create_app(engine, model_name="tiny", token=TOKEN)  # mounts /ludic/weights/*
     with TestClient(app, base_url="http://testserver") as client:
-        yield Rig(model, engine, client, sabotage)
+        yield Rig(model, engine, client, sabotage, control)
     engine.close()
 
 
@@ -189,3 +208,81 @@ def test_non_zero_ranks_return_without_contacting_the_server(rig: Rig) -> None:
     publisher = BroadcastPolicyPublisher("http://127.0.0.1:9", TOKEN, rank=1)  # nothing listens
     publisher.publish(rig.trainer_model, version=1)
     assert publisher.last_push is None
+
+
+def _listeners() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "ludic-weights-listen" and t.is_alive()]
+
+
+def _wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return condition()
+
+
+def test_store_control_acks_each_layout_once(rig: Rig) -> None:
+    if rig.control != "store":
+        pytest.skip("store control only")
+    others = set(_listeners())  # left by earlier tests' publishers
+    publisher = rig.publisher()
+    for version in (1, 2):
+        nudge_(rig.trainer_model, 0.05)
+        publisher.publish(rig.trainer_model, version=version)
+        assert rig.engine.policy_version == version and _served_equals(rig, rig.trainer_model)
+    assert publisher._channel is not None and len(publisher._channel.accepted) == 1
+    publisher.wire_dtype = torch.bfloat16  # a new layout: sent in full and acked again
+    publisher.atol = 0.1
+    publisher.publish(rig.trainer_model, version=3)
+    assert len(publisher._channel.accepted) == 2 and rig.engine.policy_version == 3
+    manifest = plan_manifest(rig.trainer_model.state_dict(), version=4, bucket_bytes=1 << 20)
+    reply = rig.client.post("/ludic/weights/start", headers=AUTH, json=manifest.to_json())
+    assert reply.status_code == 409 and "driven through the trainer's store" in reply.text
+    publisher.close()
+    assert _wait_until(lambda: not set(_listeners()) - others)
+
+
+def test_listener_stops_when_the_trainer_goes_away(rig: Rig) -> None:
+    if rig.control != "store":
+        pytest.skip("store control only")
+    others = set(_listeners())  # left by earlier tests' publishers
+    publisher = rig.publisher()
+    publisher.publish(rig.trainer_model, version=1)
+    assert set(_listeners()) - others
+    publisher._drop_group()  # the trainer's store (and group) vanish without a goodbye
+    gc.collect()
+    assert _wait_until(lambda: not set(_listeners()) - others)
+    status = rig.client.get("/ludic/weights/status", headers=AUTH).json()
+    assert "lost the trainer's store" in status["last_error"]
+    publisher.publish(rig.trainer_model, version=2)  # a new connection works
+    assert rig.engine.policy_version == 2
+
+
+def test_packed_buckets_land_in_the_engines_own_memory(rig: Rig) -> None:
+    if not hasattr(rig.engine, "update_weights_in_place") or not callable(
+        rig.engine.update_weights_in_place
+    ):
+        pytest.skip("in-place engines only")
+    publisher = rig.publisher()
+    publisher.publish(rig.trainer_model, version=1)  # the first push lays the buckets out
+    manifest_groups = [
+        [e.name for e in entries]
+        for entries in plan_manifest(
+            rig.trainer_model.state_dict(),
+            version=0,
+            bucket_bytes=publisher.bucket_bytes,
+            alone_bytes=publisher.alone_bytes,
+        ).bucket_entries()
+    ]
+    served = rig.engine.model.state_dict()
+    packed = [names for names in manifest_groups if len(names) > 1]
+    assert packed
+    assert all(adjacent_view([served[n] for n in names]) is not None for names in packed)
+    pointers = {n: t.data_ptr() for n, t in served.items()}
+    nudge_(rig.trainer_model, 0.05)
+    publisher.publish(rig.trainer_model, version=2)
+    served = rig.engine.model.state_dict()
+    assert {n: t.data_ptr() for n, t in served.items()} == pointers  # received in place
+    assert _served_equals(rig, rig.trainer_model)

@@ -10,6 +10,7 @@ from ludic.distributed.manifest import plan_manifest
 from ludic.distributed.transfer import (
     BufferPool,
     Collective,
+    adjacent_view,
     open_group,
     receive_buckets,
     receive_into,
@@ -125,3 +126,38 @@ def test_buffers_are_reused_across_pushes() -> None:
         assert all(torch.equal(received[n], t) for n, t in pushed.items())
         sizes.append((send_pool.nbytes, receive_pool.nbytes))
     assert sizes[0] == sizes[1]  # the second push allocated nothing new
+
+
+def test_adjacent_view_spans_tensors_back_to_back_in_one_storage() -> None:
+    flat = torch.arange(10.0)
+    a, b, c = flat[0:4].view(2, 2), flat[4:7], flat[7:10]
+    view = adjacent_view([a, b, c])
+    assert view is not None and view.data_ptr() == flat.data_ptr() and view.shape == (10,)
+    assert adjacent_view([b, c]) is not None and adjacent_view([b]) is not None
+    assert adjacent_view([a, c]) is None  # a gap
+    assert adjacent_view([b, a]) is None  # out of order
+    assert adjacent_view([torch.zeros(4), torch.zeros(3)]) is None  # separate allocations
+    assert adjacent_view([flat.view(2, 5).t()]) is None  # not contiguous
+
+
+def test_tensors_back_to_back_travel_without_packing_and_land_without_copies() -> None:
+    state = {f"layer{i}.weight": torch.randn(16, 8) for i in range(6)}
+    manifest = plan_manifest(state, version=0, bucket_bytes=1 << 20)
+    assert len(manifest.buckets) == 1  # all six packed into one bucket
+    sent = torch.cat([t.reshape(-1) for t in state.values()])  # the sender's params: one buffer
+    sender = dict(zip(state, sent.split([t.numel() for t in state.values()]), strict=True))
+    sender = {name: t.view(state[name].shape) for name, t in sender.items()}
+    received_flat = torch.zeros_like(sent)
+    targets = dict(
+        zip(state, received_flat.split([t.numel() for t in state.values()]), strict=True)
+    )
+    targets = {name: t.view(state[name].shape) for name, t in targets.items()}
+    send_pool, receive_pool = BufferPool("cpu"), BufferPool("cpu")
+    run_ranks(
+        [
+            lambda group: send_buckets(group, manifest, sender, pool=send_pool),
+            lambda group: receive_into(group, manifest, targets, pool=receive_pool),
+        ]
+    )
+    assert torch.equal(received_flat, sent)
+    assert send_pool.nbytes == 0 and receive_pool.nbytes == 0  # no packing, no staging

@@ -60,6 +60,9 @@ def test_routes_need_the_token() -> None:
         "join_error": None,
         "in_progress": False,
         "last_version": None,
+        "last_error": None,
+        "control": "http",
+        "controls": ["http", "store"],
     }
 
 

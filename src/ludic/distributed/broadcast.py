@@ -1,10 +1,13 @@
 """`BroadcastPolicyPublisher`: pushes trainer weights to an inference server over an HTTP control
 plane and a `torch.distributed` data plane, then verifies the server serves them.
 
-One push: POST `/ludic/weights/start` with the manifest (names, shapes, dtypes, buckets,
-version), broadcast the buckets over the standalone group (trainer = rank 0, server = rank 1),
-POST `/ludic/weights/finish` (the server loads everything at once and reports its version),
-then check `/ludic/version` and a logprob probe against the trainer's own model. The server
+One push: send the manifest (names, shapes, dtypes, buckets, version), wait for the server to
+accept it, broadcast the buckets over the standalone group (trainer = rank 0, server = rank 1),
+wait for the server's reply (it loads the weights and reports its version), then check
+`/ludic/version` and a logprob probe against the trainer's own model. The manifest and replies
+travel as keys in the trainer's TCPStore when the server offers that (`control="store"`, the
+embedded server: no HTTP request per push), else as POST `/ludic/weights/start` and `/finish`
+(the vLLM extension). The server
 side is `ludic.inference.weight_receiver`. Under FSDP call `publish` on every rank: the full
 state dict is gathered (a collective), rank 0 pushes, the other ranks return. It talks to one
 server; publish to several with one publisher each.
@@ -16,14 +19,15 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import torch
 import torch.distributed as dist
 
+from ludic.distributed.control import StoreControl
 from ludic.distributed.interfaces import Weights
-from ludic.distributed.manifest import plan_manifest
+from ludic.distributed.manifest import WeightManifest, plan_manifest
 from ludic.distributed.transfer import (
     Backend,
     BufferPool,
@@ -73,6 +77,9 @@ class BroadcastPolicyPublisher:
       weights). Without either only the version is checked (a warning says so once). Under
       FSDP with rank-0-only publishing leave `probe_model` unset (its forward is a collective).
       Turn `probe` off for servers without `/ludic/logprobs` (the vLLM extension).
+    - `control`: how pushes are driven: "store" (manifest and replies as keys in the trainer's
+      TCPStore), "http" (`/start` and `/finish` requests), "auto" (store when the server
+      offers it in `/ludic/weights/status`).
     - `server_ranks`: receiving ranks on the server side (vLLM with tensor parallelism: TP).
     - `master_addr`: this trainer's address as the server sees it (it hosts the TCPStore).
     - `rank`: this process's trainer rank (default: the default group's rank, else 0).
@@ -97,6 +104,7 @@ class BroadcastPolicyPublisher:
         timeout_s: float = 120.0,
         rank: int | None = None,
         server_ranks: int = 1,
+        control: Literal["auto", "http", "store"] = "auto",
         http: httpx.Client | None = None,
     ) -> None:
         if backend not in ("gloo", "nccl"):
@@ -105,6 +113,8 @@ class BroadcastPolicyPublisher:
             raise ValueError(
                 f"bucket_mb and pack_below_mb must be > 0: {bucket_mb}, {pack_below_mb}"
             )
+        if control not in ("auto", "http", "store"):
+            raise ValueError(f"control must be 'auto', 'http' or 'store', got {control!r}")
         if server_ranks < 1:
             raise ValueError(f"server_ranks must be >= 1, got {server_ranks}")
         if probe_token_ids is not None and len(probe_token_ids) < 2:
@@ -127,15 +137,23 @@ class BroadcastPolicyPublisher:
         self.rank = rank
         self.http = http or httpx.Client(base_url=base_url, timeout=timeout_s)
         self.http.headers["Authorization"] = f"Bearer {token}"
+        self.control = control
         self._group: Collective | None = None
         self._store: Any = None  # rank 0 hosts it; it must outlive the group
+        self._channel: StoreControl | None = None  # set when pushes go through the store
         self.last_push: PushStats | None = None
 
     # -- connection ---------------------------------------------------------------------
 
     def connect(self) -> None:
         """Host the store, ask the server to join, build the group (blocks until joined)."""
-        self._request("GET", "/ludic/weights/status")  # fail fast on a wrong URL or token
+        status = self._request("GET", "/ludic/weights/status")  # fails fast on a bad URL/token
+        offered = status.get("controls", ["http"])
+        control = self.control
+        if control == "auto":
+            control = "store" if "store" in offered else "http"
+        elif control not in offered:
+            raise WeightPushError(f"the server offers control {offered}, not {control!r}")
         world_size = 1 + self.server_ranks
         store = host_store(self.master_addr, 0, world_size=world_size, timeout_s=self.timeout_s)
         body = {
@@ -145,20 +163,29 @@ class BroadcastPolicyPublisher:
             "world_size": world_size,
             "timeout_s": self.timeout_s,
         }
+        if control == "store":  # sent only then: HTTP-driven servers see the request as before
+            body["control"] = "store"
         self._request("POST", "/ludic/weights/init", json=body)
         self._group = open_group(
             store, rank=0, world_size=world_size, backend=self.backend, timeout_s=self.timeout_s
         )
         self._store = store
+        if control == "store":
+            self._channel = StoreControl(store, timeout_s=self.timeout_s)
 
     def close(self) -> None:
         """Drop the group and tell the server (best effort)."""
         if self._group is not None:
             try:
+                if self._channel is not None:
+                    self._channel.send_request({"close": True})
                 self._request("POST", "/ludic/weights/close")
-            except (httpx.HTTPError, WeightPushError) as e:
+            except (httpx.HTTPError, WeightPushError, RuntimeError) as e:
                 logger.warning("could not close the server's weight-sync group: %s", e)
-        self._group, self._store = None, None
+        self._drop_group()
+
+    def _drop_group(self) -> None:
+        self._group, self._store, self._channel = None, None, None
 
     # -- publishing ---------------------------------------------------------------------
 
@@ -187,14 +214,12 @@ class BroadcastPolicyPublisher:
         )
         if self._group is None:
             self.connect()
-        assert self._group is not None
-        self._request("POST", "/ludic/weights/start", json=manifest.to_json())
-        try:
-            send_buckets(self._group, manifest, tensors, pool=self._pool)
-        except Exception as e:
-            self._group = None  # a failed collective leaves the group unusable: reconnect next
-            raise WeightPushError(f"broadcasting weights failed: {type(e).__name__}: {e}") from e
-        reply = self._request("POST", "/ludic/weights/finish")
+        if self._channel is not None:
+            reply = self._push_via_store(self._channel, manifest, tensors)
+        else:
+            self._request("POST", "/ludic/weights/start", json=manifest.to_json())
+            self._send(manifest, tensors)
+            reply = self._request("POST", "/ludic/weights/finish")
         transferred = time.perf_counter()
         if self.verify:
             self._verify(version, int(reply["policy_version"]), probe_ids, expected)
@@ -205,6 +230,34 @@ class BroadcastPolicyPublisher:
             transfer_seconds=transferred - started,
             verify_seconds=time.perf_counter() - transferred,
         )
+
+    def _push_via_store(
+        self, channel: StoreControl, manifest: WeightManifest, tensors: dict[str, torch.Tensor]
+    ) -> dict[str, Any]:
+        try:
+            if channel.send_manifest(manifest.to_json()):  # a new layout: wait for the ack
+                ack = channel.wait_reply("ack")
+                if "error" in ack:  # refused before any byte: the group is still usable
+                    raise WeightPushError(f"push refused ({ack.get('status')}): {ack['error']}")
+            self._send(manifest, tensors)
+            done = channel.wait_reply("done")
+        except RuntimeError as e:  # the store: the server is gone or stuck
+            if isinstance(e, WeightPushError):
+                raise
+            self._drop_group()
+            raise WeightPushError(f"the server did not answer the push: {e}") from e
+        if "error" in done:
+            self._drop_group()
+            raise WeightPushError(f"push failed ({done.get('status')}): {done['error']}")
+        return done
+
+    def _send(self, manifest: WeightManifest, tensors: dict[str, torch.Tensor]) -> None:
+        assert self._group is not None
+        try:
+            send_buckets(self._group, manifest, tensors, pool=self._pool)
+        except Exception as e:
+            self._drop_group()  # a failed collective leaves the group unusable: reconnect next
+            raise WeightPushError(f"broadcasting weights failed: {type(e).__name__}: {e}") from e
 
     def _verify(
         self,

@@ -98,8 +98,8 @@ def send_buckets(
     """Broadcast every bucket of `manifest` from rank 0, in order; returns when all are sent.
 
     Tensors must be contiguous, of the manifest's dtypes and on the pool's device. A bucket
-    of one tensor is sent in place; a bucket of several is packed into one of two pool buffers
-    while the previous one is on the wire. Up to `max_in_flight` broadcasts are queued at once
+    of one tensor, or of tensors lying back to back in one storage, is sent in place; any
+    other bucket is packed into one of two pool buffers while the previous one is on the wire. Up to `max_in_flight` broadcasts are queued at once
     (hides the per-collective latency of many small tensors).
     """
     slot_work: list[Work | None] = [None, None]
@@ -107,8 +107,9 @@ def send_buckets(
     num_packed = 0
     for bucket, entries in zip(manifest.buckets, manifest.bucket_entries(), strict=True):
         slot = None
-        if len(entries) == 1:
-            flat_N = tensors[entries[0].name].reshape(-1)
+        flat = adjacent_view([tensors[e.name] for e in entries])
+        if flat is not None:  # one tensor, or tensors already back to back: no packing copy
+            flat_N = flat
         else:
             slot, num_packed = num_packed % 2, num_packed + 1
             if (previous := slot_work[slot]) is not None:
@@ -154,13 +155,14 @@ def receive_into(
     pool: BufferPool,
 ) -> None:
     """Receive every bucket straight into `targets` (live tensors, e.g. a model's state dict):
-    a lone tensor of matching dtype and device lands in place, the rest via a pool buffer and
-    a copy. Shapes must already have been checked (`check_against`)."""
+    a bucket whose targets are one tensor, or tensors back to back in one storage (see
+    `ludic.inference.weights.pack_parameters_`), of matching dtype and device lands in place;
+    the rest via a pool buffer and a copy. Shapes must already have been checked (`check_against`)."""
     received = []
     for bucket, entries in zip(manifest.buckets, manifest.bucket_entries(), strict=True):
-        target = targets[entries[0].name] if len(entries) == 1 else None
+        target = adjacent_view([targets[e.name] for e in entries])
         if target is not None and _receivable_in_place(target, bucket.dtype, pool.device):
-            flat_N, copies = target.view(-1), []
+            flat_N, copies = target, []
         else:
             flat_N = pool.get(f"bucket{bucket.index}", bucket.nbytes, bucket.dtype)
             copies = entries
@@ -170,6 +172,30 @@ def receive_into(
             work.wait()
             for name, view in unflatten(flat_N, copies).items():
                 targets[name].copy_(view)
+
+
+def adjacent_view(tensors: list[torch.Tensor]) -> torch.Tensor | None:
+    """A flat view spanning `tensors` when they lie back to back, in this order, in one
+    storage (contiguous, one dtype and device); else None. One tensor: its flat view."""
+    first = tensors[0]
+    if not first.is_contiguous():
+        return None
+    if len(tensors) == 1:
+        return first.view(-1)
+    storage, end = first.untyped_storage().data_ptr(), first.data_ptr()
+    for t in tensors:
+        if (
+            t.data_ptr() != end
+            or not t.is_contiguous()
+            or t.dtype != first.dtype
+            or t.device != first.device
+            or t.untyped_storage().data_ptr() != storage
+        ):
+            return None
+        end += t.numel() * t.element_size()
+    numel = sum(t.numel() for t in tensors)
+    flat: torch.Tensor = first.new_empty(0)
+    return flat.set_(first.untyped_storage(), first.storage_offset(), (numel,), (1,))  # type: ignore[call-overload]
 
 
 def _receivable_in_place(target: torch.Tensor, dtype: str, device: torch.device) -> bool:

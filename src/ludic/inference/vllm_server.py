@@ -211,6 +211,8 @@ async def _weights_init(request: Any, engine: Any) -> dict[str, Any]:
     from ludic.inference.weight_receiver import InitRequest
 
     req = InitRequest(**await request.json())
+    if req.control != "http":
+        raise ValueError("the vLLM extension drives pushes over HTTP only: use control='http'")
     # The join completes only once the trainer builds its side: do not wait for it here.
     _push["join"] = asyncio.ensure_future(
         engine.collective_rpc("ludic_weights_init", args=(req.model_dump(),))

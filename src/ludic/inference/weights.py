@@ -1,4 +1,5 @@
-"""Copying a state dict into a live model in place, checked before anything is written.
+"""Copying a state dict into a live model in place, checked before anything is written, and
+laying parameters out back to back so a weight push can land in them without a copy.
 
 Names and shapes are validated up front, so a bad update leaves the model untouched. Tensors
 are cast to each parameter's dtype and device. It does not handle sharded (FSDP/DTensor) state.
@@ -6,7 +7,7 @@ are cast to each parameter's dtype and device. It does not handle sharded (FSDP/
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -44,3 +45,34 @@ def copy_weights_(
     for name, tensor in state.items():
         target = targets[name]
         target.copy_(tensor.to(device=target.device, dtype=target.dtype))
+
+
+@torch.no_grad()
+def pack_parameters_(model: torch.nn.Module, groups: Sequence[Sequence[str]]) -> int:
+    """Move each group of parameters (by name, in order) into one fresh contiguous buffer, as
+    views of it, so the group can be received as one flat tensor. Values are kept.
+
+    A group naming anything but distinct, contiguous parameters of one dtype and device (a
+    buffer, a tied alias, a repeated name) is left as it is. Returns how many groups moved.
+    Call it between forward passes: it swaps each parameter's storage.
+    """
+    params = dict(model.named_parameters())
+    moved = 0
+    for names in groups:
+        if len(names) < 2 or not all(name in params for name in names):
+            continue
+        group = [params[name] for name in names]
+        first = group[0]
+        if len({id(p) for p in group}) != len(group) or not all(
+            p.is_contiguous() and p.dtype == first.dtype and p.device == first.device for p in group
+        ):
+            continue
+        flat = torch.empty(sum(p.numel() for p in group), dtype=first.dtype, device=first.device)
+        offset = 0
+        for p in group:
+            view = flat[offset : offset + p.numel()].view_as(p)
+            view.copy_(p)
+            p.data = view
+            offset += p.numel()
+        moved += 1
+    return moved
