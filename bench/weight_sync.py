@@ -6,12 +6,18 @@ from a config, no hub), each round times, back to back:
 - raw: one broadcast of the model's bytes to a bare receiver process (the trainer's parameters
   are views into one flat buffer, so raw sends exactly the bytes publish sends), plus
   1-element messages so the time covers delivery (both sides reuse their buffers);
-- publish: the full push to the embedded server in a subprocess (manifest over HTTP, bucketed
-  broadcasts, the server loading the weights, its reply), without verification.
+- publish: the full push to the embedded server in a subprocess (manifest and replies through
+  the trainer's TCPStore, bucketed broadcasts, the server loading the weights), without
+  verification, from the same flat parameters (`publish_s`);
+- publish from a copy whose parameters are separate allocations, as in a usual trainer, so
+  packed buckets are copied into a send buffer (`publish_scattered_params_s`);
+- publish with HTTP control (`/start` + `/finish` requests, what the vLLM extension speaks;
+  `publish_http_control_s`).
 It does this with the engine as shipped, which receives straight into its parameters
-(`publish_s`, `EmbeddedEngine.update_weights_in_place`), and with an engine without that method
-(`publish_buffered_s`: the receiver's reused buffers, then one `update_weights` copy, what an
-engine without in-place receiving gets), then times verified pushes (version + logprob probe).
+(`EmbeddedEngine.update_weights_in_place`, packed parameters laid out back to back on the
+first push), and with an engine without that method (`publish_buffered_s`: the receiver's
+reused buffers, then one `update_weights` copy), then times verified pushes (version + logprob
+probe).
 Ratios are medians of per-round publish / raw (raw and publish alternate, so machine load
 drifts hit both). Target: publish <= 1.5x raw. Prints JSON.
 
@@ -178,38 +184,69 @@ def start_server(name: str, in_place: bool) -> tuple[subprocess.Popen[bytes], st
 
 
 def timed_rounds(
-    model: torch.nn.Module, raw: RawBaseline, url: str, repeats: int, bucket_mb: float
+    model: torch.nn.Module,
+    scattered: torch.nn.Module,
+    raw: RawBaseline,
+    url: str,
+    repeats: int,
+    bucket_mb: float,
 ) -> dict[str, Any]:
-    """Alternate raw and publish `repeats` times (after a warm-up of each), then time
-    verified pushes."""
-    publisher = BroadcastPolicyPublisher(url, TOKEN, bucket_mb=bucket_mb, verify=False)
-    publisher.publish(model, version=0)  # also builds the group
-    raw.once()
-    raws, pushes = [], []
-    for version in range(1, repeats + 1):
-        raws.append(raw.once())
-        started = time.perf_counter()
-        publisher.publish(model, version=version)
-        pushes.append(time.perf_counter() - started)
-    publisher.verify = True
+    """Alternate raw and each publish arm `repeats` times (after a warm-up of each), then time
+    verified pushes. Arms: `model` (parameters in one flat buffer, as raw sends them) over the
+    store control channel; `scattered` (the same values, each parameter its own allocation,
+    as in a usual trainer: packed buckets are copied into a send buffer); `model` over HTTP
+    control (`/start` + `/finish` requests, what the vLLM extension speaks)."""
+    publishers = {
+        "store": (model, BroadcastPolicyPublisher(url, TOKEN, bucket_mb=bucket_mb, verify=False)),
+        "scattered": (
+            scattered,
+            BroadcastPolicyPublisher(url, TOKEN, bucket_mb=bucket_mb, verify=False),
+        ),
+        "http": (
+            model,
+            BroadcastPolicyPublisher(url, TOKEN, bucket_mb=bucket_mb, verify=False, control="http"),
+        ),
+    }
+    version = 0
+    times: dict[str, list[float]] = {"raw": [], **{arm: [] for arm in publishers}}
+    for round_ in range(repeats + 1):  # round 0 warms up (and builds each group)
+        for arm in times:
+            started = time.perf_counter()
+            if arm == "raw":
+                raw.once()
+            else:
+                source, publisher = publishers[arm]
+                version += 1
+                publisher.publish(source, version=version)
+            if round_:
+                times[arm].append(time.perf_counter() - started)
+    stats = publishers["store"][1].last_push
+    for _, publisher in publishers.values():
+        publisher.close()  # one group at a time: the server keeps the latest only
+    verifier = BroadcastPolicyPublisher(url, TOKEN, bucket_mb=bucket_mb)
     verified = []
-    for version in range(repeats + 1, 2 * repeats + 1):
+    for _ in range(repeats + 1):
+        version += 1
         started = time.perf_counter()
-        publisher.publish(model, version=version)
+        verifier.publish(model, version=version)
         verified.append(time.perf_counter() - started)
-    stats = publisher.last_push
-    publisher.close()
+    verifier.close()
+
+    def ratio(arm: str) -> float:
+        return statistics.median(p / r for p, r in zip(times[arm], times["raw"], strict=True))
+
     return {
-        "raw_s": statistics.median(raws),
-        "publish_s": statistics.median(pushes),
-        "ratio": statistics.median(p / r for p, r in zip(pushes, raws, strict=True)),
-        "verified_s": statistics.median(verified),
+        "raw_s": statistics.median(times["raw"]),
+        **{f"{arm}_s": statistics.median(times[arm]) for arm in publishers},
+        **{f"{arm}_over_raw": ratio(arm) for arm in publishers},
+        "verified_s": statistics.median(verified[1:]),
         "num_buckets": stats.num_buckets if stats else None,
     }
 
 
 def bench_model(name: str, repeats: int, bucket_mb: float) -> dict[str, Any]:
     model = build_model(name)
+    scattered = build_model(name)  # same seed, same values; parameters stay separate
     numel = sum(t.numel() for t in model.state_dict().values())
     flat = flatten_parameters_(model)
     if flat.numel() != numel:
@@ -219,7 +256,7 @@ def bench_model(name: str, repeats: int, bucket_mb: float) -> dict[str, Any]:
     for mode in ("buffered", "in_place"):
         server, url = start_server(name, in_place=mode == "in_place")
         try:
-            modes[mode] = timed_rounds(model, raw, url, repeats, bucket_mb)
+            modes[mode] = timed_rounds(model, scattered, raw, url, repeats, bucket_mb)
         finally:
             server.terminate()
             server.wait(timeout=60)
@@ -231,11 +268,15 @@ def bench_model(name: str, repeats: int, bucket_mb: float) -> dict[str, Any]:
         "bytes": numel * 4,
         "num_buckets": in_place["num_buckets"],
         "raw_broadcast_s": statistics.median([buffered["raw_s"], in_place["raw_s"]]),
-        "publish_s": in_place["publish_s"],
-        "publish_over_raw": in_place["ratio"],
+        "publish_s": in_place["store_s"],
+        "publish_over_raw": in_place["store_over_raw"],
+        "publish_scattered_params_s": in_place["scattered_s"],
+        "publish_scattered_params_over_raw": in_place["scattered_over_raw"],
+        "publish_http_control_s": in_place["http_s"],
+        "publish_http_control_over_raw": in_place["http_over_raw"],
         "publish_verified_s": in_place["verified_s"],
-        "publish_buffered_s": buffered["publish_s"],
-        "publish_buffered_over_raw": buffered["ratio"],
+        "publish_buffered_s": buffered["store_s"],
+        "publish_buffered_over_raw": buffered["store_over_raw"],
         "target_publish_over_raw": 1.5,
     }
 

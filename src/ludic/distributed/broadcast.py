@@ -15,6 +15,7 @@ server; publish to several with one publisher each.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -141,6 +142,7 @@ class BroadcastPolicyPublisher:
         self._group: Collective | None = None
         self._store: Any = None  # rank 0 hosts it; it must outlive the group
         self._channel: StoreControl | None = None  # set when pushes go through the store
+        self._last_plan: tuple[list[Any], WeightManifest] | None = None
         self.last_push: PushStats | None = None
 
     # -- connection ---------------------------------------------------------------------
@@ -192,6 +194,8 @@ class BroadcastPolicyPublisher:
     def publish(self, weights: Weights, *, version: int) -> None:
         """Push `weights` as policy `version` and verify; raises PublishVerificationError if the
         server does not serve them, WeightPushError if it refused or failed the push."""
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise ValueError(f"publish: version must be an int >= 0, got {version!r}")
         model = weights if isinstance(weights, torch.nn.Module) else self.probe_model
         state = _full_state_dict(weights)  # a collective under FSDP: every rank calls it
         expected = None
@@ -209,9 +213,7 @@ class BroadcastPolicyPublisher:
             return
         started = time.perf_counter()
         tensors = self._wire_tensors(state)
-        manifest = plan_manifest(
-            tensors, version=version, bucket_bytes=self.bucket_bytes, alone_bytes=self.alone_bytes
-        )
+        manifest = self._plan(tensors, version)
         if self._group is None:
             self.connect()
         if self._channel is not None:
@@ -235,7 +237,7 @@ class BroadcastPolicyPublisher:
         self, channel: StoreControl, manifest: WeightManifest, tensors: dict[str, torch.Tensor]
     ) -> dict[str, Any]:
         try:
-            if channel.send_manifest(manifest.to_json()):  # a new layout: wait for the ack
+            if channel.send_manifest(manifest):  # a new layout: wait for the ack
                 ack = channel.wait_reply("ack")
                 if "error" in ack:  # refused before any byte: the group is still usable
                     raise WeightPushError(f"push refused ({ack.get('status')}): {ack['error']}")
@@ -283,6 +285,20 @@ class BroadcastPolicyPublisher:
         if self.probe_token_ids is None:
             self.probe_token_ids = default_probe_tokens(vocab_size_of(model))
         return self.probe_token_ids
+
+    def _plan(self, tensors: dict[str, torch.Tensor], version: int) -> WeightManifest:
+        """The manifest for `tensors`; the last plan (new version) when names, shapes and
+        dtypes are unchanged, as they are from one training step to the next."""
+        signature = [(name, t.shape, t.dtype) for name, t in tensors.items()]
+        if self._last_plan is None or self._last_plan[0] != signature:
+            plan = plan_manifest(
+                tensors,
+                version=version,
+                bucket_bytes=self.bucket_bytes,
+                alone_bytes=self.alone_bytes,
+            )
+            self._last_plan = (signature, plan)
+        return dataclasses.replace(self._last_plan[1], version=version)
 
     def _wire_tensors(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         tensors = {}

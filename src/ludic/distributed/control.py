@@ -28,6 +28,8 @@ from typing import Any
 
 import torch.distributed as dist
 
+from ludic.distributed.manifest import WeightManifest
+
 
 def layout_id(manifest_json: dict[str, Any]) -> str:
     """An id of a manifest's layout: everything but the version."""
@@ -52,20 +54,24 @@ class StoreControl:
         self.seq = 0  # the push in progress (both sides count pushes from 0)
         self.accepted: set[str] = set()  # layout ids the server accepted on this channel
         self._offered: str | None = None
+        self._last_layout: tuple[object, str] | None = None
 
     # -- trainer side ----------------------------------------------------------------------
 
     def send_request(self, body: dict[str, Any]) -> None:
         self.store.set(f"push/{self.seq}", json.dumps(body))
 
-    def send_manifest(self, manifest_json: dict[str, Any]) -> bool:
-        """Request a push of `manifest_json`; True if the server must ack it first (a layout
-        not yet accepted on this channel), False if the buckets may follow at once."""
-        layout = layout_id(manifest_json)
+    def send_manifest(self, manifest: WeightManifest) -> bool:
+        """Request a push of `manifest`; True if the server must ack it first (a layout not yet
+        accepted on this channel), False if the buckets may follow at once."""
+        if self._last_layout is None or self._last_layout[0] is not manifest.tensors:
+            # A manifest re-planned with only a new version keeps its `tensors` tuple.
+            self._last_layout = (manifest.tensors, layout_id(manifest.to_json()))
+        layout = self._last_layout[1]
         if layout in self.accepted:
-            self.send_request({"layout": layout, "version": manifest_json["version"]})
+            self.send_request({"layout": layout, "version": manifest.version})
             return False
-        self.send_request({**manifest_json, "layout": layout})
+        self.send_request({**manifest.to_json(), "layout": layout})
         self._offered = layout
         return True
 
