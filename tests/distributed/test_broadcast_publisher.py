@@ -286,3 +286,17 @@ def test_packed_buckets_land_in_the_engines_own_memory(rig: Rig) -> None:
     served = rig.engine.model.state_dict()
     assert {n: t.data_ptr() for n, t in served.items()} == pointers  # received in place
     assert _served_equals(rig, rig.trainer_model)
+
+
+def test_server_shutdown_ends_the_listener(rig: Rig) -> None:
+    if rig.control != "store":
+        pytest.skip("store control only")
+    others = set(_listeners())
+    app = create_app(rig.engine, model_name="tiny", token=TOKEN)
+    with TestClient(app, base_url="http://testserver") as client:
+        publisher = BroadcastPolicyPublisher(
+            "http://testserver", TOKEN, http=client, timeout_s=20, control="store"
+        )
+        publisher.publish(rig.trainer_model, version=1)
+        assert set(_listeners()) - others
+    assert _wait_until(lambda: not set(_listeners()) - others)  # the publisher never closed

@@ -1,16 +1,16 @@
-"""`BroadcastPolicyPublisher`: pushes trainer weights to an inference server over an HTTP control
-plane and a `torch.distributed` data plane, then verifies the server serves them.
+"""`BroadcastPolicyPublisher`: pushes trainer weights to an inference server over a
+`torch.distributed` data plane, then verifies the server serves them.
 
 One push: send the manifest (names, shapes, dtypes, buckets, version), wait for the server to
 accept it, broadcast the buckets over the standalone group (trainer = rank 0, server = rank 1),
 wait for the server's reply (it loads the weights and reports its version), then check
 `/ludic/version` and a logprob probe against the trainer's own model. The manifest and replies
 travel as keys in the trainer's TCPStore when the server offers that (`control="store"`, the
-embedded server: no HTTP request per push), else as POST `/ludic/weights/start` and `/finish`
-(the vLLM extension). The server
-side is `ludic.inference.weight_receiver`. Under FSDP call `publish` on every rank: the full
-state dict is gathered (a collective), rank 0 pushes, the other ranks return. It talks to one
-server; publish to several with one publisher each.
+embedded server: no HTTP request per push, `ludic.distributed.control`), else as POST
+`/ludic/weights/start` and `/finish` (the vLLM extension); joining, status and the probe use
+HTTP either way. The server side is `ludic.inference.weight_receiver`. Under FSDP call
+`publish` on every rank: the full state dict is gathered (a collective), rank 0 pushes, the
+other ranks return. It talks to one server; publish to several with one publisher each.
 """
 
 from __future__ import annotations

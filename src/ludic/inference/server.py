@@ -11,8 +11,10 @@ batch several choices per request, or serve more than one model.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -45,7 +47,13 @@ class ProbeRequest(BaseModel):
 
 def create_app(engine: EmbeddedEngine, *, model_name: str, token: str | None = None) -> FastAPI:
     """The FastAPI app serving `engine` (the caller owns and closes the engine)."""
-    app = FastAPI(title="ludic embedded inference server")
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        app.state.weight_receiver.close()  # ends a store-driven listener thread
+
+    app = FastAPI(title="ludic embedded inference server", lifespan=lifespan)
     bearer = HTTPBearer(auto_error=False)
 
     def require_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
@@ -153,7 +161,7 @@ def create_app(engine: EmbeddedEngine, *, model_name: str, token: str | None = N
             raise HTTPException(400, str(e)) from e
         return {"policy_version": new_version}
 
-    install_weight_sync_routes(app, engine, token)
+    app.state.weight_receiver = install_weight_sync_routes(app, engine, token)
     return app
 
 

@@ -8,10 +8,12 @@ the buckets are received in the background), `POST /ludic/weights/finish` (wait 
 load them all at once, reply with the new policy version), `POST /ludic/weights/close`,
 `GET /ludic/weights/status`. With `control="store"` in the init request, pushes skip `/start`
 and `/finish`: a listener thread takes the same steps from keys in the trainer's TCPStore
-(`ludic.distributed.control`), ~5-10 ms less per push. Requests never see half an update: an engine offering
-`update_weights_in_place(fill, version=...)` (runs `fill(model)` between decode steps) receives
-the bytes straight into its parameters while generation pauses (no extra copy of the weights);
-otherwise the buckets land in buffers kept across pushes and are loaded with
+(`ludic.distributed.control`), ~5-10 ms less per push. Requests never see half an update: an
+engine offering `update_weights_in_place(fill, version=...)` (runs `fill(model)` between decode
+steps) receives the bytes straight into its parameters while generation pauses (no extra copy
+of the weights; the first push lays each packed bucket's parameters out back to back, so those
+land without a copy too); otherwise the buckets land in buffers kept across pushes and are
+loaded with
 `update_weights` once all have arrived. It serves no inference and does not verify pushes (the
 trainer does).
 """
