@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+import redis
 from pipeline_fakes import RedisServer, redis_server, sample
 
 from ludic.pipeline.codec import encode_sample
@@ -183,3 +184,32 @@ def test_invalid_settings_are_refused(redis_server: RedisServer) -> None:
         PipelineBatchSource(stream, batch_size=1, max_lag=1)
     with pytest.raises(ValueError, match="stale must be"):
         PipelineBatchSource(stream, batch_size=1, stale="keep")  # type: ignore[arg-type]
+
+
+async def test_a_read_whose_reply_was_lost_is_taken_back(redis_server: RedisServer) -> None:
+    # Redis served an XREADGROUP (the entries moved to this consumer's pending list) and the
+    # connection dropped before the reply arrived: a retried `>` read never returns them again.
+    stream = _stream(redis_server)
+    source = PipelineBatchSource(stream, batch_size=4, block_ms=100, max_wait_s=0.5)
+    await _push(stream, 8)
+    first = await source.next_batch()
+    real_read = stream.redis.xreadgroup
+    calls = {"n": 0}
+
+    async def read_then_drop(*args: object, **kwargs: object) -> object:
+        calls["n"] += 1
+        reply = await real_read(*args, **kwargs)  # type: ignore[arg-type]
+        if calls["n"] == 1:
+            raise redis.ConnectionError("Connection closed by server.")
+        return reply
+
+    stream.redis.xreadgroup = read_then_drop  # type: ignore[method-assign]
+    second = await source.next_batch()
+    await _push(stream, 2, start=8)
+    third = await source.next_batch()
+    await source.commit()
+    ids = _ids(first.items) + _ids(second.items) + _ids(third.items)
+    assert sorted(ids, key=lambda i: int(i[2:])) == [f"id{i}" for i in range(10)]
+    assert source.totals["redelivered"] == 4 and source.totals["duplicates"] == 0
+    assert sorted(_ledger(redis_server)) == sorted(ids)
+    await source.aclose()

@@ -165,7 +165,27 @@ class PipelineBatchSource:
     async def _next_entries(self, count: int) -> list[StreamEntry]:
         if self._replay:
             return [self._replay.popleft() for _ in range(min(count, len(self._replay)))]
-        return await self.stream.read(self.consumer, count=count, block_ms=self.block_ms)
+        failures = self.stream.reconnect_attempts
+        entries = await self.stream.read(self.consumer, count=count, block_ms=self.block_ms)
+        if self.stream.reconnect_attempts != failures:
+            await self._take_back_lost_deliveries(entries)
+        return entries
+
+    async def _take_back_lost_deliveries(self, just_read: list[StreamEntry]) -> None:
+        """A read retried after a connection failure may have been served by redis with the
+        reply lost: its entries now sit in this consumer's pending list and `>` never returns
+        them again. Queue every pending entry this source does not already hold."""
+        held = {entry_id for entry_id, _ in self._uncommitted}
+        held.update(e.entry_id for e in just_read)
+        held.update(e.entry_id for e in self._replay)
+        after, lost = "0", []
+        while pending := await self.stream.read_pending(self.consumer, after=after, count=512):
+            lost += [e for e in pending if e.entry_id not in held]
+            after = pending[-1].entry_id
+        if lost:
+            logger.warning("taking back %d entries whose delivery reply was lost", len(lost))
+            self._replay.extend(lost)
+            self.totals["redelivered"] += len(lost)
 
     async def _accept(
         self, entry: StreamEntry, stats: Counter[str], lags: list[int]
