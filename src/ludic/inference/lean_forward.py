@@ -52,10 +52,14 @@ class LeanForward:
         """A LeanForward for `model`, or None (with the reason logged) when it does not apply."""
         reason = _unsupported(model)
         if reason is None:
-            lean = cls(model)
-            reason = lean._self_check()
-            if reason is None:
-                return lean
+            try:
+                lean = cls(model)
+            except AttributeError as e:
+                reason = f"unexpected module layout ({e})"
+            else:
+                reason = lean._self_check()
+                if reason is None:
+                    return lean
         logger.info("embedded engine uses the transformers forward: %s", reason)
         return None
 
