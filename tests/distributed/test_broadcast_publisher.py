@@ -244,6 +244,29 @@ def test_store_control_acks_each_layout_once(rig: Rig) -> None:
     assert _wait_until(lambda: not set(_listeners()) - others)
 
 
+def test_store_control_keys_do_not_pile_up(rig: Rig) -> None:
+    if rig.control != "store":
+        pytest.skip("store control only")
+    publisher = rig.publisher()
+    for version in range(1, 5):
+        publisher.publish(rig.trainer_model, version=version)
+    earlier = [f"ludic-control/{kind}/{n}" for kind in ("push", "ack", "done") for n in range(3)]
+    assert _wait_until(lambda: not any(publisher._store.check([key]) for key in earlier))
+    publisher.close()
+
+
+def test_a_replaced_module_is_published(rig: Rig) -> None:
+    publisher = rig.publisher()
+    publisher.publish(rig.trainer_model, version=1)
+    norm = copy.deepcopy(rig.trainer_model.model.norm)
+    with torch.no_grad():
+        norm.weight.mul_(3.0)
+    rig.trainer_model.model.norm = norm  # a new module, new parameter objects
+    publisher.publish(rig.trainer_model, version=2)
+    assert torch.equal(rig.engine.model.model.norm.weight, norm.weight)
+    assert _served_equals(rig, rig.trainer_model)
+
+
 def test_listener_stops_when_the_trainer_goes_away(rig: Rig) -> None:
     if rig.control != "store":
         pytest.skip("store control only")

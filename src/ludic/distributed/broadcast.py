@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from ludic.distributed.control import StoreControl
 from ludic.distributed.interfaces import Weights
+from ludic.distributed.live_state import LiveStateDict
 from ludic.distributed.manifest import WeightManifest, plan_manifest
 from ludic.distributed.transfer import (
     Backend,
@@ -143,6 +144,7 @@ class BroadcastPolicyPublisher:
         self._store: Any = None  # rank 0 hosts it; it must outlive the group
         self._channel: StoreControl | None = None  # set when pushes go through the store
         self._last_plan: tuple[list[Any], WeightManifest] | None = None
+        self._live: LiveStateDict | None = None  # the last published module's state dict
         self.last_push: PushStats | None = None
 
     # -- connection ---------------------------------------------------------------------
@@ -173,7 +175,7 @@ class BroadcastPolicyPublisher:
         )
         self._store = store
         if control == "store":
-            self._channel = StoreControl(store, timeout_s=self.timeout_s)
+            self._channel = StoreControl(store)
 
     def close(self) -> None:
         """Drop the group and tell the server (best effort)."""
@@ -197,7 +199,7 @@ class BroadcastPolicyPublisher:
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise ValueError(f"publish: version must be an int >= 0, got {version!r}")
         model = weights if isinstance(weights, torch.nn.Module) else self.probe_model
-        state = _full_state_dict(weights)  # a collective under FSDP: every rank calls it
+        state = self._full_state_dict(weights)  # a collective under FSDP: every rank calls it
         expected = None
         probe_ids = None
         if self.verify and self.probe and model is not None:
@@ -281,6 +283,19 @@ class BroadcastPolicyPublisher:
             atol=self.atol,
         )
 
+    def _full_state_dict(self, weights: Weights) -> Mapping[str, torch.Tensor]:
+        """The unsharded state dict (the module tree is walked again only when it changed)."""
+        if not isinstance(weights, torch.nn.Module):
+            return weights
+        from torch.distributed.tensor import DTensor
+
+        if self._live is None or self._live.model is not weights:
+            self._live = LiveStateDict(weights)
+        state = self._live()
+        if any(isinstance(t, DTensor) for t in state.values()):
+            return _gather_full_state_dict(weights)
+        return state
+
     def _probe_ids(self, model: torch.nn.Module) -> list[int]:
         if self.probe_token_ids is None:
             self.probe_token_ids = default_probe_tokens(vocab_size_of(model))
@@ -327,16 +342,10 @@ class BroadcastPolicyPublisher:
         return body
 
 
-def _full_state_dict(weights: Weights) -> Mapping[str, torch.Tensor]:
-    """The unsharded state dict; under FSDP2 a collective that leaves it on rank 0 only."""
-    if not isinstance(weights, torch.nn.Module):
-        return weights
-    from torch.distributed.tensor import DTensor
-
-    if not any(isinstance(p, DTensor) for p in weights.parameters()):
-        return weights.state_dict()
+def _gather_full_state_dict(model: torch.nn.Module) -> Mapping[str, torch.Tensor]:
+    """The unsharded state dict of an FSDP2 model: a collective that leaves it on rank 0 only."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    full: dict[str, Any] = get_model_state_dict(weights, options=options)
+    full: dict[str, Any] = get_model_state_dict(model, options=options)
     return {name: value for name, value in full.items() if isinstance(value, torch.Tensor)}

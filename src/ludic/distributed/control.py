@@ -10,7 +10,8 @@ which is most of a small model's push. Each push `n` is three keys under `ludic-
     trainer: broadcasts the buckets over the group
     server:  done/n = {"policy_version": ..., "num_tensors": ..., "num_bytes": ...} or {"error": ...}
 
-The reader of a key deletes it. The server refuses a manifest in the ack, so a refused push
+The reader of a key deletes it once the push is over (the trainer when it sends the next
+request, the server after its done reply), off the critical path. The server refuses a manifest in the ack, so a refused push
 never starts a broadcast and the group stays usable. A push whose layout (the manifest without
 its version) the server already accepted on this channel sends only {"layout": id, "version":
 v} and goes straight to the buckets, with no ack: the server knows that layout is valid.
@@ -42,24 +43,24 @@ class ControlChannelClosed(RuntimeError):
 
 
 class StoreControl:
-    """One side of the control channel on `store` (the trainer hosts it, the server joins)."""
+    """One side of the control channel on `store` (the trainer hosts it, the server joins).
+    Waiting for a reply is bounded by the store's own timeout."""
 
-    def __init__(
-        self, store: dist.Store, *, timeout_s: float, waker: dist.Store | None = None
-    ) -> None:
+    def __init__(self, store: dist.Store, *, waker: dist.Store | None = None) -> None:
         self.store = dist.PrefixStore("ludic-control", store)
         # `wake()` needs a second client: a TCPStore client blocked in `wait` holds its socket.
         self._waker = None if waker is None else dist.PrefixStore("ludic-control", waker)
-        self.timeout_s = timeout_s
         self.seq = 0  # the push in progress (both sides count pushes from 0)
         self.accepted: set[str] = set()  # layout ids the server accepted on this channel
         self._offered: str | None = None
         self._last_layout: tuple[object, str] | None = None
+        self._consumed: list[str] = []  # keys read, deleted once the push is over
 
     # -- trainer side ----------------------------------------------------------------------
 
     def send_request(self, body: dict[str, Any]) -> None:
         self.store.set(f"push/{self.seq}", json.dumps(body))
+        self._delete_consumed()  # the last push's replies, while the server wakes up
 
     def send_manifest(self, manifest: WeightManifest) -> bool:
         """Request a push of `manifest`; True if the server must ack it first (a layout not yet
@@ -77,7 +78,7 @@ class StoreControl:
 
     def wait_reply(self, kind: str) -> dict[str, Any]:
         """The server's `kind` ("ack" or "done") reply to the current push (blocks)."""
-        reply = self._take(f"{kind}/{self.seq}", self.timeout_s)
+        reply = self._take(f"{kind}/{self.seq}")
         if kind == "ack" and "error" not in reply and self._offered is not None:
             self.accepted.add(self._offered)
         if kind == "done" or "error" in reply:
@@ -101,7 +102,7 @@ class StoreControl:
                 if time.monotonic() - started < slice_s / 2:  # failed, did not time out
                     raise ControlChannelClosed(f"lost the trainer's store: {e}") from e
                 continue
-            body = self._take(key, self.timeout_s)
+            body = self._take(key)
             if stop.is_set():
                 break
             return body
@@ -118,9 +119,15 @@ class StoreControl:
         self.store.set(f"{kind}/{self.seq}", json.dumps(body))
         if kind == "done" or "error" in body:
             self.seq += 1
+            self._delete_consumed()  # the request, now that the trainer is released
 
-    def _take(self, key: str, timeout_s: float) -> dict[str, Any]:
-        self.store.wait([key], timedelta(seconds=timeout_s))
+    def _take(self, key: str) -> dict[str, Any]:
+        """The value of `key`, waiting for it (up to the store's own timeout)."""
         body: dict[str, Any] = json.loads(self.store.get(key))
-        self.store.delete_key(key)
+        self._consumed.append(key)
         return body
+
+    def _delete_consumed(self) -> None:
+        for key in self._consumed:
+            self.store.delete_key(key)
+        self._consumed.clear()

@@ -35,6 +35,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
 from ludic.distributed.control import ControlChannelClosed, StoreControl
+from ludic.distributed.live_state import LiveStateDict
 from ludic.distributed.manifest import ManifestError, WeightManifest, check_against
 from ludic.distributed.transfer import (
     BufferPool,
@@ -234,7 +235,7 @@ class WeightSyncReceiver:
         except RuntimeError as e:
             self.last_error = f"weight-sync listener could not reach the trainer's store: {e}"
             return
-        channel = StoreControl(waits_on, timeout_s=timeout_s, waker=link.store)
+        channel = StoreControl(waits_on, waker=link.store)
         with self._lock:
             if stop.is_set():
                 return
@@ -412,8 +413,10 @@ def install_weight_sync_routes(
     def default_load(state: dict[str, torch.Tensor], version: int, strict: bool) -> int:
         return int(engine.update_weights(state, version=version, strict=strict))
 
+    live = LiveStateDict(model)
+
     def shapes() -> dict[str, tuple[int, ...]]:
-        return {name: tuple(t.shape) for name, t in model.state_dict().items()}
+        return {name: tuple(t.shape) for name, t in live().items()}
 
     load_in_place: InPlaceLoadFn | None = None
     update_in_place = getattr(engine, "update_weights_in_place", None)
@@ -426,7 +429,7 @@ def install_weight_sync_routes(
         load or default_load,
         shapes,
         device=next(model.parameters()).device,
-        targets=model.state_dict,
+        targets=live,
         load_in_place=load_in_place,
         arrange=lambda groups: pack_parameters_(model, groups),
     )
