@@ -49,6 +49,7 @@ class DecodeBatch:
         lean_forward: bool = True,
     ) -> None:
         self.model = model
+        self._device = model.device  # `model.device` walks the parameters: once, not per step
         self._lean = LeanForward.for_model(model) if lean_forward else None
         self._sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
         self.prefix_cache = PrefixCache(prefix_cache_tokens)
@@ -62,7 +63,7 @@ class DecodeBatch:
 
     @property
     def device(self) -> torch.device:
-        return self.model.device
+        return self._device
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -68,8 +68,16 @@ class GrowingLayer(DynamicLayer):
             keys, values = self.states()
             self.set_states(keys[index_B, :, trim:], values[index_B, :, trim:])
             return
-        self._keys_BHTD = self._keys_BHTD[index_B, :, trim:]
-        self._values_BHTD = self._values_BHTD[index_B, :, trim:]
+        # Copy only the used positions into buffers with the same spare room after them.
+        spare = self._keys_BHTD.shape[-2] - trim - used
+        for name in ("_keys_BHTD", "_values_BHTD"):
+            old_BHTD: torch.Tensor = getattr(self, name)
+            b, h, d = len(index_B), old_BHTD.shape[1], old_BHTD.shape[-1]
+            new_BHTD = old_BHTD.new_empty(b, h, used + spare, d)
+            torch.index_select(
+                old_BHTD[:, :, trim : trim + used], 0, index_B, out=new_BHTD[:, :, :used]
+            )
+            setattr(self, name, new_BHTD)
         self.keys = self._keys_BHTD[:, :, :used]
         self.values = self._values_BHTD[:, :, :used]
 

@@ -19,6 +19,7 @@ E hidden size, V vocabulary.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
@@ -38,13 +39,18 @@ class LeanForward:
 
     def __init__(self, model: PreTrainedModel) -> None:
         self.model = model
+        self.dtype = model.dtype
         self.decoder: Any = model.model
-        self.layers: list[Any] = list(self.decoder.layers[: model.config.num_hidden_layers])
-        attention = self.layers[0].self_attn
+        self.embed: Any = self.decoder.embed_tokens
+        self.norm: Any = self.decoder.norm
+        self.lm_head: Any = model.lm_head
+        decoder_layers = self.decoder.layers[: model.config.num_hidden_layers]
+        self.layers = [_Layer.of(layer) for layer in decoder_layers]
+        attention = decoder_layers[0].self_attn
         self.head_dim = int(attention.head_dim)
         self.scaling = float(attention.scaling)
         self.qk_norm = hasattr(attention, "q_norm")
-        act = self.layers[0].mlp.act_fn
+        act = decoder_layers[0].mlp.act_fn
         self.act = F.silu if model.config.hidden_act == "silu" else act
 
     @classmethod
@@ -74,19 +80,18 @@ class LeanForward:
     ) -> torch.Tensor:
         B, S = ids_BS.shape
         T = key_mask_BT.shape[1]
-        attn_mask = _attention_mask(key_mask_BT.bool(), S)
-        hidden_BSE = F.embedding(ids_BS, self.decoder.embed_tokens.weight)
+        attn_mask = _additive(_attention_mask(key_mask_BT.bool(), S), self.dtype)
+        hidden_BSE = F.embedding(ids_BS, self.embed.weight)
         cos_BSD, sin_BSD = self.decoder.rotary_emb(hidden_BSE, positions_BS)
         cos_B1SD, sin_B1SD = cos_BSD[:, None], sin_BSD[:, None]
         for i, layer in enumerate(self.layers):
-            attention = layer.self_attn
-            x_BSE = _rms_norm(hidden_BSE, layer.input_layernorm)
-            q_BSHD = _linear(x_BSE, attention.q_proj).view(B, S, -1, self.head_dim)
-            k_BSKD = _linear(x_BSE, attention.k_proj).view(B, S, -1, self.head_dim)
-            v_BKSD = _linear(x_BSE, attention.v_proj).view(B, S, -1, self.head_dim).transpose(1, 2)
+            x_BSE = _rms_norm(hidden_BSE, layer.input_norm)
+            q_BSHD = _linear(x_BSE, layer.q).view(B, S, -1, self.head_dim)
+            k_BSKD = _linear(x_BSE, layer.k).view(B, S, -1, self.head_dim)
+            v_BKSD = _linear(x_BSE, layer.v).view(B, S, -1, self.head_dim).transpose(1, 2)
             if self.qk_norm:
-                q_BSHD = _rms_norm(q_BSHD, attention.q_norm)
-                k_BSKD = _rms_norm(k_BSKD, attention.k_norm)
+                q_BSHD = _rms_norm(q_BSHD, layer.q_norm)
+                k_BSKD = _rms_norm(k_BSKD, layer.k_norm)
             q_BHSD = _rotate(q_BSHD.transpose(1, 2), cos_B1SD, sin_B1SD)
             k_BKSD = _rotate(k_BSKD.transpose(1, 2), cos_B1SD, sin_B1SD)
             k_BKTD, v_BKTD = cast(DynamicLayer, cache.layers[i]).update(k_BKSD, v_BKSD)
@@ -100,13 +105,12 @@ class LeanForward:
                 enable_gqa=q_BHSD.shape[1] != k_BKTD.shape[1],
             )
             out_BSE = out_BHSD.transpose(1, 2).reshape(B, S, -1)
-            hidden_BSE = hidden_BSE + _linear(out_BSE, attention.o_proj)
-            x_BSE = _rms_norm(hidden_BSE, layer.post_attention_layernorm)
-            mlp = layer.mlp
-            gated_BSE = self.act(_linear(x_BSE, mlp.gate_proj)) * _linear(x_BSE, mlp.up_proj)
-            hidden_BSE = hidden_BSE + _linear(gated_BSE, mlp.down_proj)
-        last_BSE = _rms_norm(hidden_BSE[:, S - keep :], self.decoder.norm)
-        return _linear(last_BSE, self.model.lm_head).float()
+            hidden_BSE = hidden_BSE + _linear(out_BSE, layer.o)
+            x_BSE = _rms_norm(hidden_BSE, layer.post_norm)
+            gated_BSE = self.act(_linear(x_BSE, layer.gate)) * _linear(x_BSE, layer.up)
+            hidden_BSE = hidden_BSE + _linear(gated_BSE, layer.down)
+        last_BSE = _rms_norm(hidden_BSE[:, S - keep :], self.norm)
+        return _linear(last_BSE, self.lm_head).float()
 
     @torch.inference_mode()
     def _self_check(self) -> str | None:
@@ -149,10 +153,45 @@ class LeanForward:
             float((lean[0] - hf[0]).abs().masked_fill(~real_B1S, 0).max()),
             float((lean[1] - hf[1]).abs().max()),
         )
-        tolerance = _SELF_CHECK_ATOL if self.model.dtype == torch.float32 else 1e-1
+        tolerance = _SELF_CHECK_ATOL if self.dtype == torch.float32 else 1e-1
         if not worst <= tolerance:
             return f"lean forward differs from the model's by {worst:.2e} in its self-check"
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class _Layer:
+    """One decoder layer's modules, looked up once (module attribute access is slow); weights
+    are still read from the modules on every call, so updates apply."""
+
+    input_norm: Any
+    q: Any
+    k: Any
+    v: Any
+    q_norm: Any
+    k_norm: Any
+    o: Any
+    post_norm: Any
+    gate: Any
+    up: Any
+    down: Any
+
+    @classmethod
+    def of(cls, layer: Any) -> _Layer:
+        attention, mlp = layer.self_attn, layer.mlp
+        return cls(
+            input_norm=layer.input_layernorm,
+            q=attention.q_proj,
+            k=attention.k_proj,
+            v=attention.v_proj,
+            q_norm=getattr(attention, "q_norm", None),
+            k_norm=getattr(attention, "k_norm", None),
+            o=attention.o_proj,
+            post_norm=layer.post_attention_layernorm,
+            gate=mlp.gate_proj,
+            up=mlp.up_proj,
+            down=mlp.down_proj,
+        )
 
 
 def _unsupported(model: PreTrainedModel) -> str | None:
@@ -185,12 +224,22 @@ def _attention_mask(key_mask_BT: torch.Tensor, S: int) -> torch.Tensor:
     return ((key_mask_BT[:, None, :] & causal_ST) | itself_ST)[:, None]
 
 
+def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean attention mask as 0 / -inf, built once per forward instead of by SDPA in every
+    layer."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
+        ~mask, float("-inf")
+    )
+
+
 def _linear(x: torch.Tensor, module: Any) -> torch.Tensor:
     return F.linear(x, module.weight, module.bias)
 
 
 def _rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
     """transformers' Llama RMSNorm: normalise in float32, scale in the input dtype."""
+    if x.dtype == torch.float32 and norm.weight.dtype == torch.float32:  # one fused kernel
+        return F.rms_norm(x, x.shape[-1:], norm.weight, norm.variance_epsilon)
     x32 = x.float()
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
     return norm.weight * x32.to(x.dtype)
