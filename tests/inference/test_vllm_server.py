@@ -87,6 +87,68 @@ def test_max_think_processor_forces_close_only_when_thinking_is_open() -> None:
         )
 
 
+class FakeVLLMEngine:
+    """Answers `generate` like vLLM's engine client with prompt logprobs: position 0 is None,
+    position i maps the prompt token (and the top token, when it differs) to a Logprob."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.params: list[object] = []
+
+    async def generate(self, prompt: dict[str, list[int]], params: object, request_id: str):  # type: ignore[no-untyped-def]
+        self.params.append(params)
+        ids = prompt["prompt_token_ids"]
+        with torch.no_grad():
+            logits = self.model(input_ids=torch.tensor([ids])).logits[0, :-1]
+        logprobs = torch.log_softmax(logits.float(), -1)
+        positions: list[dict[int, SimpleNamespace] | None] = [None]
+        for row, token in zip(logprobs, ids[1:], strict=True):
+            top = int(row.argmax())
+            positions.append(
+                {t: SimpleNamespace(logprob=float(row[t]), rank=1) for t in {top, token}}
+            )
+        yield SimpleNamespace(prompt_logprobs=None)  # an intermediate output
+        yield SimpleNamespace(prompt_logprobs=positions)
+
+
+def test_logprobs_probe_reads_vllm_prompt_logprobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fastapi.testclient import TestClient
+
+    from ludic.distributed.verification import (
+        HttpPolicyProbe,
+        check_served_policy,
+        default_probe_tokens,
+        reference_logprobs,
+    )
+    from ludic.models import load_tiny_model
+
+    model, _ = load_tiny_model(seed=0)
+    monkeypatch.setenv(vllm_server.TOKEN_ENV, "s3cret")
+    monkeypatch.setattr(vllm_server, "probe_sampling_params", lambda: "probe-params")
+    app = FastAPI()
+    app.middleware("http")(vllm_server.ludic_middleware)
+    app.state.engine_client = engine = FakeVLLMEngine(model)
+    with TestClient(app, headers={"Authorization": "Bearer s3cret"}) as client:
+        ids = default_probe_tokens(model.config.vocab_size)
+        probe = HttpPolicyProbe(client)
+        served = probe.served_logprobs(ids)
+        check_served_policy(
+            version=0,
+            served_version=probe.served_version(),
+            expected_logprobs=reference_logprobs(model, ids),
+            served_logprobs=served,
+            atol=1e-5,
+        )
+        assert len(served) == len(ids) - 1 and engine.params == ["probe-params"]
+        for bad in ([5], [1, -2], "12", [1, True]):
+            reply = client.post("/ludic/logprobs", json={"token_ids": bad})
+            assert reply.status_code == 400 and "token_ids" in reply.text
+        reply = client.post(
+            "/ludic/logprobs", json={"token_ids": ids}, headers={"Authorization": ""}
+        )
+        assert reply.status_code == 401
+
+
 @pytest.fixture
 def tiny_health_server() -> Iterator[str]:
     app = FastAPI()
@@ -155,7 +217,7 @@ async def test_vllm_server_tokens_logprobs_and_nccl_weight_sync(tmp_path: object
                 )
             )
             assert capped.completion_token_ids[2] == tokenizer.convert_tokens_to_ids("</think>")
-            publisher = BroadcastPolicyPublisher(url, token, backend="nccl", verify=False)
+            publisher = BroadcastPolicyPublisher(url, token, backend="nccl", probe_model=other)
             publisher.publish({k: v.cuda() for k, v in other.state_dict().items()}, version=1)
             version = httpx.get(
                 url + "/ludic/version", headers={"Authorization": f"Bearer {token}"}

@@ -8,7 +8,8 @@ an HTTP middleware (`--middleware`) serving `/ludic/version` and `/ludic/weights
 token from `--ludic-token` or `LUDIC_SERVER_TOKEN`) and adding an `X-Ludic-Policy-Version`
 header to every response. The protocol is the embedded server's, so
 `ludic.distributed.BroadcastPolicyPublisher` drives both (with TP > 1 the trainer's group needs
-world_size 1 + TP: an InitRequest field). No `/ludic/logprobs` probe here. Importing this module
+world_size 1 + TP: an InitRequest field). `/ludic/logprobs` (the publisher's verification probe)
+asks the engine for prompt logprobs. Importing this module
 never needs vLLM; using the vLLM parts without it raises ImportError. The version counter lives
 in the API server process (one per `--api-server-count`); it assumes the V1 model runner.
 """
@@ -21,6 +22,7 @@ import secrets
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -207,6 +209,40 @@ async def _version(request: Any, engine: Any) -> dict[str, Any]:
     return {"policy_version": _state["policy_version"]}
 
 
+async def _logprobs(request: Any, engine: Any) -> dict[str, Any]:
+    """Model logprobs of `token_ids[1:]` given their prefixes, from vLLM's prompt logprobs."""
+    body = await request.json()
+    token_ids = body.get("token_ids") if isinstance(body, dict) else None
+    if (
+        not isinstance(token_ids, list)
+        or len(token_ids) < 2
+        or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in token_ids)
+    ):
+        raise ValueError("token_ids must be a list of at least 2 token ids (ints >= 0)")
+    final = None
+    request_id = f"ludic-probe-{uuid.uuid4().hex}"
+    prompt = {"prompt_token_ids": token_ids}
+    async for output in engine.generate(prompt, probe_sampling_params(), request_id):
+        final = output
+    positions = None if final is None else final.prompt_logprobs
+    if positions is None or len(positions) != len(token_ids):
+        raise RuntimeError("vLLM returned no prompt logprobs for the probe")
+    values = [
+        float(position[token].logprob)
+        for position, token in zip(positions[1:], token_ids[1:], strict=True)
+    ]
+    return {"logprobs": values, "policy_version": _state["policy_version"]}
+
+
+def probe_sampling_params() -> Any:
+    """One token, prompt logprobs of the given tokens only. Temperature 1 and no top-k/top-p,
+    so vLLM's processed logprobs equal the model's (what the trainer computes)."""
+    require_vllm()
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
+
+
 async def _weights_init(request: Any, engine: Any) -> dict[str, Any]:
     from ludic.inference.weight_receiver import InitRequest
 
@@ -266,6 +302,7 @@ async def _weights_status(request: Any, engine: Any) -> dict[str, Any]:
 
 _ROUTES: dict[str, Callable[[Any, Any], Awaitable[dict[str, Any]]]] = {
     "/ludic/version": _version,
+    "/ludic/logprobs": _logprobs,
     "/ludic/weights/init": _weights_init,
     "/ludic/weights/start": _weights_start,
     "/ludic/weights/finish": _weights_finish,
