@@ -4,7 +4,9 @@ weight updates, and real episodes."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -127,6 +129,52 @@ async def test_seed_reproducible_regardless_of_batch_composition(engine: Embedde
     )
     different = await engine.complete(req(max_tokens=16, seed=1235))
     assert different.completion_token_ids != alone.completion_token_ids
+
+
+async def arriving_together(engine: EmbeddedEngine, requests: list[ChatRequest]) -> list[Any]:
+    """Complete `requests` admitted in one batch: the engine thread is held while they queue."""
+    entered, gate = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        entered.set()
+        gate.wait()
+
+    held = asyncio.get_running_loop().run_in_executor(None, engine._call_on_worker, hold)
+    while not entered.is_set():
+        await asyncio.sleep(0.01)
+    tasks = [asyncio.ensure_future(engine.complete(r)) for r in requests]
+    while len(engine._pending) < len(requests):
+        await asyncio.sleep(0.01)
+    gate.set()
+    await held
+    return await asyncio.gather(*tasks)
+
+
+async def test_identical_prompts_are_prefilled_once_and_sampled_apart(
+    engine: EmbeddedEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GRPO group: one prompt, many seeds. Each row matches the same request run alone."""
+    group = [req(max_tokens=12, seed=s) for s in range(6)]
+    other = req([{"role": "user", "content": "Board: X O X"}], max_tokens=12, seed=7)
+    alone = [await engine.complete(r) for r in [*group, other]]
+    prefilled: list[int] = []
+    forward_prompts = engine._batch._forward_prompts
+
+    def counting(new: list[Any], prefixes: list[Any]) -> Any:
+        prefilled.append(len(new))
+        return forward_prompts(new, prefixes)
+
+    monkeypatch.setattr(engine._batch, "_forward_prompts", counting)
+    engine._batch.prefix_cache.clear()  # so every prompt is prefilled, not read from the cache
+    together = await arriving_together(engine, [*group, other])
+    assert sum(prefilled) == 2  # the group's prompt once, the other prompt once
+    for a, b in zip(alone, together, strict=True):
+        assert a.prompt_token_ids == b.prompt_token_ids
+        assert a.completion_token_ids == b.completion_token_ids
+        assert torch.allclose(
+            torch.tensor(a.completion_logprobs), torch.tensor(b.completion_logprobs), atol=1e-4
+        )
+    assert len({tuple(r.completion_token_ids) for r in together[:6]}) > 1  # seeds differ
 
 
 async def test_greedy_is_deterministic_and_argmax(engine: EmbeddedEngine) -> None:

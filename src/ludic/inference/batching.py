@@ -4,7 +4,8 @@ New sequences are prefilled together (left-padded) and merged into the running b
 left-padding the shorter KV cache; every step samples one token for every row, retires finished
 rows and trims padding columns no row needs any more. Position ids are per row, so padding never
 changes a row's numerics beyond float noise. A prompt extending a finished sequence reuses its
-KV (`ludic.inference.prefix_cache`) and prefills only the new suffix. It supports full-attention
+KV (`ludic.inference.prefix_cache`) and prefills only the new suffix; identical prompts admitted
+together (a GRPO group) are prefilled once. It supports full-attention
 models whose cache layers are plain `DynamicLayer`s (Llama, Qwen2/3, Mistral without sliding
 window); no paged attention or speculative decoding.
 
@@ -84,6 +85,30 @@ class DecodeBatch:
             self._prefill(group, [found[id(s)] for s in group])
 
     def _prefill(self, new: list[SequenceState], prefixes: list[CachedPrefix | None]) -> None:
+        """Prefill `new` and merge them into the batch. Identical prompts (a GRPO group, agents
+        starting from one observation) are computed once and their KV copied to every row."""
+        row_of: dict[tuple[int, ...], int] = {}  # prompt -> its row in the distinct prefill
+        distinct: list[int] = []  # index in `new` of each distinct prompt's first request
+        rows: list[int] = []
+        for i, seq in enumerate(new):
+            row = row_of.setdefault(tuple(seq.prompt_ids), len(distinct))
+            if row == len(distinct):
+                distinct.append(i)
+            rows.append(row)
+        cache, mask_BT, logits_BV = self._forward_prompts(
+            [new[i] for i in distinct], [prefixes[i] for i in distinct]
+        )
+        if len(distinct) < len(new):
+            index_B = torch.tensor(rows, device=self.device)
+            select_rows(cache, index_B, trim=0)
+            mask_BT, logits_BV = mask_BT[index_B], logits_BV[index_B]
+        self._merge(cache, mask_BT, logits_BV, new)
+
+    def _forward_prompts(
+        self, new: list[SequenceState], prefixes: list[CachedPrefix | None]
+    ) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+        """Run the prompts (left-padded, after their cached prefixes): their cache, key mask
+        and next-token logits."""
         cached = [0 if p is None else len(p.ids) for p in prefixes]
         suffixes = [s.prompt_ids[n:] for s, n in zip(new, cached, strict=True)]
         width_prefix, width_suffix = max(cached), max(map(len, suffixes))
@@ -110,7 +135,7 @@ class DecodeBatch:
                 logits_to_keep=1,
             )
             logits_BV = out.logits[:, -1].float()
-        self._merge(cache, mask_BT, logits_BV, new)
+        return cache, mask_BT, logits_BV
 
     def _merge(
         self,
