@@ -2,13 +2,16 @@
 
 Prints JSON: new tokens/s of the EmbeddedEngine with 1, 8 and 32 concurrent agents, against
 sequential `model.generate` calls and against batched (left-padded) `model.generate` calls on
-the same model and the same workload. Two workloads:
+the same model and the same workload. Workloads:
 
 - `single_turn`: each agent sends one chat request; the batched baseline is exactly one call.
 - `agent_episodes`: each agent plays 3 turns, token-in: turn t+1's prompt is turn t's prompt +
   its completion + the next user message, sent only after turn t returns. The batched baseline
   makes one call per turn across agents (a barrier per turn).
+- `single_turn_distinct_prompts` (32 agents): as `single_turn`, every prompt different.
 
+Agents play one board, so first prompts come in 3 shapes (different lengths); the engine
+prefills identical prompts admitted together once (as for a GRPO group), `generate` cannot.
 Requests have different prompt lengths and token budgets. A batched `generate` call runs every
 row to the largest budget in the call, so there only each row's tokens within its own budget
 (and up to eos) count as new tokens. Everything samples at temperature 1. Each cell is the best
@@ -53,12 +56,19 @@ class Agent:
 
 
 def make_agents(
-    n: int, turns: int, tokenizer: PreTrainedTokenizerBase, budgets: tuple[int, int]
+    n: int,
+    turns: int,
+    tokenizer: PreTrainedTokenizerBase,
+    budgets: tuple[int, int],
+    distinct: bool = False,
 ) -> list[Agent]:
+    """Agents on one board: 3 prompt shapes (the engine prefills identical prompts once), or
+    every prompt different (`distinct`: each names its agent)."""
     low, high = budgets
     agents = []
     for i in range(n):
-        history = [{"role": "user", "content": f"Board:\n{BOARD}\nYour move."}]
+        name = f"You are agent {i}. " if distinct else ""
+        history = [{"role": "user", "content": f"{name}Board:\n{BOARD}\nYour move."}]
         for _ in range(i % 3):  # prompts of different lengths
             history += [
                 {"role": "assistant", "content": "<think>Corner.</think><move>1</move>"},
@@ -164,12 +174,13 @@ Run = Callable[[], tuple[int, tuple[float, float]]]
 
 
 def measure(
-    engine: EmbeddedEngine, n: int, turns: int, budgets: tuple[int, int]
+    engine: EmbeddedEngine, n: int, turns: int, budgets: tuple[int, int], distinct: bool = False
 ) -> dict[str, float | int]:
     """Best tokens per wall second and per CPU second of each arm, arms interleaved."""
     model, tokenizer = engine.model, engine.tokenizer
     eos, pad = set(engine.eos_ids), int(tokenizer.pad_token_id)
-    agents, follow_up = make_agents(n, turns, tokenizer, budgets), follow_up_ids(tokenizer)
+    agents = make_agents(n, turns, tokenizer, budgets, distinct)
+    follow_up = follow_up_ids(tokenizer)
     arms: dict[str, Run] = {
         "engine": lambda: run_engine(engine, agents, follow_up),
         "sequential_generate": lambda: run_generate(
@@ -184,7 +195,11 @@ def measure(
             tokens, (wall_s, cpu_s) = run()
             wall[name] = max(wall[name], tokens / wall_s)
             cpu[name] = max(cpu[name], tokens / cpu_s)
-    row: dict[str, float | int] = {"concurrency": n, "requests": n * turns}
+    row: dict[str, float | int] = {
+        "concurrency": n,
+        "requests": n * turns,
+        "distinct_first_prompts": len({tuple(a.prompt_ids) for a in agents}),
+    }
     for name in arms:
         row[f"{name}_tokens_per_s"] = round(wall[name], 1)
     for baseline in ("sequential_generate", "batched_generate"):
@@ -207,6 +222,9 @@ def main() -> None:
     workloads = {
         "single_turn": [measure(engine, n, 1, SINGLE_TURN_BUDGETS) for n in (1, 8, 32)],
         "agent_episodes": [measure(engine, n, TURNS, EPISODE_BUDGETS) for n in (1, 8, 32)],
+        "single_turn_distinct_prompts": [
+            measure(engine, 32, 1, SINGLE_TURN_BUDGETS, distinct=True)
+        ],
     }
     engine.close()
     params = sum(p.numel() for p in model.parameters())

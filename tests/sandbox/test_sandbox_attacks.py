@@ -232,7 +232,7 @@ async def test_background_children_do_not_outlive_the_run(
         "print('parent done')\n"
     )
     result = await run_python(backend, code, marker=marker)
-    assert result.stdout == "parent done\n" and not result.timed_out
+    assert result.stdout == "parent done\n" and not result.timed_out, result
     leftovers = host_pids_with(marker)
     for pid in leftovers:  # clean up after a weak backend before failing
         os.kill(pid, 9)

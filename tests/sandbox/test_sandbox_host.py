@@ -27,6 +27,27 @@ def test_concurrent_claims_get_distinct_unused_uids() -> None:
             pwd.getpwuid(uid)  # no real account behind it
 
 
+@needs_root
+def test_a_uid_with_unreaped_processes_is_not_claimed() -> None:
+    """Killed sandbox processes wait as zombies until pid 1 reaps them, still counting against
+    their uid's RLIMIT_NPROC: a claim must pass over that uid."""
+    with claim_uid() as base:
+        pass  # the first uid free right now
+    child = os.fork()
+    if child == 0:  # a process of `base` that exits and stays unreaped
+        os.setuid(base)
+        os._exit(0)
+    try:
+        with contextlib.suppress(ChildProcessError):
+            os.waitid(os.P_PID, child, os.WEXITED | os.WNOWAIT)  # exited, left unreaped
+        with claim_uid(base=base, count=2) as uid:
+            assert uid == base + 1
+    finally:
+        os.waitpid(child, 0)
+    with claim_uid(base=base, count=2) as uid:
+        assert uid == base
+
+
 def test_kill_uid_processes_refuses_our_own_uid() -> None:
     with pytest.raises(ValueError, match="refusing"):
         kill_uid_processes(os.geteuid())

@@ -63,6 +63,10 @@ def claim_uid(base: int = DEFAULT_UID_BASE, count: int = DEFAULT_UID_COUNT) -> I
             continue
         try:
             kill_uid_processes(uid)  # leftovers of a crashed trainer must not join this run
+            if _uid_pids(uid, dead=True):
+                # Killed but not yet reaped (a slow or non-reaping pid 1): they still count
+                # against the uid's RLIMIT_NPROC, so a run here could not fork. Take another.
+                continue
             yield uid
         finally:
             os.close(fd)  # releases the lock
@@ -73,8 +77,8 @@ def claim_uid(base: int = DEFAULT_UID_BASE, count: int = DEFAULT_UID_COUNT) -> I
     )
 
 
-def _uid_pids(uid: int) -> list[int]:
-    """Live (not zombie) processes owned by `uid`."""
+def _uid_pids(uid: int, *, dead: bool = False) -> list[int]:
+    """Live processes owned by `uid`; with `dead`, zombies waiting to be reaped too."""
     pids = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -82,7 +86,7 @@ def _uid_pids(uid: int) -> list[int]:
         with contextlib.suppress(OSError):
             if entry.stat().st_uid == uid:
                 stat = Path(entry.path, "stat").read_text()
-                if stat[stat.rindex(")") + 2] not in "ZX":  # dead, waiting to be reaped
+                if dead or stat[stat.rindex(")") + 2] not in "ZX":
                     pids.append(int(entry.name))
     return pids
 
