@@ -67,6 +67,13 @@ def test_merge_then_select_rows_over_a_model_cache() -> None:
         old_layers.append(keys)
         new_layers.append(more)
     merge_rows(cache, fresh, width=5)
+    for layer in cache.layers:
+        assert torch.equal(layer.keys[:2, :, :2], torch.zeros(2, 2, 2, 8))  # finite padding
+        pointer = layer.keys.data_ptr()
+        step = torch.randn(3, 2, 1, 8)
+        layer.update(step, step)  # lands in the merged buffer's spare room
+        assert layer.keys.data_ptr() == pointer and torch.equal(layer.keys[:, :, -1:], step)
+        layer.keys, layer.values = layer.keys[:, :, :5], layer.values[:, :, :5]  # undo it
     select_rows(cache, torch.tensor([2, 0]), trim=2)
     for layer, keys, more in zip(cache.layers, old_layers, new_layers, strict=True):
         assert torch.equal(layer.keys[0], more[0, :, 2:])

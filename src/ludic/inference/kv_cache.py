@@ -81,6 +81,25 @@ class GrowingLayer(DynamicLayer):
         self.keys = self._keys_BHTD[:, :, :used]
         self.values = self._values_BHTD[:, :, :used]
 
+    def append_rows(self, other: GrowingLayer, width: int) -> None:
+        """Append `other`'s rows; both are left-padded to `width` positions (with zeros), in
+        buffers with spare room, so the next update writes in place."""
+        (old_k, old_v), (new_k, new_v) = self.states(), other.states()
+        capacity = max(2 * width, _MIN_CAPACITY)
+        rows = len(old_k)
+        for name, old_BHTD, new_BHTD in (
+            ("_keys_BHTD", old_k, new_k),
+            ("_values_BHTD", old_v, new_v),
+        ):
+            shape = (rows + len(new_BHTD), old_BHTD.shape[1], capacity, old_BHTD.shape[-1])
+            merged_BHTD = old_BHTD.new_empty(shape)
+            _place_right(merged_BHTD[:rows], old_BHTD, width)
+            _place_right(merged_BHTD[rows:], new_BHTD, width)
+            setattr(self, name, merged_BHTD)
+        assert self._keys_BHTD is not None and self._values_BHTD is not None
+        self.keys = self._keys_BHTD[:, :, :width]
+        self.values = self._values_BHTD[:, :, :width]
+
     def states(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The cached (keys, values) of the used positions."""
         assert self.keys is not None and self.values is not None, "empty cache layer"
@@ -122,13 +141,18 @@ def pad_left(x: torch.Tensor, width: int, dim: int) -> torch.Tensor:
     return F.pad(x, pad)
 
 
+def _place_right(into_BHCD: torch.Tensor, x_BHTD: torch.Tensor, width: int) -> None:
+    """Write `x` at positions [width - T, width) of `into`, zeros before it (padding must hold
+    finite values: attention weighs it by exactly 0)."""
+    pad = width - x_BHTD.shape[-2]
+    into_BHCD[:, :, :pad].zero_()
+    into_BHCD[:, :, pad:width].copy_(x_BHTD)
+
+
 def merge_rows(cache: DynamicCache, fresh: DynamicCache, width: int) -> None:
     """Append `fresh`'s rows to `cache`, both left-padded to `width` positions."""
     for old, new in zip(_layers(cache), _layers(fresh), strict=True):
-        (old_k, old_v), (new_k, new_v) = old.states(), new.states()
-        keys = torch.cat([pad_left(old_k, width, -2), pad_left(new_k, width, -2)])
-        values = torch.cat([pad_left(old_v, width, -2), pad_left(new_v, width, -2)])
-        old.set_states(keys, values)
+        old.append_rows(new, width)
 
 
 def select_rows(cache: DynamicCache, index_B: torch.Tensor, trim: int) -> None:
