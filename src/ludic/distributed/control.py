@@ -11,10 +11,11 @@ which is most of a small model's push. Each push `n` is three keys under `ludic-
     server:  done/n = {"policy_version": ..., "num_tensors": ..., "num_bytes": ...} or {"error": ...}
 
 The reader of a key deletes it once the push is over (the trainer when it sends the next
-request, the server after its done reply), off the critical path. The server refuses a manifest in the ack, so a refused push
-never starts a broadcast and the group stays usable. A push whose layout (the manifest without
-its version) the server already accepted on this channel sends only {"layout": id, "version":
-v} and goes straight to the buckets, with no ack: the server knows that layout is valid.
+request, the server after its done reply), off the critical path. The server refuses a
+manifest in the ack, so a refused push never starts a broadcast and the group stays usable. A
+push whose layout (the manifest without its version) the server already accepted on this
+channel sends only {"layout": id, "version": v} and goes straight to the buckets, with no ack:
+the server knows that layout is valid.
 """
 
 from __future__ import annotations

@@ -99,8 +99,9 @@ def send_buckets(
 
     Tensors must be contiguous, of the manifest's dtypes and on the pool's device. A bucket
     of one tensor, or of tensors lying back to back in one storage, is sent in place; any
-    other bucket is packed into one of two pool buffers while the previous one is on the wire. Up to `max_in_flight` broadcasts are queued at once
-    (hides the per-collective latency of many small tensors).
+    other bucket is packed into one of two pool buffers while the previous one is on the wire.
+    Up to `max_in_flight` broadcasts are queued at once (hides the per-collective latency of
+    many small tensors).
     """
     slot_work: list[Work | None] = [None, None]
     in_flight: deque[Work] = deque()

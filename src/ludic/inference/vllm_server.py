@@ -9,9 +9,9 @@ token from `--ludic-token` or `LUDIC_SERVER_TOKEN`) and adding an `X-Ludic-Polic
 header to every response. The protocol is the embedded server's, so
 `ludic.distributed.BroadcastPolicyPublisher` drives both (with TP > 1 the trainer's group needs
 world_size 1 + TP: an InitRequest field). `/ludic/logprobs` (the publisher's verification probe)
-asks the engine for prompt logprobs. Importing this module
-never needs vLLM; using the vLLM parts without it raises ImportError. The version counter lives
-in the API server process (one per `--api-server-count`); it assumes the V1 model runner.
+asks the engine for prompt logprobs. Importing this module never needs vLLM; using the vLLM
+parts without it raises ImportError. The version counter lives in the API server process (one
+per `--api-server-count`); it assumes the V1 model runner.
 """
 
 from __future__ import annotations
