@@ -5,9 +5,9 @@ left-padding the shorter KV cache; every step samples one token for every row, r
 rows and trims padding columns no row needs any more. Position ids are per row, so padding never
 changes a row's numerics beyond float noise. A prompt extending a finished sequence reuses its
 KV (`ludic.inference.prefix_cache`) and prefills only the new suffix; identical prompts admitted
-together (a GRPO group) are prefilled once. It supports full-attention
-models whose cache layers are plain `DynamicLayer`s (Llama, Qwen2/3, Mistral without sliding
-window); no paged attention or speculative decoding.
+together (a GRPO group) are prefilled once. It supports full-attention models whose cache
+layers are plain `DynamicLayer`s (Llama, Qwen2/3, Mistral without sliding window); no paged
+attention or speculative decoding.
 
 Legend: B rows, T cached positions, V vocabulary.
 """

@@ -80,8 +80,8 @@ class LeanForward:
     ) -> torch.Tensor:
         B, S = ids_BS.shape
         T = key_mask_BT.shape[1]
-        attn_mask = _additive(_attention_mask(key_mask_BT.bool(), S), self.dtype)
         hidden_BSE = F.embedding(ids_BS, self.embed.weight)
+        attn_mask = _additive(_attention_mask(key_mask_BT.bool(), S), hidden_BSE.dtype)
         cos_BSD, sin_BSD = self.decoder.rotary_emb(hidden_BSE, positions_BS)
         cos_B1SD, sin_B1SD = cos_BSD[:, None], sin_BSD[:, None]
         for i, layer in enumerate(self.layers):
