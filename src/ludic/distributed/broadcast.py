@@ -245,9 +245,9 @@ class BroadcastPolicyPublisher:
                     raise WeightPushError(f"push refused ({ack.get('status')}): {ack['error']}")
             self._send(manifest, tensors)
             done = channel.wait_reply("done")
+        except WeightPushError:
+            raise
         except RuntimeError as e:  # the store: the server is gone or stuck
-            if isinstance(e, WeightPushError):
-                raise
             self._drop_group()
             raise WeightPushError(f"the server did not answer the push: {e}") from e
         if "error" in done:

@@ -158,7 +158,8 @@ def receive_into(
     """Receive every bucket straight into `targets` (live tensors, e.g. a model's state dict):
     a bucket whose targets are one tensor, or tensors back to back in one storage (see
     `ludic.inference.weights.pack_parameters_`), of matching dtype and device lands in place;
-    the rest via a pool buffer and a copy. Shapes must already have been checked (`check_against`)."""
+    the rest via a pool buffer and a copy. Shapes must already have been checked
+    (`check_against`)."""
     received = []
     for bucket, entries in zip(manifest.buckets, manifest.bucket_entries(), strict=True):
         target = adjacent_view([targets[e.name] for e in entries])

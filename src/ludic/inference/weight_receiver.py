@@ -13,9 +13,8 @@ engine offering `update_weights_in_place(fill, version=...)` (runs `fill(model)`
 steps) receives the bytes straight into its parameters while generation pauses (no extra copy
 of the weights; the first push lays each packed bucket's parameters out back to back, so those
 land without a copy too); otherwise the buckets land in buffers kept across pushes and are
-loaded with
-`update_weights` once all have arrived. It serves no inference and does not verify pushes (the
-trainer does).
+loaded with `update_weights` once all have arrived. It serves no inference and does not verify
+pushes (the trainer does).
 """
 
 from __future__ import annotations
