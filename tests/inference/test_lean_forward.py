@@ -112,6 +112,35 @@ def test_reads_live_parameters_so_weight_updates_apply() -> None:
     assert torch.allclose(after, before * 2, atol=1e-5)
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen2 (qkv bias)"])
+def test_fused_projections_read_the_parameters_wherever_they_live(family: str) -> None:
+    model = FAMILIES[family]()
+    lean = LeanForward.for_model(model)
+    assert lean is not None
+    attention = model.model.layers[0].self_attn
+    q, k = attention.q_proj.weight, attention.k_proj.weight
+    assert k.data_ptr() == q.data_ptr() + q.numel() * q.element_size()  # laid back to back
+    ids, mask, positions = torch.tensor([[5, 6, 7]]), torch.ones(1, 3), torch.arange(3)[None]
+
+    def check() -> None:
+        with torch.inference_mode():
+            want = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+            got = lean(ids, mask, positions, new_cache(model.config), keep=3)
+        assert torch.allclose(got, want, atol=1e-5)
+
+    check()
+    assert all(layer.qkv._weight is not None for layer in lean.layers)  # one GEMM for q/k/v
+    assert all(layer.gate_up._weight is not None for layer in lean.layers)
+    with torch.no_grad():
+        k.mul_(3)  # an in-place write lands in the fused weight
+        model.model.layers[1].mlp.up_proj.weight.mul_(2)
+    check()
+    with torch.no_grad():
+        k.data = k.data.clone() * 0.5  # new storage: layer 0 falls back to separate GEMMs
+    check()
+    assert lean.layers[0].qkv._weight is None and lean.layers[1].qkv._weight is not None
+
+
 def test_other_architectures_fall_back() -> None:
     gpt2 = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=50)).eval()
     assert LeanForward.for_model(gpt2) is None

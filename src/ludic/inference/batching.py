@@ -30,12 +30,7 @@ from ludic.inference.kv_cache import (
 from ludic.inference.lean_forward import LeanForward
 from ludic.inference.prefix_cache import CachedPrefix, PrefixCache
 from ludic.inference.sequence import SequenceState, TextCodec
-from ludic.inference.token_sampling import (
-    LogprobsMode,
-    draw_uniforms,
-    processed_logprobs,
-    sample_tokens,
-)
+from ludic.inference.token_sampling import LogprobsMode, RowKnobs, draw_uniforms, sample_tokens
 
 
 class DecodeBatch:
@@ -57,6 +52,7 @@ class DecodeBatch:
         self.codec = codec
         self.logprobs_mode = logprobs_mode
         self.rows: list[SequenceState] = []
+        self._knobs: RowKnobs | None = None  # the rows' sampling knobs, rebuilt when rows change
         self._cache: DynamicCache | None = None
         self._mask_BT = torch.zeros(0, 0, dtype=torch.long)
         self._positions_B = torch.zeros(0, dtype=torch.long)
@@ -147,7 +143,7 @@ class DecodeBatch:
         if self._cache is None or not self.rows:
             self._cache, self._mask_BT, self._logits_BV = cache, mask_BT, logits_BV
             self._positions_B = mask_BT.sum(-1)
-            self.rows = list(new)
+            self._set_rows(list(new))
             return
         width = max(self._mask_BT.shape[1], mask_BT.shape[1])
         merge_rows(self._cache, cache, width)
@@ -156,7 +152,11 @@ class DecodeBatch:
         )
         self._positions_B = torch.cat([self._positions_B, mask_BT.sum(-1)])
         self._logits_BV = torch.cat([self._logits_BV, logits_BV])
-        self.rows += new
+        self._set_rows(self.rows + list(new))
+
+    def _set_rows(self, rows: list[SequenceState]) -> None:
+        self.rows = rows
+        self._knobs = None
 
     @torch.inference_mode()
     def step(self) -> list[SequenceState]:
@@ -179,14 +179,17 @@ class DecodeBatch:
 
     def _sample_and_record(self) -> torch.Tensor:
         rows = self.rows
-        logprobs_BV = processed_logprobs(
-            self._logits_BV,
-            torch.tensor([s.temperature for s in rows], device=self.device),
-            torch.tensor([s.top_k for s in rows], device=self.device),
-            torch.tensor([s.top_p for s in rows], device=self.device),
-        )
-        greedy_B = torch.tensor([s.temperature == 0 for s in rows])
-        tokens_B = sample_tokens(logprobs_BV, draw_uniforms([s.generator for s in rows]), greedy_B)
+        if self._knobs is None:
+            self._knobs = RowKnobs.of(
+                [s.temperature for s in rows],
+                [s.top_k for s in rows],
+                [s.top_p for s in rows],
+                self._logits_BV.shape[-1],
+                self.device,
+            )
+        logprobs_BV = self._knobs.logprobs(self._logits_BV)
+        uniforms_B = draw_uniforms([s.generator for s in rows])
+        tokens_B = sample_tokens(logprobs_BV, uniforms_B, self._knobs.greedy_B)
         if self.logprobs_mode == "raw":
             logprobs_BV = torch.log_softmax(self._logits_BV.float(), dim=-1)
         forced = [seq.next_forced() for seq in rows]
@@ -223,7 +226,7 @@ class DecodeBatch:
         self._mask_BT = self._mask_BT[index]
         self._positions_B = self._positions_B[index]
         self._logits_BV = self._logits_BV[index]
-        self.rows = [self.rows[i] for i in keep]
+        self._set_rows([self.rows[i] for i in keep])
         # Columns that are padding in every remaining row can go.
         trim = int(self._mask_BT.argmax(dim=1).min())
         self._mask_BT = self._mask_BT[:, trim:]
@@ -257,7 +260,8 @@ class DecodeBatch:
 
     def reset(self) -> list[SequenceState]:
         """Drop every row and the cache; returns the rows that were dropped."""
-        rows, self.rows = self.rows, []
+        rows = self.rows
+        self._set_rows([])
         self._cache = None
         self._mask_BT = torch.zeros(0, 0, dtype=torch.long, device=self.device)
         self._positions_B = torch.zeros(0, dtype=torch.long, device=self.device)

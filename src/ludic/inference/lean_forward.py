@@ -8,12 +8,19 @@ arithmetic as a plain function: embed, per layer RMSNorm -> q/k/v (+ Qwen3's q/k
 rotary (the model's own rotary module, so every rope type works) -> the KV cache -> SDPA with
 GQA -> o_proj, RMSNorm -> gated MLP, then the final norm and lm_head on the kept positions.
 
+Each layer's q/k/v weights, and its gate/up weights, are laid back to back in one buffer when the
+LeanForward is built (the parameters become views of it: same Parameter objects, same values),
+so each group runs as one GEMM and q and k are rotated together. The grouping is re-checked on
+every call from the weights' addresses: a parameter given new storage afterwards (`p.data = x`,
+a receiver packing them its own way) only costs the fusion, never correctness. The fused GEMM
+computes every output column exactly as the separate ones do.
+
 `LeanForward.for_model(model)` returns None for anything else, and also when a self-check (one
 small padded forward compared with the model's own) disagrees, so an unexpected variant falls
 back to the transformers forward instead of serving wrong logprobs.
 
-Legend: B rows, S new positions, T cached + new positions, H heads, K kv heads, D head dim,
-E hidden size, V vocabulary.
+Legend: B rows, S new positions, N = B * S, T cached + new positions, H heads, K kv heads,
+C = H + 2K projected heads, D head dim, E hidden size, I twice the MLP width, V vocabulary.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
+
+from ludic.inference.weights import pack_parameters_
 
 logger = logging.getLogger(__name__)
 
@@ -46,8 +55,13 @@ class LeanForward:
         self.lm_head: Any = model.lm_head
         decoder_layers = self.decoder.layers[: model.config.num_hidden_layers]
         self.layers = [_Layer.of(layer) for layer in decoder_layers]
+        for layer in self.layers:
+            layer.qkv.pack(model)
+            layer.gate_up.pack(model)
         attention = decoder_layers[0].self_attn
         self.head_dim = int(attention.head_dim)
+        self.heads = int(attention.q_proj.weight.shape[0]) // self.head_dim
+        self.kv_heads = int(attention.k_proj.weight.shape[0]) // self.head_dim
         self.scaling = float(attention.scaling)
         self.qk_norm = hasattr(attention, "q_norm")
         act = decoder_layers[0].mlp.act_fn
@@ -79,37 +93,35 @@ class LeanForward:
         keep: int = 1,
     ) -> torch.Tensor:
         B, S = ids_BS.shape
+        N, H, K, D = B * S, self.heads, self.kv_heads, self.head_dim
         T = key_mask_BT.shape[1]
-        hidden_BSE = F.embedding(ids_BS, self.embed.weight)
-        attn_mask = _additive(_attention_mask(key_mask_BT.bool(), S), hidden_BSE.dtype)
-        cos_BSD, sin_BSD = self.decoder.rotary_emb(hidden_BSE, positions_BS)
-        cos_B1SD, sin_B1SD = cos_BSD[:, None], sin_BSD[:, None]
+        hidden_NE = F.embedding(ids_BS.reshape(N), self.embed.weight)
+        attn_mask = _additive(_attention_mask(key_mask_BT.bool(), S), hidden_NE.dtype)
+        cos_BSD, sin_BSD = self.decoder.rotary_emb(hidden_NE, positions_BS)
+        cos_N1D, sin_N1D = cos_BSD.reshape(N, 1, D), _signed_sin(sin_BSD).reshape(N, 1, D)
         for i, layer in enumerate(self.layers):
-            x_BSE = _rms_norm(hidden_BSE, layer.input_norm)
-            q_BSHD = _linear(x_BSE, layer.q).view(B, S, -1, self.head_dim)
-            k_BSKD = _linear(x_BSE, layer.k).view(B, S, -1, self.head_dim)
-            v_BKSD = _linear(x_BSE, layer.v).view(B, S, -1, self.head_dim).transpose(1, 2)
+            x_NE = _rms_norm(hidden_NE, layer.input_norm)
+            qkv_NCD = layer.qkv(x_NE).view(N, -1, D)  # C = H + 2K heads: q, then k, then v
             if self.qk_norm:
-                q_BSHD = _rms_norm(q_BSHD, layer.q_norm)
-                k_BSKD = _rms_norm(k_BSKD, layer.k_norm)
-            q_BHSD = _rotate(q_BSHD.transpose(1, 2), cos_B1SD, sin_B1SD)
-            k_BKSD = _rotate(k_BSKD.transpose(1, 2), cos_B1SD, sin_B1SD)
+                q_NHD = _rotate(_rms_norm(qkv_NCD[:, :H], layer.q_norm), cos_N1D, sin_N1D)
+                k_NKD = _rotate(_rms_norm(qkv_NCD[:, H : H + K], layer.k_norm), cos_N1D, sin_N1D)
+            else:  # q and k rotated together
+                qk_NCD = _rotate(qkv_NCD[:, : H + K], cos_N1D, sin_N1D)
+                q_NHD, k_NKD = qk_NCD[:, :H], qk_NCD[:, H:]
+            q_BHSD = q_NHD.view(B, S, H, D).transpose(1, 2)
+            k_BKSD = k_NKD.view(B, S, K, D).transpose(1, 2)
+            v_BKSD = qkv_NCD[:, H + K :].view(B, S, K, D).transpose(1, 2)
             k_BKTD, v_BKTD = cast(DynamicLayer, cache.layers[i]).update(k_BKSD, v_BKSD)
             assert k_BKTD.shape[-2] == T, "the key mask must cover the cache and the new positions"
             out_BHSD = F.scaled_dot_product_attention(
-                q_BHSD,
-                k_BKTD,
-                v_BKTD,
-                attn_mask=attn_mask,
-                scale=self.scaling,
-                enable_gqa=q_BHSD.shape[1] != k_BKTD.shape[1],
+                q_BHSD, k_BKTD, v_BKTD, attn_mask=attn_mask, scale=self.scaling, enable_gqa=H != K
             )
-            out_BSE = out_BHSD.transpose(1, 2).reshape(B, S, -1)
-            hidden_BSE = hidden_BSE + _linear(out_BSE, layer.o)
-            x_BSE = _rms_norm(hidden_BSE, layer.post_norm)
-            gated_BSE = self.act(_linear(x_BSE, layer.gate)) * _linear(x_BSE, layer.up)
-            hidden_BSE = hidden_BSE + _linear(gated_BSE, layer.down)
-        last_BSE = _rms_norm(hidden_BSE[:, S - keep :], self.norm)
+            out_NE = out_BHSD.transpose(1, 2).reshape(N, -1)
+            hidden_NE = hidden_NE + _linear(out_NE, layer.o)
+            gate_up_NI = layer.gate_up(_rms_norm(hidden_NE, layer.post_norm))
+            gate_NI, up_NI = gate_up_NI.chunk(2, dim=-1)
+            hidden_NE = hidden_NE + _linear(self.act(gate_NI) * up_NI, layer.down)
+        last_BSE = _rms_norm(hidden_NE.view(B, S, -1)[:, S - keep :], self.norm)
         return _linear(last_BSE, self.lm_head).float()
 
     @torch.inference_mode()
@@ -159,21 +171,79 @@ class LeanForward:
         return None
 
 
+class _Fused:
+    """Linear modules reading one input, run as one GEMM while their weights (and biases) lie
+    back to back in memory; `__call__(x)` -> their outputs side by side. Each output column is
+    computed exactly as by its own module. The layout is re-checked from the parameters'
+    addresses on every call, so a parameter moved elsewhere falls back to one GEMM per module
+    (and a copy to join them) instead of reading stale memory."""
+
+    def __init__(self, modules: tuple[Any, ...]) -> None:
+        self.modules = modules
+        self._layout: tuple[Any, ...] = ()
+        self._weight: torch.Tensor | None = None
+        self._bias: torch.Tensor | None = None
+
+    def pack(self, model: torch.nn.Module) -> None:
+        """Lay the modules' weights, then their biases, back to back (values are kept)."""
+        names = {id(p): name for name, p in model.named_parameters()}
+        for attr in ("weight", "bias"):
+            params = [getattr(m, attr) for m in self.modules]
+            if all(p is not None and id(p) in names for p in params):
+                pack_parameters_(model, [[names[id(p)] for p in params]])
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        weights = [m.weight for m in self.modules]
+        biases = [m.bias for m in self.modules]
+        layout = tuple((t.data_ptr(), t.shape) for t in weights + biases if t is not None)
+        if layout != self._layout:
+            self._layout = layout
+            self._weight = _joined(weights)
+            has_bias = [b is not None for b in biases]
+            self._bias = _joined(biases) if all(has_bias) else None
+            if any(has_bias) and self._bias is None:
+                self._weight = None
+        if self._weight is None:
+            return torch.cat([F.linear(x, w, b) for w, b in zip(weights, biases, strict=True)], -1)
+        return F.linear(x, self._weight, self._bias)
+
+
+def _joined(tensors: list[Any]) -> torch.Tensor | None:
+    """One tensor viewing `tensors` (same trailing shape) stacked along dim 0, if they lie back
+    to back in one storage; else None."""
+    first = tensors[0]
+    if first is None:
+        return None
+    size = first.element_size()
+    address = first.data_ptr()
+    storage = first.untyped_storage().data_ptr()
+    for t in tensors:
+        if (
+            t is None
+            or not t.is_contiguous()
+            or t.dtype != first.dtype
+            or t.shape[1:] != first.shape[1:]
+            or t.data_ptr() != address
+            or t.untyped_storage().data_ptr() != storage
+        ):
+            return None
+        address += t.numel() * size
+    rows = sum(t.shape[0] for t in tensors)
+    return first.detach().as_strided((rows, *first.shape[1:]), first.stride())
+
+
 @dataclass(frozen=True, slots=True)
 class _Layer:
     """One decoder layer's modules, looked up once (module attribute access is slow); weights
     are still read from the modules on every call, so updates apply."""
 
     input_norm: Any
-    q: Any
-    k: Any
-    v: Any
+    qkv: _Fused
     q_norm: Any
     k_norm: Any
     o: Any
     post_norm: Any
-    gate: Any
-    up: Any
+    gate_up: _Fused
     down: Any
 
     @classmethod
@@ -181,15 +251,12 @@ class _Layer:
         attention, mlp = layer.self_attn, layer.mlp
         return cls(
             input_norm=layer.input_layernorm,
-            q=attention.q_proj,
-            k=attention.k_proj,
-            v=attention.v_proj,
+            qkv=_Fused((attention.q_proj, attention.k_proj, attention.v_proj)),
             q_norm=getattr(attention, "q_norm", None),
             k_norm=getattr(attention, "k_norm", None),
             o=attention.o_proj,
             post_norm=layer.post_attention_layernorm,
-            gate=mlp.gate_proj,
-            up=mlp.up_proj,
+            gate_up=_Fused((mlp.gate_proj, mlp.up_proj)),
             down=mlp.down_proj,
         )
 
@@ -245,7 +312,16 @@ def _rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
     return norm.weight * x32.to(x.dtype)
 
 
-def _rotate(x_BHSD: torch.Tensor, cos_B1SD: torch.Tensor, sin_B1SD: torch.Tensor) -> torch.Tensor:
-    half = x_BHSD.shape[-1] // 2
-    rotated = torch.cat((-x_BHSD[..., half:], x_BHSD[..., :half]), dim=-1)
-    return x_BHSD * cos_B1SD + rotated * sin_B1SD
+def _signed_sin(sin_BSD: torch.Tensor) -> torch.Tensor:
+    """sin with its first half negated: rotate-half's sign, folded in once per forward."""
+    half = sin_BSD.shape[-1] // 2
+    return torch.cat((-sin_BSD[..., :half], sin_BSD[..., half:]), dim=-1)
+
+
+def _rotate(
+    x_NCD: torch.Tensor, cos_N1D: torch.Tensor, signed_sin_N1D: torch.Tensor
+) -> torch.Tensor:
+    """Rotary embedding: x * cos + rotate_half(x) * sin, with rotate_half's sign in the sin."""
+    half = x_NCD.shape[-1] // 2
+    swapped = torch.cat((x_NCD[..., half:], x_NCD[..., :half]), dim=-1)
+    return x_NCD * cos_N1D + swapped * signed_sin_N1D

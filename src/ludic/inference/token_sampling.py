@@ -12,11 +12,57 @@ Legend: B rows, V vocabulary.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 
 LogprobsMode = Literal["processed", "raw"]
+
+
+@dataclass(frozen=True, slots=True)
+class RowKnobs:
+    """A batch's per-row sampling knobs as tensors, and which processing steps any row needs:
+    built once per batch composition, not per step. Temperature 0 (greedy) counts as 1 here
+    (greedy rows report the model's own distribution)."""
+
+    temperature_B: torch.Tensor
+    top_k_B: torch.Tensor
+    top_p_B: torch.Tensor
+    greedy_B: torch.Tensor | None  # None when no row is greedy
+    scaled: bool  # some row's temperature is not 1
+    filtered: bool  # some row has top-k or top-p on
+
+    @classmethod
+    def of(
+        cls,
+        temperatures: Sequence[float],
+        top_ks: Sequence[int],
+        top_ps: Sequence[float],
+        vocab: int,
+        device: torch.device | str = "cpu",
+    ) -> RowKnobs:
+        greedy = [t == 0 for t in temperatures]
+        temperature_B = torch.tensor([t if t > 0 else 1.0 for t in temperatures], device=device)
+        top_k_B = torch.tensor(top_ks, dtype=torch.long, device=device)
+        top_p_B = torch.tensor(top_ps, dtype=torch.float32, device=device)
+        return cls(
+            temperature_B=temperature_B,
+            top_k_B=top_k_B,
+            top_p_B=top_p_B,
+            greedy_B=torch.tensor(greedy, device=device) if any(greedy) else None,
+            scaled=bool((temperature_B != 1).any()),
+            filtered=bool(((top_k_B > 0) & (top_k_B < vocab)).any() or (top_p_B < 1).any()),
+        )
+
+    def logprobs(self, logits_BV: torch.Tensor) -> torch.Tensor:
+        """Log-softmax of the processed distribution each row samples from (float32)."""
+        scaled_BV = logits_BV.float()
+        if self.scaled:  # dividing by 1 changes nothing: skipped when no row needs it
+            scaled_BV = scaled_BV / self.temperature_B[:, None]
+        if self.filtered:
+            scaled_BV = _filter_top_k_top_p(scaled_BV, self.top_k_B, self.top_p_B)
+        return torch.log_softmax(scaled_BV, dim=-1)
 
 
 def processed_logprobs(
@@ -30,14 +76,10 @@ def processed_logprobs(
     temperature 0 counts as 1 here (greedy rows report the model's own distribution).
     top_k -1 and top_p 1 turn the filters off. At least one token always survives.
     """
-    logits_BV = logits_BV.float()
-    vocab = logits_BV.shape[-1]
-    temperature_B = torch.where(temperature_B > 0, temperature_B, torch.ones_like(temperature_B))
-    scaled_BV = logits_BV / temperature_B[:, None]
-    needs_filter = bool(((top_k_B > 0) & (top_k_B < vocab)).any() or (top_p_B < 1).any())
-    if needs_filter:
-        scaled_BV = _filter_top_k_top_p(scaled_BV, top_k_B, top_p_B)
-    return torch.log_softmax(scaled_BV, dim=-1)
+    knobs = RowKnobs.of(
+        temperature_B.tolist(), top_k_B.tolist(), top_p_B.tolist(), logits_BV.shape[-1]
+    )
+    return knobs.logprobs(logits_BV)
 
 
 def _filter_top_k_top_p(
@@ -63,7 +105,7 @@ def draw_uniforms(generators: Sequence[torch.Generator]) -> torch.Tensor:
 
 
 def sample_tokens(
-    logprobs_BV: torch.Tensor, uniforms_B: torch.Tensor, greedy_B: torch.Tensor
+    logprobs_BV: torch.Tensor, uniforms_B: torch.Tensor, greedy_B: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Inverse-CDF sampling from `exp(logprobs_BV)`; argmax where `greedy_B`."""
     probs_BV = logprobs_BV.double().exp()
@@ -72,6 +114,9 @@ def sample_tokens(
     sampled_B = torch.searchsorted(cdf_BV, targets_B1, right=True).squeeze(-1)
     sampled_B = sampled_B.clamp(max=logprobs_BV.shape[-1] - 1)
     # A token of probability 0 is never chosen, even at a float boundary of the CDF.
-    impossible_B = logprobs_BV.gather(-1, sampled_B[:, None]).squeeze(-1) == float("-inf")
-    sampled_B = torch.where(impossible_B, logprobs_BV.argmax(dim=-1), sampled_B)
-    return torch.where(greedy_B.to(sampled_B.device), logprobs_BV.argmax(dim=-1), sampled_B)
+    argmax_B = logprobs_BV.gather(-1, sampled_B[:, None]).squeeze(-1) == float("-inf")
+    if greedy_B is not None:
+        argmax_B |= greedy_B.to(sampled_B.device)
+    if not argmax_B.any():
+        return sampled_B
+    return torch.where(argmax_B, logprobs_BV.argmax(dim=-1), sampled_B)
