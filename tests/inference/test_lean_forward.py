@@ -146,6 +146,12 @@ def test_other_architectures_fall_back() -> None:
     assert LeanForward.for_model(gpt2) is None
 
 
+def test_parametrized_weights_fall_back() -> None:
+    model = FAMILIES["llama"]()
+    torch.nn.utils.parametrizations.weight_norm(model.model.layers[0].mlp.down_proj)
+    assert LeanForward.for_model(model) is None
+
+
 def test_a_variant_that_computes_differently_fails_the_self_check() -> None:
     model = FAMILIES["llama"]()
     model.model.layers[0].mlp.act_fn = torch.nn.GELU()  # config still says silu

@@ -31,6 +31,7 @@ from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
+from torch.nn.utils import parametrize
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
@@ -180,6 +181,7 @@ class _Fused:
 
     def __init__(self, modules: tuple[Any, ...]) -> None:
         self.modules = modules
+        self._params = [m._parameters for m in modules]  # direct: `m.weight` is a slow lookup
         self._layout: tuple[Any, ...] = ()
         self._weight: torch.Tensor | None = None
         self._bias: torch.Tensor | None = None
@@ -193,8 +195,8 @@ class _Fused:
                 pack_parameters_(model, [[names[id(p)] for p in params]])
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        weights = [m.weight for m in self.modules]
-        biases = [m.bias for m in self.modules]
+        weights = [p["weight"] for p in self._params]
+        biases = [p["bias"] for p in self._params]
         layout = tuple((t.data_ptr(), t.shape) for t in weights + biases if t is not None)
         if layout != self._layout:
             self._layout = layout
@@ -270,6 +272,8 @@ def _unsupported(model: PreTrainedModel) -> str | None:
     decoder = getattr(model, "model", None)
     if decoder is None or not hasattr(decoder, "layers") or not hasattr(model, "lm_head"):
         return "unexpected module layout (no model.layers / lm_head)"
+    if any(parametrize.is_parametrized(module) for module in model.modules()):
+        return "parametrized weights (the lean forward reads parameters directly)"
     for layer in decoder.layers:
         if getattr(layer, "attention_type", "full_attention") != "full_attention":
             return "a layer uses sliding-window attention"
@@ -300,16 +304,18 @@ def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _linear(x: torch.Tensor, module: Any) -> torch.Tensor:
-    return F.linear(x, module.weight, module.bias)
+    params = module._parameters  # `module.weight` goes through the slow Module.__getattr__
+    return F.linear(x, params["weight"], params["bias"])
 
 
 def _rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
     """transformers' Llama RMSNorm: normalise in float32, scale in the input dtype."""
-    if x.dtype == torch.float32 and norm.weight.dtype == torch.float32:  # one fused kernel
-        return F.rms_norm(x, x.shape[-1:], norm.weight, norm.variance_epsilon)
+    weight = norm._parameters["weight"]
+    if x.dtype == torch.float32 and weight.dtype == torch.float32:  # one fused kernel
+        return F.rms_norm(x, x.shape[-1:], weight, norm.variance_epsilon)
     x32 = x.float()
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * x32.to(x.dtype)
+    return weight * x32.to(x.dtype)
 
 
 def _signed_sin(sin_BSD: torch.Tensor) -> torch.Tensor:
