@@ -20,6 +20,8 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from ludic.inference.kv_cache import (
+    compact_rows,
+    compaction_order,
     extract_prefix,
     load_prefixes,
     merge_rows,
@@ -171,8 +173,7 @@ class DecodeBatch:
         finished = [seq for seq in self.rows if seq.done]
         if finished:
             self._remember([i for i, seq in enumerate(self.rows) if seq.finish_reason is not None])
-            self._select(keep)
-            tokens_B = tokens_B[keep]
+            tokens_B = tokens_B[self._select(keep)]
         if self.rows:
             self._forward(tokens_B)
         return finished
@@ -218,20 +219,24 @@ class DecodeBatch:
             if entry is not None:
                 self.prefix_cache.store(entry)
 
-    def _select(self, keep: list[int]) -> None:
+    def _select(self, keep: list[int]) -> list[int]:
+        """Keep the sorted rows `keep`; rows from the back fill the freed slots (the fewest KV
+        rows move). Returns the new order (slot -> old row)."""
         if not keep:
             self.reset()
-            return
-        index = torch.tensor(keep, device=self.device)
+            return []
+        order = compaction_order(keep)
+        index = torch.tensor(order, device=self.device)
         self._mask_BT = self._mask_BT[index]
         self._positions_B = self._positions_B[index]
         self._logits_BV = self._logits_BV[index]
-        self._set_rows([self.rows[i] for i in keep])
+        self._set_rows([self.rows[i] for i in order])
         # Columns that are padding in every remaining row can go.
         trim = int(self._mask_BT.argmax(dim=1).min())
         self._mask_BT = self._mask_BT[:, trim:]
         assert self._cache is not None
-        select_rows(self._cache, index, trim)
+        compact_rows(self._cache, order, trim)
+        return order
 
     def _forward(self, tokens_B: torch.Tensor) -> None:
         ones_B1 = torch.ones(len(self.rows), 1, dtype=self._mask_BT.dtype, device=self.device)
