@@ -15,9 +15,11 @@ prefills identical prompts admitted together once (as for a GRPO group), `genera
 Requests have different prompt lengths and token budgets. A batched `generate` call runs every
 row to the largest budget in the call, so there only each row's tokens within its own budget
 (and up to eos) count as new tokens. Everything samples at temperature 1. Each cell is the best
-of REPEATS interleaved runs, by wall time and by process CPU time; on a shared machine trust the
-CPU-time ratios (`--threads 1` keeps CPU time comparable between arms).
-Run: `python bench/inference.py [--threads N]`.
+of `--repeats` interleaved runs (default 3), by wall time and by process CPU time: this machine's
+speed drifts by 10% between runs, and the best run is the one least disturbed. CPU-time ratios
+understate the engine (it keeps both cores busy; batch-1 `generate` does not), `--threads 1`
+keeps them comparable between arms.
+Run: `python bench/inference.py [--threads N] [--repeats N]`.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ BOARD = "1 | X | 3\nO | 5 | 6\n7 | 8 | X"
 SINGLE_TURN_BUDGETS = (64, 192)
 EPISODE_BUDGETS = (32, 128)
 TURNS = 3
-REPEATS = 2
+REPEATS = 3
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,12 @@ Run = Callable[[], tuple[int, tuple[float, float]]]
 
 
 def measure(
-    engine: EmbeddedEngine, n: int, turns: int, budgets: tuple[int, int], distinct: bool = False
+    engine: EmbeddedEngine,
+    n: int,
+    turns: int,
+    budgets: tuple[int, int],
+    distinct: bool = False,
+    repeats: int = REPEATS,
 ) -> dict[str, float | int]:
     """Best tokens per wall second and per CPU second of each arm, arms interleaved."""
     model, tokenizer = engine.model, engine.tokenizer
@@ -190,7 +197,7 @@ def measure(
     }
     wall = dict.fromkeys(arms, 0.0)
     cpu = dict.fromkeys(arms, 0.0)
-    for _ in range(REPEATS):
+    for _ in range(repeats):
         for name, run in arms.items():
             tokens, (wall_s, cpu_s) = run()
             wall[name] = max(wall[name], tokens / wall_s)
@@ -212,6 +219,7 @@ def measure(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="runs per cell (best kept)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -219,11 +227,14 @@ def main() -> None:
     model, tokenizer = load_tiny_model()
     engine = EmbeddedEngine(model, tokenizer)
     run_engine(engine, make_agents(4, 1, tokenizer, SINGLE_TURN_BUDGETS), [])  # warm up
+    r = args.repeats
     workloads = {
-        "single_turn": [measure(engine, n, 1, SINGLE_TURN_BUDGETS) for n in (1, 8, 32)],
-        "agent_episodes": [measure(engine, n, TURNS, EPISODE_BUDGETS) for n in (1, 8, 32)],
+        "single_turn": [measure(engine, n, 1, SINGLE_TURN_BUDGETS, repeats=r) for n in (1, 8, 32)],
+        "agent_episodes": [
+            measure(engine, n, TURNS, EPISODE_BUDGETS, repeats=r) for n in (1, 8, 32)
+        ],
         "single_turn_distinct_prompts": [
-            measure(engine, 32, 1, SINGLE_TURN_BUDGETS, distinct=True)
+            measure(engine, 32, 1, SINGLE_TURN_BUDGETS, distinct=True, repeats=r)
         ],
     }
     engine.close()
@@ -235,7 +246,7 @@ def main() -> None:
         "machine": platform.machine(),
         "targets_at_32": {"vs_sequential": 10.0, "vs_batched": 1.3},
         "token_budgets": {"single_turn": SINGLE_TURN_BUDGETS, "agent_episodes": EPISODE_BUDGETS},
-        "timing": f"best of {REPEATS} interleaved runs per cell; speedup_* from wall time, "
+        "timing": f"best of {r} interleaved runs per cell; speedup_* from wall time, "
         "cpu_speedup_* from process CPU time (robust to other load on the machine)",
         "workloads": workloads,
     }

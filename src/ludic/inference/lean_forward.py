@@ -20,7 +20,7 @@ small padded forward compared with the model's own) disagrees, so an unexpected 
 back to the transformers forward instead of serving wrong logprobs.
 
 Legend: B rows, S new positions, N = B * S, T cached + new positions, H heads, K kv heads,
-C = H + 2K projected heads, D head dim, E hidden size, I twice the MLP width, V vocabulary.
+C = H + 2K projected heads, D head dim, E hidden size, I MLP width, V vocabulary.
 """
 
 from __future__ import annotations
@@ -119,8 +119,8 @@ class LeanForward:
             )
             out_NE = out_BHSD.transpose(1, 2).reshape(N, -1)
             hidden_NE = hidden_NE + _linear(out_NE, layer.o)
-            gate_up_NI = layer.gate_up(_rms_norm(hidden_NE, layer.post_norm))
-            gate_NI, up_NI = gate_up_NI.chunk(2, dim=-1)
+            gate_up_N2I = layer.gate_up(_rms_norm(hidden_NE, layer.post_norm))
+            gate_NI, up_NI = gate_up_N2I.chunk(2, dim=-1)
             hidden_NE = hidden_NE + _linear(self.act(gate_NI) * up_NI, layer.down)
         last_BSE = _rms_norm(hidden_NE.view(B, S, -1)[:, S - keep :], self.norm)
         return _linear(last_BSE, self.lm_head).float()
