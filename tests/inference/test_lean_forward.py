@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
@@ -19,7 +20,7 @@ from transformers import (
 )
 
 from ludic.inference.kv_cache import new_cache
-from ludic.inference.lean_forward import LeanForward
+from ludic.inference.lean_forward import LeanForward, _matmul
 
 SIZES = {
     "vocab_size": 97,
@@ -139,6 +140,15 @@ def test_fused_projections_read_the_parameters_wherever_they_live(family: str) -
         k.data = k.data.clone() * 0.5  # new storage: layer 0 falls back to separate GEMMs
     check()
     assert lean.layers[0].qkv._weight is None and lean.layers[1].qkv._weight is not None
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 128, 129])
+def test_projections_with_few_rows_run_transposed_with_the_same_result(rows: int) -> None:
+    weight, bias, x_NE = torch.randn(48, 32), torch.randn(48), torch.randn(rows, 32)
+    got = _matmul(x_NE, weight, bias, transposed_ok=True)
+    assert torch.allclose(got, F.linear(x_NE, weight, bias), atol=1e-5)
+    assert got.is_contiguous() == (rows == 1 or rows > 128)  # a transposed view for 2-128 rows
+    assert _matmul(x_NE, weight, None, transposed_ok=False).is_contiguous()
 
 
 def test_other_architectures_fall_back() -> None:

@@ -15,6 +15,12 @@ every call from the weights' addresses: a parameter given new storage afterwards
 a receiver packing them its own way) only costs the fusion, never correctness. The fused GEMM
 computes every output column exactly as the separate ones do.
 
+With 2 to 128 rows, the projections whose output only feeds elementwise ops and the next GEMM
+(o_proj, gate/up, down) are computed as `(W @ x.T).T`: MKL's kernels for a short activation
+matrix are up to 2x slower than for a short right-hand side (measured on the CPUs here). The
+result is the same product (it can differ from `x @ W.T` in the last bit for 2-8 rows) and stays
+a transposed view, which elementwise ops and the next `W @ x.T` consume without a copy.
+
 `LeanForward.for_model(model)` returns None for anything else, and also when a self-check (one
 small padded forward compared with the model's own) disagrees, so an unexpected variant falls
 back to the transformers forward instead of serving wrong logprobs.
@@ -41,6 +47,7 @@ logger = logging.getLogger(__name__)
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 _SELF_CHECK_ATOL = 1e-3
+_TRANSPOSED_MAX_ROWS = 128
 
 
 class LeanForward:
@@ -118,10 +125,10 @@ class LeanForward:
                 q_BHSD, k_BKTD, v_BKTD, attn_mask=attn_mask, scale=self.scaling, enable_gqa=H != K
             )
             out_NE = out_BHSD.transpose(1, 2).reshape(N, -1)
-            hidden_NE = hidden_NE + _linear(out_NE, layer.o)
+            hidden_NE = hidden_NE + _linear(out_NE, layer.o, transposed_ok=True)
             gate_up_N2I = layer.gate_up(_rms_norm(hidden_NE, layer.post_norm))
             gate_NI, up_NI = gate_up_N2I.chunk(2, dim=-1)
-            hidden_NE = hidden_NE + _linear(self.act(gate_NI) * up_NI, layer.down)
+            hidden_NE = hidden_NE + _linear(self.act(gate_NI) * up_NI, layer.down, True)
         last_BSE = _rms_norm(hidden_NE.view(B, S, -1)[:, S - keep :], self.norm)
         return _linear(last_BSE, self.lm_head).float()
 
@@ -179,8 +186,9 @@ class _Fused:
     addresses on every call, so a parameter moved elsewhere falls back to one GEMM per module
     (and a copy to join them) instead of reading stale memory."""
 
-    def __init__(self, modules: tuple[Any, ...]) -> None:
+    def __init__(self, modules: tuple[Any, ...], transposed_ok: bool = False) -> None:
         self.modules = modules
+        self.transposed_ok = transposed_ok  # the output may be a transposed view (`_matmul`)
         self._params = [m._parameters for m in modules]  # direct: `m.weight` is a slow lookup
         self._layout: tuple[Any, ...] = ()
         self._weight: torch.Tensor | None = None
@@ -206,8 +214,9 @@ class _Fused:
             if any(has_bias) and self._bias is None:
                 self._weight = None
         if self._weight is None:
-            return torch.cat([F.linear(x, w, b) for w, b in zip(weights, biases, strict=True)], -1)
-        return F.linear(x, self._weight, self._bias)
+            pairs = zip(weights, biases, strict=True)
+            return torch.cat([_matmul(x, w, b, self.transposed_ok) for w, b in pairs], -1)
+        return _matmul(x, self._weight, self._bias, self.transposed_ok)
 
 
 def _joined(tensors: list[Any]) -> torch.Tensor | None:
@@ -258,7 +267,7 @@ class _Layer:
             k_norm=getattr(attention, "k_norm", None),
             o=attention.o_proj,
             post_norm=layer.post_attention_layernorm,
-            gate_up=_Fused((mlp.gate_proj, mlp.up_proj)),
+            gate_up=_Fused((mlp.gate_proj, mlp.up_proj), transposed_ok=True),
             down=mlp.down_proj,
         )
 
@@ -303,9 +312,20 @@ def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     )
 
 
-def _linear(x: torch.Tensor, module: Any) -> torch.Tensor:
+def _linear(x: torch.Tensor, module: Any, transposed_ok: bool = False) -> torch.Tensor:
     params = module._parameters  # `module.weight` goes through the slow Module.__getattr__
-    return F.linear(x, params["weight"], params["bias"])
+    return _matmul(x, params["weight"], params["bias"], transposed_ok)
+
+
+def _matmul(
+    x_NE: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, transposed_ok: bool
+) -> torch.Tensor:
+    """x @ weight.T (+ bias); as (weight @ x.T).T, a transposed view, for 2-128 rows of 2D `x`
+    when the caller accepts one (see the module docstring)."""
+    if transposed_ok and x_NE.dim() == 2 and 2 <= x_NE.shape[0] <= _TRANSPOSED_MAX_ROWS:
+        y_NO = torch.mm(weight, x_NE.t()).t()
+        return y_NO if bias is None else y_NO + bias
+    return F.linear(x_NE, weight, bias)
 
 
 def _rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
