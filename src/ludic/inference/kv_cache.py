@@ -81,6 +81,7 @@ class GrowingLayer(DynamicLayer):
         left); otherwise into new buffers with spare room."""
         new_keys, new_values = other.states()
         rows, old_width = self._rows, self._end - self._start
+        assert width >= max(old_width, new_keys.shape[-2]), "width must cover both row sets"
         buffers = self._buffers
         total = rows + len(new_keys)
         if buffers is None or total > buffers[0].shape[0] or self._start < width - old_width:
@@ -125,12 +126,15 @@ class GrowingLayer(DynamicLayer):
     ) -> None:
         """New buffers holding `parts` (blocks of rows, in order, each right-aligned in `width`
         positions and zero-padded), with spare columns on both sides (at least `room` on the
-        right) and, if `spare_rows`, as many spare rows as used ones."""
+        right), as many spare rows as used ones if `spare_rows`, and never fewer rows than the
+        buffers they replace."""
         if width is None:
             width = max((keys.shape[-2] for keys, _ in parts), default=0)
         left = max(width // 2, 16)  # room to widen the batch when longer rows join
         capacity = left + width + max(width, room, _MIN_CAPACITY)
         row_capacity = max(2 * rows, _MIN_ROWS) if spare_rows else rows
+        if self._buffers is not None:  # keep the spare rows a merge made
+            row_capacity = max(row_capacity, len(self._buffers[0]))
         shape = (row_capacity, like.shape[1], capacity, like.shape[-1])
         keys_BHCD = like.new_empty(shape)
         values_BHCD = like.new_empty(shape)
