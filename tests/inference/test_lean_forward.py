@@ -20,7 +20,7 @@ from transformers import (
 )
 
 from ludic.inference.kv_cache import new_cache
-from ludic.inference.lean_forward import LeanForward, _matmul
+from ludic.inference.lean_forward import LeanForward, _matmul, _RotaryTable
 
 SIZES = {
     "vocab_size": 97,
@@ -34,7 +34,7 @@ SIZES = {
 
 def build(config_cls: type[PretrainedConfig], model_cls: type[PreTrainedModel], **extra: object):
     torch.manual_seed(0)
-    model = model_cls(config_cls(**SIZES, **extra)).eval()  # type: ignore[call-arg]
+    model = model_cls(config_cls(**{**SIZES, **extra})).eval()  # type: ignore[call-arg]
     with torch.no_grad():  # make the norms' weights matter
         for name, p in model.named_parameters():
             if "norm" in name:
@@ -57,6 +57,12 @@ FAMILIES = {
             "high_freq_factor": 4.0,
             "original_max_position_embeddings": 16,
         },
+    ),
+    "dynamic rope (frequencies change with length)": lambda: build(
+        LlamaConfig,
+        LlamaForCausalLM,
+        max_position_embeddings=6,
+        rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0},
     ),
 }
 
@@ -99,6 +105,25 @@ def test_matches_the_transformers_forward_through_prefill_prefix_and_decode(fami
             hf_layer.keys.masked_fill(~real_keys, 0),
             atol=1e-5,
         )
+
+
+def test_rotary_table_gives_the_rotary_modules_own_values() -> None:
+    model = build(LlamaConfig, LlamaForCausalLM, hidden_size=128, num_attention_heads=2)
+    lean = LeanForward.for_model(model)
+    assert lean is not None and isinstance(lean.rotary, _RotaryTable)
+    like = torch.zeros(1, 128)
+    positions_BS = torch.tensor([[0, 1, 2], [7, 8, 9], [1500, 2999, 3000]])  # grows the table
+    cos_BSD, signed_sin_BSD = lean.rotary(like, positions_BS)
+    want_cos, want_sin = model.model.rotary_emb(like, positions_BS)
+    assert torch.equal(cos_BSD, want_cos)
+    assert torch.equal(signed_sin_BSD[..., 32:], want_sin[..., 32:])
+    assert torch.equal(signed_sin_BSD[..., :32], -want_sin[..., :32])  # rotate-half's sign
+
+
+def test_length_dependent_rope_calls_the_rotary_module_every_forward() -> None:
+    model = FAMILIES["dynamic rope (frequencies change with length)"]()
+    lean = LeanForward.for_model(model)
+    assert lean is not None and not isinstance(lean.rotary, _RotaryTable)
 
 
 def test_reads_live_parameters_so_weight_updates_apply() -> None:

@@ -5,7 +5,9 @@ building) around every layer: at decode time on a small model that costs more th
 (the tiny model: ~5 ms per step at batch 1, of which ~0.5 ms is arithmetic). `LeanForward`
 reads the model's own parameters (live: weight updates need no re-binding) and runs the same
 arithmetic as a plain function: embed, per layer RMSNorm -> q/k/v (+ Qwen3's q/k norms) ->
-rotary (the model's own rotary module, so every rope type works) -> the KV cache -> SDPA with
+rotary (the model's own rotary module, so every rope type works; for rope types whose frequencies
+do not depend on the sequence length its cos/sin are computed once per position and looked up) ->
+the KV cache -> SDPA with
 GQA -> o_proj, RMSNorm -> gated MLP, then the final norm and lm_head on the kept positions.
 
 Each layer's q/k/v weights, and its gate/up weights, are laid back to back in one buffer when the
@@ -48,6 +50,10 @@ logger = logging.getLogger(__name__)
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 _SELF_CHECK_ATOL = 1e-3
 _TRANSPOSED_MAX_ROWS = 128
+# Rope types whose frequencies are fixed (dynamic and longrope recompute them from the sequence
+# length on every call, so those call the model's rotary module every forward).
+_STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+_MIN_ROTARY_POSITIONS = 1024
 
 
 class LeanForward:
@@ -72,6 +78,9 @@ class LeanForward:
         self.kv_heads = int(attention.k_proj.weight.shape[0]) // self.head_dim
         self.scaling = float(attention.scaling)
         self.qk_norm = hasattr(attention, "q_norm")
+        rotary = self.decoder.rotary_emb
+        static = getattr(rotary, "rope_type", None) in _STATIC_ROPE_TYPES
+        self.rotary = _RotaryTable(rotary) if static else _signed_rotary(rotary)
         act = decoder_layers[0].mlp.act_fn
         self.act = F.silu if model.config.hidden_act == "silu" else act
 
@@ -105,8 +114,8 @@ class LeanForward:
         T = key_mask_BT.shape[1]
         hidden_NE = F.embedding(ids_BS.reshape(N), self.embed.weight)
         attn_mask = _additive(_attention_mask(key_mask_BT.bool(), S), hidden_NE.dtype)
-        cos_BSD, sin_BSD = self.decoder.rotary_emb(hidden_NE, positions_BS)
-        cos_N1D, sin_N1D = cos_BSD.reshape(N, 1, D), _signed_sin(sin_BSD).reshape(N, 1, D)
+        cos_BSD, signed_sin_BSD = self.rotary(hidden_NE, positions_BS)
+        cos_N1D, sin_N1D = cos_BSD.reshape(N, 1, D), signed_sin_BSD.reshape(N, 1, D)
         for i, layer in enumerate(self.layers):
             x_NE = _rms_norm(hidden_NE, layer.input_norm)
             qkv_NCD = layer.qkv(x_NE).view(N, -1, D)  # C = H + 2K heads: q, then k, then v
@@ -336,6 +345,46 @@ def _rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
     x32 = x.float()
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
     return weight * x32.to(x.dtype)
+
+
+class _RotaryTable:
+    """The rotary module's cos and signed sin (`_signed_sin`) for positions 0..P-1, computed by the
+    module itself in one call and then looked up: the per-forward rotary computation (~10 small
+    ops) becomes two lookups. Each position's values are the module's own elementwise results;
+    the table grows (doubling) when a later position shows up and is rebuilt when the frequency
+    buffer, dtype or device changes. Only for rope types whose frequencies are fixed."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+        self._key: tuple[Any, ...] = ()
+        self._cos_PD = self._signed_sin_PD = torch.empty(0, 0)
+
+    def __call__(
+        self, like: torch.Tensor, positions_BS: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and signed sin [B, S, D] of `positions_BS`, in `like`'s dtype."""
+        inv_freq = self.module._buffers["inv_freq"]
+        key = (inv_freq.data_ptr(), like.dtype, like.device)
+        needed = int(positions_BS.max()) + 1
+        if key != self._key or needed > len(self._cos_PD):
+            size = max(needed, 2 * len(self._cos_PD), _MIN_ROTARY_POSITIONS)
+            positions_P1 = torch.arange(size, device=like.device)[:, None]
+            cos_P1D, sin_P1D = self.module(like, positions_P1)
+            self._cos_PD, self._signed_sin_PD = cos_P1D[:, 0], _signed_sin(sin_P1D[:, 0])
+            self._key = key
+        return F.embedding(positions_BS, self._cos_PD), F.embedding(
+            positions_BS, self._signed_sin_PD
+        )
+
+
+def _signed_rotary(module: Any) -> Any:
+    """The rotary module called every forward, its sin signed (`_signed_sin`)."""
+
+    def rotary(like: torch.Tensor, positions_BS: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cos_BSD, sin_BSD = module(like, positions_BS)
+        return cos_BSD, _signed_sin(sin_BSD)
+
+    return rotary
 
 
 def _signed_sin(sin_BSD: torch.Tensor) -> torch.Tensor:
