@@ -16,7 +16,8 @@ Requests have different prompt lengths and token budgets. A batched `generate` c
 row to the largest budget in the call, so there only each row's tokens within its own budget
 (and up to eos) count as new tokens. Everything samples at temperature 1. Each cell is the best
 of `--repeats` interleaved runs (default 3), by wall time and by process CPU time: this machine's
-speed drifts by 10% between runs, and the best run is the one least disturbed. CPU-time ratios
+speed drifts by 10% between runs, and the best run is the one least disturbed; the ratio within
+each round is reported too (`round_speedups_*`), so the spread is visible. CPU-time ratios
 understate the engine (it keeps both cores busy; batch-1 `generate` does not), `--threads 1`
 keeps them comparable between arms.
 Run: `python bench/inference.py [--threads N] [--repeats N]`.
@@ -197,9 +198,12 @@ def measure(
     }
     wall = dict.fromkeys(arms, 0.0)
     cpu = dict.fromkeys(arms, 0.0)
+    rounds: list[dict[str, float]] = []  # tokens per wall second of each arm, per round
     for _ in range(repeats):
+        rounds.append({})
         for name, run in arms.items():
             tokens, (wall_s, cpu_s) = run()
+            rounds[-1][name] = tokens / wall_s
             wall[name] = max(wall[name], tokens / wall_s)
             cpu[name] = max(cpu[name], tokens / cpu_s)
     row: dict[str, float | int] = {
@@ -213,6 +217,8 @@ def measure(
         short = baseline.split("_")[0]
         row[f"speedup_vs_{short}"] = round(wall["engine"] / wall[baseline], 2)
         row[f"cpu_speedup_vs_{short}"] = round(cpu["engine"] / cpu[baseline], 2)
+        per_round = sorted(r["engine"] / r[baseline] for r in rounds)
+        row[f"round_speedups_vs_{short}"] = [round(x, 2) for x in per_round]
     return row
 
 
@@ -247,7 +253,9 @@ def main() -> None:
         "targets_at_32": {"vs_sequential": 10.0, "vs_batched": 1.3},
         "token_budgets": {"single_turn": SINGLE_TURN_BUDGETS, "agent_episodes": EPISODE_BUDGETS},
         "timing": f"best of {r} interleaved runs per cell; speedup_* from wall time, "
-        "cpu_speedup_* from process CPU time (robust to other load on the machine)",
+        "cpu_speedup_* from process CPU time (robust to other load on the machine), "
+        "round_speedups_* the wall-time ratio within each round of back-to-back runs, sorted "
+        "(their spread shows the machine's noise)",
         "workloads": workloads,
     }
     print(json.dumps(report, indent=2))
