@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from ludic.inference.kv_cache import (
     GrowingLayer,
+    cache_kwarg,
     compact_rows,
     compaction_order,
     merge_rows,
@@ -86,6 +89,16 @@ def test_merge_then_compact_rows_over_a_model_cache() -> None:
     for layer, keys, more, step in zip(cache.layers, old_layers, new_layers, steps, strict=True):
         assert torch.equal(layer.keys[0], torch.cat([more[0, :, 2:], step[2]], dim=-2))
         assert torch.equal(layer.keys[1], torch.cat([keys[0], step[0]], dim=-2))
+
+
+def test_the_model_takes_our_cache_under_the_keyword_we_pass_without_a_deprecation() -> None:
+    model, _ = build_tiny_model(seed=0, spec=TinyModelSpec(num_hidden_layers=2))
+    cache = new_cache(model.config)
+    ids_BS = torch.tensor([[5, 6, 7]])
+    with warnings.catch_warnings(), torch.inference_mode():
+        warnings.simplefilter("error")  # transformers warns when a renamed keyword is used
+        model(input_ids=ids_BS, use_cache=True, **{cache_kwarg(model): cache})
+    assert cache.layers[0].keys.shape[-2] == 3  # the model wrote into our cache
 
 
 def test_compaction_moves_only_rows_that_fill_freed_slots() -> None:

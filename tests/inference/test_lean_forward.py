@@ -19,7 +19,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from ludic.inference.kv_cache import new_cache
+from ludic.inference.kv_cache import cache_kwarg, new_cache
 from ludic.inference.lean_forward import LeanForward, _matmul, _RotaryTable
 
 SIZES = {
@@ -92,8 +92,8 @@ def test_matches_the_transformers_forward_through_prefill_prefix_and_decode(fami
                 input_ids=new_ids,
                 attention_mask=mask_BT[:, :end],
                 position_ids=positions,
-                past_key_values=hf_cache,
                 use_cache=True,
+                **{cache_kwarg(model): hf_cache},
             ).logits.float()
             real = mask_BT[:, start:end, None].bool()
             assert torch.allclose(got.masked_fill(~real, 0), want.masked_fill(~real, 0), atol=1e-5)

@@ -51,6 +51,63 @@ def test_serve_args_add_extensions_and_keep_user_choices(monkeypatch: pytest.Mon
     assert args[args.index("--generation-config") + 1] == "vllm"
 
 
+def test_main_runs_vllm_serve_on_the_v1_model_runner(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: dict[str, object] = {}
+
+    def fake_vllm_main() -> None:
+        seen["argv"] = list(sys.argv)
+        seen["runner"] = vllm_server.os.environ.get(vllm_server.MODEL_RUNNER_ENV)
+
+    cli = SimpleNamespace(main=fake_vllm_main)
+    for name in ("vllm", "vllm.entrypoints", "vllm.entrypoints.cli"):
+        monkeypatch.setitem(sys.modules, name, SimpleNamespace())
+    monkeypatch.setitem(sys.modules, "vllm.entrypoints.cli.main", cli)
+    monkeypatch.setattr(vllm_server, "require_vllm", lambda: None)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.delenv(vllm_server.MODEL_RUNNER_ENV, raising=False)
+    monkeypatch.delenv(vllm_server.TOKEN_ENV, raising=False)
+    vllm_server.main(["m", "--port", "8001"])
+    argv = seen["argv"]
+    assert isinstance(argv, list) and argv[:5] == ["vllm", "serve", "m", "--port", "8001"]
+    assert "--logits-processors" in argv and seen["runner"] == "0"
+    monkeypatch.setenv(vllm_server.MODEL_RUNNER_ENV, "1")  # the user's choice is kept
+    vllm_server.main(["m"])
+    assert seen["runner"] == "1"
+
+
+class FakeCacheEngine:
+    """`reset_prefix_cache` like vLLM's engine client: refuses `refusals` times, then resets."""
+
+    def __init__(self, refusals: int, takes_running: bool) -> None:
+        self.refusals = refusals
+        self.calls: list[dict[str, object]] = []
+        if takes_running:
+            self.reset_prefix_cache = self.reset_with_running
+
+    async def reset_prefix_cache(self) -> bool:
+        return self._answer({})
+
+    async def reset_with_running(self, reset_running_requests: bool = False) -> bool:
+        return self._answer({"reset_running_requests": reset_running_requests})
+
+    def _answer(self, kwargs: dict[str, object]) -> bool:
+        self.calls.append(kwargs)
+        self.refusals -= 1
+        return self.refusals < 0
+
+
+async def test_prefix_cache_reset_preempts_running_requests_or_retries_until_done() -> None:
+    newer = FakeCacheEngine(refusals=0, takes_running=True)
+    await vllm_server.reset_prefix_cache(newer)
+    assert newer.calls == [{"reset_running_requests": True}]
+    older = FakeCacheEngine(refusals=2, takes_running=False)
+    await vllm_server.reset_prefix_cache(older, poll_s=0)
+    assert older.calls == [{}, {}, {}]  # refused twice while requests held blocks
+    stuck = FakeCacheEngine(refusals=10**9, takes_running=False)
+    with pytest.raises(RuntimeError, match="refused to reset its prefix cache"):
+        await vllm_server.reset_prefix_cache(stuck, timeout_s=0.05, poll_s=0.01)
+
+
 def make_processor() -> vllm_server.MaxThinkLogitsProcessor:
     model_config = SimpleNamespace(tokenizer=str(tiny_model_dir()), trust_remote_code=False)
     return vllm_server.MaxThinkLogitsProcessor(
@@ -81,6 +138,7 @@ def test_max_think_processor_forces_close_only_when_thinking_is_open() -> None:
     assert torch.equal(proc.apply(logits.clone())[0], logits[0])
     proc.update_state(SimpleNamespace(removed=[0], added=[], moved=[]))  # type: ignore[arg-type]
     assert 0 not in proc.rows
+    assert proc.needs_output_token_ids()  # it reads the ids, not only their count
     with pytest.raises(ValueError, match="max_think"):
         vllm_server.MaxThinkLogitsProcessor.validate_params(
             SimpleNamespace(extra_args={"max_think": 0})

@@ -20,6 +20,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from ludic.inference.kv_cache import (
+    cache_kwarg,
     compact_rows,
     compaction_order,
     extract_prefix,
@@ -50,6 +51,7 @@ class DecodeBatch:
         self._device = model.device  # `model.device` walks the parameters: once, not per step
         self._lean = LeanForward.for_model(model) if lean_forward else None
         self._sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
+        self._cache_kwarg = cache_kwarg(model)
         self.prefix_cache = PrefixCache(prefix_cache_tokens)
         self.codec = codec
         self.logprobs_mode = logprobs_mode
@@ -128,9 +130,9 @@ class DecodeBatch:
                 input_ids=ids_BS,
                 attention_mask=mask_BT,
                 position_ids=positions_BT[:, width_prefix:],
-                past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=1,
+                **{self._cache_kwarg: cache},
             )
             logits_BV = out.logits[:, -1].float()
         return cache, mask_BT, logits_BV
@@ -257,8 +259,8 @@ class DecodeBatch:
             input_ids=tokens_B1,
             attention_mask=mask,
             position_ids=self._positions_B[:, None],
-            past_key_values=self._cache,
             use_cache=True,
+            **{self._cache_kwarg: self._cache},
         )
         self._positions_B = self._positions_B + 1
         self._logits_BV = out.logits[:, -1].float()

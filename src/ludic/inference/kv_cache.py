@@ -12,11 +12,12 @@ Legend: B rows, H kv heads, T cached positions, D head dim.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache, PretrainedConfig
+from transformers import DynamicCache, PretrainedConfig, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
 from ludic.inference.prefix_cache import CachedPrefix
@@ -170,6 +171,12 @@ def new_cache(config: PretrainedConfig) -> DynamicCache:
             )
         cache.layers[i] = GrowingLayer()
     return cache
+
+
+def cache_kwarg(model: PreTrainedModel) -> str:
+    """The keyword under which `model`'s forward takes its KV cache: `cache` from transformers
+    5.x on (which deprecates `past_key_values`, to be removed in 5.40), `past_key_values` before."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _layers(cache: DynamicCache) -> list[GrowingLayer]:

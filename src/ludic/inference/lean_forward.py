@@ -144,7 +144,7 @@ class LeanForward:
     @torch.inference_mode()
     def _self_check(self) -> str | None:
         """None if a small left-padded prefill plus a decode step matches the model's forward."""
-        from ludic.inference.kv_cache import new_cache
+        from ludic.inference.kv_cache import cache_kwarg, new_cache
 
         config = self.model.config
         device = self.model.device
@@ -153,6 +153,7 @@ class LeanForward:
         mask_BT = torch.ones(2, 7, dtype=torch.long, device=device)
         mask_BT[1, :2] = 0  # row 1 is left-padded
         positions_BT = (mask_BT.cumsum(-1) - 1).clamp(min=0)
+        kwarg = cache_kwarg(self.model)
         try:
             lean_cache, hf_cache = new_cache(config), new_cache(config)
             lean = [self(ids_BS, mask_BT[:, :6], positions_BT[:, :6], lean_cache, keep=6)]
@@ -161,8 +162,8 @@ class LeanForward:
                     input_ids=ids_BS,
                     attention_mask=mask_BT[:, :6],
                     position_ids=positions_BT[:, :6],
-                    past_key_values=hf_cache,
                     use_cache=True,
+                    **{kwarg: hf_cache},
                 ).logits.float()
             ]
             step_B1 = ids_BS[:, :1]
@@ -171,8 +172,8 @@ class LeanForward:
                 input_ids=step_B1,
                 attention_mask=mask_BT,
                 position_ids=positions_BT[:, 6:],
-                past_key_values=hf_cache,
                 use_cache=True,
+                **{kwarg: hf_cache},
             )
             hf.append(hf_out.logits.float())
         except Exception as e:  # an unexpected module layout: fall back

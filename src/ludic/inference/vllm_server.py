@@ -11,12 +11,15 @@ header to every response. The protocol is the embedded server's, so
 world_size 1 + TP: an InitRequest field). `/ludic/logprobs` (the publisher's verification probe)
 asks the engine for prompt logprobs. Importing this module never needs vLLM; using the vLLM
 parts without it raises ImportError. The version counter lives in the API server process (one
-per `--api-server-count`); it assumes the V1 model runner.
+per `--api-server-count`). The logits processor uses vLLM's V1 interface, so `main` runs vLLM
+with its V1 model runner (`VLLM_USE_V2_MODEL_RUNNER=0` unless set; newer vLLM refuses V1-interface
+processors on the V2 runner, its default for dense models).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import secrets
 import subprocess
@@ -43,6 +46,7 @@ except ImportError as e:  # no vLLM here: only the helpers below are usable
 
 MODULE = "ludic.inference.vllm_server"
 TOKEN_ENV = "LUDIC_SERVER_TOKEN"
+MODEL_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 VERSION_HEADER = "X-Ludic-Policy-Version"
 _state = {"policy_version": 0}
 _push: dict[str, Any] = {}  # the join / receive tasks of the weight push in progress
@@ -134,6 +138,11 @@ class MaxThinkLogitsProcessor(LogitsProcessor):  # type: ignore[misc,valid-type]
 
     def is_argmax_invariant(self) -> bool:
         return False
+
+    def needs_output_token_ids(self) -> bool:
+        """It reads the generated ids (is thinking still open?): with async scheduling vLLM
+        otherwise hands out placeholder ids (-1) for the tokens still in flight."""
+        return True
 
     def update_state(self, batch_update: BatchUpdate | None) -> None:
         if batch_update is None:
@@ -279,9 +288,27 @@ async def _weights_finish(request: Any, engine: Any) -> dict[str, Any]:
     if receive is None:
         raise RuntimeError("no push in progress: POST /ludic/weights/start first")
     counts = await receive
-    await engine.reset_prefix_cache()  # cached KV came from the old weights
+    await reset_prefix_cache(engine)  # cached KV came from the old weights
     _state["policy_version"] = int(_push["version"])
     return {"policy_version": _state["policy_version"], "num_tensors": int(counts[0])}
+
+
+async def reset_prefix_cache(engine: Any, timeout_s: float = 60.0, poll_s: float = 0.05) -> None:
+    """Drop vLLM's prefix cache, including blocks held by running requests where vLLM can
+    (`reset_running_requests`, which preempts them). vLLM refuses a reset (returns False) while
+    running requests hold blocks otherwise: that is retried until they finish, then an error, so
+    KV computed with the old weights is never served silently after a push."""
+    accepted = inspect.signature(engine.reset_prefix_cache).parameters
+    kwargs = {"reset_running_requests": True} if "reset_running_requests" in accepted else {}
+    deadline = time.monotonic() + timeout_s
+    while await engine.reset_prefix_cache(**kwargs) is False:  # older vLLM returns None
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"vLLM refused to reset its prefix cache for {timeout_s:.0f}s (running requests "
+                "hold cached blocks); the new weights are loaded but cached KV is stale: "
+                "retry the push once generation is idle"
+            )
+        await asyncio.sleep(poll_s)
 
 
 async def _weights_close(request: Any, engine: Any) -> dict[str, Any]:
@@ -336,6 +363,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     require_vllm()
     from vllm.entrypoints.cli.main import main as vllm_main
 
+    os.environ.setdefault(MODEL_RUNNER_ENV, "0")  # the V1 logits-processor interface
     sys.argv = ["vllm", "serve", *vllm_serve_args(sys.argv[1:] if argv is None else argv)]
     vllm_main()
 
