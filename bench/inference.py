@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import transformers
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ludic.inference.client import ChatRequest
@@ -250,6 +251,7 @@ def main() -> None:
         "model": f"tiny llama, {params} params, fp32, {model.device}",
         "torch_threads": torch.get_num_threads(),
         "machine": platform.machine(),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         "targets_at_32": {"vs_sequential": 10.0, "vs_batched": 1.3},
         "token_budgets": {"single_turn": SINGLE_TURN_BUDGETS, "agent_episodes": EPISODE_BUDGETS},
         "timing": f"best of {r} interleaved runs per cell; speedup_* from wall time, "
