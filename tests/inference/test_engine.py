@@ -319,6 +319,46 @@ async def test_closed_engine_refuses_requests() -> None:
         await eng.complete(req())
 
 
+async def test_stream_yields_the_tokens_and_response_of_complete(engine: EmbeddedEngine) -> None:
+    request = req(max_tokens=120, seed=11, extras={"ignore_eos": True})
+    full = await engine.complete(request)
+    deltas = [d async for d in engine.stream(request)]
+    assert deltas[0].response is None  # tokens arrive while the request still runs
+    assert deltas[-1].response == full
+    assert sum((d.token_ids for d in deltas), ()) == full.completion_token_ids
+    assert sum((d.logprobs for d in deltas), ()) == full.completion_logprobs
+    assert deltas[0].prompt_token_ids == full.prompt_token_ids
+    assert not any(d.prompt_token_ids for d in deltas[1:])
+    with pytest.raises(ValueError, match="outside the vocabulary"):  # at the call, not later
+        engine.stream(req(prompt_ids=[10**6]))
+
+
+async def test_closing_a_stream_early_cancels_its_request() -> None:
+    model, tokenizer = load_tiny_model()
+    with EmbeddedEngine(model, tokenizer) as eng:
+        stream = eng.stream(req(max_tokens=2000, extras={"ignore_eos": True}))
+        first = await anext(stream)
+        assert first.response is None and first.token_ids
+        (seq,) = eng._batch.rows
+        await stream.aclose()
+        while eng.status().active:  # leaves the batch at the next step
+            await asyncio.sleep(0.01)
+        assert seq.cancelled and len(seq.completion_ids) < 2000
+        assert eng.status().cancelled == 1
+        assert (await eng.complete(req(max_tokens=4))).finish_reason == "length"
+
+
+async def test_a_stream_fails_when_the_engine_closes_under_it() -> None:
+    model, tokenizer = load_tiny_model()
+    eng = EmbeddedEngine(model, tokenizer)
+    stream = eng.stream(req(max_tokens=2000, extras={"ignore_eos": True}))
+    await anext(stream)
+    eng.close()
+    with pytest.raises(RuntimeError, match="closed before the request finished"):
+        async for _ in stream:
+            pass
+
+
 async def test_next_turn_reuses_the_finished_turns_kv_with_exact_logprobs() -> None:
     model, tokenizer = load_tiny_model()
     with EmbeddedEngine(model, tokenizer) as eng:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -168,7 +170,8 @@ def test_health_models_and_raw_response_fields(server: Server) -> None:
     ("path", "body", "status", "message"),
     [
         ("/v1/chat/completions", {"messages": USER, "n": 2}, 400, "n=2 is not supported"),
-        ("/v1/chat/completions", {"messages": USER, "stream": True}, 400, "stream=true"),
+        ("/v1/chat/completions", {"messages": [], "stream": True}, 400, "at least one message"),
+        ("/v1/completions", {"prompt": [10**8], "stream": True}, 400, "outside the vocabulary"),
         ("/v1/chat/completions", {"messages": USER, "max_tokens": 0}, 400, "max_tokens"),
         ("/v1/chat/completions", {"messages": USER, "temperature": -1}, 400, "temperature"),
         ("/v1/chat/completions", {"max_tokens": 2}, 400, "messages"),
@@ -184,6 +187,67 @@ def test_invalid_requests_get_4xx_with_a_message(
     reply = httpx.post(server.url + path, json=body, timeout=60)
     assert reply.status_code == status
     assert message in reply.json()["error"]["message"]
+
+
+def sse_chunks(url: str, body: dict[str, object]) -> list[dict[str, Any]]:
+    """POST a streaming request; its chunks, after checking the event framing and [DONE]."""
+    with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as reply:
+        assert reply.status_code == 200
+        assert reply.headers["content-type"].startswith("text/event-stream")
+        events = [line for line in reply.iter_lines() if line]
+    assert all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]"
+    return [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
+
+
+def test_streamed_chat_adds_up_to_the_unstreamed_reply(server: Server) -> None:
+    url = server.url + "/v1/chat/completions"
+    body = {
+        "messages": USER,
+        "max_tokens": 40,
+        "seed": 4,
+        "stop": ["e"],
+        "logprobs": True,
+        "return_token_ids": True,
+    }
+    whole = httpx.post(url, json=body, timeout=60).json()
+    chunks = sse_chunks(url, {**body, "stream_options": {"include_usage": True}})
+    *deltas, usage = chunks
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"} and len(deltas) > 1
+    assert usage["choices"] == [] and usage["usage"] == whole["usage"]
+    choices = [c["choices"][0] for c in deltas]
+    assert choices[0]["delta"]["role"] == "assistant"
+    assert deltas[0]["prompt_token_ids"] == whole["prompt_token_ids"]
+    (want,) = whole["choices"]
+    assert "".join(c["delta"]["content"] for c in choices) == want["message"]["content"]
+    assert [t for c in choices for t in c["token_ids"]] == want["token_ids"]
+    streamed_logprobs = [t for c in choices if c["logprobs"] for t in c["logprobs"]["content"]]
+    assert streamed_logprobs == want["logprobs"]["content"]
+    assert [c["finish_reason"] for c in choices] == [None] * (len(choices) - 1) + ["stop"]
+    assert choices[-1]["stop_reason"] == want["stop_reason"] == "e"
+    assert deltas[-1]["policy_version"] == 0
+
+
+def test_streamed_token_in_completion_adds_up_to_the_unstreamed_reply(server: Server) -> None:
+    url = server.url + "/v1/completions"
+    body = {"prompt": [5, 6, 7], "max_tokens": 12, "seed": 9, "logprobs": 0}
+    whole = httpx.post(url, json={**body, "return_token_ids": True}, timeout=60).json()
+    choices = [c["choices"][0] for c in sse_chunks(url, body)]
+    (want,) = whole["choices"]
+    assert "".join(c["text"] for c in choices) == want["text"]
+    streamed = [lp for c in choices if c["logprobs"] for lp in c["logprobs"]["token_logprobs"]]
+    assert streamed == want["logprobs"]["token_logprobs"]
+    assert choices[-1]["finish_reason"] == "length" and "token_ids" not in choices[0]
+
+
+def test_a_client_leaving_a_stream_cancels_its_request(server: Server) -> None:
+    body = {"messages": USER, "max_tokens": 1500, "ignore_eos": True, "stream": True}
+    url = server.url + "/v1/chat/completions"
+    cancelled = httpx.get(server.url + "/health").json()["cancelled"]
+    with httpx.stream("POST", url, json=body, timeout=60) as reply:
+        next(reply.iter_lines())  # generation has started
+    while (health := httpx.get(server.url + "/health").json())["active"]:
+        time.sleep(0.05)
+    assert health["cancelled"] == cancelled + 1  # stopped early, not run to its 1500 tokens
 
 
 async def test_client_raises_the_servers_4xx_message(server: Server) -> None:

@@ -9,8 +9,9 @@ reuses the KV of the turn before (prefix reuse, cleared on weight updates).
 
 transformers' own continuous batching (`generate_batch` / `init_continuous_batching`) was
 evaluated and not used: it samples every request from one global RNG, so per-request seeds are
-not reproducible, and it has no per-request stop strings or max_think. This engine does not
-stream, does not support n > 1 per request, and never loads weights from a hub.
+not reproducible, and it has no per-request stop strings or max_think. `stream()` yields a
+request's tokens as they are sampled. This engine does not support n > 1 per request and never
+loads weights from a hub.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 import secrets
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -31,6 +32,7 @@ from ludic.inference.batching import DecodeBatch
 from ludic.inference.client import ChatRequest, ChatResponse
 from ludic.inference.prompts import build_sequence
 from ludic.inference.sequence import SequenceState, TextCodec
+from ludic.inference.streaming import CompletionDelta
 from ludic.inference.token_sampling import LogprobsMode
 from ludic.inference.weights import copy_weights_
 
@@ -71,7 +73,8 @@ class EngineConfig:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class EngineStatus:
-    """What `/health` reports: whether the worker runs, its load and the last step error."""
+    """What `/health` reports: whether the worker runs, its load, the last step error, prompts
+    that reused cached KV and requests cancelled before they finished (their clients left)."""
 
     running: bool
     active: int
@@ -79,6 +82,7 @@ class EngineStatus:
     policy_version: int
     last_error: str | None
     prefix_hits: int = 0
+    cancelled: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +92,7 @@ class EngineStatus:
             "policy_version": self.policy_version,
             "last_error": self.last_error,
             "prefix_hits": self.prefix_hits,
+            "cancelled": self.cancelled,
         }
 
 
@@ -142,6 +147,7 @@ class EmbeddedEngine:
         self._cv = threading.Condition()
         self._closed = False
         self._last_error: str | None = None
+        self._cancelled = 0
         self._thread = threading.Thread(target=self._run, name="ludic-engine", daemon=True)
         self._thread.start()
 
@@ -172,6 +178,29 @@ class EmbeddedEngine:
         def on_done(seq: SequenceState) -> None:
             loop.call_soon_threadsafe(_resolve, future, seq)
 
+        seq = self._submit(request, on_done=on_done)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            seq.cancelled = True
+            raise
+
+    def stream(self, request: ChatRequest) -> AsyncGenerator[CompletionDelta, None]:
+        """Generate one completion, yielding its tokens as they are sampled (call it on an
+        event loop). The request is validated and queued at once (ValueError if invalid); the
+        last delta carries the same `ChatResponse` that `complete` returns. Closing the
+        iterator early cancels the request."""
+        follower = _Follower(asyncio.get_running_loop())
+        seq = self._submit(request, on_done=follower.on_done, on_token=follower.on_token)
+        return follower.follow(seq)
+
+    def _submit(
+        self,
+        request: ChatRequest,
+        *,
+        on_done: Callable[[SequenceState], None],
+        on_token: Callable[[SequenceState], None] | None = None,
+    ) -> SequenceState:
         seq = build_sequence(
             request,
             tokenizer=self.tokenizer,
@@ -180,17 +209,14 @@ class EmbeddedEngine:
             max_model_len=self.max_model_len,
             seed=_seed_or_random(request.sampling.seed),
             on_done=on_done,
+            on_token=on_token,
         )
         with self._cv:
             if self._closed:
                 raise RuntimeError("EmbeddedEngine is closed")
             self._pending.append(seq)
             self._cv.notify()
-        try:
-            return await future
-        except asyncio.CancelledError:
-            seq.cancelled = True
-            raise
+        return seq
 
     def update_weights(
         self,
@@ -260,6 +286,7 @@ class EmbeddedEngine:
                 policy_version=self._version,
                 last_error=self._last_error,
                 prefix_hits=self._batch.prefix_cache.hits,
+                cancelled=self._cancelled,
             )
 
     def close(self) -> None:
@@ -312,6 +339,7 @@ class EmbeddedEngine:
                 for seq in finished:
                     seq.error = RuntimeError(f"generation failed: {self._last_error}")
             for seq in finished:
+                self._cancelled += seq.cancelled and seq.finish_reason is None
                 seq.policy_version_end = self._version
                 if seq.on_done is not None:
                     seq.on_done(seq)
@@ -344,6 +372,55 @@ class EmbeddedEngine:
         for control in controls:
             control.error = RuntimeError("EmbeddedEngine is closed")
             control.done.set()
+
+
+class _Follower:
+    """Wakes a stream's consumer from the worker thread when tokens arrive or the request
+    ends (several tokens arriving between wake-ups go out as one delta)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.wake = asyncio.Event()
+        self.finished = False  # set on the loop once the worker is done with the sequence
+
+    def on_token(self, seq: SequenceState) -> None:
+        self.loop.call_soon_threadsafe(self.wake.set)
+
+    def on_done(self, seq: SequenceState) -> None:
+        self.loop.call_soon_threadsafe(self._finish)
+
+    def _finish(self) -> None:
+        self.finished = True
+        self.wake.set()
+
+    async def follow(self, seq: SequenceState) -> AsyncGenerator[CompletionDelta, None]:
+        sent = 0
+        try:
+            while not self.finished:
+                await self.wake.wait()
+                self.wake.clear()
+                if self.finished:
+                    break
+                n = min(len(seq.completion_ids), len(seq.logprobs))  # appended by the worker
+                if n > sent:
+                    yield CompletionDelta(
+                        token_ids=tuple(seq.completion_ids[sent:n]),
+                        logprobs=tuple(seq.logprobs[sent:n]),
+                        prompt_token_ids=() if sent else tuple(seq.prompt_ids),
+                    )
+                    sent = n
+            if seq.error is not None:
+                raise seq.error
+            response = seq.to_response()
+            yield CompletionDelta(
+                token_ids=response.completion_token_ids[sent:],
+                logprobs=(response.completion_logprobs or ())[sent:],
+                prompt_token_ids=() if sent else response.prompt_token_ids,
+                response=response,
+            )
+        finally:
+            if not self.finished:  # the consumer stopped early
+                seq.cancelled = True
 
 
 def _resolve(future: asyncio.Future[ChatResponse], seq: SequenceState) -> None:

@@ -2,13 +2,16 @@
 
 Field names follow vLLM's OpenAI server (`return_token_ids`, top-level `prompt_token_ids` for
 chat, per-choice `token_ids`, `logprobs.content[i].logprob`, `stop_reason`), plus Ludic's
-`policy_version` and `max_think`, so one client speaks to both. Deliberately unsupported (a 400
-says so): streaming, n > 1, top_logprobs, logit_bias, penalties.
+`policy_version` and `max_think`, so one client speaks to both. `stream=true` sends the same
+fields as server-sent-event chunks (`chat.completion.chunk` / `text_completion`, the prompt ids
+in the first chunk, `stream_options.include_usage`). Deliberately unsupported (a 400 says so):
+n > 1, top_logprobs, logit_bias, penalties.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import time
 import uuid
 from typing import Any
@@ -18,6 +21,13 @@ from transformers import PreTrainedTokenizerBase
 
 from ludic.inference.client import ChatRequest, ChatResponse
 from ludic.inference.sampling import SamplingConfig
+from ludic.inference.streaming import CompletionDelta
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: bool = False
 
 
 class _SamplingFields(BaseModel):
@@ -38,12 +48,15 @@ class _SamplingFields(BaseModel):
     max_think: int | None = Field(default=None, ge=1)
     n: int = 1
     stream: bool = False
+    stream_options: StreamOptions | None = None
     return_token_ids: bool = False
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
 
     def unsupported(self) -> str | None:
         """Why this request cannot be served, or None."""
-        if self.stream:
-            return "stream=true is not supported by the embedded server; send stream=false"
         if self.n != 1:
             return f"n={self.n} is not supported; send n separate requests (with different seeds)"
         return None
@@ -106,6 +119,41 @@ def _token_texts(tokenizer: PreTrainedTokenizerBase, ids: tuple[int, ...]) -> li
     return [str(tokenizer.decode([t])) for t in ids]
 
 
+def _chat_logprobs(
+    tokenizer: PreTrainedTokenizerBase, ids: tuple[int, ...], logprobs: tuple[float, ...]
+) -> dict[str, Any]:
+    texts = _token_texts(tokenizer, ids)
+    return {
+        "content": [
+            {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
+            for t, lp in zip(texts, logprobs, strict=True)
+        ]
+    }
+
+
+def _text_logprobs(
+    tokenizer: PreTrainedTokenizerBase,
+    ids: tuple[int, ...],
+    logprobs: tuple[float, ...],
+    offset: int = 0,
+) -> dict[str, Any]:
+    """Completions-style logprobs; `text_offset` counts from `offset` (the text already sent)."""
+    texts = _token_texts(tokenizer, ids)
+    return {
+        "tokens": texts,
+        "token_logprobs": list(logprobs),
+        "top_logprobs": None,
+        "text_offset": list(itertools.accumulate((len(t) for t in texts[:-1]), initial=offset)),
+    }
+
+
+def _choice_end(r: ChatResponse | None) -> dict[str, Any]:
+    return {
+        "finish_reason": None if r is None else r.finish_reason,
+        "stop_reason": None if r is None else r.extra.get("stop_reason"),
+    }
+
+
 def chat_completion_body(
     r: ChatResponse, req: ChatCompletionRequest, model: str, tokenizer: PreTrainedTokenizerBase
 ) -> dict[str, Any]:
@@ -113,17 +161,12 @@ def chat_completion_body(
         "index": 0,
         "message": {"role": "assistant", "content": r.text, "tool_calls": []},
         "logprobs": None,
-        "finish_reason": r.finish_reason,
-        "stop_reason": r.extra.get("stop_reason"),
+        **_choice_end(r),
     }
     if req.logprobs and r.completion_logprobs is not None:
-        texts = _token_texts(tokenizer, r.completion_token_ids)
-        choice["logprobs"] = {
-            "content": [
-                {"token": t, "logprob": lp, "bytes": list(t.encode()), "top_logprobs": []}
-                for t, lp in zip(texts, r.completion_logprobs, strict=True)
-            ]
-        }
+        choice["logprobs"] = _chat_logprobs(
+            tokenizer, r.completion_token_ids, r.completion_logprobs
+        )
     body: dict[str, Any] = {
         "id": f"chatcmpl-{uuid.uuid4().hex}",
         "object": "chat.completion",
@@ -142,22 +185,11 @@ def chat_completion_body(
 def completion_body(
     r: ChatResponse, req: CompletionRequest, model: str, tokenizer: PreTrainedTokenizerBase
 ) -> dict[str, Any]:
-    choice: dict[str, Any] = {
-        "index": 0,
-        "text": r.text,
-        "logprobs": None,
-        "finish_reason": r.finish_reason,
-        "stop_reason": r.extra.get("stop_reason"),
-    }
+    choice: dict[str, Any] = {"index": 0, "text": r.text, "logprobs": None, **_choice_end(r)}
     if req.logprobs is not None and r.completion_logprobs is not None:
-        texts = _token_texts(tokenizer, r.completion_token_ids)
-        offsets = list(itertools.accumulate((len(t) for t in texts[:-1]), initial=0))
-        choice["logprobs"] = {
-            "tokens": texts,
-            "token_logprobs": list(r.completion_logprobs),
-            "top_logprobs": None,
-            "text_offset": offsets,
-        }
+        choice["logprobs"] = _text_logprobs(
+            tokenizer, r.completion_token_ids, r.completion_logprobs
+        )
     if req.return_token_ids:
         choice["token_ids"] = list(r.completion_token_ids)
         choice["prompt_token_ids"] = list(r.prompt_token_ids)
@@ -170,6 +202,71 @@ def completion_body(
         "usage": _usage(r),
         "policy_version": r.policy_version,
     }
+
+
+class ChunkWriter:
+    """The server-sent-event chunks of one streamed chat or text completion, in vLLM's
+    streaming format: one chunk per delta (text, its token ids and logprobs when asked), the
+    last with `finish_reason` and the policy version, then a usage chunk if asked, then
+    `[DONE]`."""
+
+    def __init__(
+        self,
+        req: ChatCompletionRequest | CompletionRequest,
+        model: str,
+        tokenizer: PreTrainedTokenizerBase,
+    ) -> None:
+        self.req, self.tokenizer = req, tokenizer
+        self.chat = isinstance(req, ChatCompletionRequest)
+        self.head = {
+            "id": f"{'chatcmpl' if self.chat else 'cmpl'}-{uuid.uuid4().hex}",
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": int(time.time()),
+            "model": model,
+        }
+        self.offset = 0  # characters of text sent so far
+
+    def delta(self, text: str, delta: CompletionDelta) -> str:
+        """The chunk for one delta (the first one opens the assistant message)."""
+        r, ids, logprobs = delta.response, delta.token_ids, delta.logprobs
+        choice: dict[str, Any] = {"index": 0}
+        if self.chat:
+            opening = {"role": "assistant"} if delta.prompt_token_ids else {}
+            choice["delta"] = {**opening, "content": text}
+            wanted = bool(self.req.logprobs and ids)
+            choice["logprobs"] = _chat_logprobs(self.tokenizer, ids, logprobs) if wanted else None
+        else:
+            choice["text"] = text
+            wanted = self.req.logprobs is not None and bool(ids)
+            choice["logprobs"] = (
+                _text_logprobs(self.tokenizer, ids, logprobs, self.offset) if wanted else None
+            )
+        choice.update(_choice_end(r))
+        body: dict[str, Any] = {**self.head, "choices": [choice]}
+        self.offset += len(text)
+        if self.req.return_token_ids:
+            choice["token_ids"] = list(ids)
+            if delta.prompt_token_ids:
+                target = body if self.chat else choice
+                target["prompt_token_ids"] = list(delta.prompt_token_ids)
+        if r is not None:
+            body["policy_version"] = r.policy_version
+        return _event(body)
+
+    def usage(self, r: ChatResponse) -> str:
+        return _event({**self.head, "choices": [], "usage": _usage(r)})
+
+    @staticmethod
+    def error(status: int, message: str) -> str:
+        return _event(error_body(status, message))
+
+    @staticmethod
+    def done() -> str:
+        return "data: [DONE]\n\n"
+
+
+def _event(body: dict[str, Any]) -> str:
+    return f"data: {json.dumps(body)}\n\n"
 
 
 def error_body(status: int, message: str) -> dict[str, Any]:

@@ -51,6 +51,7 @@ def build_sequence(
     max_model_len: int,
     seed: int,
     on_done: Callable[[SequenceState], None] | None = None,
+    on_token: Callable[[SequenceState], None] | None = None,
 ) -> SequenceState:
     """Validate `request` and build its engine state; raises ValueError naming the problem."""
     cfg = request.sampling
@@ -92,6 +93,7 @@ def build_sequence(
         stop=tuple(s for s in cfg.stop if s),
         max_think=cfg.max_think,
         on_done=on_done,
+        on_token=on_token,
     )
 
 

@@ -3,7 +3,7 @@ max_tokens, max_think).
 
 Pure bookkeeping on Python lists; the batched forward passes live in `ludic.inference.batching`.
 Stop strings follow vLLM: the text is cut before the stop string, the ids keep the token that
-completed it. It does not stream partial results.
+completed it. `on_token` (for streaming) is told after every recorded token.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ class TextCodec:
 
 @dataclass(kw_only=True, slots=True, eq=False)
 class SequenceState:
-    """Mutable state of one request inside the engine. `on_done` is called once, on finish,
-    from the engine's worker thread."""
+    """Mutable state of one request inside the engine. `on_token` is called after each recorded
+    token and `on_done` once, on finish, both from the engine's worker thread."""
 
     prompt_ids: list[int]
     temperature: float
@@ -52,6 +52,7 @@ class SequenceState:
     stop: tuple[str, ...] = ()
     max_think: int | None = None
     on_done: Callable[[SequenceState], None] | None = None
+    on_token: Callable[[SequenceState], None] | None = None
     completion_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     forced_queue: list[int] = field(default_factory=list)
@@ -83,11 +84,13 @@ class SequenceState:
         elif token_id in self.eos_ids:
             self._finish("stop", codec)
         elif self.stop and self._check_stop_strings(codec):
-            return
+            pass  # finished, the text cut before the stop string
         elif len(self.completion_ids) >= self.max_tokens:
             self._finish("length", codec)
         elif len(self.completion_ids) == self.max_think and self._thinking_open(codec):
             self.forced_queue = list(codec.think_close_ids)
+        if self.on_token is not None:
+            self.on_token(self)
 
     def _check_stop_strings(self, codec: TextCodec) -> bool:
         text = codec.decode(self.completion_ids)

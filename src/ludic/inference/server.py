@@ -4,8 +4,9 @@ Endpoints: `/v1/chat/completions`, token-in `/v1/completions`, `/v1/models`, `/h
 the engine's worker is not running), and bearer-token control endpoints under `/ludic/`:
 version, logprob probe, weight update from safetensors bytes, and the torch.distributed weight
 receiver `/ludic/weights/*` (`ludic.inference.weight_receiver`, driven by
-`ludic.distributed.BroadcastPolicyPublisher`). Binds 127.0.0.1 by default. It does not stream,
-batch several choices per request, or serve more than one model.
+`ludic.distributed.BroadcastPolicyPublisher`). Both completion endpoints stream with
+`stream=true` (server-sent events, as vLLM and OpenAI send them). Binds 127.0.0.1 by default. It
+does not batch several choices per request or serve more than one model.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from safetensors.torch import load as load_safetensors
@@ -30,12 +31,14 @@ from ludic.inference.engine import EmbeddedEngine, EngineConfig
 from ludic.inference.openai_client import VERSION_HEADER
 from ludic.inference.openai_protocol import (
     ChatCompletionRequest,
+    ChunkWriter,
     CompletionRequest,
     chat_completion_body,
     completion_body,
     error_body,
 )
 from ludic.inference.serve_config import ServeConfig
+from ludic.inference.streaming import CompletionDelta, TextStream
 from ludic.inference.weight_receiver import install_weight_sync_routes
 
 logger = logging.getLogger(__name__)
@@ -83,37 +86,61 @@ def create_app(engine: EmbeddedEngine, *, model_name: str, token: str | None = N
             error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code
         )
 
-    async def generate(request: ChatRequest, requested_model: str | None) -> ChatResponse:
-        if requested_model not in (None, model_name):
-            raise HTTPException(404, f"model {requested_model!r} not found; serving {model_name!r}")
+    async def generate(
+        request: ChatRequest,
+        req: ChatCompletionRequest | CompletionRequest,
+        body: Callable[[ChatResponse], dict[str, Any]],
+    ) -> dict[str, Any] | StreamingResponse:
+        problem = req.unsupported()
+        if problem is not None:
+            raise HTTPException(400, problem)
+        if req.model not in (None, model_name):
+            raise HTTPException(404, f"model {req.model!r} not found; serving {model_name!r}")
         try:
-            return await engine.complete(request)
+            if req.stream:  # validated and queued now: a bad request is a 400, not a stream
+                deltas = engine.stream(request)
+                events = _events(deltas, ChunkWriter(req, model_name, engine.tokenizer), request)
+                return StreamingResponse(events, media_type="text/event-stream")
+            return body(await engine.complete(request))
         except ValueError as e:
             raise HTTPException(400, str(e)) from e
         except RuntimeError as e:
             status = 503 if "closed" in str(e) else 500
             raise HTTPException(status, str(e)) from e
 
-    def checked(req: ChatCompletionRequest | CompletionRequest) -> None:
-        problem = req.unsupported()
-        if problem is not None:
-            raise HTTPException(400, problem)
+    async def _events(
+        deltas: AsyncGenerator[CompletionDelta, None], writer: ChunkWriter, request: ChatRequest
+    ) -> AsyncIterator[str]:
+        text = TextStream(engine.codec, request.sampling.stop)
+        ids: list[int] = []
+        try:
+            async for delta in deltas:
+                ids += delta.token_ids
+                r = delta.response
+                yield writer.delta(text.push(ids) if r is None else text.finish(r.text), delta)
+                if r is not None and writer.req.include_usage:
+                    yield writer.usage(r)
+        except RuntimeError as e:  # the engine failed the request mid-stream
+            yield writer.error(500, str(e))
+        finally:
+            await deltas.aclose()  # a client that went away cancels its request
+        yield writer.done()
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(req: ChatCompletionRequest) -> dict[str, Any]:
-        checked(req)
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(req: ChatCompletionRequest) -> dict[str, Any] | StreamingResponse:
         chat = _sampling_errors_as_400(lambda: req.to_chat_request(engine.max_model_len))
-        response = await generate(chat, req.model)
-        return chat_completion_body(response, req, model_name, engine.tokenizer)
+        return await generate(
+            chat, req, lambda r: chat_completion_body(r, req, model_name, engine.tokenizer)
+        )
 
-    @app.post("/v1/completions")
-    async def completions(req: CompletionRequest) -> dict[str, Any]:
-        checked(req)
+    @app.post("/v1/completions", response_model=None)
+    async def completions(req: CompletionRequest) -> dict[str, Any] | StreamingResponse:
         sampling = _sampling_errors_as_400(lambda: req.sampling(engine.max_model_len))
         ids = req.prompt if isinstance(req.prompt, list) else engine.tokenizer.encode(req.prompt)
         chat = ChatRequest(messages=[], sampling=sampling, prompt_token_ids=list(ids))
-        response = await generate(chat, req.model)
-        return completion_body(response, req, model_name, engine.tokenizer)
+        return await generate(
+            chat, req, lambda r: completion_body(r, req, model_name, engine.tokenizer)
+        )
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

@@ -1,0 +1,74 @@
+"""Streaming a completion as it is generated: token deltas, and text deltas that are never taken
+back.
+
+`EmbeddedEngine.stream` yields `CompletionDelta`s (the ids and behaviour logprobs sampled since
+the previous one; the last carries the whole `ChatResponse`). `TextStream` turns the growing ids
+into text for a client: text that may still change is held back until it settles (an unfinished
+UTF-8 character, whose bytes span several tokens) and so is text that may be the start of a stop
+string (the final text is cut before a stop string, as without streaming). The concatenated
+deltas equal the non-streamed response's text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ludic.inference.client import ChatResponse
+from ludic.inference.sequence import TextCodec
+
+_UNFINISHED = "\ufffd"  # what decoding the first bytes of a multi-byte character gives
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CompletionDelta:
+    """Ids and logprobs sampled since the previous delta. The first delta of a stream also
+    carries the prompt ids; the last carries the finished `response` (its ids are the whole
+    completion), the others None."""
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    prompt_token_ids: tuple[int, ...] = ()
+    response: ChatResponse | None = None
+
+
+class TextStream:
+    """Text deltas of a growing completion, each settled: `push(ids)` with all ids so far, then
+    `finish(text)` with the response's final text."""
+
+    def __init__(self, codec: TextCodec, stop: Sequence[str] = ()) -> None:
+        self.codec = codec
+        self.stop = tuple(s for s in stop if s)
+        self.sent = ""
+
+    def push(self, completion_ids: Sequence[int]) -> str:
+        """The newly settled text (possibly "")."""
+        text = self.codec.decode(completion_ids)
+        for stop in self.stop:  # the response's text ends before the first stop string
+            cut = text.find(stop)
+            if cut >= 0:
+                text = text[:cut]
+        text = text.rstrip(_UNFINISHED)
+        text = text[: len(text) - self._stop_prefix(text)]
+        if not text.startswith(self.sent):  # earlier text decoded differently: wait for it
+            return ""
+        delta, self.sent = text[len(self.sent) :], text
+        return delta
+
+    def finish(self, final_text: str) -> str:
+        """The rest of `final_text` after what was sent. What was sent is a prefix of the final
+        text unless the tokenizer decodes earlier text differently once later tokens arrive
+        (`clean_up_tokenization_spaces`); then what was sent stands and the final text beyond
+        its length follows."""
+        delta, self.sent = final_text[len(self.sent) :], final_text
+        return delta
+
+    def _stop_prefix(self, text: str) -> int:
+        """Length of the longest end of `text` that begins some stop string."""
+        longest = 0
+        for stop in self.stop:
+            for n in range(min(len(stop) - 1, len(text)), longest, -1):
+                if text.endswith(stop[:n]):
+                    longest = n
+                    break
+        return longest
