@@ -67,3 +67,18 @@ def test_deltas_are_prefixes_of_the_final_text_and_add_up_to_it(
         sent += stream.push(ids[: n + 1])
         assert final.startswith(sent)  # nothing sent is ever taken back
     assert sent + stream.finish(final) == final
+
+
+def test_each_push_decodes_only_the_newest_tokens() -> None:
+    decoded: list[int] = []
+
+    class Counting(TextCodec):
+        def decode(self, ids, skip_special_tokens=True):  # type: ignore[no-untyped-def]
+            decoded.append(len(ids))
+            return super().decode(ids, skip_special_tokens)
+
+    stream = TextStream(Counting(codec().tokenizer), ["</move>"])
+    ids = codec().encode("word 日本 " * 200)
+    text = "".join(stream.push(ids[: n + 1]) for n in range(len(ids)))
+    assert text == "word 日本 " * 200
+    assert max(decoded) < 10  # no push decoded the whole completion

@@ -20,6 +20,7 @@ from ludic.inference.client import ChatResponse
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 _THINK_LOOKBACK_TOKENS = 64
+_GARBLED_CHARS = 4  # at most 3 replacement characters for a split character, or 1 lost space
 
 
 class TextCodec:
@@ -93,6 +94,11 @@ class SequenceState:
             self.on_token(self)
 
     def _check_stop_strings(self, codec: TextCodec) -> bool:
+        """Finish if the text now holds a stop string (cut before the first one). Earlier tokens
+        were checked as they came, so a new stop string ends in the newest token's text: only
+        the tail is decoded every step, the whole completion once, when the tail shows one."""
+        if not any(stop in self._tail_text(codec) for stop in self.stop):
+            return False
         text = codec.decode(self.completion_ids)
         hits = [(text.find(s), s) for s in self.stop if s in text]
         if not hits:
@@ -100,6 +106,21 @@ class SequenceState:
         index, stop = min(hits)
         self._finish("stop", codec, stop_reason=stop, text=text[:index])
         return True
+
+    def _tail_text(self, codec: TextCodec) -> str:
+        """The decoded end of the completion, long enough to hold any stop string ending in the
+        newest token's text. Decoding from a token boundary can garble the first characters (a
+        character whose bytes the boundary splits, a dropped leading space): a few spare ones
+        cover that. Windows double until the text is long enough (special tokens decode to
+        nothing, several byte tokens to one character)."""
+        ids = self.completion_ids
+        need = max(map(len, self.stop)) + len(codec.decode(ids[-1:])) + _GARBLED_CHARS
+        window = need
+        while True:
+            text = codec.decode(ids[-window:])
+            if len(text) >= need or window >= len(ids):
+                return text
+            window *= 2
 
     def _thinking_open(self, codec: TextCodec) -> bool:
         tail = self.prompt_ids[-_THINK_LOOKBACK_TOKENS:] + self.completion_ids

@@ -34,23 +34,35 @@ class CompletionDelta:
 
 class TextStream:
     """Text deltas of a growing completion, each settled: `push(ids)` with all ids so far, then
-    `finish(text)` with the response's final text."""
+    `finish(text)` with the response's final text.
+
+    Decoding is incremental (vLLM's offsets): each push decodes only the tokens since the last
+    settled point, together with the chunk before them so that tokenizers whose decoding
+    depends on the previous token (a SentencePiece leading space) decode them as in context.
+    """
 
     def __init__(self, codec: TextCodec, stop: Sequence[str] = ()) -> None:
         self.codec = codec
         self.stop = tuple(s for s in stop if s)
         self.sent = ""
+        self._text = ""  # decoded text of ids[:self._read]
+        self._prefix = self._read = 0  # the chunk before the unsettled tokens: ids[prefix:read]
 
     def push(self, completion_ids: Sequence[int]) -> str:
         """The newly settled text (possibly "")."""
-        text = self.codec.decode(completion_ids)
+        ids = list(completion_ids)
+        before = self.codec.decode(ids[self._prefix : self._read])
+        now = self.codec.decode(ids[self._prefix :])
+        if len(now) > len(before) and not now.endswith(_UNFINISHED):
+            self._text += now[len(before) :]
+            self._prefix, self._read = self._read, len(ids)
+        text = self._text
         for stop in self.stop:  # the response's text ends before the first stop string
             cut = text.find(stop)
             if cut >= 0:
                 text = text[:cut]
-        text = text.rstrip(_UNFINISHED)
         text = text[: len(text) - self._stop_prefix(text)]
-        if not text.startswith(self.sent):  # earlier text decoded differently: wait for it
+        if not text.startswith(self.sent):  # cannot happen while settled text only grows
             return ""
         delta, self.sent = text[len(self.sent) :], text
         return delta
