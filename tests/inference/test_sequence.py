@@ -3,28 +3,21 @@ the whole decoded completion would."""
 
 from __future__ import annotations
 
-from functools import cache
-
 import torch
+from codec_fakes import CountingCodec, tiny_codec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ludic.inference.sequence import SequenceState, TextCodec
-from ludic.models import load_tiny_model
+from ludic.inference.sequence import SequenceState
 
 STOPS = ("</move>", "日本", "🙂", "ab", "\n\n", "é x")
 FRAGMENTS = ("</move>", "</mo", "日本", "本", "🙂", "a", "b", "\n", "é", " x", "hello")
 
 
-@cache
-def codec() -> TextCodec:
-    return TextCodec(load_tiny_model()[1])
-
-
 def whole_text_rule(ids: list[int], stop: tuple[str, ...]) -> tuple[int, str] | None:
     """Tokens fed and text of the first prefix whose decoded text holds a stop string."""
     for n in range(1, len(ids) + 1):
-        text = codec().decode(ids[:n])
+        text = tiny_codec().decode(ids[:n])
         hits = [text.find(s) for s in stop if s in text]
         if hits:
             return n, text[: min(hits)]
@@ -42,7 +35,7 @@ def fed(ids: list[int], stop: tuple[str, ...]) -> SequenceState:
         stop=stop,
     )
     for token in ids:
-        seq.append(token, 0.0, forced=False, codec=codec())
+        seq.append(token, 0.0, forced=False, codec=tiny_codec())
         if seq.done:
             break
     return seq
@@ -50,7 +43,7 @@ def fed(ids: list[int], stop: tuple[str, ...]) -> SequenceState:
 
 # Token lists built from fragments that make and split stop strings, special tokens and noise.
 pieces = st.one_of(
-    st.sampled_from(FRAGMENTS).map(lambda text: codec().encode(text)),
+    st.sampled_from(FRAGMENTS).map(lambda text: tiny_codec().encode(text)),
     st.integers(min_value=0, max_value=560).map(lambda token: [token]),
 )
 token_lists = st.lists(pieces, max_size=30).map(lambda parts: [t for p in parts for t in p])
@@ -72,16 +65,9 @@ def test_tail_checks_stop_where_the_whole_text_rule_stops(
 
 
 def test_a_long_completion_decodes_only_its_tail_per_token() -> None:
-    calls: list[int] = []
-
-    class Counting(TextCodec):
-        def decode(self, ids, skip_special_tokens=True):  # type: ignore[no-untyped-def]
-            calls.append(len(ids))
-            return super().decode(ids, skip_special_tokens)
-
-    counting = Counting(codec().tokenizer)
+    counting = CountingCodec()
     seq = fed([], ("</move>",))
-    for token in codec().encode("word " * 400):
+    for token in tiny_codec().encode("word " * 400):
         seq.append(token, 0.0, forced=False, codec=counting)
     assert seq.finish_reason is None and len(seq.completion_ids) >= 400
-    assert max(calls) < 40  # never the whole completion
+    assert max(counting.decoded) < 40  # never the whole completion

@@ -50,12 +50,11 @@ class TextStream:
 
     def push(self, completion_ids: Sequence[int]) -> str:
         """The newly settled text (possibly "")."""
-        ids = list(completion_ids)
-        before = self.codec.decode(ids[self._prefix : self._read])
-        now = self.codec.decode(ids[self._prefix :])
+        before = self.codec.decode(completion_ids[self._prefix : self._read])
+        now = self.codec.decode(completion_ids[self._prefix :])
         if len(now) > len(before) and not now.endswith(_UNFINISHED):
             self._text += now[len(before) :]
-            self._prefix, self._read = self._read, len(ids)
+            self._prefix, self._read = self._read, len(completion_ids)
         text = self._text
         for stop in self.stop:  # the response's text ends before the first stop string
             cut = text.find(stop)
