@@ -73,6 +73,12 @@ def test_main_runs_vllm_serve_on_the_v1_model_runner(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv(vllm_server.MODEL_RUNNER_ENV, "1")  # the user's choice is kept
     vllm_server.main(["m"])
     assert seen["runner"] == "1"
+    monkeypatch.delenv(vllm_server.MODEL_RUNNER_ENV)
+    vllm_server.main(["m", "--no-max-think"])  # no processor: vLLM picks its runner
+    argv = seen["argv"]
+    assert isinstance(argv, list) and "--no-max-think" not in argv
+    assert "--logits-processors" not in argv and "--worker-extension-cls" in argv
+    assert seen["runner"] is None
 
 
 class FakeCacheEngine:

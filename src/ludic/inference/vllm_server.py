@@ -13,7 +13,8 @@ asks the engine for prompt logprobs. Importing this module never needs vLLM; usi
 parts without it raises ImportError. The version counter lives in the API server process (one
 per `--api-server-count`). The logits processor uses vLLM's V1 interface, so `main` runs vLLM
 with its V1 model runner (`VLLM_USE_V2_MODEL_RUNNER=0` unless set; newer vLLM refuses V1-interface
-processors on the V2 runner, its default for dense models).
+processors on the V2 runner, its default for dense models); `--no-max-think` leaves the processor
+out and the runner to vLLM.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ except ImportError as e:  # no vLLM here: only the helpers below are usable
 MODULE = "ludic.inference.vllm_server"
 TOKEN_ENV = "LUDIC_SERVER_TOKEN"
 MODEL_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
+NO_MAX_THINK = "--no-max-think"
 VERSION_HEADER = "X-Ludic-Policy-Version"
 _state = {"policy_version": 0}
 _push: dict[str, Any] = {}  # the join / receive tasks of the weight push in progress
@@ -339,18 +341,23 @@ _ROUTES: dict[str, Callable[[Any, Any], Awaitable[dict[str, Any]]]] = {
 
 
 def vllm_serve_args(argv: Sequence[str]) -> list[str]:
-    """`vllm serve` arguments with Ludic's extension points and defaults added."""
+    """`vllm serve` arguments with Ludic's extension points and defaults added. Ludic's own
+    flags are taken out: `--ludic-token T` (the control endpoints' token) and `--no-max-think`
+    (no max_think processor, so vLLM may keep its default model runner)."""
     args = list(argv)
     if "--ludic-token" in args:
         i = args.index("--ludic-token")
         os.environ[TOKEN_ENV] = args[i + 1]
         del args[i : i + 2]
+    max_think = NO_MAX_THINK not in args
+    args = [a for a in args if a != NO_MAX_THINK]
 
     def has(flag: str) -> bool:
         return any(a == flag or a.startswith(flag + "=") for a in args)
 
     args += ["--worker-extension-cls", f"{MODULE}.WeightSyncWorkerExtension"]
-    args += ["--logits-processors", f"{MODULE}:MaxThinkLogitsProcessor"]
+    if max_think:
+        args += ["--logits-processors", f"{MODULE}:MaxThinkLogitsProcessor"]
     args += ["--middleware", f"{MODULE}.ludic_middleware"]
     if not has("--logprobs-mode"):  # behaviour logprobs of what was sampled, as the engine
         args += ["--logprobs-mode", "processed_logprobs"]
@@ -363,8 +370,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     require_vllm()
     from vllm.entrypoints.cli.main import main as vllm_main
 
-    os.environ.setdefault(MODEL_RUNNER_ENV, "0")  # the V1 logits-processor interface
-    sys.argv = ["vllm", "serve", *vllm_serve_args(sys.argv[1:] if argv is None else argv)]
+    args = vllm_serve_args(sys.argv[1:] if argv is None else argv)
+    if "--logits-processors" in args:
+        os.environ.setdefault(MODEL_RUNNER_ENV, "0")  # the V1 logits-processor interface
+    sys.argv = ["vllm", "serve", *args]
     vllm_main()
 
 
