@@ -350,3 +350,40 @@ async def test_client_recovers_when_the_server_restarts_mid_request(tmp_path: Pa
     finally:
         await client.aclose()
         srv.stop()
+
+
+def test_a_step_failing_mid_stream_ends_it_with_an_error_event() -> None:
+    from fastapi.testclient import TestClient
+
+    from ludic.inference.server import create_app
+
+    model, tokenizer = load_tiny_model()
+    with EmbeddedEngine(model, tokenizer) as engine:
+        real_step, steps = engine._batch.step, []
+
+        def failing_step() -> list[Any]:
+            steps.append(1)
+            if len(steps) == 4:
+                raise RuntimeError("simulated out of memory")
+            return real_step()
+
+        engine._batch.step = failing_step  # type: ignore[method-assign]
+        body = {
+            "messages": USER,
+            "max_tokens": 50,
+            "ignore_eos": True,
+            "stream": True,
+            "return_token_ids": True,
+        }
+        with TestClient(create_app(engine, model_name="tiny")) as client:
+            with client.stream("POST", "/v1/chat/completions", json=body) as reply:
+                events = [line for line in reply.iter_lines() if line]
+            assert reply.status_code == 200  # the stream had started
+            assert events[-1] == "data: [DONE]"
+            error = json.loads(events[-2].removeprefix("data: "))["error"]
+            assert "simulated out of memory" in error["message"] and error["code"] == 500
+            chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-2]]
+            assert sum(len(c["choices"][0]["token_ids"]) for c in chunks) >= 2  # before failing
+            engine._batch.step = real_step  # type: ignore[method-assign]
+            after = client.post("/v1/chat/completions", json={**body, "stream": False})
+            assert after.status_code == 200  # one failed request, not a failed server
