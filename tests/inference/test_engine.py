@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import torch
 
-from ludic.inference import ChatRequest, SamplingConfig
+from ludic.inference import ChatRequest, ChatResponse, SamplingConfig
 from ludic.inference.engine import EmbeddedEngine, EngineConfig
 from ludic.inference.token_sampling import processed_logprobs
 from ludic.models import load_tiny_model
@@ -333,6 +334,14 @@ async def test_stream_yields_the_tokens_and_response_of_complete(engine: Embedde
         engine.stream(req(prompt_ids=[10**6]))
 
 
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
+    """Poll `condition` (a guard against hanging, not a speed check)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.005)
+
+
 async def test_closing_a_stream_early_cancels_its_request() -> None:
     model, tokenizer = load_tiny_model()
     with EmbeddedEngine(model, tokenizer) as eng:
@@ -341,11 +350,64 @@ async def test_closing_a_stream_early_cancels_its_request() -> None:
         assert first.response is None and first.token_ids
         (seq,) = eng._batch.rows
         await stream.aclose()
-        while eng.status().active:  # leaves the batch at the next step
-            await asyncio.sleep(0.01)
+        await asyncio.to_thread(wait_until, lambda: eng.status().cancelled == 1, "cancelled")
         assert seq.cancelled and len(seq.completion_ids) < 2000
-        assert eng.status().cancelled == 1
+        never_read = eng.stream(req(max_tokens=2000, extras={"ignore_eos": True}))
+        await never_read.aclose()  # cancelled although iteration never began
+        await asyncio.to_thread(wait_until, lambda: eng.status().cancelled == 2, "cancelled")
         assert (await eng.complete(req(max_tokens=4))).finish_reason == "length"
+
+
+def test_a_request_outliving_its_event_loop_does_not_stop_the_engine() -> None:
+    model, tokenizer = load_tiny_model()
+    with EmbeddedEngine(model, tokenizer) as eng:
+        loop = asyncio.new_event_loop()
+
+        async def start() -> list[asyncio.Future[Any]]:
+            tasks = [
+                asyncio.ensure_future(
+                    eng.complete(req(max_tokens=200, extras={"ignore_eos": True}))
+                ),
+                asyncio.ensure_future(
+                    anext(eng.stream(req(max_tokens=2000, extras={"ignore_eos": True})))
+                ),
+            ]
+            await asyncio.to_thread(wait_until, lambda: eng.status().active == 2, "admitted")
+            return tasks
+
+        loop.run_until_complete(start())
+        loop.close()  # both requests still generating: their callbacks find the loop closed
+        # The stream is cancelled at its next token (not run to 2000 tokens); the completion
+        # finishes, and its answer to the closed loop does not kill the worker.
+        wait_until(lambda: eng.status().active == 0 and eng.status().cancelled == 1, "dropped")
+        assert eng.status().running
+
+        async def again() -> str:
+            return (await asyncio.wait_for(eng.complete(req(max_tokens=3)), 60)).text
+
+        asyncio.run(again())
+
+
+async def test_a_failed_step_answers_the_rows_that_finished_in_it() -> None:
+    model, tokenizer = load_tiny_model()
+    with EmbeddedEngine(model, tokenizer) as eng:
+        batch = eng._batch
+        real_forward = batch._forward
+
+        def forward(tokens_B: torch.Tensor) -> None:  # fails once the short request has left
+            if len(batch.rows) == 1 and batch.rows[0].max_tokens == 50:
+                raise RuntimeError("simulated device error")
+            real_forward(tokens_B)
+
+        batch._forward = forward  # type: ignore[method-assign]
+        short, long = (req(max_tokens=n, extras={"ignore_eos": True}) for n in (3, 50))
+        results = await asyncio.wait_for(
+            asyncio.gather(eng.complete(short), eng.complete(long), return_exceptions=True), 60
+        )
+        done, failed = results
+        assert isinstance(done, ChatResponse) and done.finish_reason == "length"
+        assert isinstance(failed, RuntimeError) and "simulated device error" in str(failed)
+        assert eng.status().running
 
 
 async def test_a_stream_fails_when_the_engine_closes_under_it() -> None:

@@ -148,6 +148,7 @@ class EmbeddedEngine:
         self._closed = False
         self._last_error: str | None = None
         self._cancelled = 0
+        self._live: dict[SequenceState, None] = {}  # taken from the queue, not yet resolved
         self._thread = threading.Thread(target=self._run, name="ludic-engine", daemon=True)
         self._thread.start()
 
@@ -176,7 +177,7 @@ class EmbeddedEngine:
         future: asyncio.Future[ChatResponse] = loop.create_future()
 
         def on_done(seq: SequenceState) -> None:
-            loop.call_soon_threadsafe(_resolve, future, seq)
+            _call_soon(loop, seq, _resolve, future, seq)
 
         seq = self._submit(request, on_done=on_done)
         try:
@@ -185,14 +186,15 @@ class EmbeddedEngine:
             seq.cancelled = True
             raise
 
-    def stream(self, request: ChatRequest) -> AsyncGenerator[CompletionDelta, None]:
+    def stream(self, request: ChatRequest) -> CompletionStream:
         """Generate one completion, yielding its tokens as they are sampled (call it on an
         event loop). The request is validated and queued at once (ValueError if invalid); the
-        last delta carries the same `ChatResponse` that `complete` returns. Closing the
-        iterator early cancels the request."""
-        follower = _Follower(asyncio.get_running_loop())
-        seq = self._submit(request, on_done=follower.on_done, on_token=follower.on_token)
-        return follower.follow(seq)
+        last delta carries the same `ChatResponse` that `complete` returns. `aclose()` on the
+        stream before its end cancels the request."""
+        stream = CompletionStream(asyncio.get_running_loop())
+        seq = self._submit(request, on_done=stream.on_done, on_token=stream.on_token)
+        stream._follow(seq)
+        return stream
 
     def _submit(
         self,
@@ -327,6 +329,7 @@ class EmbeddedEngine:
                 new = self._take_pending()
             for control in controls:
                 control.run()
+            self._live.update(dict.fromkeys(new))
             try:
                 for seq in new:
                     seq.policy_version = self._version
@@ -334,24 +337,30 @@ class EmbeddedEngine:
                 finished = self._batch.step()
             except Exception as e:  # a failed step fails its requests, not the engine
                 self._last_error = f"{type(e).__name__}: {e}"
-                dropped = self._batch.reset()
-                finished = dropped + [s for s in new if s not in dropped]
+                self._batch.reset()
+                finished = list(self._live)  # rows that finished in this step are answered too
                 for seq in finished:
-                    seq.error = RuntimeError(f"generation failed: {self._last_error}")
+                    if seq.finish_reason is None:
+                        seq.error = RuntimeError(f"generation failed: {self._last_error}")
             for seq in finished:
-                self._cancelled += seq.cancelled and seq.finish_reason is None
-                seq.policy_version_end = self._version
-                if seq.on_done is not None:
-                    seq.on_done(seq)
+                self._answer(seq)
         self._fail_remaining()
+
+    def _answer(self, seq: SequenceState) -> None:
+        self._live.pop(seq, None)
+        self._cancelled += seq.cancelled and seq.finish_reason is None
+        seq.policy_version_end = self._version
+        if seq.on_done is not None:
+            seq.on_done(seq)
 
     def _take_pending(self) -> list[SequenceState]:
         new: list[SequenceState] = []
         budget = self.config.max_prefill_tokens
         while self._pending and len(self._batch) + len(new) < self.config.max_batch_size:
             seq = self._pending[0]
-            if seq.cancelled:
+            if seq.cancelled:  # its requester is gone: nobody to answer
                 self._pending.popleft()
+                self._cancelled += 1
                 continue
             if new and len(seq.prompt_ids) > budget:
                 break
@@ -361,44 +370,64 @@ class EmbeddedEngine:
 
     def _fail_remaining(self) -> None:
         with self._cv:
-            leftovers = self._batch.reset() + list(self._pending)
+            self._batch.reset()
+            leftovers = list(self._live) + list(self._pending)
             self._pending.clear()
             controls = list(self._controls)
             self._controls.clear()
         for seq in leftovers:
             seq.error = RuntimeError("EmbeddedEngine closed before the request finished")
-            if seq.on_done is not None:
-                seq.on_done(seq)
+            self._answer(seq)
         for control in controls:
             control.error = RuntimeError("EmbeddedEngine is closed")
             control.done.set()
 
 
-class _Follower:
-    """Wakes a stream's consumer from the worker thread when tokens arrive or the request
-    ends (several tokens arriving between wake-ups go out as one delta)."""
+class CompletionStream:
+    """The deltas of one streamed request (`EmbeddedEngine.stream`), for `async for`. The
+    worker thread wakes the consumer when tokens arrive or the request ends; several tokens
+    arriving between wake-ups go out as one delta. `aclose()` (or leaving the loop early)
+    cancels the request unless it has finished, whether or not iteration began."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.wake = asyncio.Event()
-        self.finished = False  # set on the loop once the worker is done with the sequence
+        self._loop = loop
+        self._wake = asyncio.Event()
+        self.finished = False  # set on the loop once the worker is done with the request
+        self._seq: SequenceState | None = None
+        self._deltas: AsyncGenerator[CompletionDelta, None] | None = None
 
     def on_token(self, seq: SequenceState) -> None:
-        self.loop.call_soon_threadsafe(self.wake.set)
+        _call_soon(self._loop, seq, self._wake.set)
 
     def on_done(self, seq: SequenceState) -> None:
-        self.loop.call_soon_threadsafe(self._finish)
+        _call_soon(self._loop, seq, self._finish)
 
     def _finish(self) -> None:
         self.finished = True
-        self.wake.set()
+        self._wake.set()
 
-    async def follow(self, seq: SequenceState) -> AsyncGenerator[CompletionDelta, None]:
+    def _follow(self, seq: SequenceState) -> None:
+        self._seq, self._deltas = seq, self._deltas_of(seq)
+
+    def __aiter__(self) -> CompletionStream:
+        return self
+
+    async def __anext__(self) -> CompletionDelta:
+        assert self._deltas is not None, "EmbeddedEngine.stream starts the stream"
+        return await anext(self._deltas)
+
+    async def aclose(self) -> None:
+        if not self.finished and self._seq is not None:
+            self._seq.cancelled = True
+        if self._deltas is not None:
+            await self._deltas.aclose()
+
+    async def _deltas_of(self, seq: SequenceState) -> AsyncGenerator[CompletionDelta, None]:
         sent = 0
         try:
             while not self.finished:
-                await self.wake.wait()
-                self.wake.clear()
+                await self._wake.wait()
+                self._wake.clear()
                 if self.finished:
                     break
                 n = min(len(seq.completion_ids), len(seq.logprobs))  # appended by the worker
@@ -421,6 +450,18 @@ class _Follower:
         finally:
             if not self.finished:  # the consumer stopped early
                 seq.cancelled = True
+
+
+def _call_soon(
+    loop: asyncio.AbstractEventLoop, seq: SequenceState, fn: Callable[..., None], *args: Any
+) -> None:
+    """Schedule `fn` on the requester's loop from the worker thread. A loop that has closed
+    (its `asyncio.run` returned with the request still running) has nobody left to tell: the
+    request is cancelled, and the worker must not die of it."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # "Event loop is closed"
+        seq.cancelled = True
 
 
 def _resolve(future: asyncio.Future[ChatResponse], seq: SequenceState) -> None:

@@ -224,7 +224,7 @@ class ChunkWriter:
             "created": int(time.time()),
             "model": model,
         }
-        self.offset = 0  # characters of text sent so far
+        self.offset = 0  # characters of the token texts so far (`text_offset`, as unstreamed)
 
     def delta(self, text: str, delta: CompletionDelta) -> str:
         """The chunk for one delta (the first one opens the assistant message)."""
@@ -237,13 +237,13 @@ class ChunkWriter:
             choice["logprobs"] = _chat_logprobs(self.tokenizer, ids, logprobs) if wanted else None
         else:
             choice["text"] = text
-            wanted = self.req.logprobs is not None and bool(ids)
-            choice["logprobs"] = (
-                _text_logprobs(self.tokenizer, ids, logprobs, self.offset) if wanted else None
-            )
+            choice["logprobs"] = None
+            if self.req.logprobs is not None and ids:
+                lp = _text_logprobs(self.tokenizer, ids, logprobs, self.offset)
+                self.offset = lp["text_offset"][-1] + len(lp["tokens"][-1])
+                choice["logprobs"] = lp
         choice.update(_choice_end(r))
         body: dict[str, Any] = {**self.head, "choices": [choice]}
-        self.offset += len(text)
         if self.req.return_token_ids:
             choice["token_ids"] = list(ids)
             if delta.prompt_token_ids:

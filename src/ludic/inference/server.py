@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
@@ -25,9 +25,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from safetensors.torch import load as load_safetensors
 from starlette.exceptions import HTTPException
+from starlette.types import Receive, Scope, Send
 
 from ludic.inference.client import ChatRequest, ChatResponse
-from ludic.inference.engine import EmbeddedEngine, EngineConfig
+from ludic.inference.engine import CompletionStream, EmbeddedEngine, EngineConfig
 from ludic.inference.openai_client import VERSION_HEADER
 from ludic.inference.openai_protocol import (
     ChatCompletionRequest,
@@ -38,7 +39,7 @@ from ludic.inference.openai_protocol import (
     error_body,
 )
 from ludic.inference.serve_config import ServeConfig
-from ludic.inference.streaming import CompletionDelta, TextStream
+from ludic.inference.streaming import TextStream
 from ludic.inference.weight_receiver import install_weight_sync_routes
 
 logger = logging.getLogger(__name__)
@@ -99,8 +100,8 @@ def create_app(engine: EmbeddedEngine, *, model_name: str, token: str | None = N
         try:
             if req.stream:  # validated and queued now: a bad request is a 400, not a stream
                 deltas = engine.stream(request)
-                events = _events(deltas, ChunkWriter(req, model_name, engine.tokenizer), request)
-                return StreamingResponse(events, media_type="text/event-stream")
+                writer = ChunkWriter(req, model_name, engine.tokenizer)
+                return _ClosingStream(_events(deltas, writer, request), deltas)
             return body(await engine.complete(request))
         except ValueError as e:
             raise HTTPException(400, str(e)) from e
@@ -109,7 +110,7 @@ def create_app(engine: EmbeddedEngine, *, model_name: str, token: str | None = N
             raise HTTPException(status, str(e)) from e
 
     async def _events(
-        deltas: AsyncGenerator[CompletionDelta, None], writer: ChunkWriter, request: ChatRequest
+        deltas: CompletionStream, writer: ChunkWriter, request: ChatRequest
     ) -> AsyncIterator[str]:
         text = TextStream(engine.codec, request.sampling.stop)
         ids: list[int] = []
@@ -121,9 +122,7 @@ def create_app(engine: EmbeddedEngine, *, model_name: str, token: str | None = N
                 if r is not None and writer.req.include_usage:
                     yield writer.usage(r)
         except RuntimeError as e:  # the engine failed the request mid-stream
-            yield writer.error(500, str(e))
-        finally:
-            await deltas.aclose()  # a client that went away cancels its request
+            yield writer.error(503 if "closed" in str(e) else 500, str(e))
         yield writer.done()
 
     @app.post("/v1/chat/completions", response_model=None)
@@ -190,6 +189,21 @@ def create_app(engine: EmbeddedEngine, *, model_name: str, token: str | None = N
 
     app.state.weight_receiver = install_weight_sync_routes(app, engine, token)
     return app
+
+
+class _ClosingStream(StreamingResponse):
+    """Server-sent events that close the request's stream however the response ends, so a
+    client that goes away cancels its request, even before the first chunk was sent."""
+
+    def __init__(self, events: AsyncIterator[str], deltas: CompletionStream) -> None:
+        super().__init__(events, media_type="text/event-stream")
+        self.deltas = deltas
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.deltas.aclose()
 
 
 def _sampling_errors_as_400(build: Any) -> Any:

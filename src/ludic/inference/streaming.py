@@ -44,7 +44,7 @@ class TextStream:
     def __init__(self, codec: TextCodec, stop: Sequence[str] = ()) -> None:
         self.codec = codec
         self.stop = tuple(s for s in stop if s)
-        self.sent = ""
+        self.sent = 0  # characters sent: a prefix of `_text` holding no start of a stop string
         self._text = ""  # decoded text of ids[:self._read]
         self._prefix = self._read = 0  # the chunk before the unsettled tokens: ids[prefix:read]
 
@@ -55,15 +55,14 @@ class TextStream:
         if len(now) > len(before) and not now.endswith(_UNFINISHED):
             self._text += now[len(before) :]
             self._prefix, self._read = self._read, len(completion_ids)
-        text = self._text
-        for stop in self.stop:  # the response's text ends before the first stop string
-            cut = text.find(stop)
+        end = len(self._text)
+        for stop in self.stop:  # a stop string can only begin in what was held back
+            cut = self._text.find(stop, self.sent)
             if cut >= 0:
-                text = text[:cut]
-        text = text[: len(text) - self._stop_prefix(text)]
-        if not text.startswith(self.sent):  # cannot happen while settled text only grows
-            return ""
-        delta, self.sent = text[len(self.sent) :], text
+                end = min(end, cut)
+        fresh = self._text[self.sent : end]
+        delta = fresh[: len(fresh) - self._stop_prefix(fresh)]
+        self.sent += len(delta)
         return delta
 
     def finish(self, final_text: str) -> str:
@@ -71,7 +70,8 @@ class TextStream:
         text unless the tokenizer decodes earlier text differently once later tokens arrive
         (`clean_up_tokenization_spaces`); then what was sent stands and the final text beyond
         its length follows."""
-        delta, self.sent = final_text[len(self.sent) :], final_text
+        delta = final_text[self.sent :]
+        self.sent = len(final_text)
         return delta
 
     def _stop_prefix(self, text: str) -> int:

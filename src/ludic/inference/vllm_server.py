@@ -290,8 +290,8 @@ async def _weights_finish(request: Any, engine: Any) -> dict[str, Any]:
     if receive is None:
         raise RuntimeError("no push in progress: POST /ludic/weights/start first")
     counts = await receive
+    _state["policy_version"] = int(_push["version"])  # the new weights serve from now on
     await reset_prefix_cache(engine)  # cached KV came from the old weights
-    _state["policy_version"] = int(_push["version"])
     return {"policy_version": _state["policy_version"], "num_tensors": int(counts[0])}
 
 
@@ -307,8 +307,8 @@ async def reset_prefix_cache(engine: Any, timeout_s: float = 60.0, poll_s: float
         if time.monotonic() > deadline:
             raise RuntimeError(
                 f"vLLM refused to reset its prefix cache for {timeout_s:.0f}s (running requests "
-                "hold cached blocks); the new weights are loaded but cached KV is stale: "
-                "retry the push once generation is idle"
+                "hold cached blocks); the new weights are loaded and served, but cached KV "
+                "from the old ones may be reused: retry the push once generation is idle"
             )
         await asyncio.sleep(poll_s)
 
