@@ -172,6 +172,7 @@ def test_health_models_and_raw_response_fields(server: Server) -> None:
         ("/v1/chat/completions", {"messages": USER, "n": 2}, 400, "n=2 is not supported"),
         ("/v1/chat/completions", {"messages": [], "stream": True}, 400, "at least one message"),
         ("/v1/completions", {"prompt": [10**8], "stream": True}, 400, "outside the vocabulary"),
+        ("/v1/completions", {"prompt": [1], "stream_options": {}}, 400, "stream=true"),
         ("/v1/chat/completions", {"messages": USER, "max_tokens": 0}, 400, "max_tokens"),
         ("/v1/chat/completions", {"messages": USER, "temperature": -1}, 400, "temperature"),
         ("/v1/chat/completions", {"max_tokens": 2}, 400, "messages"),

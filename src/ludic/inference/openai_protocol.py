@@ -57,6 +57,8 @@ class _SamplingFields(BaseModel):
 
     def unsupported(self) -> str | None:
         """Why this request cannot be served, or None."""
+        if self.stream_options is not None and not self.stream:
+            return "stream_options can only be set with stream=true"
         if self.n != 1:
             return f"n={self.n} is not supported; send n separate requests (with different seeds)"
         return None
