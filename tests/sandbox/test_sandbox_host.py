@@ -40,11 +40,13 @@ def test_a_uid_with_unreaped_processes_is_not_claimed() -> None:
     try:
         with contextlib.suppress(ChildProcessError):
             os.waitid(os.P_PID, child, os.WEXITED | os.WNOWAIT)  # exited, left unreaped
-        with claim_uid(base=base, count=2) as uid:
-            assert uid == base + 1
+        # Other uids above `base` may hold zombies of earlier sandbox runs for a moment (pid 1
+        # reaps them when it gets to it): any uid but `base` will do.
+        with claim_uid(base=base, count=64) as uid:
+            assert uid > base
     finally:
         os.waitpid(child, 0)
-    with claim_uid(base=base, count=2) as uid:
+    with claim_uid(base=base, count=1) as uid:
         assert uid == base
 
 
