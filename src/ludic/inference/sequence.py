@@ -37,6 +37,12 @@ class TextCodec:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens))
 
 
+def first_stop(text: str, stops: Sequence[str], start: int = 0) -> tuple[int, str] | None:
+    """Where the earliest stop string in `text[start:]` begins, and which one (None if none)."""
+    hits = [(index, stop) for stop in stops if (index := text.find(stop, start)) >= 0]
+    return min(hits) if hits else None
+
+
 @dataclass(kw_only=True, slots=True, eq=False)
 class SequenceState:
     """Mutable state of one request inside the engine. `on_token` is called after each recorded
@@ -100,10 +106,10 @@ class SequenceState:
         if not any(stop in self._tail_text(codec) for stop in self.stop):
             return False
         text = codec.decode(self.completion_ids)
-        hits = [(text.find(s), s) for s in self.stop if s in text]
-        if not hits:
+        hit = first_stop(text, self.stop)
+        if hit is None:
             return False
-        index, stop = min(hits)
+        index, stop = hit
         self._finish("stop", codec, stop_reason=stop, text=text[:index])
         return True
 

@@ -106,8 +106,7 @@ def create_app(engine: EmbeddedEngine, *, model_name: str, token: str | None = N
         except ValueError as e:
             raise HTTPException(400, str(e)) from e
         except RuntimeError as e:
-            status = 503 if "closed" in str(e) else 500
-            raise HTTPException(status, str(e)) from e
+            raise HTTPException(_failure_status(e), str(e)) from e
 
     async def _events(
         deltas: CompletionStream, writer: ChunkWriter, request: ChatRequest
@@ -122,7 +121,7 @@ def create_app(engine: EmbeddedEngine, *, model_name: str, token: str | None = N
                 if r is not None and writer.req.include_usage:
                     yield writer.usage(r)
         except RuntimeError as e:  # the engine failed the request mid-stream
-            yield writer.error(503 if "closed" in str(e) else 500, str(e))
+            yield writer.error(_failure_status(e), str(e))
         yield writer.done()
 
     @app.post("/v1/chat/completions", response_model=None)
@@ -204,6 +203,11 @@ class _ClosingStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             await self.deltas.aclose()
+
+
+def _failure_status(error: RuntimeError) -> int:
+    """503 for a request the closed engine could not serve, 500 for one that failed."""
+    return 503 if "closed" in str(error) else 500
 
 
 def _sampling_errors_as_400(build: Any) -> Any:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ludic.inference.client import ChatResponse
-from ludic.inference.sequence import TextCodec
+from ludic.inference.sequence import TextCodec, first_stop
 
 _UNFINISHED = "\ufffd"  # what decoding the first bytes of a multi-byte character gives
 
@@ -55,12 +55,8 @@ class TextStream:
         if len(now) > len(before) and not now.endswith(_UNFINISHED):
             self._text += now[len(before) :]
             self._prefix, self._read = self._read, len(completion_ids)
-        end = len(self._text)
-        for stop in self.stop:  # a stop string can only begin in what was held back
-            cut = self._text.find(stop, self.sent)
-            if cut >= 0:
-                end = min(end, cut)
-        fresh = self._text[self.sent : end]
+        hit = first_stop(self._text, self.stop, self.sent)  # stops begin in held-back text only
+        fresh = self._text[self.sent : len(self._text) if hit is None else hit[0]]
         delta = fresh[: len(fresh) - self._stop_prefix(fresh)]
         self.sent += len(delta)
         return delta
