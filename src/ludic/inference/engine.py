@@ -425,21 +425,23 @@ class CompletionStream:
     async def _deltas_of(self, seq: SequenceState) -> AsyncGenerator[CompletionDelta, None]:
         sent = 0
         try:
-            while not self.finished:
+            while True:
                 await self._wake.wait()
                 self._wake.clear()
-                if self.finished:
-                    break
+                finished = self.finished
+                if finished and seq.error is None:
+                    break  # the response's delta below carries the rest
                 n = min(len(seq.completion_ids), len(seq.logprobs))  # appended by the worker
-                if n > sent:
+                if n > sent:  # a failed request still delivers what it sampled, then raises
                     yield CompletionDelta(
                         token_ids=tuple(seq.completion_ids[sent:n]),
                         logprobs=tuple(seq.logprobs[sent:n]),
                         prompt_token_ids=() if sent else tuple(seq.prompt_ids),
                     )
                     sent = n
-            if seq.error is not None:
-                raise seq.error
+                if finished:
+                    assert seq.error is not None
+                    raise seq.error
             response = seq.to_response()
             yield CompletionDelta(
                 token_ids=response.completion_token_ids[sent:],
