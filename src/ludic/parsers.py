@@ -4,11 +4,17 @@ A parser is any callable `str -> ParseResult`. It never raises on model output: 
 completion yields `ParseResult(action=None, reward=penalty, obs=feedback)`, and the protocol
 records it as a parse failure without calling the env. Parsers do not validate actions against
 the env's rules (an illegal move is the env's business).
+
+Every built-in parser runs in time linear in its input: a completion is hostile text (a model
+repeating `\\boxed{` or an unclosed tag up to max_tokens), and parsing runs on the event loop
+that every concurrent episode shares. They use `str.find` scans, never a regex that retries
+from each position. `tag_blocks` is the shared linear scanner for `<tag>...</tag>` blocks.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Protocol
 
 from ludic.types import ParseResult
@@ -52,6 +58,27 @@ def identity_parser(text: str) -> ParseResult:
     return ParseResult(action=text.strip())
 
 
+def tag_blocks(text: str, open_tag: str, close_tag: str) -> Iterator[tuple[int, int, int, int]]:
+    """The non-overlapping `open_tag ... close_tag` blocks of `text`, left to right, in linear time.
+
+    Yields `(start, content_start, content_end, end)` index tuples: `text[start:end]` is the
+    whole block and `text[content_start:content_end]` what lies between the tags. Each block
+    closes at the first `close_tag` after its opening tag, as the regex `open(.*?)close` with
+    DOTALL would match; an opening tag with no close after it ends the scan (no later one can
+    close either), which is what keeps the scan linear where that regex is quadratic.
+    """
+    if not open_tag or not close_tag:
+        raise ValueError("tag_blocks needs a non-empty open_tag and close_tag")
+    pos = 0
+    while (start := text.find(open_tag, pos)) >= 0:
+        content_start = start + len(open_tag)
+        content_end = text.find(close_tag, content_start)
+        if content_end < 0:
+            return
+        pos = content_end + len(close_tag)
+        yield start, content_start, content_end, pos
+
+
 def xml_tag_parser(
     tag: str,
     *,
@@ -67,24 +94,26 @@ def xml_tag_parser(
     """
     if not re.fullmatch(r"[A-Za-z_][\w\-.]*", tag):
         raise ValueError(f"xml_tag_parser: {tag!r} is not a valid tag name")
-    pattern = re.compile(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", re.DOTALL)
-    hint = f"Reply with your answer inside <{tag}>...</{tag}>."
+    open_tag, close_tag = f"<{tag}>", f"</{tag}>"
+    hint = f"Reply with your answer inside {open_tag}...{close_tag}."
 
     def parse(text: str) -> ParseResult:
-        matches = pattern.findall(text)
-        if not matches:
+        count, last = 0, ""
+        for _, content_start, content_end, _ in tag_blocks(text, open_tag, close_tag):
+            count, last = count + 1, text[content_start:content_end]
+        if not count:
             return ParseResult(
-                action=None, reward=penalty, obs=f"Could not find <{tag}>...</{tag}>. {hint}"
+                action=None, reward=penalty, obs=f"Could not find {open_tag}...{close_tag}. {hint}"
             )
-        if exactly_one and len(matches) > 1:
+        if exactly_one and count > 1:
             return ParseResult(
                 action=None,
                 reward=penalty,
-                obs=f"Found {len(matches)} <{tag}> tags; give exactly one. {hint}",
+                obs=f"Found {count} {open_tag} tags; give exactly one. {hint}",
             )
-        value = matches[-1].strip() if strip else matches[-1]
+        value = last.strip() if strip else last
         if not value:
-            return ParseResult(action=None, reward=penalty, obs=f"<{tag}> was empty. {hint}")
+            return ParseResult(action=None, reward=penalty, obs=f"{open_tag} was empty. {hint}")
         return ParseResult(action=value, reward=success_reward)
 
     return parse
@@ -134,23 +163,42 @@ def think_prefix_parser(
     return parse
 
 
+_BOX = "\\boxed{"
+_BRACE = re.compile(r"[{}]")
+
+
 def _last_boxed(text: str) -> str | None:
-    """Content of the last `\\boxed{...}` with balanced braces, or None."""
-    start = text.rfind("\\boxed{")
-    while start >= 0:
-        i = start + len("\\boxed{")
-        depth = 1
-        j = i
-        while j < len(text) and depth:
-            if text[j] == "{":
-                depth += 1
-            elif text[j] == "}":
-                depth -= 1
-            j += 1
-        if depth == 0:
-            return text[i : j - 1]
-        start = text.rfind("\\boxed{", 0, start)
+    """Content of the last `\\boxed{...}` with balanced braces, or None.
+
+    One pass pairs every `{` with its `}` (a stack, as any bracket matcher does); the answer
+    is the last box whose opening brace found a partner. Scanning forward from each box in
+    turn, as a first version did, is quadratic on a completion that repeats `\\boxed{`.
+    """
+    first = text.find(_BOX)
+    if first < 0:
+        return None
+    box_braces: list[int] = []  # index of each box's "{", in order
+    pos = first
+    while pos >= 0:
+        box_braces.append(pos + len(_BOX) - 1)
+        pos = text.find(_BOX, pos + len(_BOX))
+    partner = _closing_braces(text, box_braces[0])
+    for brace in reversed(box_braces):
+        if (close := partner.get(brace)) is not None:
+            return text[brace + 1 : close]
     return None
+
+
+def _closing_braces(text: str, pos: int) -> dict[int, int]:
+    """For each `{` at or after `pos` that is closed, the index of its matching `}`."""
+    partner: dict[int, int] = {}
+    open_braces: list[int] = []
+    for match in _BRACE.finditer(text, pos):
+        if match.group() == "{":
+            open_braces.append(match.start())
+        elif open_braces:
+            partner[open_braces.pop()] = match.start()
+    return partner
 
 
 def boxed_parser(*, success_reward: float = 0.0, penalty: float = DEFAULT_PENALTY) -> Parser:
@@ -176,6 +224,7 @@ __all__ = [
     "boxed_parser",
     "compose_parsers",
     "identity_parser",
+    "tag_blocks",
     "think_prefix_parser",
     "xml_tag_parser",
 ]

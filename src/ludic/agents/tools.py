@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ludic._aio import maybe_await
+from ludic.parsers import tag_blocks
 from ludic.types import ToolCall, ToolResult, new_id
 
 _JSON_TYPES: dict[type, str] = {
@@ -213,14 +214,21 @@ def _json_problem(exc: Exception) -> str:
 
 
 INVALID_TOOL = "<invalid>"
-_TOOL_CALL_RE = re.compile(r"\s*<tool_call>(.*?)</tool_call>", re.DOTALL)
+_OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 
 
 def strip_tool_calls(text: str) -> str:
     """`text` without its `<tool_call>...</tool_call>` blocks: the assistant message content
     to store next to the parsed `tool_calls` (chat templates render the calls from
-    `tool_calls`, so keeping the blocks in the content too would show every call twice)."""
-    return _TOOL_CALL_RE.sub("", text).strip()
+    `tool_calls`, so keeping the blocks in the content too would show every call twice).
+    The whitespace before each block goes with it. Linear in `text` (`tag_blocks`)."""
+    pieces: list[str] = []
+    pos = 0
+    for start, _, _, end in tag_blocks(text, _OPEN, _CLOSE):
+        pieces.append(text[pos:start].rstrip())
+        pos = end
+    pieces.append(text[pos:])
+    return "".join(pieces).strip()
 
 
 def parse_tool_calls(text: str) -> list[tuple[ToolCall, str | None]]:
@@ -230,7 +238,8 @@ def parse_tool_calls(text: str) -> list[tuple[ToolCall, str | None]]:
     arguments hold the raw text, with a problem message the agent is told about.
     """
     parsed: list[tuple[ToolCall, str | None]] = []
-    for raw in _TOOL_CALL_RE.findall(text):
+    blocks = tag_blocks(text, _OPEN, _CLOSE)  # linear: completions are hostile text
+    for raw in (text[content_start:content_end] for _, content_start, content_end, _ in blocks):
         call_id = "call_" + new_id()[:12]
         try:
             obj = json.loads(raw)

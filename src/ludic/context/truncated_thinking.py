@@ -9,9 +9,8 @@ removes.
 
 from __future__ import annotations
 
-import re
-
 from ludic.context.base import ContextStrategy
+from ludic.parsers import tag_blocks
 from ludic.types import Message
 
 
@@ -36,9 +35,11 @@ class TruncatedThinkingContext(ContextStrategy):
         super().__init__(system_prompt)
         if keep_last < 0:
             raise ValueError(f"keep_last must be >= 0, got {keep_last}")
+        if not open_tag or not close_tag:
+            raise ValueError("open_tag and close_tag must be non-empty, e.g. '<think>'")
         self.placeholder = placeholder
         self.keep_last = keep_last
-        self._pattern = re.compile(re.escape(open_tag) + r".*?" + re.escape(close_tag), re.DOTALL)
+        self.open_tag, self.close_tag = open_tag, close_tag
 
     def on_before_act(self) -> list[Message]:
         messages = self.messages
@@ -47,5 +48,14 @@ class TruncatedThinkingContext(ContextStrategy):
         for i in earlier[: max(len(earlier) - self.keep_last, 0)]:
             content = messages[i].get("content")
             if isinstance(content, str):
-                messages[i]["content"] = self._pattern.sub(self.placeholder, content)
+                messages[i]["content"] = self._without_thinking(content)
         return messages
+
+    def _without_thinking(self, content: str) -> str:
+        """`content` with each think block replaced by the placeholder (linear: `tag_blocks`)."""
+        pieces: list[str] = []
+        pos = 0
+        for start, _, _, end in tag_blocks(content, self.open_tag, self.close_tag):
+            pieces += [content[pos:start], self.placeholder]
+            pos = end
+        return "".join(pieces) + content[pos:]
