@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ludic._aio import run_in_worker
 from ludic.context.base import ContextStrategy
 from ludic.context.full_dialog import FullDialog
 from ludic.inference.client import ChatClient, ChatRequest, ChatResponse
@@ -59,7 +60,13 @@ class Agent:
     With `reject_incomplete_completions` (default), a completion cut off by the token limit
     (`finish_reason == "length"`) is a parse failure with `info["incomplete_completion"]`;
     its raw text is still added to the context, followed by feedback on the next step.
+
+    A completion longer than `parse_inline_max_chars` is parsed on a worker thread, so a slow
+    parser neither freezes the other episodes nor escapes the episode timeout; shorter ones
+    are parsed in place (a thread hop costs more than parsing them). 0: always a thread.
     """
+
+    parse_inline_max_chars: int = 1024
 
     def __init__(
         self,
@@ -116,7 +123,7 @@ class Agent:
         response, prompt = await self._call_model(sampling)
         message: Message = {"role": "assistant", "content": response.text}
         self.context.on_after_act(message)
-        parse_result, info = self.parse_completion(response)
+        parse_result, info = await self.parse_completion(response)
         step = self._make_step(
             turn_id=turn_id,
             loop_index=0,
@@ -129,7 +136,7 @@ class Agent:
         )
         return AgentAct(steps=(step,), parse_result=parse_result)
 
-    def parse_completion(self, response: ChatResponse) -> tuple[ParseResult, Info]:
+    async def parse_completion(self, response: ChatResponse) -> tuple[ParseResult, Info]:
         """Parse a final completion, rejecting truncated ones when configured."""
         info: Info = {}
         if self.reject_incomplete_completions and response.finish_reason == "length":
@@ -140,7 +147,7 @@ class Agent:
                 info,
             )
         try:
-            result = self.parser(response.text)
+            result = await self._run_parser(response.text)
         except Exception as exc:  # a buggy parser is a parse failure, never a crash
             result = ParseResult(
                 action=None,
@@ -151,6 +158,11 @@ class Agent:
         if result.action is None:
             info["parse_error"] = True
         return result, info
+
+    async def _run_parser(self, text: str) -> ParseResult:
+        if len(text) <= self.parse_inline_max_chars:
+            return self.parser(text)
+        return await run_in_worker(self.parser, text)
 
     def give_up(self, steps: Sequence[AgentStep], feedback: str) -> AgentAct:
         """End an act whose tool loop hit its cap: the last step becomes a parse failure

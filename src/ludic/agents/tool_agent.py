@@ -78,7 +78,7 @@ class ToolAgent(Agent):
             calls, problems = ([], {}) if incomplete else self._tool_calls(response)
             self.context.on_after_act(_assistant_message(response, calls))
             if not calls:
-                parse_result, info = self.parse_completion(response)
+                parse_result, info = await self.parse_completion(response)
                 steps.append(
                     self._make_step(
                         turn_id=turn_id,

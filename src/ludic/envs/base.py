@@ -2,14 +2,21 @@
 
 An env is a state transition function with an optional reward. It never sees prompts, tool
 calls or parsing: agents and protocols handle those. It does not run the interaction loop.
+`closing_env` / `close_env` are how protocols and the engine close one, bounded in time.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Hashable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Hashable, Mapping, Sequence
 
+from ludic._aio import call_off_loop
 from ludic.types import Info, StepOutcome
+
+logger = logging.getLogger(__name__)
 
 ResetResult = dict[str, tuple[str, Info]]
 StepResult = dict[str, StepOutcome]
@@ -28,10 +35,16 @@ class LudicEnv(ABC):
       (str, int, or tuple of those); GiGPO groups steps that share it. None: no key.
     - `system_prompt`: an optional suggested system prompt for agents.
 
-    `reset` and `step` may be `async def` in subclasses; protocols await them when needed.
+    `reset`, `step` and `close` may be `async def` in subclasses. Protocols run a synchronous
+    `reset` / `step` / `close` on a worker thread, so a blocking one neither stalls the other
+    episodes nor escapes the episode timeout (it must then be safe to call from a thread other
+    than the one that built the env; calls never overlap). `state_key` runs on the event loop:
+    keep it cheap. An async method must not block: it runs on the event loop.
+    `close_timeout_s` bounds `close`; one that takes longer fails the episode.
     """
 
     system_prompt: str | None = None
+    close_timeout_s: float = 10.0
 
     @property
     @abstractmethod
@@ -50,9 +63,62 @@ class LudicEnv(ABC):
     def state_key(self, agent_id: str) -> Hashable | None:
         return None
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    def close(self) -> Awaitable[None] | None:  # noqa: B027 - optional hook
         """Release resources (sockets, subprocesses). Protocols and the RolloutEngine both
         call it, so it may run more than once: make it idempotent."""
+
+
+class EnvCloseError(RuntimeError):
+    """`env.close()` raised or did not finish within `env.close_timeout_s`."""
+
+
+async def close_env(env: LudicEnv) -> None:
+    """Close `env` (sync or async `close`), bounded by `env.close_timeout_s`; a no-op when it
+    was already closed (or tried) since `closing_env` began the episode, so a protocol and the
+    engine never wait twice on one hung `close`.
+
+    Raises EnvCloseError naming the env and the cause; a cancellation of the caller propagates.
+    """
+    if getattr(env, _CLOSE_ATTEMPTED, False):
+        return
+    _mark_closed(env, True)
+    timeout_s = env.close_timeout_s
+    try:
+        async with asyncio.timeout(timeout_s):
+            await call_off_loop(env.close)
+    except TimeoutError as e:
+        raise EnvCloseError(
+            f"{type(env).__name__}.close() did not finish within close_timeout_s={timeout_s}; "
+            "make close() return promptly (or raise close_timeout_s on the env class)"
+        ) from e
+    except Exception as e:
+        raise EnvCloseError(f"{type(env).__name__}.close() raised {type(e).__name__}: {e}") from e
+
+
+@contextlib.asynccontextmanager
+async def closing_env(env: LudicEnv) -> AsyncIterator[LudicEnv]:
+    """Run one episode of `env` in the block, then close it. A close failure after a clean
+    block raises EnvCloseError; after a block that raised, it is logged and the block's error
+    propagates (the first cause is the one to report)."""
+    _mark_closed(env, False)  # an env reused for another episode is closed again after it
+    try:
+        yield env
+    except BaseException:
+        try:
+            await close_env(env)
+        except EnvCloseError as e:
+            logger.warning("%s (while handling an earlier error)", e)
+        raise
+    await close_env(env)
+
+
+_CLOSE_ATTEMPTED = "_ludic_close_attempted"
+
+
+def _mark_closed(env: LudicEnv, value: bool) -> None:
+    # Under __slots__ without room for the mark, close simply runs every time (idempotent).
+    with contextlib.suppress(AttributeError):
+        setattr(env, _CLOSE_ATTEMPTED, value)
 
 
 def state_key_to_str(key: Hashable | None) -> str | None:

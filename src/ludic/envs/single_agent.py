@@ -1,7 +1,8 @@
 """SingleAgentEnv: the easy path for Gym-like tasks with one agent.
 
 Subclasses implement `env_reset(seed) -> (obs, info)` and `env_step(action) -> StepOutcome`
-(either may be async). It deliberately adds nothing else.
+(either may be async; a synchronous one runs on a worker thread, see `LudicEnv`). It
+deliberately adds nothing else.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Awaitable, Hashable, Mapping, Sequence
 
-from ludic._aio import maybe_await
+from ludic._aio import call_off_loop
 from ludic.envs.base import LudicEnv, ResetResult, StepResult
 from ludic.types import Info, StepOutcome
 
@@ -39,7 +40,7 @@ class SingleAgentEnv(LudicEnv):
         return None
 
     async def reset(self, seed: int | None = None) -> ResetResult:
-        obs, info = await maybe_await(self.env_reset(seed))
+        obs, info = await call_off_loop(self.env_reset, seed)
         return {self.agent_id: (obs, info)}
 
     async def step(self, actions: Mapping[str, str]) -> StepResult:
@@ -48,7 +49,7 @@ class SingleAgentEnv(LudicEnv):
                 f"{type(self).__name__}.step needs an action for {self.agent_id!r}; got "
                 f"actions for {sorted(actions)}"
             )
-        outcome = await maybe_await(self.env_step(actions[self.agent_id]))
+        outcome = await call_off_loop(self.env_step, actions[self.agent_id])
         return {self.agent_id: outcome}
 
     def state_key(self, agent_id: str) -> Hashable | None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ludic._aio import maybe_await
+from ludic._aio import call_off_loop
 from ludic.agents.base import Agent, AgentAct
-from ludic.envs.base import LudicEnv, state_key_to_str
+from ludic.envs.base import LudicEnv, closing_env, state_key_to_str
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ExternalToolHandler, act_with_tools
 from ludic.interaction.collector import TraceCollector
@@ -61,10 +61,8 @@ class SingleAgentProtocol:
             aid = env.agent_ids[0]
             self.agent.agent_id = aid  # its steps must name the seat they act for
         collector = TraceCollector([aid], rollout_ids={aid: self.rollout_id or new_id()})
-        try:
+        async with closing_env(env):
             await self._run_episode(env, aid, collector, sampling, env_seed)
-        finally:
-            env.close()
         return collector.rollouts(env_seed=env_seed)
 
     async def _run_episode(
@@ -75,7 +73,7 @@ class SingleAgentProtocol:
         sampling: SamplingConfig | None,
         env_seed: int | None,
     ) -> None:
-        resets = await maybe_await(env.reset(seed=env_seed))
+        resets = await call_off_loop(env.reset, seed=env_seed)
         obs, reset_info = resets[aid]
         self.agent.reset(env.system_prompt)
         self.agent.on_env_reset(obs, reset_info)
@@ -114,7 +112,7 @@ class SingleAgentProtocol:
             return synthetic_failure_step(
                 act, obs, index=index, agent_id=aid, agent_step_ids=agent_step_ids
             )
-        outcome = (await maybe_await(env.step({aid: act.action})))[aid]
+        outcome = (await call_off_loop(env.step, {aid: act.action}))[aid]
         return EnvironmentStep(
             index=index,
             turn_id=act.final_step.turn_id,

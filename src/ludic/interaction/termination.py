@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from ludic._aio import maybe_await
+from ludic._aio import call_off_loop, maybe_await
 from ludic.agents.base import Agent, AgentAct
-from ludic.envs.base import LudicEnv, state_key_to_str
+from ludic.envs.base import LudicEnv, closing_env, state_key_to_str
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ExternalToolHandler, act_with_tools
 from ludic.interaction.collector import TraceCollector
@@ -252,11 +252,9 @@ class TerminatingProtocol:
     ) -> list[Rollout]:
         aid = _seat(self.agent, env)
         collector = TraceCollector([aid], rollout_ids={aid: self.rollout_id or new_id()})
-        try:
+        async with closing_env(env):
             stop = await self._run_episode(env, aid, collector, sampling, env_seed)
             _record(collector, aid, stop)
-        finally:
-            env.close()
         return collector.rollouts(env_seed=env_seed)
 
     async def _run_episode(
@@ -267,7 +265,7 @@ class TerminatingProtocol:
         sampling: SamplingConfig | None,
         env_seed: int | None,
     ) -> Termination:
-        resets = await maybe_await(env.reset(seed=env_seed))
+        resets = await call_off_loop(env.reset, seed=env_seed)
         obs, reset_info = resets[aid]
         self.agent.reset(env.system_prompt)
         self.agent.on_env_reset(obs, reset_info)
@@ -329,7 +327,7 @@ async def _env_step(
     env: LudicEnv, act: AgentAct, obs: str, *, index: int, agent_id: str
 ) -> EnvironmentStep:
     assert act.action is not None
-    outcome = (await maybe_await(env.step({agent_id: act.action})))[agent_id]
+    outcome = (await call_off_loop(env.step, {agent_id: act.action}))[agent_id]
     return EnvironmentStep(
         index=index,
         turn_id=act.final_step.turn_id,

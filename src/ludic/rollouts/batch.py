@@ -4,6 +4,7 @@ filter). The one call the training side needs. It does not collate tensors or tr
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -14,11 +15,15 @@ from ludic.rollouts.retokenize import Retokenizer
 from ludic.rollouts.samples import CreditAssigner, SampleFilter, SAWItem
 from ludic.types import JSON, Rollout
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BatchStats:
     """Counts over one batch. `mean_reward` averages `total_reward` over non-failed rollouts
-    (0.0 when every rollout failed)."""
+    (0.0 when every rollout failed). `num_failed` includes `num_build_failed` (rollouts whose
+    samples could not be built); `num_log_failures` counts rollouts the engine's `jsonl_log`
+    could not record (they still train)."""
 
     num_requests: int
     num_rollouts: int
@@ -30,6 +35,9 @@ class BatchStats:
     num_snapshots: int
     num_truncated_episodes: int
     mean_reward: float
+    num_build_failed: int = 0
+    num_log_failures: int = 0
+    num_drift_splits: int = 0
 
     def to_dict(self) -> JSON:
         return asdict(self)
@@ -58,15 +66,19 @@ async def generate_batch(
     """Expand `requests` with `strategy`, run them, weight turns, build and filter samples.
 
     The credit assigner sees only the non-failed rollouts, so a failed episode never enters a
-    group baseline. A sample is kept when every filter returns True.
+    group baseline. A rollout whose samples cannot be built (e.g. an agent step without a token
+    trace) becomes a failed rollout (`meta["error_phase"] == "build_samples"`, its steps kept
+    for inspection) and credit is assigned again without it; the rest of the batch trains.
+    A sample is kept when every filter returns True.
     """
     expanded = strategy.expand(requests) if strategy is not None else list(requests)
     rollouts = await engine.run(expanded)
+    build_samples([], {}, mode=sample_mode, snapshot_policy=snapshot_policy)  # bad settings raise
     ok = [r for r in rollouts if not r.failed]
-    weights = credit_assigner.assign(ok)
-    built = build_samples(
-        ok, weights, mode=sample_mode, snapshot_policy=snapshot_policy, retokenizer=retokenizer
-    )
+    built, broken = _build(ok, credit_assigner, sample_mode, snapshot_policy, retokenizer)
+    if broken:
+        ok = [r for r in ok if not r.failed]
+        built, _ = _build(ok, credit_assigner, sample_mode, snapshot_policy, retokenizer)
     samples = [s for s in built if all(f(s) for f in filters)]
     stats = BatchStats(
         num_requests=len(expanded),
@@ -77,7 +89,41 @@ async def generate_batch(
         num_samples=len(samples),
         num_filtered_out=len(built) - len(samples),
         num_snapshots=sum(1 for s in samples if s.meta.get("is_snapshot")),
+        num_drift_splits=sum(1 for s in samples if s.meta.get("drift_split")),
         num_truncated_episodes=sum(1 for r in ok if r.meta.get("episode_truncated")),
         mean_reward=sum(r.total_reward for r in ok) / len(ok) if ok else 0.0,
+        num_build_failed=broken,
+        num_log_failures=sum(1 for r in rollouts if "log_error" in r.meta),
     )
     return BatchResult(samples=samples, rollouts=rollouts, stats=stats)
+
+
+def _build(
+    rollouts: Sequence[Rollout],
+    credit_assigner: CreditAssigner,
+    mode: SampleMode,
+    snapshot_policy: SnapshotPolicy,
+    retokenizer: Retokenizer | None,
+) -> tuple[list[SAWItem], int]:
+    """Weight and build samples rollout by rollout; a rollout that fails to build is marked
+    failed in place. Returns the samples and how many rollouts failed."""
+    weights = credit_assigner.assign(rollouts)
+    samples: list[SAWItem] = []
+    broken = 0
+    for rollout in rollouts:
+        try:
+            samples += build_samples(
+                [rollout],
+                weights,
+                mode=mode,
+                snapshot_policy=snapshot_policy,
+                retokenizer=retokenizer,
+            )
+        except Exception as e:
+            broken += 1
+            message = f"building samples failed: {type(e).__name__}: {e}"
+            logger.warning("rollout %s: %s", rollout.id, message)
+            rollout.meta.update(
+                error=message, error_type=type(e).__name__, error_phase="build_samples"
+            )
+    return samples, broken

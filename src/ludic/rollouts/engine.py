@@ -17,8 +17,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from ludic._aio import maybe_await
-from ludic.envs.base import LudicEnv
+from ludic.envs.base import EnvCloseError, LudicEnv, close_env
 from ludic.interaction.base import InteractionProtocol
 from ludic.rollouts.requests import RolloutRequest
 from ludic.rollouts.rollout_log import append_rollouts_jsonl
@@ -38,12 +37,19 @@ class RolloutEngine:
     - `concurrency`: episodes in flight at once. `episode_timeout_s`: wall-clock limit per
       episode (None: no limit).
     - `jsonl_log`: append every rollout (failed ones included) to this file as episodes finish.
+      A rollout that cannot be written is logged and gets `meta["log_error"]`; never raised.
     - `progress`: show a progress bar (tqdm) over episodes.
 
     Rollout meta gets the request's `meta`, then the protocol's own keys, then `request_id`,
     `group_id`, `env_seed`, `sampling_seed`, `env_name`, `protocol_name`. A failed episode
-    (a factory, the env, the client or the protocol raised, or it timed out) becomes one rollout
-    with no steps and `meta["error"]`, `meta["error_type"]`, `meta["error_phase"]`.
+    (a factory, the env, the client, the parser or the protocol raised, it timed out, it
+    raised CancelledError without the batch being cancelled, or `env.close()` raised or
+    outlasted the env's `close_timeout_s`) becomes one rollout with no steps and
+    `meta["error"]`, `meta["error_type"]`, `meta["error_phase"]` ("env_factory",
+    "protocol_factory", "run", "timeout" or "close"). Only cancelling `run` itself cancels.
+    Synchronous env methods run on worker threads, so the timeout bounds them too (see
+    `LudicEnv`); the engine closes every env it built (after the protocol, which may already
+    have), outside the episode timeout.
     """
 
     def __init__(
@@ -80,7 +86,7 @@ class RolloutEngine:
                 async with semaphore:
                     rollouts = await self._run_episode(request)
                 if self.jsonl_log is not None:
-                    append_rollouts_jsonl(self.jsonl_log, rollouts)
+                    self._log(rollouts)
                 bar.update(1)
                 return rollouts
 
@@ -103,12 +109,30 @@ class RolloutEngine:
 
     async def _run_episode(self, request: RolloutRequest) -> list[Rollout]:
         started = time.perf_counter()
+        built: list[LudicEnv] = []
+        try:
+            rollouts = await self._guarded_episode(request, built)
+        finally:  # a cancelled batch still closes its envs
+            close_error = await _close_env(built[0] if built else None)
+        if close_error is not None and not any(r.failed for r in rollouts):
+            logger.warning("episode %s failed (close): %s", request.request_id, close_error)
+            rollouts = [_failed_rollout("EnvCloseError", close_error, "close")]
+        elapsed = time.perf_counter() - started
+        for rollout in rollouts:
+            _stamp(rollout, request, elapsed_s=elapsed, close_error=close_error)
+        return rollouts
+
+    async def _guarded_episode(
+        self, request: RolloutRequest, built: list[LudicEnv]
+    ) -> list[Rollout]:
+        """The episode's rollouts, or one failed rollout saying why; only a cancellation of
+        the batch itself propagates."""
         phase = "env_factory"
-        env: LudicEnv | None = None
         deadline: asyncio.Timeout | None = None
         try:
             async with asyncio.timeout(self.episode_timeout_s) as deadline:
                 env = self.env_registry[request.env.name](**request.env.kwargs)
+                built.append(env)
                 phase = "protocol_factory"
                 protocol = self.protocol_registry[request.protocol.name](**request.protocol.kwargs)
                 phase = "run"
@@ -120,23 +144,49 @@ class RolloutEngine:
                         f"protocol {request.protocol.name!r} returned no rollouts; a protocol "
                         "returns at least one Rollout per episode"
                     )
+                return rollouts
+        except asyncio.CancelledError as e:
+            if _batch_cancelled():
+                raise
+            error_type, message = (
+                "CancelledError",
+                (
+                    f"the episode raised CancelledError ({e!r}) although the batch was not "
+                    "cancelled: something it awaited was cancelled"
+                ),
+            )
         except Exception as e:
+            error_type, message = type(e).__name__, str(e) or repr(e)
             if isinstance(e, TimeoutError) and deadline is not None and deadline.expired():
-                error_type, message = (
-                    "TimeoutError",
-                    (f"episode exceeded episode_timeout_s={self.episode_timeout_s}"),
-                )
-                phase = "timeout"
-            else:
-                error_type, message = type(e).__name__, str(e) or repr(e)
-            logger.warning("episode %s failed (%s): %s", request.request_id, phase, message)
-            rollouts = [_failed_rollout(error_type, message, phase)]
-        finally:
-            close_error = await _close_env(env)
-        elapsed = time.perf_counter() - started
+                error_type, phase = "TimeoutError", "timeout"
+                message = f"episode exceeded episode_timeout_s={self.episode_timeout_s}"
+            elif isinstance(e, EnvCloseError):
+                phase = "close"
+        logger.warning("episode %s failed (%s): %s", request.request_id, phase, message)
+        return [_failed_rollout(error_type, message, phase)]
+
+    def _log(self, rollouts: Sequence[Rollout]) -> None:
+        """Append to `jsonl_log`; a rollout that cannot be written gets `meta["log_error"]`
+        (counted in `BatchStats.num_log_failures`) and the batch goes on."""
+        assert self.jsonl_log is not None
         for rollout in rollouts:
-            _stamp(rollout, request, elapsed_s=elapsed, close_error=close_error)
-        return rollouts
+            try:
+                append_rollouts_jsonl(self.jsonl_log, [rollout])
+            except Exception as e:
+                logger.error(
+                    "could not write rollout %s to jsonl_log %s: %s: %s",
+                    rollout.id,
+                    self.jsonl_log,
+                    type(e).__name__,
+                    e,
+                )
+                rollout.meta["log_error"] = f"{type(e).__name__}: {e}"
+
+
+def _batch_cancelled() -> bool:
+    """True when the running task itself is being cancelled (not merely something it awaited)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _failed_rollout(error_type: str, message: str, phase: str) -> Rollout:
@@ -144,16 +194,15 @@ def _failed_rollout(error_type: str, message: str, phase: str) -> Rollout:
 
 
 async def _close_env(env: LudicEnv | None) -> str | None:
-    """Close the env; a close error is reported in meta, never raised (the episode is done)."""
+    """Close the env (bounded by its `close_timeout_s`; a no-op when the protocol closed it);
+    the error message, or None. Never raises but for a cancellation of the batch."""
     if env is None:
         return None
-    # `close` may be async in a subclass although the base declares it sync.
-    close: Callable[[], object] = env.close
     try:
-        await maybe_await(close())
-    except Exception as e:
-        logger.warning("env.close() raised %r", e)
-        return f"{type(e).__name__}: {e}"
+        await close_env(env)
+    except EnvCloseError as e:
+        logger.warning("%s", e)
+        return str(e)
     return None
 
 

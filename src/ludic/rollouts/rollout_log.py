@@ -2,6 +2,9 @@
 
 Deliberately plain: no compression, no schema versioning, no pickling (files may come from
 elsewhere). A truncated last line (a run killed mid-write) is reported, never silently skipped.
+Files are valid UTF-8: text is written as is, except a record holding a lone surrogate (code
+point U+D800 to U+DFFF, which model replies and env text can contain): that line is written
+with ASCII JSON escapes, which read back to the same string.
 """
 
 from __future__ import annotations
@@ -15,9 +18,15 @@ from ludic.types import Rollout
 
 
 def rollout_to_line(rollout: Rollout) -> str:
-    """One JSON line (with trailing newline) for `rollout`."""
+    """One JSON line (with trailing newline) for `rollout`, always encodable as UTF-8."""
+    record = rollout.to_dict()
     try:
-        return json.dumps(rollout.to_dict(), ensure_ascii=False) + "\n"
+        line = json.dumps(record, ensure_ascii=False)
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: escape it (lossless), keep the file UTF-8
+            line = json.dumps(record, ensure_ascii=True)
+        return line + "\n"
     except (TypeError, ValueError) as e:
         raise TypeError(
             f"rollout {rollout.id} is not JSON-serialisable ({e}); keep step info and rollout "
@@ -35,11 +44,15 @@ def write_rollouts_jsonl(rollouts: Iterable[Rollout], stream: IO[str]) -> int:
 
 
 def append_rollouts_jsonl(path: str | Path, rollouts: Iterable[Rollout]) -> int:
-    """Append rollouts to the file at `path` (created with its parent folders if needed)."""
+    """Append rollouts to the file at `path` (created with its parent folders if needed). Every
+    line is serialised before the file is touched, so a rollout that cannot be serialised
+    leaves the file as it was."""
+    lines = [rollout_to_line(r) for r in rollouts]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
-        return write_rollouts_jsonl(rollouts, f)
+        f.write("".join(lines))
+    return len(lines)
 
 
 def iter_rollouts_jsonl(path: str | Path) -> Iterator[Rollout]:
