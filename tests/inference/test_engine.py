@@ -247,10 +247,12 @@ async def test_length_is_capped_by_the_context(engine: EmbeddedEngine) -> None:
     model, tokenizer = engine.model, engine.tokenizer
     with EmbeddedEngine(model, tokenizer, config=EngineConfig(max_model_len=40)) as small:
         ids = tokenizer.encode("<|im_start|>user\n" + "1 " * 15)
-        r = await small.complete(req(prompt_ids=ids, max_tokens=100, seed=0))
+        r = await small.complete(req(prompt_ids=ids, max_tokens=40, seed=0))
         assert r.finish_reason == "length" and len(ids) + len(r.completion_token_ids) == 40
         with pytest.raises(ValueError, match="context is 40"):
             await small.complete(req(prompt_ids=[5] * 40))
+        with pytest.raises(ValueError, match="max_tokens=41 exceeds the model's context of 40"):
+            await small.complete(req(prompt_ids=ids, max_tokens=41))
 
 
 @pytest.mark.parametrize(

@@ -363,11 +363,10 @@ def test_a_step_failing_mid_stream_ends_it_with_an_error_event() -> None:
 
     model, tokenizer = load_tiny_model()
     with EmbeddedEngine(model, tokenizer) as engine:
-        real_step, steps = engine._batch.step, []
+        real_step = engine._batch.step
 
-        def failing_step() -> list[Any]:
-            steps.append(1)
-            if len(steps) == 4:
+        def failing_step() -> list[Any]:  # fails the request, in a batch or alone, at 3 tokens
+            if any(len(row.completion_ids) >= 3 for row in engine._batch.rows):
                 raise RuntimeError("simulated out of memory")
             return real_step()
 

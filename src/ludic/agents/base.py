@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ludic._aio import run_in_worker
-from ludic.context.base import ContextStrategy
+from ludic.context.base import CONTEXT_VERSION_KEY, ContextStrategy
 from ludic.context.full_dialog import FullDialog
 from ludic.inference.client import ChatClient, ChatRequest, ChatResponse
 from ludic.inference.sampling import SamplingConfig
@@ -90,6 +90,7 @@ class Agent:
         self.incomplete_penalty = incomplete_penalty
         self._calls = 0
         self._step_index = 0
+        self._prompt_version = 0  # the context's history version when the prompt was built
 
     # ---- episode hooks (called by protocols) -------------------------------------------
     def reset(self, system_prompt: str | None = None) -> None:
@@ -182,6 +183,7 @@ class Agent:
         cfg = cfg.with_seed(derive_call_seed(cfg.seed, self._calls))
         self._calls += 1
         prompt = self.context.on_before_act()
+        self._prompt_version = self.context.history_version
         response = await self.client.complete(
             ChatRequest(messages=prompt, sampling=cfg, tools=tools or None)
         )
@@ -202,6 +204,7 @@ class Agent:
         tool_results: Sequence[ToolResult] = (),
     ) -> AgentStep:
         merged: Info = {**response.to_info(), **(step_info or {}), **(info or {})}
+        merged[CONTEXT_VERSION_KEY] = self._prompt_version  # snapshots are cut where it changes
         step = AgentStep(
             index=self._step_index,
             turn_id=turn_id,

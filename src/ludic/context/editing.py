@@ -4,9 +4,10 @@ The history (`messages`) stays complete and append-only: a message's index there
 id. The prompt is a view over it: deleted ids are left out and a summary stands where the
 messages it replaces stood. Non-assistant messages are shown with an id tag (`[#3] ...`) so the
 model can name them; assistant messages are never tagged, so a prompt without edits still
-extends the previous call's tokens. An edit breaks that prefix property on purpose: the sample
-builder closes the sequence so far as a snapshot. Every edit is logged as a `ContextEdit` for
-the agent to put in step info. It does not choose what to delete and counts no tokens.
+extends the previous call's tokens. An edit breaks that prefix property on purpose and is
+marked (`mark_rewrite`): the sample builder closes the sequence so far as a snapshot. Every
+edit is logged as a `ContextEdit` for the agent to put in step info. It does not choose what
+to delete and counts no tokens.
 """
 
 from __future__ import annotations
@@ -149,6 +150,7 @@ class EditableContext(ContextStrategy):
         )
         self._edits.append(edit)
         self._pending.append(edit)
+        self.mark_rewrite()
         return edit
 
     def _expand(self, requested: tuple[int, ...]) -> tuple[int, ...]:

@@ -21,7 +21,8 @@ class LatestObservationContext(ContextStrategy):
     A parse-failure feedback step (`info["synthetic"]` or `info["parse_error"]`, set by the
     protocols) is not a new observation: the prompt keeps the observation, shows the failed
     reply with its feedback (earlier failures are dropped) and the agent tries again. Prompts
-    are not append-only across turns, so each turn becomes its own training sample.
+    are not append-only across turns: each dropped turn is marked as a rewrite, so in episode
+    mode each turn becomes its own snapshot sample.
     """
 
     def __init__(self, system_prompt: str | None = None) -> None:
@@ -42,6 +43,8 @@ class LatestObservationContext(ContextStrategy):
         if next_obs is None:
             return
         if info.get("synthetic") or info.get("parse_error"):
+            if self._tail != self._turn_start:  # an earlier failed reply leaves the prompt
+                self.mark_rewrite()
             self._tail = self._turn_start  # show only the latest failed turn and its feedback
             self._messages.append({"role": "user", "content": next_obs})
             self._turn_start = len(self._messages)
@@ -55,6 +58,8 @@ class LatestObservationContext(ContextStrategy):
         return prompt + [dict(m) for m in self._messages[self._tail :]]
 
     def _new_observation(self, obs: str) -> None:
+        if self._obs is not None:  # the previous observation and its turn leave the prompt
+            self.mark_rewrite()
         self._messages.append({"role": "user", "content": obs})
         self._obs = len(self._messages) - 1
         self._tail = self._turn_start = len(self._messages)

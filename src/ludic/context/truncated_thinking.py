@@ -2,7 +2,8 @@
 history.
 
 The prompt is no longer append-only across turns (an earlier assistant message changes once
-a later turn starts), which the sample builder handles by closing the sequence as a snapshot.
+a later turn starts); each call that hides a block marks a rewrite, which the sample builder
+handles by closing the sequence as a snapshot.
 Within a turn (a tool loop) the prompt stays append-only. It does not summarise the thinking it
 removes.
 """
@@ -40,15 +41,27 @@ class TruncatedThinkingContext(ContextStrategy):
         self.placeholder = placeholder
         self.keep_last = keep_last
         self.open_tag, self.close_tag = open_tag, close_tag
+        self._stripped: set[int] = set()  # history indices whose thinking the prompt hides
+
+    def reset(self, system_prompt: str | None = None) -> None:
+        super().reset(system_prompt)
+        self._stripped = set()
 
     def on_before_act(self) -> list[Message]:
         messages = self.messages
         turn_start = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=0)
         earlier = [i for i, m in enumerate(messages[:turn_start]) if m.get("role") == "assistant"]
+        newly_hidden = False
         for i in earlier[: max(len(earlier) - self.keep_last, 0)]:
             content = messages[i].get("content")
             if isinstance(content, str):
-                messages[i]["content"] = self._without_thinking(content)
+                stripped = self._without_thinking(content)
+                if stripped != content and i not in self._stripped:
+                    self._stripped.add(i)
+                    newly_hidden = True
+                messages[i]["content"] = stripped
+        if newly_hidden:  # a message the model saw (or wrote) whole is now shown stripped
+            self.mark_rewrite()
         return messages
 
     def _without_thinking(self, content: str) -> str:

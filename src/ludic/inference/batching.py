@@ -5,9 +5,11 @@ left-padding the shorter KV cache; every step samples one token for every row, r
 rows and trims padding columns no row needs any more. Position ids are per row, so padding never
 changes a row's numerics beyond float noise. A prompt extending a finished sequence reuses its
 KV (`ludic.inference.prefix_cache`) and prefills only the new suffix; identical prompts admitted
-together (a GRPO group) are prefilled once. It supports full-attention models whose cache
-layers are plain `DynamicLayer`s (Llama, Qwen2/3, Mistral without sliding window); no paged
-attention or speculative decoding.
+together (a GRPO group) are prefilled once. After a failed step, `step_alone` decodes one row
+by itself (re-prefilled from its prompt and completion so far, with the uniform the failed step
+drew for it), so the engine can tell which request failed. It supports full-attention models
+whose cache layers are plain `DynamicLayer`s (Llama, Qwen2/3, Mistral without sliding window);
+no paged attention or speculative decoding.
 
 Legend: B rows, T cached positions, V vocabulary.
 """
@@ -15,6 +17,7 @@ Legend: B rows, T cached positions, V vocabulary.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -61,6 +64,10 @@ class DecodeBatch:
         self._mask_BT = torch.zeros(0, 0, dtype=torch.long)
         self._positions_B = torch.zeros(0, dtype=torch.long)
         self._logits_BV = torch.zeros(0, 0)
+        # The last step's rows, their positions then and the uniforms drawn for them: a row
+        # whose step failed before recording its token gets that uniform again (`step_alone`).
+        self._drawn: tuple[list[SequenceState], torch.Tensor, torch.Tensor] | None = None
+        self._replay_B: torch.Tensor | None = None
 
     @property
     def device(self) -> torch.device:
@@ -76,12 +83,12 @@ class DecodeBatch:
         Prompts extending a cached finished sequence prefill only their new suffix. Prompts are
         grouped by (suffix) length so that padding stays under a quarter of each prefill.
         """
-        found = {id(s): self.prefix_cache.lookup(s.prompt_ids) for s in new}
+        found = {id(s): self.prefix_cache.lookup(s.context_ids) for s in new}
         misses = [s for s in new if found[id(s)] is None]
         hits = [s for s in new if found[id(s)] is not None]
-        for group in _length_groups(misses, lambda s: len(s.prompt_ids)):
+        for group in _length_groups(misses, lambda s: len(s.context_ids)):
             self._prefill(group, [None] * len(group))
-        for group in _length_groups(hits, lambda s: len(s.prompt_ids) - len(found[id(s)].ids)):  # type: ignore[union-attr]
+        for group in _length_groups(hits, lambda s: len(s.context_ids) - len(found[id(s)].ids)):  # type: ignore[union-attr]
             self._prefill(group, [found[id(s)] for s in group])
 
     def _prefill(self, new: list[SequenceState], prefixes: list[CachedPrefix | None]) -> None:
@@ -91,7 +98,7 @@ class DecodeBatch:
         distinct: list[int] = []  # index in `new` of each distinct prompt's first request
         rows: list[int] = []
         for i, seq in enumerate(new):
-            row = row_of.setdefault(tuple(seq.prompt_ids), len(distinct))
+            row = row_of.setdefault(tuple(seq.context_ids), len(distinct))
             if row == len(distinct):
                 distinct.append(i)
             rows.append(row)
@@ -110,7 +117,7 @@ class DecodeBatch:
         """Run the prompts (left-padded, after their cached prefixes): their cache, key mask
         and next-token logits."""
         cached = [0 if p is None else len(p.ids) for p in prefixes]
-        suffixes = [s.prompt_ids[n:] for s, n in zip(new, cached, strict=True)]
+        suffixes = [s.context_ids[n:] for s, n in zip(new, cached, strict=True)]
         width_prefix, width_suffix = max(cached), max(map(len, suffixes))
         ids_BS = torch.zeros(len(new), width_suffix, dtype=torch.long)
         mask_BT = torch.zeros(len(new), width_prefix + width_suffix, dtype=torch.long)
@@ -191,7 +198,10 @@ class DecodeBatch:
                 self.device,
             )
         logprobs_BV = self._knobs.logprobs(self._logits_BV)
-        uniforms_B = draw_uniforms([s.generator for s in rows])
+        uniforms_B = self._replay_B
+        if uniforms_B is None:
+            uniforms_B = draw_uniforms([s.generator for s in rows])
+        self._drawn = (rows, self._positions_B, uniforms_B)
         tokens_B = sample_tokens(logprobs_BV, uniforms_B, self._knobs.greedy_B)
         if self.logprobs_mode == "raw":
             logprobs_BV = torch.log_softmax(self._logits_BV.float(), dim=-1)
@@ -208,6 +218,50 @@ class DecodeBatch:
             value = 0.0 if is_forced and self.logprobs_mode == "processed" else logprob
             seq.append(token, value, forced=is_forced, codec=self.codec)
         return tokens_B
+
+    def unused_uniforms(self) -> dict[SequenceState, float]:
+        """After a failed step: the uniform drawn for each row that did not record its token."""
+        if self._drawn is None:
+            return {}
+        rows, positions_B, uniforms_B = self._drawn
+        return {
+            seq: u
+            for seq, p, u in zip(rows, positions_B.tolist(), uniforms_B.tolist(), strict=True)
+            if len(seq.prompt_ids) + len(seq.completion_ids) == p  # no token since the draw
+        }
+
+    def step_alone(self, seq: SequenceState, uniform: float | None = None) -> bool:
+        """Admit `seq` (prompt and completion so far) and decode one step for it alone, drawing
+        `uniform` if given, then merge it into the batch. True if it finished. When it raises,
+        the batch is as it was and `seq` is left out."""
+        outer = self._state()
+        self.reset()
+        try:
+            self.admit([seq])
+            if uniform is not None:
+                self._replay_B = torch.tensor([uniform], dtype=torch.float64)
+            finished = self.step()
+        except BaseException:
+            self._restore(outer)
+            raise
+        finally:
+            self._replay_B = None
+        alone = self._state()
+        self._restore(outer)
+        if alone.rows:
+            assert alone.cache is not None
+            self._merge(alone.cache, alone.mask_BT, alone.logits_BV, alone.rows)
+        return bool(finished)
+
+    def _state(self) -> _BatchState:
+        return _BatchState(
+            self.rows, self._knobs, self._cache, self._mask_BT, self._positions_B, self._logits_BV
+        )
+
+    def _restore(self, state: _BatchState) -> None:
+        self.rows, self._knobs, self._cache = state.rows, state.knobs, state.cache
+        self._mask_BT, self._positions_B = state.mask_BT, state.positions_B
+        self._logits_BV = state.logits_BV
 
     def _remember(self, rows: list[int]) -> None:
         """Keep finished rows' KV (prompt + all but the last completion token) for reuse."""
@@ -269,11 +323,21 @@ class DecodeBatch:
         """Drop every row and the cache; returns the rows that were dropped."""
         rows = self.rows
         self._set_rows([])
+        self._drawn = None
         self._cache = None
         self._mask_BT = torch.zeros(0, 0, dtype=torch.long, device=self.device)
         self._positions_B = torch.zeros(0, dtype=torch.long, device=self.device)
         self._logits_BV = torch.zeros(0, 0, device=self.device)
         return rows
+
+
+class _BatchState(NamedTuple):
+    rows: list[SequenceState]
+    knobs: RowKnobs | None
+    cache: DynamicCache | None
+    mask_BT: torch.Tensor
+    positions_B: torch.Tensor
+    logits_BV: torch.Tensor
 
 
 def _length_groups(

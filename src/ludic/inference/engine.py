@@ -7,6 +7,10 @@ request's tools), the sampled ids, their behaviour logprobs and the policy versi
 updates and logprob probes run on the same thread between steps; the next turn of an episode
 reuses the KV of the turn before (prefix reuse, cleared on weight updates).
 
+Requests are validated and tokenized on the engine's admission threads, never on the caller's
+event loop. A failed batched step fails only the requests that fail when retried alone (each
+live request is re-prefilled and stepped by itself); the others continue.
+
 transformers' own continuous batching (`generate_batch` / `init_continuous_batching`) was
 evaluated and not used: it samples every request from one global RNG, so per-request seeds are
 not reproducible, and it has no per-request stop strings or max_think. `stream()` yields a
@@ -17,11 +21,14 @@ loads weights from a hub.
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import os
 import secrets
 import threading
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -37,6 +44,8 @@ from ludic.inference.token_sampling import LogprobsMode
 from ludic.inference.weights import copy_weights_
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
+_ADMISSION_THREADS = 4
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -149,6 +158,7 @@ class EmbeddedEngine:
         self._last_error: str | None = None
         self._cancelled = 0
         self._live: dict[SequenceState, None] = {}  # taken from the queue, not yet resolved
+        self._admission = ThreadPoolExecutor(_ADMISSION_THREADS, thread_name_prefix="ludic-admit")
         self._thread = threading.Thread(target=self._run, name="ludic-engine", daemon=True)
         self._thread.start()
 
@@ -179,7 +189,7 @@ class EmbeddedEngine:
         def on_done(seq: SequenceState) -> None:
             _call_soon(loop, seq, _resolve, future, seq)
 
-        seq = self._submit(request, on_done=on_done)
+        seq = self._enqueue(await self._build_off_loop(request, on_done=on_done))
         try:
             return await future
         except asyncio.CancelledError:
@@ -192,18 +202,26 @@ class EmbeddedEngine:
         last delta carries the same `ChatResponse` that `complete` returns. `aclose()` on the
         stream before its end cancels the request."""
         stream = CompletionStream(asyncio.get_running_loop())
-        seq = self._submit(request, on_done=stream.on_done, on_token=stream.on_token)
-        stream._follow(seq)
+        seq = self._build(request, on_done=stream.on_done, on_token=stream.on_token)
+        stream._follow(self._enqueue(seq))
         return stream
 
-    def _submit(
+    async def open_stream(self, request: ChatRequest) -> CompletionStream:
+        """`stream`, with the request validated and tokenized off the event loop (a long prompt
+        does not stall the loop); what the server uses."""
+        stream = CompletionStream(asyncio.get_running_loop())
+        seq = await self._build_off_loop(request, on_done=stream.on_done, on_token=stream.on_token)
+        stream._follow(self._enqueue(seq))
+        return stream
+
+    def _build(
         self,
         request: ChatRequest,
         *,
         on_done: Callable[[SequenceState], None],
         on_token: Callable[[SequenceState], None] | None = None,
     ) -> SequenceState:
-        seq = build_sequence(
+        return build_sequence(
             request,
             tokenizer=self.tokenizer,
             eos_ids=self.eos_ids,
@@ -213,6 +231,23 @@ class EmbeddedEngine:
             on_done=on_done,
             on_token=on_token,
         )
+
+    async def _build_off_loop(
+        self,
+        request: ChatRequest,
+        *,
+        on_done: Callable[[SequenceState], None],
+        on_token: Callable[[SequenceState], None] | None = None,
+    ) -> SequenceState:
+        build = functools.partial(self._build, request, on_done=on_done, on_token=on_token)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._admission, build)
+        except RuntimeError as e:
+            if self._closed:  # the admission threads stopped with the engine
+                raise RuntimeError("EmbeddedEngine is closed") from e
+            raise
+
+    def _enqueue(self, seq: SequenceState) -> SequenceState:
         with self._cv:
             if self._closed:
                 raise RuntimeError("EmbeddedEngine is closed")
@@ -264,6 +299,11 @@ class EmbeddedEngine:
 
     def logprobs(self, token_ids: Sequence[int]) -> list[float]:
         """Raw model logprobs of `token_ids[1:]` given their prefixes (a weight-sync probe)."""
+        if len(token_ids) > self.max_model_len:
+            raise ValueError(
+                f"logprobs() takes at most {self.max_model_len} token ids (the model's context), "
+                f"got {len(token_ids)}"
+            )
         ids = [int(t) for t in token_ids]
         if len(ids) < 2:
             raise ValueError("logprobs() needs at least 2 token ids (a prefix and a target)")
@@ -296,6 +336,7 @@ class EmbeddedEngine:
         with self._cv:
             self._closed = True
             self._cv.notify()
+        self._admission.shutdown(wait=False, cancel_futures=True)
         self._thread.join(timeout=30)
 
     def __enter__(self) -> EmbeddedEngine:
@@ -335,16 +376,30 @@ class EmbeddedEngine:
                     seq.policy_version = self._version
                 self._batch.admit(new)
                 finished = self._batch.step()
-            except Exception as e:  # a failed step fails its requests, not the engine
+            except Exception as e:  # a failed step fails the requests that caused it
                 self._last_error = f"{type(e).__name__}: {e}"
-                self._batch.reset()
-                finished = list(self._live)  # rows that finished in this step are answered too
-                for seq in finished:
-                    if seq.finish_reason is None:
-                        seq.error = RuntimeError(f"generation failed: {self._last_error}")
+                logger.warning("a batched step failed (%s); retrying each request alone", e)
+                finished = self._isolate()
             for seq in finished:
                 self._answer(seq)
         self._fail_remaining()
+
+    def _isolate(self) -> list[SequenceState]:
+        """After a failed admission or step: step each live request alone (re-prefilled from
+        its prompt and completion so far). One that fails alone fails with its own error; the
+        others rejoin the batch one token further. Returns the requests to answer."""
+        unused = self._batch.unused_uniforms()
+        self._batch.reset()
+        finished: list[SequenceState] = []
+        for seq in list(self._live):
+            if not seq.done:
+                try:
+                    if not self._batch.step_alone(seq, unused.get(seq)):
+                        continue
+                except Exception as e:
+                    seq.error = RuntimeError(f"generation failed: {type(e).__name__}: {e}")
+            finished.append(seq)  # including rows that finished in the failed step
+        return finished
 
     def _answer(self, seq: SequenceState) -> None:
         self._live.pop(seq, None)

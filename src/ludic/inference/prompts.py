@@ -2,22 +2,34 @@
 
 The chat template is rendered once to text (with the request's tools) and tokenized without
 adding special tokens, as vLLM does; token-in requests use their ids verbatim. Sampling extras
-the engine does not implement are refused rather than silently ignored.
+the engine does not implement are refused rather than silently ignored. `build_sequence` is the
+one admission check both the in-process and the HTTP path go through: every length within the
+context, ids within the vocabulary, stop rules bounded (the field ranges are `SamplingConfig`'s),
+so a request that passes cannot fail the batch it joins. It does not tokenize cheaply: callers
+run it off the event loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from ludic.inference.client import ChatRequest
+from ludic.inference.sampling import SamplingConfig
 from ludic.inference.sequence import SequenceState
 from ludic.types import Message
 
 SUPPORTED_EXTRAS = ("stop_token_ids", "ignore_eos", "chat_template_kwargs")
+MAX_STOP_STRINGS = 64
+MAX_STOP_CHARS = 512  # each stop string's tail is decoded at every step
+MAX_STOP_TOKEN_IDS = 1024
+# Arguments the engine sets itself; `chat_template` would run a client's own Jinja template.
+RESERVED_TEMPLATE_KWARGS = frozenset(
+    {"chat_template", "conversation", "tools", "add_generation_prompt", "tokenize"}
+)
 
 
 def render_prompt_ids(
@@ -55,30 +67,22 @@ def build_sequence(
 ) -> SequenceState:
     """Validate `request` and build its engine state; raises ValueError naming the problem."""
     cfg = request.sampling
-    unknown = sorted(set(cfg.extras) - set(SUPPORTED_EXTRAS))
-    if unknown:
-        raise ValueError(
-            f"the embedded engine does not support sampling extras {unknown}; "
-            f"supported extras: {list(SUPPORTED_EXTRAS)}"
-        )
-    vocab = vocab_size
-    if cfg.max_think is not None and cfg.max_think < 1:
-        raise ValueError(f"max_think must be >= 1 (or None for no cap), got {cfg.max_think}")
+    _check_limits(cfg, max_model_len)
     if request.prompt_token_ids is not None:
-        prompt_ids = _checked_ids(request.prompt_token_ids, vocab, "prompt_token_ids")
+        given = request.prompt_token_ids
+        if isinstance(given, Sized) and len(given) >= max_model_len:  # before reading each id
+            raise _too_long(len(given), max_model_len)
+        prompt_ids = _checked_ids(request.prompt_token_ids, vocab_size, "prompt_token_ids")
     else:
         prompt_ids = render_prompt_ids(
             tokenizer, request.messages, request.tools, cfg.extras.get("chat_template_kwargs")
         )
     room = max_model_len - len(prompt_ids)
     if room <= 0:
-        raise ValueError(
-            f"the prompt has {len(prompt_ids)} tokens but the model's context is {max_model_len} "
-            "tokens; shorten the conversation (or raise EngineConfig.max_model_len)"
-        )
+        raise _too_long(len(prompt_ids), max_model_len)
     stop_token_ids = frozenset(
         _checked_ids(
-            cfg.extras.get("stop_token_ids", ()), vocab, "stop_token_ids", allow_empty=True
+            cfg.extras.get("stop_token_ids", ()), vocab_size, "stop_token_ids", allow_empty=True
         )
     )
     return SequenceState(
@@ -97,11 +101,50 @@ def build_sequence(
     )
 
 
+def _check_limits(cfg: SamplingConfig, max_model_len: int) -> None:
+    """What the engine needs beyond `SamplingConfig`'s own ranges."""
+    unknown = sorted(set(cfg.extras) - set(SUPPORTED_EXTRAS))
+    if unknown:
+        raise ValueError(
+            f"the embedded engine does not support sampling extras {unknown}; "
+            f"supported extras: {list(SUPPORTED_EXTRAS)}"
+        )
+    for name, value in (("max_tokens", cfg.max_tokens), ("max_think", cfg.max_think)):
+        if value is not None and value > max_model_len:
+            raise ValueError(
+                f"{name}={value} exceeds the model's context of {max_model_len} tokens"
+            )
+    if len(cfg.stop) > MAX_STOP_STRINGS:
+        raise ValueError(f"stop holds {len(cfg.stop)} strings; at most {MAX_STOP_STRINGS}")
+    if any(len(s) > MAX_STOP_CHARS for s in cfg.stop):
+        raise ValueError(f"stop strings must be at most {MAX_STOP_CHARS} characters long")
+    stop_ids = cfg.extras.get("stop_token_ids", ())
+    if isinstance(stop_ids, Sized) and len(stop_ids) > MAX_STOP_TOKEN_IDS:
+        raise ValueError(f"stop_token_ids holds {len(stop_ids)} ids; at most {MAX_STOP_TOKEN_IDS}")
+    if not isinstance(cfg.extras.get("ignore_eos", False), bool):
+        raise ValueError(f"ignore_eos must be true or false, got {cfg.extras['ignore_eos']!r}")
+    template_kwargs = cfg.extras.get("chat_template_kwargs") or {}
+    if not isinstance(template_kwargs, Mapping):
+        raise ValueError(f"chat_template_kwargs must be an object, got {template_kwargs!r}")
+    reserved = sorted(RESERVED_TEMPLATE_KWARGS & set(template_kwargs))
+    if reserved:
+        raise ValueError(f"chat_template_kwargs may not set {reserved}: the engine sets them")
+
+
+def _too_long(n: int, max_model_len: int) -> ValueError:
+    return ValueError(
+        f"the prompt has {n} tokens but the model's context is {max_model_len} "
+        "tokens; shorten the conversation (or raise EngineConfig.max_model_len)"
+    )
+
+
 def _checked_ids(
     ids: Sequence[int], vocab: int, what: str, *, allow_empty: bool = False
 ) -> list[int]:
     if isinstance(ids, str | bytes):
         raise ValueError(f"{what} must be a list of token ids, got a string")
+    if not isinstance(ids, Sequence):
+        raise ValueError(f"{what} must be a list of token ids, got {type(ids).__name__}")
     out: list[int] = []
     for t in ids:
         if isinstance(t, bool) or not isinstance(t, int):

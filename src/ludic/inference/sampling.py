@@ -6,13 +6,20 @@ or that map cleanly onto their extra-body fields.
 
 from __future__ import annotations
 
+import math
+import numbers
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+INT64_MAX = 2**63 - 1
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # what a torch.Generator accepts
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SamplingConfig:
-    """How to sample one completion.
+    """How to sample one completion. Every field is range-checked here (ValueError naming it), so
+    a bad value fails the request that carries it, never a batch it would have joined.
 
     `max_think` caps the tokens spent inside an open `<think>` block (the backend closes the
     block if it is still open at the cap). `seed` makes sampling reproducible per request.
@@ -28,15 +35,24 @@ class SamplingConfig:
     extras: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ValueError(f"SamplingConfig.temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"SamplingConfig.top_p must be in (0, 1], got {self.top_p}")
-        if self.max_tokens <= 0:
-            raise ValueError(f"SamplingConfig.max_tokens must be > 0, got {self.max_tokens}")
-        if self.top_k == 0 or self.top_k < -1:
-            raise ValueError(f"SamplingConfig.top_k must be -1 (off) or >= 1, got {self.top_k}")
-        object.__setattr__(self, "stop", tuple(self.stop))
+        object.__setattr__(self, "stop", _stop_strings(self.stop))
+        temperature = _real("temperature", self.temperature)
+        if not (math.isfinite(temperature) and temperature >= 0):
+            raise ValueError(
+                f"temperature must be a finite number >= 0 (0: greedy), got {temperature}"
+            )
+        top_p = _real("top_p", self.top_p)
+        if not 0 < top_p <= 1:  # NaN fails too
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+        _integer("max_tokens", self.max_tokens, 1, INT64_MAX)
+        if _integer("top_k", self.top_k, -1, INT64_MAX) == 0:
+            raise ValueError("top_k must be -1 (off) or >= 1, got 0")
+        if self.seed is not None:
+            _integer("seed", self.seed, SEED_MIN, SEED_MAX)
+        if self.max_think is not None:
+            _integer("max_think", self.max_think, 1, INT64_MAX, " (or None for no cap)")
+        if not isinstance(self.extras, dict):
+            raise ValueError(f"extras must be a dict, got {self.extras!r}")
 
     def with_seed(self, seed: int | None) -> SamplingConfig:
         return replace(self, seed=seed)
@@ -51,6 +67,28 @@ class SamplingConfig:
         d = dict(d)
         d["stop"] = tuple(d.get("stop", ()))
         return cls(**d)
+
+
+def _real(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    return float(value)
+
+
+def _integer(name: str, value: object, low: int, high: int, note: str = "") -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if not low <= int(value) <= high:
+        raise ValueError(f"{name} must be in [{low}, {high}]{note}, got {value}")
+    return int(value)
+
+
+def _stop_strings(stop: object) -> tuple[str, ...]:
+    if isinstance(stop, str) or not isinstance(stop, Sequence):
+        raise ValueError(f"stop must be a list of strings, got {stop!r}")
+    if not all(isinstance(s, str) for s in stop):
+        raise ValueError(f"stop must hold strings only, got {list(stop)!r}")
+    return tuple(stop)
 
 
 def resolve_sampling_args(cfg: SamplingConfig) -> dict[str, Any]:

@@ -76,13 +76,21 @@ class SequenceState:
     def done(self) -> bool:
         return self.finish_reason is not None or self.cancelled or self.error is not None
 
+    @property
+    def context_ids(self) -> list[int]:
+        """The ids to prefill: the prompt, and the completion so far when a request is admitted
+        again mid-generation (after a failed batch step)."""
+        return self.prompt_ids + self.completion_ids if self.completion_ids else self.prompt_ids
+
     def next_forced(self) -> int | None:
-        """The token the engine must emit next instead of sampling (max_think), if any."""
-        return self.forced_queue.pop(0) if self.forced_queue else None
+        """The token the engine must emit next instead of sampling (max_think), if any. It
+        stays queued until `append` records it, so a step that fails first loses nothing."""
+        return self.forced_queue[0] if self.forced_queue else None
 
     def append(self, token_id: int, logprob: float, *, forced: bool, codec: TextCodec) -> None:
         """Record one generated token and decide whether the sequence is finished."""
         if forced:
+            self.forced_queue.pop(0)
             self.forced_positions.append(len(self.completion_ids))
         self.completion_ids.append(token_id)
         self.logprobs.append(logprob)

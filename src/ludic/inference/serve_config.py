@@ -20,7 +20,10 @@ class ServeConfig:
     port: int = 8000
     """TCP port to listen on."""
     token: str | None = None
-    """Bearer token for the /ludic/ control endpoints; without one they are disabled."""
+    """Bearer token for the /ludic/ control endpoints (default: $LUDIC_SERVER_TOKEN, which `ps`
+    does not show); without one they are disabled."""
+    max_body_bytes: int = 8 * 2**20
+    """Largest request body accepted (413 beyond it); the weight upload is exempt."""
     served_model_name: str | None = None
     """Name reported by /v1/models and expected in requests (default: the directory name)."""
     dtype: str = "auto"

@@ -5,8 +5,10 @@ the engine's worker is not running), and bearer-token control endpoints under `/
 version, logprob probe, weight update from safetensors bytes, and the torch.distributed weight
 receiver `/ludic/weights/*` (`ludic.inference.weight_receiver`, driven by
 `ludic.distributed.BroadcastPolicyPublisher`). Both completion endpoints stream with
-`stream=true` (server-sent events, as vLLM and OpenAI send them). Binds 127.0.0.1 by default. It
-does not batch several choices per request or serve more than one model.
+`stream=true` (server-sent events, as vLLM and OpenAI send them). Binds 127.0.0.1 by default.
+Request bodies are capped (413 beyond `max_body_bytes`; the weight upload is exempt) and prompts
+are tokenized off the event loop, so one huge request cannot stall `/health` or other requests.
+It does not batch several choices per request or serve more than one model.
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -24,9 +25,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 from safetensors.torch import load as load_safetensors
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ludic.inference.auth import resolve_token, token_matches
 from ludic.inference.client import ChatRequest, ChatResponse
 from ludic.inference.engine import CompletionStream, EmbeddedEngine, EngineConfig
 from ludic.inference.openai_client import VERSION_HEADER
@@ -43,13 +46,21 @@ from ludic.inference.streaming import TextStream
 from ludic.inference.weight_receiver import install_weight_sync_routes
 
 logger = logging.getLogger(__name__)
+DEFAULT_MAX_BODY_BYTES = 8 * 2**20
+UNCAPPED_PATHS = frozenset({"/ludic/update_weights"})  # a whole model's weights, token-guarded
 
 
 class ProbeRequest(BaseModel):
     token_ids: list[int]
 
 
-def create_app(engine: EmbeddedEngine, *, model_name: str, token: str | None = None) -> FastAPI:
+def create_app(
+    engine: EmbeddedEngine,
+    *,
+    model_name: str,
+    token: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> FastAPI:
     """The FastAPI app serving `engine` (the caller owns and closes the engine)."""
 
     @contextlib.asynccontextmanager
@@ -57,7 +68,10 @@ def create_app(engine: EmbeddedEngine, *, model_name: str, token: str | None = N
         yield
         app.state.weight_receiver.close()  # ends a store-driven listener thread
 
+    if max_body_bytes < 1:
+        raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
     app = FastAPI(title="ludic embedded inference server", lifespan=lifespan)
+    app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
     bearer = HTTPBearer(auto_error=False)
 
     def require_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
@@ -65,7 +79,7 @@ def create_app(engine: EmbeddedEngine, *, model_name: str, token: str | None = N
             raise HTTPException(
                 403, "control endpoints are disabled: start the server with a token"
             )
-        if credentials is None or not secrets.compare_digest(credentials.credentials, token):
+        if credentials is None or not token_matches(credentials.credentials, token):
             raise HTTPException(401, "missing or wrong bearer token for a control endpoint")
 
     @app.middleware("http")
@@ -99,7 +113,7 @@ def create_app(engine: EmbeddedEngine, *, model_name: str, token: str | None = N
             raise HTTPException(404, f"model {req.model!r} not found; serving {model_name!r}")
         try:
             if req.stream:  # validated and queued now: a bad request is a 400, not a stream
-                deltas = engine.stream(request)
+                deltas = await engine.open_stream(request)
                 writer = ChunkWriter(req, model_name, engine.tokenizer)
                 return _ClosingStream(_events(deltas, writer, request), deltas)
             return body(await engine.complete(request))
@@ -134,7 +148,10 @@ def create_app(engine: EmbeddedEngine, *, model_name: str, token: str | None = N
     @app.post("/v1/completions", response_model=None)
     async def completions(req: CompletionRequest) -> dict[str, Any] | StreamingResponse:
         sampling = _sampling_errors_as_400(lambda: req.sampling(engine.max_model_len))
-        ids = req.prompt if isinstance(req.prompt, list) else engine.tokenizer.encode(req.prompt)
+        if isinstance(req.prompt, list):
+            ids = req.prompt
+        else:  # off the event loop: a long text must not stall other requests
+            ids = await asyncio.to_thread(engine.tokenizer.encode, req.prompt)
         chat = ChatRequest(messages=[], sampling=sampling, prompt_token_ids=list(ids))
         return await generate(
             chat, req, lambda r: completion_body(r, req, model_name, engine.tokenizer)
@@ -190,6 +207,46 @@ def create_app(engine: EmbeddedEngine, *, model_name: str, token: str | None = N
     return app
 
 
+class _BodyLimit:
+    """Refuses (413) a request body over `max_bytes`, by its Content-Length before reading it or
+    as it arrives, so nothing parses or tokenizes an oversized body. Paths in `UNCAPPED_PATHS`
+    are exempt."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in UNCAPPED_PATHS:
+            await self.app(scope, receive, send)
+            return
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:  # a body sent without (or beyond) its length
+                raise HTTPException(413, self.message)
+            return message
+
+        await self.app(scope, counted, send)
+
+    @property
+    def message(self) -> str:
+        return (
+            f"request body over {self.max_bytes} bytes; raise the server's --max-body-bytes "
+            "if requests this large are expected"
+        )
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        response = JSONResponse(error_body(413, self.message), status_code=413)
+        await response(scope, receive, send)
+
+
 class _ClosingStream(StreamingResponse):
     """Server-sent events that close the request's stream however the response ends, so a
     client that goes away cancels its request, even before the first chunk was sent."""
@@ -226,7 +283,8 @@ def serve(config: ServeConfig) -> None:
 
     if config.threads is not None:
         torch.set_num_threads(config.threads)
-    if config.token is None and config.host not in ("127.0.0.1", "localhost", "::1"):
+    token = resolve_token(config.token)
+    if token is None and config.host not in ("127.0.0.1", "localhost", "::1"):
         logger.warning("serving on %s without a token: control endpoints are disabled", config.host)
     engine = EmbeddedEngine.from_pretrained(
         config.model,
@@ -239,7 +297,7 @@ def serve(config: ServeConfig) -> None:
         ),
     )
     name = config.served_model_name or os.path.basename(os.path.normpath(config.model))
-    app = create_app(engine, model_name=name, token=config.token)
+    app = create_app(engine, model_name=name, token=token, max_body_bytes=config.max_body_bytes)
     try:
         uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level)
     finally:

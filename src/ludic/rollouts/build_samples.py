@@ -1,8 +1,20 @@
 """Rollouts -> SAWItems: stitched token sequences with a weight and the meta training needs.
 
 Modes: "turn" (default; one sample per agent turn, seed 000's turn concatenation) and "episode"
-(one sample per rollout, every turn concatenated, for single-sequence agents). A context rewrite
-splits a sample into segments: the earlier ones are snapshots, the last one carries the outcome.
+(one sample per rollout, every turn concatenated, for single-sequence agents).
+
+Where a sample is cut (see `ludic.rollouts.stitching`):
+
+- At an edit (the context strategy rewrote history, seed 002's snapshot contract), the
+  sequence so far is closed as a snapshot (`is_snapshot`) and a new segment starts from the
+  rewritten prompt. A turn with k edits has k + 1 segments; the last one carries the outcome.
+- At template drift (the history was append-only but the next prompt's ids do not extend the
+  sequence), the sequence is split exactly at that call (`drift_split`, counted as
+  `num_drift_splits`). A drift split is a packing artifact, not an edit: it never makes a
+  snapshot, and each of its pieces gets exactly the weight and reward of the segment it
+  belongs to, so every action token trains with the weight it would have had in one sequence.
+  Pieces of one segment share `segment_index` and are told apart by `piece_index`.
+
 How segments are weighted is a `SnapshotPolicy`:
 
 - "share" (default): every segment gets the credit weight w and the reward r of its turn
@@ -10,17 +22,20 @@ How segments are weighted is a `SnapshotPolicy`:
   segments contributes k times the sequences of an unsplit one.
 - "split": every segment gets w / k and reward r, so a turn's segments sum to one sample's
   weight and many rewrites never outweigh few.
-- "own_reward": a snapshot uses its own precomputed reward, read from the
-  `info["snapshot_reward"]` of its last agent step (e.g. a context-length penalty), as both its
-  reward and its weight; the final segment carries w and r (the outcome).
+- "own_reward": a snapshot segment uses its own precomputed reward, read from the
+  `info["snapshot_reward"]` of the step that made the edit (e.g. a context-length penalty), as
+  both its reward and its weight; the final segment carries w and r (the outcome). A snapshot
+  whose edit step recorded no reward falls back to w and r (`weight_source` says so, with a
+  one-time warning): a batch is never aborted for it.
 
 Group ids and rollout ids carry to every segment, so group baselines (computed on rollouts by the
 credit assigner, before this) see one member per rollout whatever the segment count. Failed
-rollouts and segments with no action tokens give no samples. No credit assignment happens here.
+rollouts and pieces with no action tokens give no samples. No credit assignment happens here.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
 
@@ -33,6 +48,9 @@ SampleMode = Literal["turn", "episode"]
 SnapshotPolicy = Literal["share", "split", "own_reward"]
 SNAPSHOT_REWARD_KEY = "snapshot_reward"
 _WEIGHT_TOLERANCE = 1e-9
+
+logger = logging.getLogger(__name__)
+_WARNED: set[str] = set()
 
 
 def build_samples(
@@ -136,7 +154,7 @@ def _episode_samples(
 
 
 def _segment_samples(
-    segments: list[TokenSegment],
+    pieces: list[TokenSegment],
     *,
     weight: float,
     reward: float,
@@ -145,50 +163,82 @@ def _segment_samples(
     policy: SnapshotPolicy,
     record_turn_ids: bool = False,
 ) -> list[SAWItem]:
-    kept = [s for s in segments if s.num_action_tokens > 0]
-    n = len(kept)
+    segments = _group_by_edit(pieces)
+    n = len(segments)
     samples: list[SAWItem] = []
     parent_id: str | None = None
-    for k, seg in enumerate(kept):
-        is_snapshot = k < n - 1
-        w, r, source = weight, reward, "credit"
-        if policy == "split" and n > 1:
-            w, source = weight / n, f"credit/{n}"
-        elif policy == "own_reward" and is_snapshot:
-            r = _snapshot_reward(seg)
-            w, source = r, "snapshot_reward"
-        sample_id = f"{id_prefix}:{k}"
-        last = seg.agent_steps[-1]
-        seg_meta: dict[str, Any] = {
-            **meta,
-            "sample_id": sample_id,
-            "parent_sample_id": parent_id,
-            "segment_index": k,
-            "num_segments": n,
-            "is_snapshot": is_snapshot,
-            "snapshot_policy": policy,
-            "reward": r,
-            "weight": w,
-            "credit_weight": weight,
-            "weight_source": source,
-            "finish_reason": last.finish_reason,
-            "policy_versions": sorted(
-                {s.policy_version for s in seg.agent_steps if s.policy_version is not None}
-            ),
-        }
-        if record_turn_ids:
-            seg_meta["turn_ids"] = list(dict.fromkeys(s.turn_id for s in seg.agent_steps))
-        samples.append(
-            SAWItem(
-                input_ids=seg.input_ids,
-                action_mask=seg.action_mask,
-                weight=w,
-                behavior_logprobs=seg.behavior_logprobs,
-                meta=seg_meta,
+    for k, (kept, edit_step) in enumerate(segments):
+        w, r, source = _segment_credit(weight, reward, policy, n, edit_step)
+        for j, seg in enumerate(kept):
+            sample_id = f"{id_prefix}:{k}" if j == 0 else f"{id_prefix}:{k}.{j}"
+            seg_meta: dict[str, Any] = {
+                **meta,
+                "sample_id": sample_id,
+                "parent_sample_id": parent_id,
+                "segment_index": k,
+                "num_segments": n,
+                "piece_index": j,
+                "num_pieces": len(kept),
+                "is_snapshot": seg.end == "edit",
+                "drift_split": seg.end == "drift",
+                "snapshot_policy": policy,
+                "reward": r,
+                "weight": w,
+                "credit_weight": weight,
+                "weight_source": source,
+                "finish_reason": seg.agent_steps[-1].finish_reason,
+                "policy_versions": sorted(
+                    {s.policy_version for s in seg.agent_steps if s.policy_version is not None}
+                ),
+            }
+            if record_turn_ids:
+                seg_meta["turn_ids"] = list(dict.fromkeys(s.turn_id for s in seg.agent_steps))
+            samples.append(
+                SAWItem(
+                    input_ids=seg.input_ids,
+                    action_mask=seg.action_mask,
+                    weight=w,
+                    behavior_logprobs=seg.behavior_logprobs,
+                    meta=seg_meta,
+                )
             )
-        )
-        parent_id = sample_id
+            parent_id = sample_id
     return samples
+
+
+def _group_by_edit(
+    pieces: list[TokenSegment],
+) -> list[tuple[list[TokenSegment], AgentStep | None]]:
+    """Stitched pieces grouped into edit-delimited segments: (the pieces with action tokens,
+    the step that made the closing edit, None for the last segment). Drift splits stay inside
+    their segment; segments with nothing to train on are dropped."""
+    segments: list[tuple[list[TokenSegment], AgentStep | None]] = []
+    current: list[TokenSegment] = []
+    for piece in pieces:
+        current.append(piece)
+        if piece.end != "drift":
+            kept = [p for p in current if p.num_action_tokens > 0]
+            if kept:
+                segments.append((kept, piece.agent_steps[-1] if piece.end == "edit" else None))
+            current = []
+    kept = [p for p in current if p.num_action_tokens > 0]
+    if kept:  # only reachable when the last piece ended in drift, which stitching never does
+        segments.append((kept, None))
+    return segments
+
+
+def _segment_credit(
+    weight: float, reward: float, policy: SnapshotPolicy, n: int, edit_step: AgentStep | None
+) -> tuple[float, float, str]:
+    """(weight, reward, weight_source) shared by every piece of one segment (module doc)."""
+    if policy == "split" and n > 1:
+        return weight / n, reward, f"credit/{n}"
+    if policy == "own_reward" and edit_step is not None:
+        own = _snapshot_reward(edit_step)
+        if own is not None:
+            return own, own, "snapshot_reward"
+        return weight, reward, "credit (no snapshot_reward)"
+    return weight, reward, "credit"
 
 
 def _rollout_meta(rollout: Rollout, mode: SampleMode) -> JSON:
@@ -260,15 +310,24 @@ def _weight(weights: Mapping[TurnKey, float], rollout: Rollout, turn: Turn) -> f
         ) from None
 
 
-def _snapshot_reward(segment: TokenSegment) -> float:
-    step = segment.agent_steps[-1]
-    if SNAPSHOT_REWARD_KEY not in step.info:
-        raise ValueError(
-            f"snapshot_policy='own_reward' but AgentStep {step.id} (the last call before a "
-            f"context rewrite) has no info[{SNAPSHOT_REWARD_KEY!r}]; have the agent or context "
-            "strategy record the snapshot's reward there, or use snapshot_policy='share'/'split'"
+def _snapshot_reward(step: AgentStep) -> float | None:
+    """The snapshot reward recorded on the step that made an edit; None (with a one-time
+    warning) when the agent or context strategy recorded none."""
+    if SNAPSHOT_REWARD_KEY in step.info:
+        return float(step.info[SNAPSHOT_REWARD_KEY])
+    if "missing_snapshot_reward" not in _WARNED:
+        _WARNED.add("missing_snapshot_reward")
+        logger.warning(
+            "snapshot_policy='own_reward' but AgentStep %s (the last call before a context "
+            "rewrite) has no info[%r]: its snapshot takes the turn's credit instead "
+            "(meta weight_source %r). Have the agent or context strategy record the "
+            "snapshot's reward there (ContextEditingAgent(snapshot_reward=...)), or use "
+            "snapshot_policy='share'. Warned once per process.",
+            step.id,
+            SNAPSHOT_REWARD_KEY,
+            "credit (no snapshot_reward)",
         )
-    return float(step.info[SNAPSHOT_REWARD_KEY])
+    return None
 
 
 def _traces(

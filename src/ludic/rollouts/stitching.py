@@ -3,16 +3,28 @@
 The first call's prompt ids start a sequence; each completion is appended as action tokens
 (mask 1, behaviour logprobs aligned); each later call appends only the prompt suffix that extends
 the sequence (mask 0: tool results, observations, template glue). When a later prompt does not
-extend the sequence (the context was rewritten), the sequence is closed and a new one starts
-from that prompt. This module knows tokens only: no rewards, weights or sample meta.
+extend the sequence, the sequence is closed and a new one starts from that prompt, and the
+close says why:
+
+- "edit": the context strategy rewrote history between the two calls (the step's recorded
+  history version changed, see `ludic.context.ContextStrategy.mark_rewrite`): a snapshot.
+- "drift": the history was append-only but its tokens were not (the chat template re-rendered
+  the previous completion differently, e.g. a tool call written without the template's
+  newlines, or a non-canonical tokenization). Each side is still exact; it is not a snapshot.
+
+This module knows tokens and that cause only: no rewards, weights or sample meta.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
+from ludic.context.base import CONTEXT_VERSION_KEY
 from ludic.types import AgentStep, TokenTrace
+
+SegmentEnd = Literal["edit", "drift", "end"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -20,13 +32,16 @@ class TokenSegment:
     """One append-only sequence and the agent steps whose tokens it holds (in order).
 
     `behavior_logprobs` is aligned with `input_ids` (0.0 on prompt tokens), or None when any of
-    the steps' traces has no logprobs.
+    the steps' traces has no logprobs. `end` is why the sequence was closed: "edit" (the next
+    call's prompt was rewritten by the context strategy), "drift" (template drift) or "end"
+    (the last call).
     """
 
     input_ids: tuple[int, ...]
     action_mask: tuple[int, ...]
     behavior_logprobs: tuple[float, ...] | None
     agent_steps: tuple[AgentStep, ...]
+    end: SegmentEnd = "end"
 
     @property
     def num_action_tokens(self) -> int:
@@ -64,21 +79,23 @@ class _OpenSegment:
             self.logprobs.extend(trace.completion_logprobs)
         self.steps.append(step)
 
-    def close(self) -> TokenSegment:
+    def close(self, end: SegmentEnd) -> TokenSegment:
         return TokenSegment(
             input_ids=tuple(self.ids),
             action_mask=tuple(self.mask),
             behavior_logprobs=None if self.logprobs is None else tuple(self.logprobs),
             agent_steps=tuple(self.steps),
+            end=end,
         )
 
 
 def stitch_traces(steps: Sequence[AgentStep], traces: Sequence[TokenTrace]) -> list[TokenSegment]:
     """Stitch `traces` (one per step, in call order) into append-only segments.
 
-    Returns one segment when every prompt extends the sequence so far, and one more per context
-    rewrite. A segment may hold no action tokens (its calls sampled nothing); callers decide
-    whether to keep it.
+    Returns one segment when every prompt extends the sequence so far, and one more per
+    prompt that does not (each closed with "edit" or "drift", see `history_rewritten`). A
+    segment may hold no action tokens (its calls sampled nothing); callers decide whether to
+    keep it.
     """
     if len(steps) != len(traces):
         raise ValueError(f"stitch_traces: {len(steps)} steps but {len(traces)} traces")
@@ -93,12 +110,31 @@ def stitch_traces(steps: Sequence[AgentStep], traces: Sequence[TokenTrace]) -> l
         elif current.extends(prompt):
             current.append_prompt_suffix(prompt)
         else:
-            segments.append(current.close())
+            edited = history_rewritten(current.steps[-1], step)
+            segments.append(current.close("edit" if edited else "drift"))
             current = _OpenSegment(prompt)
         current.append_completion(step, trace)
     if current is not None:
-        segments.append(current.close())
+        segments.append(current.close("end"))
     return segments
+
+
+def history_rewritten(previous: AgentStep, step: AgentStep) -> bool:
+    """Whether the context was rewritten between two consecutive calls of one agent.
+
+    Steps from Ludic's agents carry the history version of their prompt
+    (`info["context_version"]`, which a strategy bumps with `mark_rewrite()`): rewritten iff
+    it changed. A step without it (recorded by code that calls the model itself) is judged
+    by its prompt messages: rewritten iff they do not start with the previous call's prompt
+    messages. With neither there is no evidence of an edit.
+    """
+    before, after = previous.info.get(CONTEXT_VERSION_KEY), step.info.get(CONTEXT_VERSION_KEY)
+    if before is not None and after is not None:
+        return bool(before != after)
+    old, new = previous.prompt_messages, step.prompt_messages
+    if not old or not new:
+        return False
+    return tuple(new[: len(old)]) != tuple(old)
 
 
 def _single_call_segment(step: AgentStep, trace: TokenTrace) -> TokenSegment:
