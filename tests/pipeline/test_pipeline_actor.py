@@ -1,9 +1,11 @@
 """PipelineActor against a real redis-server with a scripted policy: every sample arrives
-tagged with its policy version and credit, and backpressure holds the actor back."""
+tagged with its policy version and credit, backpressure holds the actor back, and a restarted
+actor continues its seed sequence."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import ClassVar
 
 import pytest
 from pipeline_fakes import CountOEnv, RedisServer, redis_server
@@ -15,16 +17,31 @@ from ludic.interaction import SingleAgentProtocol
 from ludic.pipeline.actor import PipelineActor
 from ludic.pipeline.source import PipelineBatchSource
 from ludic.pipeline.stream import SampleStream
-from ludic.rollouts import ComponentSpec, GRPORequestStrategy, RolloutEngine, RolloutRequest
+from ludic.rollouts import (
+    ComponentSpec,
+    GRPORequestStrategy,
+    RolloutEngine,
+    RolloutRequest,
+    SeedSequencer,
+)
 from ludic.training.credit import GroupNormalizedReturn
+from ludic.types import Info
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
 __all__ = ["redis_server"]
 
 
+class SeedLoggingEnv(CountOEnv):
+    seeds: ClassVar[list[int | None]] = []
+
+    def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
+        SeedLoggingEnv.seeds.append(seed)
+        return super().env_reset(seed)
+
+
 def _actor(stream: SampleStream, client: ScriptedClient, max_backlog: int = 100) -> PipelineActor:
     engine = RolloutEngine(
-        env_registry={"count_o": CountOEnv},
+        env_registry={"count_o": SeedLoggingEnv},
         protocol_registry={"single": lambda: SingleAgentProtocol(Agent(client), max_steps=1)},
     )
     request = RolloutRequest(
@@ -38,6 +55,7 @@ def _actor(stream: SampleStream, client: ScriptedClient, max_backlog: int = 100)
         requests_fn=lambda: [request],
         credit_assigner=GroupNormalizedReturn(normalize_std=False),
         strategy=GRPORequestStrategy(group_size=2),
+        seed_sequencer=SeedSequencer(run_seed=3),
         max_backlog=max_backlog,
         actor_id="a",
         poll_s=0.02,
@@ -73,3 +91,20 @@ async def test_backpressure_waits_for_the_learner(redis_server: RedisServer) -> 
     await source.next_batch()  # one delivered: backlog 1 < 2
     stats = await asyncio.wait_for(blocked, timeout=10)
     assert stats.backpressure_seconds > 0.2 and actor.samples_pushed == 4
+
+
+async def test_a_restarted_actor_continues_its_seed_sequence(redis_server: RedisServer) -> None:
+    SeedLoggingEnv.seeds.clear()
+    first = _actor(_stream(redis_server), ScriptedClient(["o"]))
+    assert [s.batch_index for s in await first.run(num_batches=2)] == [0, 1]
+    used = set(SeedLoggingEnv.seeds)
+    assert len(used) == 2  # one problem per batch, the same seed across its group of 2
+    SeedLoggingEnv.seeds.clear()
+    restarted = _actor(_stream(redis_server), ScriptedClient(["o"]))  # a new process, same id
+    assert [s.batch_index for s in await restarted.run(num_batches=2)] == [2, 3]
+    assert not set(SeedLoggingEnv.seeds) & used
+    sequencer = SeedSequencer(run_seed=3)
+    assert set(SeedLoggingEnv.seeds) == {sequencer.env_seed(b, 0) for b in (2, 3)}
+    source = PipelineBatchSource(_stream(redis_server), batch_size=8, block_ms=100)
+    ids = [i.meta["sample_id"] for i in (await source.next_batch()).items]
+    assert ids == [f"a:{b}:{i}" for b in range(4) for i in range(2)]  # none dropped as repeats

@@ -30,7 +30,8 @@ def test_command_lines_parse() -> None:
         args=["--redis-url", "redis://h:1/0", "--max-lag", "None", "--stale", "downweight"],
     )
     assert learner.redis_url == "redis://h:1/0" and learner.max_lag is None
-    assert learner.stale == "downweight" and learner.consumer == "learner-0"
+    assert learner.stale == "downweight" and learner.consumer == "learner"
+    assert learner.checkpoint_every == 50  # exactly once with checkpoints by default
     actor = tyro.cli(ActorConfig, args=["--server-url", "http://s:8000", "--batches", "3"])
     assert actor.server_url == "http://s:8000" and actor.batches == 3 and actor.max_backlog == 256
 

@@ -1,5 +1,6 @@
-"""PipelineBatchSource against a real redis-server: batches, commits after the step, stale
-samples dropped or down-weighted with counts, crash recovery, checkpoint hand-off, bad input."""
+"""PipelineBatchSource against a real redis-server: batches, acks once a checkpoint holds them
+(or after each step), stale samples dropped or down-weighted with counts, crash recovery,
+checkpoint hand-off, bad input."""
 
 from __future__ import annotations
 
@@ -39,9 +40,27 @@ def _ledger(server: RedisServer) -> list[str]:
     return [i for _, f in server.client().xrange("s:ledger") for i in json.loads(f[b"ids"])]
 
 
+async def test_by_default_only_checkpointed_entries_are_acked(redis_server: RedisServer) -> None:
+    stream = _stream(redis_server)
+    source = PipelineBatchSource(stream, batch_size=2, block_ms=100)
+    await _push(stream, 6)
+    await source.next_batch()
+    await source.next_batch()
+    assert _ledger(redis_server) == []  # trained, but no checkpoint holds them yet
+    state = source.state_dict()  # the Trainer checkpoints after step 2
+    assert [pair[1] for pair in state["trained"]] == ["id0", "id1", "id2", "id3"]
+    assert _ledger(redis_server) == []  # the checkpoint is not written yet
+    await source.next_batch()  # the next step starts: the checkpoint is on disk
+    assert _ledger(redis_server) == ["id0", "id1", "id2", "id3"]
+    assert redis_server.client().hget("s:acked:g", "learner-r0") == b"2"
+    assert await source.ack_checkpointed() == 0  # id4, id5 are in no checkpoint
+    assert _ledger(redis_server) == ["id0", "id1", "id2", "id3"]
+    await source.aclose()
+
+
 async def test_batches_in_order_and_commit_after_the_next_pull(redis_server: RedisServer) -> None:
     stream = _stream(redis_server)
-    source = PipelineBatchSource(stream, batch_size=3, block_ms=100)
+    source = PipelineBatchSource(stream, batch_size=3, block_ms=100, ack="step")
     assert isinstance(source, BatchSource) and isinstance(source, StatefulBatchSource)
     await _push(stream, 6)
     first = await source.next_batch()
@@ -107,10 +126,10 @@ async def test_a_restarted_learner_replays_exactly_the_uncommitted(
 ) -> None:
     stream = _stream(redis_server)
     await _push(stream, 6)
-    crashed = PipelineBatchSource(stream, batch_size=2, consumer="learner", block_ms=100)
+    crashed = PipelineBatchSource(stream, batch_size=2, ack="step", block_ms=100)
     await crashed.next_batch()
     await crashed.next_batch()  # commits id0, id1; id2, id3 were read then the process died
-    restarted = PipelineBatchSource(_stream(redis_server), batch_size=3, consumer="learner")
+    restarted = PipelineBatchSource(_stream(redis_server), batch_size=3, ack="step")
     batch = await restarted.next_batch()
     assert _ids(batch.items) == ["id2", "id3", "id4"]  # replayed first, then new ones
     assert restarted.totals["redelivered"] == 2
@@ -133,12 +152,12 @@ async def test_entries_of_a_dead_consumer_are_claimed(redis_server: RedisServer)
 async def test_checkpointed_entries_are_acked_on_resume(redis_server: RedisServer) -> None:
     stream = _stream(redis_server)
     await _push(stream, 4)
-    source = PipelineBatchSource(stream, batch_size=2, auto_commit=False, block_ms=100)
+    source = PipelineBatchSource(stream, batch_size=2, block_ms=100)
     await source.next_batch()
     state = source.state_dict()  # saved in a checkpoint after the step on id0, id1
-    assert [pair[1] for pair in state["uncommitted"]] == ["id0", "id1"]
-    # crash before the commit; the resumed learner loads the checkpoint's state
-    resumed = PipelineBatchSource(_stream(redis_server), batch_size=2, auto_commit=False)
+    assert [pair[1] for pair in state["trained"]] == ["id0", "id1"]
+    # crash before the ack; the resumed learner loads the checkpoint's state
+    resumed = PipelineBatchSource(_stream(redis_server), batch_size=2)
     resumed.load_state_dict(state)
     batch = await resumed.next_batch()
     assert _ids(batch.items) == ["id2", "id3"]  # id0, id1 are in the checkpoint: not redone

@@ -55,10 +55,15 @@ async def test_pending_entries_are_replayed_and_idle_ones_claimed(
     first = await stream.read_pending("crashed", count=3)
     rest = await stream.read_pending("crashed", after=first[-1].entry_id, count=3)
     assert [e.entry_id for e in first + rest] == ids
-    assert await stream.claim_idle("other", min_idle_ms=60_000, count=10) == []  # not idle yet
+    await stream.read("sibling", count=4, block_ms=100)  # nothing left for a live sibling
+    await stream.add({b"h": b"y", b"b": b""})
+    [_sibling] = await stream.read("sibling", count=4, block_ms=100)
+    assert await stream.pending_consumers() == {"crashed": 4, "sibling": 1}
+    assert await stream.claim_from("crashed", "other", min_idle_ms=60_000) == []  # not idle yet
     await asyncio.sleep(0.05)
-    claimed = await stream.claim_idle("other", min_idle_ms=10, count=3)  # pages of 3
-    assert [e.entry_id for e in claimed] == ids
+    claimed = await stream.claim_from("crashed", "other", min_idle_ms=10, count=3)  # pages of 3
+    assert [e.entry_id for e in claimed] == ids  # and never the sibling's entry
+    assert await stream.pending_consumers() == {"other": 4, "sibling": 1}
     assert await stream.read_pending("crashed", count=10) == []
     await stream.aclose()
 

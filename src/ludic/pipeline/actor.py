@@ -4,8 +4,10 @@ training sample to the Redis stream, tagged with the policy version(s) that prod
 A batch is one `generate_batch` call (requests -> rollouts -> credit -> samples), so group
 baselines (GRPO) are computed here, before the samples leave. Before each batch the actor waits
 while the stream holds `max_backlog` or more undelivered entries, which bounds both Redis memory
-and how stale queued samples can get. It does not train or publish weights; the policy it
-samples from is whatever its ChatClient serves.
+and how stale queued samples can get. Batch indices (which pick the env and sampling seeds and
+name the sample ids) come from a counter in Redis per actor id, so a restarted actor continues
+its seed sequence and actors sharing an id split it. It does not train or publish weights; the
+policy it samples from is whatever its ChatClient serves.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import secrets
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -61,7 +62,9 @@ class PipelineActor:
 
     `requests_fn`, `strategy`, `credit_assigner`, `filters`, `seed_sequencer`, `sample_mode`
     and `snapshot_policy` mean what they mean for `RolloutBatchSource`. Sample ids are
-    `<actor_id>:<batch>:<index>` (a random `actor_id` by default, so restarts never reuse ids).
+    `<actor_id>:<batch>:<index>`; each batch index is reserved in Redis before the batch is
+    generated, so a restart (or another actor with the same id) never reuses a batch's seeds or
+    ids; a batch that crashed midway is skipped, not redone.
     """
 
     def __init__(
@@ -77,7 +80,7 @@ class PipelineActor:
         sample_mode: SampleMode = "turn",
         snapshot_policy: SnapshotPolicy = "share",
         max_backlog: int = 256,
-        actor_id: str | None = None,
+        actor_id: str = "actor",
         poll_s: float = 0.1,
     ) -> None:
         if max_backlog < 1:
@@ -92,15 +95,18 @@ class PipelineActor:
         self.sample_mode: SampleMode = sample_mode
         self.snapshot_policy: SnapshotPolicy = snapshot_policy
         self.max_backlog = max_backlog
-        self.actor_id = actor_id or secrets.token_hex(4)
+        if not actor_id or ":" in actor_id:
+            raise ValueError(f"actor_id must be a non-empty name without ':', got {actor_id!r}")
+        self.actor_id = actor_id
         self.poll_s = poll_s
-        self.batch_index = 0
+        self.batch_index = -1  # the last batch generated (-1: none yet)
         self.samples_pushed = 0
 
     async def step(self) -> ActorBatchStats:
         """Wait for room in the stream, generate one batch and push its samples."""
         waited = await self._wait_for_room()
         started = time.perf_counter()
+        self.batch_index = await self.stream.next_actor_batch(self.actor_id)
         requests = list(await maybe_await(self.requests_fn()))
         if self.seed_sequencer is not None:
             requests = self.seed_sequencer.seed_requests(requests, self.batch_index)
@@ -132,7 +138,6 @@ class PipelineActor:
             backpressure_seconds=waited,
             generate_seconds=generated,
         )
-        self.batch_index += 1
         return stats
 
     async def run(

@@ -2,7 +2,8 @@
 
 An actor = env + agent + ChatClient (the served policy) + `PipelineActor`; the learner =
 model + `Trainer` over a `PipelineBatchSource`, publishing with `BroadcastPolicyPublisher`.
-With checkpoints, samples are acked after the checkpoint that holds them; without, after each
+Under torchrun each learner rank reads its own share of the stream. With checkpoints (the
+default) samples are acked once the checkpoint that holds them is saved; without, after each
 step. Heavy imports happen when a command runs. It starts no server and no Redis.
 """
 
@@ -183,16 +184,22 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         stream,
         batch_size=cfg.batch_size,
         consumer=cfg.consumer,
+        ack="step" if cfg.checkpoint_every is None else "checkpoint",
         max_lag=cfg.max_lag,
         stale=cfg.stale,
         stale_decay=cfg.stale_decay,
         current_version=lambda: int(trainer.policy_version),
-        auto_commit=cfg.checkpoint_every is None,
         max_wait_s=cfg.max_wait_s,
     )
     model, tokenizer = load_model(cfg.model or tiny_model_dir(), dtype="float32")
     publisher = None if cfg.server_url is None else _publisher(cfg, model)
     trainer = _trainer(cfg, source, model, tokenizer, publisher)
+    runtime = trainer.runtime
+    if (runtime.rank, runtime.world_size) != (source.rank, source.world_size):
+        raise RuntimeError(
+            f"the training runtime is rank {runtime.rank} of {runtime.world_size} but RANK and "
+            f"WORLD_SIZE say {source.rank} of {source.world_size}: launch with torchrun"
+        )
     history: list[dict[str, float]] = []
     try:
         if publisher is not None:  # the server starts from the learner's (resumed) weights
@@ -207,11 +214,15 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
             except BatchSourceExhausted as e:
                 logger.info("learner stops: %s", e)
                 break
-            if trainer.checkpoints is not None and trainer.checkpoints.due(trainer.step):
-                await source.commit()  # the checkpoint just saved holds these samples
-        if trainer.checkpoints is not None and not trainer.checkpoints.due(trainer.step):
-            trainer.save_checkpoint()
-        await source.commit()
+            if _every_rank_timed_out(runtime, source.timed_out):
+                logger.info("learner stops: no samples arrived for %ss on any rank", cfg.max_wait_s)
+                break
+        if trainer.checkpoints is None:
+            await source.commit()
+        else:  # the last checkpoint must hold every step before its samples are acked
+            if not trainer.checkpoints.due(trainer.step):
+                trainer.save_checkpoint()
+            await source.ack_checkpointed()
         logger.info("learner done: %s", dict(source.totals))
         return history
     finally:
@@ -219,6 +230,15 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         if publisher is not None:
             publisher.close()
         await source.aclose()
+
+
+def _every_rank_timed_out(runtime: Any, timed_out: bool) -> bool:
+    """Whether every rank's last batch came back empty after max_wait_s (a collective, so all
+    ranks stop at the same step)."""
+    if runtime.world_size == 1:
+        return timed_out
+    [count] = runtime.all_reduce_sum([float(timed_out)])
+    return bool(count == runtime.world_size)
 
 
 def _publisher(cfg: LearnerConfig, model: Any) -> Any:
@@ -268,7 +288,7 @@ def _trainer(cfg: LearnerConfig, source: Any, model: Any, tokenizer: Any, publis
         source,
         config,
         publisher=publisher,
-        logger=JsonlLogger(out / "metrics.jsonl"),
+        logger=JsonlLogger(out / "metrics.jsonl") if source.rank == 0 else None,
         tokenizer=tokenizer,
     )
     if cfg.resume and trainer.checkpoints is not None and trainer.checkpoints.latest():

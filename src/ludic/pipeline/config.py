@@ -60,10 +60,12 @@ class ActorConfig:
     memory and how stale queued samples get)."""
     max_stream_len: int = 100_000
     """Safety cap on the stream (XADD MAXLEN ~); only reached if backpressure is bypassed."""
-    actor_id: str | None = None
-    """Prefix of this actor's sample ids (default: random, so restarts never reuse ids)."""
+    actor_id: str = "actor"
+    """Prefix of this actor's sample ids and name of its batch counter in Redis: a restarted
+    actor continues its seed sequence, and actors sharing an id split it (never the same seeds
+    or ids twice)."""
     seed: int = 0
-    """Seeds env problems and sampling (give each actor its own)."""
+    """Run seed of env problems and sampling (with the batch index from the counter)."""
     metrics_path: Path | None = None
     """Append one JSON line of stats per batch here."""
 
@@ -78,8 +80,9 @@ class LearnerConfig:
     """Stream key (actors and the learner must use the same one)."""
     group: str = "ludic-learners"
     """Consumer group of the stream."""
-    consumer: str = "learner-0"
-    """Consumer name; keep it across restarts so the learner replays its own pending samples."""
+    consumer: str = "learner"
+    """This learner job's name in the consumer group (rank r reads as `<consumer>-r<r>`); keep
+    it across restarts so each rank replays its own samples read after the last checkpoint."""
     server_url: str | None = None
     """Inference server to publish weights to (None: do not publish)."""
     token: str | None = None
@@ -92,7 +95,7 @@ class LearnerConfig:
     steps: int = 100
     """Optimizer steps (the run ends earlier if --max-wait-s passes without samples)."""
     batch_size: int = 32
-    """Samples per optimizer step."""
+    """Samples per optimizer step on each learner rank (torchrun: world size x this in all)."""
     lr: float = 1e-5
     """Learning rate."""
     micro_batch_tokens: int | None = None
@@ -113,13 +116,14 @@ class LearnerConfig:
     """This machine's address as the server sees it (it hosts the broadcast rendezvous)."""
     verify_atol: float = 1e-3
     """Largest logprob gap between server and trainer accepted after a push."""
-    checkpoint_every: int | None = None
-    """Checkpoint every N steps; samples are then acked only once a checkpoint holds them, so
-    a restarted learner resumes from it and redoes exactly the rest (None: ack every step)."""
+    checkpoint_every: int | None = 50
+    """Checkpoint every N steps; samples are acked only once a checkpoint holds them, so a
+    restarted learner resumes from it and trains exactly the rest, each sample once (None: no
+    checkpoints, ack after every step; a restart then starts from the initial weights)."""
     resume: bool = True
     """Resume from the newest checkpoint in out_dir when there is one."""
     max_wait_s: float | None = None
-    """Stop when no sample arrives for this long (None: wait forever)."""
+    """Stop when no sample arrives for this long (on every rank; None: wait forever)."""
     ledger: bool = False
     """Record each commit's sample ids in `<stream>:ledger` (audits, exactly-once checks)."""
     seed: int = 0

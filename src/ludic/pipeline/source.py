@@ -1,21 +1,25 @@
 """`PipelineBatchSource`: the learner's side of the Redis pipeline, a Trainer `BatchSource`.
 
-Each batch is read through the stream's consumer group. Entries are committed (acked,
-deleted, ledgered) only after the optimizer step that used them: with `auto_commit` at the
-start of the next `next_batch` call, or explicitly with `commit()` (after a checkpoint, so a
-restart from that checkpoint redoes exactly the uncommitted samples). The ids still
-uncommitted are part of `state_dict()`, so resuming from a checkpoint acks the ones it already
-contains. On its first batch a (re)started learner replays its own pending entries, then claims
-entries idle consumers left behind, before reading new ones. Stale samples (more than `max_lag`
-versions behind `current_version()`) are dropped or down-weighted and counted, undecodable
-entries are dead-lettered, repeated sample ids (at-least-once XADD retries) are skipped. It does
-not generate rollouts or train.
+Each of N data-parallel learner ranks reads through the stream's consumer group under its own
+consumer name (`<consumer>-r<rank>`), so the group hands every entry to exactly one rank. With
+`ack="checkpoint"` (the default) an entry is acked (XACK + XDEL, ledgered) only once a
+checkpoint holding the update trained on it is durable: `state_dict()` (which the Trainer calls
+while checkpointing) lists the entries trained since the last ack, and the next `next_batch()`
+(the checkpoint is written by then) acks them. A restart from that checkpoint acks the listed
+entries again (a no-op if done), then replays its own consumer's pending entries: exactly the
+ones read after the checkpoint. Rank 0 then claims the entries of consumers that are not ranks of
+this run (an earlier run's extra ranks at once, unknown names once idle `claim_min_idle_ms`);
+it never touches a live sibling's. `ack="step"` acks after every step (without checkpoints).
+Stale samples (more than `max_lag` versions behind `current_version()`) are dropped or
+down-weighted and counted, undecodable entries are dead-lettered, repeated sample ids (XADD
+retries) are skipped. It does not generate rollouts or train.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
@@ -29,20 +33,32 @@ from ludic.types import JSON
 
 logger = logging.getLogger(__name__)
 StalePolicy = Literal["drop", "downweight"]
+AckPolicy = Literal["checkpoint", "step"]
+Pair = tuple[str, str]  # (entry id, sample id)
+_STATE_FORMAT = 2
 
 
 class PipelineBatchSource:
-    """Batches of `batch_size` samples from `stream`, read as consumer `consumer`.
+    """Batches of `batch_size` samples from `stream` for one learner rank.
 
+    - `consumer`: the learner job's name in the group; this rank reads as
+      `<consumer>-r<rank>`. Keep it across restarts. `rank`, `world_size`: this rank among the
+      data-parallel learners (default: torchrun's RANK and WORLD_SIZE, else 0 of 1).
+    - `ack`: "checkpoint" acks entries once a checkpoint holding them is saved (exactly once
+      with checkpoints; without any checkpoint nothing is acked, and a warning says so after
+      `warn_unacked` entries); "step" acks after each step (a restart from an older
+      checkpoint then misses what was acked since).
     - `max_lag`, `current_version`: a sample whose oldest token is more than `max_lag`
       versions behind `current_version()` (the trainer's policy version) is stale. `stale`:
       "drop" it, or "downweight" its weight by `stale_decay ** (lag - max_lag)`. Samples
       without recorded versions are never stale. With "downweight", leave the Trainer's own
       `TrainerConfig.max_lag` at None (it would drop them).
     - `block_ms`: one wait on Redis; `max_wait_s`: after this long without a full batch,
-      return what arrived, or raise BatchSourceExhausted if nothing did (None: wait forever).
-    - `claim_min_idle_ms`: entries another consumer left uncommitted this long are taken over
-      at startup. Run one learner consumer per group (data-parallel learners share a reader).
+      return what arrived; if nothing did, raise BatchSourceExhausted with one rank, or
+      return an empty batch and set `timed_out` with several (a rank that raised would leave
+      the others waiting in a collective). None: wait forever.
+    - `claim_min_idle_ms`: entries of an unknown consumer idle this long are taken over by
+      rank 0 at startup. One learner job per group.
     """
 
     def __init__(
@@ -51,55 +67,68 @@ class PipelineBatchSource:
         *,
         batch_size: int,
         consumer: str = "learner",
+        rank: int | None = None,
+        world_size: int | None = None,
+        ack: AckPolicy = "checkpoint",
         max_lag: int | None = None,
         stale: StalePolicy = "drop",
         stale_decay: float = 0.5,
         current_version: Callable[[], int] | None = None,
-        auto_commit: bool = True,
         block_ms: int = 1000,
         max_wait_s: float | None = None,
         claim_min_idle_ms: int = 60_000,
         dedupe_window: int = 100_000,
+        warn_unacked: int = 10_000,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        if stale not in ("drop", "downweight"):
-            raise ValueError(f"stale must be 'drop' or 'downweight', got {stale!r}")
-        if max_lag is not None and (max_lag < 0 or current_version is None):
-            raise ValueError("max_lag needs to be >= 0 and a current_version callable")
-        if not 0.0 <= stale_decay <= 1.0:
-            raise ValueError(f"stale_decay must be in [0, 1], got {stale_decay}")
+        rank = int(os.environ.get("RANK", "0")) if rank is None else rank
+        world_size = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
+        _check_settings(batch_size, stale, stale_decay, max_lag, current_version, ack)
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank must be in [0, world_size), got {rank} of {world_size}")
+        if not consumer:
+            raise ValueError("consumer must be a non-empty name")
         self.stream = stream
         self.batch_size = batch_size
         self.consumer = consumer
+        self.rank, self.world_size = rank, world_size
+        self.consumer_name = _rank_name(consumer, rank)
+        self.ack: AckPolicy = ack
         self.max_lag = max_lag
         self.stale: StalePolicy = stale
         self.stale_decay = stale_decay
         self.current_version = current_version or (lambda: 0)
-        self.auto_commit = auto_commit
         self.block_ms = block_ms
         self.max_wait_s = max_wait_s
         self.claim_min_idle_ms = claim_min_idle_ms
         self.dedupe_window = dedupe_window
+        self.warn_unacked = warn_unacked
         self.batches_served = 0
+        self.timed_out = False
         self.totals: Counter[str] = Counter()
-        self._uncommitted: list[tuple[str, str]] = []  # (entry id, sample id), in read order
-        self._ack_on_start: list[tuple[str, str]] = []
+        self._trained: list[Pair] = []  # served in batches, not yet in a checkpoint's state
+        self._captured: list[Pair] = []  # in the state of the last checkpoint, not yet acked
+        self._captured_at: int | None = None  # batches served when that state was taken
+        self._resume: JSON | None = None
         self._replay: deque[StreamEntry] = deque()
         self._recovered = False
+        self._warned_unacked = False
         self._seen: OrderedDict[str, None] = OrderedDict()
 
     # -- BatchSource ----------------------------------------------------------------------
 
     async def next_batch(self) -> SAWBatch:
-        if self.auto_commit:
-            await self.commit()
         if not self._recovered:
             await self._recover()
+        elif self.ack == "step":
+            await self.commit()
+        else:
+            await self.ack_checkpointed()
+        self._warn_if_unacked()
         stats: Counter[str] = Counter()
         items: list[SAWItem] = []
         lags: list[int] = []
         started = time.monotonic()
+        self.timed_out = False
         while len(items) < self.batch_size:
             entries = await self._next_entries(self.batch_size - len(items))
             for entry in entries:
@@ -109,64 +138,161 @@ class PipelineBatchSource:
             if not entries and self._timed_out(started):
                 if items:
                     break
-                raise BatchSourceExhausted(f"no samples arrived for {self.max_wait_s}s")
+                if self.world_size == 1:
+                    raise BatchSourceExhausted(f"no samples arrived for {self.max_wait_s}s")
+                self.timed_out = True
+                stats["timed_out"] += 1
+                break
         self.batches_served += 1
         self.totals.update(stats)
         out = {f"pipeline/{k}": float(v) for k, v in stats.items()}
         out["pipeline/wait_seconds"] = time.monotonic() - started
+        out["pipeline/unacked"] = float(len(self._trained) + len(self._captured))
         if lags:
             out["pipeline/lag_mean"] = sum(lags) / len(lags)
             out["pipeline/lag_max"] = float(max(lags))
         return SAWBatch(items=items, stats=out)
 
     async def commit(self) -> int:
-        """Ack every entry read so far (their step is done); returns how many were pending."""
-        entries, self._uncommitted = self._uncommitted, []
-        try:
-            return await self.stream.commit(entries, step=self.batches_served)
-        except BaseException:
-            self._uncommitted = entries + self._uncommitted
-            raise
+        """Ack every entry served so far (their steps are done, checkpointed or not); returns
+        how many were pending. For `ack="step"` or a loop that manages acks itself."""
+        pairs = self._captured + self._trained
+        done = await self._ack(pairs, step=self.batches_served)
+        self._captured, self._trained, self._captured_at = [], [], None
+        return done
+
+    async def ack_checkpointed(self) -> int:
+        """Ack the entries listed by the last `state_dict()`: call it once the checkpoint that
+        holds that state is durable (`next_batch` does, with `ack="checkpoint"`)."""
+        if self._captured_at is None:
+            return 0
+        done = await self._ack(self._captured, step=self._captured_at)
+        self._captured, self._captured_at = [], None
+        return done
 
     def state_dict(self) -> JSON:
-        return {"uncommitted": [list(pair) for pair in self._uncommitted]}
+        """This rank's data position for a checkpoint: the entries trained since the last ack
+        (the checkpoint holds their updates), acked by the next `next_batch()`."""
+        self._captured += self._trained
+        self._trained = []
+        self._captured_at = self.batches_served
+        return {
+            "format": _STATE_FORMAT,
+            "consumer": self.consumer,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "batches_served": self.batches_served,
+            "trained": [list(pair) for pair in self._captured],
+        }
 
     def load_state_dict(self, state: JSON) -> None:
-        """Resume from a checkpoint: its uncommitted entries are in its weights, so ack them
-        before replaying what is still pending."""
-        self._ack_on_start = [(str(e), str(s)) for e, s in state.get("uncommitted", [])]
+        """Resume from a checkpoint: the entries it lists are acked first, then this rank
+        replays what its consumer read after the checkpoint. Whatever this source held is
+        dropped (training continues from the checkpoint's weights)."""
+        if state.get("format", 1) == 1:  # a single learner's state from before ranks
+            state = {"consumer": self.consumer, "rank": 0, "world_size": 1,
+                     "batches_served": 0, "trained": state.get("uncommitted", [])}  # fmt: skip
+        if state["consumer"] != self.consumer:
+            raise ValueError(
+                f"the checkpoint was trained by consumer {state['consumer']!r} of the group, "
+                f"this learner is {self.consumer!r}: resume with --consumer {state['consumer']}"
+            )
+        self._resume = state
+        self.batches_served = int(state["batches_served"])
+        self._trained, self._captured, self._captured_at = [], [], None
+        self._replay.clear()
+        self._seen.clear()
         self._recovered = False
 
     async def aclose(self) -> None:
         await self.stream.aclose()
 
-    # -- internals ----------------------------------------------------------------------------
+    # -- acks and recovery ------------------------------------------------------------------
+
+    async def _ack(self, pairs: list[Pair], *, step: int) -> int:
+        """Ack `pairs` and record that this consumer acked everything it trained up to `step`."""
+        done = await self.stream.commit(pairs, step=step, consumer=self.consumer_name)
+        self._warned_unacked = False
+        return done
+
+    def _warn_if_unacked(self) -> None:
+        if self.ack != "checkpoint" or self._warned_unacked:
+            return
+        if len(self._trained) >= self.warn_unacked:
+            logger.warning(
+                "%d samples trained since the last checkpoint are not acknowledged: with "
+                "ack='checkpoint' entries are acked once a checkpoint holds them. Checkpoint "
+                "(TrainerConfig.checkpoint, --checkpoint-every) or use ack='step'",
+                len(self._trained),
+            )
+            self._warned_unacked = True
 
     async def _recover(self) -> None:
         await self.stream.ensure_group()
-        if self._ack_on_start:
-            done = await self.stream.commit(self._ack_on_start, step=self.batches_served)
-            logger.info("acked %d entries already trained on before the checkpoint", done)
-            self._ack_on_start = []
+        resume, self._resume = self._resume, None
+        if resume is not None:
+            await self._check_world(resume)
+            pairs = [(str(e), str(s)) for e, s in resume["trained"]]
+            done = await self.stream.commit(
+                pairs, step=self.batches_served, consumer=self.consumer_name
+            )
+            logger.info("acked %d entries the checkpoint already holds", done)
         after = "0"
-        while entries := await self.stream.read_pending(self.consumer, after=after, count=512):
+        while entries := await self.stream.read_pending(self.consumer_name, after=after, count=512):
             self._replay.extend(entries)
             after = entries[-1].entry_id
-        self._replay.extend(
-            await self.stream.claim_idle(
-                self.consumer, min_idle_ms=self.claim_min_idle_ms, count=512
-            )
-        )
+        if self.rank == 0:
+            self._replay.extend(await self._claim_orphans())
         if self._replay:
-            logger.info("replaying %d entries left uncommitted by a crash", len(self._replay))
+            logger.info("replaying %d entries read but not checkpointed", len(self._replay))
         self.totals["redelivered"] += len(self._replay)
         self._recovered = True
+
+    async def _check_world(self, resume: JSON) -> None:
+        """A checkpoint from another number of ranks lists only rank 0's entries: resuming is
+        safe only if every other old rank acked what the checkpoint holds before it stopped."""
+        saved = int(resume["world_size"])
+        if saved == self.world_size:
+            if int(resume["rank"]) != self.rank:
+                raise ValueError(f"rank {self.rank} was handed rank {resume['rank']}'s state")
+            return
+        step = int(resume["batches_served"])
+        acked = await self.stream.acked_steps()
+        behind = [
+            name
+            for name in (_rank_name(self.consumer, r) for r in range(1, saved))
+            if acked.get(name, -1) < step
+        ]
+        if behind:
+            raise RuntimeError(
+                f"the checkpoint at step {step} was written by {saved} learner ranks and "
+                f"{', '.join(behind)} had not acknowledged its samples when the run stopped; "
+                f"with {self.world_size} ranks they would be trained twice. Resume once with "
+                f"{saved} ranks (it acknowledges them at its first step), then change the number "
+                "of ranks"
+            )
+        logger.info("resuming a %d-rank checkpoint on %d ranks", saved, self.world_size)
+
+    async def _claim_orphans(self) -> list[StreamEntry]:
+        """Entries of consumers that are not ranks of this run: a previous run's extra ranks
+        (dead: claimed at once) and unknown names (claimed once idle `claim_min_idle_ms`)."""
+        siblings = {_rank_name(self.consumer, r) for r in range(self.world_size)}
+        claimed: list[StreamEntry] = []
+        for owner in await self.stream.pending_consumers():
+            if owner in siblings:
+                continue
+            idle = 0 if _is_rank_name(self.consumer, owner) else self.claim_min_idle_ms
+            taken = await self.stream.claim_from(owner, self.consumer_name, min_idle_ms=idle)
+            if taken:
+                logger.info("took over %d entries left by consumer %s", len(taken), owner)
+            claimed += taken
+        return claimed
 
     async def _next_entries(self, count: int) -> list[StreamEntry]:
         if self._replay:
             return [self._replay.popleft() for _ in range(min(count, len(self._replay)))]
         failures = self.stream.reconnect_attempts
-        entries = await self.stream.read(self.consumer, count=count, block_ms=self.block_ms)
+        entries = await self.stream.read(self.consumer_name, count=count, block_ms=self.block_ms)
         if self.stream.reconnect_attempts != failures:
             await self._take_back_lost_deliveries(entries)
         return entries
@@ -175,11 +301,11 @@ class PipelineBatchSource:
         """A read retried after a connection failure may have been served by redis with the
         reply lost: its entries now sit in this consumer's pending list and `>` never returns
         them again. Queue every pending entry this source does not already hold."""
-        held = {entry_id for entry_id, _ in self._uncommitted}
+        held = {entry_id for entry_id, _ in self._trained + self._captured}
         held.update(e.entry_id for e in just_read)
         held.update(e.entry_id for e in self._replay)
         after, lost = "0", []
-        while pending := await self.stream.read_pending(self.consumer, after=after, count=512):
+        while pending := await self.stream.read_pending(self.consumer_name, after=after, count=512):
             lost += [e for e in pending if e.entry_id not in held]
             after = pending[-1].entry_id
         if lost:
@@ -191,22 +317,22 @@ class PipelineBatchSource:
         self, entry: StreamEntry, stats: Counter[str], lags: list[int]
     ) -> SAWItem | None:
         if entry.fields is None:
-            self._uncommitted.append((entry.entry_id, f"trimmed:{entry.entry_id}"))
+            self._trained.append((entry.entry_id, f"trimmed:{entry.entry_id}"))
             stats["trimmed"] += 1
             return None
         try:
             decoded = decode_sample(entry.fields)
         except PayloadError as e:
             logger.error("dead-lettering undecodable entry %s: %s", entry.entry_id, e)
-            self._uncommitted.append((entry.entry_id, f"invalid:{entry.entry_id}"))
+            self._trained.append((entry.entry_id, f"invalid:{entry.entry_id}"))
             await self.stream.dead_letter(entry, str(e))
             stats["invalid"] += 1
             return None
         if decoded.sample_id in self._seen:
-            self._uncommitted.append((entry.entry_id, f"duplicate:{decoded.sample_id}"))
+            self._trained.append((entry.entry_id, f"duplicate:{decoded.sample_id}"))
             stats["duplicates"] += 1
             return None
-        self._uncommitted.append((entry.entry_id, decoded.sample_id))
+        self._trained.append((entry.entry_id, decoded.sample_id))
         self._remember(decoded.sample_id)
         stats["samples"] += 1
         return self._apply_staleness(decoded.item, stats, lags)
@@ -235,3 +361,32 @@ class PipelineBatchSource:
 
     def _timed_out(self, started: float) -> bool:
         return self.max_wait_s is not None and time.monotonic() - started >= self.max_wait_s
+
+
+def _rank_name(consumer: str, rank: int) -> str:
+    return f"{consumer}-r{rank}"
+
+
+def _is_rank_name(consumer: str, name: str) -> bool:
+    prefix = f"{consumer}-r"
+    return name.startswith(prefix) and name[len(prefix) :].isdigit()
+
+
+def _check_settings(
+    batch_size: int,
+    stale: str,
+    stale_decay: float,
+    max_lag: int | None,
+    current_version: Callable[[], int] | None,
+    ack: str,
+) -> None:
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if stale not in ("drop", "downweight"):
+        raise ValueError(f"stale must be 'drop' or 'downweight', got {stale!r}")
+    if max_lag is not None and (max_lag < 0 or current_version is None):
+        raise ValueError("max_lag needs to be >= 0 and a current_version callable")
+    if not 0.0 <= stale_decay <= 1.0:
+        raise ValueError(f"stale_decay must be in [0, 1], got {stale_decay}")
+    if ack not in ("checkpoint", "step"):
+        raise ValueError(f"ack must be 'checkpoint' or 'step', got {ack!r}")

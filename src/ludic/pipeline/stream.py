@@ -5,11 +5,14 @@ same step (`SET NX` with a TTL), so an XADD retried after a lost reply (Redis ap
 died before answering) adds nothing the second time. The learner reads them through a
 consumer group and, once the optimizer step that used them is done, commits them: one Lua
 script acks each entry, deletes it and (optionally) records the acked sample ids in a ledger
-stream, atomically, so a commit that is retried after a lost reply changes nothing. Deleting committed entries keeps `XLEN` equal to
-undelivered + in-flight entries, which is what actors throttle on (`backlog`). `max_len` is a
+stream, atomically, so a commit that is retried after a lost reply changes nothing; it also
+records, per consumer, the step up to which that consumer has acked everything it trained.
+Deleting committed entries keeps `XLEN` equal to undelivered + in-flight entries, which is what actors throttle on (`backlog`). `max_len` is a
 safety cap passed as `XADD MAXLEN ~`: with backpressure working it never trims; if the learner is
 gone and actors ignore the backlog, the oldest entries are trimmed rather than Redis running out
-of memory. Every command retries connection failures with jittered exponential backoff, and a
+of memory. Crashed consumers' entries are claimed per named consumer (never XAUTOCLAIM, which
+would also take a live sibling's). Actors reserve batch indices from a counter per actor id.
+Every command retries connection failures with jittered exponential backoff, and a
 group lost with Redis's data is recreated. It does not decode payloads.
 """
 
@@ -35,10 +38,12 @@ except ImportError as e:  # an optional extra
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-# KEYS: stream, ledger. ARGV: group, step, record (1/0), then entry id / sample id pairs.
+# KEYS: stream, ledger, acked-steps hash. ARGV: group, step, record (1/0), consumer ('' for
+# none), then entry id / sample id pairs. The hash keeps, per consumer, the highest step up to
+# which it has acked everything it trained (a world-size change on resume checks it).
 _COMMIT = """
 local acked = {}
-for i = 4, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   if redis.call('XACK', KEYS[1], ARGV[1], ARGV[i]) == 1 then
     redis.call('XDEL', KEYS[1], ARGV[i])
     table.insert(acked, ARGV[i + 1])
@@ -46,7 +51,13 @@ for i = 4, #ARGV, 2 do
 end
 if ARGV[3] == '1' and #acked > 0 then
   redis.call('XADD', KEYS[2], 'MAXLEN', '~', '1000000', '*',
-             'step', ARGV[2], 'ids', cjson.encode(acked))
+             'step', ARGV[2], 'consumer', ARGV[4], 'ids', cjson.encode(acked))
+end
+if ARGV[4] ~= '' then
+  local old = tonumber(redis.call('HGET', KEYS[3], ARGV[4]) or '-1')
+  if tonumber(ARGV[2]) > old then
+    redis.call('HSET', KEYS[3], ARGV[4], ARGV[2])
+  end
 end
 return #acked
 """
@@ -202,37 +213,76 @@ class SampleStream:
         )
         return [_entry(e) for _, entries in (reply or []) for e in entries]
 
-    async def claim_idle(self, consumer: str, *, min_idle_ms: int, count: int) -> list[StreamEntry]:
-        """Take over entries another (crashed) consumer left uncommitted for `min_idle_ms`."""
+    async def pending_consumers(self) -> dict[str, int]:
+        """Consumers of the group that hold uncommitted entries, with how many each holds."""
+        summary: Any = await self._call(
+            "XPENDING", lambda: self.redis.xpending(self.stream, self.group)
+        )
+        return {_text(c["name"]): int(c["pending"]) for c in summary.get("consumers") or []}
+
+    async def claim_from(
+        self, owner: str, consumer: str, *, min_idle_ms: int, count: int = 512
+    ) -> list[StreamEntry]:
+        """Move to `consumer` the entries `owner` left uncommitted for at least `min_idle_ms`
+        (XPENDING for that owner alone, then XCLAIM, which skips any entry that another
+        claimer took in between). Unlike XAUTOCLAIM it never touches other consumers' entries.
+        Entries deleted from the stream meanwhile are dropped from the pending list by Redis."""
         claimed: list[StreamEntry] = []
-        cursor: Any = "0-0"
+        start = "-"
         while True:
-
-            async def claim(start: Any = cursor) -> Any:
-                return await self.redis.xautoclaim(
-                    self.stream, self.group, consumer, min_idle_ms, start, count=count
-                )
-
-            reply = await self._call("XAUTOCLAIM", claim)
-            cursor, entries = reply[0], reply[1]
-            claimed.extend(_entry(e) for e in entries)
-            if _text(cursor) == "0-0" or not entries:
+            rows: Any = await self._call(
+                "XPENDING",
+                lambda s=start: self.redis.xpending_range(  # type: ignore[misc]
+                    self.stream, self.group, s, "+", count, consumername=owner, idle=min_idle_ms
+                ),
+            )
+            if not rows:
                 return claimed
+            ids = [_text(r["message_id"]) for r in rows]
+            reply: Any = await self._call(
+                "XCLAIM",
+                lambda ids=ids: self.redis.xclaim(  # type: ignore[misc]
+                    self.stream, self.group, consumer, min_idle_ms, ids
+                ),
+            )
+            claimed.extend(_entry(e) for e in reply or [] if e is not None)
+            start = "(" + ids[-1]
 
-    async def commit(self, entries: Sequence[tuple[str, str]], *, step: int) -> int:
+    async def commit(
+        self, entries: Sequence[tuple[str, str]], *, step: int, consumer: str | None = None
+    ) -> int:
         """Ack and delete `(entry_id, sample_id)` pairs (and record them in the ledger);
-        returns how many were still pending (already-acked ones are skipped)."""
-        if not entries:
+        returns how many were still pending (already-acked ones are skipped). With `consumer`,
+        also record that it has acked everything it trained up to `step` (see `acked_steps`),
+        even when `entries` is empty."""
+        if not entries and consumer is None:
             return 0
         ledger = self.ledger or f"{self.stream}:ledger"
-        args: list[str | int] = [self.group, step, "1" if self.ledger else "0"]
+        args: list[str | int] = [self.group, step, "1" if self.ledger else "0", consumer or ""]
         for entry_id, sample_id in entries:
             args += [entry_id, sample_id]
+        keys = [self.stream, ledger, self._acked_key]
         acked = await self._call(
             "commit",
-            lambda: self._commit_script(keys=[self.stream, ledger], args=args),  # type: ignore[arg-type]
+            lambda: self._commit_script(keys=keys, args=args),  # type: ignore[arg-type]
         )
         return int(acked)
+
+    async def acked_steps(self) -> dict[str, int]:
+        """Per consumer, the highest step up to which it acked everything it trained."""
+        raw: Any = await self._call("HGETALL", lambda: self.redis.hgetall(self._acked_key))
+        return {_text(k): int(v) for k, v in raw.items()}
+
+    async def next_actor_batch(self, actor_id: str) -> int:
+        """Reserve the next batch index of actor `actor_id` (0, 1, 2, ... across restarts and
+        across processes sharing the id): its seeds and sample ids are never used twice."""
+        key = f"{self.stream}:actor:{actor_id}:batches"
+        reserved = await self._call("INCR", lambda: self.redis.incr(key))
+        return int(reserved) - 1
+
+    @property
+    def _acked_key(self) -> str:
+        return f"{self.stream}:acked:{self.group}"
 
     async def dead_letter(self, entry: StreamEntry, error: str) -> None:
         """Keep a copy of an undecodable entry in `<stream>:dead` for inspection."""
