@@ -187,7 +187,7 @@ class Agent:
         response = await self.client.complete(
             ChatRequest(messages=prompt, sampling=cfg, tools=tools or None)
         )
-        return response, prompt
+        return response.with_sampling(cfg), prompt  # the trainer recomputes under it
 
     def _make_step(
         self,

@@ -8,11 +8,11 @@ contract only; backends live beside it and import torch or HTTP libraries lazily
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from ludic.inference.sampling import SamplingConfig
-from ludic.types import Message, TokenTrace, ToolCall
+from ludic.types import BehaviorSampling, Message, TokenTrace, ToolCall
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -20,7 +20,11 @@ class ChatResponse:
     """One completion with its exact tokens.
 
     `tool_calls` is filled by backends that parse tool calls server-side (vLLM with a tool
-    parser); otherwise agents parse them from `text`.
+    parser); otherwise agents parse them from `text`. `completion_logprobs` follow the one
+    definition of behaviour logprobs (`ludic.types.BehaviorSampling`); `sampling` is the
+    transform they were computed under, stamped by the caller that knows the request
+    (`with_sampling`) unless the backend set it. `extra["forced_token_positions"]` lists
+    completion tokens the backend forced (max_think).
     """
 
     text: str
@@ -31,6 +35,16 @@ class ChatResponse:
     policy_version: int | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
+    sampling: BehaviorSampling | None = None
+
+    def with_sampling(self, sampling: SamplingConfig) -> ChatResponse:
+        """This response stamped with the request's sampling transform (kept if already set)."""
+        if self.sampling is not None:
+            return self
+        stamp = BehaviorSampling(
+            temperature=sampling.temperature, top_k=sampling.top_k, top_p=sampling.top_p
+        )
+        return replace(self, sampling=stamp)
 
     def trace(self) -> TokenTrace | None:
         """The token trace, or None when the backend returned no token ids."""
@@ -40,6 +54,8 @@ class ChatResponse:
             prompt_token_ids=self.prompt_token_ids,
             completion_token_ids=self.completion_token_ids,
             completion_logprobs=self.completion_logprobs,
+            sampling=self.sampling,
+            forced_positions=tuple(self.extra.get("forced_token_positions", ())),
         )
 
     def to_info(self) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
 
 from ludic.rollouts.retokenize import Retokenizer
-from ludic.rollouts.samples import SAWItem, TurnKey
+from ludic.rollouts.samples import SAWItem, TurnKey, behavior_sampling_meta
 from ludic.rollouts.stitching import TokenSegment, stitch_traces
 from ludic.types import JSON, AgentStep, Rollout, TokenTrace, Turn
 
@@ -190,6 +190,7 @@ def _segment_samples(
                 "policy_versions": sorted(
                     {s.policy_version for s in seg.agent_steps if s.policy_version is not None}
                 ),
+                **behavior_sampling_meta([s.trace for s in seg.agent_steps], seg.num_action_tokens),
             }
             if record_turn_ids:
                 seg_meta["turn_ids"] = list(dict.fromkeys(s.turn_id for s in seg.agent_steps))

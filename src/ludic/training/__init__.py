@@ -13,6 +13,7 @@ from ludic.training.algorithm import (
     make_reinforce_baseline,
     make_sft,
     with_regularizers,
+    with_rollout_correction,
 )
 from ludic.training.algorithm_types import Aggregation, Loss, LossInputs, LossOutput, RLAlgorithm
 from ludic.training.batching import (
@@ -78,11 +79,15 @@ from ludic.training.losses import (
     KLToReferenceLoss,
     MaskedCrossEntropyLoss,
     ReinforceLoss,
+    RejectOutside,
+    RolloutCorrection,
     SequenceClippedSurrogateLoss,
     TokenClippedSurrogateLoss,
+    TruncatedIS,
 )
 from ludic.training.schedule import build_scheduler, lr_multiplier
 from ludic.training.stats import Reducer, aggregate_stats, default_sample_reducers
+from ludic.training.stall import TrainingStalledError
 from ludic.training.trainer import Trainer, seed_everything
 from ludic.training.weights_io import (
     CorruptCheckpointError,
@@ -126,9 +131,11 @@ __all__ = [
     "RankState",
     "Reducer",
     "ReinforceLoss",
+    "RejectOutside",
     "RequestsExhausted",
     "RichConsoleLogger",
     "RolloutBatchSource",
+    "RolloutCorrection",
     "SAWBatch",
     "SAWItem",
     "SampleFilter",
@@ -140,6 +147,8 @@ __all__ = [
     "TrainerConfig",
     "TrainingLogger",
     "TrainingRuntime",
+    "TrainingStalledError",
+    "TruncatedIS",
     "WandbLogger",
     "accumulate_gradients",
     "add_lora",
@@ -179,4 +188,5 @@ __all__ = [
     "sequence_logprobs",
     "token_logprobs",
     "with_regularizers",
+    "with_rollout_correction",
 ]

@@ -7,6 +7,8 @@ KL-to-reference and entropy terms are added only when their coefficient is non-z
 
 from __future__ import annotations
 
+import dataclasses
+
 from ludic.training.algorithm_types import Aggregation, Loss, RLAlgorithm
 from ludic.training.credit import (
     ConstantCredit,
@@ -24,9 +26,11 @@ from ludic.training.losses import (
     KLToReferenceLoss,
     MaskedCrossEntropyLoss,
     ReinforceLoss,
+    RolloutCorrection,
     SequenceClippedSurrogateLoss,
     TokenClippedSurrogateLoss,
 )
+from ludic.training.losses.rollout_correction import Correction
 
 
 def with_regularizers(
@@ -52,6 +56,16 @@ def with_regularizers(
         bonus = EntropyBonus(aggregation=aggregation, constant_normalizer=constant_normalizer)
         terms.append((entropy_coef, bonus))
     return loss if len(terms) == 1 else CompositeLoss(terms=terms)
+
+
+def with_rollout_correction(algorithm: RLAlgorithm, *corrections: Correction) -> RLAlgorithm:
+    """`algorithm` with rollout importance-sampling correction of its loss, e.g.
+    `with_rollout_correction(make_grpo(), TruncatedIS(cap=2.0), RejectOutside(level="sequence",
+    low=0.1, high=10.0))`; see `losses.rollout_correction` for the formula. Turn it on when
+    the mismatch metrics (`mismatch/...`) or the policy lag histogram are not near zero."""
+    return dataclasses.replace(
+        algorithm, loss=RolloutCorrection(loss=algorithm.loss, corrections=corrections)
+    )
 
 
 def make_reinforce(
@@ -242,4 +256,5 @@ __all__ = [
     "make_reinforce_baseline",
     "make_sft",
     "with_regularizers",
+    "with_rollout_correction",
 ]

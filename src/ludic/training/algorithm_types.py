@@ -33,6 +33,9 @@ class LossInputs:
     `behavior_logprobs_BT` are the sampling policy's logprobs (0 where unmasked), None for
     offline data without them. `advantages_B` is each sequence's SAWItem weight.
     `total_action_tokens` and `total_sequences` count the whole optimizer batch.
+    `is_weights_BT` are rollout-correction weights (detached, set by
+    `losses.RolloutCorrection`): policy losses multiply each token's term by them, regularisers
+    (KL, entropy) ignore them; None means 1.
     """
 
     logprobs_BT: torch.Tensor
@@ -43,6 +46,7 @@ class LossInputs:
     behavior_logprobs_BT: torch.Tensor | None = None
     ref_logprobs_BT: torch.Tensor | None = None
     entropy_BT: torch.Tensor | None = None
+    is_weights_BT: torch.Tensor | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -2,7 +2,9 @@
 token budget, and packing of several sequences into one row for the forward pass.
 
 It does not run the model or compute losses (see `logprobs.py` and `gradients.py`). Packing is a
-compute layout only: losses always see one padded row per sequence.
+compute layout only: losses always see one padded row per sequence. The sampling transform each
+action token was drawn under (sample meta `behavior_sampling`) becomes per-token tensors, and
+tokens the backend forced (`forced_action_tokens`) leave the action mask.
 
 Shape legend: B = sequences, T = padded tokens, L = tokens of one packed row.
 """
@@ -14,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from ludic.rollouts.samples import SAWItem
+from ludic.rollouts.samples import FORCED_ACTION_TOKENS_KEY, SAWItem, sampling_runs
 
 MAX_SEQ_LEN_REASON = "max_seq_len"
 
@@ -65,12 +67,39 @@ def trainable_action_tokens(item: SAWItem) -> int:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class TokenSampling:
+    """Per-token sampling transform, aligned with `input_ids_BT`: `[b, t]` describes the
+    distribution token t was drawn from (`ludic.types.BehaviorSampling`). Temperature 0
+    (greedy) is stored as 1; top_k -1 and top_p 1 are off; prompt tokens and padding carry
+    the identity (1, -1, 1)."""
+
+    temperature_BT: torch.Tensor
+    top_k_BT: torch.Tensor
+    top_p_BT: torch.Tensor
+
+    def select(self, index: torch.Tensor, width: int) -> TokenSampling:
+        return TokenSampling(
+            temperature_BT=self.temperature_BT[index, :width],
+            top_k_BT=self.top_k_BT[index, :width],
+            top_p_BT=self.top_p_BT[index, :width],
+        )
+
+    def to(self, device: torch.device | str) -> TokenSampling:
+        return TokenSampling(
+            temperature_BT=self.temperature_BT.to(device),
+            top_k_BT=self.top_k_BT.to(device),
+            top_p_BT=self.top_p_BT.to(device),
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class CollatedBatch:
     """Right-padded tensors for B sequences.
 
     `attention_mask_BT` is 1 on real tokens. `action_mask_BT` (float) is 1 on trained tokens and
-    always 0 at position 0 and on padding. `behavior_logprobs_BT` is None unless every item has
-    behaviour logprobs. `advantages_B` holds each item's weight.
+    always 0 at position 0, on padding and on forced tokens. `behavior_logprobs_BT` is None
+    unless every item has behaviour logprobs. `advantages_B` holds each item's weight.
+    `sampling` is None when every token was sampled at temperature 1 without top-k / top-p.
     """
 
     input_ids_BT: torch.Tensor
@@ -78,6 +107,7 @@ class CollatedBatch:
     action_mask_BT: torch.Tensor
     advantages_B: torch.Tensor
     behavior_logprobs_BT: torch.Tensor | None = None
+    sampling: TokenSampling | None = None
 
     @property
     def num_sequences(self) -> int:
@@ -102,6 +132,7 @@ class CollatedBatch:
             action_mask_BT=self.action_mask_BT[index, :width],
             advantages_B=self.advantages_B[index],
             behavior_logprobs_BT=None if lp is None else lp[index, :width],
+            sampling=None if self.sampling is None else self.sampling.select(index, width),
         )
 
     def to(self, device: torch.device | str) -> CollatedBatch:
@@ -112,6 +143,7 @@ class CollatedBatch:
             action_mask_BT=self.action_mask_BT.to(device),
             advantages_B=self.advantages_B.to(device),
             behavior_logprobs_BT=None if lp is None else lp.to(device),
+            sampling=None if self.sampling is None else self.sampling.to(device),
         )
 
 
@@ -135,6 +167,7 @@ def collate(items: Sequence[SAWItem], *, pad_token_id: int = 0) -> CollatedBatch
         action_mask_BT[row, :n] = torch.tensor(item.action_mask, dtype=torch.float32)
         if behavior_BT is not None and item.behavior_logprobs is not None:
             behavior_BT[row, :n] = torch.tensor(item.behavior_logprobs, dtype=torch.float32)
+    sampling = _token_sampling(items, action_mask_BT)  # also unmasks forced tokens
     action_mask_BT[:, 0] = 0.0  # no context predicts the first token
     if behavior_BT is not None:  # 0.0 off the action mask, whatever the item held there
         behavior_BT = torch.where(action_mask_BT > 0, behavior_BT, torch.zeros_like(behavior_BT))
@@ -144,7 +177,42 @@ def collate(items: Sequence[SAWItem], *, pad_token_id: int = 0) -> CollatedBatch
         action_mask_BT=action_mask_BT,
         advantages_B=torch.tensor([item.weight for item in items], dtype=torch.float32),
         behavior_logprobs_BT=behavior_BT,
+        sampling=sampling,
     )
+
+
+def _token_sampling(items: Sequence[SAWItem], action_mask_BT: torch.Tensor) -> TokenSampling | None:
+    """Per-token transforms from each item's `behavior_sampling` runs (None when all are the
+    identity), and forced tokens (`forced_action_tokens`) removed from `action_mask_BT`."""
+    b, width = action_mask_BT.shape
+    temperature_BT = torch.ones((b, width), dtype=torch.float32)
+    top_k_BT = torch.full((b, width), -1, dtype=torch.long)
+    top_p_BT = torch.ones((b, width), dtype=torch.float32)
+    transformed = False
+    for row, item in enumerate(items):
+        positions = [t for t, m in enumerate(item.action_mask) if m]
+        for ordinal in item.meta.get(FORCED_ACTION_TOKENS_KEY, ()):
+            if ordinal < len(positions):  # beyond: cut by max_seq_len
+                action_mask_BT[row, positions[ordinal]] = 0.0
+        start = 0
+        for run, (sampling, tokens) in enumerate(runs := sampling_runs(item.meta)):
+            end = len(positions) if tokens is None else start + tokens
+            if run == len(runs) - 1 and end < len(positions):
+                raise ValueError(
+                    f"sample {item.meta.get('sample_id')!r}: meta 'behavior_sampling' covers {end} "
+                    f"action tokens but the sample has {len(positions)}; the runs' 'tokens' must "
+                    "add up to the sample's action tokens"
+                )
+            if not sampling.is_identity:
+                span = torch.tensor(positions[start:end], dtype=torch.long)
+                temperature_BT[row, span] = sampling.temperature or 1.0  # greedy counts as 1
+                top_k_BT[row, span] = sampling.top_k
+                top_p_BT[row, span] = sampling.top_p
+                transformed = True
+            start = end
+    if not transformed:
+        return None
+    return TokenSampling(temperature_BT=temperature_BT, top_k_BT=top_k_BT, top_p_BT=top_p_BT)
 
 
 def plan_micro_batches(

@@ -5,7 +5,9 @@ one big batch: every micro-batch's loss is normalised by batch-wide totals (see
 Across data-parallel ranks the totals are summed over ranks and every rank runs the same number
 of passes (`num_passes`): a rank with fewer micro-batches (or none) runs zero-gradient dummy
 passes so FSDP's collectives stay matched. It does not step an optimizer, clip or check
-gradients (the Trainer does that). A non-finite micro-batch loss is reported and never
+gradients (the Trainer does that). Besides the loss's metrics it reports the train/inference
+mismatch (`mismatch/...`, see `mismatch.py`) whenever the batch has behaviour logprobs.
+A non-finite micro-batch loss is reported and never
 back-propagated: alone, the function stops there; with `num_passes`, that pass back-propagates
 zero instead and the remaining passes still run.
 """
@@ -23,6 +25,7 @@ from ludic.training.algorithm_types import Loss, LossInputs
 from ludic.training.collate import CollatedBatch
 from ludic.training.logprobs import DEFAULT_CHUNK_TOKENS, sequence_logprobs
 from ludic.training.losses import reduce_metrics
+from ludic.training.mismatch import mismatch_metrics
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -116,6 +119,16 @@ def accumulate_gradients(
                 entropy_BT=entropy_BT,
             )
         )
+        metrics = dict(out.metrics)
+        if micro.behavior_logprobs_BT is not None:
+            metrics.update(
+                mismatch_metrics(
+                    logprobs_BT,
+                    micro.behavior_logprobs_BT,
+                    micro.action_mask_BT,
+                    total_action_tokens=totals.action_tokens,
+                )
+            )
         value = float(out.loss.detach().item())
         if not math.isfinite(value):
             if not lockstep:
@@ -128,7 +141,7 @@ def accumulate_gradients(
         out.loss.backward()
         if finite:
             loss_sum += value
-        per_micro_batch.append(out.metrics)
+        per_micro_batch.append(metrics)
     return AccumulationResult(
         loss=loss_sum,
         finite=finite,

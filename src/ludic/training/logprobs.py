@@ -1,6 +1,17 @@
 """Token logprobs (and entropies) of a causal LM, aligned with `LossInputs`:
 `logprobs_BT[b, t] = log p(input_ids[b, t] | input_ids[b, :t])`, position 0 = 0.
 
+p is the distribution each token was sampled from, as behaviour logprobs define it
+(`ludic.types.BehaviorSampling`): softmax(logits / T) restricted to the top-k / top-p support
+and renormalised, per token (`CollatedBatch.sampling`; None = temperature 1, no filter, the
+plain log-softmax). The support is computed from the trainer's own logits, detached, with the
+engine's own function (`ludic.inference.token_sampling`), so ties and the top-k-then-top-p
+order match; the sampled token always stays in it (a token on the nucleus boundary may fall
+outside when trainer and engine logits differ by rounding: its ratio then shows that
+mismatch instead of -inf). The gradient flows through the renormalised log-softmax on that
+support. Rows without top-k / top-p are never sorted. Entropies are of the model's own
+distribution (temperature 1, unfiltered).
+
 Memory: the log-softmax is done chunk by chunk over positions in float32, so no extra
 [B, T, V] copy of the logits is made (only [chunk, V] at a time, recomputed in backward when
 it would otherwise be kept). It does not mask anything
@@ -14,48 +25,98 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from ludic.training.collate import CollatedBatch, pack
+from ludic.inference.token_sampling import RowKnobs
+from ludic.training.collate import CollatedBatch, TokenSampling, pack
 
 DEFAULT_CHUNK_TOKENS = 1024
+_Knobs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # temperature_N, top_k_N, top_p_N
+
+
+def processed_logits(
+    x_CV: torch.Tensor,
+    targets_C: torch.Tensor,
+    temperature_C: torch.Tensor,
+    top_k_C: torch.Tensor,
+    top_p_C: torch.Tensor,
+) -> torch.Tensor:
+    """Logits whose log-softmax is the sampled distribution: x / T, with -inf off the top-k /
+    top-p support (computed detached from these logits, as the engine does; `targets_C` always
+    kept). Only rows with a filter on are sorted."""
+    if bool((temperature_C != 1).any()):
+        x_CV = x_CV / temperature_C[:, None].to(x_CV.dtype)
+    vocab = x_CV.shape[-1]
+    filtered_C = ((top_k_C > 0) & (top_k_C < vocab)) | (top_p_C < 1)
+    if not bool(filtered_C.any()):
+        return x_CV
+    rows_R = filtered_C.nonzero().squeeze(-1)
+    with torch.no_grad():
+        knobs = RowKnobs.of(
+            [1.0] * len(rows_R),  # already scaled
+            top_k_C[rows_R].tolist(),
+            top_p_C[rows_R].tolist(),
+            vocab,
+            device=x_CV.device,
+        )
+        support_RV = knobs.logprobs(x_CV[rows_R].detach()) > float("-inf")
+        support_RV.scatter_(-1, targets_C[rows_R, None], True)
+        drop_CV = torch.zeros(x_CV.shape, dtype=torch.bool, device=x_CV.device)
+        drop_CV[rows_R] = ~support_RV
+    return x_CV.masked_fill(drop_CV, float("-inf"))
 
 
 def _chunk_terms(
-    x_CV: torch.Tensor, targets_C: torch.Tensor, with_entropy: bool
+    x_CV: torch.Tensor,
+    targets_C: torch.Tensor,
+    with_entropy: bool,
+    temperature_C: torch.Tensor | None = None,
+    top_k_C: torch.Tensor | None = None,
+    top_p_C: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, ...]:
-    """(logprob_C,) or (logprob_C, entropy_C) of one chunk, computed in float32 (or float64)."""
+    """(logprob_C,) or (logprob_C, entropy_C) of one chunk, computed in float32 (or float64),
+    the logprobs under the sampling transform when one is given."""
     if x_CV.dtype != torch.float64:
         x_CV = x_CV.float()
-    lse_C = torch.logsumexp(x_CV, dim=-1)
-    logprob_C = x_CV.gather(-1, targets_C[:, None]).squeeze(-1) - lse_C
+    z_CV = x_CV
+    if temperature_C is not None and top_k_C is not None and top_p_C is not None:
+        z_CV = processed_logits(x_CV, targets_C, temperature_C, top_k_C, top_p_C)
+    lse_C = torch.logsumexp(z_CV, dim=-1)
+    logprob_C = z_CV.gather(-1, targets_C[:, None]).squeeze(-1) - lse_C
     if not with_entropy:
         return (logprob_C,)
+    if z_CV is not x_CV:
+        lse_C = torch.logsumexp(x_CV, dim=-1)
     # H = -sum p log p = logsumexp(x) - sum p x
     return logprob_C, lse_C - (torch.softmax(x_CV, dim=-1) * x_CV).sum(dim=-1)
 
 
 def _next_token_logprobs(
-    logits_NV: torch.Tensor, targets_N: torch.Tensor, with_entropy: bool, chunk_tokens: int
+    logits_NV: torch.Tensor,
+    targets_N: torch.Tensor,
+    with_entropy: bool,
+    chunk_tokens: int,
+    knobs_N: _Knobs | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(targets[i] | logits[i]) per row of a [N, V] tensor, chunk by chunk.
 
     Chunks come from `torch.split`, whose backward writes every chunk's gradient into one
     buffer (slicing each chunk instead would allocate a full-size gradient per chunk). When
     autograd would otherwise keep a float32 copy of the chunk (low-precision logits, or the
-    softmax of the entropy) the chunk is recomputed in backward instead (checkpointing), so
-    only the logits themselves stay alive.
+    softmax of the entropy, or the sampling transform) the chunk is recomputed in backward
+    instead (checkpointing), so only the logits themselves stay alive.
     """
     recompute = logits_NV.requires_grad and (
-        with_entropy or logits_NV.dtype not in (torch.float32, torch.float64)
+        with_entropy or knobs_N is not None or logits_NV.dtype not in (torch.float32, torch.float64)
     )
     logprobs, entropies = [], []
-    chunks = zip(
-        torch.split(logits_NV, chunk_tokens), torch.split(targets_N, chunk_tokens), strict=True
-    )
-    for args in chunks:
+    split = [torch.split(logits_NV, chunk_tokens), torch.split(targets_N, chunk_tokens)]
+    if knobs_N is not None:
+        split.extend(torch.split(k_N, chunk_tokens) for k_N in knobs_N)
+    for chunk in zip(*split, strict=True):
+        args = (chunk[0], chunk[1], with_entropy, *chunk[2:])
         if recompute:
-            terms = checkpoint(_chunk_terms, *args, with_entropy, use_reentrant=False)
+            terms = checkpoint(_chunk_terms, *args, use_reentrant=False)
         else:
-            terms = _chunk_terms(*args, with_entropy)
+            terms = _chunk_terms(*args)
         logprobs.append(terms[0])
         if with_entropy:
             entropies.append(terms[1])
@@ -68,10 +129,12 @@ def token_logprobs(
     *,
     with_entropy: bool = False,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    sampling: TokenSampling | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(logprobs_BT, entropy_BT or None) from logits where `logits_BTV[b, t]` predicts token
     t + 1. Both are float32 (float64 for float64 logits) and 0 at position 0; `entropy_BT[b, t]`
-    is the entropy of the distribution that token t was drawn from."""
+    is the entropy of the model's distribution that token t was drawn from. With `sampling`
+    (aligned with `input_ids_BT`) token t's logprob is under its own sampling transform."""
     if logits_BTV.dim() != 3 or logits_BTV.shape[:2] != input_ids_BT.shape:
         raise ValueError(
             f"token_logprobs: logits {tuple(logits_BTV.shape)} do not match input_ids "
@@ -83,14 +146,48 @@ def token_logprobs(
     # Every position predicts the next token; the last one's (a dummy target) is dropped.
     # All B*T rows at once: a view of the logits, no per-sequence slicing.
     targets_BT = torch.cat([input_ids_BT[:, 1:], torch.zeros_like(input_ids_BT[:, :1])], dim=1)
+    knobs_N: _Knobs | None = None
+    if sampling is not None:
+        knobs_N = (
+            _next(sampling.temperature_BT, 1.0),
+            _next(sampling.top_k_BT, -1),
+            _next(sampling.top_p_BT, 1.0),
+        )
     lp_N, h_N = _next_token_logprobs(
-        logits_BTV.reshape(b * t, v), targets_BT.reshape(b * t), with_entropy, chunk_tokens
+        logits_BTV.reshape(b * t, v), targets_BT.reshape(b * t), with_entropy, chunk_tokens, knobs_N
     )
 
     def shifted(values_N: torch.Tensor) -> torch.Tensor:
         return torch.cat([zeros_B1, values_N.view(b, t)[:, :-1]], dim=1)
 
     return shifted(lp_N), (None if h_N is None else shifted(h_N))
+
+
+def _next(values_BT: torch.Tensor, identity: float) -> torch.Tensor:
+    """[B*T] values of the token each position predicts (position t: token t + 1)."""
+    pad_B1 = torch.full_like(values_BT[:, :1], identity)
+    return torch.cat([values_BT[:, 1:], pad_B1], dim=1).reshape(-1)
+
+
+def _packed_sampling(batch: CollatedBatch, index_BT: torch.Tensor) -> TokenSampling | None:
+    """`batch.sampling` laid out like the packed row (identity nowhere else)."""
+    sampling = batch.sampling
+    if sampling is None:
+        return None
+    real_BT = batch.attention_mask_BT > 0
+    where_R = index_BT[real_BT]
+    length = int(where_R.max().item()) + 1 if where_R.numel() else 1
+
+    def lay(values_BT: torch.Tensor, identity: float) -> torch.Tensor:
+        row_1L = torch.full((1, length), identity, dtype=values_BT.dtype, device=values_BT.device)
+        row_1L[0, where_R] = values_BT[real_BT]
+        return row_1L
+
+    return TokenSampling(
+        temperature_BT=lay(sampling.temperature_BT, 1.0),
+        top_k_BT=lay(sampling.top_k_BT, -1),
+        top_p_BT=lay(sampling.top_p_BT, 1.0),
+    )
 
 
 def _real_tokens(values_BT: torch.Tensor, attention_mask_BT: torch.Tensor) -> torch.Tensor:
@@ -106,14 +203,19 @@ def sequence_logprobs(
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run a Hugging Face causal LM on `batch` and return (logprobs_BT, entropy_BT or None),
-    0 on padding. With `packed=True` the sequences go through the model as one row (position
-    ids restart per sequence) and the results are laid back out as [B, T]."""
+    0 on padding, logprobs under each token's sampling transform (`batch.sampling`). With
+    `packed=True` the sequences go through the model as one row (position ids restart per
+    sequence) and the results are laid back out as [B, T]."""
     if not packed:
         logits_BTV = model(
             input_ids=batch.input_ids_BT, attention_mask=batch.attention_mask_BT, use_cache=False
         ).logits
         logprobs_BT, entropy_BT = token_logprobs(
-            logits_BTV, batch.input_ids_BT, with_entropy=with_entropy, chunk_tokens=chunk_tokens
+            logits_BTV,
+            batch.input_ids_BT,
+            with_entropy=with_entropy,
+            chunk_tokens=chunk_tokens,
+            sampling=batch.sampling,
         )
         mask_BT = batch.attention_mask_BT
         return _real_tokens(logprobs_BT, mask_BT), (
@@ -124,7 +226,11 @@ def sequence_logprobs(
         input_ids=row.input_ids_1L, position_ids=row.position_ids_1L, use_cache=False
     ).logits
     logprobs_1L, entropy_1L = token_logprobs(
-        logits_1LV, row.input_ids_1L, with_entropy=with_entropy, chunk_tokens=chunk_tokens
+        logits_1LV,
+        row.input_ids_1L,
+        with_entropy=with_entropy,
+        chunk_tokens=chunk_tokens,
+        sampling=_packed_sampling(batch, row.index_BT),
     )
     # A sequence's first token is predicted from the previous sequence: drop it like position 0.
     keep_BT = batch.attention_mask_BT.clone()

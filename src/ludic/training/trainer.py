@@ -52,6 +52,7 @@ from ludic.training.filters import drop_stale
 from ludic.training.gradients import BatchTotals, accumulate_gradients
 from ludic.training.loggers import TrainingLogger
 from ludic.training.losses import reduce_metrics
+from ludic.training.mismatch import policy_lag_metrics
 from ludic.training.schedule import build_scheduler
 from ludic.training.stats import Reducer, aggregate_stats, default_sample_reducers
 from ludic.types import JSON
@@ -172,6 +173,7 @@ class Trainer:
         metrics["dropped_no_action_tokens"] = float(len(items) - len(trainable))
         metrics["num_samples"] = float(len(trainable))
         metrics.update(aggregate_stats(self.reducers, trainable))
+        metrics.update(policy_lag_metrics(self.policy_version, trainable))
         return trainable, metrics
 
     def _optimize(self, items: list[SAWItem]) -> dict[str, float]:

@@ -24,20 +24,30 @@ from ludic.training.losses.regularizers import (
     MaskedCrossEntropyLoss,
     kl_estimate,
 )
+from ludic.training.losses.rollout_correction import (
+    Correction,
+    RejectOutside,
+    RolloutCorrection,
+    TruncatedIS,
+)
 from ludic.training.losses.sequence import GMPOLoss, SequenceClippedSurrogateLoss
 
 __all__ = [
     "AGGREGATIONS",
     "CISPOLoss",
     "CompositeLoss",
+    "Correction",
     "EntropyBonus",
     "GMPOLoss",
     "KLEstimator",
     "KLToReferenceLoss",
     "MaskedCrossEntropyLoss",
     "ReinforceLoss",
+    "RejectOutside",
+    "RolloutCorrection",
     "SequenceClippedSurrogateLoss",
     "TokenClippedSurrogateLoss",
+    "TruncatedIS",
     "aggregate",
     "kl_estimate",
     "masked",

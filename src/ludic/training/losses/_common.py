@@ -21,12 +21,20 @@ LOG_RATIO_LIMIT = 20.0
 class PolicyTerms:
     """`log_ratio_BT` = log pi(a) - log mu(a), clamped to +-LOG_RATIO_LIMIT (0 on masked
     tokens; mu := detached pi when the batch has no behaviour logprobs, so the ratio is 1 with
-    pi's gradient)."""
+    pi's gradient). `is_weights_BT` are the rollout-correction weights (None: 1)."""
 
     mask_BT: torch.Tensor
     logprobs_BT: torch.Tensor
     log_ratio_BT: torch.Tensor
     advantages_B1: torch.Tensor
+    is_weights_BT: torch.Tensor | None = None
+
+
+def corrected(values_BT: torch.Tensor, terms: PolicyTerms) -> torch.Tensor:
+    """Per-token policy terms times the rollout-correction weights (unchanged without)."""
+    if terms.is_weights_BT is None:
+        return values_BT
+    return values_BT * terms.is_weights_BT
 
 
 def policy_terms(inputs: LossInputs) -> PolicyTerms:
@@ -41,6 +49,9 @@ def policy_terms(inputs: LossInputs) -> PolicyTerms:
         logprobs_BT=logprobs_BT,
         log_ratio_BT=(logprobs_BT - behavior_BT).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT),
         advantages_B1=inputs.advantages_B.detach().float().unsqueeze(-1),
+        is_weights_BT=(
+            None if inputs.is_weights_BT is None else inputs.is_weights_BT.detach().float()
+        ),
     )
 
 

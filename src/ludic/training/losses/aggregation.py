@@ -41,7 +41,8 @@ def action_mask(inputs: LossInputs) -> torch.Tensor:
     shape = inputs.logprobs_BT.shape
     if inputs.logprobs_BT.dim() != 2:
         raise ValueError(f"LossInputs.logprobs_BT must be [B, T], got shape {tuple(shape)}")
-    for name in ("action_mask_BT", "behavior_logprobs_BT", "ref_logprobs_BT", "entropy_BT"):
+    names = ("action_mask_BT", "behavior_logprobs_BT", "ref_logprobs_BT", "entropy_BT")
+    for name in (*names, "is_weights_BT"):
         t = getattr(inputs, name)
         if t is not None and t.shape != shape:
             raise ValueError(

@@ -16,7 +16,7 @@ from typing import ClassVar
 import torch
 
 from ludic.training.algorithm_types import Aggregation, LossInputs, LossOutput
-from ludic.training.losses._common import policy_terms, token_ratio_metrics
+from ludic.training.losses._common import corrected, policy_terms, token_ratio_metrics
 from ludic.training.losses.aggregation import aggregate, check_aggregation
 
 
@@ -74,7 +74,7 @@ class ReinforceLoss:
                 terms, ratio_BT > self.truncated_is_cap, inputs.total_action_tokens
             )
         loss = -aggregate(
-            objective_BT,
+            corrected(objective_BT, terms),
             terms.mask_BT,
             self.aggregation,
             total_action_tokens=inputs.total_action_tokens,
@@ -120,7 +120,7 @@ class TokenClippedSurrogateLoss:
         bounded_BT = ratio_BT.clamp(1.0 - self.clip_eps_low, 1.0 + self.clip_eps_high)
         clipped_BT = bounded_BT * terms.advantages_B1
         loss = -aggregate(
-            torch.minimum(unclipped_BT, clipped_BT),
+            corrected(torch.minimum(unclipped_BT, clipped_BT), terms),
             terms.mask_BT,
             self.aggregation,
             total_action_tokens=inputs.total_action_tokens,
@@ -166,7 +166,7 @@ class CISPOLoss:
         ratio_BT = torch.exp(terms.log_ratio_BT.detach())
         weight_BT = ratio_BT.clamp(1.0 - self.clip_eps_low, 1.0 + self.clip_eps_high)
         loss = -aggregate(
-            weight_BT * terms.advantages_B1 * terms.logprobs_BT,
+            corrected(weight_BT * terms.advantages_B1 * terms.logprobs_BT, terms),
             terms.mask_BT,
             self.aggregation,
             total_action_tokens=inputs.total_action_tokens,

@@ -14,7 +14,7 @@ from typing import ClassVar
 import torch
 
 from ludic.training.algorithm_types import Aggregation, LossInputs, LossOutput
-from ludic.training.losses._common import PolicyTerms, policy_terms
+from ludic.training.losses._common import PolicyTerms, corrected, policy_terms
 from ludic.training.losses.aggregation import (
     aggregate,
     check_aggregation,
@@ -91,7 +91,7 @@ class SequenceClippedSurrogateLoss:
         unclipped_B = ratio_B * advantages_B
         clipped_B = ratio_B.clamp(1.0 - self.clip_eps_low, 1.0 + self.clip_eps_high) * advantages_B
         loss = -aggregate(
-            _broadcast(torch.minimum(unclipped_B, clipped_B), terms.mask_BT),
+            corrected(_broadcast(torch.minimum(unclipped_B, clipped_B), terms.mask_BT), terms),
             terms.mask_BT,
             self.aggregation,
             total_action_tokens=inputs.total_action_tokens,
@@ -148,7 +148,7 @@ class GMPOLoss:
         geo_ratio_B = torch.exp(masked_seq_mean(chosen_BT, terms.mask_BT))
         objective_B = terms.advantages_B1.squeeze(-1) * geo_ratio_B
         loss = -aggregate(
-            _broadcast(objective_B, terms.mask_BT),
+            corrected(_broadcast(objective_B, terms.mask_BT), terms),
             terms.mask_BT,
             self.aggregation,
             total_action_tokens=inputs.total_action_tokens,
