@@ -4,6 +4,7 @@ weight updates, and real episodes."""
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -262,6 +263,20 @@ async def test_length_is_capped_by_the_context(engine: EmbeddedEngine) -> None:
         ({"prompt_ids": [10**7]}, "outside the vocabulary"),
         ({"extras": {"repetition_penalty": 1.1}}, "does not support sampling extras"),
         ({"max_think": 0}, "max_think"),
+        ({"temperature": math.nan}, "temperature must be a finite number"),
+        ({"top_k": 2**63}, "top_k must be in"),
+        ({"seed": 2**64}, "seed must be in"),
+        ({"max_tokens": 2049}, "max_tokens=2049 exceeds the model's context of 2048 tokens"),
+        ({"max_think": 4096}, "max_think=4096 exceeds the model's context of 2048 tokens"),
+        ({"prompt_ids": [1] * 5000}, "the prompt has 5000 tokens but the model's context is 2048"),
+        ({"stop": tuple(str(i) for i in range(65))}, "stop holds 65 strings; at most 64"),
+        ({"stop": ("x" * 513,)}, "stop strings must be at most 512 characters"),
+        ({"extras": {"stop_token_ids": [1] * 1025}}, "stop_token_ids holds 1025 ids; at most 1024"),
+        ({"extras": {"ignore_eos": "yes"}}, "ignore_eos must be true or false"),
+        (
+            {"extras": {"chat_template_kwargs": {"chat_template": "{{ 1 }}"}}},
+            r"chat_template_kwargs may not set \['chat_template'\]",
+        ),
     ],
 )
 async def test_invalid_requests_raise_value_error(
@@ -269,6 +284,25 @@ async def test_invalid_requests_raise_value_error(
 ) -> None:
     with pytest.raises(ValueError, match=match):
         await engine.complete(req(**kwargs))  # type: ignore[arg-type]
+    assert engine.status().running
+
+
+async def test_a_sampling_config_changed_after_construction_is_checked_again(
+    engine: EmbeddedEngine,
+) -> None:
+    """Admission runs the same range checks as `SamplingConfig` itself, on both paths."""
+    sampling = SamplingConfig(max_tokens=4)
+    object.__setattr__(sampling, "temperature", math.nan)  # what a frozen dataclass forbids
+    with pytest.raises(ValueError, match="temperature must be a finite number"):
+        await engine.complete(ChatRequest(messages=USER, sampling=sampling))
+    with pytest.raises(ValueError, match="temperature must be a finite number"):
+        engine.stream(ChatRequest(messages=USER, sampling=sampling))
+
+
+async def test_the_logprob_probe_is_capped_at_the_context(engine: EmbeddedEngine) -> None:
+    with pytest.raises(ValueError, match="at most 2048 token ids"):
+        engine.logprobs([1] * 2049)
+    assert len(engine.logprobs([1] * 2048)) == 2047
 
 
 async def test_update_weights_changes_outputs_and_version() -> None:

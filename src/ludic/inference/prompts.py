@@ -102,7 +102,8 @@ def build_sequence(
 
 
 def _check_limits(cfg: SamplingConfig, max_model_len: int) -> None:
-    """What the engine needs beyond `SamplingConfig`'s own ranges."""
+    """`SamplingConfig`'s own ranges, and what the engine needs beyond them."""
+    cfg.validate()
     unknown = sorted(set(cfg.extras) - set(SUPPORTED_EXTRAS))
     if unknown:
         raise ValueError(

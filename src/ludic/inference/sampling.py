@@ -36,6 +36,12 @@ class SamplingConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", _stop_strings(self.stop))
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first field out of range (run on construction, and again
+        by a backend admitting the request)."""
+        _stop_strings(self.stop)
         temperature = _real("temperature", self.temperature)
         if not (math.isfinite(temperature) and temperature >= 0):
             raise ValueError(
