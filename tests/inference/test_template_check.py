@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
-from ludic.inference.template_check import check_append_only
+from ludic.inference.template_check import check_append_only, warn_if_not_append_only
 from ludic.models import train_tiny_tokenizer
 
 # Like Qwen3: assistant turns before the last user message lose their <think> block.
@@ -65,3 +67,42 @@ def test_thinking_stripper_breaks_where_the_think_block_was() -> None:
 def test_needs_two_assistant_turns() -> None:
     with pytest.raises(ValueError, match="at least two assistant turns"):
         check_append_only(train_tiny_tokenizer(), CONVERSATION[:3])
+
+
+def test_the_probe_warns_once_for_a_template_that_is_not_append_only(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tok = train_tiny_tokenizer()
+    tok.chat_template = STRIPPING_TEMPLATE + "{#- probe warning test #}"  # a fresh cache key
+    with caplog.at_level(logging.WARNING, logger="ludic.inference.template_check"):
+        report = warn_if_not_append_only(tok)
+        again = warn_if_not_append_only(tok)
+    assert report is not None and not report.append_only and again is report
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert "not append-only" in message and "num_drift_splits" in message
+    assert "diverges" in message  # it names where
+
+
+def test_the_probe_is_quiet_for_the_tiny_template(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="ludic.inference.template_check"):
+        report = warn_if_not_append_only(train_tiny_tokenizer())
+    assert report is not None and report.append_only and report.turns_checked == 2
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_the_probe_skips_a_tokenizer_without_a_template() -> None:
+    tok = train_tiny_tokenizer()
+    tok.chat_template = None
+    assert warn_if_not_append_only(tok) is None
+
+
+def test_the_embedded_engine_runs_the_probe_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    from ludic.inference.engine import EmbeddedEngine
+    from ludic.models import build_tiny_model
+
+    model, tok = build_tiny_model()
+    tok.chat_template = STRIPPING_TEMPLATE + "{#- engine start test #}"
+    with caplog.at_level(logging.WARNING, logger="ludic.inference.template_check"):
+        engine = EmbeddedEngine(model, tok)
+        engine.close()
+    assert any("not append-only" in r.getMessage() for r in caplog.records)

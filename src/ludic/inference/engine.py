@@ -40,6 +40,7 @@ from ludic.inference.client import ChatRequest, ChatResponse
 from ludic.inference.prompts import build_sequence
 from ludic.inference.sequence import SequenceState, TextCodec
 from ludic.inference.streaming import CompletionDelta
+from ludic.inference.template_check import warn_if_not_append_only
 from ludic.inference.token_sampling import LogprobsMode
 from ludic.inference.weights import copy_weights_
 
@@ -136,6 +137,7 @@ class EmbeddedEngine:
     ) -> None:
         self.model = model.eval()
         self.tokenizer = tokenizer
+        warn_if_not_append_only(tokenizer)  # once per template; drift splits samples otherwise
         self.config = config or EngineConfig()
         self.codec = TextCodec(tokenizer)
         self.max_model_len = self.config.max_model_len or int(
