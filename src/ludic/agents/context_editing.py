@@ -36,11 +36,13 @@ SNAPSHOT_INDEX_KEY = "snapshot_index"
 
 SnapshotReward = Callable[[AgentStep], float]
 
+# The call form is the one the Hermes/Qwen chat templates render (see ludic.agents.react).
 EDIT_INSTRUCTIONS = (
     "Messages in your context carry ids like [#3]. Your context is small: remove messages "
     "you no longer need with {delete}(message_ids) (removing an observation also removes "
-    "your reply to it){summarize}.\nTo call a tool, write "
-    '<tool_call>{{"name": "<tool name>", "arguments": {{...}}}}</tool_call>.'
+    "your reply to it){summarize}.\nTo call a tool, write the call on its own lines, exactly "
+    "in this form, and stop:\n"
+    '<tool_call>\n{{"name": "{delete}", "arguments": {{"message_ids": [3]}}}}\n</tool_call>'
 )
 
 

@@ -11,10 +11,17 @@ from typing import Any
 
 from ludic.agents.tool_agent import ToolAgent
 
+# The call form is the one the Hermes/Qwen chat templates render a tool call in (the JSON on
+# its own line between the tags), so the next prompt re-renders the call exactly as written
+# and a tool loop stays one training sequence (tests/agents/test_tool_call_form.py).
 REACT_INSTRUCTIONS = """\
-You can use tools. Think step by step inside <think>...</think>. To call a tool, write
-<tool_call>{{"name": "<tool name>", "arguments": {{...}}}}</tool_call> and stop; you will get
-the result and can continue. When you are done, give your final answer without a tool call.
+You can use tools. Think step by step inside <think>...</think>. To call a tool, write the call
+on its own lines, exactly in this form, and stop:
+<tool_call>
+{{"name": "<tool name>", "arguments": {{"<argument>": <value>}}}}
+</tool_call>
+You will get the result and can continue. When you are done, give your final answer without a
+tool call.
 Available tools:
 {tools}"""
 
