@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -75,30 +76,47 @@ def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
     engine.close()
 
 
+def _kept_old(mode: str, old: dict[str, torch.Tensor], new: Any) -> set[str]:
+    """The tensors a sabotaged load leaves as they were."""
+    if mode in ("skip_load", "skip_all"):
+        return set(old)
+    if mode == "skip_norm":
+        return {"model.norm.weight"}
+    if mode == "drop_small":  # a receiver that drops updates it considers negligible
+        return {n for n in old if (new[n] - old[n]).abs().max() <= 1e-5}
+    return set()
+
+
 def _sabotage(engine: EmbeddedEngine, sabotage: dict[str, str]) -> None:
-    """skip_load: receive the bytes but keep the old weights, still bump the version;
-    skip_all: keep the old weights and version, report success."""
+    """Modes: skip_load (receive the bytes, keep the old weights, bump the version); skip_all
+    (keep the old weights and version, report success); skip_norm (load all but the final
+    norm); drop_small (drop tensors that moved by <= 1e-5); nan / inf (load correctly, but the
+    forward gives a non-finite logprob at one position)."""
     update_weights = engine.update_weights
 
     def sabotaged_update(state: Any, *, version: int | None = None, strict: bool = True) -> int:
-        if sabotage["mode"] == "skip_load":
-            return update_weights({}, version=version, strict=False)
+        old = {k: v.clone() for k, v in engine.model.state_dict().items()}
+        kept = _kept_old(sabotage["mode"], old, state)
         if sabotage["mode"] == "skip_all":
             return version if version is not None else 0
-        return update_weights(state, version=version, strict=strict)
+        kept_state = {k: v for k, v in state.items() if k not in kept}
+        return update_weights(kept_state, version=version, strict=strict and not kept)
 
     engine.update_weights = sabotaged_update  # type: ignore[method-assign]
     in_place = engine.update_weights_in_place
     if in_place is not None:
 
         def sabotaged_in_place(fill: Any, *, version: int | None = None) -> int:
-            if sabotage["mode"] == "none":
+            if sabotage["mode"] in ("none", "nan", "inf"):
                 return in_place(fill, version=version)
             old = {k: v.clone() for k, v in engine.model.state_dict().items()}
 
             def fill_then_undo(model: torch.nn.Module) -> None:
                 fill(model)
-                model.load_state_dict(old)
+                live = model.state_dict()
+                with torch.no_grad():
+                    for name in _kept_old(sabotage["mode"], old, live):
+                        live[name].copy_(old[name])
 
             if sabotage["mode"] == "skip_all":
                 in_place(fill_then_undo, version=engine.policy_version)
@@ -106,6 +124,15 @@ def _sabotage(engine: EmbeddedEngine, sabotage: dict[str, str]) -> None:
             return in_place(fill_then_undo, version=version)
 
         engine.update_weights_in_place = sabotaged_in_place  # type: ignore[method-assign]
+    logprobs = engine.logprobs
+
+    def sabotaged_logprobs(token_ids: Any) -> list[float]:
+        values = logprobs(token_ids)
+        if sabotage["mode"] in ("nan", "inf"):
+            values[2] = math.nan if sabotage["mode"] == "nan" else -math.inf
+        return values
+
+    engine.logprobs = sabotaged_logprobs  # type: ignore[method-assign]
 
 
 def _served_equals(rig: Rig, model: torch.nn.Module) -> bool:
@@ -141,16 +168,50 @@ def test_bfloat16_wire_dtype_arrives_rounded(rig: Rig) -> None:
     publisher.close()
 
 
-def test_skipped_load_is_caught_by_the_probe(rig: Rig) -> None:
+def _adam_step_(model: torch.nn.Module, lr: float) -> None:
+    """One real optimizer step: every parameter moves by about `lr`."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    ids = torch.tensor([[3, 14, 15, 92, 65, 35]])
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def test_a_server_that_reports_the_version_but_never_loads_is_caught(rig: Rig) -> None:
     publisher = rig.publisher()
-    nudge_(rig.trainer_model, 0.05)
     publisher.publish(rig.trainer_model, version=1)
     rig.sabotage["mode"] = "skip_load"
-    nudge_(rig.trainer_model, 0.05)
-    with pytest.raises(PublishVerificationError, match="probe logprobs differ") as info:
+    _adam_step_(rig.trainer_model, lr=1e-2)
+    with pytest.raises(PublishVerificationError, match="differ from the ones sent") as info:
         publisher.publish(rig.trainer_model, version=2)
-    assert "policy version" not in str(info.value)  # the version did move: only the probe
+    assert "policy version" not in str(info.value)  # the version did move
     assert rig.engine.policy_version == 2
+
+
+def test_a_server_that_skips_the_final_norm_is_caught(rig: Rig) -> None:
+    publisher = rig.publisher()
+    rig.sabotage["mode"] = "skip_norm"
+    _adam_step_(rig.trainer_model, lr=1e-2)
+    with pytest.raises(PublishVerificationError, match=r"1 tensors .*\[model\.norm\.weight\]"):
+        publisher.publish(rig.trainer_model, version=1)
+
+
+def test_a_server_that_drops_a_tiny_adam_step_is_caught(rig: Rig) -> None:
+    publisher = rig.publisher()
+    publisher.publish(rig.trainer_model, version=1)
+    rig.sabotage["mode"] = "drop_small"
+    _adam_step_(rig.trainer_model, lr=1e-6)
+    with pytest.raises(PublishVerificationError, match="differ from the ones sent") as info:
+        publisher.publish(rig.trainer_model, version=2)
+    assert "probe logprobs differ" not in str(info.value)  # too small for the probe to see
+
+
+@pytest.mark.parametrize("mode", ["nan", "inf"])
+def test_non_finite_served_logprobs_fail(rig: Rig, mode: str) -> None:
+    publisher = rig.publisher(atol=1e9)  # no finite gap fails; nan and inf still do
+    rig.sabotage["mode"] = mode
+    with pytest.raises(PublishVerificationError, match=r"server's probe logprobs are not finite"):
+        publisher.publish(rig.trainer_model, version=1)
 
 
 def test_state_dict_pushes_are_probed_with_the_probe_model(
@@ -158,23 +219,26 @@ def test_state_dict_pushes_are_probed_with_the_probe_model(
 ) -> None:
     # The Trainer publishes state dicts: the probe then runs the trainer's live model.
     publisher = rig.publisher(probe_model=rig.trainer_model)
-    rig.sabotage["mode"] = "skip_load"
     nudge_(rig.trainer_model, 0.05)
+    rig.sabotage["mode"] = "skip_norm"  # the served forward differs from the probe model's
     with pytest.raises(PublishVerificationError, match="probe logprobs differ"):
         publisher.publish(dict(rig.trainer_model.state_dict()), version=1)
-    blind = rig.publisher()  # no probe model: only the version can be checked, and it says so
+    rig.sabotage["mode"] = "none"
+    blind = rig.publisher()  # no probe model: the weights are checked, the forward is not
     with caplog.at_level("WARNING"):
         blind.publish(dict(rig.trainer_model.state_dict()), version=2)
-    assert "only the served version is verified" in caplog.text
+    assert "not the server's forward" in caplog.text
+    assert _served_equals(rig, rig.trainer_model)
 
 
-def test_sync_that_did_nothing_reports_version_and_probe(rig: Rig) -> None:
+def test_sync_that_did_nothing_reports_version_checksums_and_probe(rig: Rig) -> None:
     publisher = rig.publisher()
     rig.sabotage["mode"] = "skip_all"
     nudge_(rig.trainer_model, 0.05)
     with pytest.raises(PublishVerificationError) as info:
         publisher.publish(rig.trainer_model, version=1)
     assert "reports policy version 0, expected 1" in str(info.value)
+    assert "differ from the ones sent" in str(info.value)
     assert "probe logprobs differ" in str(info.value)
 
 

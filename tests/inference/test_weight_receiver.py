@@ -11,6 +11,7 @@ import torch
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from ludic.distributed.checksum import checksums
 from ludic.distributed.manifest import plan_manifest
 from ludic.distributed.transfer import BufferPool, host_store, open_group, send_buckets
 from ludic.inference.weight_receiver import install_weight_sync_routes
@@ -63,6 +64,7 @@ def test_routes_need_the_token() -> None:
         "last_error": None,
         "control": "http",
         "controls": ["http", "store"],
+        "dtype": "float32",  # the served dtype: the publisher's probe tolerance follows it
     }
 
 
@@ -100,7 +102,15 @@ def test_push_loads_all_tensors_once_with_the_version() -> None:
     assert again.status_code == 409 and "already in progress" in again.text
     send_buckets(group, manifest, new, pool=BufferPool("cpu"))
     reply = client.post("/ludic/weights/finish", headers=AUTH).json()
-    assert reply == {"policy_version": 5, "num_tensors": 4, "num_bytes": manifest.total_bytes}
+    # The reply carries checksums of what the model holds after the load: the sent tensors'.
+    held = {name: list(c) for name, c in checksums(new).items()}
+    assert reply == {
+        "policy_version": 5,
+        "num_tensors": 4,
+        "num_bytes": manifest.total_bytes,
+        "checksums": held,
+        "held_dtypes": {},
+    }
     assert len(engine.updates) == 1  # one load, after every bucket arrived
     loaded, version, strict = engine.updates[0]
     assert version == 5 and strict is True

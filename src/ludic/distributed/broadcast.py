@@ -8,9 +8,11 @@ wait for the server's reply (it loads the weights and reports its version), then
 travel as keys in the trainer's TCPStore when the server offers that (`control="store"`, the
 embedded server: no HTTP request per push, `ludic.distributed.control`), else as POST
 `/ludic/weights/start` and `/finish` (the vLLM extension); joining, status and the probe use
-HTTP either way. The server side is `ludic.inference.weight_receiver`. Under FSDP call
-`publish` on every rank: the full state dict is gathered (a collective), rank 0 pushes, the
-other ranks return. It talks to one server; publish to several with one publisher each.
+HTTP either way. The server side is `ludic.inference.weight_receiver`. Under FSDP either call
+`publish` with the sharded model on every rank (the full state dict is gathered, a collective;
+rank 0 pushes, the other ranks return) or, as the Trainer does, gather first and call it on
+rank 0 with the state dict; verification never runs a collective. It talks to one server;
+publish to several with one publisher each.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,6 +28,14 @@ import httpx
 import torch
 import torch.distributed as dist
 
+from ludic.distributed.checksum import (
+    Checksum,
+    cast_for,
+    checksums,
+    fold_totals,
+    held_name,
+    mismatched,
+)
 from ludic.distributed.control import StoreControl
 from ludic.distributed.interfaces import Weights
 from ludic.distributed.live_state import LiveStateDict
@@ -42,7 +52,8 @@ from ludic.distributed.verification import (
     HttpPolicyProbe,
     check_served_policy,
     default_probe_tokens,
-    reference_logprobs,
+    probe_atol,
+    trainer_logprobs,
     vocab_size_of,
 )
 
@@ -62,6 +73,17 @@ class PushStats:
     num_buckets: int
     transfer_seconds: float
     verify_seconds: float
+    held_checksums: dict[str, list[int]] | None = None
+    """What the server reported holding after the load (name -> checksum), when it did."""
+
+
+@dataclass(slots=True)
+class _Check:
+    """What one push is verified against, computed while the server loads."""
+
+    sent: dict[str, Checksum] | None = None
+    probe_ids: list[int] | None = None
+    expected: list[float] | None = None
 
 
 class BroadcastPolicyPublisher:
@@ -71,14 +93,18 @@ class BroadcastPolicyPublisher:
     - `bucket_mb`, `pack_below_mb`: tensors smaller than `pack_below_mb` are packed into
       broadcasts of at most `bucket_mb`; larger ones are broadcast alone, in place (no copy).
     - `wire_dtype`: cast floating tensors before sending (e.g. bfloat16 for a bf16 server).
-    - `verify`: after each push, check the version the server reports; with `probe` also
-      compare the server's `/ludic/logprobs` on `probe_token_ids` (default: 16 fixed
-      pseudo-random ids) with the trainer's within `atol`. The trainer's logprobs come from the
-      published model, or, when `publish` gets a state dict (as the Trainer passes), from
-      `probe_model` (the model that state came from; with LoRA its forward matches the merged
-      weights). Without either only the version is checked (a warning says so once). Under
-      FSDP with rank-0-only publishing leave `probe_model` unset (its forward is a collective).
-      Turn `probe` off for servers without `/ludic/logprobs` (the vLLM extension).
+    - `verify`: after each push, check the version the server reports, exact checksums of
+      every tensor the server holds after loading against the sent ones (a skipped tensor, a
+      load that never happened, a dropped tiny update), and, with `probe`, the server's
+      `/ludic/logprobs` on `probe_token_ids` (default: 16 fixed pseudo-random ids) against the
+      trainer's within `atol` (default: by the served dtype, `verification.PROBE_ATOL`: 1e-3
+      for float32, 0.2 for bfloat16); nan or inf logprobs always fail. The trainer's logprobs
+      come from the published model, or, when `publish` gets a state dict (as the Trainer
+      passes), from `probe_model` (the model that state came from; with LoRA its forward
+      matches the merged weights). When that model is sharded (FSDP2) its forward would be a
+      collective on rank 0 alone, so the reference runs on a non-sharded twin holding the
+      gathered state instead (no other rank is involved). Without a model only the server's
+      logprobs are checked for being finite (a warning says so once).
     - `control`: how pushes are driven: "store" (manifest and replies as keys in the trainer's
       TCPStore), "http" (`/start` and `/finish` requests), "auto" (store when the server
       offers it in `/ludic/weights/status`).
@@ -101,7 +127,7 @@ class BroadcastPolicyPublisher:
         probe: bool = True,
         probe_token_ids: Sequence[int] | None = None,
         probe_model: torch.nn.Module | None = None,
-        atol: float = 1e-3,
+        atol: float | None = None,
         master_addr: str = "127.0.0.1",
         timeout_s: float = 120.0,
         rank: int | None = None,
@@ -133,6 +159,8 @@ class BroadcastPolicyPublisher:
         self.probe_token_ids = None if probe_token_ids is None else list(probe_token_ids)
         self.probe_model = probe_model
         self._warned_no_probe = False
+        self._warned_unverified = False
+        self._served_dtype: str | None = None  # from the server's status: sets the probe atol
         self.atol = atol
         self.master_addr = master_addr
         self.timeout_s = timeout_s
@@ -153,6 +181,7 @@ class BroadcastPolicyPublisher:
         """Host the store, ask the server to join, build the group (blocks until joined)."""
         status = self._request("GET", "/ludic/weights/status")  # fails fast on a bad URL/token
         offered = status.get("controls", ["http"])
+        self._served_dtype = status.get("dtype")
         control = self.control
         if control == "auto":
             control = "store" if "store" in offered else "http"
@@ -200,43 +229,64 @@ class BroadcastPolicyPublisher:
             raise ValueError(f"publish: version must be an int >= 0, got {version!r}")
         model = weights if isinstance(weights, torch.nn.Module) else self.probe_model
         state = self._full_state_dict(weights)  # a collective under FSDP: every rank calls it
-        expected = None
-        probe_ids = None
-        if self.verify and self.probe and model is not None:
-            probe_ids = self._probe_ids(model)
-            expected = reference_logprobs(model, probe_ids)  # FSDP forward: every rank
-        elif self.verify and self.probe and not self._warned_no_probe:
+        if self._rank() != 0:
+            return  # nothing below is a collective: the probe runs on a non-sharded twin
+        if self.verify and self.probe and model is None and not self._warned_no_probe:
             logger.warning(
-                "publishing a state dict without probe_model: only the served version is "
-                "verified, not the weights (pass probe_model=<the trainer's model>)"
+                "publishing a state dict without probe_model: the served weights are checked "
+                "(checksums) but not the server's forward (pass probe_model=<the trainer's model>)"
             )
             self._warned_no_probe = True
-        if self._rank() != 0:
-            return
         started = time.perf_counter()
         tensors = self._wire_tensors(state)
         manifest = self._plan(tensors, version)
         if self._group is None:
             self.connect()
+        check = _Check()
+
+        def while_the_server_loads() -> None:  # overlaps the server's load and checksums
+            if not self.verify:
+                return
+            check.sent = checksums(tensors)
+            if self.probe:
+                check.probe_ids = self._probe_ids(model) if model is not None else None
+                if check.probe_ids is None:
+                    check.probe_ids = self._probe_ids_from_state(state)
+                elif model is not None:
+                    check.expected = trainer_logprobs(model, state, check.probe_ids)
+
         if self._channel is not None:
-            reply = self._push_via_store(self._channel, manifest, tensors)
+            reply = self._push_via_store(self._channel, manifest, tensors, while_the_server_loads)
         else:
             self._request("POST", "/ludic/weights/start", json=manifest.to_json())
             self._send(manifest, tensors)
+            while_the_server_loads()
             reply = self._request("POST", "/ludic/weights/finish")
         transferred = time.perf_counter()
         if self.verify:
-            self._verify(version, int(reply["policy_version"]), probe_ids, expected)
+            self._verify(version, reply, tensors, check)
         self.last_push = PushStats(
             version=version,
             num_bytes=manifest.total_bytes,
             num_buckets=len(manifest.buckets),
             transfer_seconds=transferred - started,
             verify_seconds=time.perf_counter() - transferred,
+            held_checksums=reply.get("checksums"),
         )
 
+    def _probe_ids_from_state(self, state: Mapping[str, torch.Tensor]) -> list[int]:
+        """Probe tokens without a model: in the vocabulary of the embedding (a finite check)."""
+        if self.probe_token_ids is None:
+            rows = [t.shape[0] for n, t in state.items() if n.endswith("embed_tokens.weight")]
+            self.probe_token_ids = default_probe_tokens(rows[0] if rows else 2)
+        return self.probe_token_ids
+
     def _push_via_store(
-        self, channel: StoreControl, manifest: WeightManifest, tensors: dict[str, torch.Tensor]
+        self,
+        channel: StoreControl,
+        manifest: WeightManifest,
+        tensors: dict[str, torch.Tensor],
+        while_waiting: Callable[[], None],
     ) -> dict[str, Any]:
         try:
             if channel.send_manifest(manifest):  # a new layout: wait for the ack
@@ -244,6 +294,7 @@ class BroadcastPolicyPublisher:
                 if "error" in ack:  # refused before any byte: the group is still usable
                     raise WeightPushError(f"push refused ({ack.get('status')}): {ack['error']}")
             self._send(manifest, tensors)
+            while_waiting()
             done = channel.wait_reply("done")
         except WeightPushError:
             raise
@@ -266,22 +317,73 @@ class BroadcastPolicyPublisher:
     def _verify(
         self,
         version: int,
-        finished_version: int,
-        probe_ids: list[int] | None,
-        expected: list[float] | None,
+        reply: Mapping[str, Any],
+        tensors: dict[str, torch.Tensor],
+        check: _Check,
     ) -> None:
         probe = HttpPolicyProbe(self.http)
         served_version = probe.served_version()
+        finished_version = int(reply["policy_version"])
         if finished_version != version:  # the load itself reported another version
             served_version = finished_version
-        served = probe.served_logprobs(probe_ids) if probe_ids is not None else None
+        mismatched, unverified = self._compare_held(reply, tensors, check.sent)
+        served = probe.served_logprobs(check.probe_ids) if check.probe_ids is not None else None
         check_served_policy(
             version=version,
             served_version=served_version,
-            expected_logprobs=expected,
+            expected_logprobs=check.expected,
             served_logprobs=served,
-            atol=self.atol,
+            atol=self.atol if self.atol is not None else probe_atol(self._served_dtype),
+            mismatched_tensors=mismatched,
+            unverified=unverified,
         )
+
+    def _compare_held(
+        self,
+        reply: Mapping[str, Any],
+        tensors: dict[str, torch.Tensor],
+        sent: dict[str, Checksum] | None,
+    ) -> tuple[list[str], str | None]:
+        """The tensors whose checksum on the server differs from the sent one, and why the
+        comparison could not be made (None when it was)."""
+        if "checksums" in reply and sent is not None:
+            held_dtypes = dict(reply.get("held_dtypes") or {})
+            if held_dtypes:  # the server holds some in another dtype: compare the cast
+                sent = {**sent, **checksums(tensors, cast_to=cast_for(tensors, held_dtypes))}
+            return mismatched(sent, reply["checksums"]), None
+        if "held_totals" in reply:  # a server that fuses and shards (vLLM)
+            return self._compare_folded(reply, tensors)
+        return [], (
+            "the server did not report checksums of the weights it holds, so the load cannot "
+            "be verified (upgrade the server, or pass verify=False)"
+        )
+
+    def _compare_folded(
+        self, reply: Mapping[str, Any], tensors: dict[str, torch.Tensor]
+    ) -> tuple[list[str], str | None]:
+        held_by_rank: list[dict[str, list[Any]]] = list(reply["held_totals"])
+        packed = dict(reply.get("packed_modules_mapping") or {})
+        dtypes = {
+            name: str(entry[2])
+            for held in held_by_rank
+            for name, entry in held.items()
+            if len(entry) > 2
+        }
+        casts = {n: dtypes[held_name(n, packed)] for n in tensors if held_name(n, packed) in dtypes}
+        totals = checksums(tensors, cast_to=cast_for(tensors, casts))
+        sent = {n: (totals[n][0] & 0xFFFFFFFF, t.numel()) for n, t in tensors.items()}
+        held = [{n: [int(e[0]), int(e[1])] for n, e in h.items()} for h in held_by_rank]
+        result = fold_totals(sent, held, packed)
+        if not result.num_checked:
+            return [], "no tensor the server holds matches a sent name: cannot verify the load"
+        if result.unverified and not self._warned_unverified:
+            logger.warning(
+                "%d sent tensors have no counterpart on the server to verify, e.g. %s",
+                len(result.unverified),
+                list(result.unverified[:3]),
+            )
+            self._warned_unverified = True
+        return list(result.mismatched), None
 
     def _full_state_dict(self, weights: Weights) -> Mapping[str, torch.Tensor]:
         """The unsharded state dict (the module tree is walked again only when it changed)."""

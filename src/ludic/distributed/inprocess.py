@@ -10,11 +10,21 @@ from typing import Protocol
 
 import torch
 
-from ludic.distributed.interfaces import PublishVerificationError, Weights
+from ludic.distributed.checksum import Checksum, cast_for, checksums, mismatched
+from ludic.distributed.interfaces import Weights
+from ludic.distributed.manifest import dtype_name
+from ludic.distributed.verification import (
+    check_served_policy,
+    default_probe_tokens,
+    probe_atol,
+    trainer_logprobs,
+    vocab_size_of,
+)
 
 
 class WeightTarget(Protocol):
-    """What the publisher needs from an engine (EmbeddedEngine has both methods)."""
+    """What the publisher needs from an engine (EmbeddedEngine has these, and `model`, whose
+    weights verification reads back)."""
 
     def update_weights(
         self, weights: Mapping[str, torch.Tensor] | torch.nn.Module, *, version: int | None = None
@@ -23,60 +33,75 @@ class WeightTarget(Protocol):
     def logprobs(self, token_ids: Sequence[int]) -> list[float]: ...
 
 
-def _reference_logprobs(model: torch.nn.Module, token_ids: Sequence[int]) -> list[float]:
-    param = next(model.parameters())
-    ids_1T = torch.tensor([list(token_ids)], device=param.device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode():
-            logits_TV = model(input_ids=ids_1T).logits[0, :-1].float()
-    finally:
-        model.train(was_training)
-    lp_T = torch.log_softmax(logits_TV, -1).gather(-1, ids_1T[0, 1:, None]).squeeze(-1)
-    return [float(x) for x in lp_T.tolist()]
-
-
 class InProcessPublisher:
     """Calls `engine.update_weights(state_dict, version=version)` and verifies the result.
 
-    The engine must report back `version` (a silent no-op update is caught). With
-    `probe_token_ids` (and weights passed as a model), the engine's logprobs on those tokens
-    must match the published model's within `atol`.
+    With `verify` (default): the engine must report back `version`; every tensor the engine's
+    model holds afterwards must have the checksum of the one published (an engine that reports
+    the version but skipped the load, or one tensor, or a tiny update, is caught); and its
+    logprobs on `probe_token_ids` (default: 16 fixed ids) must be finite and match the
+    published model's (or `probe_model`'s, when a state dict is published) within `atol`
+    (default: 1e-4 for a float32 engine, wider for half precision). A sharded (FSDP2) model is
+    probed through a non-sharded twin holding the published state, on this rank alone.
     """
 
     def __init__(
         self,
         engine: WeightTarget,
         *,
+        verify: bool = True,
         probe_token_ids: Sequence[int] | None = None,
-        atol: float = 1e-4,
+        probe_model: torch.nn.Module | None = None,
+        atol: float | None = None,
     ) -> None:
         if probe_token_ids is not None and len(probe_token_ids) < 2:
             raise ValueError("probe_token_ids needs at least 2 tokens (a prefix and a target)")
+        if verify and not isinstance(getattr(engine, "model", None), torch.nn.Module):
+            raise ValueError(
+                f"{type(engine).__name__} has no `model` whose weights can be read back, so a "
+                "publish cannot be verified: give the engine a `model` attribute or pass "
+                "verify=False"
+            )
         self.engine = engine
+        self.verify = verify
         self.probe_token_ids = None if probe_token_ids is None else list(probe_token_ids)
+        self.probe_model = probe_model
         self.atol = atol
         self.num_published = 0
 
     def publish(self, weights: Weights, *, version: int) -> None:
         state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
-        served = self.engine.update_weights(state, version=version)
-        if served != version:
-            raise PublishVerificationError(
-                f"published policy version {version} but the engine reports {served}"
-            )
-        if self.probe_token_ids is not None and isinstance(weights, torch.nn.Module):
-            self._check_probe(weights)
+        sent = checksums(state) if self.verify else None
+        served_version = self.engine.update_weights(state, version=version)
+        if sent is not None:
+            self._verify(weights, state, sent, version, served_version)
         self.num_published += 1
 
-    def _check_probe(self, model: torch.nn.Module) -> None:
-        assert self.probe_token_ids is not None
-        expected = _reference_logprobs(model, self.probe_token_ids)
-        served = self.engine.logprobs(self.probe_token_ids)
-        gap = max(abs(a - b) for a, b in zip(expected, served, strict=True))
-        if gap > self.atol:
-            raise PublishVerificationError(
-                f"after publishing, the engine's logprobs on the probe tokens differ from the "
-                f"trainer's by {gap:.3g} (> atol {self.atol}): the weight update did not apply"
-            )
+    def _verify(
+        self,
+        weights: Weights,
+        state: Mapping[str, torch.Tensor],
+        sent: dict[str, Checksum],
+        version: int,
+        served_version: int,
+    ) -> None:
+        served_model: torch.nn.Module = self.engine.model  # type: ignore[attr-defined]
+        live = served_model.state_dict()
+        held = {name: live[name] for name in state if name in live}
+        held_dtypes = {n: dtype_name(t.dtype) for n, t in held.items() if t.dtype != state[n].dtype}
+        if held_dtypes:
+            sent = {**sent, **checksums(state, cast_to=cast_for(state, held_dtypes))}
+        model = weights if isinstance(weights, torch.nn.Module) else self.probe_model
+        ids = self.probe_token_ids or default_probe_tokens(vocab_size_of(served_model))
+        expected = None if model is None else trainer_logprobs(model, state, ids)
+        floating = [t.dtype for t in held.values() if t.is_floating_point()]
+        served_dtype = floating[0] if floating else torch.float32
+        default_atol = probe_atol(dtype_name(served_dtype), default=1e-4)
+        check_served_policy(
+            version=version,
+            served_version=served_version,
+            expected_logprobs=expected,
+            served_logprobs=self.engine.logprobs(ids),
+            atol=self.atol if self.atol is not None else default_atol,
+            mismatched_tensors=mismatched(sent, checksums(held)),
+        )

@@ -13,15 +13,15 @@ engine offering `update_weights_in_place(fill, version=...)` (runs `fill(model)`
 steps) receives the bytes straight into its parameters while generation pauses (no extra copy
 of the weights; the first push lays each packed bucket's parameters out back to back, so those
 land without a copy too); otherwise the buckets land in buffers kept across pushes and are
-loaded with `update_weights` once all have arrived. It serves no inference and does not verify
-pushes (the trainer does).
+loaded with `update_weights` once all have arrived. Each reply carries exact checksums of what
+the served model holds after loading (`ludic.distributed.checksum`), and the status its dtype;
+it serves no inference and does not verify pushes (the trainer compares).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import secrets
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -33,9 +33,10 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
+from ludic.distributed.checksum import checksums
 from ludic.distributed.control import ControlChannelClosed, StoreControl
 from ludic.distributed.live_state import LiveStateDict
-from ludic.distributed.manifest import ManifestError, WeightManifest, check_against
+from ludic.distributed.manifest import ManifestError, WeightManifest, check_against, dtype_name
 from ludic.distributed.transfer import (
     BufferPool,
     Collective,
@@ -44,6 +45,7 @@ from ludic.distributed.transfer import (
     receive_buckets,
     receive_into,
 )
+from ludic.inference.auth import token_matches
 from ludic.inference.weights import pack_parameters_
 
 # load(state, version, strict) installs the weights and returns the served policy version.
@@ -72,16 +74,26 @@ CONTROLS = ("http", "store")
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SyncResult:
+    """A loaded push. `checksums`: name -> (total, weighted) of each pushed tensor as the
+    served model holds it after loading (`ludic.distributed.checksum`); `held_dtypes`: the
+    served dtype of the tensors held in another dtype than they were sent in."""
+
     policy_version: int
     num_tensors: int
     num_bytes: int
+    checksums: dict[str, tuple[int, int]] | None = None
+    held_dtypes: dict[str, str] | None = None
 
-    def to_dict(self) -> dict[str, int]:
-        return {
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
             "policy_version": self.policy_version,
             "num_tensors": self.num_tensors,
             "num_bytes": self.num_bytes,
         }
+        if self.checksums is not None:
+            body["checksums"] = {name: list(c) for name, c in self.checksums.items()}
+            body["held_dtypes"] = self.held_dtypes or {}
+        return body
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,11 +226,30 @@ class WeightSyncReceiver:
         else:
             state = receive_buckets(group, manifest, pool=self._pool)
             version = self.load(state, manifest.version, manifest.full)
+        checksums, held_dtypes = self._held_checksums(manifest)
         return SyncResult(
             policy_version=version,
             num_tensors=len(manifest.tensors),
             num_bytes=manifest.total_bytes,
+            checksums=checksums,
+            held_dtypes=held_dtypes,
         )
+
+    def _held_checksums(
+        self, manifest: WeightManifest
+    ) -> tuple[dict[str, tuple[int, int]] | None, dict[str, str] | None]:
+        """Checksums of what the served model holds now under the pushed names (None without
+        `targets`: the publisher then cannot verify the load and says so)."""
+        if self.targets is None:
+            return None, None
+        live = self.targets()
+        held = {e.name: live[e.name] for e in manifest.tensors if e.name in live}
+        dtypes = {
+            e.name: dtype_name(held[e.name].dtype)
+            for e in manifest.tensors
+            if e.name in held and dtype_name(held[e.name].dtype) != e.dtype
+        }
+        return checksums(held), dtypes
 
     def _listen(self, joining: Future[_Link], stop: threading.Event, req: InitRequest) -> None:
         """Serve store-driven pushes until the trainer closes the channel or goes away."""
@@ -352,7 +383,15 @@ class WeightSyncReceiver:
                 "last_error": self.last_error,
                 "control": self._control,
                 "controls": list(CONTROLS),
+                "dtype": self._served_dtype(),
             }
+
+    def _served_dtype(self) -> str | None:
+        """The dtype of the served model's floating weights (the probe's tolerance follows it)."""
+        if self.targets is None:
+            return None
+        floating = [t.dtype for t in self.targets().values() if t.is_floating_point()]
+        return None if not floating else dtype_name(max(set(floating), key=floating.count))
 
 
 def weight_sync_router(receiver: WeightSyncReceiver, token: str | None) -> APIRouter:
@@ -362,7 +401,7 @@ def weight_sync_router(receiver: WeightSyncReceiver, token: str | None) -> APIRo
     def require_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
         if token is None:
             raise HTTPException(403, "weight sync is disabled: start the server with a token")
-        if credentials is None or not secrets.compare_digest(credentials.credentials, token):
+        if credentials is None or not token_matches(credentials.credentials, token):
             raise HTTPException(401, "missing or wrong bearer token for a control endpoint")
 
     router = APIRouter(prefix="/ludic/weights", dependencies=[Depends(require_token)])
@@ -382,7 +421,7 @@ def weight_sync_router(receiver: WeightSyncReceiver, token: str | None) -> APIRo
         return {"status": "receiving"}
 
     @router.post("/finish")
-    async def finish() -> dict[str, int]:
+    async def finish() -> dict[str, Any]:
         result: SyncResult = await _call(receiver.finish)
         return result.to_dict()
 

@@ -1,0 +1,188 @@
+"""Exact checksums of weight tensors, so a push can be checked against what the receiver holds.
+
+A tensor's checksum is two integers over its bit patterns (each element read as a signed
+integer of its own width), computed on the tensor's own device with integer arithmetic that
+wraps, so the result is the same on any device, thread count or summation order:
+
+- `total`: the sum of all elements mod 2^32 (mod 2^64 for 8-byte dtypes). It is additive: a
+  fused tensor (vLLM's `qkv_proj` = q, k, v stacked), a tensor split across tensor-parallel
+  ranks or padded with zeros has the sum of its parts' totals.
+- `weighted`: sum over rows of `ROW` consecutive elements of (row sum x a fixed pseudo-random
+  odd weight of the row index), mod 2^64: it moves when values move between rows.
+
+Any change of any bit (a skipped tensor, an update that was never loaded, an Adam step of 1e-6)
+changes the checksum except by a ~2^-32 coincidence. The checksum of a cast tensor is the
+checksum of the cast: compare with the receiver's dtype (`cast_for`). Nothing here sends
+anything; `fold_totals` matches a sender's per-tensor totals with a receiver that fuses and
+shards them (vLLM).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+ROW = 1024
+"""Elements per row of the weighted sum."""
+_INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed 64-bit int
+_MASK32 = (1 << 32) - 1
+_MASK64 = (1 << 64) - 1
+
+Checksum = tuple[int, int]
+"""(total, weighted), both as non-negative Python ints."""
+
+
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's elements as signed integers of the same width (a flat view, no copy
+    unless the tensor is not contiguous)."""
+    flat = tensor.detach().reshape(-1)
+    if flat.dtype == torch.bool:
+        return flat.view(torch.uint8)
+    int_dtype = _INT_OF_SIZE.get(flat.element_size())
+    if int_dtype is None:
+        raise TypeError(f"cannot checksum a {tensor.dtype} tensor")
+    return flat if flat.dtype == int_dtype else flat.view(int_dtype)
+
+
+def _row_weights(count: int, device: torch.device) -> torch.Tensor:
+    """Odd pseudo-random int64 weights of rows 0..count-1 (the same on every device)."""
+    w = torch.arange(1, count + 1, dtype=torch.int64, device=device) * _GOLDEN
+    w = w ^ torch.bitwise_right_shift(w, 29)
+    return w | 1
+
+
+def _row_sums(bits: torch.Tensor) -> torch.Tensor:
+    """Sums of each row of ROW elements (the last one possibly short), in the accumulator."""
+    acc = torch.int64 if bits.element_size() == 8 else torch.int32
+    n = bits.numel()
+    full = n // ROW
+    parts = []
+    if full:
+        parts.append(bits[: full * ROW].view(full, ROW).sum(1, dtype=acc))
+    if n > full * ROW or not full:
+        parts.append(bits[full * ROW :].sum(dtype=acc).reshape(1))
+    return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+
+def _checksum_tensors(tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = _row_sums(_bits(tensor))
+    total = rows.sum(dtype=rows.dtype)
+    weighted = (rows.to(torch.int64) * _row_weights(rows.numel(), rows.device)).sum()
+    return total.to(torch.int64), weighted
+
+
+def tensor_checksum(tensor: torch.Tensor) -> Checksum:
+    """The checksum of one tensor (see the module docstring)."""
+    return checksums({"t": tensor})["t"]
+
+
+def checksums(
+    tensors: Mapping[str, torch.Tensor], *, cast_to: Mapping[str, torch.dtype] | None = None
+) -> dict[str, Checksum]:
+    """The checksum of each tensor, computed where it lives (one device sync per device).
+    `cast_to[name]`: checksum `tensor.to(dtype)` instead (what a receiver of that dtype holds)."""
+    pending: dict[torch.device, list[tuple[str, torch.Tensor, torch.Tensor, int]]] = {}
+    for name, tensor in tensors.items():
+        dtype = (cast_to or {}).get(name)
+        t = tensor.detach() if dtype is None or dtype == tensor.dtype else tensor.to(dtype)
+        total, weighted = _checksum_tensors(t)
+        wide = 8 if t.element_size() == 8 else 4
+        pending.setdefault(t.device, []).append((name, total, weighted, wide))
+    out: dict[str, Checksum] = {}
+    for entries in pending.values():
+        stacked = torch.stack([v for _, total, w, _ in entries for v in (total, w)]).tolist()
+        for i, (name, _, _, wide) in enumerate(entries):
+            total_mask = _MASK64 if wide == 8 else _MASK32
+            out[name] = (int(stacked[2 * i]) & total_mask, int(stacked[2 * i + 1]) & _MASK64)
+    return out
+
+
+def cast_for(
+    sent: Mapping[str, torch.Tensor], held_dtypes: Mapping[str, str]
+) -> dict[str, torch.dtype]:
+    """`cast_to` for `checksums`: the receiver's dtype of each tensor it holds in another."""
+    from ludic.distributed.manifest import DTYPES
+
+    casts = {}
+    for name, dtype_name in held_dtypes.items():
+        dtype = DTYPES.get(dtype_name)
+        if name in sent and dtype is not None and dtype != sent[name].dtype:
+            casts[name] = dtype
+    return casts
+
+
+def mismatched(sent: Mapping[str, Sequence[int]], held: Mapping[str, Sequence[int]]) -> list[str]:
+    """Names whose held checksum differs from the sent one, or that the receiver did not
+    report, in the sender's order."""
+    bad = []
+    for name, checksum in sent.items():
+        got = held.get(name)
+        if got is None or [int(x) for x in got] != [int(x) for x in checksum]:
+            bad.append(name)
+    return bad
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FoldResult:
+    """How a sender's totals compare with a receiver that fuses and shards (vLLM)."""
+
+    mismatched: tuple[str, ...]
+    """Receiver parameters whose total differs from the sum of the tensors sent into them."""
+    unverified: tuple[str, ...]
+    """Sent tensors with no receiver parameter to compare with (e.g. a tied lm_head)."""
+    num_checked: int
+
+
+def held_name(name: str, packed: Mapping[str, Sequence[str]]) -> str:
+    """The receiver's parameter `name` is loaded into: `...q_proj.weight` -> `...qkv_proj.weight`
+    when `packed` (vLLM's `packed_modules_mapping`) fuses q_proj into qkv_proj."""
+    parts = name.split(".")
+    for i, part in enumerate(parts):
+        for fused, members in packed.items():
+            if part in members:
+                return ".".join([*parts[:i], fused, *parts[i + 1 :]])
+    return name
+
+
+def fold_totals(
+    sent: Mapping[str, tuple[int, int]],
+    held_by_rank: Sequence[Mapping[str, Sequence[int]]],
+    packed: Mapping[str, Sequence[str]],
+) -> FoldResult:
+    """Compare `sent` (name -> (total, numel), totals mod 2^32 of the receiver's dtype) with
+    each receiver rank's `held` (parameter -> [total, numel]).
+
+    A parameter holding as many elements on a rank as were sent into it is replicated (its
+    total is rank 0's); otherwise it is sharded or padded (zeros add nothing) and its total is
+    the sum over ranks."""
+    expected: dict[str, list[int]] = {}
+    unverified = []
+    for name, (total, numel) in sent.items():
+        target = held_name(name, packed)
+        if not any(target in held for held in held_by_rank):
+            unverified.append(name)
+            continue
+        acc = expected.setdefault(target, [0, 0])
+        acc[0], acc[1] = (acc[0] + total) & _MASK32, acc[1] + numel
+    bad = []
+    for target, (total, numel) in expected.items():
+        reports = [held[target] for held in held_by_rank if target in held]
+        if int(reports[0][1]) == numel:
+            got = int(reports[0][0]) & _MASK32
+        else:
+            got = sum(int(r[0]) for r in reports) & _MASK32
+        if got != total:
+            bad.append(target)
+    return FoldResult(
+        mismatched=tuple(bad), unverified=tuple(unverified), num_checked=len(expected)
+    )
+
+
+def element_totals(tensors: Iterable[tuple[str, torch.Tensor]]) -> dict[str, list[int]]:
+    """name -> [total mod 2^32, numel] (what a fusing receiver reports for `fold_totals`)."""
+    named = dict(tensors)
+    sums = checksums(named)
+    return {name: [sums[name][0] & _MASK32, named[name].numel()] for name in named}

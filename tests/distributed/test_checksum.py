@@ -1,0 +1,111 @@
+"""Exact weight checksums: any bit change shows, order and layout of the work do not, and a
+receiver that fuses, shards and pads tensors (vLLM) is compared through additive totals."""
+
+from __future__ import annotations
+
+import torch
+
+from ludic.distributed.checksum import (
+    ROW,
+    cast_for,
+    checksums,
+    element_totals,
+    fold_totals,
+    held_name,
+    mismatched,
+    tensor_checksum,
+)
+
+PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"]}
+
+
+def test_one_ulp_in_one_element_changes_the_checksum() -> None:
+    t = torch.randn(3 * ROW + 7) * 0.02
+    u = t.clone()
+    u[ROW + 3] = torch.nextafter(u[ROW + 3], torch.tensor(1.0))
+    assert tensor_checksum(t) != tensor_checksum(u)
+    assert tensor_checksum(t) == tensor_checksum(t.clone())
+
+
+def test_values_moved_between_rows_change_the_weighted_part() -> None:
+    t = torch.randn(4 * ROW)
+    swapped = t.clone()
+    swapped[0], swapped[ROW] = t[ROW].clone(), t[0].clone()  # same multiset of values
+    assert tensor_checksum(t)[0] == tensor_checksum(swapped)[0]  # the total cannot tell
+    assert tensor_checksum(t)[1] != tensor_checksum(swapped)[1]  # the weighted part does
+
+
+def test_the_thread_count_does_not_change_the_result() -> None:
+    t = torch.randn(1_000_003)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = tensor_checksum(t)
+        torch.set_num_threads(2)
+        two = tensor_checksum(t)
+    finally:
+        torch.set_num_threads(before)
+    assert one == two
+
+
+def test_every_dtype_and_non_contiguous_tensors() -> None:
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64):
+        t = (torch.randn(37, 5) * 10).to(dtype)
+        assert tensor_checksum(t) == tensor_checksum(t.clone())
+        assert tensor_checksum(t.t()) == tensor_checksum(t.t().contiguous())
+    assert tensor_checksum(torch.tensor([True, False])) != tensor_checksum(
+        torch.tensor([True, True])
+    )
+
+
+def test_a_cast_is_compared_in_the_receivers_dtype() -> None:
+    sent = {"w": torch.randn(10, 10)}
+    held = {"w": sent["w"].to(torch.bfloat16)}
+    casts = cast_for(sent, {"w": "bfloat16"})
+    assert casts == {"w": torch.bfloat16}
+    assert mismatched(checksums(sent, cast_to=casts), checksums(held)) == []
+    assert mismatched(checksums(sent), checksums(held)) == ["w"]
+    assert mismatched(checksums(sent), {}) == ["w"]  # not reported: a mismatch
+
+
+def _sent_totals(tensors: dict[str, torch.Tensor]) -> dict[str, tuple[int, int]]:
+    return {n: (e[0], e[1]) for n, e in element_totals(tensors.items()).items()}
+
+
+def test_fused_sharded_and_padded_parameters_fold_exactly() -> None:
+    q, k, v = torch.randn(8, 4), torch.randn(4, 4), torch.randn(4, 4)
+    norm, embed = torch.randn(4), torch.randn(10, 4)
+    sent = _sent_totals(
+        {
+            "l.q_proj.weight": q,
+            "l.k_proj.weight": k,
+            "l.v_proj.weight": v,
+            "norm.weight": norm,
+            "embed.weight": embed,
+            "lm_head.weight": embed,  # tied: the receiver holds no separate lm_head
+        }
+    )
+    qkv = torch.cat([q, k, v])
+    padded = torch.cat([embed, torch.zeros(6, 4)])  # vocab padded to 16 rows with zeros
+    ranks = [  # tensor parallel on 2 ranks: qkv and the embedding sharded, the norm replicated
+        element_totals(
+            [("l.qkv_proj.weight", qkv[:8]), ("norm.weight", norm), ("embed.weight", padded[:8])]
+        ),
+        element_totals(
+            [("l.qkv_proj.weight", qkv[8:]), ("norm.weight", norm), ("embed.weight", padded[8:])]
+        ),
+    ]
+    result = fold_totals(sent, ranks, PACKED)
+    assert result.mismatched == () and result.num_checked == 3
+    assert result.unverified == ("lm_head.weight",)
+    stale = [dict(r) for r in ranks]
+    stale[1]["norm.weight"] = element_totals([("norm.weight", norm + 1e-6)])["norm.weight"]
+    stale[0]["l.qkv_proj.weight"] = element_totals([("x", qkv[:8] * 1.0001)])["x"]
+    assert fold_totals(sent, stale, PACKED).mismatched == ("l.qkv_proj.weight",)  # rank 0's norm
+
+
+def test_held_name_maps_packed_modules() -> None:
+    assert held_name("m.layers.0.self_attn.k_proj.weight", PACKED) == (
+        "m.layers.0.self_attn.qkv_proj.weight"
+    )
+    assert held_name("m.norm.weight", PACKED) == "m.norm.weight"
