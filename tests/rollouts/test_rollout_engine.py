@@ -7,8 +7,21 @@ from typing import Any
 import pytest
 from rollout_fakes import CountEnv, LoopProtocol
 
+from ludic.inference.client import ChatRequest, ChatResponse
 from ludic.inference.scripted import ScriptedClient
-from ludic.rollouts import ComponentSpec, RolloutEngine, RolloutRequest, read_rollouts_jsonl
+from ludic.rollouts import (
+    ComponentSpec,
+    RolloutEngine,
+    RolloutRequest,
+    generate_batch,
+    read_rollouts_jsonl,
+)
+from ludic.types import Info, Rollout
+
+
+class UnitCredit:
+    def assign(self, rollouts: list[Rollout]) -> dict[tuple[str, str], float]:
+        return {(r.id, t.turn_id): 1.0 for r in rollouts for t in r.turns()}
 
 
 class Harness:
@@ -141,3 +154,59 @@ async def test_a_protocol_returning_nothing_is_a_failed_episode() -> None:
     (rollout,) = await engine.run([req(0)])
     assert rollout.failed and "returned no rollouts" in rollout.meta["error"]
     assert h.closed == ["None"]  # closed although the protocol never reset it
+
+
+class SurrogateClient:
+    """Replies with a lone surrogate (valid in a Python str, not encodable as UTF-8)."""
+
+    async def complete(self, request: ChatRequest) -> ChatResponse:
+        return ChatResponse(
+            text="ok \ud800",
+            prompt_token_ids=(1, 2),
+            completion_token_ids=(3,),
+            finish_reason="stop",
+        )
+
+
+class SurrogateEnv(CountEnv):
+    def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
+        super().env_reset(seed)
+        return "start \udfff", {}
+
+
+async def test_a_lone_surrogate_in_a_reply_or_env_text_loses_nothing(tmp_path) -> None:
+    log = tmp_path / "rollouts.jsonl"
+    engine = RolloutEngine(
+        env_registry={"count": SurrogateEnv},
+        protocol_registry={"loop": lambda **kw: LoopProtocol(SurrogateClient(), **kw)},
+        jsonl_log=log,
+    )
+    result = await generate_batch(engine, [req(i) for i in range(3)], UnitCredit())
+    assert result.stats.num_failed == 0 and result.stats.num_log_failures == 0
+    assert len(result.samples) == 9
+    logged = read_rollouts_jsonl(log)
+    assert len(logged) == 3 and all("log_error" not in r.meta for r in result.rollouts)
+    assert {r.steps[0].completion for r in logged} == {"ok \ud800"}
+    assert {r.env_steps[0].prev_obs for r in logged} == {"start \udfff"}
+
+
+async def test_a_log_failure_is_recorded_and_counted_never_raised(tmp_path, caplog) -> None:
+    log = tmp_path / "is_a_directory"
+    log.mkdir()
+    result = await generate_batch(Harness().engine(jsonl_log=log), [req(0), req(1)], UnitCredit())
+    assert result.stats.num_failed == 0 and len(result.samples) == 6  # the batch trains
+    assert result.stats.num_log_failures == 2
+    assert all("IsADirectoryError" in r.meta["log_error"] for r in result.rollouts)
+    assert "could not write rollout" in caplog.text
+
+
+async def test_one_unserialisable_rollout_does_not_stop_the_others_being_logged(
+    tmp_path,
+) -> None:
+    log = tmp_path / "rollouts.jsonl"
+    bad = req(1)
+    bad.meta["handle"] = object()  # request meta lands in rollout meta
+    rollouts = await Harness().engine(jsonl_log=log).run([req(0), bad, req(2)])
+    assert sorted(r.meta["request_id"] for r in read_rollouts_jsonl(log)) == ["r0", "r2"]
+    assert "not JSON-serialisable" in rollouts[1].meta["log_error"]
+    assert not rollouts[1].failed

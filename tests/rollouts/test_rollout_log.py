@@ -71,3 +71,24 @@ def test_non_json_meta_is_a_clear_error() -> None:
     bad = Rollout(meta={"obj": object()})
     with pytest.raises(TypeError, match="not JSON-serialisable"):
         write_rollouts_jsonl([bad], io.StringIO())
+
+
+def test_a_lone_surrogate_is_escaped_and_round_trips(tmp_path) -> None:
+    lone = "reply \ud800 tail"  # what an OpenAI-compatible reply or env text can contain
+    rollout = rich_rollout()
+    rollout.meta["note"] = lone
+    path = tmp_path / "r.jsonl"
+    assert append_rollouts_jsonl(path, [rollout, rich_rollout()]) == 2
+    raw = path.read_bytes()
+    first, second = raw.decode("utf-8").splitlines()  # the file stays valid UTF-8
+    assert "\\ud800" in first and first.isascii()  # only that record is escaped
+    assert "héllo ✓" in second
+    (back, _) = read_rollouts_jsonl(path)
+    assert back.meta["note"] == lone and back.to_dict() == rollout.to_dict()
+
+
+def test_an_unwritable_rollout_leaves_the_file_untouched(tmp_path) -> None:
+    path = tmp_path / "r.jsonl"
+    with pytest.raises(TypeError, match="not JSON-serialisable"):
+        append_rollouts_jsonl(path, [rich_rollout(), Rollout(meta={"obj": object()})])
+    assert not path.exists() or path.read_text() == ""
