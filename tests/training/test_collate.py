@@ -98,3 +98,66 @@ def test_pack_lays_sequences_end_to_end() -> None:
     ]
     assert row.position_ids_1L.tolist() == [[0, 1, 2, 0, 1]]
     assert row.index_BT.tolist() == [[0, 1, 2], [3, 4, 0]]
+
+
+# -- sampling transform and forced tokens from sample meta ----------------------------------------
+
+
+def _sample(meta: dict[str, object], mask: tuple[int, ...] = (0, 0, 1, 1, 0, 1, 1)) -> SAWItem:
+    n = len(mask)
+    return SAWItem(
+        input_ids=tuple(range(1, n + 1)),
+        action_mask=mask,
+        weight=1.0,
+        behavior_logprobs=tuple(-0.5 if m else 0.0 for m in mask),
+        meta=meta,
+    )
+
+
+def test_collate_lays_each_action_tokens_sampling_transform_out_per_token() -> None:
+    # item 0: one transform for all actions; item 1: runs (2 tokens greedy + top-k 5, then
+    # 2 tokens at 1.5); item 2: none recorded (the identity)
+    runs = [
+        {"temperature": 0.0, "top_k": 5, "top_p": 1.0, "tokens": 2},
+        {"temperature": 1.5, "top_k": -1, "top_p": 1.0, "tokens": 2},
+    ]
+    batch = collate(
+        [
+            _sample({"behavior_sampling": {"temperature": 0.7, "top_k": -1, "top_p": 0.9}}),
+            _sample({"behavior_sampling": runs}),
+            _sample({}),
+        ]
+    )
+    s = batch.sampling
+    assert s is not None
+    expected_temperature = [
+        [1, 1, 0.7, 0.7, 1, 0.7, 0.7],
+        [1, 1, 1, 1, 1, 1.5, 1.5],  # greedy counts as temperature 1
+        [1] * 7,
+    ]
+    torch.testing.assert_close(s.temperature_BT, torch.tensor(expected_temperature))
+    assert s.top_k_BT.tolist() == [[-1] * 7, [-1, -1, 5, 5, -1, -1, -1], [-1] * 7]
+    expected_top_p = [[1, 1, 0.9, 0.9, 1, 0.9, 0.9], [1] * 7, [1] * 7]
+    torch.testing.assert_close(s.top_p_BT, torch.tensor(expected_top_p))
+    chosen = batch.select([1])
+    assert chosen.sampling is not None
+    assert chosen.sampling.top_k_BT.tolist() == [[-1, -1, 5, 5, -1, -1, -1]]
+
+
+def test_collate_without_a_transform_has_no_sampling_tensors() -> None:
+    identity = {"temperature": 1.0, "top_k": -1, "top_p": 1.0}
+    assert collate([_sample({}), _sample({"behavior_sampling": identity})]).sampling is None
+
+
+def test_forced_tokens_leave_the_action_mask() -> None:
+    # action tokens at positions 2, 3, 5, 6; ordinals 1 and 3 were forced (max_think)
+    batch = collate([_sample({"forced_action_tokens": [1, 3]})])
+    assert batch.action_mask_BT.tolist() == [[0, 0, 1, 0, 0, 1, 0]]
+    assert batch.behavior_logprobs_BT is not None
+    assert batch.behavior_logprobs_BT.tolist() == [[0, 0, -0.5, 0, 0, -0.5, 0]]
+
+
+def test_runs_that_miss_action_tokens_are_refused() -> None:
+    runs = [{"temperature": 0.7, "top_k": -1, "top_p": 1.0, "tokens": 3}]
+    with pytest.raises(ValueError, match="covers 3 action tokens but the sample has 4"):
+        collate([_sample({"behavior_sampling": runs, "sample_id": "s"})])

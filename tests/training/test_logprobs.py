@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import pytest
 import torch
 from training_fakes import mixed_items, tiny_llama
 
+import ludic.training.logprobs as logprobs_module
+from ludic.inference.token_sampling import RowKnobs
+from ludic.rollouts.samples import SAWItem
 from ludic.training import collate, sequence_logprobs, token_logprobs
+from ludic.training.collate import TokenSampling
 
 
 def _reference(logits_BTV: torch.Tensor, ids_BT: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -98,3 +105,157 @@ def test_recomputed_chunks_give_exact_gradients(dtype: torch.dtype) -> None:
         atol=1e-2 if dtype == torch.bfloat16 else 1e-5,
         rtol=0,
     )
+
+
+# -- logprobs under the sampling transform (behaviour logprobs' definition) -------------------
+
+V = 50
+
+
+def _knobs(temperature: float, top_k: int, top_p: float) -> RowKnobs:
+    return RowKnobs.of([temperature], [top_k], [top_p], V)
+
+
+def _sampled_sequence(
+    logits_TV: torch.Tensor, knobs: list[tuple[float, int, float]], gen: torch.Generator
+) -> torch.Tensor:
+    """Token t + 1 drawn from the engine's processed distribution at position t."""
+    ids = [int(torch.randint(0, V, (1,), generator=gen))]
+    for t, (temperature, k, p) in enumerate(knobs):
+        lp_V = _knobs(temperature, k, p).logprobs(logits_TV[t : t + 1])[0]
+        support = torch.nonzero(lp_V > float("-inf")).squeeze(-1)
+        ids.append(int(support[torch.randint(0, len(support), (1,), generator=gen)]))
+    return torch.tensor([ids])
+
+
+KNOBS = [
+    (0.7, -1, 0.9),
+    (0.0, 5, 1.0),
+    (1.3, 10, 0.5),
+    (1.0, -1, 1.0),
+    (0.5, 3, 0.8),
+    (0.0, -1, 1.0),
+]
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 1024])
+def test_logprobs_under_sampling_equal_the_engines_processed_logprobs(chunk: int) -> None:
+    # Greedy (temperature 0) rows count as temperature 1 with the same support, as in the engine.
+    gen = torch.Generator().manual_seed(0)
+    logits_1TV = 3.0 * torch.randn(1, len(KNOBS) + 1, V, generator=gen)
+    ids_1T = _sampled_sequence(logits_1TV[0], KNOBS, gen)
+    temps = [1.0] + [t or 1.0 for t, _, _ in KNOBS]
+    sampling = TokenSampling(
+        temperature_BT=torch.tensor([temps]),
+        top_k_BT=torch.tensor([[-1] + [k for _, k, _ in KNOBS]]),
+        top_p_BT=torch.tensor([[1.0] + [p for _, _, p in KNOBS]]),
+    )
+    lp_1T, _ = token_logprobs(logits_1TV, ids_1T, chunk_tokens=chunk, sampling=sampling)
+    expected = [0.0] + [
+        float(_knobs(*knob).logprobs(logits_1TV[0, t : t + 1])[0, ids_1T[0, t + 1]])
+        for t, knob in enumerate(KNOBS)
+    ]
+    torch.testing.assert_close(lp_1T[0], torch.tensor(expected), atol=1e-6, rtol=0)
+    plain, _ = token_logprobs(logits_1TV, ids_1T)
+    assert (lp_1T - plain).abs().max() > 0.1  # the transform matters on these tokens
+
+
+def _one_position(
+    logits_V: list[float], target: int, temperature: float, top_k: int, top_p: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logits_11V = torch.tensor([[logits_V, [0.0] * len(logits_V)]], requires_grad=True)
+    sampling = TokenSampling(
+        temperature_BT=torch.tensor([[1.0, temperature]]),
+        top_k_BT=torch.tensor([[-1, top_k]]),
+        top_p_BT=torch.tensor([[1.0, top_p]]),
+    )
+    lp, _ = token_logprobs(logits_11V, torch.tensor([[0, target]]), sampling=sampling)
+    lp[0, 1].backward()
+    assert logits_11V.grad is not None
+    return lp[0, 1].detach(), logits_11V.grad[0, 0]
+
+
+def test_gradient_flows_through_the_renormalised_log_softmax_on_the_support() -> None:
+    # logits [3, 2, 1, 0], T = 0.5, top_k = 2: support {0, 1}, x = logits / T = [6, 4, ...]
+    #   log p(1) = 4 - log(e^6 + e^4);  d/d logits = (onehot(1) - p_support) / T, 0 elsewhere
+    value, grad = _one_position([3.0, 2.0, 1.0, 0.0], target=1, temperature=0.5, top_k=2)
+    assert float(value) == pytest.approx(4 - math.log(math.exp(6) + math.exp(4)), abs=1e-6)
+    p0, p1 = math.exp(6) / (math.exp(6) + math.exp(4)), math.exp(4) / (math.exp(6) + math.exp(4))
+    assert grad.tolist() == pytest.approx([-p0 / 0.5, (1 - p1) / 0.5, 0.0, 0.0], abs=1e-6)
+
+
+def test_top_p_support_follows_the_engines_rule() -> None:
+    # logits log([0.5, 0.3, 0.2]), top_p = 0.6: mass before token 1 is 0.5 < 0.6 (kept), before
+    # token 2 is 0.8 >= 0.6 (dropped): p(1) = 0.3 / 0.8
+    logits = [math.log(0.5), math.log(0.3), math.log(0.2)]
+    value, _ = _one_position(logits, target=1, temperature=1.0, top_k=-1, top_p=0.6)
+    assert float(value) == pytest.approx(math.log(0.3 / 0.8), abs=1e-6)
+
+
+def test_a_sampled_token_off_the_trainers_support_stays_in_it() -> None:
+    # logits [3, 2, 1, 0], top_k = 1 keeps token 0 only; target 2 (the engine's logits put it
+    # in, the trainer's do not): support {0, 2}, log p(2) = 1 - log(e^3 + e^1), finite
+    value, _ = _one_position([3.0, 2.0, 1.0, 0.0], target=2, temperature=1.0, top_k=1)
+    assert float(value) == pytest.approx(1 - math.log(math.exp(3) + math.exp(1)), abs=1e-6)
+
+
+def test_rows_without_top_k_or_top_p_are_never_sorted(monkeypatch: pytest.MonkeyPatch) -> None:
+    class NoSort:
+        @staticmethod
+        def of(*args: object, **kwargs: object) -> RowKnobs:
+            raise AssertionError("sorted a row without top-k / top-p")
+
+    monkeypatch.setattr(logprobs_module, "RowKnobs", NoSort)
+    logits_1TV = torch.randn(1, 4, V)
+    ids_1T = torch.randint(0, V, (1, 4))
+    scaled = TokenSampling(
+        temperature_BT=torch.full((1, 4), 0.7),
+        top_k_BT=torch.full((1, 4), -1),
+        top_p_BT=torch.ones(1, 4),
+    )
+    lp, _ = token_logprobs(logits_1TV, ids_1T, sampling=scaled)
+    ref, _ = token_logprobs(logits_1TV / 0.7, ids_1T)
+    torch.testing.assert_close(lp, ref, atol=1e-6, rtol=0)
+    with pytest.raises(AssertionError, match="sorted"):
+        token_logprobs(
+            logits_1TV, ids_1T, sampling=replace(scaled, top_p_BT=torch.full((1, 4), 0.9))
+        )
+
+
+def _sampled_items() -> list[SAWItem]:
+    items = mixed_items(4, seed=7)
+    metas = [
+        {"behavior_sampling": {"temperature": 0.7, "top_k": -1, "top_p": 0.9}},
+        {"behavior_sampling": {"temperature": 1.3, "top_k": 20, "top_p": 1.0}},
+        {},
+        {
+            "behavior_sampling": [
+                {"temperature": 0.5, "top_k": 5, "top_p": 0.8, "tokens": 2},
+                {"temperature": 1.0, "top_k": -1, "top_p": 1.0, "tokens": 100},
+            ]
+        },
+    ]
+    return [replace(s, meta={**s.meta, **m}) for s, m in zip(items, metas, strict=True)]
+
+
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_sampling_transform_packed_chunked_and_recomputed_equal_padded(attn: str) -> None:
+    batch = collate(_sampled_items())
+    assert batch.sampling is not None
+    results = []
+    for packed, chunk in ((False, 1024), (True, 1024), (False, 5), (True, 3)):
+        model = tiny_llama(seed=2)
+        model.config._attn_implementation = attn
+        lp, h = sequence_logprobs(
+            model, batch, packed=packed, chunk_tokens=chunk, with_entropy=True
+        )
+        assert h is not None
+        ((lp * batch.action_mask_BT).sum() + h.sum()).backward()
+        results.append((lp.detach(), [p.grad.clone() for p in model.parameters()]))  # type: ignore[union-attr]
+    (lp0, g0), *rest = results
+    plain, _ = sequence_logprobs(tiny_llama(seed=2), replace(batch, sampling=None))
+    assert ((lp0 - plain.detach()).abs() * batch.action_mask_BT).max() > 1e-2
+    for lp, grads in rest:
+        torch.testing.assert_close(lp, lp0, atol=1e-5, rtol=0)
+        for a, b in zip(g0, grads, strict=True):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
