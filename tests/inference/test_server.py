@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +24,7 @@ from safetensors.torch import save
 
 from ludic.distributed import BroadcastPolicyPublisher
 from ludic.inference import ChatRequest, SamplingConfig
+from ludic.inference.auth import TOKEN_ENV
 from ludic.inference.engine import EmbeddedEngine
 from ludic.inference.openai_client import InferenceRequestError, OpenAICompatibleClient
 from ludic.models import load_model, load_tiny_model, tiny_model_dir
@@ -53,7 +56,11 @@ class Server:
             self.process.wait()
 
 
-def start_server(model_dir: Path, log: Path, port: int | None = None) -> Server:
+def start_server(
+    model_dir: Path, log: Path, port: int | None = None, *, token_in_env: bool = False
+) -> Server:
+    """`ludic serve` in a subprocess; the token on the command line, or (`token_in_env`) in
+    $LUDIC_SERVER_TOKEN only, where `ps` does not show it."""
     port = port or free_port()
     cmd = [
         sys.executable,
@@ -64,8 +71,13 @@ def start_server(model_dir: Path, log: Path, port: int | None = None) -> Server:
         "--port",
         str(port),
     ]
-    cmd += ["--token", TOKEN, "--threads", "1", "--served-model-name", "tiny"]
+    cmd += ["--threads", "1", "--served-model-name", "tiny"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop(TOKEN_ENV, None)
+    if token_in_env:
+        env[TOKEN_ENV] = TOKEN
+    else:
+        cmd += ["--token", TOKEN]
     with log.open("ab") as out:
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     server = Server(url=f"http://127.0.0.1:{port}", port=port, process=process, log=log)
@@ -95,7 +107,9 @@ def _one_torch_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = start_server(tiny_model_dir(), tmp_path_factory.mktemp("server") / "server.log")
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    srv = start_server(tiny_model_dir(), log, token_in_env=True)
+    assert not any(TOKEN in arg for arg in srv.process.args)  # type: ignore[union-attr]
     yield srv
     srv.stop()
 
@@ -180,6 +194,18 @@ def test_health_models_and_raw_response_fields(server: Server) -> None:
         ("/v1/chat/completions", {"model": "gpt-9", "messages": USER}, 404, "gpt-9"),
         ("/v1/completions", {"prompt": [10**8], "max_tokens": 2}, 400, "outside the vocabulary"),
         ("/v1/completions", {"prompt": [1, 2], "max_tokens": 2, "top_p": 0}, 400, "top_p"),
+        ("/v1/completions", {"prompt": [1, 2], "top_k": 2**63}, 400, "top_k must be in"),
+        ("/v1/completions", {"prompt": [1, 2], "seed": 2**64}, 400, "seed must be in"),
+        ("/v1/completions", {"prompt": [1, 2], "top_p": 1.5}, 400, "top_p must be in (0, 1]"),
+        ("/v1/chat/completions", {"messages": USER, "max_tokens": 4096}, 400, "max_tokens=4096"),
+        ("/v1/chat/completions", {"messages": USER, "stop": ["x"] * 65}, 400, "stop holds 65"),
+        ("/v1/completions", {"prompt": [1] * 3000}, 400, "the prompt has 3000 tokens"),
+        (
+            "/v1/chat/completions",
+            {"messages": USER, "chat_template_kwargs": {"chat_template": "{{ 1 }}"}},
+            400,
+            "chat_template_kwargs may not set",
+        ),
     ],
 )
 def test_invalid_requests_get_4xx_with_a_message(
@@ -272,6 +298,199 @@ def test_control_endpoints_need_the_token(server: Server) -> None:
     assert httpx.get(server.url + "/ludic/version", headers=AUTH).json() == {"policy_version": 0}
     bad = httpx.post(server.url + "/ludic/update_weights", content=b"not safetensors", headers=AUTH)
     assert bad.status_code == 400 and "safetensors" in bad.json()["error"]["message"]
+
+
+def test_a_bearer_token_of_any_characters_is_a_mismatch_not_an_error(server: Server) -> None:
+    non_ascii = {"Authorization": "Bearer tökén".encode()}
+    for path in ("/ludic/version", "/ludic/weights/status"):
+        reply = httpx.get(server.url + path, headers=non_ascii, timeout=60)
+        assert reply.status_code == 401, (path, reply.text)
+
+
+def test_the_logprob_probe_is_capped_at_the_context(server: Server) -> None:
+    body = {"token_ids": [1] * 5000}
+    reply = httpx.post(server.url + "/ludic/logprobs", json=body, headers=AUTH, timeout=60)
+    assert reply.status_code == 400
+    assert "at most 2048 token ids" in reply.json()["error"]["message"]
+
+
+def test_a_nan_temperature_is_a_400(server: Server) -> None:
+    body = b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}'
+    reply = httpx.post(
+        server.url + "/v1/chat/completions",
+        content=body,
+        headers={"Content-Type": "application/json"},
+        timeout=60,
+    )
+    assert reply.status_code == 400
+    assert "temperature must be a finite number" in reply.json()["error"]["message"]
+
+
+async def test_a_top_k_of_2_63_among_ten_good_requests_fails_alone(server: Server) -> None:
+    url = server.url + "/v1/chat/completions"
+    good = [{"messages": USER, "max_tokens": 8, "seed": k, "ignore_eos": True} for k in range(10)]
+    async with httpx.AsyncClient(timeout=120) as client:
+        replies = await asyncio.gather(
+            *(client.post(url, json=b) for b in good[:5]),
+            client.post(url, json={"messages": USER, "top_k": 2**63}),
+            *(client.post(url, json=b) for b in good[5:]),
+        )
+    assert [r.status_code for r in replies] == [200] * 5 + [400] + [200] * 5
+    assert "top_k" in replies[5].json()["error"]["message"]
+
+
+def test_request_bodies_are_capped(server: Server) -> None:
+    url = server.url + "/v1/chat/completions"
+    text = "x" * (9 * 2**20)  # over the default 8 MiB
+    reply = httpx.post(url, json={"messages": [{"role": "user", "content": text}]}, timeout=60)
+    assert reply.status_code == 413
+    assert "--max-body-bytes" in reply.json()["error"]["message"]
+    chunks = [b'{"messages": [{"role": "user", "content": "', text.encode(), b'"}]}']
+    unsized = httpx.post(url, content=iter(chunks), timeout=60)  # chunked: no Content-Length
+    assert unsized.status_code == 413
+    assert httpx.get(server.url + "/health", timeout=60).status_code == 200
+
+
+def test_the_body_cap_is_configurable_and_spares_the_weight_upload() -> None:
+    from fastapi.testclient import TestClient
+
+    from ludic.inference.server import create_app
+
+    model, tokenizer = load_tiny_model()
+    with EmbeddedEngine(model, tokenizer) as engine:
+        app = create_app(engine, model_name="tiny", token=TOKEN, max_body_bytes=1000)
+        with TestClient(app) as client:
+            body = {"messages": USER, "max_tokens": 2}
+            assert client.post("/v1/chat/completions", json=body).status_code == 200
+            padded = {**body, "pad": "x" * 1000}
+            reply = client.post("/v1/chat/completions", json=padded)
+            assert reply.status_code == 413 and "over 1000 bytes" in reply.text
+            weights = client.post("/ludic/update_weights", content=b"x" * 5000, headers=AUTH)
+            assert weights.status_code == 400 and "safetensors" in weights.text  # read, not 413
+        with pytest.raises(ValueError, match="max_body_bytes"):
+            create_app(engine, model_name="tiny", max_body_bytes=0)
+
+
+@contextlib.contextmanager
+def serving_in_thread(app: Any) -> Iterator[str]:
+    """Serve `app` with uvicorn on a thread of this process (so a test can inject faults)."""
+    import uvicorn
+
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="uvicorn-loop", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+BAD_MARK = "<bad-request>"
+
+
+async def test_one_bad_request_among_ten_good_ones_over_http(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fault inside the shared step for one request (injected where its sampled token is
+    recorded): that request gets a 500 naming the fault, the ten others their own tokens."""
+    from ludic.inference.sequence import SequenceState
+    from ludic.inference.server import create_app
+
+    model, tokenizer = load_tiny_model()
+    good = [
+        {"messages": USER, "max_tokens": 8, "seed": k, "ignore_eos": True, "return_token_ids": True}
+        for k in range(10)
+    ]
+    bad = {"messages": USER, "max_tokens": 8, "stop": [BAD_MARK], "ignore_eos": True}
+    append = SequenceState.append
+
+    def record(self: SequenceState, *args: Any, **kwargs: Any) -> None:
+        if BAD_MARK in self.stop:
+            raise RuntimeError("injected fault")
+        append(self, *args, **kwargs)
+
+    with (
+        EmbeddedEngine(model, tokenizer) as engine,
+        serving_in_thread(create_app(engine, model_name="tiny")) as url,
+    ):
+        async with httpx.AsyncClient(base_url=url, timeout=120) as client:
+            path = "/v1/chat/completions"
+            reference = [(await client.post(path, json=b)).json() for b in good]
+            monkeypatch.setattr(SequenceState, "append", record)
+            bodies = [*good[:5], bad, *good[5:]]
+            replies = await admitted_together(engine, [client.post(path, json=b) for b in bodies])
+    failed = replies.pop(5)
+    assert failed.status_code == 500 and "injected fault" in failed.json()["error"]["message"]
+    assert [r.status_code for r in replies] == [200] * 10
+    for want, got in zip(reference, replies, strict=True):
+        assert got.json()["choices"][0]["token_ids"] == want["choices"][0]["token_ids"]
+
+
+async def admitted_together(engine: EmbeddedEngine, posts: list[Any]) -> list[Any]:
+    """Run the `posts` (coroutines) with the engine's worker held until all are queued, so
+    that they share one batch."""
+    entered, gate = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        entered.set()
+        gate.wait()
+
+    held = asyncio.get_running_loop().run_in_executor(None, engine._call_on_worker, hold)
+    await asyncio.to_thread(entered.wait, 60)
+    tasks = [asyncio.ensure_future(p) for p in posts]
+    while len(engine._pending) < len(posts):
+        await asyncio.sleep(0.01)
+    gate.set()
+    await held
+    return list(await asyncio.gather(*tasks))
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/chat/completions", {"messages": USER, "max_tokens": 2}),
+        ("/v1/completions", {"prompt": "a long text prompt", "max_tokens": 2}),
+    ],
+)
+def test_health_answers_while_a_prompt_is_tokenized(
+    monkeypatch: pytest.MonkeyPatch, path: str, body: dict[str, Any]
+) -> None:
+    """The request's tokenizing is held until /health has answered: were it on the event loop,
+    /health could not answer (the bound is a guard against hanging, not a speed check)."""
+    from ludic.inference.server import create_app
+
+    model, tokenizer = load_tiny_model()
+    encode, threads = tokenizer.encode, []
+    started, release = threading.Event(), threading.Event()
+
+    def held_encode(*args: Any, **kwargs: Any) -> Any:
+        threads.append(threading.current_thread().name)
+        started.set()
+        release.wait(60)
+        return encode(*args, **kwargs)
+
+    with EmbeddedEngine(model, tokenizer) as engine:
+        monkeypatch.setattr(tokenizer, "encode", held_encode)
+        with serving_in_thread(create_app(engine, model_name="tiny")) as url:
+            replies: list[httpx.Response] = []
+            request = threading.Thread(
+                target=lambda: replies.append(httpx.post(url + path, json=body, timeout=120))
+            )
+            request.start()
+            assert started.wait(60)
+            health = httpx.get(url + "/health", timeout=30)
+            release.set()
+            request.join(120)
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert replies[0].status_code == 200, replies[0].text
+    assert threads and "uvicorn-loop" not in threads
 
 
 def _probe(url: str, ids: list[int]) -> list[float]:

@@ -211,6 +211,9 @@ def test_logprobs_probe_reads_vllm_prompt_logprobs(monkeypatch: pytest.MonkeyPat
             "/ludic/logprobs", json={"token_ids": ids}, headers={"Authorization": ""}
         )
         assert reply.status_code == 401
+        non_ascii = {"Authorization": "Bearer sécret".encode()}
+        reply = client.post("/ludic/logprobs", json={"token_ids": ids}, headers=non_ascii)
+        assert reply.status_code == 401  # a mismatch like any other, not a server error
 
 
 @pytest.fixture

@@ -6,10 +6,16 @@ extension (`--worker-extension-cls`) that joins the trainer's NCCL group and loa
 weights, a V1 logits processor (`--logits-processors`, per-request `vllm_xargs.max_think`), and
 an HTTP middleware (`--middleware`) serving `/ludic/version` and `/ludic/weights/*` (bearer
 token from `--ludic-token` or `LUDIC_SERVER_TOKEN`) and adding an `X-Ludic-Policy-Version`
-header to every response. The protocol is the embedded server's, so
+header to every response, holding the version served when the request was admitted (as the
+embedded engine stamps it). The protocol is the embedded server's, so
 `ludic.distributed.BroadcastPolicyPublisher` drives both (with TP > 1 the trainer's group needs
-world_size 1 + TP: an InitRequest field). `/ludic/logprobs` (the publisher's verification probe)
-asks the engine for prompt logprobs. Importing this module never needs vLLM; using the vLLM
+world_size 1 + TP: an InitRequest field); after each load the workers report additive checksums
+of the parameters they hold (vLLM's fused, sharded layout) and the publisher compares them with
+what it sent. `/ludic/logprobs` (the publisher's probe) asks the engine for prompt logprobs; the
+status reports the served dtype, and the probe's tolerance follows it (serve `--dtype float32`
+for a tight probe). vLLM runs with `--logprobs-mode processed_logprobs` unless told otherwise:
+behaviour logprobs are those of the distribution actually sampled (after temperature, top-k and
+top-p), what the trainer recomputes. Importing this module never needs vLLM; using the vLLM
 parts without it raises ImportError. The version counter lives in the API server process (one
 per `--api-server-count`). The logits processor uses vLLM's V1 interface, so `main` runs vLLM
 with its V1 model runner (`VLLM_USE_V2_MODEL_RUNNER=0` unless set; newer vLLM refuses V1-interface
@@ -22,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-import secrets
 import subprocess
 import sys
 import time
@@ -32,6 +37,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from ludic.inference.auth import token_matches
 
 try:
     from vllm.v1.sample.logits_processor import (
@@ -101,6 +108,26 @@ class WeightSyncWorkerExtension:
         state = receive_buckets(self._ludic_group, manifest, device=worker.device)
         worker.model_runner.model.load_weights(weights=list(state.items()))
         return len(state)
+
+    def ludic_weights_held(self) -> dict[str, Any]:
+        """What this worker holds after a load, for the trainer to verify: per parameter (in
+        vLLM's fused, sharded layout) [total of its bits mod 2^32, numel, dtype], and the
+        model's `packed_modules_mapping` (which sent tensors were fused into which)."""
+        from ludic.distributed.checksum import element_totals
+        from ludic.distributed.manifest import dtype_name
+
+        worker: Any = self
+        model = worker.model_runner.model
+        named = list(model.named_parameters())
+        totals = element_totals(named)
+        held = {}
+        for name, tensor in named:
+            try:
+                held[name] = [*totals[name], dtype_name(tensor.dtype)]
+            except ValueError:  # a quantized dtype: reported without a comparable dtype
+                held[name] = [*totals[name], str(tensor.dtype)]
+        packed = getattr(model, "packed_modules_mapping", None) or {}
+        return {"held": held, "packed": {k: list(v) for k, v in dict(packed).items()}}
 
     def ludic_weights_close(self) -> None:
         self._ludic_group = None
@@ -189,12 +216,17 @@ class MaxThinkLogitsProcessor(LogitsProcessor):  # type: ignore[misc,valid-type]
 
 
 async def ludic_middleware(request: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
-    """Serves /ludic/* (token-guarded) and stamps the policy version on every response."""
+    """Serves /ludic/* (token-guarded) and stamps every response with the policy version
+    served when the request was admitted, as the embedded engine does: a push that lands
+    while a request generates makes it look older, never newer (staleness is not
+    under-counted)."""
+    admitted = _state["policy_version"]
     if request.url.path.startswith("/ludic/"):
         response = await _control(request)
+        admitted = _state["policy_version"]  # a control reply reports the state it leaves
     else:
         response = await call_next(request)
-    response.headers[VERSION_HEADER] = str(_state["policy_version"])
+    response.headers[VERSION_HEADER] = str(admitted)
     return response
 
 
@@ -205,7 +237,7 @@ async def _control(request: Any) -> Any:
 
     token = os.environ.get(TOKEN_ENV)
     given = request.headers.get("authorization", "").removeprefix("Bearer ")
-    if not token or not secrets.compare_digest(given, token):
+    if not token or not token_matches(given, token):
         return JSONResponse(error_body(401, "missing or wrong bearer token"), status_code=401)
     handler = _ROUTES.get(request.url.path)
     if handler is None:
@@ -292,7 +324,13 @@ async def _weights_finish(request: Any, engine: Any) -> dict[str, Any]:
     counts = await receive
     _state["policy_version"] = int(_push["version"])  # the new weights serve from now on
     await reset_prefix_cache(engine)  # cached KV came from the old weights
-    return {"policy_version": _state["policy_version"], "num_tensors": int(counts[0])}
+    reports = await engine.collective_rpc("ludic_weights_held")
+    return {
+        "policy_version": _state["policy_version"],
+        "num_tensors": int(counts[0]),
+        "held_totals": [report["held"] for report in reports],  # one per worker (TP rank)
+        "packed_modules_mapping": reports[0]["packed"],
+    }
 
 
 async def reset_prefix_cache(engine: Any, timeout_s: float = 60.0, poll_s: float = 0.05) -> None:
@@ -326,7 +364,16 @@ async def _weights_status(request: Any, engine: Any) -> dict[str, Any]:
         "joining": join is not None and not join.done(),
         "in_progress": _push.get("receive") is not None,
         "last_version": _state["policy_version"],
+        "controls": ["http"],
+        "dtype": served_dtype(engine),
     }
+
+
+def served_dtype(engine: Any) -> str | None:
+    """The dtype vLLM serves in ("bfloat16", ...), from the engine client's model config:
+    the publisher's probe tolerance follows it (`ludic.distributed.verification.PROBE_ATOL`)."""
+    dtype = getattr(getattr(engine, "model_config", None), "dtype", None)
+    return None if dtype is None else str(dtype).removeprefix("torch.")
 
 
 _ROUTES: dict[str, Callable[[Any, Any], Awaitable[dict[str, Any]]]] = {
