@@ -71,9 +71,11 @@ def test_scratch_refuses_names_that_escape() -> None:
         pass
 
 
-def test_bubblewrap_command_exposes_only_what_it_must(tmp_path: Path) -> None:
+def test_bubblewrap_command_exposes_only_what_it_must() -> None:
     backend = BubblewrapBackend(bwrap="bwrap", python="/usr/bin/python3")
-    argv = backend.command(["/usr/bin/python3", "main.py"], tmp_path, SandboxLimits())
+    limits = SandboxLimits(max_file_bytes=3 * 2**20, scratch_bytes=5 * 2**20)
+    files = [(7, "/work/main.py"), (8, "/work/data/in.txt")]
+    argv = backend.command(["/usr/bin/python3", "main.py"], limits, files=files, gate_fd=9)
     assert argv[-2:] == ["/usr/bin/python3", "main.py"]
     for flag in ("--unshare-all", "--die-with-parent", "--clearenv", "--new-session"):
         assert flag in argv
@@ -81,12 +83,27 @@ def test_bubblewrap_command_exposes_only_what_it_must(tmp_path: Path) -> None:
     sources = [
         argv[i + 1] for i, a in enumerate(argv) if a.endswith("bind") or a.endswith("bind-try")
     ]
-    writable = [argv[i + 1] for i, a in enumerate(argv) if a == "--bind"]
-    assert writable == [str(tmp_path)]
+    assert "--bind" not in argv  # nothing of the host is writable
     for source in sources:
-        assert source == str(tmp_path) or source.startswith(
-            ("/usr", "/etc/", "/lib", "/bin", "/sbin")
-        )
+        assert source.startswith(("/usr", "/etc/", "/lib", "/bin", "/sbin"))
+    # The only writable places: tmpfs mounts of explicit sizes; / and /dev read-only.
+    tmpfs = {argv[i + 1]: argv[i - 3] for i, a in enumerate(argv) if a == "--tmpfs"}
+    assert argv[argv.index("--tmpfs") - 4] == "--size"
+    assert tmpfs == {"/dev/shm": str(3 * 2**20), "/tmp": str(3 * 2**20), "/work": str(5 * 2**20)}
+    remounted = [argv[i + 1] for i, a in enumerate(argv) if a == "--remount-ro"]
+    assert remounted == ["/dev", "/"]
+    copied = [(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a == "--file"]
+    assert copied == [("7", "/work/main.py"), ("8", "/work/data/in.txt")]
+    assert argv[argv.index("--dir") + 1] == "/work/data"
+    assert argv[argv.index("--block-fd") + 1] == "9"
+
+
+def test_bubblewrap_without_a_memory_cgroup_allows_one_process() -> None:
+    backend = BubblewrapBackend(python="/usr/bin/python3", memory_cgroups=None)
+    assert backend.memory_scope == "process" and backend.memory_problem
+    argv = backend.command(["python3"], SandboxLimits(max_processes=32))
+    assert "--nproc=1" in argv or '"nproc": 1' in " ".join(argv)  # prlimit or the launcher
+    assert "--block-fd" not in argv
 
 
 def test_container_command_cuts_network_privileges_and_resources(tmp_path: Path) -> None:
@@ -103,4 +120,7 @@ def test_container_command_cuts_network_privileges_and_resources(tmp_path: Path)
     assert value("--memory") == value("--memory-swap") == [str(64 * 2**20)]
     assert value("--pids-limit") == ["8"] and "cpu=3:4" in value("--ulimit")
     assert value("--volume") == [f"{tmp_path}:/work:rw"] and "--read-only" in argv
+    assert (
+        value("--shm-size") == [str(limits.max_file_bytes)] and backend.memory_scope == "container"
+    )
     assert value("--user") == ["65534:65534"] and "no-new-privileges" in value("--security-opt")

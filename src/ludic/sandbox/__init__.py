@@ -1,6 +1,7 @@
-"""Sandboxed execution of untrusted (model-written) code: limits on time, CPU, memory,
-processes, file size and output; no network; a private scratch directory as the only writable
-place; no access to the trainer's environment or files.
+"""Sandboxed execution of untrusted (model-written) code: limits on time, CPU, memory (for the
+whole run: every process and every byte it stores, where a memory cgroup can be made),
+processes, file size, scratch size and output; no network; size-capped tmpfs mounts as the only
+writable places; no access to the trainer's environment or files.
 
 Backends: `BubblewrapBackend` (preferred), `RestrictedSubprocessBackend` (fallback, weaker,
 reported in every result's `isolation`), `ContainerBackend` (Docker / Podman). `SandboxPool`
@@ -8,10 +9,18 @@ adds a concurrency limit and a result cache; `shared_pool()` is the per-event-lo
 """
 
 from ludic.sandbox.bubblewrap import BubblewrapBackend, default_python
+from ludic.sandbox.cgroup import MemoryCgroups, find_memory_cgroups
 from ludic.sandbox.container import ContainerBackend
-from ludic.sandbox.pool import SandboxPool, cache_key, detect_backend, shared_pool
+from ludic.sandbox.pool import (
+    SandboxPool,
+    cache_key,
+    detect_backend,
+    isolation_gaps,
+    shared_pool,
+)
 from ludic.sandbox.records import (
     SandboxBackend,
+    SandboxIsolationWarning,
     SandboxLimits,
     SandboxResult,
     classify_exit,
@@ -21,8 +30,10 @@ from ludic.sandbox.restricted import RestrictedSubprocessBackend
 __all__ = [
     "BubblewrapBackend",
     "ContainerBackend",
+    "MemoryCgroups",
     "RestrictedSubprocessBackend",
     "SandboxBackend",
+    "SandboxIsolationWarning",
     "SandboxLimits",
     "SandboxPool",
     "SandboxResult",
@@ -30,5 +41,7 @@ __all__ = [
     "classify_exit",
     "default_python",
     "detect_backend",
+    "find_memory_cgroups",
+    "isolation_gaps",
     "shared_pool",
 ]

@@ -2,7 +2,8 @@
 
 Run as `python3 -I -S -c <this file's text> <config JSON> <argv...>`; it must not import
 ludic (it runs in the sandbox, possibly under another interpreter). Steps, each optional:
-new network namespace, drop to an unprivileged uid, no_new_privs, rlimits, chdir, execve
+wait at a gate (one byte on `block_fd`: the host moves us into a memory cgroup first), new
+network namespace, drop to an unprivileged uid, no_new_privs, rlimits, chdir, execve
 with a clean environment. A step that was asked for and fails exits 126 with a message.
 """
 
@@ -48,6 +49,12 @@ def own_task_count(uid):
 def main():
     config = json.loads(sys.argv[1])
     argv = sys.argv[2:]
+    block_fd = config.get("block_fd")
+    if block_fd is not None:
+        opened = os.read(block_fd, 1)
+        os.close(block_fd)
+        if not opened:
+            fail("the host closed the gate without opening it (no cgroup to run in)")
     new_user_ns = False
     if config.get("unshare_net"):
         new_user_ns = os.geteuid() != 0  # unprivileged: the user namespace grants the netns

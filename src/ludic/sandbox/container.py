@@ -2,8 +2,10 @@
 already run one of those (the image must be present locally; it is never pulled).
 
 Each run is `<cli> run --rm` with no network, a read-only root, all capabilities dropped,
-no_new_privs, an unprivileged user, memory / pids / CPU / file-size limits, a size-capped
-tmpfs /tmp and the scratch directory at /work. It deliberately manages no long-lived
+no_new_privs, an unprivileged user, memory / pids / CPU / file-size limits (the memory limit
+is the container's cgroup: all its processes together, `memory_scope` "container"),
+size-capped tmpfs /tmp and /dev/shm, and the scratch directory at /work. The scratch directory
+is a host directory with no quota beyond the per-file size. It deliberately manages no long-lived
 containers: start-up cost is the price of a clean one per run.
 """
 
@@ -51,6 +53,7 @@ class ContainerBackend:
         self.python = python
         self.user = user
         self.isolation = Path(cli).name
+        self.memory_scope = "container"
 
     def command(
         self, argv: Sequence[str], scratch: Path, limits: SandboxLimits, name: str
@@ -66,6 +69,7 @@ class ContainerBackend:
             "--ulimit", f"fsize={limits.max_file_bytes}",
             "--ulimit", "core=0",
             "--tmpfs", f"/tmp:rw,size={limits.max_file_bytes}",
+            "--shm-size", str(limits.max_file_bytes),
             "--volume", f"{scratch}:/work:rw", "--workdir", "/work",
             "--env", "HOME=/work", "--env", "PYTHONDONTWRITEBYTECODE=1",
             self.image, *argv,
@@ -115,6 +119,7 @@ class ContainerBackend:
                 kill=kill,
                 cleanup=no_leftovers,
                 signal_as_128_plus=True,
+                memory_scope=self.memory_scope,
                 env=_cli_env(),
             )
 

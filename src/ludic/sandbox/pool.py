@@ -6,6 +6,11 @@ It deliberately keeps no warm sandboxes: measured on a 2-core box, a bubblewrap 
 50-150 ms, nearly all of it process and interpreter start-up, while claiming a uid and making
 the scratch directory cost about 7 ms, so pre-creating them would save little.
 
+At construction a pool says loudly (a `SandboxIsolationWarning`, also logged) when this host
+cannot give the strongest isolation: no bubblewrap (runs fall back to the restricted
+subprocess), or no memory cgroup (each run is held to one process so that `memory_bytes` still
+caps the whole run). Every result names its `isolation` and `memory_scope`.
+
 Cached results are returned as first seen (`cached=True`): code that prints random numbers is
 not re-run (pass `use_cache=False` for that). Wall-time outcomes are never cached (they depend
 on host load). A pool belongs to one event loop.
@@ -17,16 +22,55 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import logging
 import os
+import shutil
+import warnings
 import weakref
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 from ludic.sandbox.bubblewrap import BubblewrapBackend
-from ludic.sandbox.records import SandboxBackend, SandboxLimits, SandboxResult
+from ludic.sandbox.cgroup import MemoryCgroups, find_memory_cgroups
+from ludic.sandbox.records import (
+    SandboxBackend,
+    SandboxIsolationWarning,
+    SandboxLimits,
+    SandboxResult,
+)
 from ludic.sandbox.restricted import RestrictedSubprocessBackend
 
 PYTHON_FILE = "main.py"
+_log = logging.getLogger("ludic.sandbox")
+
+
+def isolation_gaps(backend: SandboxBackend | None = None) -> list[str]:
+    """What keeps sandboxed runs here (on `backend`, or the one a pool would pick) from the
+    strongest isolation, each with what to install or enable; empty when nothing does."""
+    gaps = []
+    if backend is None and shutil.which("bwrap") is None:
+        gaps.append(
+            "bubblewrap (bwrap) is not installed, so runs fall back to the weaker "
+            "restricted-subprocess backend (shared host filesystem, no mount or pid "
+            "isolation, no scratch quota); install it: apt-get install bubblewrap"
+        )
+    elif isinstance(backend, RestrictedSubprocessBackend):
+        gaps.append(
+            "the restricted-subprocess backend is weaker than bubblewrap: "
+            + "; ".join(backend.weaknesses)
+        )
+    scope = getattr(backend, "memory_scope", None)
+    if backend is None or scope == "process":
+        found = getattr(backend, "memory_cgroups", None) or find_memory_cgroups()
+        if not isinstance(found, MemoryCgroups):
+            gaps.append(
+                "no memory cgroup can be made here, so memory_bytes cannot cap all of a "
+                "run's processes together: each run is held to ONE process (forks and "
+                f"threads fail) instead. Why: {found}"
+            )
+        elif scope == "process":
+            gaps.append("this backend was built without a memory cgroup (memory_cgroups=None)")
+    return gaps
 
 
 _detected: dict[tuple[str | None, bool], SandboxBackend] = {}
@@ -84,8 +128,9 @@ def cache_key(
 class SandboxPool:
     """Runs programs on one backend, at most `max_concurrency` at a time.
 
-    `backend=None` picks one on first use with `detect_backend`. `cache_size=0` disables
-    the cache.
+    `backend=None` picks one on first use with `detect_backend` (`allow_weak=False` refuses
+    the restricted-subprocess fallback). `cache_size=0` disables the cache. Warns
+    (`SandboxIsolationWarning`) at construction about every `isolation_gaps` of this host.
     """
 
     def __init__(
@@ -95,6 +140,7 @@ class SandboxPool:
         limits: SandboxLimits | None = None,
         max_concurrency: int = 4,
         cache_size: int = 4096,
+        allow_weak: bool = True,
     ) -> None:
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
@@ -105,7 +151,11 @@ class SandboxPool:
         self.cache_size = cache_size
         self.hits = 0
         self.misses = 0
+        self.allow_weak = allow_weak
         self._backend = backend
+        for gap in isolation_gaps(backend):
+            _log.warning("ludic.sandbox: %s", gap)
+            warnings.warn(f"ludic.sandbox: {gap}", SandboxIsolationWarning, stacklevel=2)
         self._backend_lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(max_concurrency)
         self._cache: OrderedDict[str, SandboxResult] = OrderedDict()
@@ -114,7 +164,7 @@ class SandboxPool:
     async def backend(self) -> SandboxBackend:
         async with self._backend_lock:
             if self._backend is None:
-                self._backend = await detect_backend()
+                self._backend = await detect_backend(allow_weak=self.allow_weak)
             return self._backend
 
     async def run(
@@ -133,7 +183,8 @@ class SandboxPool:
         limits = limits or self.limits
         if not use_cache or self.cache_size == 0:
             return await self._run(backend, argv, files, stdin_bytes, limits)
-        key = cache_key(argv, files, stdin_bytes, limits, backend.isolation)
+        isolation = f"{backend.isolation}/{getattr(backend, 'memory_scope', '')}"
+        key = cache_key(argv, files, stdin_bytes, limits, isolation)
         if key in self._cache:
             self.hits += 1
             self._cache.move_to_end(key)

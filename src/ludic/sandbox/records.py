@@ -15,15 +15,30 @@ from typing import Any, Protocol, runtime_checkable
 MiB = 1024 * 1024
 
 
+class SandboxIsolationWarning(UserWarning):
+    """Sandboxed code will run with weaker isolation than Ludic gives where the host allows
+    it (no bubblewrap, or no memory cgroup for a whole-run memory cap)."""
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SandboxLimits:
     """Limits for one sandboxed run.
 
     - `wall_time_s`: killed after this many seconds of real time (`timed_out`).
     - `cpu_time_s`: RLIMIT_CPU in whole seconds (SIGXCPU, then SIGKILL a second later).
-    - `memory_bytes`: RLIMIT_AS per process (allocations fail: Python raises MemoryError).
-    - `max_processes`: tasks (processes and threads) the sandbox may hold at once.
-    - `max_file_bytes`: RLIMIT_FSIZE, the largest file it may write (also the size of /tmp).
+    - `memory_bytes`: memory of the whole run: every process together plus what it stores in
+      its tmpfs mounts, capped by a memory cgroup (`SandboxResult.memory_scope` "cgroup1" or
+      "cgroup2"; the kernel kills a process at the cap). It is also RLIMIT_AS per process
+      (allocations fail: Python raises MemoryError). Where no memory cgroup can be made,
+      the run may hold only one process (`memory_scope` "process"; forks and threads fail),
+      so the per-process limit is the limit of the whole run.
+    - `max_processes`: tasks (processes and threads) the sandbox may hold at once (1 where
+      `memory_scope` is "process").
+    - `max_file_bytes`: RLIMIT_FSIZE, the largest file it may write; also the size of each of
+      the sandbox's `/tmp` and `/dev/shm` (size-capped tmpfs mounts; `/` and `/dev` are
+      read-only).
+    - `scratch_bytes`: the size of the scratch directory (the working directory, a tmpfs
+      holding the run's files): everything the run stores there together.
     - `max_output_bytes`: per stream (stdout, stderr); more is cut and the run killed.
     """
 
@@ -32,6 +47,7 @@ class SandboxLimits:
     memory_bytes: int = 512 * MiB
     max_processes: int = 32
     max_file_bytes: int = 16 * MiB
+    scratch_bytes: int = 64 * MiB
     max_output_bytes: int = 1 * MiB
 
     def __post_init__(self) -> None:
@@ -41,6 +57,7 @@ class SandboxLimits:
             "memory_bytes",
             "max_processes",
             "max_file_bytes",
+            "scratch_bytes",
             "max_output_bytes",
         ):
             value = getattr(self, name)
@@ -62,8 +79,11 @@ class SandboxResult:
 
     `exit_code` is the program's exit status, None when a signal ended it (`killed_signal`).
     `timed_out` is the wall-time limit; `cpu_time_exceeded`, `memory_exceeded` are best-effort
-    readings of how the program died. `isolation` names the backend that ran it, e.g.
-    "bubblewrap" or "subprocess" (weaker), so a weak sandbox is never silent.
+    readings of how the program died (`memory_exceeded` is certain where a memory cgroup
+    recorded a kill). `isolation` names the backend that ran it, e.g. "bubblewrap" or
+    "subprocess" (weaker), so a weak sandbox is never silent; `memory_scope` says what
+    `memory_bytes` capped: "cgroup2" / "cgroup1" (all processes of the run together),
+    "container" (the container's cgroup) or "process" (one process; the run could not fork).
     """
 
     stdout: str
@@ -76,6 +96,7 @@ class SandboxResult:
     killed_signal: int | None = None
     duration_s: float = 0.0
     isolation: str = ""
+    memory_scope: str = ""
     cached: bool = False
 
     @property

@@ -101,14 +101,18 @@ async def run_contained(
     isolation: str,
     kill: Killer = kill_process_group,
     cleanup: Killer | None = None,
+    on_start: Killer | None = None,
     signal_as_128_plus: bool = False,
+    memory_scope: str = "",
     env: Mapping[str, str] | None = None,
     popen_kwargs: Mapping[str, Any] | None = None,
 ) -> SandboxResult:
     """Run `argv` to completion or until a limit, and describe what happened.
 
     `kill` ends the sandbox on a wall timeout, an output overflow or cancellation; `cleanup`
-    (default: `kill`) runs after every exit so no stray process outlives the run.
+    (default: `kill`) runs after every exit so no stray process outlives the run. `on_start`
+    runs as soon as the process exists (e.g. to move it into a cgroup and open its gate); if
+    it raises, the sandbox is killed and the error propagates.
     """
     start = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
@@ -120,6 +124,14 @@ async def run_contained(
         env=dict(env) if env is not None else {},
         **dict(popen_kwargs or {}),
     )
+    if on_start is not None:
+        try:
+            await on_start(proc)
+        except BaseException:
+            await kill(proc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), _DRAIN_GRACE_S)
+            raise
     overflow = asyncio.Event()
     captures = (_Capture(data=bytearray()), _Capture(data=bytearray()))
     readers = [
@@ -167,6 +179,7 @@ async def run_contained(
         output_truncated=any(c.truncated for c in captures),
         duration_s=duration,
         isolation=isolation,
+        memory_scope=memory_scope,
         **classify_exit(
             returncode,
             stderr,
