@@ -9,12 +9,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
+
+from tyro.constructors import PrimitiveConstructorSpec
 
 Opponent = Literal["random", "minimax", "mixed"]
 IllegalMove = Literal["retry", "end"]
 Algorithm = Literal["grpo", "dr_grpo", "gspo", "cispo", "gmpo", "reinforce_baseline"]
 ContextKind = Literal["full", "latest"]
+
+RESUME_LATEST = "latest"
+"""`TrainConfig.resume` value for the run's own checkpoints (what a bare `--resume` gives)."""
+
+
+def _resume_from_args(args: list[str]) -> str:
+    if len(args) > 1:
+        raise ValueError(f"--resume takes at most one directory, got {args}")
+    return args[0] if args else RESUME_LATEST
+
+
+_RESUME_ARG = PrimitiveConstructorSpec(
+    nargs="*",
+    metavar="[DIR]",
+    instance_from_str=_resume_from_args,
+    is_instance=lambda value: value is None or isinstance(value, str),
+    str_from_instance=lambda value: ["None"] if value is None else [value],
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -106,8 +126,18 @@ class TrainConfig:
     """Sampling temperature of the rollouts."""
     micro_batch_tokens: int | None = None
     """Token budget of one forward/backward (None: the whole batch at once)."""
+    concurrency: int = 32
+    """Episodes in flight at once. The engine batches concurrent requests, and a batched forward
+    rounds differently with the batch's make-up (which depends on timing), so behaviour logprobs
+    vary in their last bits from run to run; 1 makes a run (and a resumed one) bit-reproducible,
+    at the cost of speed."""
     checkpoint_every: int | None = None
     """Save a checkpoint every N steps (a final one is always saved)."""
+    resume: Annotated[str | None, _RESUME_ARG] = None
+    """Continue a run (give it the same flags): bare `--resume` takes the newest complete
+    checkpoint under OUT_DIR/checkpoints, `--resume DIR` a checkpoint directory or one step_*
+    checkpoint in it. The restored weights are served before the first rollout; --steps counts
+    the whole run, so only the steps left are trained. None: a new run."""
     seed: int = 0
     """Seeds training, env seeds and sampling."""
     device: str = "cpu"

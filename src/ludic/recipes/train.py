@@ -3,8 +3,11 @@
 Each step plays `problems_per_step x group_size` episodes with the current policy (served by
 `EmbeddedEngine` from a copy of the model), assigns credit with the chosen preset, takes one
 optimizer step and pushes the new weights into the engine (`InProcessPublisher`, verified by
-version). Single-seat envs only (multi-agent self-play: `examples/tictactoe/selfplay.py`); a
-remote inference server needs a weight publisher for it, which this command does not set up.
+version). `--resume` continues a run from its checkpoint: the restored weights are pushed into
+the engine before the first rollout and the seeds go on where they stopped, so a resumed run
+equals an uninterrupted one. Single-seat envs only (multi-agent self-play:
+`examples/tictactoe/selfplay.py`); a remote inference server needs a weight publisher for it,
+which this command does not set up.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from ludic.eval.command import resolve_env_factory, resolve_parser
 from ludic.inference.engine import EmbeddedEngine
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
-from ludic.recipes.configs import Algorithm, TrainConfig
+from ludic.recipes.configs import RESUME_LATEST, Algorithm, TrainConfig
 from ludic.recipes.training import finish, load_policy, make_trainer, plot_curve
 from ludic.rollouts import (
     ComponentSpec,
@@ -39,6 +42,7 @@ from ludic.rollouts import (
 from ludic.training import (
     RLAlgorithm,
     RolloutBatchSource,
+    Trainer,
     make_cispo,
     make_dr_grpo,
     make_gmpo,
@@ -104,6 +108,7 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
         rollouts = RolloutEngine(
             env_registry={"env": env_factory},
             protocol_registry={"agent": protocol},
+            concurrency=cfg.concurrency,
             jsonl_log=cfg.out_dir / "rollouts.jsonl",
         )
         source = RolloutBatchSource(
@@ -133,13 +138,35 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
             micro_batch_tokens=cfg.micro_batch_tokens,
             device=cfg.device,
         )
+        if cfg.resume is not None:
+            _resume(trainer, cfg, console)
         console.print(
-            f"{algorithm.name} on {cfg.env}: {cfg.steps} steps of "
+            f"{algorithm.name} on {cfg.env}: {cfg.steps - trainer.step} steps of "
             f"{cfg.problems_per_step} x {cfg.group_size} episodes"
         )
-        history = asyncio.run(trainer.train(cfg.steps, progress=cfg.progress))
+        history = asyncio.run(trainer.train(cfg.steps - trainer.step, progress=cfg.progress))
         checkpoint = finish(trainer)
     return _report(cfg, history, checkpoint, console)
+
+
+def _resume(trainer: Trainer, cfg: TrainConfig, console: Console) -> None:
+    """Restore the checkpoint `cfg.resume` names (publishing its weights into the engine)."""
+    path = None if cfg.resume == RESUME_LATEST else Path(cfg.resume or "")
+    try:
+        trainer.resume(path)
+    except FileNotFoundError as e:
+        trainer.close()
+        raise FileNotFoundError(f"--resume: {e}; run without --resume to start a new run") from e
+    if trainer.step >= cfg.steps:
+        trainer.close()
+        raise ValueError(
+            f"--resume: the checkpoint is at step {trainer.step} and --steps is {cfg.steps}, so "
+            "nothing is left to train; raise --steps to train further"
+        )
+    console.print(
+        f"resumed at step {trainer.step} (policy version {trainer.policy_version}), "
+        "its weights now served by the engine"
+    )
 
 
 def _report(

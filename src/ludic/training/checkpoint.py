@@ -6,9 +6,11 @@ layout), `scheduler.pt`, `rng.pt` (torch RNG), `state.json` (step, policy versio
 position, python/numpy RNG), with several ranks `rank_states.pt` (each rank's RNG and data
 position) and, written last, `MANIFEST.json` listing every file with its size and sha256. It is
 written to a temporary sibling directory, fsynced and renamed, so a crash mid-save leaves the
-previous checkpoint intact. A checkpoint without a manifest, or whose files do not match it, is
-refused with a message naming the problem. Nothing here is sharded: distributed training hands
-in full states gathered on rank 0 (see `ludic.training.distributed`), so any world size can resume.
+previous checkpoint intact; the temporary directories a killed save leaves are removed later
+(`checkpoint_scratch`). A checkpoint without a manifest, or whose files do not match it, is
+refused with a message naming the problem; given the checkpoint root, loading picks the newest
+checkpoint that verifies. Nothing here is sharded: distributed training hands in full states
+gathered on rank 0 (see `ludic.training.distributed`), so any world size can resume.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import os
 import random
 import re
 import shutil
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from ludic.training.checkpoint_scratch import remove_stale_scratch, scratch_name
 from ludic.training.distributed.state import fit_state_to_model
 from ludic.training.weights_io import CorruptCheckpointError, read_state_dict, save_weights
 from ludic.types import JSON
@@ -151,11 +153,16 @@ def restore_rng_state(json_state: JSON, tensors: dict[str, Any]) -> None:
 
 
 class CheckpointManager:
-    """Saves, lists, verifies and loads checkpoints under `config.dir`."""
+    """Saves, lists, verifies and loads checkpoints under `config.dir`.
+
+    Creating one removes the temporary directories that killed saves left under `config.dir`
+    (never one a live process is writing); each save's retention does it again.
+    """
 
     def __init__(self, config: CheckpointConfig) -> None:
         self.config = config
         self.root = Path(config.dir)
+        remove_stale_scratch(self.root, warn_foreign=True)
 
     def due(self, step: int) -> bool:
         every = self.config.every_n_steps
@@ -187,7 +194,7 @@ class CheckpointManager:
         """
         self.root.mkdir(parents=True, exist_ok=True)
         final = self.path_for(step)
-        tmp = self.root / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
+        tmp = self.root / scratch_name("tmp", final.name)
         if optimizer_state is None and optimizer is not None:
             optimizer_state = optimizer.state_dict()
         try:
@@ -251,7 +258,7 @@ class CheckpointManager:
     def _swap_in(self, tmp: Path, final: Path) -> None:
         old = None
         if final.exists():  # re-saving a step: move the old one aside, drop it after the swap
-            old = final.with_name(f".old-{final.name}-{uuid.uuid4().hex[:8]}")
+            old = final.with_name(scratch_name("old", final.name))
             os.replace(final, old)
         os.replace(tmp, final)
         _fsync(self.root)
@@ -259,6 +266,7 @@ class CheckpointManager:
             shutil.rmtree(old, ignore_errors=True)
 
     def _apply_retention(self) -> None:
+        remove_stale_scratch(self.root)
         keep = self.config.keep_last
         if keep is None:
             return
@@ -268,10 +276,7 @@ class CheckpointManager:
 
     def list(self) -> list[Path]:
         """Checkpoint directories (complete or not), oldest first by step."""
-        if not self.root.is_dir():
-            return []
-        found = [(int(m.group(1)), p) for p in self.root.iterdir() if (m := _NAME.match(p.name))]
-        return [p for _, p in sorted(found)]
+        return _step_dirs(self.root)
 
     def verify(self, path: str | Path, *, deep: bool | None = None) -> None:
         """Raise `CorruptCheckpointError` naming the problem unless `path` is complete and every
@@ -301,28 +306,68 @@ class CheckpointManager:
 
     def latest(self) -> Path | None:
         """The newest checkpoint that verifies; broken ones are skipped with a warning."""
-        for path in reversed(self.list()):
+        return self._newest_good(self.root)[0]
+
+    def _newest_good(self, root: Path) -> tuple[Path | None, tuple[str, ...]]:
+        """(newest checkpoint under `root` that verifies, why each newer one was refused)."""
+        refused: tuple[str, ...] = ()
+        for path in reversed(_step_dirs(root)):
             try:
                 self.verify(path)
             except CorruptCheckpointError as e:
                 logger.warning("skipping checkpoint %s: %s", path.name, e)
+                refused += (str(e),)
                 continue
-            return path
-        return None
+            if refused:
+                logger.warning("using %s, the newest complete checkpoint", path)
+            return path, refused
+        return None, refused
 
     def resolve(self, path: str | Path | None = None) -> Path:
-        """`path` once it verifies (default: `latest()`); raises when there is none."""
-        if path is None:
-            path = self.latest()
-            if path is None:
-                raise FileNotFoundError(f"no complete checkpoint under {self.root}")
-        path = Path(path)
-        self.verify(path)
+        """The checkpoint to load: `path` once it verifies; given a checkpoint root (a directory
+        of `step_*` directories) or None (this manager's root), the newest one that verifies,
+        skipping partial or corrupt ones with a warning. Raises naming the problem otherwise."""
+        if path is None and not self.root.exists():
+            raise FileNotFoundError(f"no complete checkpoint under {self.root}: it does not exist")
+        path = self.root if path is None else Path(path)
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no such checkpoint or checkpoint directory")
+        if is_checkpoint_root(path):
+            found, refused = self._newest_good(path)
+            if found is None:
+                why = "; ".join(refused) if refused else "it holds no step_* directory"
+                raise FileNotFoundError(f"no complete checkpoint under {path}: {why}")
+            return found
+        try:
+            self.verify(path)
+        except CorruptCheckpointError as e:
+            good = self._newest_good(path.parent)[0]
+            if good is None or good == path:
+                raise
+            raise CorruptCheckpointError(
+                f"{e}. The newest complete checkpoint is {good}: pass it, or the checkpoint root "
+                f"{path.parent} to pick it"
+            ) from e
         return path
 
     def load(self, path: str | Path | None = None) -> LoadedCheckpoint:
         """Read checkpoint `path` (default: `latest()`) after verifying it."""
         return read_checkpoint(self.resolve(path))
+
+
+def is_checkpoint_root(path: str | Path) -> bool:
+    """Whether `path` is a directory of checkpoints rather than one checkpoint."""
+    path = Path(path)
+    if not path.is_dir() or _NAME.match(path.name):
+        return False
+    return not (path / MANIFEST).exists() and not (path / STATE).exists()
+
+
+def _step_dirs(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
 
 
 def _torch_file(path: Path) -> Any:

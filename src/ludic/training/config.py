@@ -58,6 +58,10 @@ class TrainerConfig:
     """Periodic checkpoints (directory, every_n_steps, keep_last); None: no checkpoints."""
     eval_every: int | None = None
     """Call the eval hook every N steps (None: never)."""
+    max_skipped_steps: int | None = 5
+    """Stop with `TrainingStalledError` (naming the cause: stale samples, failed episodes, an
+    empty batch, non-finite loss) after this many steps in a row trained nothing; None: never
+    stop."""
     seed: int = 0
     """Seeds python, numpy and torch when the Trainer is built."""
     device: str = "cpu"
@@ -81,7 +85,13 @@ class TrainerConfig:
         for name in ("publish_every", "logprob_chunk_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_grad_norm", "micro_batch_tokens", "total_steps", "eval_every"):
+        for name in (
+            "max_grad_norm",
+            "micro_batch_tokens",
+            "total_steps",
+            "eval_every",
+            "max_skipped_steps",
+        ):
             value = getattr(self, name)
             if value is not None:
                 _positive(name, value)

@@ -3,8 +3,10 @@
 One step = pull a batch from the BatchSource, drop stale samples (`max_lag`), cap sequence
 lengths, collate, accumulate gradients over token-budget micro-batches (equal to one big batch),
 guard against nan/inf, clip, step AdamW and the LR schedule, bump the policy version, then
-publish / checkpoint / evaluate when due. Which algorithm runs is entirely the `RLAlgorithm`'s
-loss (and the source's credit assigner): there is no algorithm branch here.
+publish / checkpoint / evaluate when due. A step with nothing to train on is skipped, and
+`max_skipped_steps` skipped in a row stop the run with the cause (`TrainingStalledError`).
+Which algorithm runs is entirely the `RLAlgorithm`'s loss (and the source's credit assigner):
+there is no algorithm branch here.
 
 The step is async because batch sources are (rollout generation is); `run(n)` is the
 synchronous entry point. Where it runs is the `TrainingRuntime`'s business: one process, or
@@ -20,6 +22,7 @@ import math
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +57,7 @@ from ludic.training.loggers import TrainingLogger
 from ludic.training.losses import reduce_metrics
 from ludic.training.mismatch import policy_lag_metrics
 from ludic.training.schedule import build_scheduler
+from ludic.training.stall import SkipTracker, skip_cause
 from ludic.training.stats import Reducer, aggregate_stats, default_sample_reducers
 from ludic.types import JSON
 
@@ -139,6 +143,7 @@ class Trainer:
         self.checkpoints = checkpoint_manager
         self.step = 0
         self.policy_version = config.initial_policy_version
+        self._skips = SkipTracker(config.max_skipped_steps)
 
     # -- one step ---------------------------------------------------------------------------
 
@@ -147,15 +152,23 @@ class Trainer:
         started = time.perf_counter()
         batch: SAWBatch = await maybe_await(self.batch_source.next_batch())
         batch_seconds = time.perf_counter() - started
+        version = self.policy_version
         items, metrics = self._select_items(batch)
         metrics.update(self._optimize(items))
         self.step += 1
-        metrics.update(await self._after_step(applied=not _skipped(metrics)))
+        cause = None
+        if _skipped(metrics):
+            cause = skip_cause(batch, metrics, policy_version=version, config=self.config)
+            if self.runtime.world_size > 1:
+                cause = replace(cause, text=f"on rank {self.runtime.rank}, {cause.text}")
+            logger.warning("step %d skipped: %s", self.step, cause.text)
+        metrics.update(await self._after_step(applied=cause is None))
         metrics["policy_version"] = float(self.policy_version)
         metrics["time/batch_seconds"] = batch_seconds
         metrics["step_seconds"] = time.perf_counter() - started
         if self.logger is not None:
             self.logger.log(metrics, self.step)
+        self._skips.record(self.step, cause)  # raises TrainingStalledError after too many
         return metrics
 
     def _select_items(self, batch: SAWBatch) -> tuple[list[SAWItem], dict[str, float]]:
@@ -233,23 +246,30 @@ class Trainer:
         return reduce_metrics(self.runtime.all_gather_object(local))
 
     def _skip(self, reason: str) -> dict[str, float]:
-        """Leave the weights untouched: drop any gradient, do not step optimizer or schedule."""
+        """Leave the weights untouched: drop any gradient, do not step optimizer or schedule
+        (`train_step` logs why)."""
         self.optimizer.zero_grad(set_to_none=True)
-        if reason == "skipped_nonfinite":
-            logger.warning(
-                "step %d: non-finite loss or gradient; skipped (weights unchanged)", self.step + 1
-            )
         return {reason: 1.0}
+
+    def publish_weights(self) -> float | None:
+        """Push the current weights and `policy_version` to the publisher; returns the seconds
+        it took (None without a publisher on any rank). Under FSDP the weights are gathered
+        on every rank, so every rank must call it; the rank holding the publisher pushes."""
+        if not self._publishes:
+            return None
+        started = time.perf_counter()
+        weights = self.runtime.inference_weights(self.model)  # gathers on every rank
+        if self.publisher is not None and weights is not None:
+            self.publisher.publish(weights, version=self.policy_version)
+        return time.perf_counter() - started
 
     async def _after_step(self, *, applied: bool) -> dict[str, float]:
         config, metrics = self.config, {}
         updates = self.policy_version - config.initial_policy_version
-        if applied and self._publishes and updates % config.publish_every == 0:
-            started = time.perf_counter()
-            weights = self.runtime.inference_weights(self.model)  # gathers on every rank
-            if self.publisher is not None and weights is not None:
-                self.publisher.publish(weights, version=self.policy_version)
-            metrics["time/publish_seconds"] = time.perf_counter() - started
+        if applied and updates % config.publish_every == 0:
+            seconds = self.publish_weights()
+            if seconds is not None:
+                metrics["time/publish_seconds"] = seconds
         if self.checkpoints is not None and self.checkpoints.due(self.step):
             self.save_checkpoint()
         if self.eval_fn is not None and config.eval_every and self.step % config.eval_every == 0:
@@ -303,9 +323,11 @@ class Trainer:
         )
 
     def resume(self, path: str | Path | None = None) -> int:
-        """Restore everything `save_checkpoint` wrote (default: the latest good checkpoint), on
-        any number of ranks; returns the restored step. Continuing then matches an
-        uninterrupted run."""
+        """Restore everything `save_checkpoint` wrote, on any number of ranks, then publish the
+        restored weights and policy version (so inference serves them before the first
+        rollout); returns the restored step. `path` is one `step_*` checkpoint or a directory
+        of them (default: the configured one), where the newest complete one is taken.
+        Continuing (`run(total - trainer.step)`) then matches an uninterrupted run."""
         manager, runtime = self._checkpoints(), self.runtime
         chosen = run_on_main(runtime, lambda: manager.resolve(path))
         checkpoint = read_checkpoint(chosen, with_weights=runtime.is_main)
@@ -320,6 +342,16 @@ class Trainer:
             self.batch_source.load_state_dict(own.data_state)
         self.step = checkpoint.step
         self.policy_version = checkpoint.policy_version
+        self._skips = SkipTracker(self.config.max_skipped_steps)
+        seconds = self.publish_weights()
+        if runtime.is_main:
+            logger.info(
+                "resumed %s: step %d, policy version %d%s",
+                chosen,
+                self.step,
+                self.policy_version,
+                "" if seconds is None else f", published in {seconds:.2f}s",
+            )
         return self.step
 
     def _checkpoints(self) -> CheckpointManager:
