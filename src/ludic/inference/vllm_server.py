@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import os
 import subprocess
 import sys
@@ -274,7 +275,9 @@ async def _logprobs(request: Any, engine: Any) -> dict[str, Any]:
         float(position[token].logprob)
         for position, token in zip(positions[1:], token_ids[1:], strict=True)
     ]
-    return {"logprobs": values, "policy_version": _state["policy_version"]}
+    # JSON has no nan or inf: those travel as strings ("nan", "-inf"), so the probe sees them.
+    shown = [v if math.isfinite(v) else str(v) for v in values]
+    return {"logprobs": shown, "policy_version": _state["policy_version"]}
 
 
 def probe_sampling_params() -> Any:

@@ -1,0 +1,206 @@
+"""The vLLM extension's weight sync and version stamping, without a GPU: the real middleware
+and worker extension, a gloo group, and a fake engine client whose one "worker" holds a
+vLLM-like model (q/k/v and gate/up fused, as vLLM's `load_weights` stores them). The publisher
+must catch a worker that skips a tensor, never loads, or drops a tiny update, and nan probe
+logprobs; responses carry the version of their admission."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from ludic.distributed import BroadcastPolicyPublisher, PublishVerificationError
+from ludic.distributed.checksum import held_name
+from ludic.distributed.verification import probe_atol
+from ludic.inference import vllm_server
+from ludic.models import TinyModelSpec, build_tiny_model
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]
+TOKEN = "vllm-fake"
+PACKED = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
+SPEC = TinyModelSpec(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    tokenizer_vocab_size=300,
+)
+
+
+class FusedModel:
+    """What a vLLM worker's `model_runner.model` looks like from the extension: parameters
+    in vLLM's layout (fused q/k/v and gate/up), `packed_modules_mapping`, and
+    `load_weights(weights=[(hf_name, tensor), ...])`. An HF model computes the forward."""
+
+    packed_modules_mapping = PACKED
+
+    def __init__(self, hf: torch.nn.Module) -> None:
+        self.hf = hf
+        self.mode = "none"
+        parts: dict[str, list[torch.Tensor]] = {}
+        for name, param in hf.named_parameters():
+            parts.setdefault(held_name(name, PACKED), []).append(param)
+        self.held = {
+            name: torch.cat([p.detach() for p in ps]) if len(ps) > 1 else ps[0].detach()
+            for name, ps in parts.items()
+        }
+        self.offsets: dict[str, tuple[str, int]] = {}
+        for target, ps in parts.items():
+            offset = 0
+            for name, param in hf.named_parameters():
+                if held_name(name, PACKED) == target and len(ps) > 1:
+                    self.offsets[name] = (target, offset)
+                    offset += param.shape[0]
+
+    def named_parameters(self) -> Iterator[tuple[str, torch.Tensor]]:
+        return iter(self.held.items())
+
+    @torch.no_grad()
+    def load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> set[str]:
+        live = dict(self.hf.named_parameters())
+        for name, tensor in weights:
+            if self.mode == "no_load" or name not in live:
+                continue
+            if self.mode == "skip_norm" and name == "model.norm.weight":
+                continue
+            if self.mode == "drop_small" and (tensor - live[name]).abs().max() <= 1e-5:
+                continue
+            live[name].copy_(tensor)
+            if name in self.offsets:
+                target, offset = self.offsets[name]
+                self.held[target][offset : offset + tensor.shape[0]].copy_(tensor)
+        return set()
+
+
+class FakeWorker(vllm_server.WeightSyncWorkerExtension):
+    rank = 0
+    device = torch.device("cpu")
+
+    def __init__(self, model: FusedModel) -> None:
+        self.model_runner = SimpleNamespace(model=model)
+
+
+class FakeEngineClient:
+    """`collective_rpc` runs the extension's method on the one worker (off the loop, as vLLM
+    does in its worker processes); `generate` returns prompt logprobs from the HF model."""
+
+    def __init__(self, worker: FakeWorker, hf: torch.nn.Module) -> None:
+        self.worker = worker
+        self.hf = hf
+        self.model_config = SimpleNamespace(dtype=torch.float32)
+        self.nan_probe = False
+
+    async def collective_rpc(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        return [await asyncio.to_thread(getattr(self.worker, method), *args)]
+
+    async def reset_prefix_cache(self) -> bool:
+        return True
+
+    async def generate(self, prompt: dict[str, list[int]], params: object, request_id: str):  # type: ignore[no-untyped-def]
+        ids = prompt["prompt_token_ids"]
+        with torch.no_grad():
+            logits = self.hf(input_ids=torch.tensor([ids])).logits[0, :-1]
+        rows = torch.log_softmax(logits.float(), -1)
+        positions: list[dict[int, SimpleNamespace] | None] = [None]
+        for i, (row, token) in enumerate(zip(rows, ids[1:], strict=True)):
+            value = math.nan if self.nan_probe and i == 2 else float(row[token])
+            positions.append({token: SimpleNamespace(logprob=value)})
+        yield SimpleNamespace(prompt_logprobs=positions)
+
+
+@pytest.fixture
+def rig(monkeypatch: pytest.MonkeyPatch) -> Iterator[SimpleNamespace]:
+    trainer_model, _ = build_tiny_model(seed=0, spec=SPEC)
+    served, _ = build_tiny_model(seed=1, spec=SPEC)  # different weights until a push
+    model = FusedModel(served)
+    engine = FakeEngineClient(FakeWorker(model), served)
+    monkeypatch.setenv(vllm_server.TOKEN_ENV, TOKEN)
+    monkeypatch.setattr(vllm_server, "probe_sampling_params", lambda: "probe-params")
+    monkeypatch.setitem(vllm_server._state, "policy_version", 0)
+    vllm_server._push.clear()
+    app = FastAPI()
+    app.middleware("http")(vllm_server.ludic_middleware)
+    app.state.engine_client = engine
+
+    @app.post("/v1/completions")
+    async def completions() -> dict[str, str]:  # a push lands while this request generates
+        vllm_server._state["policy_version"] += 1
+        return {"text": "done"}
+
+    with TestClient(app, base_url="http://testserver") as client:
+        publisher = BroadcastPolicyPublisher(
+            "http://testserver", TOKEN, http=client, timeout_s=30, bucket_mb=0.01
+        )
+        yield SimpleNamespace(
+            trainer=trainer_model, model=model, engine=engine, client=client, publisher=publisher
+        )
+        publisher.close()
+    vllm_server._push.clear()
+
+
+def _adam_step_(model: torch.nn.Module, lr: float) -> None:
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    ids = torch.tensor([[3, 14, 15, 92, 65, 35]])
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+
+
+def test_a_verified_push_lands_in_the_fused_layout(rig: SimpleNamespace) -> None:
+    rig.publisher.publish(rig.trainer, version=1)
+    served = dict(rig.model.hf.named_parameters())
+    for name, tensor in rig.trainer.named_parameters():
+        assert torch.equal(served[name], tensor), name
+    version = rig.client.get("/ludic/version", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert version.json()["policy_version"] == 1
+    assert rig.publisher._served_dtype == "float32"  # the probe's atol follows it
+
+
+@pytest.mark.parametrize("mode", ["no_load", "skip_norm"])
+def test_a_worker_that_skips_weights_is_caught(rig: SimpleNamespace, mode: str) -> None:
+    rig.model.mode = mode
+    _adam_step_(rig.trainer, lr=1e-2)  # the norm starts at ones on both sides: move it
+    with pytest.raises(PublishVerificationError, match="differ from the ones sent") as info:
+        rig.publisher.publish(rig.trainer, version=1)
+    if mode == "skip_norm":
+        assert "1 tensors" in str(info.value) and "model.norm.weight" in str(info.value)
+
+
+def test_a_worker_that_drops_a_tiny_adam_step_is_caught(rig: SimpleNamespace) -> None:
+    rig.publisher.publish(rig.trainer, version=1)
+    rig.model.mode = "drop_small"
+    _adam_step_(rig.trainer, lr=1e-6)
+    with pytest.raises(PublishVerificationError, match="differ from the ones sent") as info:
+        rig.publisher.publish(rig.trainer, version=2)
+    assert "qkv_proj" in str(info.value)  # reported in vLLM's layout
+    assert "probe logprobs differ" not in str(info.value)
+
+
+def test_nan_probe_logprobs_fail(rig: SimpleNamespace) -> None:
+    rig.engine.nan_probe = True
+    rig.publisher.atol = 1e9
+    with pytest.raises(PublishVerificationError, match="server's probe logprobs are not finite"):
+        rig.publisher.publish(rig.trainer, version=1)
+
+
+def test_responses_carry_the_version_of_their_admission(rig: SimpleNamespace) -> None:
+    reply = rig.client.post("/v1/completions")
+    assert reply.json() == {"text": "done"}
+    assert reply.headers[vllm_server.VERSION_HEADER] == "0"  # admitted at 0, finished at 1
+    assert rig.client.post("/v1/completions").headers[vllm_server.VERSION_HEADER] == "1"
+
+
+def test_the_probe_tolerance_follows_the_served_dtype(rig: SimpleNamespace) -> None:
+    rig.engine.model_config = SimpleNamespace(dtype=torch.bfloat16)
+    status = rig.client.get("/ludic/weights/status", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert status.json()["dtype"] == "bfloat16"
+    assert probe_atol("bfloat16") == 0.2 and probe_atol("float32") == 1e-3
+    assert probe_atol("float16") == 0.05 and probe_atol(None) == 1e-3
