@@ -1,16 +1,19 @@
 """The pipeline as separate processes on one machine, with a real redis-server: server + actor
 + learner train and publish; a learner killed mid-run and restarted consumes every sample
-exactly once (per the commit ledger); a Redis restart mid-run is survived by both sides."""
+exactly once (per the commit ledger), also as 2 data-parallel torchrun ranks with either rank
+killed; a Redis restart mid-run is survived by both sides."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -75,10 +78,16 @@ def _produced_ids(out: Path) -> list[str]:
     return [f"a:{b['batch_index']}:{i}" for b in batches for i in range(b["num_samples"])]
 
 
-def _sample_ids(redis: RedisServer) -> list[str]:
-    """Ledger entries that are real samples (not duplicate:/invalid:/trimmed: markers)."""
+def _sample_ids(redis: RedisServer, consumer: str | None = None) -> list[str]:
+    """Ledger entries that are real samples (not duplicate:/invalid:/trimmed: markers), acked
+    by `consumer` (None: by any)."""
     raw = redis.client().xrange("ludic:samples:ledger")
-    ids = [i for _, f in raw for i in json.loads(f[b"ids"])]
+    ids = [
+        i
+        for _, f in raw
+        if consumer is None or f[b"consumer"].decode() == consumer
+        for i in json.loads(f[b"ids"])
+    ]
     return [i for i in ids if i.split(":", 1)[0] not in ("duplicate", "invalid", "trimmed")]
 
 
@@ -142,8 +151,7 @@ def test_killed_learner_restarts_and_consumes_each_sample_once(
     model = ["--model", str(tiny_model_dir(spec=SPEC))]
     actor = spawn(_actor(redis_server, tmp_path, batches=10, extra=model), tmp_path / "actor.log")
     extra = ["--steps", "1000", "--max-wait-s", "8", "--max-lag", "None"]
-    if checkpoint_every is not None:
-        extra += ["--checkpoint-every", str(checkpoint_every)]
+    extra += ["--checkpoint-every", str(checkpoint_every)]
     first = spawn(_learner(redis_server, tmp_path, extra=extra), tmp_path / "learner1.log")
     _until(lambda: len(_sample_ids(redis_server)) >= 8, "the first learner's commits")
     first.kill()  # SIGKILL: no cleanup, whatever it read and did not commit stays pending
@@ -158,10 +166,67 @@ def test_killed_learner_restarts_and_consumes_each_sample_once(
     assert redis_server.client().xlen("ludic:samples") == 0
 
 
+def _torchrun_learner(redis: RedisServer, out: Path, extra: list[str], log: Path) -> Any:
+    launch = ["-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1"]
+    launch += [f"--master_port={free_port()}", "--monitor-interval=0.2"]
+    learner = _learner(redis, out, extra=extra)
+    return spawn([*launch, *learner[:1], *learner[1:]], log)
+
+
+def _rank_pid(launcher: subprocess.Popen[bytes], rank: int) -> int | None:
+    """The pid of torchrun's worker with RANK=`rank` (None until it has started)."""
+    proc = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children")
+    for pid in proc.read_text().split():
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in environ:
+            return int(pid)
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="finds ranks through /proc")
+@pytest.mark.parametrize("killed_rank", [1, 0])
+def test_two_learner_ranks_train_each_sample_once_across_a_kill(
+    redis_server: RedisServer, tmp_path: Path, killed_rank: int
+) -> None:
+    model = ["--model", str(tiny_model_dir(spec=SPEC))]
+    actor = spawn(_actor(redis_server, tmp_path, batches=10, extra=model), tmp_path / "actor.log")
+    extra = ["--steps", "1000", "--max-wait-s", "8", "--max-lag", "None", "--batch-size", "2"]
+    extra += ["--checkpoint-every", "2"]
+    first = _torchrun_learner(redis_server, tmp_path, extra, tmp_path / "learner1.log")
+    # the checkpoint at step 2 is acked when step 3 starts: 2 steps x 2 ranks x 2 samples
+    _until(lambda: len(_sample_ids(redis_server)) >= 8, "the first learners' acks")
+    pid = _rank_pid(first, killed_rank)
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    assert first.wait(timeout=120) != 0  # torchrun stops the other rank and fails
+    killed_at = len(_sample_ids(redis_server))
+    second = _torchrun_learner(redis_server, tmp_path, extra, tmp_path / "learner2.log")
+    _wait(actor, tmp_path / "actor.log")
+    _wait(second, tmp_path / "learner2.log")
+    produced = _produced_ids(tmp_path)
+    assert len(produced) == 40 and killed_at < 40
+    assert Counter(_sample_ids(redis_server)) == Counter(produced)  # none lost, none twice
+    assert _sample_ids(redis_server, "learner-r0") and _sample_ids(redis_server, "learner-r1")
+    assert redis_server.client().xlen("ludic:samples") == 0
+    assert "resumed from step" in (tmp_path / "learner2.log").read_text()
+
+
 def test_both_sides_survive_a_redis_restart(redis_server: RedisServer, tmp_path: Path) -> None:
     model = ["--model", str(tiny_model_dir(spec=SPEC))]
     actor = spawn(_actor(redis_server, tmp_path, batches=12, extra=model), tmp_path / "actor.log")
-    extra = ["--steps", "1000", "--max-wait-s", "10", "--max-lag", "None"]
+    extra = [
+        "--steps",
+        "1000",
+        "--max-wait-s",
+        "10",
+        "--max-lag",
+        "None",
+        "--checkpoint-every",
+        "2",
+    ]
     learner = spawn(_learner(redis_server, tmp_path, extra=extra), tmp_path / "learner.log")
     _until(lambda: len(_sample_ids(redis_server)) >= 4, "the learner's first commit")
     redis_server.restart(down_s=1.5)

@@ -159,6 +159,8 @@ async def test_single_rank_refusals_and_warnings(
     other = _source(redis_server, 0, 1, consumer="other")
     with pytest.raises(ValueError, match="resume with --consumer other"):
         _source(redis_server, 0, 1).load_state_dict(other.state_dict())
+    with pytest.raises(ValueError, match="not a pipeline source's"):
+        _source(redis_server, 0, 1).load_state_dict({"epoch": 3})  # another source's position
     with pytest.raises(ValueError, match="rank must be in"):
         _source(redis_server, 2, 2)
     with pytest.raises(ValueError, match="ack must be"):

@@ -189,9 +189,12 @@ class PipelineBatchSource:
         """Resume from a checkpoint: the entries it lists are acked first, then this rank
         replays what its consumer read after the checkpoint. Whatever this source held is
         dropped (training continues from the checkpoint's weights)."""
-        if state.get("format", 1) == 1:  # a single learner's state from before ranks
-            state = {"consumer": self.consumer, "rank": 0, "world_size": 1,
-                     "batches_served": 0, "trained": state.get("uncommitted", [])}  # fmt: skip
+        if state.get("format") != _STATE_FORMAT:
+            raise ValueError(
+                f"this checkpoint's data position is not a pipeline source's (format "
+                f"{state.get('format')!r}, expected {_STATE_FORMAT}): resume it with the batch "
+                "source that wrote it"
+            )
         if state["consumer"] != self.consumer:
             raise ValueError(
                 f"the checkpoint was trained by consumer {state['consumer']!r} of the group, "
