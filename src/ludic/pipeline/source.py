@@ -320,6 +320,11 @@ class PipelineBatchSource:
         self, entry: StreamEntry, stats: Counter[str], lags: list[int]
     ) -> SAWItem | None:
         if entry.fields is None:
+            logger.warning(
+                "entry %s was trimmed from the stream before it was trained: a sample is lost "
+                "(raise the actors' --max-stream-len, or checkpoint more often)",
+                entry.entry_id,
+            )
             self._trained.append((entry.entry_id, f"trimmed:{entry.entry_id}"))
             stats["trimmed"] += 1
             return None
