@@ -104,7 +104,8 @@ async def test_truncated_thinking_yields_snapshots_in_episode_mode() -> None:
 
 async def test_tool_call_text_the_template_renders_differently_splits_into_exact_samples() -> None:
     """A call written without the template's newlines is re-rendered differently in the next
-    prompt: not append-only, so each model call becomes its own exact sample."""
+    prompt: not append-only, so each model call becomes its own exact sample. That is template
+    drift, not a context edit: no sample is a snapshot."""
     compact = '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'
     rollout = await run_one(
         lambda: ReActAgent(ScriptedClient([compact, compact, "ok"]), tools=[add]), length=2
@@ -117,3 +118,7 @@ async def test_tool_call_text_the_template_renders_differently_splits_into_exact
         assert trace is not None
         assert sample.input_ids == trace.prompt_token_ids + trace.completion_token_ids
         assert sum(sample.action_mask) == len(trace.completion_token_ids)
+    assert not any(s.meta["is_snapshot"] for s in samples)
+    # Per turn: two drift splits (after each tool call), then the final piece.
+    assert [s.meta["drift_split"] for s in samples] == [True, True, False] * 2
+    assert {(s.meta["segment_index"], s.meta["num_segments"]) for s in samples} == {(0, 1)}
