@@ -18,9 +18,10 @@ from ludic.training import (
     SAWBatch,
     Trainer,
     TrainerConfig,
+    TrainingStalledError,
     read_metrics_jsonl,
 )
-from ludic.types import JSON
+from ludic.types import JSON, Rollout
 
 
 def algorithm(poison: bool = False) -> RLAlgorithm:
@@ -245,3 +246,82 @@ async def test_bfloat16_autocast_step() -> None:
     metrics = await trainer.train_step()
     assert metrics.get("skipped_nonfinite") is None and trainer.policy_version == 1
     assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+# -- a run that cannot progress says so ---------------------------------------------------------
+
+
+async def test_all_stale_steps_in_a_row_raise_naming_versions_and_fix(tmp_path) -> None:
+    log = JsonlLogger(tmp_path / "metrics.jsonl")
+    stale = [item(8, seed=s, versions=[0]) for s in range(3)]
+    trainer = Trainer(
+        tiny_llama(),
+        algorithm(),
+        ListSource([stale]),
+        TrainerConfig(max_lag=1, initial_policy_version=5, max_skipped_steps=3),
+        logger=log,
+    )
+    await trainer.train_step()
+    await trainer.train_step()
+    with pytest.raises(TrainingStalledError) as caught:
+        await trainer.train(10, progress=False)
+    message = str(caught.value)
+    assert "3 steps in a row (steps 1..3) trained nothing (stale x3)" in message
+    assert "all 3 samples were stale: policy_version 5, sample versions 0..0, max_lag 1" in message
+    assert "is the inference server serving the trainer's weights?" in message
+    assert "max_skipped_steps=3" in message
+    assert trainer.step == 3 and trainer.policy_version == 5
+    log.close()
+    assert [r["skipped_empty"] for r in read_metrics_jsonl(tmp_path / "metrics.jsonl")] == [1.0] * 3
+
+
+async def test_every_episode_failed_is_named_with_the_first_error() -> None:
+    failed = [Rollout(meta={"error": "env exploded", "error_type": "RuntimeError"})] * 4
+
+    class Failing(ListSource):
+        async def next_batch(self) -> SAWBatch:
+            return SAWBatch(items=[], rollouts=failed)
+
+    trainer = Trainer(tiny_llama(), algorithm(), Failing([[]]), TrainerConfig(max_skipped_steps=2))
+    with pytest.raises(
+        TrainingStalledError,
+        match=r"every episode failed \(4 of 4 rollouts; "
+        r"first error: RuntimeError: env exploded\).*meta\['error'\]",
+    ):
+        await trainer.train(5, progress=False)
+    assert trainer.step == 2
+
+
+async def test_non_finite_and_empty_batches_are_named() -> None:
+    poisoned = Trainer(
+        tiny_llama(),
+        algorithm(poison=True),
+        ListSource([mixed_items(2)]),
+        TrainerConfig(max_skipped_steps=2),
+    )
+    with pytest.raises(TrainingStalledError, match=r"nonfinite x2.*non-finite loss.*lower lr"):
+        await poisoned.train(5, progress=False)
+    empty = Trainer(tiny_llama(), algorithm(), ListSource([[]]), TrainerConfig(max_skipped_steps=1))
+    with pytest.raises(TrainingStalledError, match="the batch source returned no samples"):
+        await empty.train_step()
+
+
+async def test_a_trained_step_resets_the_count_and_none_never_stops() -> None:
+    stale, fresh = [item(8, versions=[0])], [item(8, seed=1)]
+    trainer = Trainer(
+        tiny_llama(),
+        algorithm(),
+        ListSource([stale, stale, fresh, stale, stale, fresh]),
+        TrainerConfig(max_lag=0, initial_policy_version=1, max_skipped_steps=3),
+    )
+    history = await trainer.train(6, progress=False)  # never 3 skipped in a row
+    assert [h.get("skipped_empty", 0.0) for h in history] == [1, 1, 0, 1, 1, 0]
+    never = Trainer(
+        tiny_llama(), algorithm(), ListSource([[]]), TrainerConfig(max_skipped_steps=None)
+    )
+    assert len(await never.train(8, progress=False)) == 8
+
+
+def test_max_skipped_steps_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_skipped_steps"):
+        TrainerConfig(max_skipped_steps=0)
