@@ -174,8 +174,10 @@ async def test_snapshots_carry_the_right_data_and_the_final_trajectory_is_includ
         assert s.meta["policy_versions"] == [0]
     ids = [s.meta["sample_id"] for s in samples]
     assert [s.meta["parent_sample_id"] for s in samples] == [None, *ids[:-1]]
-    # The edit steps say what they removed and which snapshot they closed.
+    # The edit steps say what they removed and which snapshot they closed; each step carries
+    # the history version of its prompt, which the two edits bumped.
     assert [c.info.get("snapshot_index") for c in calls] == [None, 0, None, 1, None]
+    assert [c.info["context_version"] for c in calls] == [0, 0, 1, 1, 2]
     assert calls[3].info["context_edits"][0]["removed_ids"] == [3, 4, 5, 6]
 
 

@@ -6,8 +6,9 @@ does not build samples: the sample builder turns the rewritten prompt into a sna
 
 How seed 002 maps onto Ludic. An edit runs inside the agent's tool loop: the model call that
 asks for it is recorded (its tokens end the sequence so far), the context drops the named
-messages, and the next call's prompt no longer extends that sequence. `build_samples` then
-closes the sequence as a snapshot sample (`meta["is_snapshot"]`, `segment_index`) and starts
+messages and marks the rewrite (its `history_version`, stamped on every step as
+`info["context_version"]`), and the next call's prompt no longer extends that sequence.
+`build_samples` then closes the sequence as a snapshot sample (`meta["is_snapshot"]`, `segment_index`) and starts
 the next one from the new prompt; the final segment is the trajectory that carries the outcome.
 The step that made the edit gets `info["context_edits"]` (what was removed),
 `info["snapshot_index"]` (0, 1, ... per episode) and `info["snapshot_reward"]`, the snapshot's
