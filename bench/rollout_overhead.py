@@ -44,6 +44,8 @@ GROUP_SIZE = 8
 class TenStepEnv(SingleAgentEnv):
     """Reward 1 per "ok" action; terminates after `length` steps. Observations stay short."""
 
+    inline_sync_calls = True  # pure and fast, as the built-in games (bench/off_loop_overhead.py)
+
     def __init__(self, length: int = 10) -> None:
         self.length = length
         self.t = 0

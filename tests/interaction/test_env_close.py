@@ -1,5 +1,6 @@
 """Every protocol awaits `env.close()` (sync or async) once per episode, bounded by the env's
-`close_timeout_s`, and runs a synchronous env's `reset` / `step` off the event loop thread."""
+`close_timeout_s`, and runs a synchronous env's `reset` / `step` off the event loop thread
+(on it when the env sets `inline_sync_calls`)."""
 
 from __future__ import annotations
 
@@ -132,3 +133,18 @@ async def test_sync_env_methods_run_off_the_event_loop_thread() -> None:
     agents = {"first": Agent(ScriptedClient(["2"])), "second": Agent(ScriptedClient(["1"]))}
     await MultiAgentProtocol(agents).run(Recording(coins=2))
     assert seen and loop_thread not in seen
+
+
+async def test_inline_sync_calls_run_on_the_event_loop_thread() -> None:
+    seen: list[int] = []
+
+    class Inline(CountingEnv):
+        inline_sync_calls = True
+
+        def env_step(self, action: str):  # type: ignore[no-untyped-def]
+            seen.append(threading.get_ident())
+            return super().env_step(action)
+
+    env = Inline(length=2)
+    await single(env)
+    assert seen == [threading.get_ident()] * 2 and env.closed == 1

@@ -11,12 +11,14 @@ import asyncio
 import contextlib
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Hashable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
+from typing import Any, TypeVar
 
-from ludic._aio import call_off_loop
+from ludic._aio import call_off_loop, maybe_await
 from ludic.types import Info, StepOutcome
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ResetResult = dict[str, tuple[str, Info]]
 StepResult = dict[str, StepOutcome]
@@ -38,13 +40,17 @@ class LudicEnv(ABC):
     `reset`, `step` and `close` may be `async def` in subclasses. Protocols run a synchronous
     `reset` / `step` / `close` on a worker thread, so a blocking one neither stalls the other
     episodes nor escapes the episode timeout (it must then be safe to call from a thread other
-    than the one that built the env; calls never overlap). `state_key` runs on the event loop:
-    keep it cheap. An async method must not block: it runs on the event loop.
+    than the one that built the env; calls never overlap). An env whose synchronous methods
+    are pure and fast (a board game) sets `inline_sync_calls = True`: they then run on the
+    event loop and skip the thread hop, which costs far more than such a step when the loop is
+    busy (see bench/rollout_overhead.py). `state_key` always runs on the event loop: keep it
+    cheap. An async method must not block: it runs on the event loop.
     `close_timeout_s` bounds `close`; one that takes longer fails the episode.
     """
 
     system_prompt: str | None = None
     close_timeout_s: float = 10.0
+    inline_sync_calls: bool = False
 
     @property
     @abstractmethod
@@ -68,6 +74,16 @@ class LudicEnv(ABC):
         call it, so it may run more than once: make it idempotent."""
 
 
+async def call_env(
+    env: LudicEnv, fn: Callable[..., T | Awaitable[T]], /, *args: Any, **kwargs: Any
+) -> T:
+    """Call one of `env`'s methods (sync or async): a synchronous one on a worker thread, or on
+    the event loop when `env.inline_sync_calls` is set. How protocols reset, step and close."""
+    if env.inline_sync_calls:
+        return await maybe_await(fn(*args, **kwargs))
+    return await call_off_loop(fn, *args, **kwargs)
+
+
 class EnvCloseError(RuntimeError):
     """`env.close()` raised or did not finish within `env.close_timeout_s`."""
 
@@ -82,10 +98,12 @@ async def close_env(env: LudicEnv) -> None:
     if getattr(env, _CLOSE_ATTEMPTED, False):
         return
     _mark_closed(env, True)
+    if type(env).close is LudicEnv.close:
+        return  # the base no-op: not worth a thread hop
     timeout_s = env.close_timeout_s
     try:
         async with asyncio.timeout(timeout_s):
-            await call_off_loop(env.close)
+            await call_env(env, env.close)
     except TimeoutError as e:
         raise EnvCloseError(
             f"{type(env).__name__}.close() did not finish within close_timeout_s={timeout_s}; "

@@ -24,6 +24,8 @@ class GuessNumberEnv(SingleAgentEnv):
     `-step_penalty`, nothing changes). The interval only narrows on guesses inside it.
     """
 
+    inline_sync_calls = True  # pure and fast: no thread hop (see LudicEnv)
+
     def __init__(
         self, *, max_number: int = 16, success_reward: float = 1.0, step_penalty: float = 0.0
     ) -> None:

@@ -85,6 +85,8 @@ class KeyDoorGridEnv(SingleAgentEnv):
     seed picks one); the seed always picks the start cell among the layout's floor cells.
     """
 
+    inline_sync_calls = True  # pure and fast: no thread hop (see LudicEnv)
+
     system_prompt = SYSTEM_PROMPT
 
     def __init__(

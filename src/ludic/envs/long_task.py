@@ -49,6 +49,8 @@ class MemoryCorridorEnv(SingleAgentEnv):
     episodes of the same seed, so GiGPO finds anchors.
     """
 
+    inline_sync_calls = True  # pure and fast: no thread hop (see LudicEnv)
+
     system_prompt = SYSTEM_PROMPT
 
     def __init__(

@@ -10,8 +10,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections.abc import Awaitable, Hashable, Mapping, Sequence
 
-from ludic._aio import call_off_loop
-from ludic.envs.base import LudicEnv, ResetResult, StepResult
+from ludic.envs.base import LudicEnv, ResetResult, StepResult, call_env
 from ludic.types import Info, StepOutcome
 
 
@@ -40,7 +39,7 @@ class SingleAgentEnv(LudicEnv):
         return None
 
     async def reset(self, seed: int | None = None) -> ResetResult:
-        obs, info = await call_off_loop(self.env_reset, seed)
+        obs, info = await call_env(self, self.env_reset, seed)
         return {self.agent_id: (obs, info)}
 
     async def step(self, actions: Mapping[str, str]) -> StepResult:
@@ -49,7 +48,7 @@ class SingleAgentEnv(LudicEnv):
                 f"{type(self).__name__}.step needs an action for {self.agent_id!r}; got "
                 f"actions for {sorted(actions)}"
             )
-        outcome = await call_off_loop(self.env_step, actions[self.agent_id])
+        outcome = await call_env(self, self.env_step, actions[self.agent_id])
         return {self.agent_id: outcome}
 
     def state_key(self, agent_id: str) -> Hashable | None:

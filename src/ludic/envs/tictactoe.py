@@ -88,6 +88,8 @@ class TicTacToeEnv(SingleAgentEnv):
     move again (`info["retry"]`). The state key is `"<board>|<side to move>"`, e.g. `"X...O....|X"`.
     """
 
+    inline_sync_calls = True  # pure and fast: no thread hop (see LudicEnv)
+
     system_prompt = SYSTEM_PROMPT
 
     def __init__(

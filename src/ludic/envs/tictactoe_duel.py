@@ -35,6 +35,8 @@ class TicTacToeDuelEnv(LudicEnv):
     The state key is `"<board>|<side to move>"`, the same for both seats.
     """
 
+    inline_sync_calls = True  # pure and fast: no thread hop (see LudicEnv)
+
     system_prompt = SYSTEM_PROMPT
 
     def __init__(

@@ -13,9 +13,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 
-from ludic._aio import call_off_loop
 from ludic.agents.base import Agent, AgentAct, derive_call_seed
-from ludic.envs.base import LudicEnv, closing_env, state_key_to_str
+from ludic.envs.base import LudicEnv, call_env, closing_env, state_key_to_str
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ExternalToolHandler, act_with_tools
 from ludic.interaction.collector import TraceCollector
@@ -72,7 +71,7 @@ class MultiAgentProtocol:
         sampling: SamplingConfig | None,
         env_seed: int | None,
     ) -> None:
-        resets = await call_off_loop(env.reset, seed=env_seed)
+        resets = await call_env(env, env.reset, seed=env_seed)
         obs: dict[str, str] = {}
         for aid, agent in self.agents.items():
             agent.reset(env.system_prompt)
@@ -89,7 +88,7 @@ class MultiAgentProtocol:
             await self._collect_actions(env, active, pending, obs, collector, seat_sampling)
             if any(a not in pending for a in active):
                 continue  # valid actions wait while the others retry
-            outcomes = await call_off_loop(env.step, {a: pending[a].action or "" for a in active})
+            outcomes = await call_env(env, env.step, {a: pending[a].action or "" for a in active})
             unanswered = [a for a in active if a not in outcomes]
             if unanswered:
                 raise ValueError(

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ludic._aio import call_off_loop
 from ludic.agents.base import Agent, AgentAct
-from ludic.envs.base import LudicEnv, closing_env, state_key_to_str
+from ludic.envs.base import LudicEnv, call_env, closing_env, state_key_to_str
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ExternalToolHandler, act_with_tools
 from ludic.interaction.collector import TraceCollector
@@ -24,7 +23,9 @@ class SingleAgentProtocol:
     """Run one agent against a single-agent (or one-seat) env.
 
     `max_steps` counts env steps, synthetic parse-failure steps included.
-    `max_external_calls` bounds external tool round trips inside one turn.
+    `max_external_calls` bounds external tool round trips inside one turn. On a one-seat env
+    whose seat is not the agent's id, an agent with the default id "agent_0" takes the seat's
+    name; an agent with its own id (a sub-agent, say) keeps it in its rollout and steps.
     """
 
     def __init__(
@@ -51,18 +52,19 @@ class SingleAgentProtocol:
         env_seed: int | None = None,
         sampling: SamplingConfig | None = None,
     ) -> list[Rollout]:
-        aid = self.agent.agent_id
+        aid = seat = self.agent.agent_id
         if aid not in env.agent_ids:
             if len(env.agent_ids) != 1:
                 raise ValueError(
                     f"agent_id {aid!r} is not a seat of {type(env).__name__} "
                     f"{list(env.agent_ids)}; use MultiAgentProtocol for multi-seat envs"
                 )
-            aid = env.agent_ids[0]
-            self.agent.agent_id = aid  # its steps must name the seat they act for
+            seat = env.agent_ids[0]
+            if aid == "agent_0":  # an unnamed agent takes the seat's name; a named one keeps its own
+                aid = self.agent.agent_id = seat
         collector = TraceCollector([aid], rollout_ids={aid: self.rollout_id or new_id()})
         async with closing_env(env):
-            await self._run_episode(env, aid, collector, sampling, env_seed)
+            await self._run_episode(env, aid, collector, sampling, env_seed, seat=seat)
         return collector.rollouts(env_seed=env_seed)
 
     async def _run_episode(
@@ -72,15 +74,17 @@ class SingleAgentProtocol:
         collector: TraceCollector,
         sampling: SamplingConfig | None,
         env_seed: int | None,
+        *,
+        seat: str,
     ) -> None:
-        resets = await call_off_loop(env.reset, seed=env_seed)
-        obs, reset_info = resets[aid]
+        resets = await call_env(env, env.reset, seed=env_seed)
+        obs, reset_info = resets[seat]
         self.agent.reset(env.system_prompt)
         self.agent.on_env_reset(obs, reset_info)
 
         for _ in range(self.max_steps):
             turn_id = new_id()
-            step_info = {"observation": obs, "state_key": state_key_to_str(env.state_key(aid))}
+            step_info = {"observation": obs, "state_key": state_key_to_str(env.state_key(seat))}
             act = await act_with_tools(
                 self.agent,
                 turn_id=turn_id,
@@ -91,7 +95,8 @@ class SingleAgentProtocol:
                 max_external_calls=self.max_external_calls,
             )
             collector.add_agent_steps(aid, act.steps)
-            env_step = await self._env_step(env, aid, act, obs, collector.num_env_steps(aid))
+            index = collector.num_env_steps(aid)
+            env_step = await self._env_step(env, aid, act, obs, index, seat=seat)
             collector.add_env_step(aid, env_step)
             self.agent.on_after_step(env_step.next_obs, env_step.info)
             if act.action is not None:
@@ -104,7 +109,7 @@ class SingleAgentProtocol:
 
     @staticmethod
     async def _env_step(
-        env: LudicEnv, aid: str, act: AgentAct, obs: str, index: int
+        env: LudicEnv, aid: str, act: AgentAct, obs: str, index: int, *, seat: str
     ) -> EnvironmentStep:
         """Step the env with the turn's action, or record the parse failure without it."""
         agent_step_ids = tuple(s.id for s in act.steps)
@@ -112,7 +117,7 @@ class SingleAgentProtocol:
             return synthetic_failure_step(
                 act, obs, index=index, agent_id=aid, agent_step_ids=agent_step_ids
             )
-        outcome = (await call_off_loop(env.step, {aid: act.action}))[aid]
+        outcome = (await call_env(env, env.step, {seat: act.action}))[seat]
         return EnvironmentStep(
             index=index,
             turn_id=act.final_step.turn_id,
@@ -124,7 +129,7 @@ class SingleAgentProtocol:
             terminated=outcome.terminated,
             truncated=outcome.truncated,
             truncation_reason="env" if outcome.truncated else None,
-            state_key=state_key_to_str(env.state_key(aid)),
+            state_key=state_key_to_str(env.state_key(seat)),
             agent_step_ids=agent_step_ids,
             info=dict(outcome.info),
         )

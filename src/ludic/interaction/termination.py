@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from ludic._aio import call_off_loop, maybe_await
+from ludic._aio import maybe_await
 from ludic.agents.base import Agent, AgentAct
-from ludic.envs.base import LudicEnv, closing_env, state_key_to_str
+from ludic.envs.base import LudicEnv, call_env, closing_env, state_key_to_str
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ExternalToolHandler, act_with_tools
 from ludic.interaction.collector import TraceCollector
@@ -265,7 +265,7 @@ class TerminatingProtocol:
         sampling: SamplingConfig | None,
         env_seed: int | None,
     ) -> Termination:
-        resets = await call_off_loop(env.reset, seed=env_seed)
+        resets = await call_env(env, env.reset, seed=env_seed)
         obs, reset_info = resets[aid]
         self.agent.reset(env.system_prompt)
         self.agent.on_env_reset(obs, reset_info)
@@ -327,7 +327,7 @@ async def _env_step(
     env: LudicEnv, act: AgentAct, obs: str, *, index: int, agent_id: str
 ) -> EnvironmentStep:
     assert act.action is not None
-    outcome = (await call_off_loop(env.step, {agent_id: act.action}))[agent_id]
+    outcome = (await call_env(env, env.step, {agent_id: act.action}))[agent_id]
     return EnvironmentStep(
         index=index,
         turn_id=act.final_step.turn_id,
