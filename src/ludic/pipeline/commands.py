@@ -202,12 +202,8 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         )
     history: list[dict[str, float]] = []
     try:
-        if publisher is not None:  # the server starts from the learner's (resumed) weights
-            # Gathered (FSDP) and merged (LoRA) like every later publish: a collective, so
-            # every rank calls it; only the rank it returns weights on publishes.
-            weights = trainer.runtime.inference_weights(trainer.model)
-            if weights is not None:
-                publisher.publish(weights, version=trainer.policy_version)
+        if trainer.step == 0:  # the server starts from the learner's weights (resume has
+            trainer.publish_weights()  # published the restored ones); every rank calls it
         while trainer.step < cfg.steps:
             try:
                 history.append(await trainer.train_step())
