@@ -21,7 +21,9 @@ class InteractionProtocol(Protocol):
     `sampling.seed`, when set, is the episode's sampling seed; agents derive a distinct,
     deterministic seed for each model call from it. A protocol records agent errors (parse
     failures, tool errors) in the rollout; exceptions from the env or the client propagate to
-    the caller (the RolloutEngine turns them into a failed rollout).
+    the caller (the RolloutEngine turns them into a failed rollout). A protocol calls the env
+    through `ludic.envs.base.call_env` (a synchronous method runs on a worker thread) and
+    closes it with `closing_env`, which awaits `close` within `env.close_timeout_s`.
     """
 
     async def run(
