@@ -15,6 +15,7 @@ import contextvars
 import functools
 import inspect
 import logging
+import os
 import queue
 import threading
 from collections.abc import Awaitable, Callable
@@ -91,6 +92,16 @@ class _DaemonWorkers:
 
 
 _WORKERS = _DaemonWorkers()
+
+
+def _fresh_workers_after_fork() -> None:
+    # A forked child inherits the idle count but not the threads: start from an empty pool.
+    global _WORKERS
+    _WORKERS = _DaemonWorkers()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_workers_after_fork)
 
 
 def abandoned_worker_calls() -> int:

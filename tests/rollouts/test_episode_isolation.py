@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from ludic._aio import abandoned_worker_calls
 from ludic.agents import Agent
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.inference.client import ChatRequest, ChatResponse
@@ -119,13 +120,17 @@ def assert_ok(rollout: Rollout) -> None:
     assert rollout.total_reward == 2.0 and len(rollout.agent_steps) == 2
 
 
-async def test_a_blocking_sync_env_step_times_out_while_the_others_finish(gate: Gate) -> None:
+async def test_a_blocking_sync_env_step_times_out_while_the_others_finish(
+    gate: Gate, caplog: pytest.LogCaptureFixture
+) -> None:
     engine = make_engine(episode_timeout_s=0.5, concurrency=4)
     requests = [req(0), req(1, gate=gate, block_step=True), req(2), req(3)]
     rollouts = by_request(await engine.run(requests))
     # The batch came back while the step was still blocked: it was neither waited for nor
     # allowed to stall the event loop (before, it ran on the loop and "succeeded" after 30 s).
     assert not gate.passed.is_set()
+    assert abandoned_worker_calls() >= 1  # the step still runs on its thread, and says so
+    assert "TwoStepEnv.env_step was abandoned" in caplog.text
     bad = rollouts["r1"]
     assert bad.failed and bad.meta["error_phase"] == "timeout"
     assert bad.meta["error"] == "episode exceeded episode_timeout_s=0.5"
