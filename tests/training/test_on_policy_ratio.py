@@ -34,6 +34,7 @@ from ludic.rollouts import (
     GRPORequestStrategy,
     RolloutEngine,
     RolloutRequest,
+    SAWItem,
     SeedSequencer,
 )
 from ludic.training import (
@@ -88,6 +89,27 @@ class TwoTurnEnv(SingleAgentEnv):
         return StepOutcome(obs="Again.", reward=reward, terminated=self._turn == 2)
 
 
+class ThinkingEnv(TwoTurnEnv):
+    """Observations that open a think block, so `max_think` forces `</think>`."""
+
+    def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
+        super().env_reset(seed)
+        return "Think first. <think>", {}
+
+
+class Recording:
+    """A batch source that keeps the samples it served."""
+
+    def __init__(self, inner: BatchSource) -> None:
+        self.inner = inner
+        self.items: list[SAWItem] = []
+
+    async def next_batch(self) -> SAWBatch:
+        batch = await self.inner.next_batch()  # type: ignore[misc]
+        self.items.extend(batch.items)
+        return batch
+
+
 class WithoutSamplingMeta:
     """A batch source whose samples lost their sampling transform (the control)."""
 
@@ -104,13 +126,17 @@ class WithoutSamplingMeta:
 
 
 def first_step(
-    algorithm: RLAlgorithm, wrap: Callable[[BatchSource], BatchSource] = lambda s: s
+    algorithm: RLAlgorithm,
+    wrap: Callable[[BatchSource], BatchSource] = lambda s: s,
+    *,
+    sampling: SamplingConfig = SAMPLING,
+    env: type[SingleAgentEnv] = TwoTurnEnv,
 ) -> dict[str, float]:
     model, tokenizer = build_tiny_model(seed=0)
     model = model.double()
     with EmbeddedEngine(copy.deepcopy(model), tokenizer) as engine:
         rollouts = RolloutEngine(
-            env_registry={"two_turns": TwoTurnEnv},
+            env_registry={"two_turns": env},
             protocol_registry={
                 "agent": lambda: SingleAgentProtocol(
                     Agent(engine, reject_incomplete_completions=False), max_steps=2
@@ -123,7 +149,7 @@ def first_step(
                 RolloutRequest(
                     env=ComponentSpec(name="two_turns"),
                     protocol=ComponentSpec(name="agent"),
-                    sampling=SAMPLING,
+                    sampling=sampling,
                 )
                 for _ in range(2)
             ],
@@ -162,6 +188,25 @@ def test_the_ratio_is_wrong_without_the_sampling_transform() -> None:
     # The control: the same rollouts, the trainer at temperature 1 without truncation.
     metrics = first_step(make_grpo(), wrap=WithoutSamplingMeta)
     assert metrics["loss/mismatch/abs_log_ratio_max"] > 1e-2
+
+
+@pytest.mark.slow
+def test_tokens_forced_by_max_think_are_not_trained_on() -> None:
+    # A forced `</think>` has behaviour logprob 0 (a point mass); the model's own logprob of it
+    # is about -5, so training on it would show as a mismatch of ~5 on the first step.
+    recording: list[Recording] = []
+
+    def record(source: BatchSource) -> BatchSource:
+        recording.append(Recording(source))
+        return recording[0]
+
+    sampling = replace(SAMPLING, max_think=2)
+    metrics = first_step(make_grpo(), record, sampling=sampling, env=ThinkingEnv)
+    items = recording[0].items
+    forced = sum(len(s.meta.get("forced_action_tokens", [])) for s in items)
+    assert forced > 0
+    assert metrics["num_action_tokens"] == sum(s.num_action_tokens for s in items) - forced
+    assert metrics["loss/mismatch/abs_log_ratio_max"] <= TOL
 
 
 def _train_args(out: Path) -> list[str]:
