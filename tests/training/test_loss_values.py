@@ -88,6 +88,8 @@ def test_aggregation_modes_by_hand() -> None:
     assert agg("seq_mean_token_mean") == pytest.approx((1.5 + 4.0) / 2, abs=TOL)
     assert agg("seq_mean_token_sum") == pytest.approx(15 / 2, abs=TOL)
     assert agg("constant") == pytest.approx(15 / (2 * 10), abs=TOL)
+    assert agg("token_sum") == pytest.approx(15.0, abs=TOL)  # no normaliser
+    assert agg("token_sum", 10.0, 4.0) == pytest.approx(15.0, abs=TOL)  # same in any batch
     # as one micro-batch of a batch with 10 tokens and 4 sequences: batch-wide normalisers
     assert agg("token_mean", 10.0, 4.0) == pytest.approx(15 / 10, abs=TOL)
     assert agg("seq_mean_token_mean", 10.0, 4.0) == pytest.approx(5.5 / 4, abs=TOL)
@@ -96,6 +98,7 @@ def test_aggregation_modes_by_hand() -> None:
         "seq_mean_token_mean",
         "seq_mean_token_sum",
         "constant",
+        "token_sum",
     }
 
 

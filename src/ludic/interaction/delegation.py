@@ -4,7 +4,10 @@ The parent calls the external tool `delegate(task, agent)`; the protocol runs a 
 with a fresh sub-agent from a registry, feeds the child's answer back as the tool result, and
 returns the child rollouts beside the parent's, linked by ids (child `meta.parent_rollout_id`,
 `parent_step_id`; the parent step's `info.child_rollout_ids`). Nested delegation is bounded
-by `max_depth`. How parent and child credit relate is left to the credit assigner.
+by `max_depth`. A child rollout carries its sub-agent's own `agent_id` (the registry name when
+the sub-agent's id equals its parent's), so credit assigners group it only with rollouts of the
+same sub-agent (see `credit.core.rollout_group_key`). How parent and child credit relate is left
+to the credit assigner (`credit.hierarchical`).
 """
 
 from __future__ import annotations
@@ -174,8 +177,11 @@ class DelegatingProtocol:
         sampling = ctx.sampling
         if sampling is not None:
             sampling = sampling.with_seed(derive_call_seed(sampling.seed, 10_000 + ordinal))
+        sub_agent = spec.agent_factory()
+        if sub_agent.agent_id == self.agent.agent_id:
+            sub_agent.agent_id = name  # a sub-agent never shares its parent's identity
         child_protocol = DelegatingProtocol(
-            spec.agent_factory(),
+            sub_agent,
             self.registry,
             max_steps=spec.max_steps,
             max_depth=self.max_depth,

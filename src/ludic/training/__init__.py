@@ -3,6 +3,7 @@ sources, filters, stats, loggers and checkpoints. Importing it imports torch."""
 
 from ludic.rollouts.samples import SampleFilter, SAWItem
 from ludic.training.algorithm import (
+    make_awr,
     make_cispo,
     make_dr_grpo,
     make_gigpo,
@@ -11,6 +12,8 @@ from ludic.training.algorithm import (
     make_gspo,
     make_reinforce,
     make_reinforce_baseline,
+    make_reinforce_pp,
+    make_rloo,
     make_sft,
     with_regularizers,
     with_rollout_correction,
@@ -44,12 +47,16 @@ from ludic.training.collate import (
 )
 from ludic.training.config import TrainerConfig
 from ludic.training.credit import (
+    AWRCredit,
     ConstantCredit,
     EpisodicReturn,
     GiGPO,
     GroupNormalizedReturn,
+    HierarchicalCredit,
+    LeaveOneOutReturn,
     MonteCarloReturn,
     PerStepReward,
+    ReinforcePlusPlus,
 )
 from ludic.training.distributed import LocalRuntime, TrainingRuntime, auto_runtime
 from ludic.training.filters import (
@@ -97,6 +104,7 @@ from ludic.training.weights_io import (
 )
 
 __all__ = [
+    "AWRCredit",
     "AccumulationResult",
     "Aggregation",
     "BatchSource",
@@ -114,8 +122,10 @@ __all__ = [
     "GMPOLoss",
     "GiGPO",
     "GroupNormalizedReturn",
+    "HierarchicalCredit",
     "JsonlLogger",
     "KLToReferenceLoss",
+    "LeaveOneOutReturn",
     "LoadedCheckpoint",
     "LocalRuntime",
     "Loss",
@@ -131,6 +141,7 @@ __all__ = [
     "RankState",
     "Reducer",
     "ReinforceLoss",
+    "ReinforcePlusPlus",
     "RejectOutside",
     "RequestsExhausted",
     "RichConsoleLogger",
@@ -166,6 +177,7 @@ __all__ = [
     "is_lora_model",
     "load_weights",
     "lr_multiplier",
+    "make_awr",
     "make_cispo",
     "make_dr_grpo",
     "make_gigpo",
@@ -174,7 +186,9 @@ __all__ = [
     "make_gspo",
     "make_reinforce",
     "make_reinforce_baseline",
+    "make_reinforce_pp",
     "make_requests_fn_from_queue",
+    "make_rloo",
     "make_sft",
     "merge_lora_weights",
     "pack",

@@ -11,11 +11,15 @@ import dataclasses
 
 from ludic.training.algorithm_types import Aggregation, Loss, RLAlgorithm
 from ludic.training.credit import (
+    AWRCredit,
     ConstantCredit,
     GiGPO,
     GroupNormalizedReturn,
+    LeaveOneOutReturn,
     MonteCarloReturn,
+    ReinforcePlusPlus,
 )
+from ludic.training.credit.awr import AWRBaseline
 from ludic.training.credit.gigpo import Combine
 from ludic.training.losses import (
     CISPOLoss,
@@ -41,6 +45,7 @@ def with_regularizers(
     entropy_coef: float = 0.0,
     aggregation: Aggregation = "token_mean",
     constant_normalizer: float | None = None,
+    kl_clamp: float | None = None,
 ) -> Loss:
     """`loss + kl_beta * KL(pi || pi_ref) - entropy_coef * H`, or `loss` unchanged when both
     coefficients are 0. The extra terms use the same aggregation as the policy term."""
@@ -49,7 +54,10 @@ def with_regularizers(
     terms: list[tuple[float, Loss]] = [(1.0, loss)]
     if kl_beta > 0:
         kl = KLToReferenceLoss(
-            estimator=kl_estimator, aggregation=aggregation, constant_normalizer=constant_normalizer
+            estimator=kl_estimator,
+            clamp=kl_clamp,
+            aggregation=aggregation,
+            constant_normalizer=constant_normalizer,
         )
         terms.append((kl_beta, kl))
     if entropy_coef > 0:
@@ -109,15 +117,24 @@ def make_grpo(
     kl_beta: float = 0.0,
     kl_estimator: KLEstimator = "k3",
     entropy_coef: float = 0.0,
+    dual_clip: bool = False,
+    dual_clip_c: float = 3.0,
+    kl_clamp: float | None = None,
 ) -> RLAlgorithm:
     """GRPO (DeepSeekMath, arXiv:2402.03300): A_i = (R_i - mean) / (std + eps) in the group,
     token-clipped surrogate with eps = 0.2, aggregated as the paper writes it,
     (1/G) sum_i (1/|o_i|) sum_t (seq_mean_token_mean). The paper adds a k3 KL penalty with
     beta = 0.04 (pass kl_beta=0.04; it needs a reference model); the default here has none.
     DAPO (arXiv:2503.14476) is clip_eps_high=0.28 with aggregation="token_mean".
+    `dual_clip=True` bounds the loss of negative-advantage tokens by -c * A (dual-clip PPO);
+    `kl_clamp` caps a k3 / k3+ estimate (verl's low_var_kl uses 10).
     """
     loss = TokenClippedSurrogateLoss(
-        clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, aggregation=aggregation
+        clip_eps_low=clip_eps_low,
+        clip_eps_high=clip_eps_high,
+        aggregation=aggregation,
+        dual_clip=dual_clip,
+        dual_clip_c=dual_clip_c,
     )
     return RLAlgorithm(
         name="grpo",
@@ -126,6 +143,7 @@ def make_grpo(
             loss,
             kl_beta=kl_beta,
             kl_estimator=kl_estimator,
+            kl_clamp=kl_clamp,
             entropy_coef=entropy_coef,
             aggregation=aggregation,
         ),
@@ -209,6 +227,71 @@ def make_sft(*, aggregation: Aggregation = "token_mean") -> RLAlgorithm:
     )
 
 
+def make_rloo(
+    *,
+    aggregation: Aggregation = "seq_mean_token_sum",
+    truncated_is_cap: float | None = None,
+) -> RLAlgorithm:
+    """RLOO (arXiv:2402.14740): A_i = R_i - mean_{j != i} R_j over the other episodes of the
+    group (`LeaveOneOutReturn`), REINFORCE loss on the whole turn (sum over its tokens)."""
+    return RLAlgorithm(
+        name="rloo",
+        credit_assigner=LeaveOneOutReturn(),
+        loss=ReinforceLoss(aggregation=aggregation, truncated_is_cap=truncated_is_cap),
+    )
+
+
+def make_reinforce_pp(
+    *,
+    group_baseline: bool = False,
+    gamma: float = 1.0,
+    clip_eps_low: float = 0.2,
+    clip_eps_high: float = 0.2,
+    aggregation: Aggregation = "token_mean",
+    kl_beta: float = 0.0,
+    kl_estimator: KLEstimator = "k2",
+) -> RLAlgorithm:
+    """REINFORCE++ (arXiv:2501.03262): batch-whitened returns-to-go (`ReinforcePlusPlus`), or
+    with `group_baseline=True` REINFORCE++-baseline, whiten(R_i - mean_group R); PPO's token
+    clip, token_mean. The paper folds a k1 KL into the reward; here KL is a loss term
+    (kl_beta, with k2 as verl's REINFORCE++ recipes use)."""
+    loss = TokenClippedSurrogateLoss(
+        clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, aggregation=aggregation
+    )
+    return RLAlgorithm(
+        name="reinforce_pp_baseline" if group_baseline else "reinforce_pp",
+        credit_assigner=ReinforcePlusPlus(group_baseline=group_baseline, gamma=gamma),
+        loss=with_regularizers(
+            loss, kl_beta=kl_beta, kl_estimator=kl_estimator, aggregation=aggregation
+        ),
+    )
+
+
+def make_awr(
+    *,
+    beta: float = 1.0,
+    max_weight: float = 20.0,
+    baseline: AWRBaseline = "group",
+    normalize_std: bool = False,
+    gamma: float = 1.0,
+    aggregation: Aggregation = "token_mean",
+) -> RLAlgorithm:
+    """AWR (arXiv:1910.00177), value-free, for offline rollouts: every turn's log-likelihood
+    weighted by w = min(exp(A / beta), max_weight) (`AWRCredit`; A from the group mean, or
+    the mean return of the data with baseline="mean"). The loss is -w * log pi (REINFORCE
+    on the weights), i.e. weighted SFT; with every A = 0 it is SFT."""
+    credit = AWRCredit(
+        beta=beta,
+        max_weight=max_weight,
+        baseline=baseline,
+        normalize_std=normalize_std,
+        gamma=gamma,
+    )
+    return RLAlgorithm(
+        name="awr", credit_assigner=credit, loss=ReinforceLoss(aggregation=aggregation)
+    )
+
+
 def make_gigpo(
     *,
     gamma: float = 0.95,
@@ -246,6 +329,7 @@ def make_gigpo(
 
 
 __all__ = [
+    "make_awr",
     "make_cispo",
     "make_dr_grpo",
     "make_gigpo",
@@ -254,6 +338,8 @@ __all__ = [
     "make_gspo",
     "make_reinforce",
     "make_reinforce_baseline",
+    "make_reinforce_pp",
+    "make_rloo",
     "make_sft",
     "with_regularizers",
     "with_rollout_correction",

@@ -21,7 +21,10 @@ from ludic.rollouts.samples import CreditAssigner
 #   seq_mean_token_mean: (1/N) sum_i [ sum_t m_it * l_it / sum_t m_it ]
 #   seq_mean_token_sum:  (1/N) sum_i sum_t m_it * l_it
 #   constant:        sum_i sum_t m_it * l_it / (N * C)        (Dr.GRPO, C = max_tokens)
-Aggregation = Literal["token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "constant"]
+#   token_sum:       sum_i sum_t m_it * l_it                  (no normaliser)
+Aggregation = Literal[
+    "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "constant", "token_sum"
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -11,10 +11,18 @@ from ludic.training.credit.assigners import (
     MonteCarloReturn,
     PerStepReward,
 )
+from ludic.training.credit.awr import AWRCredit, awr_weights
+from ludic.training.credit.baselines import (
+    LeaveOneOutReturn,
+    ReinforcePlusPlus,
+    leave_one_out,
+    whiten,
+)
 from ludic.training.credit.core import (
     default_anchor_key,
     discounted_returns,
     group_normalize,
+    group_rollouts,
     rollout_group_key,
 )
 from ludic.training.credit.gigpo import (
@@ -23,19 +31,34 @@ from ludic.training.credit.gigpo import (
     combine_advantages,
     gigpo_group_credit,
 )
+from ludic.training.credit.hierarchical import (
+    HierarchicalCredit,
+    HierarchyMode,
+    hierarchical_weights,
+)
 
 __all__ = [
+    "AWRCredit",
     "ConstantCredit",
     "EpisodicReturn",
     "GiGPO",
     "GiGPOTurnCredit",
     "GroupNormalizedReturn",
+    "HierarchicalCredit",
+    "HierarchyMode",
+    "LeaveOneOutReturn",
     "MonteCarloReturn",
     "PerStepReward",
+    "ReinforcePlusPlus",
+    "awr_weights",
     "combine_advantages",
     "default_anchor_key",
     "discounted_returns",
     "gigpo_group_credit",
     "group_normalize",
+    "group_rollouts",
+    "hierarchical_weights",
+    "leave_one_out",
     "rollout_group_key",
+    "whiten",
 ]

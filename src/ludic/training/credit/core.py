@@ -59,12 +59,31 @@ def rollout_group_key(rollout: Rollout, turns: Sequence[Turn]) -> GroupKey:
     Rollouts share a group when they have the same agent id and the same
     `meta["group_id"]`; a rollout without a group id falls back to its first turn's
     observation text (same prompt, same group). Different agents are never compared.
+
+    A delegated (child) rollout, one with `meta["parent_rollout_id"]`, is compared only with
+    children of the same sub-agent at the same delegation depth under the same parent group
+    (the engine stamps the parent's group id on its children): its kind is "delegation", so a
+    parent and its children never share a baseline even when their agent ids coincide.
     """
     gid = rollout.group_id
+    first_obs = turns[0].observation if turns else ""
+    if rollout.meta.get("parent_rollout_id") is not None:
+        scope = gid if gid is not None else f"observation:{first_obs}"
+        sub_agent = rollout.meta.get("sub_agent", "")
+        depth = rollout.meta.get("delegation_depth", 1)
+        return (rollout.agent_id, "delegation", f"{scope}|{sub_agent}|{depth}")
     if gid is not None:
         return (rollout.agent_id, "group_id", gid)
-    first_obs = turns[0].observation if turns else ""
     return (rollout.agent_id, "observation", first_obs)
+
+
+def group_rollouts(rollouts: Iterable[Rollout]) -> dict[GroupKey, list[tuple[Rollout, list[Turn]]]]:
+    """The non-failed rollouts with their turns, by `rollout_group_key`, in batch order."""
+    groups: dict[GroupKey, list[tuple[Rollout, list[Turn]]]] = {}
+    for rollout in active_rollouts(rollouts):
+        turns = rollout.turns()
+        groups.setdefault(rollout_group_key(rollout, turns), []).append((rollout, turns))
+    return groups
 
 
 def default_anchor_key(turn: Turn) -> AnchorKey | None:

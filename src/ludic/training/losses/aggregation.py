@@ -83,6 +83,7 @@ def aggregate(
     seq_mean_token_mean: sum_b [sum_t m*l / sum_t m] / total_sequences  (empty rows add 0)
     seq_mean_token_sum:  sum_bt m*l / total_sequences
     constant:            sum_bt m*l / (total_sequences * constant_normalizer)
+    token_sum:           sum_bt m*l  (no normaliser: the loss grows with the batch's tokens)
     A sequence-level term is broadcast to its tokens first, so it counts once per sequence under
     seq_mean_token_mean and once per action token under token_mean.
     """
@@ -91,6 +92,8 @@ def aggregate(
         return kept_BT.sum() / total_action_tokens
     if mode == "seq_mean_token_sum":
         return kept_BT.sum() / total_sequences
+    if mode == "token_sum":
+        return kept_BT.sum()
     if mode == "seq_mean_token_mean":
         tokens_B = mask_BT.sum(dim=-1).clamp(min=1).to(kept_BT.dtype)
         return (kept_BT.sum(dim=-1) / tokens_B).sum() / total_sequences

@@ -17,7 +17,7 @@ import torch
 
 from ludic.training.algorithm_types import Aggregation, LossInputs, LossOutput
 from ludic.training.losses._common import corrected, policy_terms, token_ratio_metrics
-from ludic.training.losses.aggregation import aggregate, check_aggregation
+from ludic.training.losses.aggregation import aggregate, check_aggregation, token_share
 
 
 def _check_clip(low: float, high: float, owner: str, *, max_low: float = 1.0) -> None:
@@ -93,6 +93,10 @@ class TokenClippedSurrogateLoss:
     eps_low = eps_high = 0.2 is PPO/GRPO; eps_high = 0.28 is DAPO's clip-higher. Without
     behaviour logprobs r_t = 1 (mu := sg(pi)), which is on-policy policy gradient.
     A token counts as clipped when the clipped branch is strictly smaller.
+
+    `dual_clip=True` (dual-clip PPO, Ye et al. 2020, arXiv:1912.09729) also bounds the loss of
+    tokens with A < 0 by -c * A: loss_t = min(max(-r_t A, -clip(r_t) A), -c A) there, so a
+    huge ratio on a bad token cannot dominate (c = `dual_clip_c` > 1, 3 as in the paper).
     """
 
     name: ClassVar[str] = "pg"
@@ -100,10 +104,17 @@ class TokenClippedSurrogateLoss:
     clip_eps_high: float = 0.2
     aggregation: Aggregation = "token_mean"
     constant_normalizer: float | None = None
+    dual_clip: bool = False
+    dual_clip_c: float = 3.0
 
     def __post_init__(self) -> None:
         _check_clip(self.clip_eps_low, self.clip_eps_high, "TokenClippedSurrogateLoss")
         check_aggregation(self.aggregation, self.constant_normalizer, "TokenClippedSurrogateLoss")
+        if not self.dual_clip_c > 1.0:
+            raise ValueError(
+                f"TokenClippedSurrogateLoss: dual_clip_c must be > 1 (3 in the paper), got "
+                f"{self.dual_clip_c}"
+            )
 
     @property
     def needs_ref_logprobs(self) -> bool:
@@ -119,8 +130,21 @@ class TokenClippedSurrogateLoss:
         unclipped_BT = ratio_BT * terms.advantages_B1
         bounded_BT = ratio_BT.clamp(1.0 - self.clip_eps_low, 1.0 + self.clip_eps_high)
         clipped_BT = bounded_BT * terms.advantages_B1
+        objective_BT = torch.minimum(unclipped_BT, clipped_BT)
+        metrics: dict[str, float] = {}
+        if self.dual_clip:
+            # objective = -loss, so the bound loss <= -c A is objective >= c A for A < 0.
+            floor_BT = self.dual_clip_c * terms.advantages_B1
+            negative_BT = (terms.advantages_B1 < 0).expand_as(objective_BT)
+            dual_BT = negative_BT & (objective_BT.detach() < floor_BT.detach())
+            objective_BT = torch.where(
+                negative_BT, torch.maximum(objective_BT, floor_BT), objective_BT
+            )
+            metrics["dual_clip_frac"] = token_share(
+                dual_BT.float(), terms.mask_BT, inputs.total_action_tokens
+            )
         loss = -aggregate(
-            corrected(torch.minimum(unclipped_BT, clipped_BT), terms),
+            corrected(objective_BT, terms),
             terms.mask_BT,
             self.aggregation,
             total_action_tokens=inputs.total_action_tokens,
@@ -128,7 +152,7 @@ class TokenClippedSurrogateLoss:
             constant_normalizer=self.constant_normalizer,
         )
         is_clipped_BT = clipped_BT.detach() < unclipped_BT.detach()
-        metrics = token_ratio_metrics(terms, is_clipped_BT, inputs.total_action_tokens)
+        metrics.update(token_ratio_metrics(terms, is_clipped_BT, inputs.total_action_tokens))
         return LossOutput(loss=loss, metrics=metrics)
 
 

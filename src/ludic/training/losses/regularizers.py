@@ -19,27 +19,58 @@ from ludic.training.losses.aggregation import (
     token_share,
 )
 
-KLEstimator = Literal["k1", "k2", "k3"]
+KLEstimator = Literal["k1", "k2", "k3", "abs", "k1+", "k3+"]
+KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3", "abs", "k1+", "k3+")
+# exp(d) of k3 is taken on d clamped to +-K3_LOG_RATIO_LIMIT when k3 is clamped (as verl's
+# low_var_kl), so a far-off reference cannot overflow before the value clamp.
+K3_LOG_RATIO_LIMIT = 20.0
+
+
+def _check_kl(estimator: str, clamp: float | None, owner: str) -> None:
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"{owner}: estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
+    if clamp is not None:
+        if estimator not in ("k3", "k3+"):
+            raise ValueError(f"{owner}: clamp applies to 'k3' / 'k3+' only, got {estimator!r}")
+        if not clamp > 0:
+            raise ValueError(f"{owner}: clamp must be > 0 (verl uses 10), got {clamp}")
 
 
 def kl_estimate(
-    logprobs_BT: torch.Tensor, ref_logprobs_BT: torch.Tensor, estimator: KLEstimator
+    logprobs_BT: torch.Tensor,
+    ref_logprobs_BT: torch.Tensor,
+    estimator: KLEstimator,
+    *,
+    clamp: float | None = None,
 ) -> torch.Tensor:
     """Per-token estimate of KL(pi || pi_ref) from tokens sampled by (approximately) pi, with
     d = log pi_ref(a) - log pi(a) (Schulman, "Approximating KL divergence"):
 
-        k1 = -d                 unbiased, can be negative
-        k2 = d^2 / 2            biased, low variance
-        k3 = exp(d) - 1 - d     unbiased, >= 0 (GRPO's choice)
+        k1  = -d                 unbiased, can be negative
+        k2  = d^2 / 2            biased, low variance
+        k3  = exp(d) - 1 - d     unbiased, >= 0 (GRPO's choice); with `clamp=c`,
+                                 min(k3(clamp(d, +-20)), c) (verl's low_var_kl, c = 10)
+        abs = |d|
+        k1+, k3+ (straight-through): the value of k1 / k3, the gradient of k2,
+                 k2 - sg(k2) + sg(k), since grad k2 = -d grad log pi is the unbiased
+                 gradient of KL(pi || pi_ref) on on-policy samples (verl's "k1+" / "k3+").
     """
+    _check_kl(estimator, clamp, "kl_estimate")
     d_BT = ref_logprobs_BT - logprobs_BT
+    if estimator.endswith("+"):
+        value_BT = kl_estimate(logprobs_BT, ref_logprobs_BT, estimator[:-1], clamp=clamp)  # type: ignore[arg-type]
+        k2_BT = 0.5 * d_BT.square()
+        return k2_BT - k2_BT.detach() + value_BT.detach()
     if estimator == "k1":
         return -d_BT
     if estimator == "k2":
         return 0.5 * d_BT.square()
-    if estimator == "k3":
+    if estimator == "abs":
+        return d_BT.abs()
+    if clamp is None:
         return torch.exp(d_BT) - 1.0 - d_BT
-    raise ValueError(f"kl_estimate: estimator must be 'k1', 'k2' or 'k3', got {estimator!r}")
+    d_BT = d_BT.clamp(-K3_LOG_RATIO_LIMIT, K3_LOG_RATIO_LIMIT)
+    return (torch.exp(d_BT) - 1.0 - d_BT).clamp(max=clamp)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -79,7 +110,8 @@ class MaskedCrossEntropyLoss:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class KLToReferenceLoss:
-    """loss = agg(k(log pi, log pi_ref)) with k one of `kl_estimate`'s estimators.
+    """loss = agg(k(log pi, log pi_ref)) with k one of `kl_estimate`'s estimators (`clamp`
+    caps k3 / k3+, see `kl_estimate`).
 
     Needs `ref_logprobs_BT` (the Trainer computes them when `needs_ref_logprobs`). Metric
     `kl_ref` is the token-mean estimate, additive over micro-batches.
@@ -87,14 +119,12 @@ class KLToReferenceLoss:
 
     name: ClassVar[str] = "kl_ref"
     estimator: KLEstimator = "k3"
+    clamp: float | None = None
     aggregation: Aggregation = "token_mean"
     constant_normalizer: float | None = None
 
     def __post_init__(self) -> None:
-        if self.estimator not in ("k1", "k2", "k3"):
-            raise ValueError(
-                f"KLToReferenceLoss: estimator must be 'k1', 'k2' or 'k3', got {self.estimator!r}"
-            )
+        _check_kl(self.estimator, self.clamp, "KLToReferenceLoss")
         check_aggregation(self.aggregation, self.constant_normalizer, "KLToReferenceLoss")
 
     @property
@@ -114,7 +144,7 @@ class KLToReferenceLoss:
             )
         logprobs_BT = masked(inputs.logprobs_BT.float(), mask_BT)
         ref_BT = masked(inputs.ref_logprobs_BT.detach().float(), mask_BT)
-        kl_BT = kl_estimate(logprobs_BT, ref_BT, self.estimator)
+        kl_BT = kl_estimate(logprobs_BT, ref_BT, self.estimator, clamp=self.clamp)
         loss = aggregate(
             kl_BT,
             mask_BT,
