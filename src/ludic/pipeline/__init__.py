@@ -1,5 +1,6 @@
 """Decoupled rollouts and training over Redis Streams: actors push samples tagged with their
-policy version, the learner consumes them with acknowledgements (`PipelineBatchSource`).
+policy version, learner ranks each read their own share (`PipelineBatchSource`) and acknowledge
+a sample once a checkpoint holds the update trained on it.
 
 Importing this package is light; the Redis, torch and training parts load on first use.
 """

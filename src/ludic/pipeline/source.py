@@ -172,7 +172,8 @@ class PipelineBatchSource:
 
     def state_dict(self) -> JSON:
         """This rank's data position for a checkpoint: the entries trained since the last ack
-        (the checkpoint holds their updates), acked by the next `next_batch()`."""
+        (the checkpoint holds their updates), acked by the next `next_batch()` (a failed save
+        raises out of the Trainer on every rank, so no next batch is drawn)."""
         self._captured += self._trained
         self._trained = []
         self._captured_at = self.batches_served
