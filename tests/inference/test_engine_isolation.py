@@ -203,3 +203,27 @@ async def test_prompts_are_rendered_off_the_event_loop(
     release.set()
     assert (await asyncio.wait_for(slow, 60)).finish_reason == "length"
     assert all(name.startswith("ludic-admit") for name in threads)
+
+
+async def test_requests_still_being_admitted_when_the_engine_closes_fail_clearly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Some renders running on the admission threads, one queued behind them: closing the
+    engine answers every one with "closed", none with a bare cancellation."""
+    model, tokenizer = load_tiny_model()
+    eng = EmbeddedEngine(model, tokenizer)
+    render, release, running = prompts.render_prompt_ids, threading.Event(), []
+
+    def held(*args: Any, **kwargs: Any) -> list[int]:
+        running.append(1)
+        release.wait(60)
+        return render(*args, **kwargs)
+
+    monkeypatch.setattr(prompts, "render_prompt_ids", held)
+    tasks = [asyncio.ensure_future(eng.complete(r)) for r in GOOD[:6]]
+    while len(running) < 4:  # every admission thread is busy; the others wait in its queue
+        await asyncio.sleep(0.01)
+    await asyncio.to_thread(eng.close)
+    release.set()
+    results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 60)
+    assert all(isinstance(r, RuntimeError) and "closed" in str(r) for r in results), results

@@ -248,6 +248,11 @@ class EmbeddedEngine:
             if self._closed:  # the admission threads stopped with the engine
                 raise RuntimeError("EmbeddedEngine is closed") from e
             raise
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if self._closed and task is not None and not task.cancelling():
+                raise RuntimeError("EmbeddedEngine is closed") from None  # dropped at close
+            raise
 
     def _enqueue(self, seq: SequenceState) -> SequenceState:
         with self._cv:
