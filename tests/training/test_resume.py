@@ -120,3 +120,15 @@ def test_resume_from_the_checkpoint_root_takes_the_newest_complete_step(
         resumed.resume(tmp_path / "ckpt" / "step_00000006")
     with pytest.raises(FileNotFoundError, match="holds no step_"):
         resumed.resume(tmp_path)  # a directory without checkpoints
+
+
+def test_missing_ok_lets_a_first_launch_run_the_resume_code(tmp_path: Path) -> None:
+    publisher = RecordingPublisher()
+    first = _trainer(tmp_path, model_seed=0, publisher=publisher)
+    with pytest.raises(FileNotFoundError, match="no complete checkpoint"):
+        first.resume()
+    assert first.resume(missing_ok=True) == 0 and publisher.published == []
+    first.run(3, progress=False)  # checkpoint at step 3
+    (tmp_path / "ckpt" / "step_00000003" / "MANIFEST.json").unlink()
+    with pytest.raises(FileNotFoundError, match="partial"):  # broken is not missing
+        _trainer(tmp_path, model_seed=0).resume(missing_ok=True)

@@ -93,8 +93,8 @@ from ludic.training.losses import (
     TruncatedIS,
 )
 from ludic.training.schedule import build_scheduler, lr_multiplier
-from ludic.training.stats import Reducer, aggregate_stats, default_sample_reducers
 from ludic.training.stall import TrainingStalledError
+from ludic.training.stats import Reducer, aggregate_stats, default_sample_reducers
 from ludic.training.trainer import Trainer, seed_everything
 from ludic.training.weights_io import (
     CorruptCheckpointError,

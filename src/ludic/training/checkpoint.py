@@ -355,6 +355,12 @@ class CheckpointManager:
         return read_checkpoint(self.resolve(path))
 
 
+def has_checkpoints(path: str | Path) -> bool:
+    """Whether `path` is a checkpoint, or a directory holding `step_*` ones (complete or not)."""
+    path = Path(path)
+    return path.exists() and (not is_checkpoint_root(path) or bool(_step_dirs(path)))
+
+
 def is_checkpoint_root(path: str | Path) -> bool:
     """Whether `path` is a directory of checkpoints rather than one checkpoint."""
     path = Path(path)

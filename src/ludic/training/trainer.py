@@ -43,6 +43,7 @@ from ludic.training.batching.types import (
 from ludic.training.checkpoint import (
     CheckpointManager,
     capture_rank_state,
+    has_checkpoints,
     rank_state_for,
     read_checkpoint,
     restore_rng_state,
@@ -322,14 +323,29 @@ class Trainer:
             ),
         )
 
-    def resume(self, path: str | Path | None = None) -> int:
+    def resume(self, path: str | Path | None = None, *, missing_ok: bool = False) -> int:
         """Restore everything `save_checkpoint` wrote, on any number of ranks, then publish the
         restored weights and policy version (so inference serves them before the first
         rollout); returns the restored step. `path` is one `step_*` checkpoint or a directory
         of them (default: the configured one), where the newest complete one is taken.
-        Continuing (`run(total - trainer.step)`) then matches an uninterrupted run."""
+        Continuing (`run(total - trainer.step)`) then matches an uninterrupted run.
+
+        `missing_ok=True` lets a first launch run the same code: with no checkpoint there at
+        all it changes nothing and returns the current step (broken checkpoints still raise)."""
         manager, runtime = self._checkpoints(), self.runtime
-        chosen = run_on_main(runtime, lambda: manager.resolve(path))
+
+        def choose() -> Path | None:
+            if missing_ok and not has_checkpoints(manager.root if path is None else path):
+                return None
+            return manager.resolve(path)
+
+        chosen = run_on_main(runtime, choose)
+        if chosen is None:
+            if runtime.is_main:
+                logger.info(
+                    "no checkpoint under %s: starting at step %d", path or manager.root, self.step
+                )
+            return self.step
         checkpoint = read_checkpoint(chosen, with_weights=runtime.is_main)
         runtime.load_model_state(self.model, checkpoint.model_state)
         runtime.load_optimizer_state(self.model, self.optimizer, checkpoint.optimizer_state)
