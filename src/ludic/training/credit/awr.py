@@ -34,7 +34,7 @@ _BASELINES: tuple[str, ...] = ("group", "mean")
 def awr_weights(advantages: Sequence[float], *, beta: float, max_weight: float) -> list[float]:
     """w_i = min(exp(A_i / beta), max_weight), computed so a huge A_i / beta cannot overflow."""
     log_cap = math.log(max_weight)
-    return [math.exp(min(a / beta, log_cap)) for a in advantages]
+    return [max_weight if a / beta >= log_cap else math.exp(a / beta) for a in advantages]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

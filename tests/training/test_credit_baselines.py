@@ -1,0 +1,121 @@
+"""RLOO, REINFORCE++ (with and without the group baseline) and AWR credit: hand-derived
+weights per turn, and the presets that use them."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from ludic.training import make_awr, make_reinforce_pp, make_rloo
+from ludic.training.credit import (
+    AWRCredit,
+    LeaveOneOutReturn,
+    ReinforcePlusPlus,
+    awr_weights,
+    leave_one_out,
+    whiten,
+)
+from ludic.training.losses import ReinforceLoss, TokenClippedSurrogateLoss
+from ludic.types import AgentStep, EnvironmentStep, Rollout
+
+
+def make_rollout(rewards: list[float], *, rid: str, group: str | None = "g") -> Rollout:
+    """One turn per reward (turn ids t0, t1, ...), the env reward on each turn."""
+    steps: list[AgentStep | EnvironmentStep] = []
+    for k, r in enumerate(rewards):
+        a = AgentStep(turn_id=f"t{k}", info={"observation": f"obs-{k}"})
+        steps += [a, EnvironmentStep(turn_id=f"t{k}", reward=r, agent_step_ids=(a.id,))]
+    return Rollout(id=rid, steps=steps, meta={} if group is None else {"group_id": group})
+
+
+def group(returns: list[float], name: str = "g") -> list[Rollout]:
+    return [make_rollout([r], rid=f"{name}{i}", group=name) for i, r in enumerate(returns)]
+
+
+def test_leave_one_out_by_hand() -> None:
+    # R = [1, 0, 2]: A_0 = 1 - (0 + 2)/2 = 0, A_1 = 0 - (1 + 2)/2 = -1.5, A_2 = 2 - 0.5 = 1.5
+    assert leave_one_out([1.0, 0.0, 2.0]) == pytest.approx([0.0, -1.5, 1.5], abs=1e-12)
+    assert leave_one_out([3.0]) == [0.0]  # nobody to compare with
+    weights = LeaveOneOutReturn().assign([*group([1.0, 0.0, 2.0]), *group([4.0], "h")])
+    assert weights == pytest.approx(
+        {("g0", "t0"): 0.0, ("g1", "t0"): -1.5, ("g2", "t0"): 1.5, ("h0", "t0"): 0.0}, abs=1e-12
+    )
+
+
+def test_rloo_differs_from_the_group_mean_by_g_over_g_minus_1() -> None:
+    # mean 1, R - mean = (0, -1, 1); RLOO = 3/2 * that
+    rloo = leave_one_out([1.0, 0.0, 2.0])
+    assert rloo == pytest.approx([1.5 * c for c in (0.0, -1.0, 1.0)], abs=1e-12)
+
+
+def test_whiten_by_hand() -> None:
+    # [1, 1, 0]: mean 2/3, centred (1/3, 1/3, -2/3), sample var (1/9 + 1/9 + 4/9) / 2 = 1/3
+    s = math.sqrt(1.0 / 3.0)
+    assert whiten([1.0, 1.0, 0.0], eps=0.0) == pytest.approx([1 / 3 / s, 1 / 3 / s, -2 / 3 / s])
+    assert whiten([5.0], eps=1e-8) == [0.0]
+
+
+def test_reinforce_pp_whitens_returns_to_go_over_the_batch() -> None:
+    # rollout a: rewards [0, 1] -> returns-to-go [1, 1]; rollout b: [0] -> [0] (other group)
+    # batch values [1, 1, 0]: whitened as in test_whiten_by_hand (+ eps 1e-8 in the variance)
+    rollouts = [make_rollout([0.0, 1.0], rid="a", group="g"), make_rollout([0.0], rid="b")]
+    rollouts[1].meta["group_id"] = "h"
+    s = math.sqrt(1.0 / 3.0 + 1e-8)
+    assert ReinforcePlusPlus().assign(rollouts) == pytest.approx(
+        {("a", "t0"): 1 / 3 / s, ("a", "t1"): 1 / 3 / s, ("b", "t0"): -2 / 3 / s}, abs=1e-9
+    )
+
+
+def test_reinforce_pp_baseline_subtracts_the_group_mean_then_whitens() -> None:
+    # group g: R = [1, 0, 2] -> R - mean = [0, -1, 1]; group h: [5, 5] -> [0, 0]
+    # whiten [0, -1, 1, 0, 0]: mean 0, sample var 2 / 4 = 0.5 -> divide by sqrt(0.5 + 1e-8)
+    weights = ReinforcePlusPlus(group_baseline=True).assign(
+        [*group([1.0, 0.0, 2.0]), *group([5.0, 5.0], "h")]
+    )
+    s = math.sqrt(0.5 + 1e-8)
+    expected = {("g0", "t0"): 0.0, ("g1", "t0"): -1 / s, ("g2", "t0"): 1 / s}
+    expected |= {("h0", "t0"): 0.0, ("h1", "t0"): 0.0}
+    assert weights == pytest.approx(expected, abs=1e-9)
+
+
+def test_awr_group_baseline_by_hand() -> None:
+    # R = [1, 0, 2] -> A = [0, -1, 1]; beta 0.5: exp(0) = 1, exp(-2), exp(2) = 7.389 capped at 5
+    weights = AWRCredit(beta=0.5, max_weight=5.0).assign(group([1.0, 0.0, 2.0]))
+    assert weights == pytest.approx(
+        {("g0", "t0"): 1.0, ("g1", "t0"): math.exp(-2.0), ("g2", "t0"): 5.0}, abs=1e-12
+    )
+
+
+def test_awr_mean_baseline_by_hand() -> None:
+    # returns-to-go [1, 1] and [0]; dataset mean 2/3 -> A = [1/3, 1/3, -2/3]; beta 1
+    rollouts = [make_rollout([0.0, 1.0], rid="a", group=None), make_rollout([0.0], rid="b")]
+    weights = AWRCredit(baseline="mean").assign(rollouts)
+    third = math.exp(1 / 3)
+    assert weights == pytest.approx(
+        {("a", "t0"): third, ("a", "t1"): third, ("b", "t0"): math.exp(-2 / 3)}, abs=1e-12
+    )
+
+
+def test_awr_weights_never_overflow_and_bad_settings_are_refused() -> None:
+    assert awr_weights([1e6, -1e6], beta=1e-3, max_weight=20.0) == [20.0, 0.0]
+    with pytest.raises(ValueError, match="beta must be"):
+        AWRCredit(beta=0.0)
+    with pytest.raises(ValueError, match="max_weight"):
+        AWRCredit(max_weight=math.inf)
+    with pytest.raises(ValueError, match="baseline must be one of"):
+        AWRCredit(baseline="critic")  # type: ignore[arg-type]
+
+
+def test_presets_pair_the_credit_with_its_loss() -> None:
+    rloo = make_rloo()
+    assert isinstance(rloo.credit_assigner, LeaveOneOutReturn)
+    assert isinstance(rloo.loss, ReinforceLoss)
+    pp, ppb = make_reinforce_pp(), make_reinforce_pp(group_baseline=True)
+    assert (pp.name, ppb.name) == ("reinforce_pp", "reinforce_pp_baseline")
+    assert isinstance(ppb.credit_assigner, ReinforcePlusPlus)
+    assert ppb.credit_assigner.group_baseline and not pp.credit_assigner.group_baseline  # type: ignore[attr-defined]
+    assert isinstance(pp.loss, TokenClippedSurrogateLoss)
+    awr = make_awr(beta=0.5, baseline="mean")
+    assert awr.name == "awr" and isinstance(awr.loss, ReinforceLoss)
+    assert awr.credit_assigner == AWRCredit(beta=0.5, baseline="mean")
