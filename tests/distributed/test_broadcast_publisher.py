@@ -127,6 +127,7 @@ def _sabotage(engine: EmbeddedEngine, sabotage: dict[str, str]) -> None:
     logprobs = engine.logprobs
 
     def sabotaged_logprobs(token_ids: Any) -> list[float]:
+        sabotage["probes"] = sabotage.get("probes", "") + "."  # counts probe requests
         values = logprobs(token_ids)
         if sabotage["mode"] in ("nan", "inf"):
             values[2] = math.nan if sabotage["mode"] == "nan" else -math.inf
@@ -212,6 +213,19 @@ def test_non_finite_served_logprobs_fail(rig: Rig, mode: str) -> None:
     rig.sabotage["mode"] = mode
     with pytest.raises(PublishVerificationError, match=r"server's probe logprobs are not finite"):
         publisher.publish(rig.trainer_model, version=1)
+
+
+def test_probe_on_the_first_push_and_every_nth_checksums_always(rig: Rig) -> None:
+    publisher = rig.publisher(probe_every=3)
+    for version in range(1, 6):
+        nudge_(rig.trainer_model, 0.01)
+        publisher.publish(rig.trainer_model, version=version)
+    assert rig.sabotage.get("probes") == ".."  # pushes 1 and 4
+    rig.sabotage["mode"] = "skip_norm"  # push 6 is not probed: the checksums catch it
+    nudge_(rig.trainer_model, 0.01)
+    with pytest.raises(PublishVerificationError, match=r"model\.norm\.weight"):
+        publisher.publish(rig.trainer_model, version=6)
+    assert rig.sabotage.get("probes") == ".."
 
 
 def test_state_dict_pushes_are_probed_with_the_probe_model(

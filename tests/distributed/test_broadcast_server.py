@@ -52,7 +52,7 @@ def test_push_over_two_processes_changes_outputs_and_version(server: ServerProce
     httpx.post(server.url + "/test/sabotage", params={"skip_load": True}, timeout=10)
     try:
         nudge_(model, 0.05)
-        with pytest.raises(PublishVerificationError, match="probe logprobs differ"):
+        with pytest.raises(PublishVerificationError, match="differ from the ones sent"):
             publisher.publish(model, version=2)
     finally:
         httpx.post(server.url + "/test/sabotage", params={"skip_load": False}, timeout=10)

@@ -138,12 +138,29 @@ def test_non_finite_served_logprobs_fail(mode: str) -> None:
         _publish(SabotagedEngine(served, mode), trainer_model, atol=1e9)
 
 
-def test_non_finite_published_weights_fail() -> None:
+def test_non_finite_published_weights_fail_on_every_push() -> None:
     trainer_model, served = _pair()
+    publisher = InProcessPublisher(SabotagedEngine(served, "none"), probe_token_ids=PROBE)
+    publisher.publish(trainer_model, version=1)  # probed
     with torch.no_grad():
         trainer_model.model.norm.weight[0] = math.nan
-    with pytest.raises(PublishVerificationError, match="not finite"):
-        _publish(SabotagedEngine(served, "none"), trainer_model)
+    # The second push is not probed (probe_every=10), and it still fails, naming the tensor.
+    with pytest.raises(PublishVerificationError, match=r"nan or inf in 1 tensors .*norm"):
+        publisher.publish(trainer_model, version=2)
+
+
+def test_the_probe_runs_on_the_first_push_and_every_nth() -> None:
+    trainer_model, served = _pair()
+    engine = SabotagedEngine(served, "none")
+    calls = []
+    logprobs = engine.logprobs
+    engine.logprobs = lambda ids: calls.append(1) or logprobs(ids)  # type: ignore[method-assign]
+    publisher = InProcessPublisher(engine, probe_token_ids=PROBE, probe_every=3)
+    for version in range(1, 8):
+        publisher.publish(trainer_model, version=version)
+    assert len(calls) == 3  # pushes 1, 4 and 7
+    with pytest.raises(ValueError, match="probe_every"):
+        InProcessPublisher(engine, probe_every=0)
 
 
 def test_a_wrong_version_is_caught() -> None:

@@ -35,6 +35,7 @@ from ludic.distributed.checksum import (
     fold_totals,
     held_name,
     mismatched,
+    nonfinite,
 )
 from ludic.distributed.control import StoreControl
 from ludic.distributed.interfaces import Weights
@@ -82,6 +83,7 @@ class _Check:
     """What one push is verified against, computed while the server loads."""
 
     sent: dict[str, Checksum] | None = None
+    nonfinite: list[str] = dataclasses.field(default_factory=list)
     probe_ids: list[int] | None = None
     expected: list[float] | None = None
 
@@ -95,16 +97,20 @@ class BroadcastPolicyPublisher:
     - `wire_dtype`: cast floating tensors before sending (e.g. bfloat16 for a bf16 server).
     - `verify`: after each push, check the version the server reports, exact checksums of
       every tensor the server holds after loading against the sent ones (a skipped tensor, a
-      load that never happened, a dropped tiny update), and, with `probe`, the server's
-      `/ludic/logprobs` on `probe_token_ids` (default: 16 fixed pseudo-random ids) against the
-      trainer's within `atol` (default: by the served dtype, `verification.PROBE_ATOL`: 1e-3
-      for float32, 0.2 for bfloat16); nan or inf logprobs always fail. The trainer's logprobs
-      come from the published model, or, when `publish` gets a state dict (as the Trainer
-      passes), from `probe_model` (the model that state came from; with LoRA its forward
-      matches the merged weights). When that model is sharded (FSDP2) its forward would be a
-      collective on rank 0 alone, so the reference runs on a non-sharded twin holding the
-      gathered state instead (no other rank is involved). Without a model only the server's
-      logprobs are checked for being finite (a warning says so once).
+      load that never happened, a dropped tiny update), and that the sent weights are finite.
+      With `probe`, also on the first push of each connection and every `probe_every`-th
+      push: the server's `/ludic/logprobs` on `probe_token_ids` (default: 16 fixed
+      pseudo-random ids) against the trainer's within `atol` (default: by the served dtype,
+      `verification.PROBE_ATOL`: 1e-3 for float32, 0.2 for bfloat16); nan or inf logprobs
+      always fail. The probe checks the server's numerics (its forward, dtype, config), which
+      do not change between pushes, and costs two forward passes, more than the whole
+      transfer of a small model on a CPU: `probe_every=1` probes every push. The trainer's
+      logprobs come from the published model, or, when `publish` gets a state dict (as the
+      Trainer passes), from `probe_model` (the model that state came from; with LoRA its
+      forward matches the merged weights). When that model is sharded (FSDP2) its forward
+      would be a collective on rank 0 alone, so the reference runs on a non-sharded twin
+      holding the gathered state instead (no other rank is involved). Without a model only
+      the server's logprobs are checked for being finite (a warning says so once).
     - `control`: how pushes are driven: "store" (manifest and replies as keys in the trainer's
       TCPStore), "http" (`/start` and `/finish` requests), "auto" (store when the server
       offers it in `/ludic/weights/status`).
@@ -125,6 +131,7 @@ class BroadcastPolicyPublisher:
         wire_dtype: torch.dtype | None = None,
         verify: bool = True,
         probe: bool = True,
+        probe_every: int = 10,
         probe_token_ids: Sequence[int] | None = None,
         probe_model: torch.nn.Module | None = None,
         atol: float | None = None,
@@ -143,6 +150,8 @@ class BroadcastPolicyPublisher:
             )
         if control not in ("auto", "http", "store"):
             raise ValueError(f"control must be 'auto', 'http' or 'store', got {control!r}")
+        if probe_every < 1:
+            raise ValueError(f"probe_every must be >= 1, got {probe_every}")
         if server_ranks < 1:
             raise ValueError(f"server_ranks must be >= 1, got {server_ranks}")
         if probe_token_ids is not None and len(probe_token_ids) < 2:
@@ -155,6 +164,8 @@ class BroadcastPolicyPublisher:
         self.wire_dtype = wire_dtype
         self.verify = verify
         self.probe = probe
+        self.probe_every = probe_every
+        self._num_pushes = 0
         self.server_ranks = server_ranks
         self.probe_token_ids = None if probe_token_ids is None else list(probe_token_ids)
         self.probe_model = probe_model
@@ -240,6 +251,7 @@ class BroadcastPolicyPublisher:
         started = time.perf_counter()
         tensors = self._wire_tensors(state)
         manifest = self._plan(tensors, version)
+        probe_due = self._group is None or self._num_pushes % self.probe_every == 0
         if self._group is None:
             self.connect()
         check = _Check()
@@ -248,7 +260,8 @@ class BroadcastPolicyPublisher:
             if not self.verify:
                 return
             check.sent = checksums(tensors)
-            if self.probe:
+            check.nonfinite = nonfinite(tensors)
+            if self.probe and probe_due:
                 check.probe_ids = self._probe_ids(model) if model is not None else None
                 if check.probe_ids is None:
                     check.probe_ids = self._probe_ids_from_state(state)
@@ -263,6 +276,7 @@ class BroadcastPolicyPublisher:
             while_the_server_loads()
             reply = self._request("POST", "/ludic/weights/finish")
         transferred = time.perf_counter()
+        self._num_pushes += 1
         if self.verify:
             self._verify(version, reply, tensors, check)
         self.last_push = PushStats(
@@ -336,6 +350,7 @@ class BroadcastPolicyPublisher:
             atol=self.atol if self.atol is not None else probe_atol(self._served_dtype),
             mismatched_tensors=mismatched,
             unverified=unverified,
+            nonfinite_tensors=check.nonfinite,
         )
 
     def _compare_held(

@@ -19,6 +19,7 @@ shards them (vLLM).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -98,6 +99,23 @@ def checksums(
             total_mask = _MASK64 if wide == 8 else _MASK32
             out[name] = (int(stacked[2 * i]) & total_mask, int(stacked[2 * i + 1]) & _MASK64)
     return out
+
+
+def nonfinite(tensors: Mapping[str, torch.Tensor]) -> list[str]:
+    """Names of the floating tensors holding a nan or an inf. One float sum per tensor (one
+    device sync per device) finds the suspects: a sum is finite unless an element is not or
+    it overflows; only suspects are checked element by element."""
+    by_device: dict[torch.device, list[tuple[str, torch.Tensor]]] = {}
+    for name, t in tensors.items():
+        if t.is_floating_point() and t.numel():
+            by_device.setdefault(t.device, []).append((name, t.detach()))
+    bad = []
+    for entries in by_device.values():
+        sums = torch.stack([t.sum(dtype=torch.float32) for _, t in entries]).tolist()
+        for (name, t), total in zip(entries, sums, strict=True):
+            if not math.isfinite(total) and not bool(torch.isfinite(t).all()):
+                bad.append(name)
+    return bad
 
 
 def cast_for(

@@ -10,7 +10,7 @@ from typing import Protocol
 
 import torch
 
-from ludic.distributed.checksum import Checksum, cast_for, checksums, mismatched
+from ludic.distributed.checksum import Checksum, cast_for, checksums, mismatched, nonfinite
 from ludic.distributed.interfaces import Weights
 from ludic.distributed.manifest import dtype_name
 from ludic.distributed.verification import (
@@ -36,13 +36,15 @@ class WeightTarget(Protocol):
 class InProcessPublisher:
     """Calls `engine.update_weights(state_dict, version=version)` and verifies the result.
 
-    With `verify` (default): the engine must report back `version`; every tensor the engine's
-    model holds afterwards must have the checksum of the one published (an engine that reports
-    the version but skipped the load, or one tensor, or a tiny update, is caught); and its
-    logprobs on `probe_token_ids` (default: 16 fixed ids) must be finite and match the
-    published model's (or `probe_model`'s, when a state dict is published) within `atol`
-    (default: 1e-4 for a float32 engine, wider for half precision). A sharded (FSDP2) model is
-    probed through a non-sharded twin holding the published state, on this rank alone.
+    With `verify` (default), after every push: the engine must report back `version`; every
+    tensor the engine's model holds afterwards must have the checksum of the one published (an
+    engine that reports the version but skipped the load, or one tensor, or a tiny update, is
+    caught); the published weights must be finite. On the first push and every
+    `probe_every`-th: the engine's logprobs on `probe_token_ids` (default: 16 fixed ids) must
+    be finite and match the published model's (or `probe_model`'s, when a state dict is
+    published) within `atol` (default: 1e-4 for a float32 engine, wider for half precision).
+    A sharded (FSDP2) model is probed through a non-sharded twin holding the published state,
+    on this rank alone.
     """
 
     def __init__(
@@ -52,8 +54,11 @@ class InProcessPublisher:
         verify: bool = True,
         probe_token_ids: Sequence[int] | None = None,
         probe_model: torch.nn.Module | None = None,
+        probe_every: int = 10,
         atol: float | None = None,
     ) -> None:
+        if probe_every < 1:
+            raise ValueError(f"probe_every must be >= 1, got {probe_every}")
         if probe_token_ids is not None and len(probe_token_ids) < 2:
             raise ValueError("probe_token_ids needs at least 2 tokens (a prefix and a target)")
         if verify and not isinstance(getattr(engine, "model", None), torch.nn.Module):
@@ -66,6 +71,7 @@ class InProcessPublisher:
         self.verify = verify
         self.probe_token_ids = None if probe_token_ids is None else list(probe_token_ids)
         self.probe_model = probe_model
+        self.probe_every = probe_every
         self.atol = atol
         self.num_published = 0
 
@@ -93,7 +99,8 @@ class InProcessPublisher:
             sent = {**sent, **checksums(state, cast_to=cast_for(state, held_dtypes))}
         model = weights if isinstance(weights, torch.nn.Module) else self.probe_model
         ids = self.probe_token_ids or default_probe_tokens(vocab_size_of(served_model))
-        expected = None if model is None else trainer_logprobs(model, state, ids)
+        probe_due = self.num_published % self.probe_every == 0
+        expected = None if model is None or not probe_due else trainer_logprobs(model, state, ids)
         floating = [t.dtype for t in held.values() if t.is_floating_point()]
         served_dtype = floating[0] if floating else torch.float32
         default_atol = probe_atol(dtype_name(served_dtype), default=1e-4)
@@ -101,7 +108,8 @@ class InProcessPublisher:
             version=version,
             served_version=served_version,
             expected_logprobs=expected,
-            served_logprobs=self.engine.logprobs(ids),
+            served_logprobs=self.engine.logprobs(ids) if probe_due else None,
             atol=self.atol if self.atol is not None else default_atol,
             mismatched_tensors=mismatched(sent, checksums(held)),
+            nonfinite_tensors=nonfinite(state),
         )

@@ -190,6 +190,7 @@ def check_served_policy(
     atol: float,
     mismatched_tensors: Sequence[str] = (),
     unverified: str | None = None,
+    nonfinite_tensors: Sequence[str] = (),
 ) -> None:
     """Raise PublishVerificationError saying what diverged: the version, the held weights'
     checksums (`mismatched_tensors`; `unverified`: why they could not be compared), the
@@ -206,6 +207,11 @@ def check_served_policy(
         )
     if unverified is not None:
         problems.append(unverified)
+    if nonfinite_tensors:
+        problems.append(
+            f"the published weights hold nan or inf in {len(nonfinite_tensors)} tensors "
+            f"{list(nonfinite_tensors[:5])}"
+        )
     for who, values in (("trainer's", expected_logprobs), ("server's", served_logprobs)):
         bad = [i for i, v in enumerate(values or ()) if not math.isfinite(v)]
         if bad:
