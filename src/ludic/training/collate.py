@@ -190,12 +190,15 @@ def _token_sampling(items: Sequence[SAWItem], action_mask_BT: torch.Tensor) -> T
     top_p_BT = torch.ones((b, width), dtype=torch.float32)
     transformed = False
     for row, item in enumerate(items):
+        runs, forced = sampling_runs(item.meta), item.meta.get(FORCED_ACTION_TOKENS_KEY, ())
+        if not forced and all(sampling.is_identity for sampling, _ in runs):
+            continue
         positions = [t for t, m in enumerate(item.action_mask) if m]
-        for ordinal in item.meta.get(FORCED_ACTION_TOKENS_KEY, ()):
+        for ordinal in forced:
             if ordinal < len(positions):  # beyond: cut by max_seq_len
                 action_mask_BT[row, positions[ordinal]] = 0.0
         start = 0
-        for run, (sampling, tokens) in enumerate(runs := sampling_runs(item.meta)):
+        for run, (sampling, tokens) in enumerate(runs):
             end = len(positions) if tokens is None else start + tokens
             if run == len(runs) - 1 and end < len(positions):
                 raise ValueError(

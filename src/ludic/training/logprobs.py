@@ -43,6 +43,7 @@ def processed_logits(
     top-p support (computed detached from these logits, as the engine does; `targets_C` always
     kept). Only rows with a filter on are sorted."""
     if bool((temperature_C != 1).any()):
+        temperature_C = torch.where(temperature_C > 0, temperature_C, 1.0)  # greedy counts as 1
         x_CV = x_CV / temperature_C[:, None].to(x_CV.dtype)
     vocab = x_CV.shape[-1]
     filtered_C = ((top_k_C > 0) & (top_k_C < vocab)) | (top_p_C < 1)
