@@ -19,8 +19,11 @@ from ludic.training.losses import (
     KLToReferenceLoss,
     MaskedCrossEntropyLoss,
     ReinforceLoss,
+    RejectOutside,
+    RolloutCorrection,
     SequenceClippedSurrogateLoss,
     TokenClippedSurrogateLoss,
+    TruncatedIS,
     reduce_metrics,
 )
 
@@ -40,6 +43,17 @@ LOSSES: dict[str, Callable[[Aggregation], Loss]] = {
     "cispo": lambda m: CISPOLoss(aggregation=m, constant_normalizer=C, clip_eps_high=0.1),
     "gmpo": lambda m: GMPOLoss(
         aggregation=m, constant_normalizer=C, clip_eps_low=0.1, clip_eps_high=0.1
+    ),
+    "rollout_tis_token": lambda m: RolloutCorrection(
+        loss=TokenClippedSurrogateLoss(aggregation=m, constant_normalizer=C),
+        corrections=[TruncatedIS(cap=1.2), RejectOutside(low=0.8, high=1.5)],
+    ),
+    "rollout_sequence": lambda m: RolloutCorrection(
+        loss=GMPOLoss(aggregation=m, constant_normalizer=C),
+        corrections=[
+            RejectOutside(level="sequence", low=0.5, high=2.0),
+            TruncatedIS(level="geometric", cap=1.1),
+        ],
     ),
     "sft": lambda m: MaskedCrossEntropyLoss(aggregation=m, constant_normalizer=C),
     "kl_k1": lambda m: KLToReferenceLoss(aggregation=m, constant_normalizer=C, estimator="k1"),
