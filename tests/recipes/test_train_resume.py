@@ -99,6 +99,16 @@ def test_resume_in_a_new_process_equals_the_uninterrupted_run(tmp_path: Path) ->
     at_2 = weights(whole / "checkpoints" / "step_00000002")
     assert any(not torch.equal(at_2[k], final_whole[k]) for k in at_2)
 
+    # A finished run has nothing left to resume.
+    from ludic.recipes.configs import TrainConfig
+    from ludic.recipes.train import train_command
+
+    done = TrainConfig(
+        env="resume_envs:SayOTwiceEnv", model=str(model), steps=4, out_dir=split, resume="latest"
+    )
+    with pytest.raises(ValueError, match=r"at step 4 and --steps is 4.*raise --steps"):
+        train_command(done)
+
 
 def test_resume_without_a_checkpoint_says_how_to_start(tmp_path: Path) -> None:
     from ludic.recipes.configs import RESUME_LATEST, TrainConfig
