@@ -391,7 +391,8 @@ async def test_closing_a_stream_early_cancels_its_request() -> None:
         never_read = eng.stream(req(max_tokens=2000, extras={"ignore_eos": True}))
         await never_read.aclose()  # cancelled although iteration never began
         await asyncio.to_thread(wait_until, lambda: eng.status().cancelled == 2, "cancelled")
-        assert (await eng.complete(req(max_tokens=4))).finish_reason == "length"
+        r = await eng.complete(req(max_tokens=4, extras={"ignore_eos": True}))
+        assert r.finish_reason == "length"
 
 
 def test_a_request_outliving_its_event_loop_does_not_stop_the_engine() -> None:
