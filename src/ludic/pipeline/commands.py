@@ -192,7 +192,8 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         max_wait_s=cfg.max_wait_s,
     )
     model, tokenizer = load_model(cfg.model or tiny_model_dir(), dtype="float32")
-    publisher = None if cfg.server_url is None else _publisher(cfg, model)
+    # Only rank 0 pushes; the Trainer gathers the weights on every rank for it.
+    publisher = None if cfg.server_url is None or source.rank != 0 else _publisher(cfg, model)
     trainer = _trainer(cfg, source, model, tokenizer, publisher)
     runtime = trainer.runtime
     if (runtime.rank, runtime.world_size) != (source.rank, source.world_size):
