@@ -16,8 +16,11 @@ from a config, no hub), each round times, back to back:
 It does this with the engine as shipped, which receives straight into its parameters
 (`EmbeddedEngine.update_weights_in_place`, packed parameters laid out back to back on the
 first push), and with an engine without that method (`publish_buffered_s`: the receiver's
-reused buffers, then one `update_weights` copy), then times verified pushes (version + logprob
-probe).
+reused buffers, then one `update_weights` copy), then times verified pushes: with the defaults
+(version, exact checksums of what the server holds against the sent tensors, finite weights;
+the logprob probe on every 10th push, so the timed rounds are unprobed and
+`publish_verified_default_amortized_over_raw` adds a tenth of a probed push), and with the probe
+on every push (two forward passes: `publish_verified_probe_every_push_s`).
 Ratios are medians of per-round publish / raw (raw and publish alternate, so machine load
 drifts hit both). Target: publish <= 1.5x raw. Prints JSON.
 
@@ -201,7 +204,8 @@ def timed_rounds(
         "store": (model, {}),
         "scattered": (scattered, {}),
         "http": (model, {"control": "http"}),
-        "verified": (model, {"verify": True}),
+        "verified": (model, {"verify": True}),  # the defaults: probe every 10th push
+        "probed": (model, {"verify": True, "probe_every": 1}),
     }
     version = 0
     results: dict[str, Any] = {}
@@ -262,6 +266,12 @@ def bench_model(name: str, repeats: int, bucket_mb: float) -> dict[str, Any]:
         "publish_http_control_over_raw": in_place["http_over_raw"],
         "publish_verified_s": in_place["verified_s"],
         "publish_verified_over_raw": in_place["verified_over_raw"],
+        "publish_verified_probe_every_push_s": in_place["probed_s"],
+        "publish_verified_probe_every_push_over_raw": in_place["probed_over_raw"],
+        "publish_verified_default_amortized_over_raw": (
+            9 * in_place["verified_over_raw"] + in_place["probed_over_raw"]
+        )
+        / 10,
         "publish_buffered_s": buffered["store_s"],
         "publish_buffered_over_raw": buffered["store_over_raw"],
         "target_publish_over_raw": 1.5,

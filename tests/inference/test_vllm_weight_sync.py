@@ -98,6 +98,7 @@ class FakeEngineClient:
         self.hf = hf
         self.model_config = SimpleNamespace(dtype=torch.float32)
         self.nan_probe = False
+        self.probe_offset = 0.0  # what half-precision rounding does to the probe, roughly
 
     async def collective_rpc(self, method: str, args: tuple[Any, ...] = ()) -> list[Any]:
         return [await asyncio.to_thread(getattr(self.worker, method), *args)]
@@ -113,6 +114,7 @@ class FakeEngineClient:
         positions: list[dict[int, SimpleNamespace] | None] = [None]
         for i, (row, token) in enumerate(zip(rows, ids[1:], strict=True)):
             value = math.nan if self.nan_probe and i == 2 else float(row[token])
+            value += self.probe_offset
             positions.append({token: SimpleNamespace(logprob=value)})
         yield SimpleNamespace(prompt_logprobs=positions)
 
@@ -199,8 +201,16 @@ def test_responses_carry_the_version_of_their_admission(rig: SimpleNamespace) ->
 
 
 def test_the_probe_tolerance_follows_the_served_dtype(rig: SimpleNamespace) -> None:
+    rig.engine.probe_offset = 0.1  # a bfloat16 forward is this far from the float32 reference
+    with pytest.raises(PublishVerificationError, match=r"atol 0\.001"):
+        rig.publisher.publish(rig.trainer, version=1)  # a float32 server: 1e-3
+    rig.publisher.close()
     rig.engine.model_config = SimpleNamespace(dtype=torch.bfloat16)
     status = rig.client.get("/ludic/weights/status", headers={"Authorization": f"Bearer {TOKEN}"})
     assert status.json()["dtype"] == "bfloat16"
-    assert probe_atol("bfloat16") == 0.2 and probe_atol("float32") == 1e-3
+    rig.publisher.publish(rig.trainer, version=2)  # reconnects, reads bfloat16: atol 0.2
+    rig.engine.probe_offset = 0.3
+    rig.publisher.probe_every = 1
+    with pytest.raises(PublishVerificationError, match=r"atol 0\.2"):
+        rig.publisher.publish(rig.trainer, version=3)
     assert probe_atol("float16") == 0.05 and probe_atol(None) == 1e-3

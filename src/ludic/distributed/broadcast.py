@@ -100,9 +100,9 @@ class BroadcastPolicyPublisher:
       load that never happened, a dropped tiny update), and that the sent weights are finite.
       With `probe`, also on the first push of each connection and every `probe_every`-th
       push: the server's `/ludic/logprobs` on `probe_token_ids` (default: 16 fixed
-      pseudo-random ids) against the trainer's within `atol` (default: by the served dtype,
-      `verification.PROBE_ATOL`: 1e-3 for float32, 0.2 for bfloat16); nan or inf logprobs
-      always fail. The probe checks the server's numerics (its forward, dtype, config), which
+      pseudo-random ids) against the trainer's within `atol` for a full-precision server,
+      widened for a half-precision one (`verification.PROBE_ATOL`: 0.05 float16, 0.2
+      bfloat16, from the dtype the server reports); nan or inf logprobs always fail. The probe checks the server's numerics (its forward, dtype, config), which
       do not change between pushes, and costs two forward passes, more than the whole
       transfer of a small model on a CPU: `probe_every=1` probes every push. The trainer's
       logprobs come from the published model, or, when `publish` gets a state dict (as the
@@ -134,7 +134,7 @@ class BroadcastPolicyPublisher:
         probe_every: int = 10,
         probe_token_ids: Sequence[int] | None = None,
         probe_model: torch.nn.Module | None = None,
-        atol: float | None = None,
+        atol: float = 1e-3,
         master_addr: str = "127.0.0.1",
         timeout_s: float = 120.0,
         rank: int | None = None,
@@ -347,7 +347,7 @@ class BroadcastPolicyPublisher:
             served_version=served_version,
             expected_logprobs=check.expected,
             served_logprobs=served,
-            atol=self.atol if self.atol is not None else probe_atol(self._served_dtype),
+            atol=probe_atol(self._served_dtype, default=self.atol),
             mismatched_tensors=mismatched,
             unverified=unverified,
             nonfinite_tensors=check.nonfinite,

@@ -42,7 +42,8 @@ class InProcessPublisher:
     caught); the published weights must be finite. On the first push and every
     `probe_every`-th: the engine's logprobs on `probe_token_ids` (default: 16 fixed ids) must
     be finite and match the published model's (or `probe_model`'s, when a state dict is
-    published) within `atol` (default: 1e-4 for a float32 engine, wider for half precision).
+    published) within `atol` (for a full-precision engine; a half-precision one widens it to
+    `verification.PROBE_ATOL`).
     A sharded (FSDP2) model is probed through a non-sharded twin holding the published state,
     on this rank alone.
     """
@@ -55,7 +56,7 @@ class InProcessPublisher:
         probe_token_ids: Sequence[int] | None = None,
         probe_model: torch.nn.Module | None = None,
         probe_every: int = 10,
-        atol: float | None = None,
+        atol: float = 1e-4,
     ) -> None:
         if probe_every < 1:
             raise ValueError(f"probe_every must be >= 1, got {probe_every}")
@@ -103,13 +104,12 @@ class InProcessPublisher:
         expected = None if model is None or not probe_due else trainer_logprobs(model, state, ids)
         floating = [t.dtype for t in held.values() if t.is_floating_point()]
         served_dtype = floating[0] if floating else torch.float32
-        default_atol = probe_atol(dtype_name(served_dtype), default=1e-4)
         check_served_policy(
             version=version,
             served_version=served_version,
             expected_logprobs=expected,
             served_logprobs=self.engine.logprobs(ids) if probe_due else None,
-            atol=self.atol if self.atol is not None else default_atol,
+            atol=probe_atol(dtype_name(served_dtype), default=self.atol),
             mismatched_tensors=mismatched(sent, checksums(held)),
             nonfinite_tensors=nonfinite(state),
         )
