@@ -17,6 +17,7 @@ Opponent = Literal["random", "minimax", "mixed"]
 IllegalMove = Literal["retry", "end"]
 Algorithm = Literal["grpo", "dr_grpo", "gspo", "cispo", "gmpo", "reinforce_baseline"]
 ContextKind = Literal["full", "latest"]
+OfflineAlgorithm = Literal["sft", "awr"]
 
 RESUME_LATEST = "latest"
 """`TrainConfig.resume` value for the run's own checkpoints (what a bare `--resume` gives)."""
@@ -167,6 +168,17 @@ class SFTConfig:
     """Learning rate."""
     min_reward: float | None = None
     """Keep only episodes whose total reward is at least this (rejection at load time)."""
+    algorithm: OfflineAlgorithm = "sft"
+    """sft: every kept turn weighs 1. awr: advantage-weighted regression, each turn weighs
+    min(exp(A / beta), max weight) with A its episode's return minus a baseline, so a JSONL of
+    all episodes (not only the good ones) can be used."""
+    awr_beta: float = 1.0
+    """AWR temperature beta (smaller: sharper preference for high-advantage turns)."""
+    awr_max_weight: float = 20.0
+    """AWR weight cap."""
+    awr_baseline: Literal["group", "mean"] = "group"
+    """AWR baseline: group (mean return of the episode's group: same group id, else same first
+    observation) or mean (mean return-to-go over the whole file)."""
     retokenize: bool = False
     """Rebuild token ids from the messages with the model's chat template (for rollouts from
     a backend that returned no ids, or from another tokenizer)."""

@@ -1,7 +1,8 @@
-"""`ludic sft`: supervised fine-tuning on stored rollouts (SFT = offline RL with weight 1).
+"""`ludic sft`: supervised fine-tuning on stored rollouts (SFT = offline RL with weight 1), or
+advantage-weighted regression with `--algorithm awr`.
 
 Reads a rollouts JSONL with `OfflineBatchSource`, trains with `make_sft()` (NLL of the action
-tokens only), logs metrics, saves checkpoints whose `model/` directory is a loadable model,
+tokens only) or `make_awr()` (the same NLL, each turn weighted by exp(A / beta)), logs metrics, saves checkpoints whose `model/` directory is a loadable model,
 and plots the loss curve. It does not generate data: see `examples/rejection_sampling.py`.
 """
 
@@ -17,7 +18,7 @@ from rich.console import Console
 from ludic.recipes.configs import SFTConfig
 from ludic.recipes.training import finish, load_policy, make_trainer, plot_curve
 from ludic.rollouts import ChatTemplateRetokenizer, SampleFilter, SAWItem
-from ludic.training import OfflineBatchSource, drop_parse_errors, make_sft
+from ludic.training import OfflineBatchSource, RLAlgorithm, drop_parse_errors, make_awr, make_sft
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -45,8 +46,8 @@ def sft_command(cfg: SFTConfig, *, console: Console | None = None) -> SFTResult:
     console = console or Console()
     if not cfg.data.is_file():
         raise FileNotFoundError(f"--data {cfg.data} is not a file (expected a rollouts JSONL)")
+    algorithm = offline_algorithm(cfg)
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
-    algorithm = make_sft()
     filters: list[SampleFilter] = [drop_parse_errors()]
     if cfg.min_reward is not None:
         filters.append(min_episode_return(cfg.min_reward))
@@ -60,8 +61,9 @@ def sft_command(cfg: SFTConfig, *, console: Console | None = None) -> SFTResult:
         retokenizer=ChatTemplateRetokenizer(tokenizer=tokenizer) if cfg.retokenize else None,
     )
     _check_vocab(source, model)
+    _report_weights(source, algorithm, console)
     console.print(
-        f"SFT on {len(source.samples)} samples from {source.num_rollouts} rollouts "
+        f"{algorithm.name.upper()} on {len(source.samples)} samples from {source.num_rollouts} rollouts "
         f"({source.num_filtered_out} filtered out)"
     )
     trainer = make_trainer(
@@ -82,7 +84,7 @@ def sft_command(cfg: SFTConfig, *, console: Console | None = None) -> SFTResult:
         raise RuntimeError("SFT ran no step: the data gave no batch")
     curve = plot_curve(metrics, cfg.out_dir / "loss_curve.png", "loss")
     console.print(
-        f"SFT done: loss {history[0]['loss']:.3f} -> {history[-1]['loss']:.3f} over "
+        f"{algorithm.name.upper()} done: loss {history[0]['loss']:.3f} -> {history[-1]['loss']:.3f} over "
         f"{len(history)} steps. Model: [bold]{checkpoint / 'model'}[/bold]; curve: {curve}"
     )
     return SFTResult(
@@ -92,6 +94,32 @@ def sft_command(cfg: SFTConfig, *, console: Console | None = None) -> SFTResult:
         last_loss=float(history[-1]["loss"]),
         steps=len(history),
     )
+
+
+def offline_algorithm(cfg: SFTConfig) -> RLAlgorithm:
+    """The preset `--algorithm` names: `make_sft()` or `make_awr(...)` with the AWR flags."""
+    if cfg.algorithm == "sft":
+        return make_sft()
+    if cfg.algorithm == "awr":
+        return make_awr(beta=cfg.awr_beta, max_weight=cfg.awr_max_weight, baseline=cfg.awr_baseline)
+    raise ValueError(f"--algorithm must be 'sft' or 'awr', got {cfg.algorithm!r}")
+
+
+def _report_weights(source: OfflineBatchSource, algorithm: RLAlgorithm, console: Console) -> None:
+    """AWR on data whose weights are all equal is plain SFT: say so, it is rarely intended."""
+    if algorithm.name != "awr" or not source.samples:
+        return
+    weights = [float(s.weight) for s in source.samples]
+    console.print(
+        f"AWR weights: min {min(weights):.3g}, mean {sum(weights) / len(weights):.3g}, "
+        f"max {max(weights):.3g}"
+    )
+    if max(weights) == min(weights):
+        console.print(
+            "[yellow]warning[/yellow]: every AWR weight is equal, so this is plain SFT: the "
+            "data has no reward differences within a group (use --awr-baseline mean, or data "
+            "with both good and bad episodes)"
+        )
 
 
 def _check_vocab(source: OfflineBatchSource, model: torch.nn.Module) -> None:

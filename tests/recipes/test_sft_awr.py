@@ -1,0 +1,123 @@
+"""`ludic sft --algorithm awr`: advantage-weighted regression on a rollouts JSONL, from the
+command line to the weights the trainer sees."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+import tyro
+from rich.console import Console
+
+from ludic.cli import main as cli_main
+from ludic.models import build_tiny_model
+from ludic.recipes.configs import SFTConfig
+from ludic.recipes.expert import PolicyClient
+from ludic.recipes.sft import offline_algorithm, sft_command
+from ludic.recipes.tictactoe import ENV_NAME, PROTOCOL_NAME, expert_policy, rollout_engine
+from ludic.rollouts import ComponentSpec, RolloutRequest, SeedSequencer, write_rollouts_jsonl
+from ludic.training import AWRCredit, OfflineBatchSource, make_sft
+from ludic.training.credit import group_normalize, group_rollouts
+from ludic.types import Rollout
+
+
+def play(epsilon: float, path: Path, games: int) -> Path:
+    client = PolicyClient(expert_policy(epsilon), build_tiny_model()[1])
+    requests = [
+        RolloutRequest(env=ComponentSpec(name=ENV_NAME), protocol=ComponentSpec(name=PROTOCOL_NAME))
+        for _ in range(games)
+    ]
+    engine = rollout_engine(client)
+    rollouts = asyncio.run(engine.run(SeedSequencer(run_seed=3).seed_requests(requests, 0)))
+    with path.open("w") as f:
+        write_rollouts_jsonl(rollouts, f)
+    return path
+
+
+@pytest.fixture(scope="module")
+def mixed_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sloppy expert (random moves 80% of the time): wins, draws and losses."""
+    path = play(0.8, tmp_path_factory.mktemp("data") / "mixed.jsonl", games=12)
+    returns = {round(Rollout.from_dict(json.loads(line)).total_reward, 6) for line in path.open()}
+    assert len(returns) > 1, "the fixture needs episodes with different returns"
+    return path
+
+
+def test_the_cli_flags_build_the_awr_preset() -> None:
+    args = [
+        "--data",
+        "x.jsonl",
+        "--algorithm",
+        "awr",
+        "--awr-beta",
+        "0.5",
+        "--awr-baseline",
+        "mean",
+    ]
+    cfg = tyro.cli(SFTConfig, args=args)
+    algorithm = offline_algorithm(cfg)
+    assert algorithm.name == "awr"
+    assert algorithm.credit_assigner == AWRCredit(beta=0.5, max_weight=20.0, baseline="mean")
+    assert offline_algorithm(tyro.cli(SFTConfig, args=["--data", "x.jsonl"])).name == "sft"
+
+
+def test_awr_weights_of_the_samples_are_exp_of_group_advantages(mixed_data: Path) -> None:
+    # weight = min(exp((R_i - mean_group R) / beta), 20) for every turn of episode i
+    credit = AWRCredit(beta=0.5)
+    source = OfflineBatchSource(paths=mixed_data, credit_assigner=credit, batch_size=4)
+    rollouts = [Rollout.from_dict(json.loads(line)) for line in mixed_data.open()]
+    expected: dict[str, float] = {}
+    for members in group_rollouts(rollouts).values():
+        returns = [math.fsum(t.reward for t in turns) for _, turns in members]
+        advantages = group_normalize(returns, normalize_std=False, eps=1e-6)
+        for (rollout, _), a in zip(members, advantages, strict=True):
+            expected[rollout.id] = min(math.exp(a / 0.5), 20.0)
+    weights = {s.meta["rollout_id"]: s.weight for s in source.samples}
+    assert weights == pytest.approx({rid: expected[rid] for rid in weights}, abs=1e-9)
+    assert len(set(weights.values())) > 1
+
+
+@pytest.mark.slow
+def test_ludic_sft_algorithm_awr_trains_from_the_command_line(
+    mixed_data: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "awr"
+    cli_main(
+        [
+            "sft",
+            "--data",
+            str(mixed_data),
+            "--algorithm",
+            "awr",
+            "--steps",
+            "3",
+            "--batch-size",
+            "8",
+            "--lr",
+            "3e-3",
+            "--out-dir",
+            str(out),
+            "--no-progress",
+        ]
+    )
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 3
+    assert sorted((out / "checkpoints").glob("step_*/model/config.json"))
+    # the trainer saw AWR weights (not SFT's 1.0): exp(A / 1) of mixed returns
+    assert any(abs(r["weight_mean"] - 1.0) > 1e-3 for r in records)
+
+
+def test_awr_on_equal_rewards_warns_that_it_is_plain_sft(tmp_path: Path) -> None:
+    data = play(0.0, tmp_path / "perfect.jsonl", games=4)  # minimax never loses to random
+    rewards = {Rollout.from_dict(json.loads(line)).total_reward for line in data.open()}
+    if len(rewards) != 1:
+        pytest.skip(f"the expert's games did not all end alike: {rewards}")
+    buffer = io.StringIO()
+    cfg = SFTConfig(data=data, algorithm="awr", steps=1, out_dir=tmp_path / "o", progress=False)
+    sft_command(cfg, console=Console(file=buffer, width=200))
+    assert "every AWR weight is equal, so this is plain SFT" in buffer.getvalue()
+    assert make_sft().name == "sft"
