@@ -51,8 +51,12 @@ from ludic.training import (
     make_gspo,
     make_reinforce,
     make_reinforce_baseline,
+    make_reinforce_pp,
+    make_rloo,
+    with_rollout_correction,
 )
 from ludic.training.batching.types import BatchSource
+from ludic.training.losses import RejectOutside, TruncatedIS
 from ludic.types import Info, StepOutcome
 
 TOL = 1e-5
@@ -69,6 +73,12 @@ PRESETS: dict[str, Callable[[], RLAlgorithm]] = {
     "gigpo": make_gigpo,
     "reinforce_tis": lambda: make_reinforce(truncated_is_cap=2.0),
     "reinforce_baseline_tis": lambda: make_reinforce_baseline(truncated_is_cap=2.0),
+    "rloo_tis": lambda: make_rloo(truncated_is_cap=2.0),
+    "reinforce_pp": make_reinforce_pp,
+    "reinforce_pp_baseline": lambda: make_reinforce_pp(group_baseline=True),
+    "grpo_rollout_is": lambda: with_rollout_correction(
+        make_grpo(), TruncatedIS(cap=2.0), RejectOutside(level="sequence", low=0.5, high=2.0)
+    ),
 }
 
 
@@ -175,12 +185,15 @@ def test_first_on_policy_step_has_ratio_one(name: str) -> None:
     assert metrics["loss/mismatch/abs_log_ratio_max"] <= TOL
     assert metrics["loss/mismatch/frac_beyond"] == 0.0
     ratios = {k: v for k, v in metrics.items() if k.endswith(("/ratio_min", "/ratio_max"))}
-    if not name.startswith("reinforce"):
+    if not name.startswith(("reinforce_tis", "reinforce_baseline", "rloo")):
         assert ratios, metrics
     for key, value in ratios.items():  # the loss's own view of the ratio
         assert abs(value - 1.0) <= 2 * TOL, (key, value)
     if "loss/clip_frac" in metrics:
         assert metrics["loss/clip_frac"] == 0.0
+    if "loss/rollout_is/weight_mean" in metrics:  # on-policy, the correction is the identity
+        assert metrics["loss/rollout_is/weight_mean"] == pytest.approx(1.0, abs=TOL)
+        assert metrics["loss/rollout_is/reject_sequence_frac"] == 0.0
 
 
 @pytest.mark.slow
