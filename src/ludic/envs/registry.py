@@ -8,6 +8,7 @@ holds no protocol or agent choices.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -86,8 +87,48 @@ BUILTIN_ENVS: dict[str, Callable[..., LudicEnv]] = {
 }
 
 
+# `--env PREFIX:TARGET` for another ecosystem's env: prefix -> the adapter module, whose
+# `env_spec(TARGET)` builds the EnvSpec (importing the ecosystem's package only then).
+ADAPTER_PREFIXES: dict[str, str] = {
+    "gymnasium": "ludic.envs.adapters.gymnasium",
+    "textarena": "ludic.envs.adapters.textarena",
+    "reasoning_gym": "ludic.envs.adapters.reasoning_gym",
+    "verifiers": "ludic.envs.adapters.verifiers",
+    "openenv": "ludic.envs.adapters.openenv",
+}
+
+
+def adapter_spec(name: str) -> EnvSpec | None:
+    """The EnvSpec of an ecosystem env named `PREFIX:TARGET` (`gymnasium:FrozenLake-v1`,
+    `textarena:TicTacToe-v0`, `reasoning_gym:countdown`, `verifiers:MODULE`, `openenv:...`),
+    or None when `name` has no adapter prefix (a built-in name or a `module:factory` string).
+
+    Raises ImportError with the `pip install 'ludic[EXTRA]'` line when the package is missing.
+    """
+    prefix, sep, target = name.partition(":")
+    if not sep or prefix not in ADAPTER_PREFIXES:
+        return None
+    if not target:
+        raise ValueError(f"{name!r} names no env after {prefix + ':'!r}; e.g. {_EXAMPLES[prefix]}")
+    module = importlib.import_module(ADAPTER_PREFIXES[prefix])
+    spec: EnvSpec = module.env_spec(target)
+    return spec
+
+
+_EXAMPLES = {
+    "gymnasium": "gymnasium:FrozenLake-v1",
+    "textarena": "textarena:TicTacToe-v0",
+    "reasoning_gym": "reasoning_gym:countdown",
+    "verifiers": "verifiers:my_env_module",
+    "openenv": "openenv:http://localhost:8000",
+}
+
+
 def make_env(name: str, **kwargs: Any) -> LudicEnv:
-    """Build the built-in env `name` with `kwargs`; KeyError listing the names if unknown."""
+    """Build the built-in (or `PREFIX:TARGET` ecosystem) env `name` with `kwargs`; KeyError
+    listing the names if unknown."""
+    if (spec := adapter_spec(name)) is not None:
+        return spec(**kwargs)
     if name not in BUILTIN_ENVS:
         raise KeyError(f"no built-in env {name!r}; choose one of {sorted(BUILTIN_ENVS)}")
     return BUILTIN_ENVS[name](**kwargs)
@@ -95,6 +136,8 @@ def make_env(name: str, **kwargs: Any) -> LudicEnv:
 
 def env_parser(name: str) -> Parser | None:
     """The parser suggested for built-in env `name` (None: use the completion as the action)."""
+    if (spec := adapter_spec(name)) is not None:
+        return spec.parser
     if name not in BUILTIN_ENVS:
         raise KeyError(f"no built-in env {name!r}; choose one of {sorted(BUILTIN_ENVS)}")
     parser: Parser | None = getattr(BUILTIN_ENVS[name], "parser", None)

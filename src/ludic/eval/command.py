@@ -153,7 +153,13 @@ def import_object(spec: str) -> Any:
 
 
 def resolve_env_factory(name: str) -> EnvFactory:
-    """A built-in env's factory by registry name, or a user factory by `module:factory`."""
+    """A built-in env's factory by registry name, an ecosystem env by `PREFIX:TARGET`
+    (`gymnasium:FrozenLake-v1`, see `ludic.envs.registry.ADAPTER_PREFIXES`), or a user factory
+    by `module:factory`."""
+    from ludic.envs.registry import adapter_spec
+
+    if (spec := adapter_spec(name)) is not None:
+        return spec
     if ":" in name:
         factory = import_object(name)
     else:

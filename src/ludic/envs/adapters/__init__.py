@@ -1,0 +1,19 @@
+"""Adapters that run other ecosystems' environments as Ludic envs, one module per ecosystem:
+Gymnasium, reasoning-gym, TextArena, verifiers and OpenEnv. Importing this package imports none
+of them; each is imported when an env is built, with a `pip install 'ludic[EXTRA]'` hint when
+it is missing. The CLI reaches them as `--env PREFIX:TARGET` (`ludic.envs.registry`)."""
+
+from ludic.envs.adapters._common import ansi_to_text, require
+from ludic.envs.adapters.gymnasium import (
+    GymnasiumEnv,
+    discrete_action_parser,
+    observation_state_key,
+)
+
+__all__ = [
+    "GymnasiumEnv",
+    "ansi_to_text",
+    "discrete_action_parser",
+    "observation_state_key",
+    "require",
+]
