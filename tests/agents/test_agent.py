@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ludic.agents import Agent, derive_call_seed
-from ludic.agents.base import INCOMPLETE_FEEDBACK
+from ludic.agents.base import INCOMPLETE_FEEDBACK, resolve_sampling
+from ludic.envs import SingleAgentEnv
 from ludic.inference.sampling import SamplingConfig
 from ludic.inference.scripted import IM_END, ScriptedClient, encode_text, render_chatml_ids
 from ludic.parsers import DEFAULT_PENALTY, xml_tag_parser
@@ -64,7 +65,13 @@ async def test_parse_failure_is_recorded_with_penalty_and_feedback() -> None:
 
 async def test_incomplete_completion_is_rejected_but_kept_in_context() -> None:
     client = ScriptedClient([("<move>3</move> and then I ran out", "length")])
-    agent = started(Agent(client, parser=xml_tag_parser("move"), incomplete_penalty=-0.7))
+    agent = Agent(
+        client,
+        parser=xml_tag_parser("move"),
+        incomplete_penalty=-0.7,
+        reject_incomplete_completions=True,
+    )
+    started(agent)
     act = await agent.act(turn_id="t")
     (step,) = act.steps
     assert act.action is None  # even though the text holds a valid tag
@@ -78,14 +85,40 @@ async def test_incomplete_completion_is_rejected_but_kept_in_context() -> None:
     }
 
 
-async def test_incomplete_completion_goes_to_the_parser_when_not_rejected() -> None:
+async def test_incomplete_completion_goes_to_the_parser_by_default() -> None:
+    seen: list[str] = []
+
+    def parser(text: str) -> ParseResult:
+        seen.append(text)
+        return xml_tag_parser("move")(text)
+
     client = ScriptedClient([("<move>3</move> and then", "length")])
-    agent = started(
-        Agent(client, parser=xml_tag_parser("move"), reject_incomplete_completions=False)
-    )
-    act = await agent.act(turn_id="t")
+    act = await started(Agent(client, parser=parser)).act(turn_id="t")
+    assert seen == ["<move>3</move> and then"]  # the user's parser saw the cut-off reply
     assert act.action == "3" and "incomplete_completion" not in act.final_step.info
     assert act.final_step.finish_reason == "length"
+
+
+def test_sampling_precedence_agent_fields_then_request_then_defaults() -> None:
+    agent = SamplingConfig(max_tokens=4, stop=("x",), extras={"a": 1, "b": 2})
+    request = SamplingConfig(temperature=0.5, max_tokens=64, seed=9, extras={"b": 3, "c": 4})
+    cfg = resolve_sampling(request, agent)
+    assert cfg.max_tokens == 4 and cfg.stop == ("x",)  # the agent set them
+    assert cfg.temperature == 0.5 and cfg.seed == 9  # the request set them, the agent did not
+    assert cfg.top_p == 1.0 and cfg.top_k == -1  # nobody did: the defaults
+    assert cfg.extras == {"a": 1, "b": 2, "c": 4}
+    assert resolve_sampling(None, agent) == agent
+    assert resolve_sampling(request, None) == request
+    assert resolve_sampling(None, None) == SamplingConfig()
+    assert resolve_sampling(SamplingConfig(), SamplingConfig(seed=5)).seed == 5
+
+
+async def test_agent_max_tokens_wins_over_the_request_default() -> None:
+    client = ScriptedClient(["a"])
+    agent = started(Agent(client, sampling=SamplingConfig(max_tokens=4)))
+    await agent.act(turn_id="t", sampling=SamplingConfig(temperature=0.3))  # max_tokens 256
+    sent = client.requests[0].sampling
+    assert sent.max_tokens == 4 and sent.temperature == 0.3
 
 
 async def test_a_parser_that_raises_is_a_parse_failure() -> None:
@@ -122,12 +155,20 @@ async def test_each_call_gets_a_distinct_deterministic_seed() -> None:
     assert a == b and len(set(a)) == 4
     assert a == [derive_call_seed(7, i) for i in range(4)]
     assert set(a).isdisjoint(await seeds(8))
-    # A per-act sampling overrides the agent's; no seed stays no seed.
+    # A per-act (request) seed wins over the agent's; without one the agent's seed stays.
     client = ScriptedClient(["a"])
     agent = started(Agent(client, sampling=SamplingConfig(seed=1)))
+    await agent.act(turn_id="t", sampling=SamplingConfig(temperature=0.0, seed=3))
     await agent.act(turn_id="t", sampling=SamplingConfig(temperature=0.0))
-    assert client.requests[0].sampling.seed is None
+    assert [r.sampling.seed for r in client.requests] == [
+        derive_call_seed(3, 0),
+        derive_call_seed(1, 1),
+    ]
     assert client.requests[0].sampling.temperature == 0.0
+    # No seed anywhere stays no seed.
+    client = ScriptedClient(["a"])
+    await started(Agent(client)).act(turn_id="t", sampling=SamplingConfig(temperature=0.0))
+    assert client.requests[0].sampling.seed is None
 
 
 @pytest.mark.parametrize("base", [0, 1, 2**31, 123456789])
@@ -136,3 +177,42 @@ def test_derive_call_seed_is_in_range_and_distinct(base: int) -> None:
     assert len(set(seeds)) == 1000
     assert all(s is not None and 0 <= s < 2**31 - 1 for s in seeds)
     assert derive_call_seed(None, 3) is None
+
+
+@pytest.mark.slow
+async def test_agent_max_tokens_holds_through_the_rollout_engine_on_a_tiny_model() -> None:
+    """The issue's case: a request with default sampling (256 tokens) must not undo the
+    agent's `max_tokens=4`, end to end through RolloutEngine and the embedded engine."""
+    from ludic.inference.engine import EmbeddedEngine
+    from ludic.interaction import SingleAgentProtocol
+    from ludic.models import build_tiny_model
+    from ludic.rollouts import ComponentSpec, RolloutEngine, RolloutRequest
+    from ludic.types import Info, StepOutcome
+
+    class OneTurn(SingleAgentEnv):
+        def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
+            return "Say something.", {}
+
+        def env_step(self, action: str) -> StepOutcome:
+            return StepOutcome(obs="", reward=0.0, terminated=True)
+
+    model, tokenizer = build_tiny_model(seed=0)
+    with EmbeddedEngine(model, tokenizer) as engine:
+        rollouts = await RolloutEngine(
+            env_registry={"one": OneTurn},
+            protocol_registry={
+                "p": lambda: SingleAgentProtocol(
+                    Agent(engine, sampling=SamplingConfig(max_tokens=4)), max_steps=1
+                )
+            },
+        ).run(
+            [
+                RolloutRequest(env=ComponentSpec(name="one"), protocol=ComponentSpec(name="p"))
+                for _ in range(6)
+            ]
+        )
+    steps = [s for r in rollouts for s in r.agent_steps]
+    assert len(steps) == 6 and not any(r.failed for r in rollouts)
+    lengths = [len(s.trace.completion_token_ids) for s in steps if s.trace is not None]
+    assert len(lengths) == 6 and max(lengths) <= 4
+    assert all(s.info["sampling"]["max_tokens"] == 4 for s in steps if "sampling" in s.info)

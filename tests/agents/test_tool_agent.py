@@ -150,7 +150,7 @@ async def test_inner_step_cap_is_a_tool_loop_exhausted_parse_failure() -> None:
 
 async def test_cut_off_tool_call_is_rejected_and_not_run() -> None:
     client = ScriptedClient([(call("explode"), "length")])
-    agent = started(ToolAgent(client, tools=[explode]))
+    agent = started(ToolAgent(client, tools=[explode], reject_incomplete_completions=True))
     act = await agent.act(turn_id="t")
     (step,) = act.steps
     assert step.action_target == "env" and step.tool_calls == () and act.action is None

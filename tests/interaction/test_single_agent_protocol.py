@@ -117,7 +117,11 @@ async def test_finish_reason_is_separate_from_truncation() -> None:
 
 async def test_incomplete_completion_is_a_parse_failure_with_feedback() -> None:
     env = CountingEnv(length=1)
-    rollout, client = await run([("<move>good</move> but cut", "length"), "<move>good</move>"], env)
+    rollout, client = await run(
+        [("<move>good</move> but cut", "length"), "<move>good</move>"],
+        env,
+        reject_incomplete_completions=True,
+    )
     a0, a1 = rollout.agent_steps
     synthetic, real = rollout.env_steps
     assert env.actions == ["good"]  # the cut-off reply never reached the env

@@ -19,7 +19,9 @@ async def run_samples(replies: Sequence[Reply], *, max_steps: int, **env: Any) -
     engine = RolloutEngine(
         env_registry={"count": lambda **kw: CountEnv(**kw)},
         protocol_registry={
-            "single": lambda **kw: SingleAgentProtocol(Agent(ScriptedClient(replies)), **kw)
+            "single": lambda **kw: SingleAgentProtocol(
+                Agent(ScriptedClient(replies), reject_incomplete_completions=True), **kw
+            )
         },
     )
     request = RolloutRequest(

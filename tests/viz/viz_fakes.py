@@ -70,7 +70,7 @@ def _protocol(name: str) -> SingleAgentProtocol:
             client, tools=[add], parser=parser, system_prompt=f"Use tools. {INJECTION}"
         )
     else:
-        agent = Agent(client, parser=parser)
+        agent = Agent(client, parser=parser, reject_incomplete_completions=True)
     return SingleAgentProtocol(agent, max_steps=2)
 
 

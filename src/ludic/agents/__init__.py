@@ -1,6 +1,6 @@
 """Agents: an LLM with state (client + context + parser), optionally with tools."""
 
-from ludic.agents.base import Agent, AgentAct, derive_call_seed
+from ludic.agents.base import Agent, AgentAct, derive_call_seed, resolve_sampling
 from ludic.agents.code_tool import format_sandbox_result, make_python_tool
 from ludic.agents.react import ReActAgent
 from ludic.agents.tool_agent import ToolAgent, tool_results_from_json
@@ -17,6 +17,7 @@ __all__ = [
     "format_sandbox_result",
     "make_python_tool",
     "parse_tool_calls",
+    "resolve_sampling",
     "tool_from_callable",
     "tool_results_from_json",
 ]

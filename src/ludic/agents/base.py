@@ -47,6 +47,32 @@ class AgentAct:
         return None if self.parse_result is None else self.parse_result.action
 
 
+_DEFAULT_SAMPLING = SamplingConfig()
+
+
+def resolve_sampling(
+    request: SamplingConfig | None, agent: SamplingConfig | None
+) -> SamplingConfig:
+    """The sampling one model call uses: the agent's explicit fields > the request's > the
+    defaults (see `Agent`). A field counts as set by the agent when it differs from
+    `SamplingConfig()`'s default; the request's seed wins when set; `extras` merge, the agent's
+    keys winning."""
+    if agent is None:
+        return request if request is not None else _DEFAULT_SAMPLING
+    if request is None:
+        return agent
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(SamplingConfig):
+        if f.name in ("seed", "extras"):
+            continue
+        value = getattr(agent, f.name)
+        if value != getattr(_DEFAULT_SAMPLING, f.name):
+            changes[f.name] = value
+    changes["seed"] = request.seed if request.seed is not None else agent.seed
+    changes["extras"] = {**request.extras, **agent.extras}
+    return dataclasses.replace(request, **changes)
+
+
 def derive_call_seed(base_seed: int | None, call_index: int) -> int | None:
     """A distinct, deterministic sampling seed for each model call of an episode."""
     if base_seed is None:
@@ -57,9 +83,19 @@ def derive_call_seed(base_seed: int | None, call_index: int) -> int | None:
 class Agent:
     """A plain LLM agent: one model call per `act()`, parsed into an env action.
 
-    With `reject_incomplete_completions` (default), a completion cut off by the token limit
-    (`finish_reason == "length"`) is a parse failure with `info["incomplete_completion"]`;
-    its raw text is still added to the context, followed by feedback on the next step.
+    Sampling: each call uses `resolve_sampling(request, agent)`, field by field: a field the
+    agent's `sampling` sets (differs from `SamplingConfig()`'s default) wins over the request's
+    (what `act(sampling=...)` passes: the rollout request's sampling), which wins over the
+    defaults. The request's seed, when set, wins (it is the per-episode seed). So
+    `Agent(client, sampling=SamplingConfig(max_tokens=4))` always replies in at most 4 tokens.
+
+    A completion cut off by the token limit (`finish_reason == "length"`) goes to the parser
+    like any other (its step records `finish_reason`; `BatchStats.num_incomplete` counts them).
+    With `reject_incomplete_completions=True` it is instead a parse failure
+    (`incomplete_penalty`, `info["incomplete_completion"]`, counted in
+    `BatchStats.num_incomplete_rejected`) that the parser never sees; its raw text is still
+    added to the context, followed by feedback on the next step. Turn it on when a cut-off
+    reply can look valid (a half-written answer) and you want the policy to learn brevity.
 
     A completion longer than `parse_inline_max_chars` is parsed on a worker thread, so a slow
     parser neither freezes the other episodes nor escapes the episode timeout; shorter ones
@@ -77,7 +113,7 @@ class Agent:
         sampling: SamplingConfig | None = None,
         agent_id: str = "agent_0",
         system_prompt: str | None = None,
-        reject_incomplete_completions: bool = True,
+        reject_incomplete_completions: bool = False,
         incomplete_penalty: float = DEFAULT_PENALTY,
     ) -> None:
         self.client = client
@@ -179,7 +215,7 @@ class Agent:
     async def _call_model(
         self, sampling: SamplingConfig | None, tools: Sequence[dict[str, Any]] | None = None
     ) -> tuple[ChatResponse, list[Message]]:
-        cfg = sampling if sampling is not None else self.sampling
+        cfg = resolve_sampling(sampling, self.sampling)
         cfg = cfg.with_seed(derive_call_seed(cfg.seed, self._calls))
         self._calls += 1
         prompt = self.context.on_before_act()
@@ -226,4 +262,4 @@ class Agent:
         return step
 
 
-__all__ = ["INCOMPLETE_FEEDBACK", "Agent", "AgentAct", "derive_call_seed"]
+__all__ = ["INCOMPLETE_FEEDBACK", "Agent", "AgentAct", "derive_call_seed", "resolve_sampling"]

@@ -80,6 +80,7 @@ def protocol_factory(client: ChatClient, *, max_tokens: int = 10) -> Callable[[]
             parser=MOVE_PARSER,
             sampling=SamplingConfig(max_tokens=max_tokens),
             system_prompt=SYSTEM_PROMPT,
+            reject_incomplete_completions=True,  # a move must fit in max_tokens
         )
         return SingleAgentProtocol(agent, max_steps=MAX_EPISODE_STEPS)
 

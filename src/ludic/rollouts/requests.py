@@ -49,7 +49,9 @@ class RolloutRequest:
     """What to run for one episode: which env and protocol, seeds, sampling and metadata.
 
     `env_seed` picks the problem (`env.reset(seed)`); `sampling_seed`, when set, overrides
-    `sampling.seed` for the episode. `group_id` ties requests whose rollouts share a baseline
+    `sampling.seed` for the episode. `sampling` is the episode's default: a field the agent's
+    own `sampling` sets wins over it (`ludic.agents.resolve_sampling`: agent > request >
+    `SamplingConfig` defaults; the request's seed wins). `group_id` ties requests whose rollouts share a baseline
     (GRPO). `meta` is copied into every rollout's meta (engine keys take precedence).
     """
 
