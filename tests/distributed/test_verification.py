@@ -14,6 +14,7 @@ from ludic.distributed.verification import (
     compare_logprobs,
     default_probe_tokens,
     reference_logprobs,
+    reference_logprobs_from_state,
     vocab_size_of,
 )
 from ludic.inference.engine import EmbeddedEngine
@@ -76,3 +77,39 @@ def test_reference_logprobs_match_the_engine_probe() -> None:
     with EmbeddedEngine(model, tokenizer) as engine:
         served = engine.logprobs(ids)
     assert torch.allclose(torch.tensor(expected), torch.tensor(served), atol=1e-5)
+
+
+def test_the_twin_reference_equals_the_models_own() -> None:
+    model, _ = build_tiny_model(seed=0, spec=SPEC)
+    ids = default_probe_tokens(vocab_size_of(model))
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    assert reference_logprobs_from_state(model, state, ids) == reference_logprobs(model, ids)
+
+
+def test_the_twin_of_a_lora_model_runs_the_merged_weights() -> None:
+    from ludic.training import add_lora
+    from ludic.training.lora import inference_weights
+
+    base, _ = build_tiny_model(seed=0, spec=SPEC)
+    ids = default_probe_tokens(vocab_size_of(base))
+    untouched = reference_logprobs(base, ids)
+    lora = add_lora(base, rank=4, alpha=8, target_modules=("q_proj", "v_proj"))
+    with torch.no_grad():
+        for name, param in lora.named_parameters():
+            if "lora_B" in name:
+                param.normal_(std=0.05)
+    merged = inference_weights(lora, lora.state_dict())  # what a LoRA trainer publishes
+    got = reference_logprobs_from_state(lora, merged, ids)
+    expected = reference_logprobs(lora, ids)  # the adapters' forward
+    assert torch.allclose(torch.tensor(got), torch.tensor(expected), atol=1e-5)
+    assert not torch.allclose(torch.tensor(got), torch.tensor(untouched), atol=1e-3)
+
+
+def test_a_twin_needs_the_weights_and_a_config() -> None:
+    model, _ = build_tiny_model(seed=0, spec=SPEC)
+    state = dict(model.state_dict())
+    del state["model.norm.weight"]
+    with pytest.raises(ValueError, match=r"do not cover .*model\.norm\.weight"):
+        reference_logprobs_from_state(model, state, [1, 2, 3])
+    with pytest.raises(ValueError, match="no Hugging Face config"):
+        reference_logprobs_from_state(torch.nn.Linear(2, 2), {}, [1, 2, 3])

@@ -1,7 +1,9 @@
 """Weight publishing from the trainer to inference: the `PolicyPublisher` seam and its
-implementations (in-process, and HTTP + torch.distributed broadcast with verification)."""
+implementations (in-process, and HTTP + torch.distributed broadcast), each verified with exact
+checksums of what the receiver holds and a logprob probe."""
 
 from ludic.distributed.broadcast import BroadcastPolicyPublisher, PushStats, WeightPushError
+from ludic.distributed.checksum import checksums, tensor_checksum
 from ludic.distributed.inprocess import InProcessPublisher, WeightTarget
 from ludic.distributed.interfaces import PolicyPublisher, PublishVerificationError, Weights
 from ludic.distributed.manifest import ManifestError, WeightManifest, plan_manifest
@@ -11,7 +13,9 @@ from ludic.distributed.verification import (
     check_served_policy,
     compare_logprobs,
     default_probe_tokens,
+    probe_atol,
     reference_logprobs,
+    reference_logprobs_from_state,
 )
 
 __all__ = [
@@ -28,8 +32,12 @@ __all__ = [
     "WeightTarget",
     "Weights",
     "check_served_policy",
+    "checksums",
     "compare_logprobs",
     "default_probe_tokens",
     "plan_manifest",
+    "probe_atol",
     "reference_logprobs",
+    "reference_logprobs_from_state",
+    "tensor_checksum",
 ]
