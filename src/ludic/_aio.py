@@ -122,8 +122,17 @@ async def run_in_worker(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs
         return await asyncio.wrap_future(future)
     except asyncio.CancelledError:
         if future.running():
-            _WORKERS.note_abandoned(getattr(fn, "__qualname__", repr(fn)), future)
+            _WORKERS.note_abandoned(_call_name(fn), future)
         raise
+
+
+def _call_name(fn: Callable[..., Any]) -> str:
+    """`Class.method` of the instance's own class for a bound method (an env subclass, not the
+    base class defining the method), else the qualified name."""
+    owner = getattr(fn, "__self__", None)
+    if owner is not None and not isinstance(owner, type) and hasattr(fn, "__name__"):
+        return f"{type(owner).__name__}.{fn.__name__}"
+    return getattr(fn, "__qualname__", repr(fn))
 
 
 async def call_off_loop(fn: Callable[..., T | Awaitable[T]], /, *args: Any, **kwargs: Any) -> T:

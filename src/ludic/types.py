@@ -328,6 +328,9 @@ class EnvironmentStep:
     `agent_step_ids` name the AgentSteps whose final action produced this transition; it is
     empty when the agent did not act (another agent moved and this agent observed the outcome).
     `truncation_reason` is "max_steps" (protocol limit) or "env" (env cut the episode off).
+    `state_key` is the env's key AFTER this step (of the state `next_obs` shows); the state
+    the agent acted from is `Turn.state_key` (the agent step's `info["state_key"]`), which is
+    what GiGPO groups by.
     """
 
     id: str = field(default_factory=new_id)

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ludic._aio import abandoned_worker_calls
+from ludic._aio import abandoned_worker_calls, maybe_await
 from ludic.agents import Agent
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.inference.client import ChatRequest, ChatResponse
@@ -130,7 +130,7 @@ async def test_a_blocking_sync_env_step_times_out_while_the_others_finish(
     # allowed to stall the event loop (before, it ran on the loop and "succeeded" after 30 s).
     assert not gate.passed.is_set()
     assert abandoned_worker_calls() >= 1  # the step still runs on its thread, and says so
-    assert "TwoStepEnv.env_step was abandoned" in caplog.text
+    assert "TwoStepEnv.step was abandoned" in caplog.text
     bad = rollouts["r1"]
     assert bad.failed and bad.meta["error_phase"] == "timeout"
     assert bad.meta["error"] == "episode exceeded episode_timeout_s=0.5"
@@ -190,7 +190,7 @@ class NonClosingProtocol:
     """A protocol that leaves closing to the engine."""
 
     async def run(self, env, *, env_seed=None, sampling=None) -> list[Rollout]:
-        await env.reset(seed=env_seed)
+        await maybe_await(env.reset(seed=env_seed))
         return [Rollout(meta={"ran": True})]
 
 

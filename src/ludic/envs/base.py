@@ -49,6 +49,8 @@ class LudicEnv(ABC):
     """
 
     system_prompt: str | None = None
+    """A suggested system prompt (the rules, the action format). The agent uses it unless it
+    has its own (`Agent(system_prompt=...)` wins); None: no system message."""
     close_timeout_s: float = 10.0
     inline_sync_calls: bool = False
 
@@ -67,6 +69,11 @@ class LudicEnv(ABC):
     def step(self, actions: Mapping[str, str]) -> StepResult | Awaitable[StepResult]: ...
 
     def state_key(self, agent_id: str) -> Hashable | None:
+        """The hashable identity of `agent_id`'s CURRENT state (str, int or a tuple of those),
+        or None for no key. Protocols read it after `reset` and after every `step`: the
+        agent step records the key of the state it acted from (GiGPO's anchor state), the
+        `EnvironmentStep` the key of the state the step led to. Equal keys must mean the same
+        decision; without a key GiGPO groups by a hash of the observation text."""
         return None
 
     def close(self) -> Awaitable[None] | None:  # noqa: B027 - optional hook
