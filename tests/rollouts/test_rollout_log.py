@@ -42,8 +42,8 @@ def rich_rollout() -> Rollout:
 def test_round_trip_is_exact(tmp_path) -> None:
     rollouts = [rich_rollout(), Rollout(meta={"error": "boom", "error_type": "RuntimeError"})]
     path = tmp_path / "a" / "r.jsonl"
-    assert append_rollouts_jsonl(path, rollouts) == 2
-    append_rollouts_jsonl(path, [rollouts[0]])
+    assert append_rollouts_jsonl(rollouts, path) == 2
+    append_rollouts_jsonl([rollouts[0]], path)
     back = read_rollouts_jsonl(path)
     assert [r.to_dict() for r in back] == [r.to_dict() for r in [*rollouts, rollouts[0]]]
     assert back[0].steps == rollouts[0].steps
@@ -60,7 +60,7 @@ def test_stream_writer_and_blank_lines(tmp_path) -> None:
 
 def test_a_damaged_line_is_reported_with_its_position(tmp_path) -> None:
     path = tmp_path / "r.jsonl"
-    append_rollouts_jsonl(path, [rich_rollout()])
+    append_rollouts_jsonl([rich_rollout()], path)
     with path.open("a") as f:
         f.write('{"id": "cut off')
     with pytest.raises(ValueError, match=r"r\.jsonl:2: not a JSON rollout record"):
@@ -78,7 +78,7 @@ def test_a_lone_surrogate_is_escaped_and_round_trips(tmp_path) -> None:
     rollout = rich_rollout()
     rollout.meta["note"] = lone
     path = tmp_path / "r.jsonl"
-    assert append_rollouts_jsonl(path, [rollout, rich_rollout()]) == 2
+    assert append_rollouts_jsonl([rollout, rich_rollout()], path) == 2
     raw = path.read_bytes()
     first, second = raw.decode("utf-8").splitlines()  # the file stays valid UTF-8
     assert "\\ud800" in first and first.isascii()  # only that record is escaped
@@ -90,5 +90,23 @@ def test_a_lone_surrogate_is_escaped_and_round_trips(tmp_path) -> None:
 def test_an_unwritable_rollout_leaves_the_file_untouched(tmp_path) -> None:
     path = tmp_path / "r.jsonl"
     with pytest.raises(TypeError, match="not JSON-serialisable"):
-        append_rollouts_jsonl(path, [rich_rollout(), Rollout(meta={"obj": object()})])
+        append_rollouts_jsonl([rich_rollout(), Rollout(meta={"obj": object()})], path)
     assert not path.exists() or path.read_text() == ""
+
+
+def test_write_and_append_take_rollouts_then_destination(tmp_path) -> None:
+    path = tmp_path / "sub" / "w.jsonl"
+    assert write_rollouts_jsonl([rich_rollout()], path) == 1  # a path: written (overwritten)
+    assert write_rollouts_jsonl([rich_rollout(), rich_rollout()], path) == 2
+    assert append_rollouts_jsonl([rich_rollout()], path) == 1
+    assert len(read_rollouts_jsonl(path)) == 3
+
+
+def test_the_old_destination_first_order_still_works_with_a_warning(tmp_path) -> None:
+    path, rollout = tmp_path / "old.jsonl", rich_rollout()
+    with pytest.warns(DeprecationWarning, match="rollouts first"):
+        assert append_rollouts_jsonl(path, [rollout]) == 1  # type: ignore[arg-type]
+    buf = io.StringIO()
+    with pytest.warns(DeprecationWarning, match="rollouts first"):
+        write_rollouts_jsonl(buf, [rollout])  # type: ignore[arg-type]
+    assert buf.getvalue() == path.read_text(encoding="utf-8")

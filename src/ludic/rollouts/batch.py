@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from ludic.rollouts.build_samples import SampleMode, SnapshotPolicy, build_samples
-from ludic.rollouts.engine import RolloutEngine
+from ludic.rollouts.engine import RolloutEngine, warn_if_all_failed
 from ludic.rollouts.requests import RequestStrategy, RolloutRequest
 from ludic.rollouts.retokenize import Retokenizer
 from ludic.rollouts.samples import CreditAssigner, SampleFilter, SAWItem
@@ -23,7 +23,10 @@ class BatchStats:
     """Counts over one batch. `mean_reward` averages `total_reward` over non-failed rollouts
     (0.0 when every rollout failed). `num_failed` includes `num_build_failed` (rollouts whose
     samples could not be built); `num_log_failures` counts rollouts the engine's `jsonl_log`
-    could not record (they still train)."""
+    could not record (they still train). `num_incomplete` counts model calls cut off at
+    `max_tokens` (finish_reason "length"), `num_incomplete_rejected` those of them an agent
+    with `reject_incomplete_completions=True` turned into a parse failure (the parser never
+    saw them); when most calls are cut off, raise `max_tokens`."""
 
     num_requests: int
     num_rollouts: int
@@ -38,6 +41,8 @@ class BatchStats:
     num_build_failed: int = 0
     num_log_failures: int = 0
     num_drift_splits: int = 0
+    num_incomplete: int = 0
+    num_incomplete_rejected: int = 0
 
     def to_dict(self) -> JSON:
         return asdict(self)
@@ -79,6 +84,9 @@ async def generate_batch(
     if broken:
         ok = [r for r in ok if not r.failed]
         built, _ = _build(ok, credit_assigner, sample_mode, snapshot_policy, retokenizer)
+        if not ok:  # the engine saw some succeed; building samples failed the rest
+            warn_if_all_failed(rollouts, stage=" (building samples)")
+    calls = [s for r in ok for s in r.agent_steps]
     samples = [s for s in built if all(f(s) for f in filters)]
     stats = BatchStats(
         num_requests=len(expanded),
@@ -94,6 +102,8 @@ async def generate_batch(
         mean_reward=sum(r.total_reward for r in ok) / len(ok) if ok else 0.0,
         num_build_failed=broken,
         num_log_failures=sum(1 for r in rollouts if "log_error" in r.meta),
+        num_incomplete=sum(1 for s in calls if s.finish_reason == "length"),
+        num_incomplete_rejected=sum(1 for s in calls if s.info.get("incomplete_completion")),
     )
     return BatchResult(samples=samples, rollouts=rollouts, stats=stats)
 

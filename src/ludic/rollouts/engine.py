@@ -91,7 +91,9 @@ class RolloutEngine:
                 return rollouts
 
             per_request = await asyncio.gather(*(one(r) for r in requests))
-        return [r for rollouts in per_request for r in rollouts]
+        rollouts = [r for rollouts in per_request for r in rollouts]
+        warn_if_all_failed(rollouts)
+        return rollouts
 
     def _check_names(self, requests: Sequence[RolloutRequest]) -> None:
         for request in requests:
@@ -171,7 +173,7 @@ class RolloutEngine:
         assert self.jsonl_log is not None
         for rollout in rollouts:
             try:
-                append_rollouts_jsonl(self.jsonl_log, [rollout])
+                append_rollouts_jsonl([rollout], self.jsonl_log)
             except Exception as e:
                 logger.error(
                     "could not write rollout %s to jsonl_log %s: %s: %s",
@@ -181,6 +183,25 @@ class RolloutEngine:
                     e,
                 )
                 rollout.meta["log_error"] = f"{type(e).__name__}: {e}"
+
+
+def warn_if_all_failed(rollouts: Sequence[Rollout], *, stage: str = "") -> bool:
+    """Log an error (and return True) when every rollout of a non-empty batch failed, naming
+    the first error: a batch that trains on nothing must not pass in silence."""
+    if not rollouts or not all(r.failed for r in rollouts):
+        return False
+    first = rollouts[0].meta
+    logger.error(
+        "every one of the %d episodes in this batch failed%s; the first error (%s, %s): %s. "
+        "Nothing from it can train or be evaluated: fix the cause (each rollout's "
+        "meta['error'] holds its own) and run again",
+        len(rollouts),
+        stage,
+        first.get("error_phase", "?"),
+        first.get("error_type", "?"),
+        first.get("error", "?"),
+    )
+    return True
 
 
 def _batch_cancelled() -> bool:

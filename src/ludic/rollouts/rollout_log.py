@@ -10,9 +10,10 @@ with ASCII JSON escapes, which read back to the same string.
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from ludic.types import Rollout
 
@@ -34,25 +35,53 @@ def rollout_to_line(rollout: Rollout) -> str:
         ) from e
 
 
-def write_rollouts_jsonl(rollouts: Iterable[Rollout], stream: IO[str]) -> int:
-    """Write rollouts to an open text stream, one per line; returns how many were written."""
+def write_rollouts_jsonl(rollouts: Iterable[Rollout], dest: IO[str] | str | Path) -> int:
+    """Write rollouts one per line to `dest`: an open text stream, or a file path (created
+    with its parent folders, or overwritten). Returns how many were written. Like `json.dump`,
+    the data comes first and the destination second (as in `append_rollouts_jsonl`)."""
+    rollouts, dest = _data_first(rollouts, dest, "write_rollouts_jsonl")
+    if isinstance(dest, str | Path):
+        lines = [rollout_to_line(r) for r in rollouts]
+        path = Path(dest)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(lines), encoding="utf-8")
+        return len(lines)
     n = 0
     for rollout in rollouts:
-        stream.write(rollout_to_line(rollout))
+        dest.write(rollout_to_line(rollout))
         n += 1
     return n
 
 
-def append_rollouts_jsonl(path: str | Path, rollouts: Iterable[Rollout]) -> int:
+def append_rollouts_jsonl(rollouts: Iterable[Rollout], path: str | Path) -> int:
     """Append rollouts to the file at `path` (created with its parent folders if needed). Every
     line is serialised before the file is touched, so a rollout that cannot be serialised
-    leaves the file as it was."""
+    leaves the file as it was. Returns how many were written."""
+    rollouts, path = _data_first(rollouts, path, "append_rollouts_jsonl")
     lines = [rollout_to_line(r) for r in rollouts]
-    path = Path(path)
+    path = Path(path)  # type: ignore[arg-type]
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as f:
         f.write("".join(lines))
     return len(lines)
+
+
+def _data_first(first: Any, second: Any, name: str) -> tuple[Any, Any]:
+    """Accept the old destination-first call (`append_rollouts_jsonl(path, rollouts)`) with a
+    DeprecationWarning; the order is (rollouts, destination)."""
+    if _is_destination(first) and not _is_destination(second):
+        warnings.warn(
+            f"{name}(destination, rollouts) is deprecated: pass the rollouts first, then the "
+            "destination, as in json.dump",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return second, first
+    return first, second
+
+
+def _is_destination(value: object) -> bool:
+    return isinstance(value, str | Path) or hasattr(value, "write")
 
 
 def iter_rollouts_jsonl(path: str | Path) -> Iterator[Rollout]:
@@ -72,5 +101,6 @@ def iter_rollouts_jsonl(path: str | Path) -> Iterator[Rollout]:
 
 
 def read_rollouts_jsonl(path: str | Path) -> list[Rollout]:
-    """All rollouts of a JSONL file written by `append_rollouts_jsonl` or the engine's log."""
+    """All rollouts of a JSONL file written by `write_rollouts_jsonl`, `append_rollouts_jsonl`
+    or the engine's `jsonl_log`."""
     return list(iter_rollouts_jsonl(path))
