@@ -13,7 +13,7 @@ from ludic.agents import Agent
 from ludic.agents.context_editing import ContextEditingAgent
 from ludic.envs.long_task import MemoryCorridorEnv, context_length_penalty
 from ludic.inference.scripted import ScriptedClient
-from ludic.interaction.termination import ContextBudget, MaxSteps, TerminatingProtocol
+from ludic.interaction import ContextBudget, MaxSteps, SingleAgentProtocol
 from ludic.types import Message, Rollout
 
 
@@ -106,7 +106,7 @@ def walker(*, deletes: bool):
 
 async def run_walker(agent: Agent, env: MemoryCorridorEnv) -> Rollout:
     rules = [ContextBudget(max_tokens=env.context_budget_tokens), MaxSteps(max_steps=20)]
-    (rollout,) = await TerminatingProtocol(agent, rules=rules).run(env, env_seed=1)
+    (rollout,) = await SingleAgentProtocol(agent, termination=rules).run(env, env_seed=1)
     return rollout
 
 

@@ -17,13 +17,13 @@ from ludic.envs.base import EnvCloseError, LudicEnv, close_env, closing_env
 from ludic.inference.scripted import ScriptedClient
 from ludic.interaction import (
     DelegatingProtocol,
+    MaxSteps,
     MultiAgentProtocol,
     SingleAgentProtocol,
     SubAgentSpec,
     TaskEnv,
     delegate,
 )
-from ludic.interaction.termination import MaxSteps, TerminatingProtocol
 from ludic.parsers import xml_tag_parser
 
 MOVE = xml_tag_parser("move")
@@ -52,7 +52,7 @@ def single(env: LudicEnv) -> Any:
 
 
 def terminating(env: LudicEnv) -> Any:
-    return TerminatingProtocol(good_agent(), rules=[MaxSteps(max_steps=5)]).run(env)
+    return SingleAgentProtocol(good_agent(), termination=[MaxSteps(max_steps=5)]).run(env)
 
 
 def delegating(env: LudicEnv) -> Any:

@@ -11,13 +11,13 @@ import pytest
 from ludic.agents import Agent, ToolAgent
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.inference.scripted import ScriptedClient
-from ludic.interaction.termination import (
+from ludic.interaction import (
     ContextBudget,
     CriticalError,
     MaxSteps,
     OutputRegex,
+    SingleAgentProtocol,
     TerminateAction,
-    TerminatingProtocol,
     Termination,
     TerminationRule,
     TurnView,
@@ -54,7 +54,7 @@ async def run(
 ) -> tuple[Rollout, TapeEnv]:
     env = env or TapeEnv()
     agent = kwargs.pop("agent", None) or Agent(ScriptedClient(replies))
-    protocol = TerminatingProtocol(agent, rules=rules, **kwargs)  # type: ignore[arg-type]
+    protocol = SingleAgentProtocol(agent, termination=rules, **kwargs)  # type: ignore[arg-type]
     (rollout,) = await protocol.run(env, env_seed=0)
     return rollout, env
 
@@ -191,9 +191,11 @@ async def test_step_records_hold_what_seed_003_asks_for() -> None:
     assert json.loads(json.dumps(rollout.to_dict())) == rollout.to_dict()
 
 
-def test_max_steps_rule_is_required_and_rules_validate() -> None:
+def test_max_steps_and_a_disagreeing_max_steps_rule_is_an_error_and_rules_validate() -> None:
     with pytest.raises(ValueError, match="MaxSteps"):
-        TerminatingProtocol(Agent(ScriptedClient(["x"])), rules=[TerminateAction()])
+        SingleAgentProtocol(
+            Agent(ScriptedClient(["x"])), max_steps=5, termination=[MaxSteps(max_steps=3)]
+        )
     with pytest.raises(ValueError, match="invalid pattern"):
         OutputRegex(pattern="(")
     with pytest.raises(ValueError, match=">= 1"):

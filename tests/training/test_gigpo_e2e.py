@@ -22,7 +22,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from ludic.agents.context_editing import ContextEditingAgent
 from ludic.envs.long_task import MemoryCorridorEnv
 from ludic.inference.scripted import VOCAB_SIZE, ScriptedClient
-from ludic.interaction.termination import MaxSteps, TerminatingProtocol
+from ludic.interaction import MaxSteps, SingleAgentProtocol
 from ludic.rollouts import ComponentSpec, RolloutEngine, RolloutRequest, SAWItem, build_samples
 from ludic.training import SAWBatch, Trainer, TrainerConfig, make_gigpo
 from ludic.training.credit import GiGPO
@@ -38,10 +38,10 @@ PLANS = {
 A, B, C, D = "(1, 0)", "(2, 1)", "(1, 1)", "(3, 1)"
 
 
-def protocol(name: str) -> TerminatingProtocol:
+def protocol(name: str) -> SingleAgentProtocol:
     plan, version = PLANS[name]
     agent = ContextEditingAgent(ScriptedClient(plan, policy_version=version), instructions=None)
-    return TerminatingProtocol(agent, rules=[MaxSteps(max_steps=8)], rollout_id=name)
+    return SingleAgentProtocol(agent, termination=[MaxSteps(max_steps=8)], rollout_id=name)
 
 
 async def group() -> list[Rollout]:

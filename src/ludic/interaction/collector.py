@@ -37,6 +37,9 @@ class TraceCollector:
                 return
         raise ValueError(f"agent {agent_id!r} has no environment step to replace")
 
+    def env_steps(self, agent_id: str) -> tuple[EnvironmentStep, ...]:
+        return tuple(s for s in self._steps[agent_id] if isinstance(s, EnvironmentStep))
+
     def num_env_steps(self, agent_id: str) -> int:
         return self._env_counts[agent_id]
 

@@ -26,6 +26,7 @@ from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ToolCallContext
 from ludic.interaction.info import merge_step_info
 from ludic.interaction.single_agent import SingleAgentProtocol
+from ludic.interaction.termination import TerminationRule, TerminationRules
 from ludic.types import (
     AgentStep,
     EnvironmentStep,
@@ -82,12 +83,22 @@ def final_answer(rollout: Rollout) -> str:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SubAgentSpec:
-    """How to build and run one kind of sub-agent."""
+    """How to build and run one kind of sub-agent. `max_steps` (default 4, or the `MaxSteps`
+    rule in `termination`) and `termination` bound its episodes, not the parent's."""
 
     agent_factory: Callable[[], Agent]
     env_factory: Callable[[str], LudicEnv] = TaskEnv
-    max_steps: int = 4
+    max_steps: int | None = None
+    termination: Sequence[TerminationRule] = ()
     result_fn: Callable[[Rollout], str] = final_answer
+
+    def __post_init__(self) -> None:
+        self.termination_rules()  # a bad spec fails when built, not mid-episode
+
+    def termination_rules(self) -> TerminationRules:
+        return TerminationRules.build(
+            self.termination, self.max_steps, default_max_steps=4, owner="SubAgentSpec"
+        )
 
 
 class DelegatingProtocol:
@@ -96,7 +107,9 @@ class DelegatingProtocol:
     `agent` must list `delegate` (or a callable with the same signature) among its
     `external_tools`. Returns `[parent, *descendants]` in call order; a child that delegates
     in turn (allowed while depth < `max_depth`) is followed by its own children.
-    `parent.meta["child_rollout_ids"]` names the direct children only.
+    `parent.meta["child_rollout_ids"]` names the direct children only. `max_steps` (default
+    20) and `termination` rules bound the parent's episode as in SingleAgentProtocol; each
+    child uses its SubAgentSpec's.
     """
 
     def __init__(
@@ -104,15 +117,19 @@ class DelegatingProtocol:
         agent: Agent,
         registry: Mapping[str, SubAgentSpec],
         *,
-        max_steps: int = 20,
+        max_steps: int | None = None,
+        termination: Sequence[TerminationRule] = (),
         max_depth: int = 1,
         max_external_calls: int = 8,
     ) -> None:
         if not registry:
             raise ValueError("DelegatingProtocol needs at least one sub-agent in its registry")
+        self.termination = TerminationRules.build(
+            termination, max_steps, default_max_steps=20, owner="DelegatingProtocol"
+        )
         self.agent = agent
         self.registry = dict(registry)
-        self.max_steps = max_steps
+        self.max_steps = self.termination.max_steps
         self.max_depth = max_depth
         self.max_external_calls = max_external_calls
 
@@ -146,6 +163,7 @@ class DelegatingProtocol:
         protocol = SingleAgentProtocol(
             self.agent,
             max_steps=self.max_steps,
+            termination=self.termination.rules,
             external_tool_handler=handler,
             max_external_calls=self.max_external_calls,
         )
@@ -180,10 +198,12 @@ class DelegatingProtocol:
         sub_agent = spec.agent_factory()
         if sub_agent.agent_id == self.agent.agent_id:
             sub_agent.agent_id = name  # a sub-agent never shares its parent's identity
+        child_rules = spec.termination_rules()
         child_protocol = DelegatingProtocol(
             sub_agent,
             self.registry,
-            max_steps=spec.max_steps,
+            max_steps=child_rules.max_steps,
+            termination=child_rules.rules,
             max_depth=self.max_depth,
             max_external_calls=self.max_external_calls,
         )

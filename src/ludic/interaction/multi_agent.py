@@ -4,7 +4,7 @@ Each agent sees the outcome of every env step that concerns it, including steps 
 did not act (an opponent's move), and its terminal reward. Agents act concurrently when the env
 makes several active at once. An agent whose reply fails to parse gets a synthetic step and
 acts again; the env is stepped only once every active agent has a valid action (valid actions
-wait; one still waiting when `max_steps` runs out closes its turn with an unexecuted step,
+wait; one still waiting when the episode ends closes its turn with an unexecuted step,
 `info["action_not_executed"]`). It does not schedule turns itself: `env.active_agents` does.
 """
 
@@ -19,33 +19,49 @@ from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ExternalToolHandler, act_with_tools
 from ludic.interaction.collector import TraceCollector
 from ludic.interaction.info import merge_step_info
-from ludic.interaction.single_agent import mark_max_steps_truncation, synthetic_failure_step
+from ludic.interaction.single_agent import synthetic_failure_step
+from ludic.interaction.termination import (
+    Termination,
+    TerminationRule,
+    TerminationRules,
+    TurnView,
+    env_ended,
+    record_termination,
+    stopped_step,
+)
 from ludic.types import EnvironmentStep, Rollout, StepOutcome, new_id
 
 
 class MultiAgentProtocol:
     """Run `agents` (keyed by env seat) on a multi-agent env.
 
-    `max_steps` bounds protocol iterations (env steps plus rounds of parse failures).
-    Seats without an agent are an error: every seat the env schedules must have an agent.
+    `max_steps` (default 50, or the smallest `MaxSteps` rule in `termination`) bounds protocol
+    iterations (env steps plus rounds of parse failures). `termination` rules are checked for
+    each agent's turn as in SingleAgentProtocol ("act" phase on every reply, "env" phase after
+    the env step or parse failure of an agent that acted; `TurnView.env_steps` is that agent's
+    own timeline). A rule that fires ends the episode for every agent the env has not finished,
+    each recorded with the same reason (`record_termination`). Seats without an agent are an
+    error: every seat the env schedules must have an agent.
     """
 
     def __init__(
         self,
         agents: Mapping[str, Agent],
         *,
-        max_steps: int = 50,
+        max_steps: int | None = None,
+        termination: Sequence[TerminationRule] = (),
         external_tool_handler: ExternalToolHandler | None = None,
         max_external_calls: int = 8,
     ) -> None:
         if not agents:
             raise ValueError("MultiAgentProtocol needs at least one agent")
-        if max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        self.termination = TerminationRules.build(
+            termination, max_steps, default_max_steps=50, owner="MultiAgentProtocol"
+        )
         self.agents = dict(agents)
         for aid, agent in self.agents.items():
             agent.agent_id = aid
-        self.max_steps = max_steps
+        self.max_steps = self.termination.max_steps
         self.external_tool_handler = external_tool_handler
         self.max_external_calls = max_external_calls
 
@@ -85,7 +101,10 @@ class MultiAgentProtocol:
             active = [a for a in env.active_agents if a not in finished]
             if not active:
                 return
-            await self._collect_actions(env, active, pending, obs, collector, seat_sampling)
+            stop = await self._collect_actions(env, active, pending, obs, collector, seat_sampling)
+            if stop is not None:
+                self._end(stop, pending, finished, obs, collector)
+                return
             if any(a not in pending for a in active):
                 continue  # valid actions wait while the others retry
             outcomes = await call_env(env, env.step, {a: pending[a].action or "" for a in active})
@@ -98,20 +117,49 @@ class MultiAgentProtocol:
             for aid, outcome in outcomes.items():
                 if aid not in self.agents:
                     continue
-                self._record_outcome(env, aid, outcome, pending.get(aid), obs, collector)
-                if outcome.terminated or outcome.truncated:
+                step = self._record_outcome(env, aid, outcome, pending.get(aid), obs, collector)
+                ended = env_ended(step)
+                if ended is not None and aid not in finished:
                     finished.add(aid)
-                    if outcome.truncated:
-                        collector.update_meta(aid, episode_truncated=True, truncation_reason="env")
-            pending.clear()
+                    record_termination(collector, aid, ended)
+            acted, pending = pending, {}
+            stop = self._check_env_phase(acted, finished, collector)
+            if stop is not None:
+                self._end(stop, pending, finished, obs, collector)
+                return
             if finished >= set(self.agents):
                 return
+        self._end(self.termination.out_of_steps(), pending, finished, obs, collector)
+
+    def _end(
+        self,
+        stop: Termination,
+        pending: Mapping[str, AgentAct],
+        finished: set[str],
+        obs: Mapping[str, str],
+        collector: TraceCollector,
+    ) -> None:
+        """End the episode for every agent the env has not finished, with the same reason."""
         for aid in self.agents:
             if aid in finished:
                 continue
             if aid in pending:  # a valid action still waiting: close its turn unexecuted
                 collector.add_env_step(aid, _unexecuted_step(pending[aid], obs, collector, aid))
-            mark_max_steps_truncation(collector, aid)
+            record_termination(collector, aid, stop)
+
+    def _check_env_phase(
+        self, acted: Mapping[str, AgentAct], finished: set[str], collector: TraceCollector
+    ) -> Termination | None:
+        """Env-phase rules for each agent that acted in this env step and is still playing."""
+        for aid, act in acted.items():
+            if aid in finished:
+                continue
+            history = collector.env_steps(aid)
+            view = TurnView(phase="env", act=act, env_step=history[-1], env_steps=history)
+            stop = self.termination.check(view)
+            if stop is not None:
+                return stop
+        return None
 
     async def _collect_actions(
         self,
@@ -121,8 +169,9 @@ class MultiAgentProtocol:
         obs: Mapping[str, str],
         collector: TraceCollector,
         sampling: Mapping[str, SamplingConfig | None],
-    ) -> None:
-        """Ask every active agent without a valid action; record parse failures."""
+    ) -> Termination | None:
+        """Ask every active agent without a valid action; record parse failures. Returns the
+        first termination a rule gives for these replies (the rest are still recorded)."""
         waiting = [a for a in active if a not in pending]
         acts = await asyncio.gather(
             *(
@@ -141,20 +190,37 @@ class MultiAgentProtocol:
                 for aid in waiting
             )
         )
+        stop: Termination | None = None
         for aid, act in zip(waiting, acts, strict=True):
             collector.add_agent_steps(aid, act.steps)
+            index = collector.num_env_steps(aid)
+            if stop is None:
+                history = collector.env_steps(aid)
+                stop = self.termination.check(
+                    TurnView(phase="act", act=act, env_step=None, env_steps=history)
+                )
+                if stop is not None:
+                    step = stopped_step(act, obs.get(aid, ""), stop, index=index, agent_id=aid)
+                    collector.add_env_step(aid, step)
+                    continue
             if act.action is not None:
                 pending[aid] = act
                 continue
             step = synthetic_failure_step(
                 act,
                 obs.get(aid, ""),
-                index=collector.num_env_steps(aid),
+                index=index,
                 agent_id=aid,
                 agent_step_ids=tuple(s.id for s in act.steps),
             )
             collector.add_env_step(aid, step)
             self.agents[aid].on_after_step(step.next_obs, step.info)
+            if stop is None:
+                history = collector.env_steps(aid)
+                stop = self.termination.check(
+                    TurnView(phase="env", act=act, env_step=step, env_steps=history)
+                )
+        return stop
 
     def _record_outcome(
         self,
@@ -164,7 +230,7 @@ class MultiAgentProtocol:
         act: AgentAct | None,
         obs: dict[str, str],
         collector: TraceCollector,
-    ) -> None:
+    ) -> EnvironmentStep:
         """One EnvironmentStep in `aid`'s timeline; `act` is None if it only observed."""
         step = EnvironmentStep(
             index=collector.num_env_steps(aid),
@@ -184,6 +250,7 @@ class MultiAgentProtocol:
         collector.add_env_step(aid, step)
         obs[aid] = outcome.obs
         self.agents[aid].on_after_step(outcome.obs, outcome.info)
+        return step
 
 
 def _seat_sampling(sampling: SamplingConfig | None, seat: int) -> SamplingConfig | None:
@@ -197,7 +264,7 @@ def _unexecuted_step(
     act: AgentAct, obs: Mapping[str, str], collector: TraceCollector, aid: str
 ) -> EnvironmentStep:
     """Close the turn of a valid action the env never received (the others were still
-    retrying when `max_steps` ran out): state unchanged, no reward, no next observation."""
+    retrying when the episode ended): state unchanged, no reward, no next observation."""
     return EnvironmentStep(
         index=collector.num_env_steps(aid),
         turn_id=act.final_step.turn_id,

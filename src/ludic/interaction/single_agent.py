@@ -1,48 +1,79 @@
 """SingleAgentProtocol: the agent <-> env loop for one agent.
 
-Owns truncation semantics (seed 000): env `terminated` / `truncated` end the episode; hitting
-`max_steps` marks the last step `truncated` with `truncation_reason="max_steps"`. Parse
-failures never reach the env: they become a synthetic EnvironmentStep (state unchanged,
-feedback as next observation). External tool calls go to `external_tool_handler`.
+Owns truncation semantics (seed 000): env `terminated` / `truncated` end the episode; running
+out of `max_steps` marks the last step `truncated` with `truncation_reason="max_steps"`;
+termination rules (`ludic.interaction.termination`) may end it earlier, and why it ended is
+recorded by `record_termination`. Parse failures never reach the env: they become a synthetic
+EnvironmentStep (state unchanged, feedback as next observation). External tool calls go to
+`external_tool_handler`. It does not retry or time out episodes (the RolloutEngine does).
 """
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Awaitable, Callable, Sequence
 
+from ludic._aio import maybe_await
 from ludic.agents.base import Agent, AgentAct
 from ludic.envs.base import LudicEnv, call_env, closing_env, state_key_to_str
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ExternalToolHandler, act_with_tools
 from ludic.interaction.collector import TraceCollector
-from ludic.interaction.info import merge_step_info
+from ludic.interaction.termination import (
+    Termination,
+    TerminationRule,
+    TerminationRules,
+    TurnView,
+    env_ended,
+    record_termination,
+    stopped_step,
+)
 from ludic.types import EnvironmentStep, Info, Rollout, new_id
+
+ValueEstimator = Callable[[str, str | None], float | Awaitable[float]]
 
 
 class SingleAgentProtocol:
     """Run one agent against a single-agent (or one-seat) env.
 
-    `max_steps` counts env steps, synthetic parse-failure steps included.
-    `max_external_calls` bounds external tool round trips inside one turn. On a one-seat env
-    whose seat is not the agent's id, an agent with the default id "agent_0" takes the seat's
-    name; an agent with its own id (a sub-agent, say) keeps it in its rollout and steps.
+    `max_steps` (default 20, or the `MaxSteps` rule in `termination`) counts env steps,
+    synthetic parse-failure steps included. `termination` rules are checked in order each
+    turn: "act"-phase rules before the env sees the action (a synthetic last step records it),
+    "env"-phase rules after the env step, once the env's own terminated/truncated did not end
+    the episode. The reason goes to the last env step's `info["termination_reason"]` (+
+    `termination_detail`) and rollout meta (plus `episode_truncated` / `truncation_reason` for
+    a truncation). `max_external_calls` bounds external tool round trips inside one turn. On a
+    one-seat env whose seat is not the agent's id, an agent with the default id "agent_0"
+    takes the seat's name; an agent with its own id (a sub-agent, say) keeps it.
+
+    Seed 003's per-step record (StepData) in Ludic terms: observation -> `EnvironmentStep.
+    prev_obs`, `AgentStep.info["observation"]` and the exact prompt in `AgentStep.
+    prompt_messages`; action -> `EnvironmentStep.action`, `AgentStep.parse_result` /
+    `tool_calls`; raw output -> `AgentStep.completion`; logprobs -> `AgentStep.trace.
+    completion_logprobs`; value estimate -> `AgentStep.info["value_estimate"]` when a
+    `value_estimator(obs, state_key)` is given; done -> `EnvironmentStep.terminated` /
+    `truncated` (+ `truncation_reason`); step info -> `EnvironmentStep.info` and `AgentStep.
+    info`; step index -> `EnvironmentStep.index`.
     """
 
     def __init__(
         self,
         agent: Agent,
         *,
-        max_steps: int = 20,
+        max_steps: int | None = None,
+        termination: Sequence[TerminationRule] = (),
         external_tool_handler: ExternalToolHandler | None = None,
         max_external_calls: int = 8,
+        value_estimator: ValueEstimator | None = None,
         rollout_id: str | None = None,
     ) -> None:
-        if max_steps < 1:
-            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        self.termination = TerminationRules.build(
+            termination, max_steps, default_max_steps=20, owner="SingleAgentProtocol"
+        )
         self.agent = agent
-        self.max_steps = max_steps
+        self.max_steps = self.termination.max_steps
         self.external_tool_handler = external_tool_handler
         self.max_external_calls = max_external_calls
+        self.value_estimator = value_estimator
         self.rollout_id = rollout_id
 
     async def run(
@@ -60,11 +91,13 @@ class SingleAgentProtocol:
                     f"{list(env.agent_ids)}; use MultiAgentProtocol for multi-seat envs"
                 )
             seat = env.agent_ids[0]
-            if aid == "agent_0":  # an unnamed agent takes the seat's name; a named one keeps its own
+            # an unnamed agent takes the seat's name; a named one keeps its own
+            if aid == "agent_0":
                 aid = self.agent.agent_id = seat
         collector = TraceCollector([aid], rollout_ids={aid: self.rollout_id or new_id()})
         async with closing_env(env):
-            await self._run_episode(env, aid, collector, sampling, env_seed, seat=seat)
+            stop = await self._run_episode(env, aid, collector, sampling, env_seed, seat=seat)
+            record_termination(collector, aid, stop)
         return collector.rollouts(env_seed=env_seed)
 
     async def _run_episode(
@@ -76,36 +109,47 @@ class SingleAgentProtocol:
         env_seed: int | None,
         *,
         seat: str,
-    ) -> None:
+    ) -> Termination:
         resets = await call_env(env, env.reset, seed=env_seed)
         obs, reset_info = resets[seat]
         self.agent.reset(env.system_prompt)
         self.agent.on_env_reset(obs, reset_info)
 
         for _ in range(self.max_steps):
-            turn_id = new_id()
-            step_info = {"observation": obs, "state_key": state_key_to_str(env.state_key(seat))}
             act = await act_with_tools(
                 self.agent,
-                turn_id=turn_id,
+                turn_id=new_id(),
                 sampling=sampling,
-                step_info=step_info,
+                step_info=await self._step_info(obs, state_key_to_str(env.state_key(seat))),
                 rollout_id=collector.rollout_ids[aid],
                 handler=self.external_tool_handler,
                 max_external_calls=self.max_external_calls,
             )
             collector.add_agent_steps(aid, act.steps)
             index = collector.num_env_steps(aid)
+            history = collector.env_steps(aid)
+            stop = self.termination.check(
+                TurnView(phase="act", act=act, env_step=None, env_steps=history)
+            )
+            if stop is not None:
+                collector.add_env_step(aid, stopped_step(act, obs, stop, index=index, agent_id=aid))
+                return stop
             env_step = await self._env_step(env, aid, act, obs, index, seat=seat)
             collector.add_env_step(aid, env_step)
             self.agent.on_after_step(env_step.next_obs, env_step.info)
             if act.action is not None:
                 obs = env_step.next_obs or ""
-            if env_step.terminated or env_step.truncated:
-                if env_step.truncated:
-                    collector.update_meta(aid, episode_truncated=True, truncation_reason="env")
-                return
-        mark_max_steps_truncation(collector, aid)
+            view = TurnView(phase="env", act=act, env_step=env_step, env_steps=(*history, env_step))
+            stop = env_ended(env_step) or self.termination.check(view)
+            if stop is not None:
+                return stop
+        return self.termination.out_of_steps()
+
+    async def _step_info(self, obs: str, state_key: str | None) -> Info:
+        info: Info = {"observation": obs, "state_key": state_key}
+        if self.value_estimator is not None:
+            info["value_estimate"] = float(await maybe_await(self.value_estimator(obs, state_key)))
+        return info
 
     @staticmethod
     async def _env_step(
@@ -158,19 +202,3 @@ def synthetic_failure_step(
         agent_step_ids=agent_step_ids,
         info=info,
     )
-
-
-def mark_max_steps_truncation(collector: TraceCollector, agent_id: str) -> None:
-    """Seed 000: the last step becomes truncated with reason "max_steps" (keeping next_obs)."""
-    last = collector.last_env_step(agent_id)
-    if last is not None:
-        collector.replace_last_env_step(
-            agent_id,
-            dataclasses.replace(
-                last,
-                truncated=True,
-                truncation_reason="max_steps",
-                info=merge_step_info(last.info, {"truncation_reason": "max_steps"}),
-            ),
-        )
-    collector.update_meta(agent_id, episode_truncated=True, truncation_reason="max_steps")

@@ -1,30 +1,25 @@
-"""Episode termination as composable rules (seed 003, Task 2.3) and TerminatingProtocol, the
-single-agent loop that applies them and records why each episode ended.
+"""Episode termination as composable rules (seed 003, Task 2.3), the TerminationRules component
+every protocol holds (`termination=[...]`), and the one way an episode's end is recorded.
 
 A "critical error" here is one an env or a tool reports in its info; an env or client that
-raises still fails the episode (the RolloutEngine records it). Rules keep no state.
+raises still fails the episode (the RolloutEngine records it). Rules keep no state. This module
+runs no loop: each protocol checks the rules at its "act" and "env" phases.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
-from ludic._aio import maybe_await
-from ludic.agents.base import Agent, AgentAct
-from ludic.envs.base import LudicEnv, call_env, closing_env, state_key_to_str
-from ludic.inference.sampling import SamplingConfig
-from ludic.interaction.acting import ExternalToolHandler, act_with_tools
+from ludic.agents.base import AgentAct
 from ludic.interaction.collector import TraceCollector
 from ludic.interaction.info import merge_step_info
-from ludic.interaction.single_agent import synthetic_failure_step
-from ludic.types import AgentStep, EnvironmentStep, Info, Rollout, TruncationReason, new_id
+from ludic.types import AgentStep, EnvironmentStep, Info, TruncationReason
 
 Phase = Literal["act", "env"]
-ValueEstimator = Callable[[str, str | None], float | Awaitable[float]]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -70,12 +65,7 @@ class MaxSteps:
 
     def check(self, turn: TurnView) -> Termination | None:
         if turn.phase == "env" and len(turn.env_steps) >= self.max_steps:
-            return Termination(
-                reason="max_steps",
-                truncated=True,
-                truncation_reason="max_steps",
-                detail=f"{self.max_steps} steps",
-            )
+            return max_steps_termination(self.max_steps)
         return None
 
 
@@ -193,48 +183,44 @@ def _sequence_tokens(step: AgentStep) -> int:
     return int(step.info.get("prompt_tokens", 0)) + int(step.info.get("completion_tokens", 0))
 
 
-class TerminatingProtocol:
-    """SingleAgentProtocol's loop with termination `rules` (checked in order, first wins).
+@dataclass(frozen=True, slots=True)
+class TerminationRules:
+    """The termination component every protocol holds: its rules (checked in order, first
+    wins) and its step bound `max_steps`, the protocol's last word when no rule fired."""
 
-    Per turn: the agent acts; "act"-phase rules may end the episode before the env sees the
-    action (a synthetic last step records it); otherwise the env steps (or a parse failure is
-    recorded) and the env's own terminated/truncated, then "env"-phase rules, may end it. The
-    reason goes to the last env step's `info["termination_reason"]` (+ `termination_detail`)
-    and to rollout meta (`termination_reason`, `termination_detail`, and `episode_truncated` /
-    `truncation_reason` for a truncation). `rules` must include a `MaxSteps`.
+    rules: tuple[TerminationRule, ...]
+    max_steps: int
 
-    Seed 003's per-step record (StepData) in Ludic terms:
-    observation -> `EnvironmentStep.prev_obs`, `AgentStep.info["observation"]`, and the exact
-    prompt in `AgentStep.prompt_messages`; action -> `EnvironmentStep.action` (parsed) and
-    `AgentStep.parse_result` / `tool_calls`; raw output -> `AgentStep.completion` (ids in
-    `trace.completion_token_ids`); logprobs -> `AgentStep.trace.completion_logprobs`; value
-    estimate -> `AgentStep.info["value_estimate"]` when a `value_estimator(obs, state_key)` is
-    given; done -> `EnvironmentStep.terminated` / `truncated` (+ `truncation_reason`); step
-    info -> `EnvironmentStep.info` (env) and `AgentStep.info` (model call); step index ->
-    `EnvironmentStep.index`; resulting history -> the next call's `prompt_messages`.
-    """
-
-    def __init__(
-        self,
-        agent: Agent,
+    @classmethod
+    def build(
+        cls,
+        termination: Sequence[TerminationRule],
+        max_steps: int | None,
         *,
-        rules: Sequence[TerminationRule],
-        external_tool_handler: ExternalToolHandler | None = None,
-        max_external_calls: int = 8,
-        value_estimator: ValueEstimator | None = None,
-        rollout_id: str | None = None,
-    ) -> None:
-        if not any(isinstance(r, MaxSteps) for r in rules):
+        default_max_steps: int,
+        owner: str,
+    ) -> TerminationRules:
+        """`max_steps` or, when None, the smallest `MaxSteps` rule, else `default_max_steps`.
+        A `max_steps` that disagrees with a `MaxSteps` rule is an error: one would silently
+        win."""
+        rules = tuple(termination)
+        for rule in rules:
+            if not isinstance(rule, TerminationRule):
+                raise TypeError(
+                    f"{owner}: termination rules need a check(turn) method, got "
+                    f"{type(rule).__name__}; use MaxSteps, TerminateAction, OutputRegex, "
+                    "CriticalError, ContextBudget or your own TerminationRule"
+                )
+        limits = [r.max_steps for r in rules if isinstance(r, MaxSteps)]
+        if max_steps is not None and limits and max_steps != min(limits):
             raise ValueError(
-                "TerminatingProtocol needs a MaxSteps rule (e.g. rules=[MaxSteps(max_steps=20), "
-                "...]); without one an episode might never end"
+                f"{owner}: got max_steps={max_steps} and a MaxSteps rule with "
+                f"max_steps={min(limits)}; pass only one of them"
             )
-        self.agent = agent
-        self.rules = tuple(rules)
-        self.external_tool_handler = external_tool_handler
-        self.max_external_calls = max_external_calls
-        self.value_estimator = value_estimator
-        self.rollout_id = rollout_id
+        bound = max_steps if max_steps is not None else min(limits, default=default_max_steps)
+        if bound < 1:
+            raise ValueError(f"max_steps must be >= 1, got {bound}")
+        return cls(rules, bound)
 
     def check(self, turn: TurnView) -> Termination | None:
         for rule in self.rules:
@@ -243,109 +229,22 @@ class TerminatingProtocol:
                 return stop
         return None
 
-    async def run(
-        self,
-        env: LudicEnv,
-        *,
-        env_seed: int | None = None,
-        sampling: SamplingConfig | None = None,
-    ) -> list[Rollout]:
-        aid = _seat(self.agent, env)
-        collector = TraceCollector([aid], rollout_ids={aid: self.rollout_id or new_id()})
-        async with closing_env(env):
-            stop = await self._run_episode(env, aid, collector, sampling, env_seed)
-            _record(collector, aid, stop)
-        return collector.rollouts(env_seed=env_seed)
-
-    async def _run_episode(
-        self,
-        env: LudicEnv,
-        aid: str,
-        collector: TraceCollector,
-        sampling: SamplingConfig | None,
-        env_seed: int | None,
-    ) -> Termination:
-        resets = await call_env(env, env.reset, seed=env_seed)
-        obs, reset_info = resets[aid]
-        self.agent.reset(env.system_prompt)
-        self.agent.on_env_reset(obs, reset_info)
-        env_steps: list[EnvironmentStep] = []
-        while True:
-            act = await act_with_tools(
-                self.agent,
-                turn_id=new_id(),
-                sampling=sampling,
-                step_info=await self._step_info(obs, state_key_to_str(env.state_key(aid))),
-                rollout_id=collector.rollout_ids[aid],
-                handler=self.external_tool_handler,
-                max_external_calls=self.max_external_calls,
-            )
-            collector.add_agent_steps(aid, act.steps)
-            index = collector.num_env_steps(aid)
-            before = TurnView(phase="act", act=act, env_step=None, env_steps=tuple(env_steps))
-            stop = self.check(before)
-            if stop is not None:
-                collector.add_env_step(aid, _stopped_step(act, obs, stop, index, aid))
-                return stop
-            if act.action is None:
-                ids = tuple(s.id for s in act.steps)
-                env_step = synthetic_failure_step(
-                    act, obs, index=index, agent_id=aid, agent_step_ids=ids
-                )
-            else:
-                env_step = await _env_step(env, act, obs, index=index, agent_id=aid)
-                obs = env_step.next_obs or ""
-            self.agent.on_after_step(env_step.next_obs, env_step.info)
-            env_steps.append(env_step)
-            collector.add_env_step(aid, env_step)
-            view = TurnView(phase="env", act=act, env_step=env_step, env_steps=tuple(env_steps))
-            stop = _env_ended(env_step) or self.check(view)
-            if stop is not None:
-                return stop
-
-    async def _step_info(self, obs: str, state_key: str | None) -> Info:
-        info: Info = {"observation": obs, "state_key": state_key}
-        if self.value_estimator is not None:
-            info["value_estimate"] = float(await maybe_await(self.value_estimator(obs, state_key)))
-        return info
+    def out_of_steps(self) -> Termination:
+        """The episode ran `max_steps` protocol steps without ending."""
+        return max_steps_termination(self.max_steps)
 
 
-def _seat(agent: Agent, env: LudicEnv) -> str:
-    """The agent's seat; a one-seat env under another name renames the agent to it."""
-    if agent.agent_id in env.agent_ids:
-        return agent.agent_id
-    if len(env.agent_ids) != 1:
-        raise ValueError(
-            f"agent_id {agent.agent_id!r} is not a seat of {type(env).__name__} "
-            f"{list(env.agent_ids)}; use MultiAgentProtocol for multi-seat envs"
-        )
-    agent.agent_id = env.agent_ids[0]  # its steps must name the seat they act for
-    return agent.agent_id
-
-
-async def _env_step(
-    env: LudicEnv, act: AgentAct, obs: str, *, index: int, agent_id: str
-) -> EnvironmentStep:
-    assert act.action is not None
-    outcome = (await call_env(env, env.step, {agent_id: act.action}))[agent_id]
-    return EnvironmentStep(
-        index=index,
-        turn_id=act.final_step.turn_id,
-        agent_id=agent_id,
-        prev_obs=obs,
-        action=act.action,
-        next_obs=outcome.obs,
-        reward=outcome.reward,
-        terminated=outcome.terminated,
-        truncated=outcome.truncated,
-        truncation_reason="env" if outcome.truncated else None,
-        state_key=state_key_to_str(env.state_key(agent_id)),
-        agent_step_ids=tuple(s.id for s in act.steps),
-        info=dict(outcome.info),
+def max_steps_termination(max_steps: int) -> Termination:
+    return Termination(
+        reason="max_steps",
+        truncated=True,
+        truncation_reason="max_steps",
+        detail=f"{max_steps} steps",
     )
 
 
-def _env_ended(step: EnvironmentStep) -> Termination | None:
+def env_ended(step: EnvironmentStep) -> Termination | None:
+    """The env's own terminated / truncated flags as a Termination (truncation wins)."""
     if step.truncated:
         return Termination(reason="env_truncated", truncated=True, truncation_reason="env")
     if step.terminated:
@@ -353,8 +252,8 @@ def _env_ended(step: EnvironmentStep) -> Termination | None:
     return None
 
 
-def _stopped_step(
-    act: AgentAct, obs: str, stop: Termination, index: int, agent_id: str
+def stopped_step(
+    act: AgentAct, obs: str, stop: Termination, *, index: int, agent_id: str
 ) -> EnvironmentStep:
     """The last step of an episode ended before the env saw the action: state unchanged."""
     return EnvironmentStep(
@@ -374,22 +273,27 @@ def _stopped_step(
     )
 
 
-def _record(collector: TraceCollector, agent_id: str, stop: Termination) -> None:
-    last = collector.last_env_step(agent_id)
-    assert last is not None
+def record_termination(collector: TraceCollector, agent_id: str, stop: Termination) -> None:
+    """Record why `agent_id`'s episode ended, the same way in every protocol: the last env
+    step gets the flags (`terminated` unless truncated; `truncated` + `truncation_reason`) and
+    `info["termination_reason"]` / `termination_detail` (+ `truncation_reason`); rollout meta
+    gets `termination_reason`, `termination_detail` and, for a truncation, `episode_truncated`
+    and `truncation_reason`. An agent without an env step gets the meta only."""
     extra: Info = {"termination_reason": stop.reason, "termination_detail": stop.detail}
     if stop.truncated:
         extra["truncation_reason"] = stop.truncation_reason
-    collector.replace_last_env_step(
-        agent_id,
-        dataclasses.replace(
-            last,
-            terminated=last.terminated or not stop.truncated,
-            truncated=stop.truncated,
-            truncation_reason=stop.truncation_reason,
-            info=merge_step_info(last.info, extra),
-        ),
-    )
+    last = collector.last_env_step(agent_id)
+    if last is not None:
+        collector.replace_last_env_step(
+            agent_id,
+            dataclasses.replace(
+                last,
+                terminated=last.terminated or not stop.truncated,
+                truncated=stop.truncated,
+                truncation_reason=stop.truncation_reason,
+                info=merge_step_info(last.info, extra),
+            ),
+        )
     meta: Info = {"termination_reason": stop.reason, "termination_detail": stop.detail}
     if stop.truncated:
         meta.update(episode_truncated=True, truncation_reason=stop.truncation_reason)
@@ -403,9 +307,12 @@ __all__ = [
     "OutputRegex",
     "Phase",
     "TerminateAction",
-    "TerminatingProtocol",
     "Termination",
     "TerminationRule",
+    "TerminationRules",
     "TurnView",
-    "ValueEstimator",
+    "env_ended",
+    "max_steps_termination",
+    "record_termination",
+    "stopped_step",
 ]
