@@ -86,6 +86,12 @@ def load_model(
 def load_tokenizer(path: str | os.PathLike[str]) -> PreTrainedTokenizerBase:
     """AutoTokenizer, replaced by the plain `tokenizer.json` backend if the two disagree on ids."""
     directory = Path(path)
+    if not any((directory / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
+        raise FileNotFoundError(
+            f"{directory} holds no tokenizer (no tokenizer.json or tokenizer_config.json): it "
+            "was saved without one (a Trainer without tokenizer=...). Copy the tokenizer of the "
+            "model it was trained from: load_tokenizer(SOURCE_DIR).save_pretrained(DIR)"
+        )
     tokenizer = AutoTokenizer.from_pretrained(directory)
     raw_file = directory / "tokenizer.json"
     if not raw_file.is_file():

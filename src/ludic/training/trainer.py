@@ -74,6 +74,24 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def checkpoint_tokenizer(model: torch.nn.Module, root: Path) -> Any | None:
+    """The tokenizer of the local directory `model` was loaded from, for checkpoints saved
+    without `Trainer(tokenizer=...)`; else None, with a warning: such a checkpoint's `model/`
+    holds no tokenizer, so it cannot be loaded or served without one."""
+    source = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
+    if source and (Path(source) / "tokenizer_config.json").is_file():
+        from ludic.models import load_tokenizer
+
+        return load_tokenizer(source)
+    logger.warning(
+        "Trainer: checkpoints under %s will hold no tokenizer, so `ludic eval --model "
+        "<checkpoint>/model` and load_model cannot load them; pass Trainer(..., "
+        "tokenizer=tokenizer)",
+        root,
+    )
+    return None
+
+
 class Trainer:
     """Optimises `model` with `algorithm.loss` on batches from `batch_source`.
 
@@ -142,6 +160,8 @@ class Trainer:
         if checkpoint_manager is None and config.checkpoint is not None:
             checkpoint_manager = CheckpointManager(config.checkpoint)
         self.checkpoints = checkpoint_manager
+        if self.tokenizer is None and checkpoint_manager is not None:
+            self.tokenizer = checkpoint_tokenizer(model, checkpoint_manager.root)
         self.step = 0
         self.policy_version = config.initial_policy_version
         self._skips = SkipTracker(config.max_skipped_steps)
