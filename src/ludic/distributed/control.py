@@ -8,7 +8,8 @@ which is most of a small model's push. Each push `n` is three keys under `ludic-
     trainer: push/n = manifest JSON (or {"close": true})
     server:  ack/n  = {"ok": true} or {"error": ..., "status": 400}   (before any bucket)
     trainer: broadcasts the buckets over the group
-    server:  done/n = {"policy_version": ..., "num_tensors": ..., "num_bytes": ...} or {"error": ...}
+    server:  done/n = {"policy_version", "num_tensors", "num_bytes", "checksums" (of what it
+             holds after loading), "held_dtypes"} or {"error": ...}
 
 The reader of a key deletes it once the push is over (the trainer when it sends the next
 request, the server after its done reply), off the critical path. The server refuses a
