@@ -1,6 +1,6 @@
-"""Tiny envs for protocol tests: a step-counting single-agent env, a two-seat turn-based coin
-game and a simultaneous rock-paper-scissors round. They count `step` calls so tests can check
-that parse failures never reach the env."""
+"""Tiny envs for protocol tests: a step-counting single-agent env, a tape env for termination
+rules, a two-seat turn-based coin game and a simultaneous rock-paper-scissors round. They
+count `step` calls so tests can check that parse failures never reach the env."""
 
 from __future__ import annotations
 
@@ -50,6 +50,37 @@ class CountingEnv(SingleAgentEnv):
 
     def close(self) -> None:
         self.closed += 1
+
+
+class TapeEnv(SingleAgentEnv):
+    """Reward 1 per action; step `critical_at` reports a critical error; step `end_at` ends the
+    episode (truncated if `truncate`); remembers the actions it saw."""
+
+    def __init__(
+        self, *, critical_at: int | None = None, end_at: int | None = None, truncate: bool = False
+    ) -> None:
+        self.critical_at, self.end_at, self.truncate = critical_at, end_at, truncate
+        self.seen: list[str] = []
+
+    def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
+        self.seen = []
+        return "start", {}
+
+    def env_step(self, action: str) -> StepOutcome:
+        self.seen.append(action)
+        t = len(self.seen)
+        info: Info = {"critical_error": "disk on fire"} if t == self.critical_at else {}
+        end = t == self.end_at
+        return StepOutcome(
+            obs=f"obs {t}",
+            reward=1.0,
+            terminated=end and not self.truncate,
+            truncated=end and self.truncate,
+            info=info,
+        )
+
+    def env_state_key(self) -> int:
+        return len(self.seen)
 
 
 class CoinDuelEnv(LudicEnv):

@@ -7,9 +7,9 @@ import json
 import re
 
 import pytest
+from interaction_fakes import TapeEnv
 
 from ludic.agents import Agent, ToolAgent
-from ludic.envs.single_agent import SingleAgentEnv
 from ludic.inference.scripted import ScriptedClient
 from ludic.interaction import (
     ContextBudget,
@@ -23,30 +23,7 @@ from ludic.interaction import (
     TurnView,
 )
 from ludic.parsers import xml_tag_parser
-from ludic.types import Info, Rollout, StepOutcome
-
-
-class TapeEnv(SingleAgentEnv):
-    """Counts steps; reward 1 per action; `critical_at`: that step reports a critical error;
-    `end_at`: that step terminates; remembers the actions it saw."""
-
-    def __init__(self, *, critical_at: int | None = None, end_at: int | None = None) -> None:
-        self.critical_at = critical_at
-        self.end_at = end_at
-        self.seen: list[str] = []
-
-    def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
-        self.seen = []
-        return "start", {}
-
-    def env_step(self, action: str) -> StepOutcome:
-        self.seen.append(action)
-        t = len(self.seen)
-        info: Info = {"critical_error": "disk on fire"} if t == self.critical_at else {}
-        return StepOutcome(obs=f"obs {t}", reward=1.0, terminated=t == self.end_at, info=info)
-
-    def env_state_key(self) -> int:
-        return len(self.seen)
+from ludic.types import Rollout, StepOutcome
 
 
 async def run(

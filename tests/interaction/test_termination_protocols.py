@@ -10,10 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
-from interaction_fakes import CoinDuelEnv, RockPaperScissorsEnv
+from interaction_fakes import CoinDuelEnv, RockPaperScissorsEnv, TapeEnv
 
 from ludic.agents import Agent, ToolAgent
-from ludic.envs.single_agent import SingleAgentEnv
 from ludic.inference.scripted import ScriptedClient
 from ludic.interaction import (
     ContextBudget,
@@ -31,37 +30,9 @@ from ludic.interaction import (
     delegate,
 )
 from ludic.parsers import xml_tag_parser
-from ludic.types import Info, Rollout, StepOutcome
+from ludic.types import Rollout
 
 MOVE = xml_tag_parser("move")
-
-
-class TapeEnv(SingleAgentEnv):
-    """Reward 1 per action; step `critical_at` reports a critical error; step `end_at` ends the
-    episode (truncated if `truncate`); remembers the actions it saw."""
-
-    def __init__(
-        self, *, critical_at: int | None = None, end_at: int | None = None, truncate: bool = False
-    ) -> None:
-        self.critical_at, self.end_at, self.truncate = critical_at, end_at, truncate
-        self.seen: list[str] = []
-
-    def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
-        self.seen = []
-        return "start", {}
-
-    def env_step(self, action: str) -> StepOutcome:
-        self.seen.append(action)
-        t = len(self.seen)
-        info: Info = {"critical_error": "disk on fire"} if t == self.critical_at else {}
-        end = t == self.end_at
-        return StepOutcome(
-            obs=f"obs {t}",
-            reward=1.0,
-            terminated=end and not self.truncate,
-            truncated=end and self.truncate,
-            info=info,
-        )
 
 
 def boom(x: int) -> int:

@@ -27,7 +27,7 @@ from ludic.interaction.termination import (
     TurnView,
     env_ended,
     record_termination,
-    stopped_step,
+    unexecuted_step,
 )
 from ludic.types import EnvironmentStep, Rollout, StepOutcome, new_id
 
@@ -144,7 +144,14 @@ class MultiAgentProtocol:
             if aid in finished:
                 continue
             if aid in pending:  # a valid action still waiting: close its turn unexecuted
-                collector.add_env_step(aid, _unexecuted_step(pending[aid], obs, collector, aid))
+                step = unexecuted_step(
+                    pending[aid],
+                    obs.get(aid, ""),
+                    index=collector.num_env_steps(aid),
+                    agent_id=aid,
+                    info={"action_not_executed": True},
+                )
+                collector.add_env_step(aid, step)
             record_termination(collector, aid, stop)
 
     def _check_env_phase(
@@ -200,7 +207,9 @@ class MultiAgentProtocol:
                     TurnView(phase="act", act=act, env_step=None, env_steps=history)
                 )
                 if stop is not None:
-                    step = stopped_step(act, obs.get(aid, ""), stop, index=index, agent_id=aid)
+                    step = unexecuted_step(
+                        act, obs.get(aid, ""), index=index, agent_id=aid, info={"synthetic": True}
+                    )
                     collector.add_env_step(aid, step)
                     continue
             if act.action is not None:
@@ -258,21 +267,3 @@ def _seat_sampling(sampling: SamplingConfig | None, seat: int) -> SamplingConfig
     if sampling is None or sampling.seed is None:
         return sampling
     return sampling.with_seed(derive_call_seed(sampling.seed, -(seat + 1)))
-
-
-def _unexecuted_step(
-    act: AgentAct, obs: Mapping[str, str], collector: TraceCollector, aid: str
-) -> EnvironmentStep:
-    """Close the turn of a valid action the env never received (the others were still
-    retrying when the episode ended): state unchanged, no reward, no next observation."""
-    return EnvironmentStep(
-        index=collector.num_env_steps(aid),
-        turn_id=act.final_step.turn_id,
-        agent_id=aid,
-        prev_obs=obs.get(aid, ""),
-        action=act.action,
-        next_obs=None,
-        state_key=act.final_step.info.get("state_key"),
-        agent_step_ids=tuple(s.id for s in act.steps),
-        info={"action_not_executed": True},
-    )

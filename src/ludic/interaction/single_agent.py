@@ -25,7 +25,7 @@ from ludic.interaction.termination import (
     TurnView,
     env_ended,
     record_termination,
-    stopped_step,
+    unexecuted_step,
 )
 from ludic.types import EnvironmentStep, Info, Rollout, new_id
 
@@ -132,7 +132,9 @@ class SingleAgentProtocol:
                 TurnView(phase="act", act=act, env_step=None, env_steps=history)
             )
             if stop is not None:
-                collector.add_env_step(aid, stopped_step(act, obs, stop, index=index, agent_id=aid))
+                info = {"synthetic": True}
+                step = unexecuted_step(act, obs, index=index, agent_id=aid, info=info)
+                collector.add_env_step(aid, step)
                 return stop
             env_step = await self._env_step(env, aid, act, obs, index, seat=seat)
             collector.add_env_step(aid, env_step)

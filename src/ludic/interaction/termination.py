@@ -252,10 +252,12 @@ def env_ended(step: EnvironmentStep) -> Termination | None:
     return None
 
 
-def stopped_step(
-    act: AgentAct, obs: str, stop: Termination, *, index: int, agent_id: str
+def unexecuted_step(
+    act: AgentAct, obs: str, *, index: int, agent_id: str, info: Info
 ) -> EnvironmentStep:
-    """The last step of an episode ended before the env saw the action: state unchanged."""
+    """Close a turn whose action the env never saw (a rule ended the episode first, or other
+    seats were still retrying): state unchanged, no reward, no next observation. Flags for the
+    episode's end come from `record_termination`."""
     return EnvironmentStep(
         index=index,
         turn_id=act.final_step.turn_id,
@@ -263,13 +265,9 @@ def stopped_step(
         prev_obs=obs,
         action=act.action,
         next_obs=None,
-        reward=0.0,
-        terminated=not stop.truncated,
-        truncated=stop.truncated,
-        truncation_reason=stop.truncation_reason,
         state_key=act.final_step.info.get("state_key"),
         agent_step_ids=tuple(s.id for s in act.steps),
-        info={"synthetic": True},
+        info=info,
     )
 
 
@@ -314,5 +312,5 @@ __all__ = [
     "env_ended",
     "max_steps_termination",
     "record_termination",
-    "stopped_step",
+    "unexecuted_step",
 ]
