@@ -20,7 +20,7 @@ from ludic.training.credit import (
     ReinforcePlusPlus,
 )
 from ludic.training.credit.awr import AWRBaseline
-from ludic.training.credit.gigpo import Combine
+from ludic.training.credit.gigpo import Combine, EpisodeStat
 from ludic.training.losses import (
     CISPOLoss,
     CompositeLoss,
@@ -304,11 +304,14 @@ def make_gigpo(
     aggregation: Aggregation = "token_mean",
     kl_beta: float = 0.0,
     kl_estimator: KLEstimator = "k3",
+    default_step_reward: float = 0.0,
+    episode_stat: EpisodeStat = "trajectory",
 ) -> RLAlgorithm:
     """GiGPO (arXiv:2505.10978): A = A_E + omega * A_S (episode-level group advantage plus
     step-level advantage over anchor states, gamma = 0.95, omega = 1 as in the paper; see
-    `GiGPO` for combine="seed003"), with the token-clipped surrogate (token_mean, as the
-    reference verl-agent code runs it). The paper uses a KL penalty beta = 0.01 (kl_beta)."""
+    `GiGPO` for combine="seed003", `default_step_reward`, final scores and `episode_stat`),
+    with the token-clipped surrogate (token_mean, as the reference verl-agent code runs it).
+    The paper uses a KL penalty beta = 0.01 (kl_beta)."""
     loss = TokenClippedSurrogateLoss(
         clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, aggregation=aggregation
     )
@@ -318,6 +321,8 @@ def make_gigpo(
         combine=combine,
         normalize_std=normalize_std,
         step_normalize_std=step_normalize_std,
+        default_step_reward=default_step_reward,
+        episode_stat=episode_stat,
     )
     return RLAlgorithm(
         name="gigpo",

@@ -26,9 +26,11 @@ from ludic.training.credit.core import (
     rollout_group_key,
 )
 from ludic.training.credit.gigpo import (
+    EpisodeStat,
     GiGPO,
     GiGPOTurnCredit,
     combine_advantages,
+    episode_advantages,
     gigpo_group_credit,
 )
 from ludic.training.credit.hierarchical import (
@@ -40,6 +42,7 @@ from ludic.training.credit.hierarchical import (
 __all__ = [
     "AWRCredit",
     "ConstantCredit",
+    "EpisodeStat",
     "EpisodicReturn",
     "GiGPO",
     "GiGPOTurnCredit",
@@ -54,6 +57,7 @@ __all__ = [
     "combine_advantages",
     "default_anchor_key",
     "discounted_returns",
+    "episode_advantages",
     "gigpo_group_credit",
     "group_normalize",
     "group_rollouts",

@@ -29,6 +29,36 @@ from ludic.training.credit.core import (
 from ludic.types import Rollout, Turn
 
 Combine = Literal["paper", "seed003"]
+EpisodeStat = Literal["trajectory", "step_rows"]
+_EPISODE_STATS: tuple[str, ...] = ("trajectory", "step_rows")
+FINAL_SCORE_KEY = "final_score"
+
+
+def episode_advantages(
+    scores: Sequence[float],
+    lengths: Sequence[int],
+    *,
+    stat: EpisodeStat,
+    normalize_std: bool,
+    eps: float,
+) -> list[float]:
+    """A_E per episode of one group, with mean and std taken over
+
+    trajectory: one value per episode (the paper's eq. 4; the default here);
+    step_rows:  one value per turn, each turn carrying its episode's score, so long episodes
+                weigh more (verl-agent's `compute_mean_std_cross_all_data=True`).
+    A_E(i) = (F_i - mean) / (std + eps), or F_i - mean; sample std (n - 1) either way.
+    """
+    if stat == "trajectory":
+        return group_normalize(scores, normalize_std=normalize_std, eps=eps)
+    rows = [float(f) for f, n in zip(scores, lengths, strict=True) for _ in range(n)]
+    if len(rows) <= 1 or max(scores) == min(scores):
+        return [0.0] * len(scores)
+    mean = math.fsum(rows) / len(rows)
+    if not normalize_std:
+        return [float(f) - mean for f in scores]
+    std = math.sqrt(math.fsum((r - mean) ** 2 for r in rows) / (len(rows) - 1))
+    return [(float(f) - mean) / (std + eps) for f in scores]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -68,18 +98,33 @@ def gigpo_group_credit(
     normalize_std: bool,
     step_normalize_std: bool,
     eps: float,
+    final_scores: Sequence[float | None] | None = None,
+    default_step_reward: float = 0.0,
+    episode_stat: EpisodeStat = "trajectory",
 ) -> list[list[GiGPOTurnCredit]]:
-    """GiGPO for one episode group. `rewards[i][k]` and `anchors[i][k]` are episode i's turn k.
+    """GiGPO for one episode group. `rewards[i][k]` and `anchors[i][k]` are episode i's turn k;
+    `final_scores[i]` is episode i's final score, kept apart from its step rewards (None: none).
 
-    A_E(i)   = group_normalize(R)[i] with R_i = sum_k r_ik (undiscounted episode return)
-    G_ik     = sum_{j >= k} gamma^(j - k) r_ij (discounted return-to-go)
+    F_i      = final_scores[i] when given, else R_i = sum_k r_ik (undiscounted episode return)
+    A_E(i)   = episode_advantages(F, stat=episode_stat)[i]
+    r'_ik    = r_ik + default_step_reward (+ final_scores[i] on the last turn)
+    G_ik     = sum_{j >= k} gamma^(j - k) r'_ij (discounted return-to-go)
     A_S(i,k) = group_normalize({G_jl : anchor_jl == anchor_ik})[ik]; 0 for no anchor or a
                group of one. Revisits of a state within one episode join the same anchor group.
     """
-    episode_adv = group_normalize(
-        [math.fsum(r) for r in rewards], normalize_std=normalize_std, eps=eps
+    finals = list(final_scores) if final_scores is not None else [None] * len(rewards)
+    scores = [math.fsum(r) if f is None else float(f) for r, f in zip(rewards, finals, strict=True)]
+    episode_adv = episode_advantages(
+        scores,
+        [len(r) for r in rewards],
+        stat=episode_stat,
+        normalize_std=normalize_std,
+        eps=eps,
     )
-    returns = [discounted_returns(r, gamma) for r in rewards]
+    returns = [
+        discounted_returns(_step_rewards(r, f, default_step_reward), gamma)
+        for r, f in zip(rewards, finals, strict=True)
+    ]
     members: dict[AnchorKey, list[tuple[int, int]]] = defaultdict(list)
     for i, episode_anchors in enumerate(anchors):
         for k, anchor in enumerate(episode_anchors):
@@ -109,6 +154,27 @@ def gigpo_group_credit(
     return out
 
 
+def _step_rewards(rewards: Sequence[float], final: float | None, default: float) -> list[float]:
+    out = [float(r) + default for r in rewards]
+    if final is not None and out:
+        out[-1] += float(final)
+    return out
+
+
+def rollout_final_score(rollout: Rollout) -> float | None:
+    """`rollout.meta["final_score"]` (a score of the whole episode, e.g. from a judge), or None."""
+    value = rollout.meta.get(FINAL_SCORE_KEY)
+    if value is None:
+        return None
+    score = float(value)
+    if not math.isfinite(score):
+        raise ValueError(
+            f"GiGPO: rollout {rollout.id!r} has meta['final_score'] = {value!r}; a final score "
+            "must be a finite number"
+        )
+    return score
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GiGPO:
     """GiGPO credit assigner: A = combine(A_E, A_S) per turn (see `gigpo_group_credit`).
@@ -119,6 +185,13 @@ class GiGPO:
     1.0 for `combine="paper"` (the paper's setting) and 0.5 for `combine="seed003"` (the same
     direction). `normalize_std` / `step_normalize_std` pick mean-std or mean-only normalisation
     for A_E and A_S (the reference code's "mean_std_norm" / "mean_norm").
+
+    Seed 003's reward inputs: a rollout's `meta["final_score"]`, when present, is its final
+    score F_i: A_E compares final scores (not step-reward sums) and F_i is added to the last
+    turn's reward for the returns-to-go; `default_step_reward` is added to every turn's reward
+    (e.g. a small negative time penalty when step rewards are sparse). `episode_stat` says over
+    what A_E's mean and std run: "trajectory" (default, the paper's equation: one value per
+    episode) or "step_rows" (one per turn, as verl-agent's default computes it).
     """
 
     gamma: float = 0.95
@@ -128,10 +201,20 @@ class GiGPO:
     step_normalize_std: bool = True
     eps: float = 1e-6
     anchor_key: AnchorKeyFn = default_anchor_key
+    default_step_reward: float = 0.0
+    episode_stat: EpisodeStat = "trajectory"
 
     def __post_init__(self) -> None:
         check_gamma(self.gamma, "GiGPO")
         check_eps(self.eps, "GiGPO")
+        if self.episode_stat not in _EPISODE_STATS:
+            raise ValueError(
+                f"GiGPO: episode_stat must be one of {_EPISODE_STATS}, got {self.episode_stat!r}"
+            )
+        if not math.isfinite(self.default_step_reward):
+            raise ValueError(
+                f"GiGPO: default_step_reward must be finite, got {self.default_step_reward}"
+            )
         if self.combine not in ("paper", "seed003"):
             raise ValueError(f"GiGPO: combine must be 'paper' or 'seed003', got {self.combine!r}")
         omega = self.effective_omega
@@ -164,6 +247,9 @@ class GiGPO:
                 normalize_std=self.normalize_std,
                 step_normalize_std=self.step_normalize_std,
                 eps=self.eps,
+                final_scores=[rollout_final_score(r) for r, _ in members],
+                default_step_reward=self.default_step_reward,
+                episode_stat=self.episode_stat,
             )
             for (rollout, turns), row in zip(members, credits, strict=True):
                 for turn, credit in zip(turns, row, strict=True):
