@@ -195,3 +195,25 @@ def test_registry_must_not_be_empty_and_delegate_is_not_run_locally() -> None:
 def test_final_answer_prefers_the_last_env_action() -> None:
     bare = Rollout(steps=[AgentStep(completion="raw text")])
     assert final_answer(bare) == "raw text" and final_answer(Rollout()) == ""
+
+
+async def test_sub_agents_keep_their_own_identity_at_every_depth() -> None:
+    """A sub-agent with the default id (or its parent's) is named after its registry entry;
+    one with an id of its own keeps it. The parent keeps its id, steps name their agent."""
+
+    def middle() -> Agent:
+        return parent(delegate_call({"task": "leaf", "agent": "leaf"}), "<move>mid</move>")
+
+    def named_leaf() -> Agent:
+        return Agent(ScriptedClient(["<move>x</move>"]), parser=MOVE, agent_id="researcher")
+
+    for leaf_factory, leaf_id in ((solver("x"), "leaf"), (named_leaf, "researcher")):
+        registry = {
+            "default": SubAgentSpec(agent_factory=middle),
+            "leaf": SubAgentSpec(agent_factory=leaf_factory),
+        }
+        boss = parent(delegate_call({"task": "sub"}), "<move>good</move>")
+        top, mid, leaf = await run(DelegatingProtocol(boss, registry, max_depth=2))
+        assert [top.agent_id, mid.agent_id, leaf.agent_id] == ["agent_0", "default", leaf_id]
+        for rollout in (top, mid, leaf):
+            assert {s.agent_id for s in rollout.steps} == {rollout.agent_id}

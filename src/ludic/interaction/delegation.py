@@ -5,9 +5,9 @@ with a fresh sub-agent from a registry, feeds the child's answer back as the too
 returns the child rollouts beside the parent's, linked by ids (child `meta.parent_rollout_id`,
 `parent_step_id`; the parent step's `info.child_rollout_ids`). Nested delegation is bounded
 by `max_depth`. A child rollout carries its sub-agent's own `agent_id` (the registry name when
-the sub-agent's id equals its parent's), so credit assigners group it only with rollouts of the
-same sub-agent (see `credit.core.rollout_group_key`). How parent and child credit relate is left
-to the credit assigner (`credit.hierarchical`).
+the sub-agent has the default id or its parent's), so credit assigners group it only with
+rollouts of the same sub-agent (see `credit.core.rollout_group_key`). How parent and child
+credit relate is left to the credit assigner (`credit.hierarchical`).
 """
 
 from __future__ import annotations
@@ -196,8 +196,8 @@ class DelegatingProtocol:
         if sampling is not None:
             sampling = sampling.with_seed(derive_call_seed(sampling.seed, 10_000 + ordinal))
         sub_agent = spec.agent_factory()
-        if sub_agent.agent_id == self.agent.agent_id:
-            sub_agent.agent_id = name  # a sub-agent never shares its parent's identity
+        if sub_agent.agent_id in ("agent_0", self.agent.agent_id):
+            sub_agent.agent_id = name  # unnamed, or its parent's identity: take the registry's
         child_rules = spec.termination_rules()
         child_protocol = DelegatingProtocol(
             sub_agent,

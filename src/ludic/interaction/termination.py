@@ -243,6 +243,9 @@ def max_steps_termination(max_steps: int) -> Termination:
     )
 
 
+ENV_REASONS = frozenset({"env_terminated", "env_truncated"})
+
+
 def env_ended(step: EnvironmentStep) -> Termination | None:
     """The env's own terminated / truncated flags as a Termination (truncation wins)."""
     if step.truncated:
@@ -272,16 +275,18 @@ def unexecuted_step(
 
 
 def record_termination(collector: TraceCollector, agent_id: str, stop: Termination) -> None:
-    """Record why `agent_id`'s episode ended, the same way in every protocol: the last env
-    step gets the flags (`terminated` unless truncated; `truncated` + `truncation_reason`) and
-    `info["termination_reason"]` / `termination_detail` (+ `truncation_reason`); rollout meta
-    gets `termination_reason`, `termination_detail` and, for a truncation, `episode_truncated`
-    and `truncation_reason`. An agent without an env step gets the meta only."""
-    extra: Info = {"termination_reason": stop.reason, "termination_detail": stop.detail}
-    if stop.truncated:
-        extra["truncation_reason"] = stop.truncation_reason
+    """Record why `agent_id`'s episode ended, the same way in every protocol. Rollout meta gets
+    `termination_reason`, `termination_detail` and, for a truncation, `episode_truncated` and
+    `truncation_reason`. When the protocol ended it (a rule, out of steps), the last env step
+    also gets the flags (`terminated` unless truncated; `truncated` + `truncation_reason`) and
+    `info["termination_reason"]` / `termination_detail` (+ `truncation_reason`); when the env
+    ended it, its step stays as the env wrote it (its own flags say so). An agent without an
+    env step gets the meta only."""
     last = collector.last_env_step(agent_id)
-    if last is not None:
+    if last is not None and stop.reason not in ENV_REASONS:
+        extra: Info = {"termination_reason": stop.reason, "termination_detail": stop.detail}
+        if stop.truncated:
+            extra["truncation_reason"] = stop.truncation_reason
         collector.replace_last_env_step(
             agent_id,
             dataclasses.replace(
@@ -299,6 +304,7 @@ def record_termination(collector: TraceCollector, agent_id: str, stop: Terminati
 
 
 __all__ = [
+    "ENV_REASONS",
     "ContextBudget",
     "CriticalError",
     "MaxSteps",
