@@ -72,10 +72,15 @@ class AWRConfig:
     """Tiny model width (as the quickstart)."""
     num_layers: int = 2
     """Tiny model depth (as the quickstart)."""
-    seeds: int = 1
+    seeds: int = 2
     """Repeat everything (model init, data, training) with seeds 0 .. seeds - 1."""
     out_dir: Path = Path("ludic_runs/awr_tictactoe")
     """Where data, runs and results.json go."""
+
+
+def env_kwargs(cfg: AWRConfig) -> dict[str, str]:
+    """As the quickstart: an illegal move costs -1 and the agent tries again."""
+    return {"opponent": cfg.opponent, "illegal_move": "retry"}
 
 
 async def expert_data(cfg: AWRConfig, tokenizer: object, seed: int, out: Path) -> Path:
@@ -84,7 +89,7 @@ async def expert_data(cfg: AWRConfig, tokenizer: object, seed: int, out: Path) -
     engine = rollout_engine(client, max_tokens=10)
     requests = [
         RolloutRequest(
-            env=ComponentSpec(name=ENV_NAME, kwargs={"opponent": cfg.opponent}),
+            env=ComponentSpec(name=ENV_NAME, kwargs=env_kwargs(cfg)),
             protocol=ComponentSpec(name=PROTOCOL_NAME),
         )
         for _ in range(cfg.expert_episodes)
@@ -123,7 +128,7 @@ async def evaluate(cfg: AWRConfig, model_dir: Path, stage: str) -> StageResult:
         return await evaluate_stage(
             engine,
             stage,
-            env_kwargs={"opponent": cfg.opponent},
+            env_kwargs=env_kwargs(cfg),
             episodes=cfg.eval_episodes,
             temperature=cfg.eval_temperature,
         )
