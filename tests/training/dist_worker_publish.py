@@ -32,7 +32,13 @@ def _source() -> ListSource:
 def _phase(
     model: torch.nn.Module, url: str, token: str, first_version: int, runtime: object = None
 ) -> tuple[Trainer, dict[str, object]]:
-    publisher = BroadcastPolicyPublisher(url, token, timeout_s=60, probe_model=model)
+    publisher = BroadcastPolicyPublisher(
+        url,
+        token,
+        timeout_s=60,
+        probe_model=model,
+        probe_every=1,  # every push: the twin
+    )
     config = TrainerConfig(
         lr=5e-3, micro_batch_tokens=32, seed=11, initial_policy_version=first_version
     )
