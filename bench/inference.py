@@ -20,7 +20,9 @@ speed drifts by 10% between runs, and the best run is the one least disturbed; t
 each round is reported too (`round_speedups_*`), so the spread is visible. CPU-time ratios
 understate the engine (it keeps both cores busy; batch-1 `generate` does not), `--threads 1`
 keeps them comparable between arms.
-Run: `python bench/inference.py [--threads N] [--repeats N]`.
+`--batch-invariant` runs the engine with `EngineConfig(batch_invariant=True)` (each seeded
+request's tokens and logprobs independent of the batch; prefix reuse off), to measure its cost.
+Run: `python bench/inference.py [--threads N] [--repeats N] [--batch-invariant]`.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ import transformers
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ludic.inference.client import ChatRequest
-from ludic.inference.engine import EmbeddedEngine
+from ludic.inference.engine import EmbeddedEngine, EngineConfig
 from ludic.inference.prompts import render_prompt_ids
 from ludic.inference.sampling import SamplingConfig
 from ludic.models import load_tiny_model
@@ -227,12 +229,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     parser.add_argument("--repeats", type=int, default=REPEATS, help="runs per cell (best kept)")
+    parser.add_argument(
+        "--batch-invariant", action="store_true", help="EngineConfig(batch_invariant=True)"
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model, tokenizer = load_tiny_model()
-    engine = EmbeddedEngine(model, tokenizer)
+    engine = EmbeddedEngine(
+        model, tokenizer, config=EngineConfig(batch_invariant=args.batch_invariant)
+    )
     run_engine(engine, make_agents(4, 1, tokenizer, SINGLE_TURN_BUDGETS), [])  # warm up
     r = args.repeats
     workloads = {
@@ -250,6 +257,7 @@ def main() -> None:
         "benchmark": "inference",
         "model": f"tiny llama, {params} params, fp32, {model.device}",
         "torch_threads": torch.get_num_threads(),
+        "batch_invariant": args.batch_invariant,
         "machine": platform.machine(),
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         "targets_at_32": {"vs_sequential": 10.0, "vs_batched": 1.3},

@@ -9,7 +9,10 @@ together (a GRPO group) are prefilled once. After a failed step, `step_alone` de
 by itself (re-prefilled from its prompt and completion so far, with the uniform the failed step
 drew for it), so the engine can tell which request failed. It supports full-attention models
 whose cache layers are plain `DynamicLayer`s (Llama, Qwen2/3, Mistral without sliding window);
-no paged attention or speculative decoding.
+no paged attention or speculative decoding. With `batch_invariant`, every row's logits are
+bit for bit those it would get alone (`ludic.inference.batch_invariant`) and prefix reuse is
+off: a reused prefix's KV was computed by decode steps, a fresh one by a prefill, which round
+differently, and whether a prefix is still cached depends on timing.
 
 Legend: B rows, T cached positions, V vocabulary.
 """
@@ -49,10 +52,14 @@ class DecodeBatch:
         logprobs_mode: LogprobsMode = "processed",
         prefix_cache_tokens: int = 0,
         lean_forward: bool = True,
+        batch_invariant: bool = False,
     ) -> None:
         self.model = model
         self._device = model.device  # `model.device` walks the parameters: once, not per step
         self._lean = LeanForward.for_model(model) if lean_forward else None
+        if batch_invariant:
+            self._lean = _invariant_forward(model, lean_forward)
+            prefix_cache_tokens = 0  # a reused prefix's KV differs in the last bits (see module)
         self._sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
         self._cache_kwarg = cache_kwarg(model)
         self.prefix_cache = PrefixCache(prefix_cache_tokens)
@@ -329,6 +336,22 @@ class DecodeBatch:
         self._positions_B = torch.zeros(0, dtype=torch.long, device=self.device)
         self._logits_BV = torch.zeros(0, 0, device=self.device)
         return rows
+
+
+def _invariant_forward(model: PreTrainedModel, lean_forward: bool) -> LeanForward:
+    if not lean_forward:
+        raise ValueError(
+            "batch_invariant=True runs the lean forward: drop lean_forward=False from the "
+            "EngineConfig, or turn batch_invariant off"
+        )
+    lean = LeanForward.build(model, batch_invariant=True)
+    if isinstance(lean, str):
+        raise ValueError(
+            f"batch_invariant=True cannot be honoured for this model here: {lean}. Turn "
+            "batch_invariant off (results then depend slightly on what shares a batch), or use "
+            "a Llama-family model on a machine where the check passes (e.g. fewer torch threads)"
+        )
+    return lean
 
 
 class _BatchState(NamedTuple):

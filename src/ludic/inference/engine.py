@@ -62,6 +62,11 @@ class EngineConfig:
     `lean_forward` runs Llama-family models (Llama, Mistral, Qwen2, Qwen3) through
     `ludic.inference.lean_forward` instead of the transformers forward (same arithmetic, less
     per-step overhead); other models, or a failed self-check, use the transformers forward.
+    `batch_invariant` makes a seeded request's tokens and logprobs bit for bit independent of
+    what else is in the batch and of when it arrives (`ludic.inference.batch_invariant`): the
+    lean forward computes each row as it would alone, and prefix reuse is off. It needs a
+    Llama-family model and a start-up check that this machine's GEMMs are row-invariant;
+    otherwise the engine refuses to start (ValueError) rather than promise it silently.
     """
 
     max_batch_size: int = 64
@@ -71,6 +76,7 @@ class EngineConfig:
     eos_token_ids: tuple[int, ...] | None = None
     prefix_cache_tokens: int = 16384
     lean_forward: bool = True
+    batch_invariant: bool = False
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 1:
@@ -152,6 +158,7 @@ class EmbeddedEngine:
             self.config.logprobs_mode,
             self.config.prefix_cache_tokens,
             lean_forward=self.config.lean_forward,
+            batch_invariant=self.config.batch_invariant,
         )
         self._pending: deque[SequenceState] = deque()
         self._controls: deque[_Control] = deque()

@@ -23,6 +23,10 @@ matrix are up to 2x slower than for a short right-hand side (measured on the CPU
 result is the same product (it can differ from `x @ W.T` in the last bit for 2-8 rows) and stays
 a transposed view, which elementwise ops and the next `W @ x.T` consume without a copy.
 
+`LeanForward(model, batch_invariant=True)` computes each row exactly as it would be computed alone
+(`ludic.inference.batch_invariant`): GEMMs on at least 16 rows in one form, attention over each
+row's own keys; a start-up check confirms the GEMMs are row-invariant on this machine.
+
 `LeanForward.for_model(model)` returns None for anything else, and also when a self-check (one
 small padded forward compared with the model's own) disagrees, so an unexpected variant falls
 back to the transformers forward instead of serving wrong logprobs.
@@ -43,6 +47,8 @@ from torch.nn.utils import parametrize
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
+from ludic.inference import batch_invariant as invariant
+from ludic.inference.batch_invariant import linear as invariant_linear
 from ludic.inference.weights import pack_parameters_
 
 logger = logging.getLogger(__name__)
@@ -60,8 +66,9 @@ class LeanForward:
     """`__call__(ids_BS, key_mask_BT, positions_BS, cache, keep)` -> float logits of the last
     `keep` positions, [B, keep, V]; the cache grows by S positions like the model's own."""
 
-    def __init__(self, model: PreTrainedModel) -> None:
+    def __init__(self, model: PreTrainedModel, batch_invariant: bool = False) -> None:
         self.model = model
+        self.batch_invariant = batch_invariant
         self.dtype = model.dtype
         self.decoder: Any = model.model
         self.embed: Any = self.decoder.embed_tokens
@@ -72,6 +79,8 @@ class LeanForward:
         for layer in self.layers:
             layer.qkv.pack(model)
             layer.gate_up.pack(model)
+            if batch_invariant:
+                layer.qkv.invariant = layer.gate_up.invariant = True
         attention = decoder_layers[0].self_attn
         self.head_dim = int(attention.head_dim)
         self.heads = int(attention.q_proj.weight.shape[0]) // self.head_dim
@@ -87,18 +96,38 @@ class LeanForward:
     @classmethod
     def for_model(cls, model: PreTrainedModel) -> LeanForward | None:
         """A LeanForward for `model`, or None (with the reason logged) when it does not apply."""
+        lean = cls.build(model)
+        if isinstance(lean, str):
+            logger.info("embedded engine uses the transformers forward: %s", lean)
+            return None
+        return lean
+
+    @classmethod
+    def build(cls, model: PreTrainedModel, batch_invariant: bool = False) -> LeanForward | str:
+        """A LeanForward for `model`, or why it does not apply (with `batch_invariant`, also
+        when this machine's GEMMs are not row-invariant)."""
         reason = _unsupported(model)
-        if reason is None:
-            try:
-                lean = cls(model)
-            except AttributeError as e:
-                reason = f"unexpected module layout ({e})"
-            else:
-                reason = lean._self_check()
-                if reason is None:
-                    return lean
-        logger.info("embedded engine uses the transformers forward: %s", reason)
-        return None
+        if reason is not None:
+            return reason
+        try:
+            lean = cls(model, batch_invariant)
+        except AttributeError as e:
+            return f"unexpected module layout ({e})"
+        reason = lean._self_check()
+        if reason is None and batch_invariant:
+            like = lean.embed.weight
+            reason = invariant.gemm_problem(lean._weights()) or invariant.attention_problem(
+                lean.heads, lean.kv_heads, lean.head_dim, like
+            )
+        return lean if reason is None else reason
+
+    def _weights(self) -> list[torch.Tensor]:
+        """The weight of every GEMM shape the forward runs (one layer's; layers share shapes)."""
+        layer = self.layers[0]
+        fused = [layer.qkv._weight, layer.gate_up._weight]
+        singles = [layer.o, layer.down, self.lm_head]
+        weights = [w for w in fused if w is not None]
+        return weights + [m._parameters["weight"].detach() for m in singles]
 
     @torch.inference_mode()
     def __call__(
@@ -113,7 +142,11 @@ class LeanForward:
         N, H, K, D = B * S, self.heads, self.kv_heads, self.head_dim
         T = key_mask_BT.shape[1]
         hidden_NE = F.embedding(ids_BS.reshape(N), self.embed.weight)
-        attn_mask = _additive(_attention_mask(key_mask_BT.bool(), S), hidden_NE.dtype)
+        inv = self.batch_invariant
+        if inv:
+            lengths = invariant.own_lengths(key_mask_BT, S)
+        else:
+            attn_mask = _additive(_attention_mask(key_mask_BT.bool(), S), hidden_NE.dtype)
         cos_BSD, signed_sin_BSD = self.rotary(hidden_NE, positions_BS)
         cos_N1D, sin_N1D = cos_BSD.reshape(N, 1, D), signed_sin_BSD.reshape(N, 1, D)
         for i, layer in enumerate(self.layers):
@@ -130,16 +163,24 @@ class LeanForward:
             v_BKSD = qkv_NCD[:, H + K :].view(B, S, K, D).transpose(1, 2)
             k_BKTD, v_BKTD = cast(DynamicLayer, cache.layers[i]).update(k_BKSD, v_BKSD)
             assert k_BKTD.shape[-2] == T, "the key mask must cover the cache and the new positions"
-            out_BHSD = F.scaled_dot_product_attention(
-                q_BHSD, k_BKTD, v_BKTD, attn_mask=attn_mask, scale=self.scaling, enable_gqa=H != K
-            )
+            if inv:
+                out_BHSD = invariant.attention(q_BHSD, k_BKTD, v_BKTD, lengths, self.scaling)
+            else:
+                out_BHSD = F.scaled_dot_product_attention(
+                    q_BHSD,
+                    k_BKTD,
+                    v_BKTD,
+                    attn_mask=attn_mask,
+                    scale=self.scaling,
+                    enable_gqa=H != K,
+                )
             out_NE = out_BHSD.transpose(1, 2).reshape(N, -1)
-            hidden_NE = hidden_NE + _linear(out_NE, layer.o, transposed_ok=True)
+            hidden_NE = hidden_NE + _linear(out_NE, layer.o, transposed_ok=True, invariant=inv)
             gate_up_N2I = layer.gate_up(_rms_norm(hidden_NE, layer.post_norm))
             gate_NI, up_NI = gate_up_N2I.chunk(2, dim=-1)
-            hidden_NE = hidden_NE + _linear(self.act(gate_NI) * up_NI, layer.down, True)
+            hidden_NE = hidden_NE + _linear(self.act(gate_NI) * up_NI, layer.down, True, inv)
         last_BSE = _rms_norm(hidden_NE.view(B, S, -1)[:, S - keep :], self.norm)
-        return _linear(last_BSE, self.lm_head).float()
+        return _linear(last_BSE, self.lm_head, invariant=inv).float()
 
     @torch.inference_mode()
     def _self_check(self) -> str | None:
@@ -199,6 +240,7 @@ class _Fused:
     def __init__(self, modules: tuple[Any, ...], transposed_ok: bool = False) -> None:
         self.modules = modules
         self.transposed_ok = transposed_ok  # the output may be a transposed view (`_matmul`)
+        self.invariant = False  # batch-invariant GEMMs (`batch_invariant.linear`)
         self._params = [m._parameters for m in modules]  # direct: `m.weight` is a slow lookup
         self._layout: tuple[Any, ...] = ()
         self._weight: torch.Tensor | None = None
@@ -225,8 +267,10 @@ class _Fused:
                 self._weight = None
         if self._weight is None:
             pairs = zip(weights, biases, strict=True)
-            return torch.cat([_matmul(x, w, b, self.transposed_ok) for w, b in pairs], -1)
-        return _matmul(x, self._weight, self._bias, self.transposed_ok)
+            return torch.cat(
+                [_matmul(x, w, b, self.transposed_ok, self.invariant) for w, b in pairs], -1
+            )
+        return _matmul(x, self._weight, self._bias, self.transposed_ok, self.invariant)
 
 
 def _joined(tensors: list[Any]) -> torch.Tensor | None:
@@ -322,16 +366,24 @@ def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     )
 
 
-def _linear(x: torch.Tensor, module: Any, transposed_ok: bool = False) -> torch.Tensor:
+def _linear(
+    x: torch.Tensor, module: Any, transposed_ok: bool = False, invariant: bool = False
+) -> torch.Tensor:
     params = module._parameters  # `module.weight` goes through the slow Module.__getattr__
-    return _matmul(x, params["weight"], params["bias"], transposed_ok)
+    return _matmul(x, params["weight"], params["bias"], transposed_ok, invariant)
 
 
 def _matmul(
-    x_NE: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, transposed_ok: bool
+    x_NE: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    transposed_ok: bool,
+    invariant: bool = False,
 ) -> torch.Tensor:
     """x @ weight.T (+ bias); as (weight @ x.T).T, a transposed view, for 2-128 rows of 2D `x`
-    when the caller accepts one (see the module docstring)."""
+    when the caller accepts one (see the module docstring); batch-invariant if `invariant`."""
+    if invariant:
+        return invariant_linear(x_NE, weight, bias)
     if transposed_ok and x_NE.dim() == 2 and 2 <= x_NE.shape[0] <= _TRANSPOSED_MAX_ROWS:
         y_NO = torch.mm(weight, x_NE.t()).t()
         return y_NO if bias is None else y_NO + bias

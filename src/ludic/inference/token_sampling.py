@@ -93,7 +93,9 @@ def _filter_top_k_top_p(
     sorted_BV = sorted_BV.masked_fill(drop_BV, float("-inf"))
     probs_BV = torch.softmax(sorted_BV, dim=-1)
     mass_before_BV = probs_BV.cumsum(dim=-1) - probs_BV
-    drop_BV = mass_before_BV >= top_p_B[:, None]
+    # Rows with top_p 1 keep every token: their float mass can reach 1 before the tail, which
+    # would drop tokens only when another row's top-p makes the batch filter at all.
+    drop_BV = (mass_before_BV >= top_p_B[:, None]) & (top_p_B < 1)[:, None]
     drop_BV[:, 0] = False
     sorted_BV = sorted_BV.masked_fill(drop_BV, float("-inf"))
     return torch.empty_like(scaled_BV).scatter_(-1, order_BV, sorted_BV)
