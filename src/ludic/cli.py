@@ -2,12 +2,14 @@
 
 Field docstrings of each config are its `--help` (tyro). `ludic <command> ...` imports only that
 command's config, and torch, models and servers load when the command runs, so `--help` stays
-fast. Each command calls one public function that works from Python too (named below).
+fast. Each command calls one public function that works from Python too (named below). The
+working directory is importable, so `--env my_env:make_env` finds ./my_env.py.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -97,6 +99,7 @@ def _import(spec: str) -> Any:
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse `argv` (default: the process arguments) and run the chosen command."""
     args = list(sys.argv[1:] if argv is None else argv)
+    _import_from_cwd()
     if args and args[0] in COMMANDS:
         name, command = args[0], COMMANDS[args[0]]
         config_type = command.load_config()
@@ -107,6 +110,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Any valid command took the branch above, so the listing needs only the summaries.
     listing = {name: _listed(command.summary) for name, command in COMMANDS.items()}
     tyro.extras.subcommand_cli_from_dict(listing, description=DESCRIPTION, args=args, prog="ludic")
+
+
+def _import_from_cwd() -> None:
+    """Make the working directory importable, as `python -m` does, so `--env my_env:factory`
+    and `--parser my_env:parser` find ./my_env.py (a console script's sys.path lacks it)."""
+    cwd = os.getcwd()
+    if "" not in sys.path and cwd not in sys.path:
+        sys.path.insert(0, cwd)
 
 
 def _listed(summary: str) -> Any:

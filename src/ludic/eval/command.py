@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ class EvalConfig:
 
     env: str
     """Built-in env name (from `ludic.envs.BUILTIN_ENVS`) or a `module:factory` import string
-    whose factory returns a LudicEnv."""
+    whose factory returns a LudicEnv; the current directory is importable."""
     env_kwargs: str = "{}"
     """JSON object of keyword arguments for the env factory."""
     model: str | None = None
@@ -48,8 +49,9 @@ class EvalConfig:
     api_key: str | None = None
     """Bearer token for the server, if it needs one."""
     parser: str = "auto"
-    """Action parser: auto (the env's own, else identity), identity, boxed, xml:TAG, or a
-    `module:function` import string."""
+    """Action parser: auto (the `parser` attribute of the env factory or env class, e.g.
+    `parser = xml_tag_parser("move")` in the class body; identity when there is none),
+    identity, boxed, xml:TAG, or a `module:function` import string."""
     system_prompt: str | None = None
     """System prompt for the agent (default: the env's suggestion)."""
     num_problems: int = 16
@@ -79,7 +81,7 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     console = console or Console()
     env_factory = resolve_env_factory(cfg.env)
     env_kwargs = _parse_kwargs(cfg.env_kwargs)
-    parser = resolve_parser(cfg.parser, env_factory)
+    parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
     model_dir = None if cfg.server_url else resolve_model_dir(cfg.model, console=console)
     requests = make_eval_requests(
         env=ComponentSpec(name="env", kwargs=env_kwargs),
@@ -175,12 +177,19 @@ def resolve_env_factory(name: str) -> EnvFactory:
     return factory  # type: ignore[no-any-return]
 
 
-def resolve_parser(spec: str, env_factory: EnvFactory | None = None) -> Parser:
-    """A parser from its CLI spelling (see `EvalConfig.parser`)."""
+def resolve_parser(
+    spec: str, env_factory: EnvFactory | None = None, env_kwargs: dict[str, Any] | None = None
+) -> Parser:
+    """A parser from its CLI spelling (see `EvalConfig.parser`). "auto" takes the factory's
+    `parser` attribute (an `EnvSpec`'s, or a class attribute of an env class used as its own
+    factory), then `default_parser`; with `env_kwargs`, a factory function's env is built
+    once to read its class's `parser`; else `identity_parser`."""
     if spec == "auto":
         suggested = getattr(env_factory, "parser", None) or getattr(
             env_factory, "default_parser", None
         )
+        if suggested is None and env_factory is not None and env_kwargs is not None:
+            suggested = _declared_parser(env_factory, env_kwargs)
         return suggested if callable(suggested) else identity_parser
     if spec == "identity":
         return identity_parser
@@ -195,6 +204,21 @@ def resolve_parser(spec: str, env_factory: EnvFactory | None = None) -> Parser:
     raise ValueError(
         f"unknown parser {spec!r}; use auto, identity, boxed, xml:TAG or 'module:function'"
     )
+
+
+def _declared_parser(env_factory: EnvFactory, env_kwargs: dict[str, Any]) -> Any:
+    """The `parser` class attribute of the env `env_factory` builds (None if it has none)."""
+    env = env_factory(**env_kwargs)
+    try:
+        return getattr(type(env), "parser", None)
+    finally:
+        closed = env.close()
+        if inspect.isawaitable(closed):
+            asyncio.run(_await(closed))
+
+
+async def _await(awaitable: Any) -> None:
+    await awaitable
 
 
 def resolve_model_dir(model: str | None, *, console: Console) -> str:

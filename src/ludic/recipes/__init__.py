@@ -1,15 +1,40 @@
 """Recipes: the programs behind `ludic quickstart`, `ludic train` and `ludic sft`, as functions
-with one config dataclass each. Importing this package is light; torch loads when a recipe runs
-(the functions are imported on first use)."""
+with one config dataclass each, and the wiring helpers they and the examples share
+(`load_policy`, `make_inference`, `make_trainer`, `log_samples`, `finish`, `plot_curve`).
+Importing this package is light; torch loads when a recipe or helper is first used."""
 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ludic.recipes.configs import QuickstartConfig, SFTConfig, TrainConfig
 
+if TYPE_CHECKING:
+    from ludic.recipes.expert import PolicyClient
+    from ludic.recipes.quickstart import QuickstartResult, run_quickstart
+    from ludic.recipes.sft import sft_command
+    from ludic.recipes.train import train_command
+    from ludic.recipes.training import (
+        Inference,
+        SampleLog,
+        finish,
+        load_policy,
+        log_samples,
+        make_inference,
+        make_trainer,
+        plot_curve,
+    )
+
 _LAZY = {
+    "Inference": "ludic.recipes.training",
+    "SampleLog": "ludic.recipes.training",
+    "finish": "ludic.recipes.training",
+    "load_policy": "ludic.recipes.training",
+    "log_samples": "ludic.recipes.training",
+    "make_inference": "ludic.recipes.training",
+    "make_trainer": "ludic.recipes.training",
+    "plot_curve": "ludic.recipes.training",
     "PolicyClient": "ludic.recipes.expert",
     "QuickstartResult": "ludic.recipes.quickstart",
     "run_quickstart": "ludic.recipes.quickstart",
@@ -18,11 +43,19 @@ _LAZY = {
 }
 
 __all__ = [
+    "Inference",
     "PolicyClient",
     "QuickstartConfig",
     "QuickstartResult",
     "SFTConfig",
+    "SampleLog",
     "TrainConfig",
+    "finish",
+    "load_policy",
+    "log_samples",
+    "make_inference",
+    "make_trainer",
+    "plot_curve",
     "run_quickstart",
     "sft_command",
     "train_command",

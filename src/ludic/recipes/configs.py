@@ -15,7 +15,20 @@ from tyro.constructors import PrimitiveConstructorSpec
 
 Opponent = Literal["random", "minimax", "mixed"]
 IllegalMove = Literal["retry", "end"]
-Algorithm = Literal["grpo", "dr_grpo", "gspo", "cispo", "gmpo", "reinforce_baseline"]
+Algorithm = Literal[
+    "grpo",
+    "dr_grpo",
+    "gspo",
+    "cispo",
+    "gmpo",
+    "gigpo",
+    "reinforce",
+    "reinforce_baseline",
+    "rloo",
+    "reinforce_pp",
+    "reinforce_pp_baseline",
+    "awr",
+]
 ContextKind = Literal["full", "latest"]
 OfflineAlgorithm = Literal["sft", "awr"]
 
@@ -94,17 +107,24 @@ class QuickstartConfig:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrainConfig:
     """Online RL (GRPO by default) on a built-in or user env, with the embedded engine serving
-    the policy in process and fresh weights pushed to it after every step."""
+    the policy in process (or an OpenAI-compatible server with --server-url) and fresh weights
+    pushed to it after every step."""
 
     env: str = "tictactoe"
-    """Built-in env name (see `ludic.envs.BUILTIN_ENVS`) or a `module:factory` import string."""
+    """Built-in env name (see `ludic.envs.BUILTIN_ENVS`) or a `module:factory` import string;
+    the current directory is importable, so `--env my_env:make_env` finds ./my_env.py."""
     env_kwargs: str = "{}"
     """JSON object of keyword arguments for the env factory."""
     model: str | None = None
     """Local Hugging Face model directory to start from (a checkpoint's `model/` works);
     default: a tiny model built locally."""
     parser: str = "auto"
-    """Action parser: auto (the env's own), identity, boxed, xml:TAG or `module:function`."""
+    """Action parser: auto (the `parser` attribute of the env factory or env class, e.g.
+    `parser = xml_tag_parser("move")` in the class body; identity when there is none),
+    identity, boxed, xml:TAG or `module:function`."""
+    reject_incomplete: bool = False
+    """Make a reply cut off at --max-tokens a parse failure (penalty -1) that the parser never
+    sees; off: the parser reads it like any other reply. Counted in batch/num_incomplete."""
     system_prompt: str | None = None
     """System prompt (default: the env's suggestion)."""
     context: ContextKind = "full"
@@ -134,6 +154,14 @@ class TrainConfig:
     at the cost of speed."""
     checkpoint_every: int | None = None
     """Save a checkpoint every N steps (a final one is always saved)."""
+    server_url: str | None = None
+    """Generate rollouts on this OpenAI-compatible server (`ludic serve`, vLLM with Ludic's
+    extension) instead of in process; weights are pushed to it after every step."""
+    server_token: str | None = None
+    """Bearer token of the server's control endpoints (`ludic serve --token ...`); default:
+    the LUDIC_SERVER_TOKEN environment variable."""
+    served_model: str | None = None
+    """Model name to send to the server (default: the one it lists at /v1/models)."""
     resume: Annotated[str | None, _RESUME_ARG] = None
     """Continue a run (give it the same flags): bare `--resume` takes the newest complete
     checkpoint under OUT_DIR/checkpoints, `--resume DIR` a checkpoint directory or one step_*
@@ -144,7 +172,8 @@ class TrainConfig:
     device: str = "cpu"
     """Training device (the embedded engine shares the model's device)."""
     out_dir: Path = Path("ludic_runs/train")
-    """Where metrics.jsonl, rollouts.jsonl, checkpoints and the reward curve are written."""
+    """Where metrics.jsonl, rollouts.jsonl, samples.jsonl (what `ludic view --samples` reads),
+    checkpoints and the reward curve are written."""
     progress: bool = True
     """Show a progress bar."""
 

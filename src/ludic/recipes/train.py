@@ -1,19 +1,19 @@
-"""`ludic train`: online RL on one env with an in-process inference engine.
+"""`ludic train`: online RL on one env, with inference in process or on a server.
 
 Each step plays `problems_per_step x group_size` episodes with the current policy (served by
-`EmbeddedEngine` from a copy of the model), assigns credit with the chosen preset, takes one
-optimizer step and pushes the new weights into the engine (`InProcessPublisher`, verified by
-version). `--resume` continues a run from its checkpoint: the restored weights are pushed into
-the engine before the first rollout and the seeds go on where they stopped, so a resumed run
-equals an uninterrupted one. Single-seat envs only (multi-agent self-play:
-`examples/tictactoe/selfplay.py`); a remote inference server needs a weight publisher for it,
-which this command does not set up.
+`EmbeddedEngine` from a copy of the model, or by the OpenAI-compatible server `--server-url`
+names), assigns credit with the chosen preset, takes one optimizer step and pushes the new
+weights to inference (`InProcessPublisher` or `BroadcastPolicyPublisher`, verified).
+`--resume` continues a run from its checkpoint: the restored weights are pushed before the
+first rollout and the seeds go on where they stopped, so a resumed run equals an
+uninterrupted one. Every training sample is written to `samples.jsonl` for
+`ludic view --samples`. Single-seat envs only (multi-agent self-play:
+`examples/tictactoe/selfplay.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,15 +23,22 @@ from typing import Any
 from rich.console import Console
 
 from ludic.agents import Agent
-from ludic.context import ContextStrategy, FullDialog
-from ludic.context.latest_observation import LatestObservationContext
-from ludic.distributed import InProcessPublisher
+from ludic.context import ContextStrategy, FullDialog, LatestObservationContext
 from ludic.eval.command import resolve_env_factory, resolve_parser
-from ludic.inference.engine import EmbeddedEngine
+from ludic.inference.client import ChatClient
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
+from ludic.parsers import Parser, identity_parser
 from ludic.recipes.configs import RESUME_LATEST, Algorithm, TrainConfig
-from ludic.recipes.training import finish, load_policy, make_trainer, plot_curve
+from ludic.recipes.training import (
+    SAMPLES_FILE,
+    finish,
+    load_policy,
+    log_samples,
+    make_inference,
+    make_trainer,
+    plot_curve,
+)
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -43,12 +50,17 @@ from ludic.training import (
     RLAlgorithm,
     RolloutBatchSource,
     Trainer,
+    make_awr,
     make_cispo,
     make_dr_grpo,
+    make_gigpo,
     make_gmpo,
     make_grpo,
     make_gspo,
+    make_reinforce,
     make_reinforce_baseline,
+    make_reinforce_pp,
+    make_rloo,
 )
 
 PRESETS: dict[str, Callable[[TrainConfig], RLAlgorithm]] = {
@@ -57,8 +69,15 @@ PRESETS: dict[str, Callable[[TrainConfig], RLAlgorithm]] = {
     "gspo": lambda cfg: make_gspo(),
     "cispo": lambda cfg: make_cispo(),
     "gmpo": lambda cfg: make_gmpo(),
+    "gigpo": lambda cfg: make_gigpo(),
+    "reinforce": lambda cfg: make_reinforce(),
     "reinforce_baseline": lambda cfg: make_reinforce_baseline(),
+    "rloo": lambda cfg: make_rloo(),
+    "reinforce_pp": lambda cfg: make_reinforce_pp(),
+    "reinforce_pp_baseline": lambda cfg: make_reinforce_pp(group_baseline=True),
+    "awr": lambda cfg: make_awr(),
 }
+"""Every online preset `--algorithm` accepts, by name (`make_sft` is offline: `ludic sft`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -67,6 +86,7 @@ class TrainResult:
 
     checkpoint: Path
     metrics_jsonl: Path
+    samples_jsonl: Path
     reward_curve_png: Path
     first_reward: float
     last_reward: float
@@ -85,29 +105,46 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
     env_factory = resolve_env_factory(cfg.env)
     env_kwargs = _env_kwargs(cfg.env_kwargs)
     _check_single_seat(env_factory, env_kwargs, cfg.env)
-    parser = resolve_parser(cfg.parser, env_factory)
+    parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
+    console.print(f"parser: {_parser_name(parser)} (--parser {cfg.parser})")
+    if cfg.parser == "auto" and parser is identity_parser:
+        console.print(
+            "[yellow]note[/yellow]: the env declares no parser, so the whole reply is the "
+            "action; declare one on the env class (`parser = xml_tag_parser('move')`) or "
+            "pass --parser"
+        )
     algorithm = make_algorithm(cfg.algorithm, cfg)
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
-    sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_tokens)
+    history, checkpoint = asyncio.run(
+        _train(cfg, env_factory, env_kwargs, parser, algorithm, model, tokenizer, console)
+    )
+    return _report(cfg, history, checkpoint, console)
 
-    with EmbeddedEngine(copy.deepcopy(model), tokenizer) as engine:
 
-        def protocol() -> SingleAgentProtocol:
-            context: ContextStrategy = (
-                LatestObservationContext() if cfg.context == "latest" else FullDialog()
-            )
-            agent = Agent(
-                engine,
-                context=context,
-                parser=parser,
-                sampling=sampling,
-                system_prompt=cfg.system_prompt,
-            )
-            return SingleAgentProtocol(agent, max_steps=cfg.max_steps)
-
+async def _train(
+    cfg: TrainConfig,
+    env_factory: Callable[..., Any],
+    env_kwargs: dict[str, Any],
+    parser: Parser,
+    algorithm: RLAlgorithm,
+    model: Any,
+    tokenizer: Any,
+    console: Console,
+) -> tuple[list[dict[str, float]], Path]:
+    # Built inside this event loop: a server's HTTP client is bound to it.
+    inference = make_inference(
+        model,
+        tokenizer,
+        server_url=cfg.server_url,
+        server_token=cfg.server_token,
+        served_model=cfg.served_model,
+        device=cfg.device,
+    )
+    try:
+        sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_tokens)
         rollouts = RolloutEngine(
             env_registry={"env": env_factory},
-            protocol_registry={"agent": protocol},
+            protocol_registry={"agent": lambda: _protocol(cfg, inference.client, parser)},
             concurrency=cfg.concurrency,
             jsonl_log=cfg.out_dir / "rollouts.jsonl",
         )
@@ -129,11 +166,11 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
             model,
             tokenizer,
             algorithm,
-            source,
+            log_samples(source, cfg.out_dir),
             out=cfg.out_dir,
             lr=cfg.lr,
             seed=cfg.seed,
-            publisher=InProcessPublisher(engine),
+            publisher=inference.publisher,
             checkpoint_every=cfg.checkpoint_every,
             micro_batch_tokens=cfg.micro_batch_tokens,
             device=cfg.device,
@@ -144,9 +181,29 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
             f"{algorithm.name} on {cfg.env}: {cfg.steps - trainer.step} steps of "
             f"{cfg.problems_per_step} x {cfg.group_size} episodes"
         )
-        history = asyncio.run(trainer.train(cfg.steps - trainer.step, progress=cfg.progress))
-        checkpoint = finish(trainer)
-    return _report(cfg, history, checkpoint, console)
+        history = await trainer.train(cfg.steps - trainer.step, progress=cfg.progress)
+        return history, finish(trainer)
+    finally:
+        await inference.aclose()
+
+
+def _protocol(cfg: TrainConfig, client: ChatClient, parser: Parser) -> SingleAgentProtocol:
+    context: ContextStrategy = (
+        LatestObservationContext() if cfg.context == "latest" else FullDialog()
+    )
+    agent = Agent(
+        client,
+        context=context,
+        parser=parser,
+        sampling=SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_tokens),
+        system_prompt=cfg.system_prompt,
+        reject_incomplete_completions=cfg.reject_incomplete,
+    )
+    return SingleAgentProtocol(agent, max_steps=cfg.max_steps)
+
+
+def _parser_name(parser: Parser) -> str:
+    return getattr(parser, "__qualname__", None) or type(parser).__name__
 
 
 def _resume(trainer: Trainer, cfg: TrainConfig, console: Console) -> None:
@@ -175,15 +232,19 @@ def _report(
     if not history:
         raise RuntimeError("training ran no step")
     metrics = cfg.out_dir / "metrics.jsonl"
+    samples = cfg.out_dir / SAMPLES_FILE
     curve = plot_curve(metrics, cfg.out_dir / "reward_curve.png", "batch/mean_reward")
     first, last = history[0]["batch/mean_reward"], history[-1]["batch/mean_reward"]
     console.print(
         f"done: mean episode reward {first:+.3f} (first step) -> {last:+.3f} (last step). "
-        f"Model: [bold]{checkpoint / 'model'}[/bold]; curve: {curve}"
+        f"Model: [bold]{checkpoint / 'model'}[/bold]; curve: {curve}\n"
+        f"browse the episodes with: ludic view {cfg.out_dir / 'rollouts.jsonl'} --samples "
+        f"{samples} --tokenizer {checkpoint / 'model'}"
     )
     return TrainResult(
         checkpoint=checkpoint,
         metrics_jsonl=metrics,
+        samples_jsonl=samples,
         reward_curve_png=curve,
         first_reward=float(first),
         last_reward=float(last),

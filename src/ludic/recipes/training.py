@@ -1,13 +1,19 @@
-"""Small helpers the recipes and examples share: a Trainer with a JSONL metrics log and
-checkpoints in one output directory, loading a policy, choosing in-process or server
-inference (with the matching weight publisher), and a curve plot.
+"""The wiring every training program repeats, as public helpers (`from ludic.recipes import
+...`): load a policy (`load_policy`), serve it in process or from a server with the matching
+weight publisher (`make_inference`), a Trainer with a JSONL metrics log and checkpoints that
+hold the tokenizer in one output directory (`make_trainer`), the training samples written
+for `ludic view --samples` (`log_samples`), a final checkpoint (`finish`) and a curve
+(`plot_curve`). `ludic train` and the examples use them.
 
-Plain functions over public components; they add no behaviour of their own.
+Plain functions over public components; they add no behaviour of their own and hide no loop:
+`trainer.train(steps)` is the loop.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -22,12 +28,14 @@ from ludic.training import (
     CheckpointConfig,
     JsonlLogger,
     RLAlgorithm,
+    SAWBatch,
     Trainer,
     TrainerConfig,
 )
 
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS_DIR = "checkpoints"
+SAMPLES_FILE = "samples.jsonl"
 
 
 def make_trainer(
@@ -127,13 +135,15 @@ def make_inference(
     *,
     server_url: str | None = None,
     server_token: str | None = None,
-    served_model: str = "default",
+    served_model: str | None = None,
     device: str = "cpu",
 ) -> Inference:
     """The embedded engine on a copy of `model` with an in-process publisher, or, with
     `server_url`, an OpenAI-compatible client plus a `BroadcastPolicyPublisher` pushing
     weights to that server's control endpoints (gloo from CPU, NCCL from a CUDA device).
-    Create it inside the event loop that will use it (the HTTP client is bound to it)."""
+    `served_model` None asks the server which model it serves (`/v1/models`). Create it
+    inside the event loop that will use it (the HTTP client is bound to it)."""
+    server_token = server_token or os.environ.get("LUDIC_SERVER_TOKEN")
     if server_url is None:
         from ludic.inference.engine import EmbeddedEngine
 
@@ -142,7 +152,8 @@ def make_inference(
     if not server_token:
         raise ValueError(
             "a server URL needs its control token to push weights (start it with "
-            "`ludic serve --model DIR --token SECRET` and pass the same token)"
+            "`ludic serve --model DIR --token SECRET` and pass the same token, or set "
+            "LUDIC_SERVER_TOKEN)"
         )
     from ludic.distributed import BroadcastPolicyPublisher
     from ludic.inference.openai_client import OpenAICompatibleClient
@@ -151,9 +162,30 @@ def make_inference(
     publisher = BroadcastPolicyPublisher(
         server_url, server_token, backend=backend, probe_model=model
     )
+    model_name = served_model or served_model_name(server_url, server_token)
     return Inference(
-        client=OpenAICompatibleClient(server_url, model=served_model), publisher=publisher
+        client=OpenAICompatibleClient(server_url, model=model_name), publisher=publisher
     )
+
+
+def served_model_name(server_url: str, token: str | None = None) -> str:
+    """The one model an OpenAI-compatible server serves, from its `/v1/models`."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    url = server_url.rstrip("/") + "/v1/models"
+    try:
+        response = httpx.get(url, headers=headers, timeout=30)
+        response.raise_for_status()
+        names = [card["id"] for card in response.json()["data"]]
+    except (httpx.HTTPError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(
+            f"could not ask {url} which model it serves ({type(e).__name__}: {e}); is the "
+            "server up? Or name the model (--served-model)"
+        ) from e
+    if len(names) != 1:
+        raise ValueError(f"{url} serves {names}; choose one with --served-model")
+    return str(names[0])
 
 
 def plot_curve(metrics_jsonl: Path, png: Path, key: str, *, smooth: float = 0.6) -> Path:
@@ -162,3 +194,50 @@ def plot_curve(metrics_jsonl: Path, png: Path, key: str, *, smooth: float = 0.6)
 
     plot_metrics(metrics_jsonl, png, keys=(key,), smooth=smooth)
     return png
+
+
+class SampleLog:
+    """A BatchSource that passes `source`'s batches through and appends every training sample
+    to `path` as one `SAWItem.to_dict()` line (what `ludic view --samples` reads). Its
+    checkpoint state is the wrapped source's."""
+
+    def __init__(self, source: BatchSource, path: Path) -> None:
+        self.source = source
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    async def next_batch(self) -> SAWBatch:
+        batch = await self.source.next_batch()
+        lines = [json.dumps(item.to_dict()) + "\n" for item in batch.items]
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write("".join(lines))
+        return batch
+
+    def state_dict(self) -> Any:
+        state_dict = getattr(self.source, "state_dict", None)
+        return state_dict() if state_dict is not None else {}
+
+    def load_state_dict(self, state: Any) -> None:
+        load = getattr(self.source, "load_state_dict", None)
+        if load is not None:
+            load(state)
+
+
+def log_samples(source: BatchSource, out: Path) -> SampleLog:
+    """`source`, writing its training samples to `out/samples.jsonl` as they are drawn."""
+    return SampleLog(source, Path(out) / SAMPLES_FILE)
+
+
+__all__ = [
+    "CHECKPOINTS_DIR",
+    "METRICS_FILE",
+    "SAMPLES_FILE",
+    "Inference",
+    "SampleLog",
+    "finish",
+    "load_policy",
+    "log_samples",
+    "make_inference",
+    "make_trainer",
+    "plot_curve",
+]
