@@ -51,3 +51,22 @@ def test_a_token_of_probability_zero_is_never_drawn() -> None:
     # The last token is impossible; a uniform at the very top of the CDF would land on it.
     logprobs_BV = torch.log(torch.tensor([[0.5, 0.5, 0.0]]))
     assert sample_tokens(logprobs_BV, torch.tensor([1.0], dtype=torch.float64)).tolist() == [0]
+
+
+def test_a_top_p_1_row_keeps_its_tail_when_another_row_filters() -> None:
+    """One dominant token: in float32 the sorted mass reaches exactly 1.0 before the tail. A row
+    with top_p 1 keeps every token, whether or not another row in its batch has top-p on."""
+    logits_V = torch.tensor([30.0, 0.0, -1.0, -2.0, -3.0, -4.0])
+    assert float(torch.softmax(logits_V, -1).cumsum(-1)[0]) == 1.0  # the premise
+    alone = processed_logprobs(
+        logits_V[None], torch.tensor([1.0]), torch.tensor([-1]), torch.tensor([1.0])
+    )
+    batched = processed_logprobs(
+        logits_V.repeat(2, 1),
+        torch.tensor([1.0, 1.0]),
+        torch.tensor([-1, -1]),
+        torch.tensor([1.0, 0.5]),
+    )
+    assert torch.equal(batched[0], alone[0])
+    assert torch.equal(alone[0], torch.log_softmax(logits_V, -1))
+    assert torch.isfinite(batched[0]).all() and torch.isinf(batched[1, 1:]).all()
