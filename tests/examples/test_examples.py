@@ -196,3 +196,73 @@ def test_tictactoe_train_on_an_inference_server(tmp_path: Path) -> None:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_custom_env_grpo_then_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README tutorial: GRPO on the Lights env, a checkpoint, a resumed run that trains
+    only the steps left, eval with pass@k, the viewer page and the reward curve."""
+    monkeypatch.syspath_prepend(str(EXAMPLES / "custom_env"))  # as `python train.py` does
+    example = load_example("custom_env/train.py")
+    small = dict(problems_per_step=2, group_size=2, max_turns=3, eval_problems=2, eval_k=2)
+    first = config(example, "LightsConfig", steps=1, checkpoint_every=1, out_dir=tmp_path, **small)
+    example.main(first)
+    assert (tmp_path / "checkpoints" / "step_00000001" / "model" / "tokenizer.json").is_file()
+    resumed = config(example, "LightsConfig", steps=2, resume=True, out_dir=tmp_path, **small)
+    metrics = example.main(resumed)
+    steps = [
+        json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert steps == [1, 2]  # the resumed run trained only step 2
+    assert set(metrics) == {"success_rate", "pass@1", "pass@2"}
+    assert 0.0 <= metrics["pass@1"] <= metrics["pass@2"] <= 1.0
+    assert (tmp_path / "eval" / "metrics.json").is_file()
+    page = (tmp_path / "rollouts.html").read_text()
+    assert "Lamps:" in page
+    assert (tmp_path / "reward_curve.png").stat().st_size > 0
+    samples = (tmp_path / "samples.jsonl").read_text().splitlines()
+    assert samples and all("weight" in json.loads(line) for line in samples)
+
+
+@pytest.mark.slow
+def test_custom_env_gigpo_groups_steps_by_the_envs_state_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLES / "custom_env"))
+    example = load_example("custom_env/train.py")
+    cfg = config(
+        example,
+        "LightsConfig",
+        algorithm="gigpo",
+        steps=1,
+        problems_per_step=1,
+        group_size=3,
+        max_turns=3,
+        eval_problems=1,
+        eval_k=2,
+        out_dir=tmp_path,
+    )
+    example.main(cfg)
+    (record,) = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert record["batch/num_rollouts"] == 3
+    rollouts = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+    keys = {s["info"]["state_key"] for r in rollouts for s in r["steps"] if s["kind"] == "agent"}
+    assert keys and all(len(k) == 4 and set(k) <= {"0", "1"} for k in keys)
+
+
+def test_lights_env_and_parser() -> None:
+    lights = load_example("custom_env/lights.py")
+    env = lights.LightsEnv()
+    ((obs, info),) = env.reset(3).values()  # a sync env: no await needed
+    assert obs.startswith("Lamps:") and info["lamps_off"] == env.state_key("agent_0").count("0")
+    assert lights.lamp_parser("flip lamp 3!").action == "3"
+    bad = lights.lamp_parser("no digits")
+    assert bad.action is None and bad.reward < 0 and "1 to 4" in bad.obs
+    off = [i + 1 for i, c in enumerate(env.state_key("agent_0")) if c == "0"]
+    for lamp in off[:-1]:
+        assert not env.step({"agent_0": str(lamp)})["agent_0"].terminated
+    last = env.step({"agent_0": str(off[-1])})["agent_0"]
+    assert last.terminated and last.reward > 0 and env.state_key("agent_0") == "1111"
+    from ludic.eval.command import resolve_parser
+
+    assert resolve_parser("auto", lights.LightsEnv) is lights.lamp_parser
