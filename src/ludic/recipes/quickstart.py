@@ -3,7 +3,8 @@
 Stages: build a random tiny model; evaluate it; let a scripted expert play and keep its wins
 and draws (rejection sampling); SFT on them; evaluate; GRPO against the scripted opponent with
 the embedded engine serving the policy and fresh weights pushed after every step; evaluate;
-print the three evaluations as one table. Every piece is a public component; this file only
+print the three evaluations as one table. The engine is batch-invariant, so the seeded table
+does not depend on the machine's load or request timing. Every piece is a public component; this file only
 wires them. It does not tune anything for you: the budgets are `QuickstartConfig` fields.
 """
 
@@ -21,7 +22,7 @@ import torch
 from rich.console import Console
 
 from ludic.distributed import InProcessPublisher
-from ludic.inference.engine import EmbeddedEngine
+from ludic.inference.engine import EmbeddedEngine, EngineConfig
 from ludic.inference.sampling import SamplingConfig
 from ludic.models import TinyModelSpec, build_tiny_model
 from ludic.recipes.configs import QuickstartConfig
@@ -113,7 +114,9 @@ async def _run(cfg: QuickstartConfig, console: Console) -> QuickstartResult:
             progress=cfg.progress,
         )
 
-    with EmbeddedEngine(copy.deepcopy(model), tokenizer) as engine:
+    # Batch-invariant: the table does not depend on how the CPU's load mixed the requests.
+    invariant = EngineConfig(batch_invariant=True)
+    with EmbeddedEngine(copy.deepcopy(model), tokenizer, config=invariant) as engine:
         stages = [await evaluate(engine, "before SFT")]
         data = await _expert_data(cfg, tokenizer, env_kwargs, out / "expert", console)
         sft_version = await _sft(cfg, model, tokenizer, data, out / "sft", console)
