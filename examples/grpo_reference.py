@@ -28,7 +28,7 @@ import torch
 import tyro
 
 from ludic.agents import Agent
-from ludic.context.latest_observation import LatestObservationContext
+from ludic.context import LatestObservationContext
 from ludic.envs import TicTacToeEnv
 from ludic.eval import make_eval_requests, run_eval
 from ludic.inference import SamplingConfig

@@ -21,7 +21,7 @@ from pathlib import Path
 import tyro
 
 from ludic.agents import Agent
-from ludic.context.latest_observation import LatestObservationContext
+from ludic.context import LatestObservationContext
 from ludic.eval.command import resolve_env_factory, resolve_parser
 from ludic.inference import ChatClient, SamplingConfig
 from ludic.interaction import SingleAgentProtocol
@@ -78,7 +78,7 @@ def make_client(cfg: RejectionSamplingConfig) -> ChatClient:
         from ludic.inference.openai_client import OpenAICompatibleClient
 
         return OpenAICompatibleClient(cfg.server_url, model=cfg.served_model)
-    from ludic.recipes.training import load_policy
+    from ludic.recipes import load_policy
 
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed)
     if cfg.expert:

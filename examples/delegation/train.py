@@ -32,7 +32,7 @@ from typing import Any
 import tyro
 
 from ludic.agents import Agent, ToolAgent
-from ludic.context.latest_observation import LatestObservationContext
+from ludic.context import LatestObservationContext
 from ludic.distributed import InProcessPublisher
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.inference.client import ChatClient
@@ -41,8 +41,8 @@ from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import DelegatingProtocol, SubAgentSpec, TaskEnv, delegate
 from ludic.models import TinyModelSpec, build_tiny_model
 from ludic.parsers import xml_tag_parser
+from ludic.recipes import finish, make_trainer
 from ludic.recipes.expert import PolicyClient
-from ludic.recipes.training import finish, make_trainer
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,

@@ -28,7 +28,7 @@ from ludic.eval import make_eval_requests, run_eval
 from ludic.inference import ChatClient, SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import boxed_parser
-from ludic.recipes.training import finish, load_policy, make_inference, make_trainer
+from ludic.recipes import finish, load_policy, make_inference, make_trainer
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -59,8 +59,8 @@ class MathConfig:
     process; weights are pushed to it after every step (needs --server-token)."""
     server_token: str | None = None
     """Bearer token of the server's control endpoints."""
-    served_model: str = "default"
-    """Model name to send to the server."""
+    served_model: str | None = None
+    """Model name to send to the server (default: the one it lists at /v1/models)."""
     steps: int = 20
     """Optimizer steps."""
     problems_per_step: int = 4

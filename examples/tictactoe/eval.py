@@ -50,7 +50,7 @@ async def evaluate(cfg: EvalConfig) -> StageResult:
         async with OpenAICompatibleClient(cfg.server_url, model=cfg.served_model) as client:
             return await _play(client, cfg)
     from ludic.inference.engine import EmbeddedEngine
-    from ludic.recipes.training import load_policy
+    from ludic.recipes import load_policy
 
     model, tokenizer = load_policy(cfg.model)
     with EmbeddedEngine(model, tokenizer) as engine:

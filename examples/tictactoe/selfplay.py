@@ -20,12 +20,12 @@ from pathlib import Path
 import tyro
 
 from ludic.agents import Agent
-from ludic.context.latest_observation import LatestObservationContext
+from ludic.context import LatestObservationContext
 from ludic.envs import TicTacToeDuelEnv
 from ludic.inference import ChatClient, SamplingConfig
 from ludic.interaction import MultiAgentProtocol
 from ludic.parsers import xml_tag_parser
-from ludic.recipes.training import finish, load_policy, make_inference, make_trainer
+from ludic.recipes import finish, load_policy, make_inference, make_trainer
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -48,8 +48,8 @@ class SelfPlayConfig:
     pushed to it after every step (needs --server-token)."""
     server_token: str | None = None
     """Bearer token of the server's control endpoints (`ludic serve --token ...`)."""
-    served_model: str = "default"
-    """Model name to send to the server."""
+    served_model: str | None = None
+    """Model name to send to the server (default: the one it lists at /v1/models)."""
     steps: int = 20
     """Optimizer steps."""
     games: int = 4

@@ -21,12 +21,12 @@ from typing import Literal
 import tyro
 
 from ludic.agents import Agent
-from ludic.context.latest_observation import LatestObservationContext
+from ludic.context import LatestObservationContext
 from ludic.envs import TicTacToeEnv
 from ludic.inference import ChatClient, SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import xml_tag_parser
-from ludic.recipes.training import finish, load_policy, make_inference, make_trainer, plot_curve
+from ludic.recipes import finish, load_policy, make_inference, make_trainer, plot_curve
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -48,8 +48,8 @@ class TrainConfig:
     pushed to it after every step (needs --server-token)."""
     server_token: str | None = None
     """Bearer token of the server's control endpoints (`ludic serve --token ...`)."""
-    served_model: str = "default"
-    """Model name to send to the server."""
+    served_model: str | None = None
+    """Model name to send to the server (default: the one it lists at /v1/models)."""
     opponent: Literal["random", "minimax", "mixed"] = "random"
     """Scripted opponent."""
     steps: int = 40

@@ -266,3 +266,13 @@ def test_lights_env_and_parser() -> None:
     from ludic.eval.command import resolve_parser
 
     assert resolve_parser("auto", lights.LightsEnv) is lights.lamp_parser
+
+
+def test_examples_wire_through_public_modules_only() -> None:
+    """Examples import the documented helpers (`ludic.recipes`, `ludic.context`), never the
+    modules behind them, so what they show is what a user can rely on."""
+    private = ("ludic.recipes.training", "ludic.context.latest_observation")
+    for path in sorted(EXAMPLES.rglob("*.py")):
+        text = path.read_text()
+        for name in private:
+            assert name not in text, f"{path.relative_to(EXAMPLES)} imports {name}"
