@@ -49,6 +49,10 @@ def test_serve_args_add_extensions_and_keep_user_choices(monkeypatch: pytest.Mon
     assert args[args.index("--middleware") + 1].endswith(".ludic_middleware")
     assert args.count("--logprobs-mode=raw_logprobs") == 1 and "--logprobs-mode" not in args
     assert args[args.index("--generation-config") + 1] == "vllm"
+    # By default behaviour logprobs are those of the distribution sampled (after temperature,
+    # top-k, top-p): what the trainer recomputes.
+    default = vllm_server.vllm_serve_args(["m"])
+    assert default[default.index("--logprobs-mode") + 1] == "processed_logprobs"
 
 
 def test_main_runs_vllm_serve_on_the_v1_model_runner(monkeypatch: pytest.MonkeyPatch) -> None:
