@@ -28,6 +28,7 @@ def test_awr_tictactoe(tmp_path: Path) -> None:
         batch_size=8,
         eval_episodes=4,
         hidden_size=64,
+        seeds=1,
         out_dir=tmp_path,
     )
     result = example.main(cfg)
