@@ -40,7 +40,7 @@ from ludic.distributed.checksum import (
 from ludic.distributed.control import StoreControl
 from ludic.distributed.interfaces import Weights
 from ludic.distributed.live_state import LiveStateDict
-from ludic.distributed.manifest import WeightManifest, plan_manifest
+from ludic.distributed.manifest import TensorEntry, WeightManifest, plan_manifest
 from ludic.distributed.transfer import (
     Backend,
     BufferPool,
@@ -82,7 +82,7 @@ class PushStats:
 class _Check:
     """What one push is verified against, computed while the server loads."""
 
-    sent: dict[str, Checksum] | None = None
+    sent: dict[str, Checksum] = dataclasses.field(default_factory=dict)
     nonfinite: list[str] = dataclasses.field(default_factory=list)
     probe_ids: list[int] | None = None
     expected: list[float] | None = None
@@ -256,12 +256,14 @@ class BroadcastPolicyPublisher:
             self.connect()
         check = _Check()
 
+        def while_sending(entries: list[TensorEntry]) -> None:  # overlaps the transfer
+            if self.verify:
+                sent = {e.name: tensors[e.name] for e in entries}
+                check.sent.update(checksums(sent))
+                check.nonfinite += nonfinite(sent)
+
         def while_the_server_loads() -> None:  # overlaps the server's load and checksums
-            if not self.verify:
-                return
-            check.sent = checksums(tensors)
-            check.nonfinite = nonfinite(tensors)
-            if self.probe and probe_due:
+            if self.verify and self.probe and probe_due:
                 check.probe_ids = self._probe_ids(model) if model is not None else None
                 if check.probe_ids is None:
                     check.probe_ids = self._probe_ids_from_state(state)
@@ -269,10 +271,12 @@ class BroadcastPolicyPublisher:
                     check.expected = trainer_logprobs(model, state, check.probe_ids)
 
         if self._channel is not None:
-            reply = self._push_via_store(self._channel, manifest, tensors, while_the_server_loads)
+            reply = self._push_via_store(
+                self._channel, manifest, tensors, while_sending, while_the_server_loads
+            )
         else:
             self._request("POST", "/ludic/weights/start", json=manifest.to_json())
-            self._send(manifest, tensors)
+            self._send(manifest, tensors, while_sending)
             while_the_server_loads()
             reply = self._request("POST", "/ludic/weights/finish")
         transferred = time.perf_counter()
@@ -300,6 +304,7 @@ class BroadcastPolicyPublisher:
         channel: StoreControl,
         manifest: WeightManifest,
         tensors: dict[str, torch.Tensor],
+        while_sending: Callable[[list[TensorEntry]], None],
         while_waiting: Callable[[], None],
     ) -> dict[str, Any]:
         try:
@@ -307,7 +312,7 @@ class BroadcastPolicyPublisher:
                 ack = channel.wait_reply("ack")
                 if "error" in ack:  # refused before any byte: the group is still usable
                     raise WeightPushError(f"push refused ({ack.get('status')}): {ack['error']}")
-            self._send(manifest, tensors)
+            self._send(manifest, tensors, while_sending)
             while_waiting()
             done = channel.wait_reply("done")
         except WeightPushError:
@@ -320,10 +325,17 @@ class BroadcastPolicyPublisher:
             raise WeightPushError(f"push failed ({done.get('status')}): {done['error']}")
         return done
 
-    def _send(self, manifest: WeightManifest, tensors: dict[str, torch.Tensor]) -> None:
+    def _send(
+        self,
+        manifest: WeightManifest,
+        tensors: dict[str, torch.Tensor],
+        while_sending: Callable[[list[TensorEntry]], None] | None = None,
+    ) -> None:
         assert self._group is not None
         try:
-            send_buckets(self._group, manifest, tensors, pool=self._pool)
+            send_buckets(
+                self._group, manifest, tensors, pool=self._pool, while_sending=while_sending
+            )
         except Exception as e:
             self._drop_group()  # a failed collective leaves the group unusable: reconnect next
             raise WeightPushError(f"broadcasting weights failed: {type(e).__name__}: {e}") from e

@@ -10,14 +10,20 @@ live model. Buffers are reused across pushes. This module does no HTTP.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import Any, Literal, Protocol, cast
 
 import torch
 import torch.distributed as dist
 
-from ludic.distributed.manifest import DTYPES, WeightManifest, flatten_into, unflatten
+from ludic.distributed.manifest import (
+    DTYPES,
+    TensorEntry,
+    WeightManifest,
+    flatten_into,
+    unflatten,
+)
 
 Backend = Literal["gloo", "nccl"]
 
@@ -94,8 +100,11 @@ def send_buckets(
     *,
     pool: BufferPool,
     max_in_flight: int = 8,
+    while_sending: Callable[[list[TensorEntry]], object] | None = None,
 ) -> None:
     """Broadcast every bucket of `manifest` from rank 0, in order; returns when all are sent.
+    `while_sending(entries)` runs once each bucket is on the wire (work that overlaps the
+    transfer, e.g. checksums of the tensors sent; it must not write them).
 
     Tensors must be contiguous, of the manifest's dtypes and on the pool's device. A bucket
     of one tensor, or of tensors lying back to back in one storage, is sent in place; any
@@ -121,6 +130,8 @@ def send_buckets(
         if slot is not None:
             slot_work[slot] = work
         in_flight.append(work)
+        if while_sending is not None:
+            while_sending(entries)
         while len(in_flight) > max_in_flight:
             in_flight.popleft().wait()
     for work in in_flight:
