@@ -90,10 +90,12 @@ def looks_byte_level(rollouts: Iterable[Rollout]) -> bool:
 
 
 def resolve_decoder(
-    tokenizer: TokenizerLike | str | None, rollouts: Sequence[Rollout]
+    tokenizer: TokenizerLike | str | Path | None, rollouts: Sequence[Rollout]
 ) -> tuple[TokenDecoder, str]:
     """A decoder and its name: a tokenizer object, "bytes", "ids", a local tokenizer/model
-    directory, or None (auto: bytes when the traces look byte-level, else ids)."""
+    directory (str or Path), or None (auto: bytes when the traces look byte-level, else ids)."""
+    if isinstance(tokenizer, Path):
+        tokenizer = str(tokenizer)
     if tokenizer is None:
         if looks_byte_level(rollouts):
             return byte_decoder, "bytes (auto-detected)"

@@ -33,7 +33,7 @@ def write_viewer(
     rollouts: RolloutSource,
     out_html: str | Path,
     samples: SampleSource | None = None,
-    tokenizer: TokenizerLike | str | None = None,
+    tokenizer: TokenizerLike | str | Path | None = None,
     *,
     title: str | None = None,
     max_episodes: int | None = None,
