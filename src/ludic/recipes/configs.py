@@ -150,8 +150,12 @@ class TrainConfig:
     concurrency: int = 32
     """Episodes in flight at once. The engine batches concurrent requests, and a batched forward
     rounds differently with the batch's make-up (which depends on timing), so behaviour logprobs
-    vary in their last bits from run to run; 1 makes a run (and a resumed one) bit-reproducible,
-    at the cost of speed."""
+    vary in their last bits from run to run; 1 or --batch-invariant makes a run (and a resumed
+    one) bit-reproducible, at the cost of speed."""
+    batch_invariant: bool = False
+    """Run the embedded engine batch-invariant (EngineConfig(batch_invariant=True)): a seeded run
+    gives the same weights whatever the machine's load and --concurrency's batching, on the same
+    machine and build. Llama-family models only; not with --server-url."""
     checkpoint_every: int | None = None
     """Save a checkpoint every N steps (a final one is always saved)."""
     server_url: str | None = None

@@ -139,6 +139,7 @@ async def _train(
         server_token=cfg.server_token,
         served_model=cfg.served_model,
         device=cfg.device,
+        batch_invariant=cfg.batch_invariant,
     )
     try:
         sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_tokens)

@@ -137,18 +137,27 @@ def make_inference(
     server_token: str | None = None,
     served_model: str | None = None,
     device: str = "cpu",
+    batch_invariant: bool = False,
 ) -> Inference:
     """The embedded engine on a copy of `model` with an in-process publisher, or, with
     `server_url`, an OpenAI-compatible client plus a `BroadcastPolicyPublisher` pushing
     weights to that server's control endpoints (gloo from CPU, NCCL from a CUDA device).
     `served_model` None asks the server which model it serves (`/v1/models`). Create it
-    inside the event loop that will use it (the HTTP client is bound to it)."""
+    inside the event loop that will use it (the HTTP client is bound to it).
+    `batch_invariant` builds the embedded engine with `EngineConfig(batch_invariant=True)`."""
     server_token = server_token or os.environ.get("LUDIC_SERVER_TOKEN")
     if server_url is None:
-        from ludic.inference.engine import EmbeddedEngine
+        from ludic.inference.engine import EmbeddedEngine, EngineConfig
 
-        engine = EmbeddedEngine(copy.deepcopy(model), tokenizer)
+        config = EngineConfig(batch_invariant=batch_invariant)
+        engine = EmbeddedEngine(copy.deepcopy(model), tokenizer, config=config)
         return Inference(client=engine, publisher=InProcessPublisher(engine))
+    if batch_invariant:
+        raise ValueError(
+            "batch_invariant applies to the embedded engine; a server decides batching itself "
+            "(vLLM: start it with VLLM_BATCH_INVARIANT=1). Drop --batch-invariant or "
+            "--server-url"
+        )
     if not server_token:
         raise ValueError(
             "a server URL needs its control token to push weights (start it with "
