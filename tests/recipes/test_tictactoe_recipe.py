@@ -3,7 +3,6 @@ stage summaries and the results table."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 
 import pytest
@@ -25,11 +24,11 @@ def random_game_observations(seed: int) -> list[tuple[str, str]]:
     """(observation, board) pairs along one random game against the random opponent."""
     env = TicTacToeEnv(opponent="random")
     rng = random.Random(seed)
-    obs = asyncio.run(env.reset(seed=seed))[env.agent_id][0]
+    obs = env.reset(seed=seed)[env.agent_id][0]  # a sync env: no event loop needed
     pairs = [(obs, env.board)]
     while env.outcome is None:
         move = random_move(env.board, rng)
-        obs = asyncio.run(env.step({env.agent_id: str(move)}))[env.agent_id].obs
+        obs = env.step({env.agent_id: str(move)})[env.agent_id].obs
         pairs.append((obs, env.board))
     return pairs
 
