@@ -122,12 +122,14 @@ class LeanForward:
         return lean if reason is None else reason
 
     def _weights(self) -> list[torch.Tensor]:
-        """The weight of every GEMM shape the forward runs (one layer's; layers share shapes)."""
+        """A weight of every GEMM shape the forward can run (fused or not; layers share
+        shapes)."""
         layer = self.layers[0]
-        fused = [layer.qkv._weight, layer.gate_up._weight]
-        singles = [layer.o, layer.down, self.lm_head]
-        weights = [w for w in fused if w is not None]
-        return weights + [m._parameters["weight"].detach() for m in singles]
+        modules = [*layer.qkv.modules, *layer.gate_up.modules, layer.o, layer.down, self.lm_head]
+        weights = [layer.qkv._weight, layer.gate_up._weight]
+        weights += [m._parameters["weight"].detach() for m in modules]
+        shapes = {tuple(w.shape): w for w in weights if w is not None}
+        return list(shapes.values())
 
     @torch.inference_mode()
     def __call__(
