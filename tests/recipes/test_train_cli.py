@@ -187,3 +187,25 @@ def test_ludic_train_on_an_inference_server(
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_ludic_eval_imports_the_users_env_from_the_working_directory(tmp_path: Path) -> None:
+    (tmp_path / "my_env.py").write_text(USER_ENV)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    args = ["--env", "my_env:make_env", "--num-problems", "2", "--samples-per-problem", "2"]
+    args += ["--max-tokens", "4", "--max-steps", "2", "--out-dir", "ev", "--no-progress"]
+    result = subprocess.run(
+        [sys.executable, "-m", "ludic.cli", "eval", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    metrics = json.loads((tmp_path / "ev" / "metrics.json").read_text())
+    assert "pass@2" in json.dumps(metrics)
+    episodes = (tmp_path / "ev" / "rollouts.jsonl").read_text().splitlines()
+    assert len(episodes) == 4 and all("error" not in json.loads(e)["meta"] for e in episodes)
