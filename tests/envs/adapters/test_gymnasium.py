@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from ludic._aio import maybe_await
 from ludic.agents import Agent
 from ludic.envs.adapters import GymnasiumEnv, ansi_to_text, discrete_action_parser
 from ludic.envs.registry import adapter_spec, env_parser, make_env
@@ -77,19 +78,19 @@ def test_discrete_parser_maps_names_and_indices_and_rejects_others() -> None:
 
 async def test_an_illegal_action_reaching_the_env_is_not_sent_to_gymnasium() -> None:
     env = GymnasiumEnv("FrozenLake-v1", is_slippery=False)
-    await env.reset(seed=0)
-    out = (await env.step({"agent_0": "fly"}))["agent_0"]
+    await maybe_await(env.reset(seed=0))
+    out = (await maybe_await(env.step({"agent_0": "fly"})))["agent_0"]
     assert out.info["invalid_action"] and out.reward == -1.0 and not out.terminated
     assert env.state_key("agent_0") == 0
-    out = (await env.step({"agent_0": "1"}))["agent_0"]  # index 1 is Down
+    out = (await maybe_await(env.step({"agent_0": "1"})))["agent_0"]  # index 1 is Down
     assert env.state_key("agent_0") == 4 and out.info["gym_action"] == 1
 
 
 async def test_taxi_uses_its_own_action_names_and_seeded_start() -> None:
     env_a, env_b = GymnasiumEnv("Taxi-v4"), GymnasiumEnv("Taxi-v4")
     assert env_a.action_names == ("South", "North", "East", "West", "Pickup", "Dropoff")
-    obs_a = (await env_a.reset(seed=7))["agent_0"][0]
-    obs_b = (await env_b.reset(seed=7))["agent_0"][0]
+    obs_a = (await maybe_await(env_a.reset(seed=7)))["agent_0"][0]
+    obs_b = (await maybe_await(env_b.reset(seed=7)))["agent_0"][0]
     assert obs_a == obs_b and "+---------+" in obs_a and "\x1b" not in obs_a
     assert env_a.state_key("agent_0") == env_b.state_key("agent_0")
 

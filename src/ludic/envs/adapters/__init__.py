@@ -9,10 +9,13 @@ from ludic.envs.adapters.gymnasium import (
     discrete_action_parser,
     observation_state_key,
 )
+from ludic.envs.adapters.reasoning_gym import ReasoningGymEnv, answer_parser
 
 __all__ = [
     "GymnasiumEnv",
+    "ReasoningGymEnv",
     "ansi_to_text",
+    "answer_parser",
     "discrete_action_parser",
     "observation_state_key",
     "require",
