@@ -10,13 +10,16 @@ from ludic.envs.adapters.gymnasium import (
     observation_state_key,
 )
 from ludic.envs.adapters.reasoning_gym import ReasoningGymEnv, answer_parser
+from ludic.envs.adapters.textarena import TextArenaEnv, random_move_opponent
 
 __all__ = [
     "GymnasiumEnv",
     "ReasoningGymEnv",
+    "TextArenaEnv",
     "ansi_to_text",
     "answer_parser",
     "discrete_action_parser",
     "observation_state_key",
+    "random_move_opponent",
     "require",
 ]
