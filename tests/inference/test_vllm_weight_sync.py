@@ -166,6 +166,30 @@ def test_a_verified_push_lands_in_the_fused_layout(rig: SimpleNamespace) -> None
     assert rig.publisher._served_dtype == "float32"  # the probe's atol follows it
 
 
+def test_the_worker_receives_and_loads_bucket_by_bucket(
+    rig: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Beside vLLM's reserved memory there is no room for a second copy of the model: the
+    worker holds two buckets at a time and loads each as it lands."""
+    loads: list[list[str]] = []
+    load = rig.model.load_weights
+
+    def record(weights: list[tuple[str, torch.Tensor]]) -> set[str]:
+        loads.append([name for name, _ in weights])
+        return load(weights)
+
+    monkeypatch.setattr(rig.model, "load_weights", record)
+    rig.publisher.publish(rig.trainer, version=1)
+    manifest = rig.publisher._last_plan[1]
+    assert len(manifest.buckets) > 4 and len(loads) == len(manifest.buckets)
+    assert loads == [[e.name for e in entries] for entries in manifest.bucket_entries()]
+    biggest = sorted((b.nbytes for b in manifest.buckets), reverse=True)
+    held = rig.engine.worker._ludic_pool.nbytes
+    assert held <= biggest[0] + biggest[1] < manifest.total_bytes
+    rig.publisher.publish(rig.trainer, version=2)  # buffers are reused, not grown
+    assert rig.engine.worker._ludic_pool.nbytes == held
+
+
 @pytest.mark.parametrize("mode", ["no_load", "skip_norm"])
 def test_a_worker_that_skips_weights_is_caught(rig: SimpleNamespace, mode: str) -> None:
     rig.model.mode = mode

@@ -10,7 +10,7 @@ live model. Buffers are reused across pushes. This module does no HTTP.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from typing import Any, Literal, Protocol, cast
 
@@ -157,6 +157,39 @@ def receive_buckets(
         work.wait()
         state.update(unflatten(flat_N, entries))
     return state
+
+
+def receive_each_bucket(
+    group: Collective,
+    manifest: WeightManifest,
+    *,
+    pool: BufferPool,
+    slots: int = 2,
+) -> Iterator[dict[str, torch.Tensor]]:
+    """Receive the buckets of `manifest` one after another, yielding each as name -> view as
+    soon as it has arrived, for the caller to load before the next is taken: at most `slots`
+    buckets are held at once (two pool buffers, the next bucket arriving while the caller
+    loads this one), never the whole model. Each view is valid until the next-but-one bucket
+    lands in its buffer: load (copy) it before asking for more. The generator must be run to
+    the end (every broadcast must be matched)."""
+    if slots < 1:
+        raise ValueError(f"slots must be >= 1, got {slots}")
+    buckets = list(zip(manifest.buckets, manifest.bucket_entries(), strict=True))
+    posted: deque[tuple[Work, torch.Tensor, list[TensorEntry]]] = deque()
+
+    def post(i: int) -> None:
+        bucket, entries = buckets[i]
+        flat_N = pool.get(f"slot{i % slots}", bucket.nbytes, bucket.dtype)
+        posted.append((group.broadcast(flat_N, 0), flat_N, entries))
+
+    for i in range(min(slots, len(buckets))):
+        post(i)
+    for i in range(len(buckets)):
+        work, flat_N, entries = posted.popleft()
+        work.wait()
+        yield unflatten(flat_N, entries)
+        if i + slots < len(buckets):  # this bucket is loaded: its buffer takes the next
+            post(i + slots)
 
 
 def receive_into(

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +79,7 @@ class WeightSyncWorkerExtension:
     """
 
     _ludic_group: Any = None  # the c10d group of the trainer's broadcasts, once joined
+    _ludic_pool: Any = None  # receive buffers (two buckets), kept across pushes
 
     def ludic_worker_rank(self) -> int:
         return int(getattr(self, "rank", 0))
@@ -99,16 +100,29 @@ class WeightSyncWorkerExtension:
         )
 
     def ludic_weights_receive(self, manifest_json: dict[str, Any]) -> int:
+        """Receive the push bucket by bucket, loading each as it lands: beside vLLM's reserved
+        memory only two buckets are held at once (`bucket_mb` each, or one large tensor sent
+        alone), never a copy of the whole model."""
         from ludic.distributed.manifest import WeightManifest
-        from ludic.distributed.transfer import receive_buckets
+        from ludic.distributed.transfer import BufferPool, receive_each_bucket
 
         if self._ludic_group is None:
             raise RuntimeError("no communicator: POST /ludic/weights/init first")
         worker: Any = self
         manifest = WeightManifest.from_json(manifest_json)
-        state = receive_buckets(self._ludic_group, manifest, device=worker.device)
-        worker.model_runner.model.load_weights(weights=list(state.items()))
-        return len(state)
+        if self._ludic_pool is None:  # kept across pushes: fresh memory is slow to fault in
+            self._ludic_pool = BufferPool(worker.device)
+        count = 0
+        for bucket in receive_each_bucket(self._ludic_group, manifest, pool=self._ludic_pool):
+            self.ludic_load(list(bucket.items()))
+            count += len(bucket)
+        return count
+
+    def ludic_load(self, weights: list[tuple[str, Any]]) -> None:
+        """Load one received bucket (Hugging Face names, full tensors) into the served model;
+        vLLM's `load_weights` fuses and shards them and copies out of the receive buffer."""
+        worker: Any = self
+        worker.model_runner.model.load_weights(weights=weights)
 
     def ludic_weights_held(self) -> dict[str, Any]:
         """What this worker holds after a load, for the trainer to verify: per parameter (in
@@ -393,7 +407,9 @@ _ROUTES: dict[str, Callable[[Any, Any], Awaitable[dict[str, Any]]]] = {
 def vllm_serve_args(argv: Sequence[str]) -> list[str]:
     """`vllm serve` arguments with Ludic's extension points and defaults added. Ludic's own
     flags are taken out: `--ludic-token T` (the control endpoints' token) and `--no-max-think`
-    (no max_think processor, so vLLM may keep its default model runner)."""
+    (no max_think processor, so vLLM may keep its default model runner). A
+    `--worker-extension-cls` given is kept (it must subclass `WeightSyncWorkerExtension`,
+    e.g. to override `ludic_load`)."""
     args = list(argv)
     if "--ludic-token" in args:
         i = args.index("--ludic-token")
@@ -405,7 +421,8 @@ def vllm_serve_args(argv: Sequence[str]) -> list[str]:
     def has(flag: str) -> bool:
         return any(a == flag or a.startswith(flag + "=") for a in args)
 
-    args += ["--worker-extension-cls", f"{MODULE}.WeightSyncWorkerExtension"]
+    if not has("--worker-extension-cls"):  # a user's own must subclass Ludic's
+        args += ["--worker-extension-cls", f"{MODULE}.WeightSyncWorkerExtension"]
     if max_think:
         args += ["--logits-processors", f"{MODULE}:MaxThinkLogitsProcessor"]
     args += ["--middleware", f"{MODULE}.ludic_middleware"]
@@ -435,11 +452,13 @@ def start_vllm_server(
     token: str | None = None,
     extra_args: Sequence[str] = (),
     log_file: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start `python -m ludic.inference.vllm_server` in a subprocess (stop it by its pid)."""
+    """Start `python -m ludic.inference.vllm_server` in a subprocess (stop it by its pid);
+    `env` adds environment variables (e.g. `VLLM_CPU_KVCACHE_SPACE` on vLLM's CPU build)."""
     require_vllm()
     cmd = [sys.executable, "-m", MODULE, model, "--host", host, "--port", str(port), *extra_args]
-    env = {**os.environ, **({TOKEN_ENV: token} if token else {})}
+    env = {**os.environ, **(env or {}), **({TOKEN_ENV: token} if token else {})}
     out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115
     return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
 
