@@ -9,11 +9,13 @@ from ludic.envs.adapters.gymnasium import (
     discrete_action_parser,
     observation_state_key,
 )
+from ludic.envs.adapters.openenv import OpenEnvEnv
 from ludic.envs.adapters.reasoning_gym import ReasoningGymEnv, answer_parser
 from ludic.envs.adapters.textarena import TextArenaEnv, random_move_opponent
 
 __all__ = [
     "GymnasiumEnv",
+    "OpenEnvEnv",
     "ReasoningGymEnv",
     "TextArenaEnv",
     "ansi_to_text",
