@@ -93,19 +93,30 @@ ADAPTER_PREFIXES: dict[str, str] = {
     "gymnasium": "ludic.envs.adapters.gymnasium",
     "textarena": "ludic.envs.adapters.textarena",
     "reasoning_gym": "ludic.envs.adapters.reasoning_gym",
-    "verifiers": "ludic.envs.adapters.verifiers",
     "openenv": "ludic.envs.adapters.openenv",
+}
+# Prefixes users will try that have no adapter yet, with the reason (not a confusing import
+# error from the `module:factory` fallback).
+UNSUPPORTED_PREFIXES: dict[str, str] = {
+    "verifiers": (
+        "verifiers environments are not supported yet: verifiers >= 0.4 runs the agent loop "
+        "itself (a harness calling an OpenAI-compatible endpoint), so it needs an adapter that "
+        "serves Ludic's ChatClient to it and records the calls; wrap the env's dataset and "
+        "rubric in a ludic SingleAgentEnv meanwhile"
+    ),
 }
 
 
 def adapter_spec(name: str) -> EnvSpec | None:
     """The EnvSpec of an ecosystem env named `PREFIX:TARGET` (`gymnasium:FrozenLake-v1`,
-    `textarena:TicTacToe-v0`, `reasoning_gym:countdown`, `verifiers:MODULE`, `openenv:...`),
+    `textarena:TicTacToe-v0`, `reasoning_gym:countdown`, `openenv:URL`, `openenv:module:Class`),
     or None when `name` has no adapter prefix (a built-in name or a `module:factory` string).
 
     Raises ImportError with the `pip install 'ludic[EXTRA]'` line when the package is missing.
     """
     prefix, sep, target = name.partition(":")
+    if sep and prefix in UNSUPPORTED_PREFIXES:
+        raise ValueError(f"--env {name}: {UNSUPPORTED_PREFIXES[prefix]}")
     if not sep or prefix not in ADAPTER_PREFIXES:
         return None
     if not target:
@@ -119,7 +130,6 @@ _EXAMPLES = {
     "gymnasium": "gymnasium:FrozenLake-v1",
     "textarena": "textarena:TicTacToe-v0",
     "reasoning_gym": "reasoning_gym:countdown",
-    "verifiers": "verifiers:my_env_module",
     "openenv": "openenv:http://localhost:8000",
 }
 
