@@ -81,7 +81,7 @@ class DelegationConfig:
     """Scripted boss episodes (each with its helper episode) for the SFT warm start."""
     epsilon: float = 0.3
     """Probability that the scripted expert answers wrongly (so rewards vary)."""
-    sft_steps: int = 30
+    sft_steps: int = 100
     """SFT steps on the demonstrations."""
     rl_steps: int = 10
     """GRPO steps."""
@@ -92,7 +92,9 @@ class DelegationConfig:
     eval_episodes: int = 32
     """Boss episodes per evaluation."""
     lr: float = 3e-3
-    """Learning rate of both stages (suits the tiny model)."""
+    """SFT learning rate (suits the tiny model)."""
+    rl_lr: float = 3e-4
+    """GRPO learning rate (3e-3 wrecks the warm-started policy in one step)."""
     hidden_size: int = 64
     """Tiny model width."""
     seed: int = 0
@@ -137,7 +139,7 @@ def scripted_expert(epsilon: float) -> Any:
         n = int(found.group(1)) if found else 0
         if text.startswith("Ask the helper"):
             call = {"name": "delegate", "arguments": {"task": f"successor of {n}", "agent": HELPER}}
-            return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
+            return f"<tool_call>\n{json.dumps(call, separators=(',', ':'))}\n</tool_call>"
         return f"<move>{n + 1 + wrong}</move>"
 
     return policy
@@ -234,7 +236,7 @@ async def train(cfg: DelegationConfig) -> dict[str, Any]:
             algorithm,
             source,
             out=cfg.out_dir / "rl",
-            lr=cfg.lr,
+            lr=cfg.rl_lr,
             seed=cfg.seed,
             publisher=publisher,
             initial_policy_version=version,
