@@ -140,6 +140,7 @@ def openenv_server() -> Iterator[str]:
 async def test_a_running_openenv_server_plays_through_its_client(openenv_server: str) -> None:
     spec = adapter_spec(f"openenv:{openenv_server}")
     assert spec is not None
+    assert spec(action_field="guess").close() is None  # never connected: closes synchronously
     rollouts = []
     for seed in (0, 1):  # two sessions, one after the other
         env = spec(action_field="guess")

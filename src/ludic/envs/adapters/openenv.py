@@ -13,9 +13,10 @@ running server's URL, or the Environment itself.
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import typing
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from ludic.envs.adapters._common import require
@@ -66,11 +67,13 @@ class OpenEnvEnv(SingleAgentEnv):
         self.observation_field = observation_field
         self.system_prompt = system_prompt
         self._closed = False
+        self._connected = False
 
     async def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
         if self.in_process:
             obs = await self.env.reset_async(seed=seed)
             return self._text(obs), {}
+        self._connected = True
         result = await self.env.reset(seed=seed)
         return self._text(result.observation), {}
 
@@ -89,13 +92,16 @@ class OpenEnvEnv(SingleAgentEnv):
             info=_jsonable(_as_dict(obs).get("metadata") or {}),
         )
 
-    async def close(self) -> None:
-        if self._closed:
-            return
+    def close(self) -> Awaitable[None] | None:
+        """Close the Environment, or the client's session; an awaitable only when there is a
+        session to close (a client never reset never connected), so a caller that builds an
+        env just to inspect it can close it synchronously."""
+        if self._closed or (not self.in_process and not self._connected):
+            self._closed = True
+            return None
         self._closed = True
         result = self.env.close()
-        if hasattr(result, "__await__"):
-            await result
+        return result if inspect.isawaitable(result) else None
 
     def _action(self, text: str) -> Any:
         if self.action_type is None:
