@@ -139,7 +139,9 @@ def scripted_expert(epsilon: float) -> Any:
         n = int(found.group(1)) if found else 0
         if text.startswith("Ask the helper"):
             call = {"name": "delegate", "arguments": {"task": f"successor of {n}", "agent": HELPER}}
-            return f"<tool_call>\n{json.dumps(call, separators=(',', ':'))}\n</tool_call>"
+            # json.dumps' default spacing is how the chat template renders a call back, so the
+            # boss's turn stays one append-only sequence (one sample) after the tool result.
+            return f"<tool_call>\n{json.dumps(call)}\n</tool_call>"
         return f"<move>{n + 1 + wrong}</move>"
 
     return policy
