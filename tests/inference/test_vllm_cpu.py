@@ -207,6 +207,13 @@ def test_push_over_gloo_is_verified_and_served(
     warned = [r.getMessage() for r in caplog.records if "cannot be verified" in r.getMessage()]
     assert warned and f"{len(linear)} sent tensors" in warned[0]
     assert f"({len(linear)} held only inside" in warned[0] and publisher._probe_always
+    # vLLM pads the vocabulary to a multiple of 64 and its VocabParallelEmbedding.weight_loader
+    # zero-fills the padded rows (also on a reload, where the layer is re-materialized with
+    # torch.empty): the sums of the padded embeddings equal the sent ones, verified above.
+    held = publisher.last_push.held_totals[0]
+    padded = -(-other.config.vocab_size // 64) * 64
+    for name in ("model.embed_tokens.weight", "lm_head.weight"):
+        assert held[name][1] == padded * other.config.hidden_size, name
     assert server.version() == version
     after, stamped = server.complete(prompt, max_tokens=12, temperature=0)
     assert stamped == version

@@ -76,6 +76,9 @@ class PushStats:
     verify_seconds: float
     held_checksums: dict[str, list[int]] | None = None
     """What the server reported holding after the load (name -> checksum), when it did."""
+    held_totals: list[dict[str, list[Any]]] | None = None
+    """A fusing server's (vLLM's) report instead: per rank, parameter -> [total, numel, dtype]
+    in its own layout (fused, sharded, vocab padded)."""
 
 
 @dataclass(slots=True)
@@ -295,6 +298,7 @@ class BroadcastPolicyPublisher:
             transfer_seconds=transferred - started,
             verify_seconds=time.perf_counter() - transferred,
             held_checksums=reply.get("checksums"),
+            held_totals=reply.get("held_totals"),
         )
 
     def _probe_ids_from_state(self, state: Mapping[str, torch.Tensor]) -> list[int]:
