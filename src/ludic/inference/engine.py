@@ -16,6 +16,9 @@ evaluated and not used: it samples every request from one global RNG, so per-req
 not reproducible, and it has no per-request stop strings or max_think. `stream()` yields a
 request's tokens as they are sampled. This engine does not support n > 1 per request and never
 loads weights from a hub.
+
+`EngineConfig` / `EngineStatus` live in `ludic.inference.engine_config` and the streamed-request
+handle `CompletionStream` in `ludic.inference.engine_stream`; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -27,9 +30,8 @@ import os
 import secrets
 import threading
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
@@ -37,79 +39,16 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ludic.inference.batching import DecodeBatch
 from ludic.inference.client import ChatRequest, ChatResponse
+from ludic.inference.engine_config import EngineConfig, EngineStatus
+from ludic.inference.engine_stream import CompletionStream, call_on_loop, resolve_response
 from ludic.inference.prompts import build_sequence
 from ludic.inference.sequence import SequenceState, TextCodec
-from ludic.inference.streaming import CompletionDelta
 from ludic.inference.template_check import warn_if_not_append_only
-from ludic.inference.token_sampling import LogprobsMode
 from ludic.inference.weights import copy_weights_
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 _ADMISSION_THREADS = 4
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class EngineConfig:
-    """Knobs of the embedded engine.
-
-    `logprobs_mode` "processed" reports log-softmax of the distribution actually sampled from
-    (after temperature, top-k, top-p; forced max_think tokens get 0.0); "raw" reports the
-    model's unprocessed log-softmax, like vLLM's default `raw_logprobs`.
-    `prefix_cache_tokens` bounds the KV kept from finished requests so that a prompt extending
-    one (the next turn of an episode) prefills only its new tokens; 0 turns reuse off. Each
-    token costs layers x 2 x kv_heads x head_dim x dtype bytes (4 KiB for the tiny model).
-    `lean_forward` runs Llama-family models (Llama, Mistral, Qwen2, Qwen3) through
-    `ludic.inference.lean_forward` instead of the transformers forward (same arithmetic, less
-    per-step overhead); other models, or a failed self-check, use the transformers forward.
-    `batch_invariant` makes a seeded request's tokens and logprobs bit for bit independent of
-    what else is in the batch and of when it arrives (`ludic.inference.batch_invariant`): the
-    lean forward computes each row as it would alone, and prefix reuse is off. It needs a
-    Llama-family model and a start-up check that this machine's GEMMs are row-invariant;
-    otherwise the engine refuses to start (ValueError) rather than promise it silently.
-    """
-
-    max_batch_size: int = 64
-    max_prefill_tokens: int = 16384
-    max_model_len: int | None = None
-    logprobs_mode: LogprobsMode = "processed"
-    eos_token_ids: tuple[int, ...] | None = None
-    prefix_cache_tokens: int = 16384
-    lean_forward: bool = True
-    batch_invariant: bool = False
-
-    def __post_init__(self) -> None:
-        if self.max_batch_size < 1:
-            raise ValueError(f"EngineConfig.max_batch_size must be >= 1, got {self.max_batch_size}")
-        if self.logprobs_mode not in ("processed", "raw"):
-            raise ValueError(
-                f"EngineConfig.logprobs_mode must be 'processed' or 'raw', got {self.logprobs_mode!r}"
-            )
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class EngineStatus:
-    """What `/health` reports: whether the worker runs, its load, the last step error, prompts
-    that reused cached KV and requests cancelled before they finished (their clients left)."""
-
-    running: bool
-    active: int
-    pending: int
-    policy_version: int
-    last_error: str | None
-    prefix_hits: int = 0
-    cancelled: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "running": self.running,
-            "active": self.active,
-            "pending": self.pending,
-            "policy_version": self.policy_version,
-            "last_error": self.last_error,
-            "prefix_hits": self.prefix_hits,
-            "cancelled": self.cancelled,
-        }
 
 
 class _Control:
@@ -196,7 +135,7 @@ class EmbeddedEngine:
         future: asyncio.Future[ChatResponse] = loop.create_future()
 
         def on_done(seq: SequenceState) -> None:
-            _call_soon(loop, seq, _resolve, future, seq)
+            call_on_loop(loop, seq, resolve_response, future, seq)
 
         seq = self._enqueue(await self._build_off_loop(request, on_done=on_done))
         try:
@@ -452,100 +391,6 @@ class EmbeddedEngine:
             control.done.set()
 
 
-class CompletionStream:
-    """The deltas of one streamed request (`EmbeddedEngine.stream`), for `async for`. The
-    worker thread wakes the consumer when tokens arrive or the request ends; several tokens
-    arriving between wake-ups go out as one delta. `aclose()` (or leaving the loop early)
-    cancels the request unless it has finished, whether or not iteration began."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._wake = asyncio.Event()
-        self.finished = False  # set on the loop once the worker is done with the request
-        self._seq: SequenceState | None = None
-        self._deltas: AsyncGenerator[CompletionDelta, None] | None = None
-
-    def on_token(self, seq: SequenceState) -> None:
-        _call_soon(self._loop, seq, self._wake.set)
-
-    def on_done(self, seq: SequenceState) -> None:
-        _call_soon(self._loop, seq, self._finish)
-
-    def _finish(self) -> None:
-        self.finished = True
-        self._wake.set()
-
-    def _follow(self, seq: SequenceState) -> None:
-        self._seq, self._deltas = seq, self._deltas_of(seq)
-
-    def __aiter__(self) -> CompletionStream:
-        return self
-
-    async def __anext__(self) -> CompletionDelta:
-        assert self._deltas is not None, "EmbeddedEngine.stream starts the stream"
-        return await anext(self._deltas)
-
-    async def aclose(self) -> None:
-        if not self.finished and self._seq is not None:
-            self._seq.cancelled = True
-        if self._deltas is not None:
-            await self._deltas.aclose()
-
-    async def _deltas_of(self, seq: SequenceState) -> AsyncGenerator[CompletionDelta, None]:
-        sent = 0
-        try:
-            while True:
-                await self._wake.wait()
-                self._wake.clear()
-                finished = self.finished
-                if finished and seq.error is None:
-                    break  # the response's delta below carries the rest
-                n = min(len(seq.completion_ids), len(seq.logprobs))  # appended by the worker
-                if n > sent:  # a failed request still delivers what it sampled, then raises
-                    yield CompletionDelta(
-                        token_ids=tuple(seq.completion_ids[sent:n]),
-                        logprobs=tuple(seq.logprobs[sent:n]),
-                        prompt_token_ids=() if sent else tuple(seq.prompt_ids),
-                    )
-                    sent = n
-                if finished:
-                    assert seq.error is not None
-                    raise seq.error
-            response = seq.to_response()
-            yield CompletionDelta(
-                token_ids=response.completion_token_ids[sent:],
-                logprobs=(response.completion_logprobs or ())[sent:],
-                prompt_token_ids=() if sent else response.prompt_token_ids,
-                response=response,
-            )
-        finally:
-            if not self.finished:  # the consumer stopped early
-                seq.cancelled = True
-
-
-def _call_soon(
-    loop: asyncio.AbstractEventLoop, seq: SequenceState, fn: Callable[..., None], *args: Any
-) -> None:
-    """Schedule `fn` on the requester's loop from the worker thread. A loop that has closed
-    (its `asyncio.run` returned with the request still running) has nobody left to tell: the
-    request is cancelled, and the worker must not die of it."""
-    try:
-        loop.call_soon_threadsafe(fn, *args)
-    except RuntimeError:  # "Event loop is closed"
-        seq.cancelled = True
-
-
-def _resolve(future: asyncio.Future[ChatResponse], seq: SequenceState) -> None:
-    if future.done():
-        return
-    if seq.error is not None:
-        future.set_exception(seq.error)
-    elif seq.cancelled:
-        future.cancel()
-    else:
-        future.set_result(seq.to_response())
-
-
 def _seed_or_random(seed: int | None) -> int:
     return secrets.randbits(63) if seed is None else seed
 
@@ -564,3 +409,6 @@ def _default_eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase)
             "eos token; pass EngineConfig(eos_token_ids=(...))"
         )
     return ids
+
+
+__all__ = ["CompletionStream", "EmbeddedEngine", "EngineConfig", "EngineStatus"]
