@@ -16,7 +16,7 @@ import torch
 import uvicorn
 from fastapi import FastAPI
 
-from ludic.inference import vllm_server
+from ludic.inference import vllm_logits, vllm_routes, vllm_server
 from ludic.models import tiny_model_dir
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -39,7 +39,7 @@ def test_using_it_without_vllm_raises_a_clear_import_error() -> None:
 
 def test_a_broken_vllm_install_says_what_to_remove(monkeypatch: pytest.MonkeyPatch) -> None:
     broken = OSError("Could not load this library: libtorchcodec_image.so")
-    monkeypatch.setattr(vllm_server, "VLLM_IMPORT_ERROR", broken)
+    monkeypatch.setattr(vllm_logits, "VLLM_IMPORT_ERROR", broken)
     with pytest.raises(ImportError, match=r"installed but does not import.*torchcodec"):
         vllm_server.main(["model"])
 
@@ -199,7 +199,7 @@ def test_logprobs_probe_reads_vllm_prompt_logprobs(monkeypatch: pytest.MonkeyPat
 
     model, _ = load_tiny_model(seed=0)
     monkeypatch.setenv(vllm_server.TOKEN_ENV, "s3cret")
-    monkeypatch.setattr(vllm_server, "probe_sampling_params", lambda: "probe-params")
+    monkeypatch.setattr(vllm_routes, "probe_sampling_params", lambda: "probe-params")
     app = FastAPI()
     app.middleware("http")(vllm_server.ludic_middleware)
     app.state.engine_client = engine = FakeVLLMEngine(model)

@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 from ludic.distributed import BroadcastPolicyPublisher, PublishVerificationError
 from ludic.distributed.checksum import held_name
 from ludic.distributed.verification import probe_atol
-from ludic.inference import vllm_server
+from ludic.inference import vllm_routes, vllm_server
 from ludic.models import TinyModelSpec, build_tiny_model
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]
@@ -127,16 +127,16 @@ def rig(monkeypatch: pytest.MonkeyPatch) -> Iterator[SimpleNamespace]:
     model = FusedModel(served)
     engine = FakeEngineClient(FakeWorker(model), served)
     monkeypatch.setenv(vllm_server.TOKEN_ENV, TOKEN)
-    monkeypatch.setattr(vllm_server, "probe_sampling_params", lambda: "probe-params")
-    monkeypatch.setitem(vllm_server._state, "policy_version", 0)
-    vllm_server._push.clear()
+    monkeypatch.setattr(vllm_routes, "probe_sampling_params", lambda: "probe-params")
+    monkeypatch.setitem(vllm_routes._state, "policy_version", 0)
+    vllm_routes._push.clear()
     app = FastAPI()
     app.middleware("http")(vllm_server.ludic_middleware)
     app.state.engine_client = engine
 
     @app.post("/v1/completions")
     async def completions() -> dict[str, str]:  # a push lands while this request generates
-        vllm_server._state["policy_version"] += 1
+        vllm_routes._state["policy_version"] += 1
         return {"text": "done"}
 
     with TestClient(app, base_url="http://testserver") as client:
@@ -147,7 +147,7 @@ def rig(monkeypatch: pytest.MonkeyPatch) -> Iterator[SimpleNamespace]:
             trainer=trainer_model, model=model, engine=engine, client=client, publisher=publisher
         )
         publisher.close()
-    vllm_server._push.clear()
+    vllm_routes._push.clear()
 
 
 def _adam_step_(model: torch.nn.Module, lr: float) -> None:

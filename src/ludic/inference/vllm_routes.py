@@ -1,0 +1,200 @@
+"""The HTTP side of the vLLM extension: the middleware (`--middleware`) that serves the
+token-guarded `/ludic/*` control endpoints (version, logprobs probe, weight push) and stamps
+every response with the policy version admitted. It drives the workers through
+`collective_rpc` (`ludic.inference.vllm_worker`); launching vLLM lives in
+`ludic.inference.vllm_server`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ludic.inference.auth import token_matches
+from ludic.inference.vllm_logits import require_vllm
+
+TOKEN_ENV = "LUDIC_SERVER_TOKEN"
+VERSION_HEADER = "X-Ludic-Policy-Version"
+_state = {"policy_version": 0}
+_push: dict[str, Any] = {}  # the join / receive tasks of the weight push in progress
+
+
+async def ludic_middleware(request: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
+    """Serves /ludic/* (token-guarded) and stamps every response with the policy version
+    served when the request was admitted, as the embedded engine does: a push that lands
+    while a request generates makes it look older, never newer (staleness is not
+    under-counted)."""
+    admitted = _state["policy_version"]
+    if request.url.path.startswith("/ludic/"):
+        response = await _control(request)
+        admitted = _state["policy_version"]  # a control reply reports the state it leaves
+    else:
+        response = await call_next(request)
+    response.headers[VERSION_HEADER] = str(admitted)
+    return response
+
+
+async def _control(request: Any) -> Any:
+    from fastapi.responses import JSONResponse
+
+    from ludic.inference.openai_protocol import error_body
+
+    token = os.environ.get(TOKEN_ENV)
+    given = request.headers.get("authorization", "").removeprefix("Bearer ")
+    if not token or not token_matches(given, token):
+        return JSONResponse(error_body(401, "missing or wrong bearer token"), status_code=401)
+    handler = _ROUTES.get(request.url.path)
+    if handler is None:
+        return JSONResponse(error_body(404, f"unknown control endpoint {request.url.path}"), 404)
+    try:
+        return JSONResponse(await handler(request, request.app.state.engine_client))
+    except (ValueError, RuntimeError) as e:
+        return JSONResponse(error_body(400, f"{type(e).__name__}: {e}"), status_code=400)
+
+
+async def _version(request: Any, engine: Any) -> dict[str, Any]:
+    return {"policy_version": _state["policy_version"]}
+
+
+async def _logprobs(request: Any, engine: Any) -> dict[str, Any]:
+    """Model logprobs of `token_ids[1:]` given their prefixes, from vLLM's prompt logprobs."""
+    body = await request.json()
+    token_ids = body.get("token_ids") if isinstance(body, dict) else None
+    if (
+        not isinstance(token_ids, list)
+        or len(token_ids) < 2
+        or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in token_ids)
+    ):
+        raise ValueError("token_ids must be a list of at least 2 token ids (ints >= 0)")
+    final = None
+    request_id = f"ludic-probe-{uuid.uuid4().hex}"
+    prompt = {"prompt_token_ids": token_ids}
+    async for output in engine.generate(prompt, probe_sampling_params(), request_id):
+        final = output
+    positions = None if final is None else final.prompt_logprobs
+    if positions is None or len(positions) != len(token_ids):
+        raise RuntimeError("vLLM returned no prompt logprobs for the probe")
+    values = [
+        float(position[token].logprob)
+        for position, token in zip(positions[1:], token_ids[1:], strict=True)
+    ]
+    # JSON has no nan or inf: those travel as strings ("nan", "-inf"), so the probe sees them.
+    shown = [v if math.isfinite(v) else str(v) for v in values]
+    return {"logprobs": shown, "policy_version": _state["policy_version"]}
+
+
+def probe_sampling_params() -> Any:
+    """One token, prompt logprobs of the given tokens only. Temperature 1 and no top-k/top-p,
+    so vLLM's processed logprobs equal the model's (what the trainer computes)."""
+    require_vllm()
+    from vllm import SamplingParams
+
+    return SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
+
+
+async def _weights_init(request: Any, engine: Any) -> dict[str, Any]:
+    from ludic.inference.weight_receiver import InitRequest
+
+    req = InitRequest(**await request.json())
+    if req.control != "http":
+        raise ValueError("the vLLM extension drives pushes over HTTP only: use control='http'")
+    # The join completes only once the trainer builds its side: do not wait for it here.
+    _push["join"] = asyncio.ensure_future(
+        engine.collective_rpc("ludic_weights_init", args=(req.model_dump(),))
+    )
+    return {"status": "joining"}
+
+
+async def _weights_start(request: Any, engine: Any) -> dict[str, Any]:
+    from ludic.distributed.manifest import WeightManifest
+
+    body = await request.json()
+    manifest = WeightManifest.from_json(body)  # ManifestError is a ValueError -> 400
+    if _push.get("receive") is not None:
+        raise RuntimeError("a push is already in progress: finish it first")
+    join = _push.get("join")
+    if join is None:
+        raise RuntimeError("no communicator: POST /ludic/weights/init first")
+    await join
+    _push["version"] = manifest.version
+    _push["receive"] = asyncio.ensure_future(
+        engine.collective_rpc("ludic_weights_receive", args=(body,))
+    )
+    return {"status": "receiving"}
+
+
+async def _weights_finish(request: Any, engine: Any) -> dict[str, Any]:
+    receive = _push.pop("receive", None)
+    if receive is None:
+        raise RuntimeError("no push in progress: POST /ludic/weights/start first")
+    counts = await receive
+    _state["policy_version"] = int(_push["version"])  # the new weights serve from now on
+    await reset_prefix_cache(engine)  # cached KV came from the old weights
+    reports = await engine.collective_rpc("ludic_weights_held")
+    return {
+        "policy_version": _state["policy_version"],
+        "num_tensors": int(counts[0]),
+        "held_totals": [report["held"] for report in reports],  # one per worker (TP rank)
+        "opaque": sorted({name for report in reports for name in report.get("opaque", [])}),
+        "packed_modules_mapping": reports[0]["packed"],
+    }
+
+
+async def reset_prefix_cache(engine: Any, timeout_s: float = 60.0, poll_s: float = 0.05) -> None:
+    """Drop vLLM's prefix cache, including blocks held by running requests where vLLM can
+    (`reset_running_requests`, which preempts them). vLLM refuses a reset (returns False) while
+    running requests hold blocks otherwise: that is retried until they finish, then an error, so
+    KV computed with the old weights is never served silently after a push."""
+    accepted = inspect.signature(engine.reset_prefix_cache).parameters
+    kwargs = {"reset_running_requests": True} if "reset_running_requests" in accepted else {}
+    deadline = time.monotonic() + timeout_s
+    while await engine.reset_prefix_cache(**kwargs) is False:  # older vLLM returns None
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"vLLM refused to reset its prefix cache for {timeout_s:.0f}s (running requests "
+                "hold cached blocks); the new weights are loaded and served, but cached KV "
+                "from the old ones may be reused: retry the push once generation is idle"
+            )
+        await asyncio.sleep(poll_s)
+
+
+async def _weights_close(request: Any, engine: Any) -> dict[str, Any]:
+    await engine.collective_rpc("ludic_weights_close")
+    _push.clear()
+    return {"status": "closed"}
+
+
+async def _weights_status(request: Any, engine: Any) -> dict[str, Any]:
+    join = _push.get("join")
+    return {
+        "connected": join is not None and join.done() and join.exception() is None,
+        "joining": join is not None and not join.done(),
+        "in_progress": _push.get("receive") is not None,
+        "last_version": _state["policy_version"],
+        "controls": ["http"],
+        "dtype": served_dtype(engine),
+    }
+
+
+def served_dtype(engine: Any) -> str | None:
+    """The dtype vLLM serves in ("bfloat16", ...), from the engine client's model config:
+    the publisher's probe tolerance follows it (`ludic.distributed.verification.PROBE_ATOL`)."""
+    dtype = getattr(getattr(engine, "model_config", None), "dtype", None)
+    return None if dtype is None else str(dtype).removeprefix("torch.")
+
+
+_ROUTES: dict[str, Callable[[Any, Any], Awaitable[dict[str, Any]]]] = {
+    "/ludic/version": _version,
+    "/ludic/logprobs": _logprobs,
+    "/ludic/weights/init": _weights_init,
+    "/ludic/weights/start": _weights_start,
+    "/ludic/weights/finish": _weights_finish,
+    "/ludic/weights/close": _weights_close,
+    "/ludic/weights/status": _weights_status,
+}
