@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import torch
+from engine_fakes import admitted_together
 
 from ludic.agents import Agent
 from ludic.distributed import InProcessPublisher
@@ -60,24 +61,6 @@ def requests_32() -> list[ChatRequest]:
         )
         out.append(ChatRequest(messages=[{"role": "user", "content": content}], sampling=sampling))
     return out
-
-
-async def admitted_together(engine: EmbeddedEngine, requests: list[ChatRequest]) -> list[Any]:
-    """Complete `requests` admitted in one batch: the engine thread is held while they queue."""
-    entered, gate = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        entered.set()
-        gate.wait()
-
-    held = asyncio.get_running_loop().run_in_executor(None, engine._call_on_worker, hold)
-    await asyncio.to_thread(entered.wait, 60)
-    tasks = [asyncio.ensure_future(engine.complete(r)) for r in requests]
-    while len(engine._pending) < len(requests):
-        await asyncio.sleep(0.01)
-    gate.set()
-    await held
-    return await asyncio.gather(*tasks)
 
 
 async def arriving_at_random(engine: EmbeddedEngine, requests: list[ChatRequest]) -> list[Any]:

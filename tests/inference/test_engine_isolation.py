@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import torch
+from engine_fakes import admitted_together
 
 from ludic.inference import ChatRequest, ChatResponse, SamplingConfig, batching, prompts
 from ludic.inference.engine import EmbeddedEngine
@@ -51,22 +52,8 @@ def engine() -> Iterator[EmbeddedEngine]:
 
 
 async def together(engine: EmbeddedEngine, requests: list[ChatRequest]) -> list[Any]:
-    """Complete `requests` admitted into one batch (the worker is held while they queue);
-    a failed request's exception takes its place."""
-    entered, gate = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        entered.set()
-        gate.wait()
-
-    held = asyncio.get_running_loop().run_in_executor(None, engine._call_on_worker, hold)
-    await asyncio.to_thread(entered.wait, 60)
-    tasks = [asyncio.ensure_future(engine.complete(r)) for r in requests]
-    while len(engine._pending) < len(requests):
-        await asyncio.sleep(0.01)
-    gate.set()
-    await held
-    return list(await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 120))
+    """One batch; a failed request's exception takes its place."""
+    return await admitted_together(engine, requests, return_exceptions=True)
 
 
 def assert_same(want: list[Any], got: list[Any]) -> None:
