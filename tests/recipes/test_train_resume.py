@@ -33,7 +33,7 @@ def ludic_train(out_dir: Path, model: Path, *extra: str) -> subprocess.Completed
         *("--env", "resume_envs:SayOTwiceEnv", "--model", str(model)),
         *("--problems-per-step", "2", "--group-size", "3", "--max-steps", "2"),
         *("--max-tokens", "8", "--lr", "3e-2", "--seed", "7", "--checkpoint-every", "2"),
-        *("--concurrency", "1", "--out-dir", str(out_dir), "--no-progress"),
+        *("--out-dir", str(out_dir), "--no-progress"),
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
     return subprocess.run(
@@ -76,13 +76,24 @@ def losses(out_dir: Path) -> list[tuple[int, float, float]]:
     return [(r["step"], r["loss"], r["policy_version"]) for r in records]
 
 
+# One episode in flight at a time; or several, at temperature 0.7, on the batch-invariant
+# engine (what makes concurrent sampling independent of timing).
+SAMPLING_FLAGS = [
+    ("--concurrency", "1"),
+    ("--concurrency", "4", "--batch-invariant", "--temperature", "0.7"),
+]
+
+
 @pytest.mark.slow
-def test_resume_in_a_new_process_equals_the_uninterrupted_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("flags", SAMPLING_FLAGS, ids=["sequential", "concurrent-t0.7"])
+def test_resume_in_a_new_process_equals_the_uninterrupted_run(
+    tmp_path: Path, flags: tuple[str, ...]
+) -> None:
     model = tiny_model_dir(seed=0, spec=SPEC, cache_dir=tmp_path / "models")
     whole, split = tmp_path / "whole", tmp_path / "split"
-    ludic_train(whole, model, "--steps", "4")
-    ludic_train(split, model, "--steps", "2")  # stopped after 2 steps (final checkpoint)
-    resumed = ludic_train(split, model, "--steps", "4", "--resume")
+    ludic_train(whole, model, "--steps", "4", *flags)
+    ludic_train(split, model, "--steps", "2", *flags)  # stopped after 2 steps (final checkpoint)
+    resumed = ludic_train(split, model, "--steps", "4", "--resume", *flags)
     assert "resumed at step 2 (policy version 2)" in resumed.stdout
 
     # The same episodes sampled the same tokens, before and after the restart.
