@@ -4,6 +4,7 @@ parser the env class declares, every online preset (GiGPO included), --reject-in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -146,47 +147,92 @@ def test_reject_incomplete_is_counted_and_the_parser_sees_cut_replies_otherwise(
 
 
 @pytest.mark.slow
+class ServeProcess:
+    """`ludic serve` on the tiny model in a subprocess on a free port, stopped on exit."""
+
+    token = "train-token"
+
+    def __init__(self, model_dir: str, log: Path) -> None:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        self.url = f"http://127.0.0.1:{port}"
+        command = [sys.executable, "-m", "ludic.inference.server", "--model", model_dir]
+        command += ["--port", str(port), "--token", self.token, "--threads", "1"]
+        with log.open("wb") as out:
+            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+
+    def __enter__(self) -> ServeProcess:
+        from ludic.inference.vllm_server import wait_for_health
+
+        wait_for_health(self.url, timeout_s=120, process=self.process)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+    def served_version(self) -> int:
+        import httpx
+
+        auth = {"Authorization": f"Bearer {self.token}"}
+        reply = httpx.get(self.url + "/ludic/version", headers=auth, timeout=10)
+        return int(reply.json()["policy_version"])
+
+
+def server_train_config(model_dir: str, url: str, out_dir: Path, steps: int) -> TrainConfig:
+    return TrainConfig(
+        model=model_dir,
+        server_url=url,
+        context="latest",
+        steps=steps,
+        problems_per_step=1,
+        group_size=2,
+        max_tokens=4,
+        max_steps=2,
+        out_dir=out_dir,
+        progress=False,
+    )
+
+
 def test_ludic_train_on_an_inference_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--server-url: rollouts from `ludic serve` in another process, weights pushed to it."""
-    import socket
-
-    import httpx
-
-    from ludic.inference.vllm_server import wait_for_health
     from ludic.models import tiny_model_dir
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    model_dir, token, url = str(tiny_model_dir()), "train-token", f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "ludic.inference.server", "--model", model_dir]
-    command += ["--port", str(port), "--token", token, "--threads", "1"]
-    with (tmp_path / "server.log").open("wb") as log:
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_for_health(url, timeout_s=120, process=server)
-        monkeypatch.setenv("LUDIC_SERVER_TOKEN", token)  # no --server-token: read from env
-        cfg = TrainConfig(
-            model=model_dir,
-            server_url=url,
-            context="latest",
-            steps=1,
-            problems_per_step=1,
-            group_size=2,
-            max_tokens=4,
-            max_steps=2,
-            out_dir=tmp_path / "run",
-            progress=False,
-        )
+    model_dir = str(tiny_model_dir())
+    with ServeProcess(model_dir, tmp_path / "server.log") as server:
+        monkeypatch.setenv("LUDIC_SERVER_TOKEN", server.token)  # no --server-token: from env
+        cfg = server_train_config(model_dir, server.url, tmp_path / "run", steps=1)
         assert train_command(cfg).steps == 1
-        auth = {"Authorization": f"Bearer {token}"}
-        served = httpx.get(url + "/ludic/version", headers=auth, timeout=10).json()
-        assert served["policy_version"] == 1
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+        assert server.served_version() == 1
+
+
+@pytest.mark.slow
+def test_ludic_train_resumed_against_a_fresh_server_publishes_then_trains(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--resume --server-url: a restarted `ludic serve` (version 0) gets the checkpoint's
+    weights before the first rollout, so the resumed step trains on fresh samples."""
+    from ludic.models import tiny_model_dir
+
+    model_dir, run = str(tiny_model_dir()), tmp_path / "run"
+    with ServeProcess(model_dir, tmp_path / "server1.log") as server:
+        monkeypatch.setenv("LUDIC_SERVER_TOKEN", server.token)
+        train_command(server_train_config(model_dir, server.url, run, steps=1))
+    with ServeProcess(model_dir, tmp_path / "server2.log") as fresh:
+        assert fresh.served_version() == 0
+        resumed = server_train_config(model_dir, fresh.url, run, steps=2)
+        assert (
+            train_command(dataclasses.replace(resumed, resume="latest")).steps == 1
+        )  # step 2 only
+        assert fresh.served_version() == 2
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    last = records[-1]
+    assert last["step"] == 2 and last["dropped_stale"] == 0 and last["num_samples"] > 0
 
 
 @pytest.mark.slow
