@@ -28,7 +28,7 @@ import tyro
 from ludic.agents import Agent
 from ludic.distributed.inprocess import InProcessPublisher
 from ludic.envs.long_task import MemoryCorridorEnv
-from ludic.inference.engine import EmbeddedEngine
+from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.models import TinyModelSpec, build_tiny_model

@@ -40,8 +40,8 @@ import transformers
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ludic.inference.client import ChatRequest
-from ludic.inference.engine import EmbeddedEngine, EngineConfig
-from ludic.inference.prompts import render_prompt_ids
+from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
+from ludic.inference.embedded.prompts import render_prompt_ids
 from ludic.inference.sampling import SamplingConfig
 from ludic.models import load_tiny_model
 

@@ -30,7 +30,7 @@ import ludic.training.trainer as trainer_module
 from ludic.agents import Agent
 from ludic.distributed import InProcessPublisher
 from ludic.envs.single_agent import SingleAgentEnv
-from ludic.inference.engine import EmbeddedEngine
+from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.models import load_tiny_model
@@ -187,7 +187,7 @@ def main() -> None:
         json.dumps(
             {
                 "benchmark": "train_step",
-                "generation_backend": "EmbeddedEngine (ludic.inference.engine)",
+                "generation_backend": "EmbeddedEngine (ludic.inference.embedded.engine)",
                 "workload": {
                     "prompts": PROMPTS,
                     "group_size": GROUP_SIZE,

@@ -148,8 +148,8 @@ def run_raw_receiver(port: int, numel: int) -> None:
 def run_server(name: str, port: int, in_place: bool) -> None:
     import uvicorn
 
-    from ludic.inference.engine import EmbeddedEngine
-    from ludic.inference.server import create_app
+    from ludic.inference.embedded.engine import EmbeddedEngine
+    from ludic.inference.http.server import create_app
     from ludic.models import build_tiny_model
 
     torch.set_num_threads(1)

@@ -25,7 +25,7 @@ from typing import Literal
 import tyro
 from rich.console import Console
 
-from ludic.inference.engine import EmbeddedEngine
+from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.models import TinyModelSpec, build_tiny_model, load_model, save_model
 from ludic.recipes.configs import SFTConfig
 from ludic.recipes.expert import PolicyClient

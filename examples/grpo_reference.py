@@ -32,7 +32,7 @@ from ludic.context import LatestObservationContext
 from ludic.envs import TicTacToeEnv
 from ludic.eval import make_eval_requests, run_eval
 from ludic.inference import SamplingConfig
-from ludic.inference.engine import EmbeddedEngine
+from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.interaction import SingleAgentProtocol
 from ludic.models import build_tiny_model, load_model
 from ludic.parsers import xml_tag_parser

@@ -75,7 +75,7 @@ class RejectionSamplingConfig:
 
 def make_client(cfg: RejectionSamplingConfig) -> ChatClient:
     if cfg.server_url:
-        from ludic.inference.openai_client import OpenAICompatibleClient
+        from ludic.inference.http.openai_client import OpenAICompatibleClient
 
         return OpenAICompatibleClient(cfg.server_url, model=cfg.served_model)
     from ludic.recipes import load_policy
@@ -88,7 +88,7 @@ def make_client(cfg: RejectionSamplingConfig) -> ChatClient:
         if cfg.env != "tictactoe":
             raise ValueError("--expert plays tic-tac-toe only; use --env tictactoe")
         return PolicyClient(expert_policy(cfg.expert_epsilon), tokenizer)
-    from ludic.inference.engine import EmbeddedEngine
+    from ludic.inference.embedded.engine import EmbeddedEngine
 
     return EmbeddedEngine(model, tokenizer)
 

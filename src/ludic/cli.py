@@ -62,8 +62,8 @@ COMMANDS: dict[str, Command] = {
         summary="Evaluate a model or an inference server on an env; print a summary table.",
     ),
     "serve": Command(
-        config="ludic.inference.serve_config:ServeConfig",
-        run="ludic.inference.server:serve",
+        config="ludic.inference.http.serve_config:ServeConfig",
+        run="ludic.inference.http.server:serve",
         summary="Serve a local model over an OpenAI-compatible HTTP API (embedded engine).",
     ),
     "actor": Command(

@@ -183,7 +183,7 @@ def test_derive_call_seed_is_in_range_and_distinct(base: int) -> None:
 async def test_agent_max_tokens_holds_through_the_rollout_engine_on_a_tiny_model() -> None:
     """The issue's case: a request with default sampling (256 tokens) must not undo the
     agent's `max_tokens=4`, end to end through RolloutEngine and the embedded engine."""
-    from ludic.inference.engine import EmbeddedEngine
+    from ludic.inference.embedded.engine import EmbeddedEngine
     from ludic.interaction import SingleAgentProtocol
     from ludic.models import build_tiny_model
     from ludic.rollouts import ComponentSpec, RolloutEngine, RolloutRequest

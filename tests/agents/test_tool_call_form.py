@@ -14,7 +14,7 @@ from ludic.agents import ReActAgent, ToolAgent
 from ludic.agents.context_editing import ContextEditingAgent
 from ludic.agents.react import REACT_INSTRUCTIONS
 from ludic.inference.client import ChatRequest, ChatResponse
-from ludic.inference.prompts import render_prompt_ids
+from ludic.inference.embedded.prompts import render_prompt_ids
 from ludic.models import train_tiny_tokenizer
 from ludic.parsers import xml_tag_parser
 

@@ -18,7 +18,7 @@ import httpx
 import torch
 
 from ludic.distributed.transfer import Collective, host_store, join_store, open_group
-from ludic.inference.engine import EmbeddedEngine
+from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.models import TinyModelSpec
 
 SPEC = TinyModelSpec(

@@ -25,8 +25,8 @@ from ludic.distributed import (
 )
 from ludic.distributed.manifest import plan_manifest
 from ludic.distributed.transfer import adjacent_view
-from ludic.inference.engine import EmbeddedEngine
-from ludic.inference.server import create_app
+from ludic.inference.embedded.engine import EmbeddedEngine
+from ludic.inference.http.server import create_app
 from ludic.models import build_tiny_model
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ludic.distributed import InProcessPublisher, PolicyPublisher, PublishVerificationError
-from ludic.inference.engine import EmbeddedEngine
+from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.models import TinyModelSpec, build_tiny_model
 
 SPEC = TinyModelSpec(

@@ -17,7 +17,7 @@ from ludic.distributed.verification import (
     reference_logprobs_from_state,
     vocab_size_of,
 )
-from ludic.inference.engine import EmbeddedEngine
+from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.models import build_tiny_model
 
 

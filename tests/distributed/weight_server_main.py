@@ -13,8 +13,8 @@ from typing import Any
 import torch
 import uvicorn
 
-from ludic.inference.engine import EmbeddedEngine
-from ludic.inference.server import create_app
+from ludic.inference.embedded.engine import EmbeddedEngine
+from ludic.inference.http.server import create_app
 
 
 def main() -> None:

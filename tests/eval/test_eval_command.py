@@ -80,8 +80,8 @@ def test_env_and_parser_resolution_errors() -> None:
 def test_eval_command_against_an_openai_compatible_server(tmp_path: Path) -> None:
     import uvicorn
 
-    from ludic.inference.engine import EmbeddedEngine
-    from ludic.inference.server import create_app
+    from ludic.inference.embedded.engine import EmbeddedEngine
+    from ludic.inference.http.server import create_app
     from ludic.models import tiny_model_dir
 
     engine = EmbeddedEngine.from_pretrained(tiny_model_dir())

@@ -161,14 +161,14 @@ def test_tictactoe_train_on_an_inference_server(tmp_path: Path) -> None:
 
     import httpx
 
-    from ludic.inference.vllm_server import wait_for_health
+    from ludic.inference.vllm.server import wait_for_health
     from ludic.models import tiny_model_dir
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
     model_dir, token, url = str(tiny_model_dir()), "example-token", f"http://127.0.0.1:{port}"
-    command = [sys.executable, "-m", "ludic.inference.server", "--model", model_dir]
+    command = [sys.executable, "-m", "ludic.inference.http.server", "--model", model_dir]
     command += ["--port", str(port), "--token", token, "--threads", "1"]
     command += ["--served-model-name", "tiny"]
     with (tmp_path / "server.log").open("wb") as log:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import cache
 
-from ludic.inference.sequence import TextCodec
+from ludic.inference.embedded.sequence import TextCodec
 from ludic.models import load_tiny_model
 
 

@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from ludic.inference import ChatRequest
-from ludic.inference.engine import EmbeddedEngine
+from ludic.inference.embedded.engine import EmbeddedEngine
 
 
 async def admitted_together(

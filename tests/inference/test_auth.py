@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ludic.inference.auth import TOKEN_ENV, resolve_token, token_matches
+from ludic.inference.http.auth import TOKEN_ENV, resolve_token, token_matches
 
 
 def test_the_flag_wins_then_the_environment_then_none(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,9 +21,9 @@ from ludic.agents import Agent
 from ludic.distributed import InProcessPublisher
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.inference import ChatRequest, ChatResponse, SamplingConfig
-from ludic.inference import batch_invariant as invariant
-from ludic.inference.engine import EmbeddedEngine, EngineConfig
-from ludic.inference.lean_forward import LeanForward
+from ludic.inference.embedded import batch_invariant as invariant
+from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
+from ludic.inference.embedded.lean_forward import LeanForward
 from ludic.interaction import SingleAgentProtocol
 from ludic.models import TinyModelSpec, load_tiny_model
 from ludic.rollouts import (
@@ -92,7 +92,7 @@ async def test_requests_alone_in_a_batch_of_32_and_with_random_delays_agree_bit_
 async def test_rows_at_any_slot_next_to_any_rows_get_their_alone_logits() -> None:
     """The lean forward itself: a prefill of left-padded prompts and decode steps, each row
     compared with the same row computed alone."""
-    from ludic.inference.kv_cache import new_cache
+    from ludic.inference.embedded.kv_cache import new_cache
 
     model, _ = load_tiny_model()
     lean = LeanForward.build(model, batch_invariant=True)

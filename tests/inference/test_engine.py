@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from ludic.inference import ChatRequest, ChatResponse, SamplingConfig
-from ludic.inference.engine import EmbeddedEngine, EngineConfig
-from ludic.inference.token_sampling import processed_logprobs
+from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
+from ludic.inference.embedded.token_sampling import processed_logprobs
 from ludic.models import load_tiny_model
 
 USER = [{"role": "user", "content": "Your move."}]

@@ -11,7 +11,7 @@ import torch
 from ludic.agents.base import Agent
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.inference import SamplingConfig
-from ludic.inference.engine import EmbeddedEngine
+from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.interaction.single_agent import SingleAgentProtocol
 from ludic.models import load_tiny_model
 from ludic.types import Info, StepOutcome

@@ -13,9 +13,10 @@ import pytest
 import torch
 from engine_fakes import admitted_together
 
-from ludic.inference import ChatRequest, ChatResponse, SamplingConfig, batching, prompts
-from ludic.inference.engine import EmbeddedEngine
-from ludic.inference.sequence import SequenceState
+from ludic.inference import ChatRequest, ChatResponse, SamplingConfig
+from ludic.inference.embedded import batching, prompts
+from ludic.inference.embedded.engine import EmbeddedEngine
+from ludic.inference.embedded.sequence import SequenceState
 from ludic.models import load_tiny_model
 
 BAD_MARK = "<bad-request>"  # a stop string that marks the request the injected faults target

@@ -6,7 +6,7 @@ import warnings
 
 import torch
 
-from ludic.inference.kv_cache import (
+from ludic.inference.embedded.kv_cache import (
     GrowingLayer,
     cache_kwarg,
     compact_rows,

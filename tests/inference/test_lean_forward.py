@@ -19,8 +19,8 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from ludic.inference.kv_cache import cache_kwarg, new_cache
-from ludic.inference.lean_forward import LeanForward, _matmul, _RotaryTable
+from ludic.inference.embedded.kv_cache import cache_kwarg, new_cache
+from ludic.inference.embedded.lean_forward import LeanForward, _matmul, _RotaryTable
 
 SIZES = {
     "vocab_size": 97,

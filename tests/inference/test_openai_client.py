@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from ludic.inference import ChatRequest, SamplingConfig
-from ludic.inference.openai_client import (
+from ludic.inference.http.openai_client import (
     InferenceRequestError,
     InferenceUnavailableError,
     OpenAICompatibleClient,

@@ -8,7 +8,7 @@ from codec_fakes import CountingCodec, tiny_codec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ludic.inference.sequence import SequenceState
+from ludic.inference.embedded.sequence import SequenceState
 
 STOPS = ("</move>", "日本", "🙂", "ab", "\n\n", "é x")
 FRAGMENTS = ("</move>", "</mo", "日本", "本", "🙂", "a", "b", "\n", "é", " x", "hello")

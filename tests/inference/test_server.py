@@ -24,9 +24,9 @@ from safetensors.torch import save
 
 from ludic.distributed import BroadcastPolicyPublisher
 from ludic.inference import ChatRequest, SamplingConfig
-from ludic.inference.auth import TOKEN_ENV
-from ludic.inference.engine import EmbeddedEngine
-from ludic.inference.openai_client import InferenceRequestError, OpenAICompatibleClient
+from ludic.inference.embedded.engine import EmbeddedEngine
+from ludic.inference.http.auth import TOKEN_ENV
+from ludic.inference.http.openai_client import InferenceRequestError, OpenAICompatibleClient
 from ludic.models import load_model, load_tiny_model, tiny_model_dir
 
 TOKEN = "test-token"
@@ -65,7 +65,7 @@ def start_server(
     cmd = [
         sys.executable,
         "-m",
-        "ludic.inference.server",
+        "ludic.inference.http.server",
         "--model",
         str(model_dir),
         "--port",
@@ -354,7 +354,7 @@ def test_request_bodies_are_capped(server: Server) -> None:
 def test_the_body_cap_is_configurable_and_spares_the_weight_upload() -> None:
     from fastapi.testclient import TestClient
 
-    from ludic.inference.server import create_app
+    from ludic.inference.http.server import create_app
 
     model, tokenizer = load_tiny_model()
     with EmbeddedEngine(model, tokenizer) as engine:
@@ -400,8 +400,8 @@ async def test_one_bad_request_among_ten_good_ones_over_http(
 ) -> None:
     """A fault inside the shared step for one request (injected where its sampled token is
     recorded): that request gets a 500 naming the fault, the ten others their own tokens."""
-    from ludic.inference.sequence import SequenceState
-    from ludic.inference.server import create_app
+    from ludic.inference.embedded.sequence import SequenceState
+    from ludic.inference.http.server import create_app
 
     model, tokenizer = load_tiny_model()
     good = [
@@ -464,7 +464,7 @@ def test_health_answers_while_a_prompt_is_tokenized(
 ) -> None:
     """The request's tokenizing is held until /health has answered: were it on the event loop,
     /health could not answer (the bound is a guard against hanging, not a speed check)."""
-    from ludic.inference.server import create_app
+    from ludic.inference.http.server import create_app
 
     model, tokenizer = load_tiny_model()
     encode, threads = tokenizer.encode, []
@@ -578,7 +578,7 @@ async def test_client_recovers_when_the_server_restarts_mid_request(tmp_path: Pa
 def test_a_step_failing_mid_stream_ends_it_with_an_error_event() -> None:
     from fastapi.testclient import TestClient
 
-    from ludic.inference.server import create_app
+    from ludic.inference.http.server import create_app
 
     model, tokenizer = load_tiny_model()
     with EmbeddedEngine(model, tokenizer) as engine:

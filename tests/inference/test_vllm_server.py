@@ -16,7 +16,9 @@ import torch
 import uvicorn
 from fastapi import FastAPI
 
-from ludic.inference import vllm_logits, vllm_routes, vllm_server
+from ludic.inference.vllm import logits as vllm_logits
+from ludic.inference.vllm import routes as vllm_routes
+from ludic.inference.vllm import server as vllm_server
 from ludic.models import tiny_model_dir
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
@@ -259,7 +261,7 @@ def test_wait_for_health(tiny_health_server: str) -> None:
 async def test_vllm_server_tokens_logprobs_and_nccl_weight_sync(tmp_path: object) -> None:
     from ludic.distributed import BroadcastPolicyPublisher
     from ludic.inference import ChatRequest, SamplingConfig
-    from ludic.inference.openai_client import OpenAICompatibleClient
+    from ludic.inference.http.openai_client import OpenAICompatibleClient
     from ludic.models import load_tiny_model
 
     port, token = free_port(), "gpu-test"

@@ -21,7 +21,8 @@ from fastapi.testclient import TestClient
 from ludic.distributed import BroadcastPolicyPublisher, PublishVerificationError
 from ludic.distributed.checksum import held_name
 from ludic.distributed.verification import probe_atol
-from ludic.inference import vllm_routes, vllm_server
+from ludic.inference.vllm import routes as vllm_routes
+from ludic.inference.vllm import server as vllm_server
 from ludic.models import TinyModelSpec, build_tiny_model
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]

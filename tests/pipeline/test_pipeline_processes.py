@@ -94,7 +94,7 @@ def _sample_ids(redis: RedisServer, consumer: str | None = None) -> list[str]:
 def _start_server(log: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     args = [
-        "-m", "ludic.inference.server", "--model", str(tiny_model_dir(spec=SPEC)),
+        "-m", "ludic.inference.http.server", "--model", str(tiny_model_dir(spec=SPEC)),
         "--port", str(port), "--token", TOKEN, "--threads", "1", "--served-model-name", "tiny",
     ]  # fmt: skip
     process = spawn(args, log)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from ludic.inference import ChatRequest, SamplingConfig
-from ludic.inference.prompts import render_prompt_ids
+from ludic.inference.embedded.prompts import render_prompt_ids
 from ludic.models import TinyModelSpec, build_tiny_model
 from ludic.recipes.expert import PolicyClient
 from ludic.rollouts import build_samples

@@ -159,13 +159,13 @@ class ServeProcess:
             s.bind(("127.0.0.1", 0))
             port = int(s.getsockname()[1])
         self.url = f"http://127.0.0.1:{port}"
-        command = [sys.executable, "-m", "ludic.inference.server", "--model", model_dir]
+        command = [sys.executable, "-m", "ludic.inference.http.server", "--model", model_dir]
         command += ["--port", str(port), "--token", self.token, "--threads", "1"]
         with log.open("wb") as out:
             self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
 
     def __enter__(self) -> ServeProcess:
-        from ludic.inference.vllm_server import wait_for_health
+        from ludic.inference.vllm.server import wait_for_health
 
         wait_for_health(self.url, timeout_s=120, process=self.process)
         return self

@@ -20,8 +20,8 @@ from ludic.agents.context_editing import ContextEditingAgent, snapshot_tokens
 from ludic.context.editing import EditableContext
 from ludic.envs.long_task import MemoryCorridorEnv, context_length_penalty
 from ludic.inference.client import ChatRequest, ChatResponse
-from ludic.inference.engine import EmbeddedEngine
-from ludic.inference.prompts import render_prompt_ids
+from ludic.inference.embedded.engine import EmbeddedEngine
+from ludic.inference.embedded.prompts import render_prompt_ids
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.models import TinyModelSpec, build_tiny_model

@@ -10,7 +10,7 @@ import torch
 from training_fakes import mixed_items, tiny_llama
 
 import ludic.training.logprobs as logprobs_module
-from ludic.inference.token_sampling import RowKnobs
+from ludic.inference.embedded.token_sampling import RowKnobs
 from ludic.rollouts.samples import SAWItem
 from ludic.training import collate, sequence_logprobs, token_logprobs
 from ludic.training.collate import TokenSampling

@@ -25,7 +25,7 @@ from ludic import cli
 from ludic.agents import Agent
 from ludic.distributed import InProcessPublisher
 from ludic.envs.single_agent import SingleAgentEnv
-from ludic.inference.engine import EmbeddedEngine
+from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.models import build_tiny_model

@@ -8,7 +8,7 @@ wait for the server's reply (it loads the weights and reports its version), then
 travel as keys in the trainer's TCPStore when the server offers that (`control="store"`, the
 embedded server: no HTTP request per push, `ludic.distributed.control`), else as POST
 `/ludic/weights/start` and `/finish` (the vLLM extension); joining, status and the probe use
-HTTP either way. The server side is `ludic.inference.weight_receiver`. Under FSDP either call
+HTTP either way. The server side is `ludic.inference.http.weight_receiver`. Under FSDP either call
 `publish` with the sharded model on every rank (the full state dict is gathered, a collective;
 rank 0 pushes, the other ranks return) or, as the Trainer does, gather first and call it on
 rank 0 with the state dict; verification never runs a collective. It talks to one server;

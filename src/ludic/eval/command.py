@@ -237,14 +237,14 @@ def build_client(cfg: EvalConfig, model_dir: str | None) -> ChatClient:
     """An OpenAI-compatible client for `cfg.server_url`, else the embedded engine over
     `model_dir`."""
     if cfg.server_url:
-        from ludic.inference.openai_client import OpenAICompatibleClient
+        from ludic.inference.http.openai_client import OpenAICompatibleClient
 
         return OpenAICompatibleClient(
             base_url=cfg.server_url, model=cfg.served_model, api_key=cfg.api_key
         )
     if model_dir is None:
         raise ValueError("the embedded engine needs a model directory (or pass --server-url)")
-    from ludic.inference.engine import EmbeddedEngine
+    from ludic.inference.embedded.engine import EmbeddedEngine
 
     return EmbeddedEngine.from_pretrained(model_dir)
 

@@ -1,5 +1,10 @@
 """Inference: the ChatClient contract, sampling config and backends.
 
+Three rooms: `embedded` (the in-process engine: batching, KV cache, lean forward, sampling,
+streaming), `http` (`ludic serve`, its protocol and the OpenAI-compatible client) and `vllm`
+(the vLLM server extension). The contract (`client`, `sampling`), `scripted`, `weights` and
+`template_check` sit here, shared by all three.
+
 Backends that need torch, HTTP or vLLM are imported lazily (on first attribute access) so that
 importing `ludic.inference` stays light.
 """
@@ -14,27 +19,27 @@ from ludic.inference.sampling import SamplingConfig, resolve_sampling_args
 from ludic.inference.scripted import ScriptedClient
 
 if TYPE_CHECKING:
-    from ludic.inference.engine import EmbeddedEngine, EngineConfig, EngineStatus
-    from ludic.inference.openai_client import (
+    from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig, EngineStatus
+    from ludic.inference.http.openai_client import (
         InferenceRequestError,
         InferenceUnavailableError,
         OpenAICompatibleClient,
     )
-    from ludic.inference.serve_config import ServeConfig
-    from ludic.inference.server import create_app, serve
+    from ludic.inference.http.serve_config import ServeConfig
+    from ludic.inference.http.server import create_app, serve
     from ludic.inference.template_check import TemplateBreak, TemplateReport, check_append_only
 
 # Public name -> module that defines it; imported on first access.
 _LAZY = {
-    "EmbeddedEngine": "ludic.inference.engine",
-    "EngineConfig": "ludic.inference.engine",
-    "EngineStatus": "ludic.inference.engine",
-    "InferenceRequestError": "ludic.inference.openai_client",
-    "InferenceUnavailableError": "ludic.inference.openai_client",
-    "OpenAICompatibleClient": "ludic.inference.openai_client",
-    "ServeConfig": "ludic.inference.serve_config",
-    "create_app": "ludic.inference.server",
-    "serve": "ludic.inference.server",
+    "EmbeddedEngine": "ludic.inference.embedded.engine",
+    "EngineConfig": "ludic.inference.embedded.engine",
+    "EngineStatus": "ludic.inference.embedded.engine",
+    "InferenceRequestError": "ludic.inference.http.openai_client",
+    "InferenceUnavailableError": "ludic.inference.http.openai_client",
+    "OpenAICompatibleClient": "ludic.inference.http.openai_client",
+    "ServeConfig": "ludic.inference.http.serve_config",
+    "create_app": "ludic.inference.http.server",
+    "serve": "ludic.inference.http.server",
     "TemplateBreak": "ludic.inference.template_check",
     "TemplateReport": "ludic.inference.template_check",
     "check_append_only": "ludic.inference.template_check",

@@ -131,11 +131,11 @@ async def _act(cfg: ActorConfig) -> list[ActorBatchStats]:
 
 async def _actor_client(cfg: ActorConfig) -> Any:
     if cfg.server_url is None:
-        from ludic.inference.engine import EmbeddedEngine
+        from ludic.inference.embedded.engine import EmbeddedEngine
         from ludic.models import tiny_model_dir
 
         return EmbeddedEngine.from_pretrained(cfg.model or tiny_model_dir(), dtype="float32")
-    from ludic.inference.openai_client import OpenAICompatibleClient
+    from ludic.inference.http.openai_client import OpenAICompatibleClient
 
     name = cfg.served_model or await _first_model(cfg.server_url, cfg.api_key)
     return OpenAICompatibleClient(cfg.server_url, name, api_key=cfg.api_key)

@@ -50,7 +50,7 @@ class PolicyClient:
         self.calls = 0
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
-        from ludic.inference.prompts import render_prompt_ids
+        from ludic.inference.embedded.prompts import render_prompt_ids
 
         if request.prompt_token_ids is not None:
             prompt_ids = [int(t) for t in request.prompt_token_ids]

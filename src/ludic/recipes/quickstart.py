@@ -22,7 +22,7 @@ import torch
 from rich.console import Console
 
 from ludic.distributed import InProcessPublisher
-from ludic.inference.engine import EmbeddedEngine, EngineConfig
+from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
 from ludic.inference.sampling import SamplingConfig
 from ludic.models import TinyModelSpec, build_tiny_model
 from ludic.recipes.configs import QuickstartConfig

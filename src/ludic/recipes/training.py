@@ -147,7 +147,7 @@ def make_inference(
     `batch_invariant` builds the embedded engine with `EngineConfig(batch_invariant=True)`."""
     server_token = server_token or os.environ.get("LUDIC_SERVER_TOKEN")
     if server_url is None:
-        from ludic.inference.engine import EmbeddedEngine, EngineConfig
+        from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
 
         config = EngineConfig(batch_invariant=batch_invariant)
         engine = EmbeddedEngine(copy.deepcopy(model), tokenizer, config=config)
@@ -165,7 +165,7 @@ def make_inference(
             "LUDIC_SERVER_TOKEN)"
         )
     from ludic.distributed import BroadcastPolicyPublisher
-    from ludic.inference.openai_client import OpenAICompatibleClient
+    from ludic.inference.http.openai_client import OpenAICompatibleClient
 
     backend: Literal["gloo", "nccl"] = "nccl" if device.startswith("cuda") else "gloo"
     publisher = BroadcastPolicyPublisher(

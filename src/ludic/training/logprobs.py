@@ -5,7 +5,7 @@ p is the distribution each token was sampled from, as behaviour logprobs define 
 (`ludic.types.BehaviorSampling`): softmax(logits / T) restricted to the top-k / top-p support
 and renormalised, per token (`CollatedBatch.sampling`; None = temperature 1, no filter, the
 plain log-softmax). The support is computed from the trainer's own logits, detached, with the
-engine's own function (`ludic.inference.token_sampling`), so ties and the top-k-then-top-p
+engine's own function (`ludic.inference.embedded.token_sampling`), so ties and the top-k-then-top-p
 order match; the sampled token always stays in it (a token on the nucleus boundary may fall
 outside when trainer and engine logits differ by rounding: its ratio then shows that
 mismatch instead of -inf). The gradient flows through the renormalised log-softmax on that
@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from ludic.inference.token_sampling import RowKnobs
+from ludic.inference.embedded.token_sampling import RowKnobs
 from ludic.training.collate import CollatedBatch, TokenSampling, pack
 
 DEFAULT_CHUNK_TOKENS = 1024

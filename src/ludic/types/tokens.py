@@ -28,7 +28,7 @@ class BehaviorSampling:
     actions and are left out of the loss (see `TokenTrace.forced_positions`).
 
     The embedded engine's "processed" logprobs mode computes exactly this
-    (`ludic.inference.token_sampling`); vLLM does with `logprobs-mode=processed_logprobs`. The
+    (`ludic.inference.embedded.token_sampling`); vLLM does with `logprobs-mode=processed_logprobs`. The
     trainer recomputes logprobs under the same transform, per sample, so the importance ratio
     of an on-policy sample is exactly 1. `top_k` -1 (or 0) and `top_p` 1 turn the filters off.
     """

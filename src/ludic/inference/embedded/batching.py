@@ -4,13 +4,13 @@ New sequences are prefilled together (left-padded) and merged into the running b
 left-padding the shorter KV cache; every step samples one token for every row, retires finished
 rows and trims padding columns no row needs any more. Position ids are per row, so padding never
 changes a row's numerics beyond float noise. A prompt extending a finished sequence reuses its
-KV (`ludic.inference.prefix_cache`) and prefills only the new suffix; identical prompts admitted
+KV (`ludic.inference.embedded.prefix_cache`) and prefills only the new suffix; identical prompts admitted
 together (a GRPO group) are prefilled once. After a failed step, `step_alone` decodes one row
 by itself (re-prefilled from its prompt and completion so far, with the uniform the failed step
 drew for it), so the engine can tell which request failed. It supports full-attention models
 whose cache layers are plain `DynamicLayer`s (Llama, Qwen2/3, Mistral without sliding window);
 no paged attention or speculative decoding. With `batch_invariant`, every row's logits are
-bit for bit those it would get alone (`ludic.inference.batch_invariant`) and prefix reuse is
+bit for bit those it would get alone (`ludic.inference.embedded.batch_invariant`) and prefix reuse is
 off: a reused prefix's KV was computed by decode steps, a fresh one by a prefill, which round
 differently, and whether a prefix is still cached depends on timing.
 
@@ -25,7 +25,7 @@ from typing import NamedTuple
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from ludic.inference.kv_cache import (
+from ludic.inference.embedded.kv_cache import (
     cache_kwarg,
     compact_rows,
     compaction_order,
@@ -36,10 +36,15 @@ from ludic.inference.kv_cache import (
     pad_left,
     select_rows,
 )
-from ludic.inference.lean_forward import LeanForward
-from ludic.inference.prefix_cache import CachedPrefix, PrefixCache
-from ludic.inference.sequence import SequenceState, TextCodec
-from ludic.inference.token_sampling import LogprobsMode, RowKnobs, draw_uniforms, sample_tokens
+from ludic.inference.embedded.lean_forward import LeanForward
+from ludic.inference.embedded.prefix_cache import CachedPrefix, PrefixCache
+from ludic.inference.embedded.sequence import SequenceState, TextCodec
+from ludic.inference.embedded.token_sampling import (
+    LogprobsMode,
+    RowKnobs,
+    draw_uniforms,
+    sample_tokens,
+)
 
 
 class DecodeBatch:

@@ -24,7 +24,7 @@ result is the same product (it can differ from `x @ W.T` in the last bit for 2-8
 a transposed view, which elementwise ops and the next `W @ x.T` consume without a copy.
 
 `LeanForward(model, batch_invariant=True)` computes each row exactly as it would be computed alone
-(`ludic.inference.batch_invariant`): GEMMs on at least 16 rows in one form, attention over each
+(`ludic.inference.embedded.batch_invariant`): GEMMs on at least 16 rows in one form, attention over each
 row's own keys; a start-up check confirms the GEMMs are row-invariant on this machine.
 
 `LeanForward.for_model(model)` returns None for anything else, and also when a self-check (one
@@ -47,8 +47,8 @@ from torch.nn.utils import parametrize
 from transformers import DynamicCache, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
-from ludic.inference import batch_invariant as invariant
-from ludic.inference.batch_invariant import linear as invariant_linear
+from ludic.inference.embedded import batch_invariant as invariant
+from ludic.inference.embedded.batch_invariant import linear as invariant_linear
 from ludic.inference.weights import pack_parameters_
 
 logger = logging.getLogger(__name__)
@@ -187,7 +187,7 @@ class LeanForward:
     @torch.inference_mode()
     def _self_check(self) -> str | None:
         """None if a small left-padded prefill plus a decode step matches the model's forward."""
-        from ludic.inference.kv_cache import cache_kwarg, new_cache
+        from ludic.inference.embedded.kv_cache import cache_kwarg, new_cache
 
         config = self.model.config
         device = self.model.device

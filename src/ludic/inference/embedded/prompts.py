@@ -18,8 +18,8 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from ludic.inference.client import ChatRequest
+from ludic.inference.embedded.sequence import SequenceState
 from ludic.inference.sampling import SamplingConfig
-from ludic.inference.sequence import SequenceState
 from ludic.types import Message
 
 SUPPORTED_EXTRAS = ("stop_token_ids", "ignore_eos", "chat_template_kwargs")

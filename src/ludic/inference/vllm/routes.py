@@ -1,8 +1,8 @@
 """The HTTP side of the vLLM extension: the middleware (`--middleware`) that serves the
 token-guarded `/ludic/*` control endpoints (version, logprobs probe, weight push) and stamps
 every response with the policy version admitted. It drives the workers through
-`collective_rpc` (`ludic.inference.vllm_worker`); launching vLLM lives in
-`ludic.inference.vllm_server`.
+`collective_rpc` (`ludic.inference.vllm.worker`); launching vLLM lives in
+`ludic.inference.vllm.server`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ludic.inference.auth import token_matches
-from ludic.inference.vllm_logits import require_vllm
+from ludic.inference.http.auth import token_matches
+from ludic.inference.vllm.logits import require_vllm
 
 TOKEN_ENV = "LUDIC_SERVER_TOKEN"
 VERSION_HEADER = "X-Ludic-Policy-Version"
@@ -43,7 +43,7 @@ async def ludic_middleware(request: Any, call_next: Callable[[Any], Awaitable[An
 async def _control(request: Any) -> Any:
     from fastapi.responses import JSONResponse
 
-    from ludic.inference.openai_protocol import error_body
+    from ludic.inference.http.openai_protocol import error_body
 
     token = os.environ.get(TOKEN_ENV)
     given = request.headers.get("authorization", "").removeprefix("Bearer ")
@@ -99,7 +99,7 @@ def probe_sampling_params() -> Any:
 
 
 async def _weights_init(request: Any, engine: Any) -> dict[str, Any]:
-    from ludic.inference.weight_receiver import InitRequest
+    from ludic.inference.http.weight_receiver import InitRequest
 
     req = InitRequest(**await request.json())
     if req.control != "http":

@@ -1,7 +1,7 @@
 """The handle of one streamed request of the embedded engine (`CompletionStream`), and the
 thread-safe hand-off of results from the engine's worker thread to the requester's event loop.
-The worker loop and request admission live in `ludic.inference.engine`; text deltas in
-`ludic.inference.streaming`.
+The worker loop and request admission live in `ludic.inference.embedded.engine`; text deltas in
+`ludic.inference.embedded.streaming`.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from ludic.inference.client import ChatResponse
-from ludic.inference.sequence import SequenceState
-from ludic.inference.streaming import CompletionDelta
+from ludic.inference.embedded.sequence import SequenceState
+from ludic.inference.embedded.streaming import CompletionDelta
 
 
 class CompletionStream:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ludic.inference.client import ChatResponse
-from ludic.inference.sequence import TextCodec, first_stop
+from ludic.inference.embedded.sequence import TextCodec, first_stop
 
 _UNFINISHED = "\ufffd"  # what decoding the first bytes of a multi-byte character gives
 

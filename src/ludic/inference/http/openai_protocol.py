@@ -20,8 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from transformers import PreTrainedTokenizerBase
 
 from ludic.inference.client import ChatRequest, ChatResponse
+from ludic.inference.embedded.streaming import CompletionDelta
 from ludic.inference.sampling import SamplingConfig
-from ludic.inference.streaming import CompletionDelta
 
 
 class StreamOptions(BaseModel):

@@ -1,7 +1,7 @@
 """One in-flight generation: its tokens, sampling knobs and stop rules (eos, stop ids/strings,
 max_tokens, max_think).
 
-Pure bookkeeping on Python lists; the batched forward passes live in `ludic.inference.batching`.
+Pure bookkeeping on Python lists; the batched forward passes live in `ludic.inference.embedded.batching`.
 Stop strings follow vLLM: the text is cut before the stop string, the ids keep the token that
 completed it. `on_token` (for streaming) is told after every recorded token.
 """

@@ -3,7 +3,7 @@
 Endpoints: `/v1/chat/completions`, token-in `/v1/completions`, `/v1/models`, `/health` (503 when
 the engine's worker is not running), and bearer-token control endpoints under `/ludic/`:
 version, logprob probe, weight update from safetensors bytes, and the torch.distributed weight
-receiver `/ludic/weights/*` (`ludic.inference.weight_receiver`, driven by
+receiver `/ludic/weights/*` (`ludic.inference.http.weight_receiver`, driven by
 `ludic.distributed.BroadcastPolicyPublisher`). Both completion endpoints stream with
 `stream=true` (server-sent events, as vLLM and OpenAI send them). Binds 127.0.0.1 by default.
 Request bodies are capped (413 beyond `max_body_bytes`; the weight upload is exempt) and prompts
@@ -29,11 +29,12 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ludic.inference.auth import resolve_token, token_matches
 from ludic.inference.client import ChatRequest, ChatResponse
-from ludic.inference.engine import CompletionStream, EmbeddedEngine, EngineConfig
-from ludic.inference.openai_client import VERSION_HEADER
-from ludic.inference.openai_protocol import (
+from ludic.inference.embedded.engine import CompletionStream, EmbeddedEngine, EngineConfig
+from ludic.inference.embedded.streaming import TextStream
+from ludic.inference.http.auth import resolve_token, token_matches
+from ludic.inference.http.openai_client import VERSION_HEADER
+from ludic.inference.http.openai_protocol import (
     ChatCompletionRequest,
     ChunkWriter,
     CompletionRequest,
@@ -41,9 +42,8 @@ from ludic.inference.openai_protocol import (
     completion_body,
     error_body,
 )
-from ludic.inference.serve_config import ServeConfig
-from ludic.inference.streaming import TextStream
-from ludic.inference.weight_receiver import install_weight_sync_routes
+from ludic.inference.http.serve_config import ServeConfig
+from ludic.inference.http.weight_receiver import install_weight_sync_routes
 
 logger = logging.getLogger(__name__)
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20

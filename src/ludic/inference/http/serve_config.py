@@ -1,6 +1,6 @@
 """`ServeConfig`: the options of `ludic serve` (the embedded inference server).
 
-Kept apart from `ludic.inference.server` so that building the CLI parser imports no torch.
+Kept apart from `ludic.inference.http.server` so that building the CLI parser imports no torch.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The worker extension mixed into each vLLM worker (`--worker-extension-cls`): joins the
 trainer's group, receives broadcast weights bucket by bucket, loads them through vLLM's
 layerwise `reload_weights` and reports checksums of what it holds. It never imports vLLM
-itself; the HTTP routes that drive it live in `ludic.inference.vllm_routes`.
+itself; the HTTP routes that drive it live in `ludic.inference.vllm.routes`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class WeightSyncWorkerExtension:
 
     def ludic_weights_init(self, request: dict[str, Any]) -> None:
         from ludic.distributed.transfer import join_store, open_group
-        from ludic.inference.weight_receiver import InitRequest
+        from ludic.inference.http.weight_receiver import InitRequest
 
         req = InitRequest(**request)
         store = join_store(req.host, req.port, world_size=req.world_size, timeout_s=req.timeout_s)

@@ -1,7 +1,7 @@
 """EmbeddedEngine: an in-process ChatClient over a Hugging Face model with continuous batching.
 
 Concurrent `complete()` calls from any event loop are queued to one worker thread that owns the
-model, which admits them into a shared batch between decode steps (`ludic.inference.batching`).
+model, which admits them into a shared batch between decode steps (`ludic.inference.embedded.batching`).
 Each response carries the exact prompt ids (the chat template is rendered once, with the
 request's tools), the sampled ids, their behaviour logprobs and the policy version. Weight
 updates and logprob probes run on the same thread between steps; the next turn of an episode
@@ -17,8 +17,8 @@ not reproducible, and it has no per-request stop strings or max_think. `stream()
 request's tokens as they are sampled. This engine does not support n > 1 per request and never
 loads weights from a hub.
 
-`EngineConfig` / `EngineStatus` live in `ludic.inference.engine_config` and the streamed-request
-handle `CompletionStream` in `ludic.inference.engine_stream`; both are re-exported here.
+`EngineConfig` / `EngineStatus` live in `ludic.inference.embedded.engine_config` and the streamed-request
+handle `CompletionStream` in `ludic.inference.embedded.engine_stream`; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ from typing import Any, TypeVar
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ludic.inference.batching import DecodeBatch
 from ludic.inference.client import ChatRequest, ChatResponse
-from ludic.inference.engine_config import EngineConfig, EngineStatus
-from ludic.inference.engine_stream import CompletionStream, call_on_loop, resolve_response
-from ludic.inference.prompts import build_sequence
-from ludic.inference.sequence import SequenceState, TextCodec
+from ludic.inference.embedded.batching import DecodeBatch
+from ludic.inference.embedded.engine_config import EngineConfig, EngineStatus
+from ludic.inference.embedded.engine_stream import CompletionStream, call_on_loop, resolve_response
+from ludic.inference.embedded.prompts import build_sequence
+from ludic.inference.embedded.sequence import SequenceState, TextCodec
 from ludic.inference.template_check import warn_if_not_append_only
 from ludic.inference.weights import copy_weights_
 

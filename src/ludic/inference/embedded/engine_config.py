@@ -1,6 +1,6 @@
 """Configuration and status records of the embedded engine: `EngineConfig` (its knobs, checked
 on construction) and `EngineStatus` (what `/health` reports). The engine itself lives in
-`ludic.inference.engine`; nothing here touches a model.
+`ludic.inference.embedded.engine`; nothing here touches a model.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ludic.inference.token_sampling import LogprobsMode
+from ludic.inference.embedded.token_sampling import LogprobsMode
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -22,10 +22,10 @@ class EngineConfig:
     one (the next turn of an episode) prefills only its new tokens; 0 turns reuse off. Each
     token costs layers x 2 x kv_heads x head_dim x dtype bytes (4 KiB for the tiny model).
     `lean_forward` runs Llama-family models (Llama, Mistral, Qwen2, Qwen3) through
-    `ludic.inference.lean_forward` instead of the transformers forward (same arithmetic, less
+    `ludic.inference.embedded.lean_forward` instead of the transformers forward (same arithmetic, less
     per-step overhead); other models, or a failed self-check, use the transformers forward.
     `batch_invariant` makes a seeded request's tokens and logprobs bit for bit independent of
-    what else is in the batch and of when it arrives (`ludic.inference.batch_invariant`): the
+    what else is in the batch and of when it arrives (`ludic.inference.embedded.batch_invariant`): the
     lean forward computes each row as it would alone, and prefix reuse is off. It needs a
     Llama-family model and a start-up check that this machine's GEMMs are row-invariant;
     otherwise the engine refuses to start (ValueError) rather than promise it silently.

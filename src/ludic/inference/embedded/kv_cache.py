@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache, PretrainedConfig, PreTrainedModel
 from transformers.cache_utils import DynamicLayer
 
-from ludic.inference.prefix_cache import CachedPrefix
+from ludic.inference.embedded.prefix_cache import CachedPrefix
 
 _MIN_CAPACITY = 64
 _MIN_ROWS = 8

@@ -45,7 +45,7 @@ from ludic.distributed.transfer import (
     receive_buckets,
     receive_into,
 )
-from ludic.inference.auth import token_matches
+from ludic.inference.http.auth import token_matches
 from ludic.inference.weights import pack_parameters_
 
 # load(state, version, strict) installs the weights and returns the served policy version.
