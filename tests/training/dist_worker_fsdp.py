@@ -22,7 +22,7 @@ from dist_worker_common import ALGORITHM, SENTINEL, SentinelNLL, batches_for, tr
 from training_fakes import ListSource, item, mixed_items, tiny_llama
 
 from ludic.training import ConstantCredit, RLAlgorithm, Trainer, read_checkpoint
-from ludic.training.distributed import FSDPRuntime
+from ludic.training.parallel import FSDPRuntime
 
 
 def _gathered(trainer: Trainer) -> dict[str, object]:

@@ -22,7 +22,7 @@ from training_fakes import ListSource
 from ludic.distributed import BroadcastPolicyPublisher
 from ludic.models import load_model
 from ludic.training import Trainer, TrainerConfig, add_lora
-from ludic.training.distributed import FSDPRuntime
+from ludic.training.parallel import FSDPRuntime
 
 
 def _source() -> ListSource:

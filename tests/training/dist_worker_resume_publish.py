@@ -18,7 +18,7 @@ from dist_worker_common import ALGORITHM, batches_for, trainer_config
 from training_fakes import ListSource, tiny_llama
 
 from ludic.training import Trainer
-from ludic.training.distributed import FSDPRuntime
+from ludic.training.parallel import FSDPRuntime
 
 
 class RecordingPublisher:

@@ -22,7 +22,7 @@ from ludic.training import (
     auto_runtime,
     collate,
 )
-from ludic.training.distributed import (
+from ludic.training.parallel import (
     fit_state_to_model,
     indexed_optimizer_state,
     named_optimizer_state,

@@ -58,7 +58,6 @@ from ludic.training.credit import (
     PerStepReward,
     ReinforcePlusPlus,
 )
-from ludic.training.distributed import LocalRuntime, TrainingRuntime, auto_runtime
 from ludic.training.filters import (
     combine,
     drop_incomplete_completions,
@@ -92,6 +91,7 @@ from ludic.training.losses import (
     TokenClippedSurrogateLoss,
     TruncatedIS,
 )
+from ludic.training.parallel import LocalRuntime, TrainingRuntime, auto_runtime
 from ludic.training.schedule import build_scheduler, lr_multiplier
 from ludic.training.stall import TrainingStalledError
 from ludic.training.stats import Reducer, aggregate_stats, default_sample_reducers

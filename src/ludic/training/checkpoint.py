@@ -10,7 +10,7 @@ previous checkpoint intact; the temporary directories a killed save leaves are r
 (`checkpoint_scratch`). A checkpoint without a manifest, or whose files do not match it, is
 refused with a message naming the problem; given the checkpoint root, loading picks the newest
 checkpoint that verifies. Nothing here is sharded: distributed training hands in full states
-gathered on rank 0 (see `ludic.training.distributed`), so any world size can resume.
+gathered on rank 0 (see `ludic.training.parallel`), so any world size can resume.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from ludic.training.checkpoint_scratch import remove_stale_scratch, scratch_name
-from ludic.training.distributed.state import fit_state_to_model
+from ludic.training.parallel.state import fit_state_to_model
 from ludic.training.weights_io import CorruptCheckpointError, read_state_dict, save_weights
 from ludic.types import JSON
 

@@ -50,13 +50,14 @@ from ludic.training.checkpoint import (
 )
 from ludic.training.collate import cap_seq_len, collate, plan_micro_batches, trainable_action_tokens
 from ludic.training.config import TrainerConfig
-from ludic.training.distributed.runtime import TrainingRuntime, auto_runtime, run_on_main
-from ludic.training.distributed.state import optimizer_param_names
 from ludic.training.filters import drop_stale
 from ludic.training.gradients import BatchTotals, accumulate_gradients
 from ludic.training.loggers import TrainingLogger
 from ludic.training.losses import reduce_metrics
 from ludic.training.mismatch import policy_lag_metrics
+from ludic.training.parallel.auto import auto_runtime
+from ludic.training.parallel.runtime import TrainingRuntime, run_on_main
+from ludic.training.parallel.state import optimizer_param_names
 from ludic.training.schedule import build_scheduler
 from ludic.training.stall import SkipTracker, skip_cause
 from ludic.training.stats import Reducer, aggregate_stats, default_sample_reducers

@@ -3,20 +3,19 @@
 The Trainer asks its runtime to place the model, agree on counts and decisions across ranks,
 clip gradients and move full (unsharded) model and optimizer states in and out. It never
 branches on which runtime it has: in one process every agreement is the identity. FSDP2 lives
-in `fsdp.py`; `auto_runtime` picks it under torchrun. Nothing here launches processes.
+in `fsdp.py`; `auto.auto_runtime` picks it under torchrun. Nothing here launches processes.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import torch
 
 from ludic.distributed.interfaces import Weights
-from ludic.training.distributed.state import fit_state_to_model
 from ludic.training.lora import inference_weights, is_lora_model
+from ludic.training.parallel.state import fit_state_to_model
 
 T = TypeVar("T")
 
@@ -169,28 +168,6 @@ class LocalRuntime:
 
     def close(self) -> None:
         return None
-
-
-def launched_world_size() -> int:
-    """WORLD_SIZE set by torchrun (1 outside it)."""
-    value = os.environ.get("WORLD_SIZE", "1")
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"WORLD_SIZE must be an integer, got {value!r}") from None
-
-
-def auto_runtime(device: str | torch.device = "cpu") -> TrainingRuntime:
-    """FSDP2 when launched by torchrun with WORLD_SIZE > 1 (or when a process group with more
-    than one rank is already initialised), else `LocalRuntime(device)`."""
-    import torch.distributed as dist
-
-    grouped = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-    if grouped or launched_world_size() > 1:
-        from ludic.training.distributed.fsdp import FSDPRuntime
-
-        return FSDPRuntime.from_env(device)
-    return LocalRuntime(device)
 
 
 def run_on_main(runtime: TrainingRuntime, fn: Callable[[], T]) -> T:

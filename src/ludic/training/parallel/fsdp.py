@@ -27,14 +27,14 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
 from ludic.distributed.interfaces import Weights
-from ludic.training.distributed.runtime import run_on_main
-from ludic.training.distributed.state import (
+from ludic.training.lora import inference_weights
+from ludic.training.parallel.runtime import run_on_main
+from ludic.training.parallel.state import (
     fit_state_to_model,
     indexed_optimizer_state,
     named_optimizer_state,
     optimizer_param_names,
 )
-from ludic.training.lora import inference_weights
 
 T = TypeVar("T")
 

@@ -1,18 +1,15 @@
-"""Where training runs: the `TrainingRuntime` seam, one process (`LocalRuntime`) or FSDP2 under
-torchrun (`FSDPRuntime`), and world-size-independent full training states.
+"""Parallel training: where the training loop runs. The `TrainingRuntime` seam, one process
+(`LocalRuntime`) or FSDP2 under torchrun (`FSDPRuntime`), `auto_runtime` choosing between them,
+and world-size-independent full training states. (Pushing weights to inference servers is
+`ludic.distributed`.)
 
 The FSDP names load on first use (DCP and DTensor take about a second to import)."""
 
 from typing import TYPE_CHECKING, Any
 
-from ludic.training.distributed.runtime import (
-    LocalRuntime,
-    TrainingRuntime,
-    auto_runtime,
-    launched_world_size,
-    run_on_main,
-)
-from ludic.training.distributed.state import (
+from ludic.training.parallel.auto import auto_runtime, launched_world_size
+from ludic.training.parallel.runtime import LocalRuntime, TrainingRuntime, run_on_main
+from ludic.training.parallel.state import (
     fit_state_to_model,
     indexed_optimizer_state,
     named_optimizer_state,
@@ -20,7 +17,7 @@ from ludic.training.distributed.state import (
 )
 
 if TYPE_CHECKING:
-    from ludic.training.distributed.fsdp import (
+    from ludic.training.parallel.fsdp import (
         FSDPRuntime,
         init_process_group_from_env,
         shard_model,
@@ -31,10 +28,10 @@ _LAZY = ("FSDPRuntime", "init_process_group_from_env", "shard_model")
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from ludic.training.distributed import fsdp
+        from ludic.training.parallel import fsdp
 
         return getattr(fsdp, name)
-    raise AttributeError(f"module 'ludic.training.distributed' has no attribute {name!r}")
+    raise AttributeError(f"module 'ludic.training.parallel' has no attribute {name!r}")
 
 
 __all__ = [
