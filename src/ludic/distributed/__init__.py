@@ -1,4 +1,5 @@
-"""Weight publishing from the trainer to inference: the `PolicyPublisher` seam and its
+"""The trainer-to-inference weight path: publishing new policy weights to the engines and
+servers that sample from them. The `PolicyPublisher` seam and its
 implementations (in-process, and HTTP + torch.distributed broadcast), each verified with exact
 checksums of what the receiver holds and a logprob probe."""
 
