@@ -17,6 +17,12 @@ manifest in the ack, so a refused push never starts a broadcast and the group st
 push whose layout (the manifest without its version) the server already accepted on this
 channel sends only {"layout": id, "version": v} and goes straight to the buckets, with no ack:
 the server knows that layout is valid.
+
+Several servers in one group (`BroadcastPolicyPublisher` with many URLs) each get a channel of
+their own, named by their first rank in the group (`channel_prefix`), so one store carries
+them all. Waiting for a reply can ask, every `slice_s`, whether the server is still there
+(`alive`), so a server that died mid-push is named within seconds instead of after the store's
+timeout.
 """
 
 from __future__ import annotations
@@ -26,12 +32,19 @@ import hashlib
 import json
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import torch.distributed as dist
 
 from ludic.distributed.manifest import WeightManifest
+
+
+def channel_prefix(rank: int) -> str:
+    """The store prefix of the channel to the server whose first rank is `rank` (rank 1, the
+    only server of a two-process group, keeps the plain prefix)."""
+    return "ludic-control" if rank == 1 else f"ludic-control/r{rank}"
 
 
 def layout_id(manifest_json: dict[str, Any]) -> str:
@@ -44,14 +57,22 @@ class ControlChannelClosed(RuntimeError):
     """The trainer's store went away (the trainer exited) or the channel was stopped."""
 
 
+class ServerGone(RuntimeError):
+    """While the trainer waited for a reply, the server stopped answering (the reason says
+    why: unreachable, restarted, left the group)."""
+
+
 class StoreControl:
     """One side of the control channel on `store` (the trainer hosts it, the server joins).
     Waiting for a reply is bounded by the store's own timeout."""
 
-    def __init__(self, store: dist.Store, *, waker: dist.Store | None = None) -> None:
-        self.store = dist.PrefixStore("ludic-control", store)
+    def __init__(
+        self, store: dist.Store, *, waker: dist.Store | None = None, rank: int = 1
+    ) -> None:
+        prefix = channel_prefix(rank)
+        self.store = dist.PrefixStore(prefix, store)
         # `wake()` needs a second client: a TCPStore client blocked in `wait` holds its socket.
-        self._waker = None if waker is None else dist.PrefixStore("ludic-control", waker)
+        self._waker = None if waker is None else dist.PrefixStore(prefix, waker)
         self.seq = 0  # the push in progress (both sides count pushes from 0)
         self.accepted: set[str] = set()  # layout ids the server accepted on this channel
         self._offered: str | None = None
@@ -78,9 +99,31 @@ class StoreControl:
         self._offered = layout
         return True
 
-    def wait_reply(self, kind: str) -> dict[str, Any]:
-        """The server's `kind` ("ack" or "done") reply to the current push (blocks)."""
-        reply = self._take(f"{kind}/{self.seq}")
+    def wait_reply(
+        self,
+        kind: str,
+        *,
+        alive: Callable[[], str | None] | None = None,
+        slice_s: float = 1.0,
+        timeout_s: float = 3600.0,
+    ) -> dict[str, Any]:
+        """The server's `kind` ("ack" or "done") reply to the current push (blocks). With
+        `alive`, every `slice_s` without a reply it is asked why the server cannot answer;
+        a reason, or `timeout_s` without a reply, raises ServerGone."""
+        key = f"{kind}/{self.seq}"
+        deadline = time.monotonic() + timeout_s
+        while alive is not None:
+            try:
+                self.store.wait([key], timedelta(seconds=slice_s))
+                break
+            except RuntimeError:  # DistStoreError on a timeout
+                reason = alive()
+                if reason is None and time.monotonic() > deadline:
+                    reason = f"no {kind} reply within {timeout_s:g} s"
+                if reason is not None:
+                    self.seq += 1  # this push is over for this channel
+                    raise ServerGone(reason) from None
+        reply = self._take(key)
         if kind == "ack" and "error" not in reply and self._offered is not None:
             self.accepted.add(self._offered)
         if kind == "done" or "error" in reply:

@@ -265,7 +265,7 @@ class WeightSyncReceiver:
         except RuntimeError as e:
             self.last_error = f"weight-sync listener could not reach the trainer's store: {e}"
             return
-        channel = StoreControl(waits_on, waker=link.store)
+        channel = StoreControl(waits_on, waker=link.store, rank=req.rank)
         with self._lock:
             if stop.is_set():
                 return
