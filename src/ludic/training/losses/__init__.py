@@ -1,6 +1,8 @@
 """The loss family: policy-gradient, sequence-ratio and regulariser terms, all aggregated by one
 batch-normalised contract (`aggregate`) so micro-batch losses sum to the big-batch loss.
 
+Every loss receives the same thing: `base.prepare` checks the Trainer's `LossInputs` once and
+hands the formula a `LossBatch`; a loss subclasses `AggregatedLoss` and writes only `compute`.
 No loss computes logprobs or entropies; the Trainer does and passes them in `LossInputs`.
 """
 
@@ -11,6 +13,7 @@ from ludic.training.losses.aggregation import (
     masked_seq_mean,
     reduce_metrics,
 )
+from ludic.training.losses.base import AggregatedLoss, LossBatch, prepare
 from ludic.training.losses.composite import CompositeLoss
 from ludic.training.losses.policy_gradient import (
     CISPOLoss,
@@ -34,6 +37,7 @@ from ludic.training.losses.sequence import GMPOLoss, SequenceClippedSurrogateLos
 
 __all__ = [
     "AGGREGATIONS",
+    "AggregatedLoss",
     "CISPOLoss",
     "CompositeLoss",
     "Correction",
@@ -41,6 +45,7 @@ __all__ = [
     "GMPOLoss",
     "KLEstimator",
     "KLToReferenceLoss",
+    "LossBatch",
     "MaskedCrossEntropyLoss",
     "ReinforceLoss",
     "RejectOutside",
@@ -52,5 +57,6 @@ __all__ = [
     "kl_estimate",
     "masked",
     "masked_seq_mean",
+    "prepare",
     "reduce_metrics",
 ]

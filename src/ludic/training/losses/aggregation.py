@@ -16,7 +16,7 @@ from typing import get_args
 
 import torch
 
-from ludic.training.algorithm_types import Aggregation, LossInputs
+from ludic.training.algorithm_types import Aggregation
 
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
 
@@ -34,33 +34,6 @@ def check_aggregation(mode: str, constant_normalizer: float | None, owner: str) 
             f"{owner}: aggregation='constant' needs constant_normalizer > 0 (Dr.GRPO uses the "
             f"generation budget, max_tokens), got {constant_normalizer}"
         )
-
-
-def action_mask(inputs: LossInputs) -> torch.Tensor:
-    """Boolean [B, T] mask of trained tokens, after checking shapes and batch totals."""
-    shape = inputs.logprobs_BT.shape
-    if inputs.logprobs_BT.dim() != 2:
-        raise ValueError(f"LossInputs.logprobs_BT must be [B, T], got shape {tuple(shape)}")
-    names = ("action_mask_BT", "behavior_logprobs_BT", "ref_logprobs_BT", "entropy_BT")
-    for name in (*names, "is_weights_BT"):
-        t = getattr(inputs, name)
-        if t is not None and t.shape != shape:
-            raise ValueError(
-                f"LossInputs.{name} has shape {tuple(t.shape)}; it must match logprobs_BT "
-                f"{tuple(shape)}"
-            )
-    if inputs.advantages_B.shape != shape[:1]:
-        raise ValueError(
-            f"LossInputs.advantages_B has shape {tuple(inputs.advantages_B.shape)}; expected "
-            f"({shape[0]},), one weight per sequence"
-        )
-    if not (inputs.total_action_tokens > 0 and inputs.total_sequences > 0):
-        raise ValueError(
-            "LossInputs: total_action_tokens and total_sequences must count the whole optimizer "
-            f"batch and be > 0, got {inputs.total_action_tokens} and {inputs.total_sequences}; "
-            "skip batches without action tokens before calling the loss"
-        )
-    return inputs.action_mask_BT > 0
 
 
 def masked(values_BT: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:

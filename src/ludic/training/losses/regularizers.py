@@ -1,6 +1,7 @@
 """Losses that do not use advantages: masked cross-entropy (SFT), KL to a reference model and
 an entropy bonus. Combine the last two with a policy loss through `CompositeLoss`, whose
 coefficient is beta (KL) or the entropy coefficient; they carry no coefficient themselves.
+They ignore rollout-correction weights.
 """
 
 from __future__ import annotations
@@ -10,14 +11,8 @@ from typing import ClassVar, Literal
 
 import torch
 
-from ludic.training.algorithm_types import Aggregation, LossInputs, LossOutput
-from ludic.training.losses.aggregation import (
-    action_mask,
-    aggregate,
-    check_aggregation,
-    masked,
-    token_share,
-)
+from ludic.training.algorithm_types import LossOutput
+from ludic.training.losses.base import AggregatedLoss, LossBatch
 
 KLEstimator = Literal["k1", "k2", "k3", "abs", "k1+", "k3+"]
 KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3", "abs", "k1+", "k3+")
@@ -74,42 +69,18 @@ def kl_estimate(
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class MaskedCrossEntropyLoss:
+class MaskedCrossEntropyLoss(AggregatedLoss):
     """SFT: loss = agg(-log pi(a_t)) over action tokens; advantages are ignored."""
 
     name: ClassVar[str] = "nll"
-    aggregation: Aggregation = "token_mean"
-    constant_normalizer: float | None = None
 
-    def __post_init__(self) -> None:
-        check_aggregation(self.aggregation, self.constant_normalizer, "MaskedCrossEntropyLoss")
-
-    @property
-    def needs_ref_logprobs(self) -> bool:
-        return False
-
-    @property
-    def needs_entropy(self) -> bool:
-        return False
-
-    def __call__(self, inputs: LossInputs) -> LossOutput:
-        mask_BT = action_mask(inputs)
-        nll_BT = -masked(inputs.logprobs_BT.float(), mask_BT)
-        loss = aggregate(
-            nll_BT,
-            mask_BT,
-            self.aggregation,
-            total_action_tokens=inputs.total_action_tokens,
-            total_sequences=inputs.total_sequences,
-            constant_normalizer=self.constant_normalizer,
-        )
-        return LossOutput(
-            loss=loss, metrics={"nll": token_share(nll_BT, mask_BT, inputs.total_action_tokens)}
-        )
+    def compute(self, batch: LossBatch) -> LossOutput:
+        nll_BT = -batch.logprobs_BT
+        return LossOutput(loss=self.reduce(nll_BT, batch), metrics={"nll": batch.share(nll_BT)})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class KLToReferenceLoss:
+class KLToReferenceLoss(AggregatedLoss):
     """loss = agg(k(log pi, log pi_ref)) with k one of `kl_estimate`'s estimators (`clamp`
     caps k3 / k3+, see `kl_estimate`).
 
@@ -118,48 +89,23 @@ class KLToReferenceLoss:
     """
 
     name: ClassVar[str] = "kl_ref"
+    needs_ref_logprobs: ClassVar[bool] = True
     estimator: KLEstimator = "k3"
     clamp: float | None = None
-    aggregation: Aggregation = "token_mean"
-    constant_normalizer: float | None = None
 
-    def __post_init__(self) -> None:
+    def _check_config(self) -> None:
         _check_kl(self.estimator, self.clamp, "KLToReferenceLoss")
-        check_aggregation(self.aggregation, self.constant_normalizer, "KLToReferenceLoss")
 
-    @property
-    def needs_ref_logprobs(self) -> bool:
-        return True
-
-    @property
-    def needs_entropy(self) -> bool:
-        return False
-
-    def __call__(self, inputs: LossInputs) -> LossOutput:
-        mask_BT = action_mask(inputs)
-        if inputs.ref_logprobs_BT is None:
-            raise ValueError(
-                "KLToReferenceLoss needs LossInputs.ref_logprobs_BT; give the Trainer a reference "
-                "model (it computes them when loss.needs_ref_logprobs is True)"
-            )
-        logprobs_BT = masked(inputs.logprobs_BT.float(), mask_BT)
-        ref_BT = masked(inputs.ref_logprobs_BT.detach().float(), mask_BT)
-        kl_BT = kl_estimate(logprobs_BT, ref_BT, self.estimator, clamp=self.clamp)
-        loss = aggregate(
-            kl_BT,
-            mask_BT,
-            self.aggregation,
-            total_action_tokens=inputs.total_action_tokens,
-            total_sequences=inputs.total_sequences,
-            constant_normalizer=self.constant_normalizer,
+    def compute(self, batch: LossBatch) -> LossOutput:
+        assert batch.ref_logprobs_BT is not None  # __call__ refuses a batch without them
+        kl_BT = kl_estimate(
+            batch.logprobs_BT, batch.ref_logprobs_BT, self.estimator, clamp=self.clamp
         )
-        return LossOutput(
-            loss=loss, metrics={"kl_ref": token_share(kl_BT, mask_BT, inputs.total_action_tokens)}
-        )
+        return LossOutput(loss=self.reduce(kl_BT, batch), metrics={"kl_ref": batch.share(kl_BT)})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class EntropyBonus:
+class EntropyBonus(AggregatedLoss):
     """loss = -agg(H_t): minimising it raises the policy's token entropy.
 
     Needs `entropy_BT` (the Trainer computes it when `needs_entropy`). Metric `entropy` is the
@@ -167,37 +113,11 @@ class EntropyBonus:
     """
 
     name: ClassVar[str] = "entropy"
-    aggregation: Aggregation = "token_mean"
-    constant_normalizer: float | None = None
+    needs_entropy: ClassVar[bool] = True
 
-    def __post_init__(self) -> None:
-        check_aggregation(self.aggregation, self.constant_normalizer, "EntropyBonus")
-
-    @property
-    def needs_ref_logprobs(self) -> bool:
-        return False
-
-    @property
-    def needs_entropy(self) -> bool:
-        return True
-
-    def __call__(self, inputs: LossInputs) -> LossOutput:
-        mask_BT = action_mask(inputs)
-        if inputs.entropy_BT is None:
-            raise ValueError(
-                "EntropyBonus needs LossInputs.entropy_BT; the Trainer computes it when "
-                "loss.needs_entropy is True"
-            )
-        entropy_BT = masked(inputs.entropy_BT.float(), mask_BT)
-        loss = -aggregate(
-            entropy_BT,
-            mask_BT,
-            self.aggregation,
-            total_action_tokens=inputs.total_action_tokens,
-            total_sequences=inputs.total_sequences,
-            constant_normalizer=self.constant_normalizer,
-        )
+    def compute(self, batch: LossBatch) -> LossOutput:
+        assert batch.entropy_BT is not None  # __call__ refuses a batch without it
+        entropy_BT = batch.entropy_BT
         return LossOutput(
-            loss=loss,
-            metrics={"entropy": token_share(entropy_BT, mask_BT, inputs.total_action_tokens)},
+            loss=-self.reduce(entropy_BT, batch), metrics={"entropy": batch.share(entropy_BT)}
         )

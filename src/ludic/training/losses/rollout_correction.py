@@ -32,8 +32,8 @@ from typing import ClassVar, Literal, Protocol, runtime_checkable
 import torch
 
 from ludic.training.algorithm_types import Loss, LossInputs, LossOutput
-from ludic.training.losses._common import LOG_RATIO_LIMIT
-from ludic.training.losses.aggregation import action_mask, masked, masked_seq_mean, token_share
+from ludic.training.losses.aggregation import masked, masked_seq_mean
+from ludic.training.losses.base import prepare
 
 Level = Literal["token", "sequence", "geometric"]
 LEVELS: tuple[str, ...] = ("token", "sequence", "geometric")
@@ -166,21 +166,19 @@ class RolloutCorrection:
                 "RolloutCorrection needs behaviour logprobs (the batch has none); collect "
                 "rollouts from a backend that returns logprobs, or drop the correction"
             )
-        mask_BT = action_mask(inputs)
-        old_BT = masked(inputs.logprobs_BT.detach().float(), mask_BT)
-        behavior_BT = masked(inputs.behavior_logprobs_BT.detach().float(), mask_BT)
-        log_rho_BT = (old_BT - behavior_BT).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+        batch = prepare(inputs)
+        mask_BT = batch.mask_BT
+        log_rho_BT = batch.log_ratio_BT.detach()  # pi_old = sg(pi): the same clamped log ratio
         weights_BT = torch.ones_like(log_rho_BT)
         metrics: dict[str, float] = {}
-        total = inputs.total_action_tokens
         for correction in self.corrections:
             w_BT, changed_BT = correction.weights(log_rho_BT, mask_BT)
             weights_BT = weights_BT * w_BT
             key = f"rollout_is/{correction.label}_frac"
-            metrics[key] = metrics.get(key, 0.0) + token_share(changed_BT.float(), mask_BT, total)
-        if inputs.is_weights_BT is not None:  # nested corrections multiply
-            weights_BT = weights_BT * inputs.is_weights_BT.detach().float()
-        metrics["rollout_is/weight_mean"] = token_share(weights_BT, mask_BT, total)
+            metrics[key] = metrics.get(key, 0.0) + batch.share(changed_BT.float())
+        if batch.is_weights_BT is not None:  # nested corrections multiply
+            weights_BT = weights_BT * batch.is_weights_BT
+        metrics["rollout_is/weight_mean"] = batch.share(weights_BT)
         out = self.loss(
             dataclasses.replace(
                 inputs,

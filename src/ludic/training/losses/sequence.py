@@ -13,31 +13,24 @@ from typing import ClassVar
 
 import torch
 
-from ludic.training.algorithm_types import Aggregation, LossInputs, LossOutput
-from ludic.training.losses._common import PolicyTerms, corrected, policy_terms
-from ludic.training.losses.aggregation import (
-    aggregate,
-    check_aggregation,
-    masked_seq_mean,
-    token_share,
-)
+from ludic.training.algorithm_types import Aggregation, LossOutput
+from ludic.training.losses.aggregation import masked_seq_mean
+from ludic.training.losses.base import AggregatedLoss, LossBatch, check_clip
 
 
 def _sequence_metrics(
-    terms: PolicyTerms, ratio_B: torch.Tensor, clipped_BT: torch.Tensor, inputs: LossInputs
+    batch: LossBatch, ratio_B: torch.Tensor, clipped_BT: torch.Tensor
 ) -> dict[str, float]:
     """clip_frac (share of action tokens whose term was clipped) and approx_kl (token k3 to
     the behaviour policy) are additive over tokens; ratio_mean is the sequence ratio's additive
     share over sequences; ratio_min / ratio_max are this micro-batch's sequence ratios."""
-    mask_BT = terms.mask_BT
-    log_ratio_BT = terms.log_ratio_BT.detach()
-    k3_BT = torch.exp(log_ratio_BT) - 1.0 - log_ratio_BT
-    has_tokens_B = mask_BT.any(dim=-1)
+    log_ratio_BT = batch.log_ratio_BT.detach()
+    has_tokens_B = batch.mask_BT.any(dim=-1)
     ratio_B = ratio_B.detach()
     metrics = {
-        "clip_frac": token_share(clipped_BT.float(), mask_BT, inputs.total_action_tokens),
-        "approx_kl": token_share(k3_BT, mask_BT, inputs.total_action_tokens),
-        "ratio_mean": float(ratio_B[has_tokens_B].sum().item()) / inputs.total_sequences,
+        "clip_frac": batch.share(clipped_BT.float()),
+        "approx_kl": batch.share(torch.exp(log_ratio_BT) - 1.0 - log_ratio_BT),
+        "ratio_mean": float(ratio_B[has_tokens_B].sum().item()) / batch.total_sequences,
     }
     if bool(has_tokens_B.any()):
         metrics["ratio_min"] = float(ratio_B[has_tokens_B].min().item())
@@ -50,7 +43,7 @@ def _broadcast(values_B: torch.Tensor, mask_BT: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class SequenceClippedSurrogateLoss:
+class SequenceClippedSurrogateLoss(AggregatedLoss):
     """GSPO (arXiv:2507.18071): PPO's clipped surrogate on the length-normalised sequence ratio
 
         s_i = exp(mean_t (log pi(a_it) - log mu(a_it)))
@@ -61,51 +54,26 @@ class SequenceClippedSurrogateLoss:
     """
 
     name: ClassVar[str] = "gspo"
+    aggregation: Aggregation = "seq_mean_token_mean"
     clip_eps_low: float = 3e-4
     clip_eps_high: float = 4e-4
-    aggregation: Aggregation = "seq_mean_token_mean"
-    constant_normalizer: float | None = None
 
-    def __post_init__(self) -> None:
-        if not (0.0 <= self.clip_eps_low <= 1.0 and self.clip_eps_high >= 0.0):
-            raise ValueError(
-                "SequenceClippedSurrogateLoss: need 0 <= clip_eps_low <= 1 and clip_eps_high >= 0, "
-                f"got {self.clip_eps_low}, {self.clip_eps_high}"
-            )
-        check_aggregation(
-            self.aggregation, self.constant_normalizer, "SequenceClippedSurrogateLoss"
-        )
+    def _check_config(self) -> None:
+        check_clip(self.clip_eps_low, self.clip_eps_high, "SequenceClippedSurrogateLoss")
 
-    @property
-    def needs_ref_logprobs(self) -> bool:
-        return False
-
-    @property
-    def needs_entropy(self) -> bool:
-        return False
-
-    def __call__(self, inputs: LossInputs) -> LossOutput:
-        terms = policy_terms(inputs)
-        ratio_B = torch.exp(masked_seq_mean(terms.log_ratio_BT, terms.mask_BT))
-        advantages_B = terms.advantages_B1.squeeze(-1)
+    def compute(self, batch: LossBatch) -> LossOutput:
+        ratio_B = torch.exp(masked_seq_mean(batch.log_ratio_BT, batch.mask_BT))
+        advantages_B = batch.advantages_B1.squeeze(-1)
         unclipped_B = ratio_B * advantages_B
         clipped_B = ratio_B.clamp(1.0 - self.clip_eps_low, 1.0 + self.clip_eps_high) * advantages_B
-        loss = -aggregate(
-            corrected(_broadcast(torch.minimum(unclipped_B, clipped_B), terms.mask_BT), terms),
-            terms.mask_BT,
-            self.aggregation,
-            total_action_tokens=inputs.total_action_tokens,
-            total_sequences=inputs.total_sequences,
-            constant_normalizer=self.constant_normalizer,
-        )
-        is_clipped_BT = _broadcast(clipped_B.detach() < unclipped_B.detach(), terms.mask_BT)
-        return LossOutput(
-            loss=loss, metrics=_sequence_metrics(terms, ratio_B, is_clipped_BT, inputs)
-        )
+        objective_BT = _broadcast(torch.minimum(unclipped_B, clipped_B), batch.mask_BT)
+        loss = -self.reduce(batch.corrected(objective_BT), batch)
+        is_clipped_BT = _broadcast(clipped_B.detach() < unclipped_B.detach(), batch.mask_BT)
+        return LossOutput(loss=loss, metrics=_sequence_metrics(batch, ratio_B, is_clipped_BT))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class GMPOLoss:
+class GMPOLoss(AggregatedLoss):
     """GMPO (arXiv:2507.20673): maximise the geometric mean of clipped token ratios,
 
         J_i = (prod_t min(r_t A_i, clip(r_t, e^-eps_low, e^eps_high) A_i))^(1/|o_i|) * sgn(A_i)
@@ -117,46 +85,23 @@ class GMPOLoss:
     """
 
     name: ClassVar[str] = "gmpo"
+    aggregation: Aggregation = "seq_mean_token_mean"
     clip_eps_low: float = 0.4
     clip_eps_high: float = 0.4
-    aggregation: Aggregation = "seq_mean_token_mean"
-    constant_normalizer: float | None = None
 
-    def __post_init__(self) -> None:
-        if not (self.clip_eps_low >= 0.0 and self.clip_eps_high >= 0.0):
-            raise ValueError(
-                f"GMPOLoss: clip epsilons must be >= 0, got {self.clip_eps_low}, {self.clip_eps_high}"
-            )
-        check_aggregation(self.aggregation, self.constant_normalizer, "GMPOLoss")
+    def _check_config(self) -> None:
+        check_clip(self.clip_eps_low, self.clip_eps_high, "GMPOLoss", max_low=None)
 
-    @property
-    def needs_ref_logprobs(self) -> bool:
-        return False
-
-    @property
-    def needs_entropy(self) -> bool:
-        return False
-
-    def __call__(self, inputs: LossInputs) -> LossOutput:
-        terms = policy_terms(inputs)
-        sign_B1 = torch.sign(terms.advantages_B1)
-        signed_BT = sign_B1 * terms.log_ratio_BT
-        signed_clamped_BT = sign_B1 * terms.log_ratio_BT.clamp(
+    def compute(self, batch: LossBatch) -> LossOutput:
+        sign_B1 = torch.sign(batch.advantages_B1)
+        signed_BT = sign_B1 * batch.log_ratio_BT
+        signed_clamped_BT = sign_B1 * batch.log_ratio_BT.clamp(
             -self.clip_eps_low, self.clip_eps_high
         )
         chosen_BT = sign_B1 * torch.minimum(signed_BT, signed_clamped_BT)
-        geo_ratio_B = torch.exp(masked_seq_mean(chosen_BT, terms.mask_BT))
-        objective_B = terms.advantages_B1.squeeze(-1) * geo_ratio_B
-        loss = -aggregate(
-            corrected(_broadcast(objective_B, terms.mask_BT), terms),
-            terms.mask_BT,
-            self.aggregation,
-            total_action_tokens=inputs.total_action_tokens,
-            total_sequences=inputs.total_sequences,
-            constant_normalizer=self.constant_normalizer,
-        )
+        geo_ratio_B = torch.exp(masked_seq_mean(chosen_BT, batch.mask_BT))
+        objective_BT = _broadcast(batch.advantages_B1.squeeze(-1) * geo_ratio_B, batch.mask_BT)
+        loss = -self.reduce(batch.corrected(objective_BT), batch)
         is_clipped_BT = signed_clamped_BT.detach() < signed_BT.detach()
-        raw_ratio_B = torch.exp(masked_seq_mean(terms.log_ratio_BT.detach(), terms.mask_BT))
-        return LossOutput(
-            loss=loss, metrics=_sequence_metrics(terms, raw_ratio_B, is_clipped_BT, inputs)
-        )
+        raw_ratio_B = torch.exp(masked_seq_mean(batch.log_ratio_BT.detach(), batch.mask_BT))
+        return LossOutput(loss=loss, metrics=_sequence_metrics(batch, raw_ratio_B, is_clipped_BT))
