@@ -12,9 +12,9 @@ import importlib
 import inspect
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rich.console import Console
 
@@ -26,6 +26,7 @@ from ludic.inference.client import ChatClient
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.single_agent import SingleAgentProtocol
 from ludic.parsers import Parser, boxed_parser, identity_parser, xml_tag_parser
+from ludic.recipes.algorithms import GiGPOOptions
 from ludic.rollouts import ComponentSpec, RolloutEngine, RolloutRequest
 
 EnvFactory = Callable[..., LudicEnv]
@@ -74,6 +75,13 @@ class EvalConfig:
     """Where episodes.jsonl, steps.jsonl, rollouts.jsonl and metrics.json are written."""
     progress: bool = True
     """Show a progress bar over episodes."""
+    credit: Literal["none", "gigpo"] = "none"
+    """gigpo: also run GiGPO's credit (with --gigpo.*) over each problem's episodes and report
+    the share of turns with an anchor state shared by another turn and the mean |A_E| and
+    |A_S| (per turn in credit.jsonl): whether step-level credit has a signal on this env.
+    Needs --samples-per-problem >= 2."""
+    gigpo: GiGPOOptions = field(default_factory=GiGPOOptions)
+    """GiGPO's knobs, as `ludic train --algorithm gigpo` takes them (only with --credit gigpo)."""
 
 
 def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> EvalResult:
@@ -92,13 +100,39 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
         sampling=SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_tokens),
         meta={"env": cfg.env},
     )
+    _check_credit_options(cfg)
     result = asyncio.run(_evaluate(cfg, env_factory, parser, model_dir, requests))
+    if cfg.credit == "gigpo":
+        _report_gigpo(cfg, result, console)
     print_summary(result.metrics, title=f"ludic eval: {cfg.env}", console=console)
     view = f"ludic view {cfg.out_dir / 'rollouts.jsonl'}"
     if model_dir is not None:
         view += f" --tokenizer {model_dir}"
     console.print(f"records in [bold]{cfg.out_dir}[/bold]; browse the episodes with: {view}")
     return result
+
+
+def _check_credit_options(cfg: EvalConfig) -> None:
+    if cfg.credit != "gigpo" and cfg.gigpo != GiGPOOptions():
+        raise ValueError("--gigpo.* options apply only with --credit gigpo: add it or drop them")
+    if cfg.credit == "gigpo" and cfg.samples_per_problem < 2:
+        raise ValueError(
+            "--credit gigpo compares the episodes of each problem: pass --samples-per-problem 2 "
+            "or more"
+        )
+
+
+def _report_gigpo(cfg: EvalConfig, result: EvalResult, console: Console) -> None:
+    """Add GiGPO's credit metrics to `result.metrics` (and metrics.json); write credit.jsonl."""
+    from ludic.eval.credit_report import CREDIT_FILE, gigpo_credit_report, write_credit_rows
+
+    metrics, rows = gigpo_credit_report(result.rollouts, cfg.gigpo)
+    result.metrics.update(metrics)
+    (cfg.out_dir / "metrics.json").write_text(
+        json.dumps(result.metrics, indent=2) + "\n", encoding="utf-8"
+    )
+    path = write_credit_rows(rows, cfg.out_dir / CREDIT_FILE)
+    console.print(f"GiGPO credit per turn: {path}")
 
 
 async def _evaluate(

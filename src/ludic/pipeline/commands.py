@@ -13,7 +13,6 @@ import asyncio
 import json
 import logging
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +21,19 @@ import httpx
 from ludic.pipeline.actor import ActorBatchStats, PipelineActor
 from ludic.pipeline.config import ActorConfig, Algorithm, LearnerConfig
 from ludic.pipeline.stream import SampleStream
+from ludic.recipes.algorithms import GiGPOOptions
 
 logger = logging.getLogger(__name__)
 TOKEN_ENV = "LUDIC_SERVER_TOKEN"
 
 
-def make_algorithm(name: Algorithm) -> Any:
-    """The `RLAlgorithm` preset called `name`."""
-    from ludic.training import algorithm as presets
+def make_algorithm(
+    name: Algorithm, *, max_tokens: int | None = None, gigpo: GiGPOOptions | None = None
+) -> Any:
+    """The `RLAlgorithm` preset called `name`, from the registry `ludic train` uses too."""
+    from ludic.recipes.algorithms import make_algorithm as make_preset
 
-    factories: dict[str, Callable[[], Any]] = {
-        "grpo": presets.make_grpo,
-        "gspo": presets.make_gspo,
-        "cispo": presets.make_cispo,
-        "gmpo": presets.make_gmpo,
-        "reinforce_baseline": presets.make_reinforce_baseline,
-    }
-    if name not in factories:
-        raise ValueError(f"unknown algorithm {name!r}; choose one of {sorted(factories)}")
-    return factories[name]()
+    return make_preset(name, max_tokens=max_tokens, gigpo=gigpo)
 
 
 def configure_logging() -> None:
@@ -108,7 +101,9 @@ async def _act(cfg: ActorConfig) -> list[ActorBatchStats]:
         ),
         stream=stream,
         requests_fn=requests,
-        credit_assigner=make_algorithm(cfg.algorithm).credit_assigner,
+        credit_assigner=make_algorithm(
+            cfg.algorithm, max_tokens=cfg.max_tokens, gigpo=cfg.gigpo
+        ).credit_assigner,
         strategy=GRPORequestStrategy(group_size=cfg.group_size),
         seed_sequencer=SeedSequencer(run_seed=cfg.seed),
         max_backlog=cfg.max_backlog,
@@ -281,7 +276,7 @@ def _trainer(cfg: LearnerConfig, source: Any, model: Any, tokenizer: Any, publis
     )
     trainer = Trainer(
         model,
-        make_algorithm(cfg.algorithm),
+        make_algorithm(cfg.algorithm, max_tokens=cfg.max_tokens),
         source,
         config,
         publisher=publisher,

@@ -5,11 +5,12 @@ light (no torch, no Redis); `ludic.pipeline.commands` runs them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-Algorithm = Literal["grpo", "gspo", "cispo", "gmpo", "reinforce_baseline"]
+from ludic.recipes.algorithms import Algorithm, GiGPOOptions
+
 StalePolicy = Literal["drop", "downweight"]
 
 
@@ -41,6 +42,8 @@ class ActorConfig:
     """System prompt (default: the env's suggestion)."""
     algorithm: Algorithm = "grpo"
     """Preset whose credit assignment runs here (the learner must use the same preset)."""
+    gigpo: GiGPOOptions = field(default_factory=GiGPOOptions)
+    """GiGPO's credit knobs (only with --algorithm gigpo; credit is assigned here)."""
     problems_per_batch: int = 4
     """Distinct problems (env seeds) per batch."""
     group_size: int = 8
@@ -92,6 +95,9 @@ class LearnerConfig:
     (default: a locally built tiny model)."""
     algorithm: Algorithm = "grpo"
     """Algorithm preset (its loss runs here; its credit assignment ran on the actors)."""
+    max_tokens: int | None = None
+    """The actors' generation budget per call; needed only by dr_grpo (its constant
+    loss normaliser)."""
     steps: int = 100
     """Optimizer steps (the run ends earlier if --max-wait-s passes without samples)."""
     batch_size: int = 32

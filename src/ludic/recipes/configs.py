@@ -7,28 +7,16 @@ live beside it (`quickstart.py`, `train.py`, `sft.py`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
 
 from tyro.constructors import PrimitiveConstructorSpec
 
+from ludic.recipes.algorithms import Algorithm, GiGPOOptions
+
 Opponent = Literal["random", "minimax", "mixed"]
 IllegalMove = Literal["retry", "end"]
-Algorithm = Literal[
-    "grpo",
-    "dr_grpo",
-    "gspo",
-    "cispo",
-    "gmpo",
-    "gigpo",
-    "reinforce",
-    "reinforce_baseline",
-    "rloo",
-    "reinforce_pp",
-    "reinforce_pp_baseline",
-    "awr",
-]
 ContextKind = Literal["full", "latest"]
 OfflineAlgorithm = Literal["sft", "awr"]
 
@@ -130,7 +118,9 @@ class TrainConfig:
     context: ContextKind = "full"
     """Agent memory: full (the whole dialog) or latest (system prompt + latest observation)."""
     algorithm: Algorithm = "grpo"
-    """Algorithm preset (credit assignment + loss)."""
+    """Algorithm preset (credit assignment + loss); see `ludic.recipes.algorithms.PRESETS`."""
+    gigpo: GiGPOOptions = field(default_factory=GiGPOOptions)
+    """GiGPO's knobs (only with --algorithm gigpo)."""
     steps: int = 50
     """Optimizer steps."""
     problems_per_step: int = 4

@@ -29,6 +29,8 @@ from ludic.inference.client import ChatClient
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import Parser, identity_parser
+from ludic.recipes import algorithms
+from ludic.recipes.algorithms import PRESETS
 from ludic.recipes.configs import RESUME_LATEST, Algorithm, TrainConfig
 from ludic.recipes.training import (
     SAMPLES_FILE,
@@ -46,38 +48,9 @@ from ludic.rollouts import (
     RolloutRequest,
     SeedSequencer,
 )
-from ludic.training import (
-    RLAlgorithm,
-    RolloutBatchSource,
-    Trainer,
-    make_awr,
-    make_cispo,
-    make_dr_grpo,
-    make_gigpo,
-    make_gmpo,
-    make_grpo,
-    make_gspo,
-    make_reinforce,
-    make_reinforce_baseline,
-    make_reinforce_pp,
-    make_rloo,
-)
+from ludic.training import RLAlgorithm, RolloutBatchSource, Trainer
 
-PRESETS: dict[str, Callable[[TrainConfig], RLAlgorithm]] = {
-    "grpo": lambda cfg: make_grpo(),
-    "dr_grpo": lambda cfg: make_dr_grpo(max_tokens=cfg.max_tokens),
-    "gspo": lambda cfg: make_gspo(),
-    "cispo": lambda cfg: make_cispo(),
-    "gmpo": lambda cfg: make_gmpo(),
-    "gigpo": lambda cfg: make_gigpo(),
-    "reinforce": lambda cfg: make_reinforce(),
-    "reinforce_baseline": lambda cfg: make_reinforce_baseline(),
-    "rloo": lambda cfg: make_rloo(),
-    "reinforce_pp": lambda cfg: make_reinforce_pp(),
-    "reinforce_pp_baseline": lambda cfg: make_reinforce_pp(group_baseline=True),
-    "awr": lambda cfg: make_awr(),
-}
-"""Every online preset `--algorithm` accepts, by name (`make_sft` is offline: `ludic sft`)."""
+__all__ = ["PRESETS", "TrainResult", "make_algorithm", "train_command"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -94,9 +67,9 @@ class TrainResult:
 
 
 def make_algorithm(name: Algorithm, cfg: TrainConfig) -> RLAlgorithm:
-    if name not in PRESETS:
-        raise ValueError(f"unknown algorithm {name!r}; choose one of {sorted(PRESETS)}")
-    return PRESETS[name](cfg)
+    """The preset `name` from the shared registry (`ludic.recipes.algorithms.PRESETS`), with
+    `cfg`'s generation budget and GiGPO knobs."""
+    return algorithms.make_algorithm(name, max_tokens=cfg.max_tokens, gigpo=cfg.gigpo)
 
 
 def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainResult:

@@ -20,6 +20,7 @@ from ludic.training.credit import (
     ReinforcePlusPlus,
 )
 from ludic.training.credit.awr import AWRBaseline
+from ludic.training.credit.core import AnchorKeyFn, default_anchor_key
 from ludic.training.credit.gigpo import Combine, EpisodeStat
 from ludic.training.losses import (
     CISPOLoss,
@@ -306,12 +307,14 @@ def make_gigpo(
     kl_estimator: KLEstimator = "k3",
     default_step_reward: float = 0.0,
     episode_stat: EpisodeStat = "trajectory",
+    anchor_key: AnchorKeyFn = default_anchor_key,
 ) -> RLAlgorithm:
     """GiGPO (arXiv:2505.10978): A = A_E + omega * A_S (episode-level group advantage plus
     step-level advantage over anchor states, gamma = 0.95, omega = 1 as in the paper; see
     `GiGPO` for combine="seed003", `default_step_reward`, final scores and `episode_stat`),
     with the token-clipped surrogate (token_mean, as the reference verl-agent code runs it).
-    The paper uses a KL penalty beta = 0.01 (kl_beta)."""
+    The paper uses a KL penalty beta = 0.01 (kl_beta). `anchor_key` maps a turn to its anchor
+    state (default: the env's state key, else the observation text's hash)."""
     loss = TokenClippedSurrogateLoss(
         clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, aggregation=aggregation
     )
@@ -323,6 +326,7 @@ def make_gigpo(
         step_normalize_std=step_normalize_std,
         default_step_reward=default_step_reward,
         episode_stat=episode_stat,
+        anchor_key=anchor_key,
     )
     return RLAlgorithm(
         name="gigpo",

@@ -1,0 +1,192 @@
+"""The one registry of algorithm presets the commands offer, and GiGPO's knobs as CLI options.
+
+`ludic train`, `ludic actor` and `ludic learner` all pick their preset with `make_algorithm`
+from `PRESETS`, so a preset added here is selectable everywhere; `ludic eval --credit gigpo`
+uses the same `GiGPOOptions`. Importing this module is light (no torch): the presets in
+`ludic.training.algorithm` load when `make_algorithm` runs. It offers only the presets'
+CLI-relevant knobs; for anything else build `RLAlgorithm` in Python. Offline presets (`sft`,
+and `awr` on a JSONL) are `ludic sft`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+if TYPE_CHECKING:
+    from ludic.training.algorithm_types import RLAlgorithm
+    from ludic.training.credit import GiGPO
+
+Algorithm = Literal[
+    "grpo",
+    "dr_grpo",
+    "gspo",
+    "cispo",
+    "gmpo",
+    "gigpo",
+    "reinforce",
+    "reinforce_baseline",
+    "rloo",
+    "reinforce_pp",
+    "reinforce_pp_baseline",
+    "awr",
+]
+"""Every online preset by name (`--algorithm`)."""
+
+STATE_KEYS = ("env", "observation")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GiGPOOptions:
+    """GiGPO's knobs (arXiv:2505.10978 and seed 003); used only with --algorithm gigpo."""
+
+    omega: float | None = None
+    """Weight of the step-level (anchor-state) advantage A_S: A = A_E + omega * A_S with
+    combine=paper (default 1.0), or omega * A_E + (1 - omega) * A_S with combine=seed003
+    (default 0.5)."""
+    combine: Literal["paper", "seed003"] = "paper"
+    """How A_E and A_S combine: paper (A_E + omega A_S) or seed003 (a convex mix)."""
+    gamma: float = 0.95
+    """Discount of the step-level returns-to-go compared among turns from the same state."""
+    default_step_reward: float = 0.0
+    """Added to every turn's reward before the returns-to-go (e.g. -0.01, a time penalty
+    for sparse rewards)."""
+    episode_stat: Literal["trajectory", "step_rows"] = "trajectory"
+    """Over what A_E's mean and std run: trajectory (one value per episode, the paper's
+    equation) or step_rows (one per turn, as verl-agent computes it)."""
+    state_key: str = "env"
+    """What makes two turns the same anchor state: env (the env's `state_key`, else a hash of
+    the observation text), observation (always the observation text's hash), or a
+    `module:function` taking a `ludic.types.Turn` and returning a hashable key or None."""
+    normalize_std: bool = True
+    """Divide A_E by its group's std (off: mean-centred only, the reference's mean_norm)."""
+    step_normalize_std: bool = True
+    """Divide A_S by its anchor group's std (off: mean-centred only)."""
+
+    def __post_init__(self) -> None:
+        if self.state_key not in STATE_KEYS and ":" not in self.state_key:
+            raise ValueError(
+                f"--gigpo.state-key {self.state_key!r}: use env, observation or a "
+                "'module:function' taking a Turn and returning a hashable key"
+            )
+
+    def credit(self) -> GiGPO:
+        """The `GiGPO` credit assigner with these knobs."""
+        from ludic.training.credit import GiGPO
+
+        return GiGPO(anchor_key=self.anchor_key(), **self._credit_kwargs())
+
+    def anchor_key(self) -> Callable[[Any], Any]:
+        """The function giving a turn's anchor state (see `state_key`)."""
+        from ludic.training.credit import default_anchor_key
+
+        if self.state_key == "env":
+            return default_anchor_key
+        if self.state_key == "observation":
+            return observation_anchor_key
+        from ludic.eval.command import import_object
+
+        fn = import_object(self.state_key)
+        if not callable(fn):
+            raise ValueError(f"--gigpo.state-key {self.state_key!r} is not callable")
+        return fn  # type: ignore[no-any-return]
+
+    def _credit_kwargs(self) -> dict[str, Any]:
+        return {
+            "gamma": self.gamma,
+            "omega": self.omega,
+            "combine": self.combine,
+            "normalize_std": self.normalize_std,
+            "step_normalize_std": self.step_normalize_std,
+            "default_step_reward": self.default_step_reward,
+            "episode_stat": self.episode_stat,
+        }
+
+
+def observation_anchor_key(turn: Any) -> Any:
+    """A turn's anchor state from its observation text only (ignores the env's state key)."""
+    import hashlib
+
+    if not turn.agent_steps:
+        return None
+    return ("observation", hashlib.sha256(turn.observation.encode("utf-8")).hexdigest())
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PresetInputs:
+    """What a preset may need from the command: the generation budget (Dr.GRPO's constant
+    normaliser) and GiGPO's knobs."""
+
+    max_tokens: int | None = None
+    gigpo: GiGPOOptions = field(default_factory=GiGPOOptions)
+
+
+def _gigpo(inputs: PresetInputs) -> RLAlgorithm:
+    from ludic.training.algorithm import make_gigpo
+
+    return make_gigpo(anchor_key=inputs.gigpo.anchor_key(), **inputs.gigpo._credit_kwargs())
+
+
+def _dr_grpo(inputs: PresetInputs) -> RLAlgorithm:
+    from ludic.training.algorithm import make_dr_grpo
+
+    if inputs.max_tokens is None:
+        raise ValueError("dr_grpo normalises by the generation budget: pass --max-tokens")
+    return make_dr_grpo(max_tokens=inputs.max_tokens)
+
+
+def _plain(factory: str, **kwargs: Any) -> Callable[[PresetInputs], RLAlgorithm]:
+    def make(inputs: PresetInputs) -> RLAlgorithm:
+        from ludic.training import algorithm
+
+        return getattr(algorithm, factory)(**kwargs)  # type: ignore[no-any-return]
+
+    return make
+
+
+PRESETS: dict[str, Callable[[PresetInputs], RLAlgorithm]] = {
+    "grpo": _plain("make_grpo"),
+    "dr_grpo": _dr_grpo,
+    "gspo": _plain("make_gspo"),
+    "cispo": _plain("make_cispo"),
+    "gmpo": _plain("make_gmpo"),
+    "gigpo": _gigpo,
+    "reinforce": _plain("make_reinforce"),
+    "reinforce_baseline": _plain("make_reinforce_baseline"),
+    "rloo": _plain("make_rloo"),
+    "reinforce_pp": _plain("make_reinforce_pp"),
+    "reinforce_pp_baseline": _plain("make_reinforce_pp", group_baseline=True),
+    "awr": _plain("make_awr"),
+}
+"""Every online preset by name: the single list `--algorithm` offers in every command."""
+
+if set(PRESETS) != set(get_args(Algorithm)):  # pragma: no cover - caught at import
+    raise AssertionError("PRESETS and Algorithm must name the same presets")
+
+
+def make_algorithm(
+    name: str, *, max_tokens: int | None = None, gigpo: GiGPOOptions | None = None
+) -> RLAlgorithm:
+    """The preset `name` (see `PRESETS`). GiGPO options other than the defaults are refused
+    for any other preset, so a knob is never silently ignored."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown algorithm {name!r}; choose one of {sorted(PRESETS)}")
+    gigpo = gigpo or GiGPOOptions()
+    if name != "gigpo" and gigpo != GiGPOOptions():
+        raise ValueError(
+            f"--gigpo.* options apply only to --algorithm gigpo, not {name!r}: drop them or "
+            "pass --algorithm gigpo"
+        )
+    return PRESETS[name](PresetInputs(max_tokens=max_tokens, gigpo=gigpo))
+
+
+__all__ = [
+    "PRESETS",
+    "STATE_KEYS",
+    "Algorithm",
+    "GiGPOOptions",
+    "PresetInputs",
+    "make_algorithm",
+    "observation_anchor_key",
+]
