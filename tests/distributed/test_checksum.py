@@ -7,6 +7,7 @@ import torch
 
 from ludic.distributed.checksum import (
     ROW,
+    LandedChecksums,
     cast_for,
     checksums,
     element_totals,
@@ -109,3 +110,31 @@ def test_held_name_maps_packed_modules() -> None:
         "m.layers.0.self_attn.qkv_proj.weight"
     )
     assert held_name("m.norm.weight", PACKED) == "m.norm.weight"
+
+
+def test_landed_checksums_are_reused_only_while_untouched() -> None:
+    base = torch.randn(4 * ROW)
+    tensors = {"a": base[:ROW].view(32, 32), "b": base[ROW : 3 * ROW], "c": torch.randn(5)}
+    landed = LandedChecksums()
+    landed.take({"a": tensors["a"], "b": tensors["b"]})
+    assert landed.held(tensors) == checksums(tensors)  # "c" was never taken
+    with torch.no_grad():
+        base.detach()[ROW + 7] += 1.0  # a write through another view of the same memory
+    assert landed.held(tensors) == checksums(tensors)
+    replaced = {**tensors, "a": tensors["a"].clone()}
+    replaced["a"][0, 0] = 5.0  # new memory: not the tensor that was taken
+    assert landed.held(replaced) == checksums(replaced)
+
+
+def test_landed_checksums_of_tensors_sharing_memory_are_taken_again() -> None:
+    # A tied weight received twice: the second write (a broadcast) bumps no version counter.
+    shared = torch.zeros(ROW)
+    landed = LandedChecksums()
+    landed.take({"embed": shared})
+    shared.view(torch.int32).numpy()[3] = 12345  # a write torch does not see
+    tied = {"embed": shared, "lm_head": shared}
+    assert landed.held(tied) == checksums(tied)
+    overlapping = {"embed": shared[: ROW // 2], "head": shared[ROW // 4 :]}
+    landed.take(overlapping)
+    shared.view(torch.int32).numpy()[ROW // 3] = 7
+    assert landed.held(overlapping) == checksums(overlapping)

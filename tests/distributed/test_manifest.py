@@ -63,6 +63,14 @@ def test_big_tensors_travel_alone_without_splitting_small_ones() -> None:
 def test_json_round_trip_is_exact() -> None:
     manifest = plan_manifest(_state(), version=3, bucket_bytes=100, full=False)
     assert WeightManifest.from_json(manifest.to_json()) == manifest
+    unverified = plan_manifest(_state(), version=3, bucket_bytes=100, checksums=False)
+    assert WeightManifest.from_json(unverified.to_json()).checksums is False
+
+
+def test_a_manifest_from_an_older_sender_asks_for_checksums() -> None:
+    data = plan_manifest(_state(), version=1, bucket_bytes=100, checksums=False).to_json()
+    del data["checksums"]
+    assert WeightManifest.from_json(data).checksums is True
 
 
 def test_flatten_then_unflatten_restores_every_tensor() -> None:
@@ -88,6 +96,7 @@ def _bad(change: dict[str, Any]) -> dict[str, Any]:
         ({"version": -1}, "version must be an int >= 0"),
         ({"version": "1"}, "version must be an int >= 0"),
         ({"full": "yes"}, "'full' must be a bool"),
+        ({"checksums": 1}, "'checksums' must be a bool"),
         ({"buckets": [["float32", 24], ["complex64", 6]]}, "unsupported dtype"),
         ({"tensors": [["a", "float32", [4, 4], 9, 0]]}, "bucket 9, which does not exist"),
         ({"tensors": [["a", "float32", [4, -4], 0, 0]]}, "dimension of a must be an int >= 0"),

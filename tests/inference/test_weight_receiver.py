@@ -117,3 +117,85 @@ def test_push_loads_all_tensors_once_with_the_version() -> None:
     assert all(torch.equal(loaded[k], v) for k, v in new.items())
     status = client.get("/ludic/weights/status", headers=AUTH).json()
     assert status["connected"] and status["last_version"] == 5 and not status["in_progress"]
+
+
+class InPlaceEngine(FakeEngine):
+    """Receives in place; `after_fill(model)` runs once the buckets have landed, inside the
+    update (a stand-in for an engine that touches the weights after receiving them)."""
+
+    def __init__(self, after_fill: Any = None) -> None:
+        super().__init__()
+        self.after_fill = after_fill
+
+    filling = False  # inside fill(): the buckets are arriving
+
+    def update_weights_in_place(self, fill: Any, *, version: int | None = None) -> int:
+        with torch.no_grad():
+            self.filling = True
+            fill(self.model)
+            self.filling = False
+            if self.after_fill is not None:
+                self.after_fill(self.model)
+        return version if version is not None else -1
+
+
+def _push(engine: FakeEngine, new: dict[str, torch.Tensor], *, verified: bool) -> dict[str, Any]:
+    """One push of `new` over HTTP control; the /finish reply."""
+    app = FastAPI()
+    install_weight_sync_routes(app, engine, TOKEN)
+    client = TestClient(app)
+    manifest = plan_manifest(new, version=5, bucket_bytes=32, checksums=verified)
+    store = host_store("127.0.0.1", 0, world_size=2, timeout_s=20)
+    body = {"host": "127.0.0.1", "port": store.port, "timeout_s": 20}
+    assert client.post("/ludic/weights/init", headers=AUTH, json=body).is_success
+    group = open_group(store, rank=0, world_size=2, backend="gloo", timeout_s=20)
+    assert client.post("/ludic/weights/start", headers=AUTH, json=manifest.to_json()).is_success
+    send_buckets(group, manifest, new, pool=BufferPool("cpu"))
+    reply: dict[str, Any] = client.post("/ludic/weights/finish", headers=AUTH).json()
+    return reply
+
+
+def test_checksums_are_taken_as_buckets_land_and_not_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ludic.distributed.checksum as checksum_module
+
+    engine = InPlaceEngine()
+    taken: list[tuple[str, bool]] = []
+
+    def counting(tensors: Mapping[str, torch.Tensor], **kwargs: Any) -> Any:
+        taken.extend((name, engine.filling) for name in tensors)
+        return checksums(tensors, **kwargs)
+
+    monkeypatch.setattr(checksum_module, "checksums", counting)
+    new = {k: torch.randn_like(v) for k, v in engine.model.state_dict().items()}
+    reply = _push(engine, new, verified=True)
+    assert reply["checksums"] == {name: list(c) for name, c in checksums(new).items()}
+    # Each tensor read once, while the buckets were still arriving, none after the load.
+    assert sorted(taken) == sorted((name, True) for name in new)
+
+
+def test_weights_touched_after_they_landed_are_checksummed_as_held() -> None:
+    old = InPlaceEngine().model.state_dict()
+
+    def undo(model: torch.nn.Module) -> None:
+        model[0].weight.copy_(old["0.weight"])  # an in-place write after the bucket landed
+        model[1].bias.data = old["1.bias"].clone()  # a parameter given other memory
+
+    engine = InPlaceEngine(after_fill=undo)
+    engine.model.load_state_dict(old)
+    new = {k: torch.randn_like(v) for k, v in old.items()}
+    reply = _push(engine, new, verified=True)
+    held = engine.model.state_dict()
+    assert reply["checksums"] == {name: list(c) for name, c in checksums(held).items()}
+    sent = checksums(new)
+    differ = {name for name, c in reply["checksums"].items() if tuple(c) != sent[name]}
+    assert differ == {"0.weight", "1.bias"}
+
+
+def test_an_unverified_push_skips_the_checksums() -> None:
+    for engine in (FakeEngine(), InPlaceEngine()):
+        new = {k: torch.randn_like(v) for k, v in engine.model.state_dict().items()}
+        reply = _push(engine, new, verified=False)
+        assert reply["policy_version"] == 5 and "checksums" not in reply
+        assert all(torch.equal(engine.model.state_dict()[k], v) for k, v in new.items())

@@ -101,6 +101,86 @@ def checksums(
     return out
 
 
+class LandedChecksums:
+    """Checksums taken as tensors land (a receiver: per bucket, while the next one is still
+    on the wire), reused after the load for each tensor nothing has touched since, so that
+    the pass over the weights overlaps the transfer instead of following the load.
+
+    `held(tensors)` is the checksum of what `tensors` hold when it is called: a taken
+    checksum is reused only while its tensor still has the same memory, layout and version
+    counter (every in-place write through torch, by any view or `detach()` of it, bumps the
+    counter) and shares no memory with another tensor taken (a tied weight, written again by
+    a later bucket without a bump). Anything else (a replaced or moved parameter, a tensor
+    written after it landed, one never taken) is checksummed again in `held`. Not seen: a
+    write that bypasses the version counter (`param.data.copy_(...)`, raw memory) after the
+    tensor was taken."""
+
+    def __init__(self) -> None:
+        self._taken: dict[str, tuple[Checksum, tuple[object, ...]]] = {}
+
+    def take(self, tensors: Mapping[str, torch.Tensor]) -> None:
+        """Checksum `tensors` now (as they just landed) and remember what they were."""
+        sums = checksums(tensors)
+        for name, tensor in tensors.items():
+            self._taken[name] = (sums[name], _identity(tensor))
+
+    def held(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, Checksum]:
+        """The checksum of each of `tensors` as it is now (see the class docstring)."""
+        shared = _sharing_memory(tensors)
+        reused: dict[str, Checksum] = {}
+        again: dict[str, torch.Tensor] = {}
+        for name, tensor in tensors.items():
+            taken = self._taken.get(name)
+            if taken is not None and name not in shared and taken[1] == _identity(tensor):
+                reused[name] = taken[0]
+            else:
+                again[name] = tensor
+        fresh = checksums(again)
+        return {name: reused[name] if name in reused else fresh[name] for name in tensors}
+
+
+def _identity(tensor: torch.Tensor) -> tuple[object, ...]:
+    """What must be unchanged for a tensor's checksum to be reused (an object equal to
+    nothing else when the tensor has no version counter: an inference-mode tensor)."""
+    try:
+        version = tensor._version
+    except RuntimeError:
+        return (object(),)
+    return (
+        tensor.data_ptr(),
+        tensor.dtype,
+        tensor.device,
+        tuple(tensor.shape),
+        tuple(tensor.stride()),
+        version,
+    )
+
+
+def _sharing_memory(tensors: Mapping[str, torch.Tensor]) -> set[str]:
+    """Names of the tensors whose bytes overlap another's (tied weights, aliases)."""
+    spans = sorted(
+        (t.device.type, t.data_ptr(), t.data_ptr() + _extent(t), name)
+        for name, t in tensors.items()
+        if t.numel()
+    )
+    shared: set[str] = set()
+    reach: tuple[str, int, str] | None = None  # the furthest span so far: device, end, name
+    for device, start, end, name in spans:
+        if reach is not None and reach[0] == device and start < reach[1]:
+            shared.update((name, reach[2]))
+        if reach is None or reach[0] != device or end > reach[1]:
+            reach = (device, end, name)
+    return shared
+
+
+def _extent(tensor: torch.Tensor) -> int:
+    """Bytes from the tensor's first element to just past its last one."""
+    last = sum(
+        (size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
+    )
+    return (last + 1) * tensor.element_size()
+
+
 def nonfinite(tensors: Mapping[str, torch.Tensor]) -> list[str]:
     """Names of the floating tensors holding a nan or an inf. One float sum per tensor (one
     device sync per device) finds the suspects: a sum is finite unless an element is not or

@@ -76,12 +76,15 @@ class Bucket:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class WeightManifest:
     """Everything the receiver needs before the bytes arrive. `full`: the push holds the whole
-    state dict (the receiver loads it strictly); False allows a partial update."""
+    state dict (the receiver loads it strictly); False allows a partial update. `checksums`:
+    the sender verifies the push, so the receiver reports checksums of what it holds after
+    loading; False (an unverified push) spares the receiver that pass over the weights."""
 
     version: int
     tensors: tuple[TensorEntry, ...]
     buckets: tuple[Bucket, ...]
     full: bool = True
+    checksums: bool = True
 
     @property
     def total_bytes(self) -> int:
@@ -98,15 +101,18 @@ class WeightManifest:
         return {
             "version": self.version,
             "full": self.full,
+            "checksums": self.checksums,
             "buckets": [[b.dtype, b.numel] for b in self.buckets],
             "tensors": [[e.name, e.dtype, list(e.shape), e.bucket, e.offset] for e in self.tensors],
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> WeightManifest:
-        """Parse and validate (types, dtypes, bucket bounds, no overlaps); ManifestError if bad."""
+        """Parse and validate (types, dtypes, bucket bounds, no overlaps); ManifestError if bad.
+        A manifest without "checksums" (an older sender) asks for them."""
         try:
             version, full = data["version"], data["full"]
+            wants_checksums = data.get("checksums", True)
             buckets = tuple(
                 Bucket(index=i, dtype=str(d), numel=_count(n, "bucket size"))
                 for i, (d, n) in enumerate(data["buckets"])
@@ -127,9 +133,16 @@ class WeightManifest:
             raise ManifestError(f"malformed weight manifest ({type(e).__name__}: {e})") from e
         if not isinstance(version, int) or isinstance(version, bool) or version < 0:
             raise ManifestError(f"manifest version must be an int >= 0, got {version!r}")
-        if not isinstance(full, bool):
-            raise ManifestError(f"manifest 'full' must be a bool, got {full!r}")
-        manifest = cls(version=version, tensors=tensors, buckets=buckets, full=full)
+        for key, flag in (("full", full), ("checksums", wants_checksums)):
+            if not isinstance(flag, bool):
+                raise ManifestError(f"manifest {key!r} must be a bool, got {flag!r}")
+        manifest = cls(
+            version=version,
+            tensors=tensors,
+            buckets=buckets,
+            full=full,
+            checksums=wants_checksums,
+        )
         _validate_layout(manifest)
         return manifest
 
@@ -141,9 +154,11 @@ def plan_manifest(
     bucket_bytes: int,
     alone_bytes: int | None = None,
     full: bool = True,
+    checksums: bool = True,
 ) -> WeightManifest:
     """Pack `tensors` (in order) into per-dtype buckets of at most `bucket_bytes`; a tensor of
-    at least `alone_bytes` (default: `bucket_bytes`) gets a bucket of its own."""
+    at least `alone_bytes` (default: `bucket_bytes`) gets a bucket of its own. `checksums`:
+    ask the receiver to report checksums of what it holds (the sender verifies)."""
     if bucket_bytes < 1:
         raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
     alone = bucket_bytes if alone_bytes is None else min(alone_bytes, bucket_bytes)
@@ -169,7 +184,11 @@ def plan_manifest(
         if nbytes < alone and buckets[index].nbytes >= bucket_bytes:
             del open_bucket[dtype]  # full: the next small tensor opens a new bucket
     return WeightManifest(
-        version=version, tensors=tuple(entries), buckets=tuple(buckets), full=full
+        version=version,
+        tensors=tuple(entries),
+        buckets=tuple(buckets),
+        full=full,
+        checksums=checksums,
     )
 
 

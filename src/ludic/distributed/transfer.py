@@ -198,12 +198,15 @@ def receive_into(
     targets: Mapping[str, torch.Tensor],
     *,
     pool: BufferPool,
+    landed: Callable[[list[TensorEntry]], object] | None = None,
 ) -> None:
     """Receive every bucket straight into `targets` (live tensors, e.g. a model's state dict):
     a bucket whose targets are one tensor, or tensors back to back in one storage (see
     `ludic.inference.weights.pack_parameters_`), of matching dtype and device lands in place;
     the rest via a pool buffer and a copy. Shapes must already have been checked
-    (`check_against`)."""
+    (`check_against`). `landed(entries)` runs once each bucket is in its targets, while the
+    next ones are still arriving (work that overlaps the transfer, e.g. checksums of what
+    landed; it must not write the targets)."""
     received = []
     for bucket, entries in zip(manifest.buckets, manifest.bucket_entries(), strict=True):
         target = adjacent_view([targets[e.name] for e in entries])
@@ -214,10 +217,14 @@ def receive_into(
             copies = entries
         received.append((group.broadcast(flat_N, 0), flat_N, copies))
     with torch.no_grad():
-        for work, flat_N, copies in received:
+        for (work, flat_N, copies), entries in zip(
+            received, manifest.bucket_entries(), strict=True
+        ):
             work.wait()
             for name, view in unflatten(flat_N, copies).items():
                 targets[name].copy_(view)
+            if landed is not None:
+                landed(entries)
 
 
 def adjacent_view(tensors: list[torch.Tensor]) -> torch.Tensor | None:

@@ -13,9 +13,11 @@ engine offering `update_weights_in_place(fill, version=...)` (runs `fill(model)`
 steps) receives the bytes straight into its parameters while generation pauses (no extra copy
 of the weights; the first push lays each packed bucket's parameters out back to back, so those
 land without a copy too); otherwise the buckets land in buffers kept across pushes and are
-loaded with `update_weights` once all have arrived. Each reply carries exact checksums of what
-the served model holds after loading (`ludic.distributed.checksum`), and the status its dtype;
-it serves no inference and does not verify pushes (the trainer compares).
+loaded with `update_weights` once all have arrived. The reply to a push that asks for them (a
+verified one) carries exact checksums of what the served model holds after loading
+(`ludic.distributed.checksum`; received in place, each bucket's are taken as it lands, while the
+next arrives, and taken again after the load for any tensor touched since), and the status its
+dtype; it serves no inference and does not verify pushes (the trainer compares).
 """
 
 from __future__ import annotations
@@ -33,10 +35,16 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
-from ludic.distributed.checksum import checksums
+from ludic.distributed.checksum import LandedChecksums
 from ludic.distributed.control import ControlChannelClosed, StoreControl
 from ludic.distributed.live_state import LiveStateDict
-from ludic.distributed.manifest import ManifestError, WeightManifest, check_against, dtype_name
+from ludic.distributed.manifest import (
+    ManifestError,
+    TensorEntry,
+    WeightManifest,
+    check_against,
+    dtype_name,
+)
 from ludic.distributed.transfer import (
     BufferPool,
     Collective,
@@ -211,6 +219,7 @@ class WeightSyncReceiver:
             raise WeightSyncError(f"refused weight manifest: {e}", status=400) from e
 
     def _receive(self, group: Collective, manifest: WeightManifest) -> SyncResult:
+        landed = LandedChecksums() if manifest.checksums else None
         if self.load_in_place is not None and self.targets is not None:
             targets = self.targets
 
@@ -220,13 +229,21 @@ class WeightSyncReceiver:
                 if self.arrange is not None and packed != self._arranged:
                     self.arrange(packed)
                     self._arranged = packed
-                receive_into(group, manifest, targets(), pool=self._pool)
+                live = targets()
+
+                def take(entries: list[TensorEntry]) -> None:  # while the next bucket arrives
+                    assert landed is not None
+                    landed.take({e.name: live[e.name] for e in entries})
+
+                receive_into(
+                    group, manifest, live, pool=self._pool, landed=take if landed else None
+                )
 
             version = self.load_in_place(fill, manifest.version)
         else:
             state = receive_buckets(group, manifest, pool=self._pool)
             version = self.load(state, manifest.version, manifest.full)
-        checksums, held_dtypes = self._held_checksums(manifest)
+        checksums, held_dtypes = self._held_checksums(manifest, landed)
         return SyncResult(
             policy_version=version,
             num_tensors=len(manifest.tensors),
@@ -236,11 +253,13 @@ class WeightSyncReceiver:
         )
 
     def _held_checksums(
-        self, manifest: WeightManifest
+        self, manifest: WeightManifest, landed: LandedChecksums | None
     ) -> tuple[dict[str, tuple[int, int]] | None, dict[str, str] | None]:
-        """Checksums of what the served model holds now under the pushed names (None without
-        `targets`: the publisher then cannot verify the load and says so)."""
-        if self.targets is None:
+        """Checksums of what the served model holds now under the pushed names: those taken
+        as the buckets landed where nothing touched the tensor since, the rest computed now
+        (`LandedChecksums`). None when the push did not ask for them (unverified), or
+        without `targets` (the publisher then cannot verify the load and says so)."""
+        if self.targets is None or landed is None:
             return None, None
         live = self.targets()
         held = {e.name: live[e.name] for e in manifest.tensors if e.name in live}
@@ -249,7 +268,7 @@ class WeightSyncReceiver:
             for e in manifest.tensors
             if e.name in held and dtype_name(held[e.name].dtype) != e.dtype
         }
-        return checksums(held), dtypes
+        return landed.held(held), dtypes
 
     def _listen(self, joining: Future[_Link], stop: threading.Event, req: InitRequest) -> None:
         """Serve store-driven pushes until the trainer closes the channel or goes away."""
