@@ -94,22 +94,17 @@ ADAPTER_PREFIXES: dict[str, str] = {
     "textarena": "ludic.envs.adapters.textarena",
     "reasoning_gym": "ludic.envs.adapters.reasoning_gym",
     "openenv": "ludic.envs.adapters.openenv",
+    "verifiers": "ludic.envs.adapters.verifiers",
 }
 # Prefixes users will try that have no adapter yet, with the reason (not a confusing import
 # error from the `module:factory` fallback).
-UNSUPPORTED_PREFIXES: dict[str, str] = {
-    "verifiers": (
-        "verifiers environments are not supported yet: verifiers >= 0.4 runs the agent loop "
-        "itself (a harness calling an OpenAI-compatible endpoint), so it needs an adapter that "
-        "serves Ludic's ChatClient to it and records the calls; wrap the env's dataset and "
-        "rubric in a ludic SingleAgentEnv meanwhile"
-    ),
-}
+UNSUPPORTED_PREFIXES: dict[str, str] = {}
 
 
 def adapter_spec(name: str) -> EnvSpec | None:
     """The EnvSpec of an ecosystem env named `PREFIX:TARGET` (`gymnasium:FrozenLake-v1`,
-    `textarena:TicTacToe-v0`, `reasoning_gym:countdown`, `openenv:URL`, `openenv:module:Class`),
+    `textarena:TicTacToe-v0`, `reasoning_gym:countdown`, `openenv:URL`, `openenv:module:Class`,
+    `verifiers:TASKSET`),
     or None when `name` has no adapter prefix (a built-in name or a `module:factory` string).
 
     Raises ImportError with the `pip install 'ludic[EXTRA]'` line when the package is missing.
@@ -131,6 +126,7 @@ _EXAMPLES = {
     "textarena": "textarena:TicTacToe-v0",
     "reasoning_gym": "reasoning_gym:countdown",
     "openenv": "openenv:http://localhost:8000",
+    "verifiers": "verifiers:my_taskset",
 }
 
 

@@ -1,5 +1,5 @@
 """`--env PREFIX:TARGET` resolution without any ecosystem installed: built-in names and
-`module:factory` strings keep working, and unsupported or empty targets say why."""
+`module:factory` strings keep working, and empty targets say why."""
 
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ def test_every_prefix_names_an_importable_adapter_module() -> None:
         assert callable(importlib.import_module(module).env_spec)
 
 
-def test_an_empty_target_and_verifiers_are_clear_errors() -> None:
+def test_an_empty_target_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="names no env after 'gymnasium:'"):
         adapter_spec("gymnasium:")
-    with pytest.raises(ValueError, match="verifiers environments are not supported yet"):
-        resolve_env_factory("verifiers:my_env")
+    with pytest.raises(ValueError, match=r"names no env after 'verifiers:'.*verifiers:my_taskset"):
+        adapter_spec("verifiers:")

@@ -12,12 +12,14 @@ from ludic.envs.adapters.gymnasium import (
 from ludic.envs.adapters.openenv import OpenEnvEnv
 from ludic.envs.adapters.reasoning_gym import ReasoningGymEnv, answer_parser
 from ludic.envs.adapters.textarena import TextArenaEnv, random_move_opponent
+from ludic.envs.adapters.verifiers import VerifiersEnv
 
 __all__ = [
     "GymnasiumEnv",
     "OpenEnvEnv",
     "ReasoningGymEnv",
     "TextArenaEnv",
+    "VerifiersEnv",
     "ansi_to_text",
     "answer_parser",
     "discrete_action_parser",
