@@ -2,7 +2,8 @@
 same bytes, in the same run, over gloo on 127.0.0.1.
 
 For the tiny model (~3M parameters) and a randomly initialised ~100M-parameter Llama (built
-from a config, no hub), each round times, back to back:
+from a config, no hub), each round times each of these once, in a rotating order, every push
+paired with a raw broadcast just before or just after it (alternating):
 - raw: one broadcast of the model's bytes to a bare receiver process (the trainer's parameters
   are views into one flat buffer, so raw sends exactly the bytes publish sends), plus
   1-element messages so the time covers delivery (both sides reuse their buffers);
@@ -16,13 +17,13 @@ from a config, no hub), each round times, back to back:
 It does this with the engine as shipped, which receives straight into its parameters
 (`EmbeddedEngine.update_weights_in_place`, packed parameters laid out back to back on the
 first push), and with an engine without that method (`publish_buffered_s`: the receiver's
-reused buffers, then one `update_weights` copy), then times verified pushes: with the defaults
-(version, exact checksums of what the server holds against the sent tensors, finite weights;
-the logprob probe on every 10th push, so the timed rounds are unprobed and
-`publish_verified_default_amortized_over_raw` adds a tenth of a probed push), and with the probe
-on every push (two forward passes: `publish_verified_probe_every_push_s`).
-Ratios are medians of per-round publish / raw (raw and publish alternate, so machine load
-drifts hit both). Target: publish <= 1.5x raw. Prints JSON.
+reused buffers, then one `update_weights` copy); verified pushes are interleaved with the
+rest: with the defaults (version, exact checksums of what the server holds against the sent
+tensors, finite weights; the logprob probe on every 10th push, so the timed rounds are
+unprobed and `publish_verified_default_amortized_over_raw` adds a tenth of a probed push), and
+with the probe on every push (two forward passes: `publish_verified_probe_every_push_s`).
+Ratios are medians of per-pair publish / raw, so machine load drifts hit both; the report
+carries the load average before and after. Target: publish <= 1.5x raw. Prints JSON.
 
     python bench/weight_sync.py [--models tiny,100m] [--repeats 5] [--bucket-mb 64]
 """
@@ -186,6 +187,17 @@ def start_server(name: str, in_place: bool) -> tuple[subprocess.Popen[bytes], st
 # -- rounds ---------------------------------------------------------------------------------
 
 
+# Interleaved arms over one store-controlled connection: (source, publisher attributes).
+# "verified" is the default verification's timed push (the probe is due on every 10th push
+# only, so it is off here); "probed" runs the probe on every push.
+ARMS: dict[str, tuple[str, dict[str, Any]]] = {
+    "store": ("flat", {"verify": False}),
+    "scattered": ("scattered", {"verify": False}),
+    "verified": ("flat", {"verify": True, "probe": False}),
+    "probed": ("flat", {"verify": True, "probe": True, "probe_every": 1}),
+}
+
+
 def timed_rounds(
     model: torch.nn.Module,
     scattered: torch.nn.Module,
@@ -194,43 +206,62 @@ def timed_rounds(
     repeats: int,
     bucket_mb: float,
 ) -> dict[str, Any]:
-    """For each publish arm in turn (the server keeps one group: the latest publisher's),
-    alternate raw and that arm `repeats` times after a warm-up, then time verified pushes.
-    Arms: `model` (parameters in one flat buffer, as raw sends them) over the store control
-    channel; `scattered` (the same values, each parameter its own allocation, as in a usual
-    trainer: packed buckets are copied into a send buffer); `model` over HTTP control (`/start`
-    + `/finish` requests, what the vLLM extension speaks)."""
-    arms = {
-        "store": (model, {}),
-        "scattered": (scattered, {}),
-        "http": (model, {"control": "http"}),
-        "verified": (model, {"verify": True}),  # the defaults: probe every 10th push
-        "probed": (model, {"verify": True, "probe_every": 1}),
-    }
+    """Every round times each arm once, in a rotating order, each paired with a raw broadcast
+    (raw first in even rounds, last in odd ones), so load drifts on the shared machine hit
+    every arm alike; round 0 warms up. Arms (one publisher, its options switched between
+    pushes): `model` (parameters in one flat buffer, as raw sends them) unverified, verified,
+    verified with the probe; `scattered` (the same values, each parameter its own allocation,
+    as in a usual trainer: packed buckets are copied into a send buffer). Then `model` over
+    HTTP control (`/start` + `/finish`, what the vLLM extension speaks), its own connection,
+    paired with raw the same way."""
+    sources = {"flat": model, "scattered": scattered}
+    publisher = BroadcastPolicyPublisher(url, TOKEN, bucket_mb=bucket_mb, verify=False)
+    names = list(ARMS)
+    pairs: dict[str, list[tuple[float, float]]] = {arm: [] for arm in [*names, "http"]}
+    phases: dict[str, list[tuple[float, float]]] = {arm: [] for arm in names}
     version = 0
-    results: dict[str, Any] = {}
-    for arm, (source, options) in arms.items():
-        publisher = BroadcastPolicyPublisher(
-            url, TOKEN, bucket_mb=bucket_mb, **{"verify": False, **options}
-        )
-        raws, pushes = [], []
-        for round_ in range(repeats + 1):  # round 0 warms up (and builds the group)
+
+    def paired(round_: int, push: Any) -> tuple[float, float]:
+        nonlocal version
+        version += 1
+        raw_first = round_ % 2 == 0
+        raw_s = raw.once() if raw_first else 0.0
+        started = time.perf_counter()
+        push(version)
+        push_s = time.perf_counter() - started
+        if not raw_first:
             raw_s = raw.once()
-            version += 1
-            started = time.perf_counter()
-            publisher.publish(source, version=version)
-            if round_:
-                raws.append(raw_s)
-                pushes.append(time.perf_counter() - started)
-        if arm == "store":
-            stats = publisher.last_push
-            results["raw_s"] = statistics.median(raws)
-            results["num_buckets"] = stats.num_buckets if stats else None
-        publisher.close()
-        results[f"{arm}_s"] = statistics.median(pushes)
-        results[f"{arm}_over_raw"] = statistics.median(
-            p / r for p, r in zip(pushes, raws, strict=True)
-        )
+        return raw_s, push_s
+
+    for round_ in range(repeats + 1):
+        for arm in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            source, options = ARMS[arm]
+            for key, value in {"probe": True, "probe_every": 10, **options}.items():
+                setattr(publisher, key, value)
+            pair = paired(round_, lambda v, s=sources[source]: publisher.publish(s, version=v))
+            if round_:  # round 0 warms up each arm (a new layout is acked once)
+                pairs[arm].append(pair)
+                stats = publisher.last_push
+                assert stats is not None
+                phases[arm].append((stats.transfer_seconds, stats.verify_seconds))
+    num_buckets = publisher.last_push.num_buckets if publisher.last_push else None
+    publisher.close()
+    http = BroadcastPolicyPublisher(url, TOKEN, bucket_mb=bucket_mb, verify=False, control="http")
+    for round_ in range(repeats + 1):
+        pair = paired(round_, lambda v: http.publish(model, version=v))
+        if round_:
+            pairs["http"].append(pair)
+    http.close()
+    results: dict[str, Any] = {
+        "raw_s": statistics.median(r for arm in pairs.values() for r, _ in arm),
+        "num_buckets": num_buckets,
+    }
+    for arm, arm_pairs in pairs.items():
+        results[f"{arm}_s"] = statistics.median(p for _, p in arm_pairs)
+        results[f"{arm}_over_raw"] = statistics.median(p / r for r, p in arm_pairs)
+    for arm, times in phases.items():
+        results[f"{arm}_transfer_s"] = statistics.median(t for t, _ in times)
+        results[f"{arm}_verify_s"] = statistics.median(v for _, v in times)
     return results
 
 
@@ -266,6 +297,11 @@ def bench_model(name: str, repeats: int, bucket_mb: float) -> dict[str, Any]:
         "publish_http_control_over_raw": in_place["http_over_raw"],
         "publish_verified_s": in_place["verified_s"],
         "publish_verified_over_raw": in_place["verified_over_raw"],
+        "publish_verified_phases_s": {
+            "unverified_transfer": in_place["store_transfer_s"],
+            "verified_transfer": in_place["verified_transfer_s"],
+            "verified_after_reply": in_place["verified_verify_s"],
+        },
         "publish_verified_probe_every_push_s": in_place["probed_s"],
         "publish_verified_probe_every_push_over_raw": in_place["probed_over_raw"],
         "publish_verified_default_amortized_over_raw": (
@@ -294,8 +330,11 @@ def main() -> None:
         run_server(args.serve[0], int(args.serve[1]), in_place=args.serve[2] == "1")
         return
     torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()
     results = [bench_model(m, args.repeats, args.bucket_mb) for m in args.models.split(",")]
     report = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "loadavg_before_after": [load_before, os.getloadavg()],
         "benchmark": "weight_sync",
         "backend": "gloo (CPU, 127.0.0.1)",
         "bucket_mb": args.bucket_mb,
