@@ -97,6 +97,41 @@ def test_awr_mean_baseline_by_hand() -> None:
     )
 
 
+def test_awr_state_baseline_by_hand() -> None:
+    # returns-to-go: a [1, 1], b [0], c [0, 0]; turn k of each acts from state "obs-k".
+    # mean G = 2/5 = 0.4; V excludes the turn itself, plus 1 pseudo-visit of the mean:
+    # obs-0 holds G 1 (a), 0 (b), 0 (c): a: V = (0 + 0 + 0.4) / 3, b and c: (1 + 0 + 0.4) / 3
+    # obs-1 holds G 1 (a), 0 (c): a: V = (0 + 0.4) / 2 = 0.2, c: (1 + 0.4) / 2 = 0.7
+    rollouts = [
+        make_rollout([0.0, 1.0], rid="a"),
+        make_rollout([0.0], rid="b"),
+        make_rollout([0.0, 0.0], rid="c"),
+    ]
+    advantages = AWRCredit(baseline="state").advantages(rollouts)
+    assert advantages == pytest.approx(
+        {
+            ("a", "t0"): 1 - 0.4 / 3,
+            ("b", "t0"): -1.4 / 3,
+            ("c", "t0"): -1.4 / 3,
+            ("a", "t1"): 1 - 0.2,
+            ("c", "t1"): -0.7,
+        },
+        abs=1e-12,
+    )
+    weights = AWRCredit(baseline="state", beta=0.5, max_weight=3.0).assign(rollouts)
+    assert weights[("a", "t0")] == 3.0  # exp(2 * 0.867) = 5.66, capped
+    assert weights[("c", "t1")] == pytest.approx(math.exp(-1.4))
+    # a state seen once falls back to the data mean: A = G - mean (the "mean" baseline)
+    lone = [make_rollout([2.0], rid="x"), make_rollout([0.0, 0.0], rid="y")]
+    lone[1].steps[0].info["observation"] = "elsewhere"  # type: ignore[union-attr]
+    mean = (2.0 + 0.0 + 0.0) / 3
+    by_state = AWRCredit(baseline="state").advantages(lone)
+    assert by_state[("x", "t0")] == pytest.approx(2.0 - mean)
+    assert by_state[("y", "t1")] == pytest.approx(0.0 - mean)
+    with pytest.raises(ValueError, match="state_prior"):
+        AWRCredit(baseline="state", state_prior=0.0)
+
+
 def test_awr_weights_never_overflow_and_bad_settings_are_refused() -> None:
     assert awr_weights([1e6, -1e6], beta=1e-3, max_weight=20.0) == [20.0, 0.0]
     with pytest.raises(ValueError, match="beta must be"):

@@ -276,10 +276,12 @@ def make_awr(
     normalize_std: bool = False,
     gamma: float = 1.0,
     aggregation: Aggregation = "token_mean",
+    state_prior: float = 1.0,
 ) -> RLAlgorithm:
     """AWR (arXiv:1910.00177), value-free, for offline rollouts: every turn's log-likelihood
-    weighted by w = min(exp(A / beta), max_weight) (`AWRCredit`; A from the group mean, or
-    the mean return of the data with baseline="mean"). The loss is -w * log pi (REINFORCE
+    weighted by w = min(exp(A / beta), max_weight) (`AWRCredit`; A from the group mean, the
+    mean return of the data with baseline="mean", or the mean return-to-go of the other
+    visits of the turn's state with baseline="state"). The loss is -w * log pi (REINFORCE
     on the weights), i.e. weighted SFT; with every A = 0 it is SFT."""
     credit = AWRCredit(
         beta=beta,
@@ -287,6 +289,7 @@ def make_awr(
         baseline=baseline,
         normalize_std=normalize_std,
         gamma=gamma,
+        state_prior=state_prior,
     )
     return RLAlgorithm(
         name="awr", credit_assigner=credit, loss=ReinforceLoss(aggregation=aggregation)

@@ -5,21 +5,27 @@
 with A a critic-free advantage of each turn's return. The weight multiplies the turn's
 log-likelihood (`ReinforceLoss`), so AWR is weighted SFT on stored rollouts: good turns count
 more, bad ones less, none negatively. No value network is fitted (the paper fits one); the
-baselines are the group mean or the mean over the rollouts given to `assign`.
+baselines are the group mean, the mean over the rollouts given to `assign`, or a tabular
+Monte Carlo value of the turn's state (its anchor key, as GiGPO's) learnt from the other visits
+of that state in the data, which can tell a good move from a bad one inside one episode.
 """
 
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from ludic.rollouts.samples import TurnKey
 from ludic.training.credit.core import (
+    AnchorKey,
+    AnchorKeyFn,
     active_rollouts,
     check_eps,
     check_gamma,
+    default_anchor_key,
     discounted_returns,
     group_normalize,
     group_rollouts,
@@ -27,8 +33,28 @@ from ludic.training.credit.core import (
 )
 from ludic.types import Rollout
 
-AWRBaseline = Literal["group", "mean"]
-_BASELINES: tuple[str, ...] = ("group", "mean")
+AWRBaseline = Literal["group", "mean", "state"]
+_BASELINES: tuple[str, ...] = ("group", "mean", "state")
+
+
+def state_advantages(
+    turns: Sequence[tuple[TurnKey, float, AnchorKey | None]], *, mean: float, prior: float
+) -> dict[TurnKey, float]:
+    """A_k = G_k - V_{-k}(s_k) for (key, G_k, s_k) triples (see `AWRCredit`, baseline "state");
+    a turn without a state (None) gets G_k - mean."""
+    totals: dict[AnchorKey, tuple[float, int]] = defaultdict(lambda: (0.0, 0))
+    for _, g, state in turns:
+        if state is not None:
+            total, count = totals[state]
+            totals[state] = (total + g, count + 1)
+    out: dict[TurnKey, float] = {}
+    for key, g, state in turns:
+        if state is None:
+            out[key] = g - mean
+            continue
+        total, count = totals[state]
+        out[key] = g - (total - g + prior * mean) / (count - 1 + prior)
+    return out
 
 
 def awr_weights(advantages: Sequence[float], *, beta: float, max_weight: float) -> list[float]:
@@ -46,6 +72,12 @@ class AWRCredit:
         observation); every turn of the episode shares it.
     baseline="mean":  A_k = G_k - mean(G) with G_k the turn's discounted return-to-go and the
         mean over every turn passed to `assign` (the whole dataset for `OfflineBatchSource`).
+    baseline="state": A_k = G_k - V(s_k), V(s_k) the mean return-to-go of the OTHER turns taken
+        from the same state (`anchor_key`: the env's state key, else the observation text)
+        shrunk toward mean(G) with `state_prior` pseudo-visits:
+        V = (sum_{j != k, s_j = s_k} G_j + state_prior * mean(G)) / (n_s - 1 + state_prior).
+        A state seen once falls back to the "mean" baseline; a move that did worse than the
+        others from its state gets A < 0 even in a won episode.
     The paper uses beta = 0.05 on its returns and max_weight = 20; beta here defaults to 1.0
     for rewards in [-1, 1].
     """
@@ -56,6 +88,8 @@ class AWRCredit:
     normalize_std: bool = False
     gamma: float = 1.0
     eps: float = 1e-6
+    state_prior: float = 1.0
+    anchor_key: AnchorKeyFn = default_anchor_key
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.beta) and self.beta > 0):
@@ -68,6 +102,10 @@ class AWRCredit:
             )
         check_gamma(self.gamma, "AWRCredit")
         check_eps(self.eps, "AWRCredit")
+        if not (math.isfinite(self.state_prior) and self.state_prior > 0):
+            raise ValueError(
+                f"AWRCredit: state_prior must be finite and > 0, got {self.state_prior}"
+            )
 
     def advantages(self, rollouts: Sequence[Rollout]) -> dict[TurnKey, float]:
         """A per turn, before the exponential."""
@@ -81,15 +119,18 @@ class AWRCredit:
                     for turn in turns:
                         out[turn_key(rollout, turn, seen)] = adv
             return out
-        per_turn: list[tuple[TurnKey, float]] = []
+        per_turn: list[tuple[TurnKey, float, AnchorKey | None]] = []
         for rollout in active_rollouts(rollouts):
             turns = rollout.turns()
             returns = discounted_returns([t.reward for t in turns], self.gamma)
             per_turn += [
-                (turn_key(rollout, t, seen), g) for t, g in zip(turns, returns, strict=True)
+                (turn_key(rollout, t, seen), g, self.anchor_key(t))
+                for t, g in zip(turns, returns, strict=True)
             ]
-        mean = math.fsum(g for _, g in per_turn) / len(per_turn) if per_turn else 0.0
-        return {key: g - mean for key, g in per_turn}
+        mean = math.fsum(g for _, g, _ in per_turn) / len(per_turn) if per_turn else 0.0
+        if self.baseline == "mean":
+            return {key: g - mean for key, g, _ in per_turn}
+        return state_advantages(per_turn, mean=mean, prior=self.state_prior)
 
     def assign(self, rollouts: Sequence[Rollout]) -> dict[TurnKey, float]:
         advantages = self.advantages(rollouts)
