@@ -97,6 +97,17 @@ def test_an_unknown_taskset_is_a_clear_error() -> None:
         resolve_env_factory("verifiers:no_such_taskset")
 
 
+async def test_a_failing_verifiers_scorer_fails_the_episode_with_its_error() -> None:
+    env = VerifiersEnv("vf_sum_taskset", taskset_config={"broken": True})
+    with pytest.raises(RuntimeError, match=r"seat 'agent' failed: .*scorer of this task is broken"):
+        await play(env, ScriptedClient(adder), 0)
+
+
+def test_multi_seat_envs_are_refused_with_the_reason() -> None:
+    with pytest.raises(ValueError, match=r"seats \['assistant', 'user'\].*single-seat"):
+        VerifiersEnv("vf_sum_taskset", env_id="user_sim")
+
+
 def test_missing_verifiers_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "verifiers", None)
     with pytest.raises(ImportError, match=r"pip install 'ludic\[verifiers\]'"):

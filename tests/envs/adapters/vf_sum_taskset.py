@@ -8,17 +8,21 @@ import verifiers.v1 as vf
 
 class SumData(vf.TaskData):
     answer: int
+    broken: bool = False
 
 
 class SumTask(vf.Task[SumData]):
     @vf.reward(weight=1.0)
     async def correct(self, trace: vf.Trace) -> float:
+        if self.data.broken:
+            raise ValueError("the scorer of this task is broken")
         reply = vf.extract_boxed_answer(trace.last_reply, strict=True)
         return 1.0 if reply.strip() == str(self.data.answer) else 0.0
 
 
 class SumConfig(vf.TasksetConfig):
     num_tasks: int = 4
+    broken: bool = False
 
 
 class SumTaskset(vf.Taskset[SumTask, SumConfig]):
@@ -29,6 +33,7 @@ class SumTaskset(vf.Taskset[SumTask, SumConfig]):
                     prompt=f"What is {i} + {i + 2}?",
                     system_prompt="Put the final answer in \\boxed{}.",
                     answer=2 * i + 2,
+                    broken=self.config.broken,
                 ),
                 self.config.task,
             )

@@ -11,12 +11,14 @@ version) as an `AgentStep`; the episode's reward is the trace's rubric reward (`
 scored by the package's own parsers. The suggested Ludic parser is therefore the identity: the
 whole completion goes to verifiers unparsed.
 
-Multi-turn: an env that talks to its agent through `agents.X.interaction(task)` turns, and a
-multi-seat env (each seat a Ludic agent id), work unchanged. Deliberately not supported: tool
-calling (a task with tool servers, or a request carrying tools; Ludic's text agent cannot
-answer with tool calls here), and runtimes other than the local subprocess one: the harness is
-an in-process chat loop (the `null` harness's loop without tools), so no container or uv
-program is started.
+Single-turn tasksets and multi-turn envs (an `Env` that talks to its agent through
+`agents.agent.interaction(task)` turns) work unchanged; the Ludic agent's context is checked
+against the conversation verifiers sends at every call, so a mismatch is an error, not a silent
+off-policy sample. Deliberately not supported: multi-seat envs (user simulation, judges), tool
+calling (a task with tool servers or a request carrying tools: Ludic's text agent cannot answer
+with tool calls here), and runtimes other than the local subprocess one: the harness is an
+in-process chat loop (the `null` harness's loop without tools), so no container, sandbox or uv
+program is started. The reply's finish reason reaches verifiers as "stop".
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class _Call:
     """One model call verifiers is waiting on: the seat's new messages and the reply future."""
 
     seat: str
+    session_id: str | None
     messages: list[Any]
     reply: asyncio.Future[str] = field(repr=False)
 
@@ -89,15 +92,18 @@ class VerifiersEnv(LudicEnv):
         timeout_s: float = 600.0,
     ) -> None:
         vf = _vf()
-        self.vf_env = _build_env(vf, taskset, taskset_config or {}, env_id, max_turns, timeout_s)
+        self.vf_env, seats = _build_env(
+            vf, taskset, taskset_config or {}, env_id, max_turns, timeout_s
+        )
+        self.seats: tuple[str, ...] = tuple(seats)
         self.tasks = _load_tasks(self.vf_env.taskset, taskset, num_tasks)
-        self.seats: tuple[str, ...] = tuple(self.vf_env._agent_specs)
         self.timeout_s = timeout_s
         self.system_prompt: str | None = None
         self.task_index: int | None = None
         self._events: asyncio.Queue[_Call | _Done] = asyncio.Queue()
         self._pending: dict[str, _Call] = {}
-        self._seen: dict[str, int] = {}
+        self._transcripts: dict[str, list[tuple[str, str]]] = {}  # per seat: (role, text)
+        self._seat_sessions: dict[str, str | None] = {}
         self._runner: asyncio.Task[None] | None = None
         self._trace_seats: dict[str, str] = {}
 
@@ -113,12 +119,13 @@ class VerifiersEnv(LudicEnv):
         await self._stop_runner()
         self.task_index = (seed or 0) % len(self.tasks)
         self._events = asyncio.Queue()
-        self._pending, self._seen, self._trace_seats = {}, {}, {}
+        self._pending, self._transcripts, self._seat_sessions, self._trace_seats = {}, {}, {}, {}
+        self.system_prompt = None
         self._runner = asyncio.create_task(self._run_episode(self.tasks[self.task_index]))
         event = await self._next_event()
         if isinstance(event, _Done):
             raise RuntimeError(_no_call_message(event, self.vf_env))
-        return {seat: (self._observation(call), self._info()) for seat, call in _by_seat(event)}
+        return {event.seat: (self._observation(event, first=True), self._info())}
 
     async def step(self, actions: Mapping[str, str]) -> StepResult:
         for seat, action in actions.items():
@@ -127,7 +134,7 @@ class VerifiersEnv(LudicEnv):
                 raise ValueError(
                     f"seat {seat!r} has no model call waiting; active: {self.active_agents}"
                 )
-            self._seen[seat] = len(call.messages) + 1  # the reply joins the conversation
+            self._transcripts[seat].append(("assistant", action))
             call.reply.set_result(action)
         event = await self._next_event()
         if isinstance(event, _Done):
@@ -166,7 +173,7 @@ class VerifiersEnv(LudicEnv):
             raise RuntimeError(
                 f"seat {seat!r} made a second model call before the first was answered"
             )
-        call = _Call(seat, messages, asyncio.get_running_loop().create_future())
+        call = _Call(seat, session_id, messages, asyncio.get_running_loop().create_future())
         self._pending[seat] = call
         self._events.put_nowait(call)
         return await call.reply
@@ -192,22 +199,34 @@ class VerifiersEnv(LudicEnv):
 
     # --- verifiers messages and results as Ludic observations and outcomes ------------------
 
-    def _observation(self, call: _Call) -> str:
-        """The text of the messages verifiers added since this seat's last reply."""
-        new = call.messages[self._seen.get(call.seat, 0) :]
+    def _observation(self, call: _Call, *, first: bool = False) -> str:
+        """The text of the messages verifiers added since this seat's last reply, after
+        checking that the rest is the conversation the seat's Ludic agent already holds."""
+        seat = call.seat
+        if self._seat_sessions.setdefault(seat, call.session_id) != call.session_id:
+            raise RuntimeError(
+                f"seat {seat!r} started a second conversation in one verifiers episode; "
+                "VerifiersEnv maps each seat to one conversation (one Ludic agent context)"
+            )
+        transcript = self._transcripts.setdefault(seat, [])
+        sent = [(m.role, _text(m.content)) for m in call.messages]
+        if sent[: len(transcript)] != transcript:
+            raise RuntimeError(
+                f"verifiers rewrote seat {seat!r}'s earlier messages (a request hook or "
+                "compaction); the Ludic agent's context no longer matches what verifiers sends"
+            )
         texts: list[str] = []
-        for message in new:
-            if message.role == "system" and call.seat not in self._seen:
-                self.system_prompt = _text(message.content)
-            elif message.role == "user":
-                texts.append(_text(message.content))
+        for role, text in sent[len(transcript) :]:
+            if role == "system" and first and not transcript:
+                self.system_prompt = text  # read by the protocol right after reset
+            elif role == "user":
+                texts.append(text)
             else:
                 raise ValueError(
-                    f"verifiers sent a {message.role!r} message to seat {call.seat!r}; "
-                    "VerifiersEnv passes only system and user messages to the Ludic agent "
-                    "(tool calling is not supported)"
+                    f"verifiers sent a {role!r} message to seat {seat!r}; VerifiersEnv passes "
+                    "only system and user messages to the Ludic agent (no tool calling)"
                 )
-        self._seen.setdefault(call.seat, 0)
+            transcript.append((role, text))
         return "\n\n".join(texts)
 
     def _info(self) -> Info:
@@ -241,10 +260,6 @@ class VerifiersEnv(LudicEnv):
         return outcomes
 
 
-def _by_seat(call: _Call) -> list[tuple[str, _Call]]:
-    return [(call.seat, call)]
-
-
 def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
@@ -276,9 +291,10 @@ def _build_env(
     env_id: str,
     max_turns: int | None,
     timeout_s: float,
-) -> Any:
-    """The package's `Env` with every seat on the local subprocess runtime and the in-process
-    chat harness, and a loopback interception server (the model endpoint the harness calls)."""
+) -> tuple[Any, list[str]]:
+    """The package's `Env` and its seats, every seat on the local subprocess runtime and the
+    in-process chat harness, with a loopback interception server (the endpoint the harness
+    calls) and one seat acting at a time."""
     bridge = _bridge()
     bridge.register_harness()
     cls = vf.environment_class(taskset, env_id)
@@ -286,7 +302,13 @@ def _build_env(
     raw: dict[str, Any] = {"taskset": {**taskset_config, "id": taskset}, "id": env_id}
     raw["interception"] = {"type": "server"}
     raw["timeout"] = {"episode": timeout_s}
-    for name in _seat_names(vf, seats):
+    names = _seat_names(vf, seats)
+    if len(names) != 1:
+        raise ValueError(
+            f"verifiers env {cls.__name__} has seats {names}; VerifiersEnv runs single-seat envs "
+            "(one policy conversation per episode), not multi-agent ones such as user simulation"
+        )
+    for name in names:
         agent: dict[str, Any] = {
             "harness": {"id": bridge.HARNESS_ID},
             "runtime": {"type": "subprocess"},
@@ -294,7 +316,7 @@ def _build_env(
         if max_turns is not None:
             agent["max_turns"] = max_turns
         raw[name] = agent
-    return cls(vf.resolve_env_config(raw))
+    return cls(vf.resolve_env_config(raw)), names
 
 
 def _seat_names(vf: Any, config_type: Any) -> list[str]:
