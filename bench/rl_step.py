@@ -217,7 +217,7 @@ def check_trl_python(python: str) -> None:
 class LudicSide:
     """Ludic's GRPO loop as the README writes it; `step()` runs one Trainer step."""
 
-    def __init__(self, model_dir: str) -> None:
+    def __init__(self, model_dir: str, overlap: bool = False) -> None:
         import asyncio
         import copy
 
@@ -234,7 +234,13 @@ class LudicSide:
             RolloutRequest,
             SeedSequencer,
         )
-        from ludic.training import RolloutBatchSource, Trainer, TrainerConfig, make_grpo
+        from ludic.training import (
+            PrefetchBatchSource,
+            RolloutBatchSource,
+            Trainer,
+            TrainerConfig,
+            make_grpo,
+        )
         from ludic.types import StepOutcome
 
         class SayOEnv(SingleAgentEnv):
@@ -267,9 +273,16 @@ class LudicSide:
             strategy=GRPORequestStrategy(group_size=GROUP_SIZE),
             seed_sequencer=SeedSequencer(run_seed=0),
         )
-        config = TrainerConfig(lr=LR, pad_token_id=int(tokenizer.pad_token_id))
+        config = TrainerConfig(
+            lr=LR, pad_token_id=int(tokenizer.pad_token_id), max_lag=1 if overlap else None
+        )
+        self.prefetch = PrefetchBatchSource(source) if overlap else None
         self.trainer = Trainer(
-            model, algorithm, source, config, publisher=InProcessPublisher(self.engine)
+            model,
+            algorithm,
+            self.prefetch or source,
+            config,
+            publisher=InProcessPublisher(self.engine),
         )
         self.parameters = sum(p.numel() for p in model.parameters())
         self._loop = asyncio.new_event_loop()
@@ -277,15 +290,20 @@ class LudicSide:
     def step(self) -> dict[str, float]:
         started = time.perf_counter()
         metrics = self._loop.run_until_complete(self.trainer.train_step())
+        if self.prefetch is not None:  # the next batch's generation counts in this step
+            self.prefetch.wait()
         return {
             "step_s": time.perf_counter() - started,
             "generation_s": metrics["time/batch_seconds"],
             "training_s": metrics.get("time/train_seconds", float("nan")),
             "weight_copy_s": metrics.get("time/publish_seconds", float("nan")),
             "completion_tokens": metrics["num_action_tokens"],
+            "dropped_stale": metrics.get("dropped_stale", 0.0),
         }
 
     def close(self) -> None:
+        if self.prefetch is not None:
+            self.prefetch.close()
         self.engine.close()
         self._loop.close()
 
@@ -336,6 +354,12 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2, help="unmeasured steps per side")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument(
+        "--overlap",
+        action="store_true",
+        help="Ludic generates the next batch while it trains (PrefetchBatchSource, max_lag=1): "
+        "one policy version off-policy, unlike TRL's synchronous step",
+    )
+    parser.add_argument(
         "--trl-python",
         default=os.environ.get("LUDIC_TRL_PYTHON", DEFAULT_TRL_PYTHON),
         help="python of the bench-only TRL virtualenv (default: $LUDIC_TRL_PYTHON or "
@@ -358,7 +382,7 @@ def main() -> None:
         save_model_dir(args.model, model_dir)
         steps = args.pairs + args.warmup
         trl = TrlProcess(args.trl_python, model_dir, steps + 1, args.threads)
-        ludic = LudicSide(model_dir)
+        ludic = LudicSide(model_dir, overlap=args.overlap)
         try:
             ludic_runs, trl_runs = run_pairs(ludic, trl, args.pairs, args.warmup)
         finally:
@@ -377,6 +401,7 @@ def main() -> None:
             "optimizer": "AdamW",
             "lr": LR,
             "reference_model": False,
+            "ludic_overlap": args.overlap,
         },
         "ratio_of_medians": ludic_median / trl_median,
         "target": "ratio_of_medians <= 0.5",

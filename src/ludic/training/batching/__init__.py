@@ -1,6 +1,7 @@
 """Batch sources: where the Trainer's samples come from (rollouts now, or stored rollouts)."""
 
 from ludic.training.batching.offline import OfflineBatchSource
+from ludic.training.batching.prefetch import PrefetchBatchSource
 from ludic.training.batching.requests_from_dataset import (
     RequestsExhausted,
     make_requests_fn_from_queue,
@@ -17,6 +18,7 @@ __all__ = [
     "BatchSource",
     "BatchSourceExhausted",
     "OfflineBatchSource",
+    "PrefetchBatchSource",
     "RequestsExhausted",
     "RequestsFn",
     "RolloutBatchSource",

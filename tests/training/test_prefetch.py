@@ -1,0 +1,155 @@
+"""PrefetchBatchSource: the next batch is drawn while the caller works, in order, errors reach
+the caller, checkpoints re-draw the batch in flight, and a Trainer on the embedded engine runs
+one version off-policy within max_lag=1."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import threading
+
+import pytest
+import torch
+from training_fakes import item
+
+from ludic.agents import Agent
+from ludic.distributed import InProcessPublisher
+from ludic.envs.single_agent import SingleAgentEnv
+from ludic.inference import EmbeddedEngine, SamplingConfig
+from ludic.interaction import SingleAgentProtocol
+from ludic.models import load_tiny_model
+from ludic.rollouts import (
+    ComponentSpec,
+    GRPORequestStrategy,
+    RolloutEngine,
+    RolloutRequest,
+    SeedSequencer,
+)
+from ludic.training import (
+    PrefetchBatchSource,
+    RolloutBatchSource,
+    SAWBatch,
+    Trainer,
+    TrainerConfig,
+    make_grpo,
+)
+from ludic.types import JSON, Info, StepOutcome
+
+
+class CountingSource:
+    """Batch i holds one item whose first token is i; records the thread of every draw."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.drawn = 0
+        self.fail_at = fail_at
+        self.threads: set[str] = set()
+        self.loops: set[int] = set()
+
+    async def next_batch(self) -> SAWBatch:
+        self.threads.add(threading.current_thread().name)
+        self.loops.add(id(asyncio.get_running_loop()))
+        if self.drawn == self.fail_at:
+            raise ValueError(f"batch {self.drawn} failed")
+        index = self.drawn
+        self.drawn += 1
+        return SAWBatch(items=[item(3, index=index)])
+
+    def state_dict(self) -> JSON:
+        return {"drawn": self.drawn}
+
+    def load_state_dict(self, state: JSON) -> None:
+        self.drawn = int(state["drawn"])
+
+
+def first_token(batch: SAWBatch) -> int:
+    index = batch.items[0].meta["index"]
+    assert isinstance(index, int)
+    return index
+
+
+async def test_the_next_batch_is_drawn_in_the_background_in_order() -> None:
+    inner = CountingSource()
+    source = PrefetchBatchSource(inner)
+    try:
+        assert first_token(await source.next_batch()) == 0
+        source.wait(timeout=10)
+        assert inner.drawn == 2  # batch 1 was drawn with no call from us
+        assert [first_token(await source.next_batch()) for _ in range(3)] == [1, 2, 3]
+        assert inner.threads == {"ludic-prefetch"}
+        assert len(inner.loops) == 1  # one loop for every draw
+    finally:
+        source.close()
+
+
+async def test_an_error_in_a_draw_reaches_the_caller() -> None:
+    source = PrefetchBatchSource(CountingSource(fail_at=1))
+    try:
+        await source.next_batch()
+        with pytest.raises(ValueError, match="batch 1 failed"):
+            await source.next_batch()
+    finally:
+        source.close()
+
+
+async def test_a_checkpoint_redraws_the_batch_in_flight() -> None:
+    source = PrefetchBatchSource(CountingSource())
+    try:
+        await source.next_batch()
+        await source.next_batch()
+        source.wait(timeout=10)
+        state = source.state_dict()
+        assert state == {"drawn": 2}  # batch 2 is in flight, not yet handed over
+        with pytest.raises(RuntimeError, match="before the first step"):
+            source.load_state_dict(state)
+    finally:
+        source.close()
+    resumed = PrefetchBatchSource(CountingSource())
+    try:
+        resumed.load_state_dict(state)
+        assert first_token(await resumed.next_batch()) == 2
+    finally:
+        resumed.close()
+
+
+class SayOEnv(SingleAgentEnv):
+    def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
+        return "Say something.", {}
+
+    def env_step(self, action: str) -> StepOutcome:
+        return StepOutcome(obs="", reward=action.count("o") / max(1, len(action)), terminated=True)
+
+
+@pytest.mark.slow
+def test_trainer_with_prefetch_trains_one_version_off_policy_on_the_engine() -> None:
+    model, tokenizer = load_tiny_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    engine = EmbeddedEngine(copy.deepcopy(model), tokenizer)
+    sampling = SamplingConfig(max_tokens=8, extras={"ignore_eos": True})
+    rollouts = RolloutEngine(
+        env_registry={"say_o": SayOEnv},
+        protocol_registry={
+            "single": lambda: SingleAgentProtocol(Agent(engine, sampling=sampling), max_steps=1)
+        },
+    )
+    algorithm = make_grpo()
+    problem = RolloutRequest(env=ComponentSpec(name="say_o"), protocol=ComponentSpec(name="single"))
+    source = PrefetchBatchSource(
+        RolloutBatchSource(
+            engine=rollouts,
+            requests_fn=lambda: [problem],
+            credit_assigner=algorithm.credit_assigner,
+            strategy=GRPORequestStrategy(group_size=4),
+            seed_sequencer=SeedSequencer(run_seed=0),
+        )
+    )
+    config = TrainerConfig(lr=1e-3, pad_token_id=int(tokenizer.pad_token_id), max_lag=1)
+    trainer = Trainer(model, algorithm, source, config, publisher=InProcessPublisher(engine))
+    try:
+        history = trainer.run(3, progress=False)
+    finally:
+        source.close()
+        engine.close()
+    assert len(history) == 3
+    assert all(m["num_samples"] == 4 and m["dropped_stale"] == 0 for m in history)
+    assert engine.policy_version == trainer.policy_version == 3
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
