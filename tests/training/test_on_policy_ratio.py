@@ -25,7 +25,7 @@ from ludic import cli
 from ludic.agents import Agent
 from ludic.distributed import InProcessPublisher
 from ludic.envs.single_agent import SingleAgentEnv
-from ludic.inference.embedded.engine import EmbeddedEngine
+from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.models import build_tiny_model
@@ -141,10 +141,14 @@ def first_step(
     *,
     sampling: SamplingConfig = SAMPLING,
     env: type[SingleAgentEnv] = TwoTurnEnv,
+    batch_invariant: bool = False,
 ) -> dict[str, float]:
+    """The first step's metrics; float64 models, or float32 with both sides batch-invariant."""
     model, tokenizer = build_tiny_model(seed=0)
-    model = model.double()
-    with EmbeddedEngine(copy.deepcopy(model), tokenizer) as engine:
+    if not batch_invariant:
+        model = model.double()
+    engine_config = EngineConfig(batch_invariant=batch_invariant)
+    with EmbeddedEngine(copy.deepcopy(model), tokenizer, config=engine_config) as engine:
         rollouts = RolloutEngine(
             env_registry={"two_turns": env},
             protocol_registry={
@@ -167,7 +171,9 @@ def first_step(
             strategy=GRPORequestStrategy(group_size=2),
             seed_sequencer=SeedSequencer(run_seed=0),
         )
-        config = TrainerConfig(lr=1e-3, pad_token_id=tokenizer.pad_token_id, seed=0)
+        config = TrainerConfig(
+            lr=1e-3, pad_token_id=tokenizer.pad_token_id, seed=0, batch_invariant=batch_invariant
+        )
         trainer = Trainer(
             model, algorithm, wrap(source), config, publisher=InProcessPublisher(engine)
         )
@@ -194,6 +200,24 @@ def test_first_on_policy_step_has_ratio_one(name: str) -> None:
     if "loss/rollout_is/weight_mean" in metrics:  # on-policy, the correction is the identity
         assert metrics["loss/rollout_is/weight_mean"] == pytest.approx(1.0, abs=TOL)
         assert metrics["loss/rollout_is/reject_sequence_frac"] == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_first_on_policy_step_has_ratio_exactly_one_when_batch_invariant(name: str) -> None:
+    # float32, engine and trainer batch-invariant: the recomputed logprobs are the behaviour
+    # logprobs bit for bit, so every ratio is exactly 1 (not within a tolerance).
+    metrics = first_step(PRESETS[name](), batch_invariant=True)
+    assert metrics["num_samples"] == 8
+    assert metrics["loss/mismatch/tokens"] == 1.0
+    assert metrics["loss/mismatch/abs_log_ratio_max"] == 0.0
+    assert metrics["loss/mismatch/k3"] == 0.0
+    ratios = {k: v for k, v in metrics.items() if k.endswith(("/ratio_min", "/ratio_max"))}
+    if not name.startswith(("reinforce_tis", "reinforce_baseline", "rloo")):
+        assert ratios, metrics
+    assert all(value == 1.0 for value in ratios.values()), ratios
+    if "loss/rollout_is/weight_mean" in metrics:
+        assert metrics["loss/rollout_is/weight_mean"] == 1.0
 
 
 @pytest.mark.slow

@@ -148,6 +148,7 @@ async def _train(
             checkpoint_every=cfg.checkpoint_every,
             micro_batch_tokens=cfg.micro_batch_tokens,
             device=cfg.device,
+            batch_invariant=cfg.batch_invariant,
         )
         if cfg.resume is not None:
             _resume(trainer, cfg, console)

@@ -52,10 +52,13 @@ def make_trainer(
     checkpoint_every: int | None = None,
     micro_batch_tokens: int | None = None,
     device: str = "cpu",
+    batch_invariant: bool = False,
 ) -> Trainer:
     """A Trainer logging to `out/metrics.jsonl` and checkpointing under `out/checkpoints`
     (every `checkpoint_every` steps, the last two kept; the tokenizer is saved with the model
-    so a checkpoint's `model/` directory loads with `ludic.models.load_model`)."""
+    so a checkpoint's `model/` directory loads with `ludic.models.load_model`).
+    `batch_invariant` recomputes logprobs with the batch-invariant engine's arithmetic
+    (`TrainerConfig.batch_invariant`)."""
     out.mkdir(parents=True, exist_ok=True)
     config = TrainerConfig(
         lr=lr,
@@ -65,6 +68,7 @@ def make_trainer(
         max_lag=0 if publisher is not None else None,
         micro_batch_tokens=micro_batch_tokens,
         device=device,
+        batch_invariant=batch_invariant,
         checkpoint=CheckpointConfig(
             dir=str(out / CHECKPOINTS_DIR), every_n_steps=checkpoint_every, keep_last=2
         ),

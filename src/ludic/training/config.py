@@ -67,6 +67,11 @@ class TrainerConfig:
     device: str = "cpu"
     """Device the model trains on. Under torchrun (WORLD_SIZE > 1) "cuda" means each rank's
     cuda:LOCAL_RANK with NCCL, "cpu" means gloo; the model is then sharded with FSDP2."""
+    batch_invariant: bool = False
+    """Recompute logprobs with the batch-invariant embedded engine's arithmetic
+    (`ludic.training.invariant_forward`): on-policy samples from an
+    `EngineConfig(batch_invariant=True)` engine on the same device and dtype get a ratio of
+    exactly 1. Llama-family models only; not with packing."""
     dtype: DType = "float32"
     """Autocast dtype of the forward pass (float32: no autocast). Weights keep their dtype;
     float16 is not offered (it would need loss scaling)."""
@@ -99,6 +104,10 @@ class TrainerConfig:
             raise ValueError(f"max_lag must be >= 0 or None, got {self.max_lag}")
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise ValueError(f"max_seq_len must be >= 2 or None, got {self.max_seq_len}")
+        if self.batch_invariant and self.packing:
+            raise ValueError(
+                "batch_invariant computes each sequence as its own row: set packing=False"
+            )
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
 

@@ -69,13 +69,15 @@ def accumulate_gradients(
     device: torch.device | str = "cpu",
     autocast_dtype: torch.dtype | None = None,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    batch_invariant: bool = False,
 ) -> AccumulationResult:
     """Forward and backward every micro-batch (rows of `batch`) into `model`'s `.grad`.
 
     The caller zeroes gradients first. `totals` (default: those of `batch`) are passed to the
     loss, so the accumulated gradient does not depend on the split. `num_passes` (>= the number
     of micro-batches) pads with dummy passes that add exactly zero gradient; `batch` may then be
-    None (this rank has nothing to train on).
+    None (this rank has nothing to train on). `batch_invariant` computes the policy's logprobs
+    with the batch-invariant engine's arithmetic (`sequence_logprobs`).
     """
     if loss_fn.needs_ref_logprobs and ref_model is None:
         raise ValueError(
@@ -105,7 +107,13 @@ def accumulate_gradients(
         micro = batch.select(micro_batches[done]).to(device)
         with _autocast(device, autocast_dtype):
             logprobs_BT, entropy_BT, ref_BT = _forward(
-                model, ref_model, loss_fn, micro, packed=packed, chunk_tokens=chunk_tokens
+                model,
+                ref_model,
+                loss_fn,
+                micro,
+                packed=packed,
+                chunk_tokens=chunk_tokens,
+                batch_invariant=batch_invariant,
             )
         out = loss_fn(
             LossInputs(
@@ -158,10 +166,16 @@ def _forward(
     *,
     packed: bool,
     chunk_tokens: int,
+    batch_invariant: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(logprobs_BT, entropy_BT if the loss needs it, reference logprobs_BT if it needs them)."""
     logprobs_BT, entropy_BT = sequence_logprobs(
-        model, micro, packed=packed, with_entropy=loss_fn.needs_entropy, chunk_tokens=chunk_tokens
+        model,
+        micro,
+        packed=packed,
+        with_entropy=loss_fn.needs_entropy,
+        chunk_tokens=chunk_tokens,
+        batch_invariant=batch_invariant,
     )
     ref_BT = None
     if ref_model is not None and loss_fn.needs_ref_logprobs:

@@ -12,6 +12,12 @@ mismatch instead of -inf). The gradient flows through the renormalised log-softm
 support. Rows without top-k / top-p are never sorted. Entropies are of the model's own
 distribution (temperature 1, unfiltered).
 
+The logprob is `log_softmax(z).gather(token)`, the engine's own computation (not
+`z[token] - logsumexp(z)`, which rounds differently): with `batch_invariant=True`,
+`sequence_logprobs` computes the logits with the engine's batch-invariant arithmetic
+(`ludic.training.invariant_forward`), and the logprobs then equal the batch-invariant embedded
+engine's behaviour logprobs bit for bit on the same device and dtype.
+
 Memory: the log-softmax is done chunk by chunk over positions in float32, so no extra
 [B, T, V] copy of the logits is made (only [chunk, V] at a time, recomputed in backward when
 it would otherwise be kept). It does not mask anything
@@ -27,6 +33,7 @@ from torch.utils.checkpoint import checkpoint
 
 from ludic.inference.embedded.token_sampling import RowKnobs
 from ludic.training.collate import CollatedBatch, TokenSampling, pack
+from ludic.training.invariant_forward import invariant_logits
 
 DEFAULT_CHUNK_TOKENS = 1024
 _Knobs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # temperature_N, top_k_N, top_p_N
@@ -80,12 +87,11 @@ def _chunk_terms(
     z_CV = x_CV
     if temperature_C is not None and top_k_C is not None and top_p_C is not None:
         z_CV = processed_logits(x_CV, targets_C, temperature_C, top_k_C, top_p_C)
-    lse_C = torch.logsumexp(z_CV, dim=-1)
-    logprob_C = z_CV.gather(-1, targets_C[:, None]).squeeze(-1) - lse_C
+    # log_softmax then gather: the engine's own computation, so equal logits give equal bits
+    logprob_C = torch.log_softmax(z_CV, dim=-1).gather(-1, targets_C[:, None]).squeeze(-1)
     if not with_entropy:
         return (logprob_C,)
-    if z_CV is not x_CV:
-        lse_C = torch.logsumexp(x_CV, dim=-1)
+    lse_C = torch.logsumexp(x_CV, dim=-1)
     # H = -sum p log p = logsumexp(x) - sum p x
     return logprob_C, lse_C - (torch.softmax(x_CV, dim=-1) * x_CV).sum(dim=-1)
 
@@ -100,14 +106,11 @@ def _next_token_logprobs(
     """log p(targets[i] | logits[i]) per row of a [N, V] tensor, chunk by chunk.
 
     Chunks come from `torch.split`, whose backward writes every chunk's gradient into one
-    buffer (slicing each chunk instead would allocate a full-size gradient per chunk). When
-    autograd would otherwise keep a float32 copy of the chunk (low-precision logits, or the
-    softmax of the entropy, or the sampling transform) the chunk is recomputed in backward
-    instead (checkpointing), so only the logits themselves stay alive.
+    buffer (slicing each chunk instead would allocate a full-size gradient per chunk). Autograd
+    would keep each chunk's float32 log-softmax (and casts, softmax, sampling transform), so
+    the chunk is recomputed in backward instead (checkpointing): only the logits stay alive.
     """
-    recompute = logits_NV.requires_grad and (
-        with_entropy or knobs_N is not None or logits_NV.dtype not in (torch.float32, torch.float64)
-    )
+    recompute = logits_NV.requires_grad  # the log-softmax output would stay alive otherwise
     logprobs, entropies = [], []
     split = [torch.split(logits_NV, chunk_tokens), torch.split(targets_N, chunk_tokens)]
     if knobs_N is not None:
@@ -202,15 +205,27 @@ def sequence_logprobs(
     packed: bool = False,
     with_entropy: bool = False,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    batch_invariant: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run a Hugging Face causal LM on `batch` and return (logprobs_BT, entropy_BT or None),
     0 on padding, logprobs under each token's sampling transform (`batch.sampling`). With
     `packed=True` the sequences go through the model as one row (position ids restart per
-    sequence) and the results are laid back out as [B, T]."""
+    sequence) and the results are laid back out as [B, T]. With `batch_invariant=True` the
+    logits come from the batch-invariant engine's arithmetic (`invariant_logits`; not with
+    `packed`), so an on-policy sample from that engine gets its behaviour logprobs back exactly."""
+    if batch_invariant and packed:
+        raise ValueError(
+            "batch-invariant logprobs run each sequence as its own row: turn packing off"
+        )
     if not packed:
-        logits_BTV = model(
-            input_ids=batch.input_ids_BT, attention_mask=batch.attention_mask_BT, use_cache=False
-        ).logits
+        if batch_invariant:
+            logits_BTV = invariant_logits(model, batch.input_ids_BT, batch.attention_mask_BT)
+        else:
+            logits_BTV = model(
+                input_ids=batch.input_ids_BT,
+                attention_mask=batch.attention_mask_BT,
+                use_cache=False,
+            ).logits
         logprobs_BT, entropy_BT = token_logprobs(
             logits_BTV,
             batch.input_ids_BT,

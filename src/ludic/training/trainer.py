@@ -239,6 +239,7 @@ class Trainer:
             device=self.device,
             autocast_dtype=config.torch_dtype,
             chunk_tokens=config.logprob_chunk_tokens,
+            batch_invariant=config.batch_invariant,
         )
         loss, nonfinite = runtime.all_reduce_sum([result.loss, float(not result.finite)])
         metrics = {

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 MIN_ROWS = 16
+KEY_BLOCK = 128  # keys per block of the attention sums (`attend`)
 _PROBE_ROWS = (MIN_ROWS, MIN_ROWS + 1, 2 * MIN_ROWS + 3, 64, 129, 200)
 
 
@@ -67,37 +68,109 @@ def attention(
     lengths: list[tuple[int, int]],
     scale: float,
 ) -> torch.Tensor:
-    """SDPA of each row's real new positions over its own keys (causal, aligned at the end), one
-    call per row; padding positions get zeros."""
+    """The engine's attention over a left-padded KV cache: each row's keys are moved to start at
+    column 0 (`lengths`: its real keys, its real new positions), then `attend`. Padding
+    positions get finite values that nothing reads."""
+    B, _, S, D = q_BHSD.shape
+    K, T = k_BKTD.shape[1], k_BKTD.shape[2]
+    keys_B = torch.tensor([keys for keys, _ in lengths], device=q_BHSD.device)
+    width = max(1, int(keys_B.max()))
+    index_BW = ((T - keys_B)[:, None] + torch.arange(width, device=q_BHSD.device)).clamp(max=T - 1)
+    index_BKWD = index_BW[:, None, :, None].expand(B, K, width, D)
+    k_BKWD, v_BKWD = k_BKTD.gather(2, index_BKWD), v_BKTD.gather(2, index_BKWD)
+    # new position s of a row is its key keys - S + s
+    last_BS = (keys_B[:, None] - S + torch.arange(S, device=q_BHSD.device)).clamp(min=0)
+    return grouped_attention(q_BHSD, k_BKWD, v_BKWD, last_BS, scale)
+
+
+def grouped_attention(
+    q_BHSD: torch.Tensor,
+    k_BKTD: torch.Tensor,
+    v_BKTD: torch.Tensor,
+    last_BS: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """`attend` with the query heads grouped under their kv head (GQA): position s of row b sees
+    keys 0..last_BS[b, s] (keys aligned at column 0). -> [B, H, S, D]."""
     B, H, S, D = q_BHSD.shape
-    T, gqa = k_BKTD.shape[-2], k_BKTD.shape[1] != H
-    out_BHSD = q_BHSD.new_zeros(B, H, S, D)
-    for row, (keys, news) in enumerate(lengths):
-        if not news:
-            continue
-        q = q_BHSD[row : row + 1, :, S - news :]
-        k, v = k_BKTD[row : row + 1, :, T - keys :], v_BKTD[row : row + 1, :, T - keys :]
-        mask = None
-        if news > 1:  # new position i sees keys up to keys - news + i
-            mask = torch.ones(news, keys, dtype=torch.bool, device=q.device).tril(keys - news)
-        out_BHSD[row, :, S - news :] = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa
-        )[0]
-    return out_BHSD
+    K = k_BKTD.shape[1]
+    group = H // K  # q head h reads kv head h // group
+    q_BKRD = q_BHSD.reshape(B, K, group * S, D)  # rows: (head in group, position)
+    out_BKRD = attend(q_BKRD, k_BKTD, v_BKTD, last_BS.repeat(1, group), scale)
+    return out_BKRD.reshape(B, H, S, D)
+
+
+def attend(
+    q_BKRD: torch.Tensor,
+    k_BKTD: torch.Tensor,
+    v_BKTD: torch.Tensor,
+    last_BR: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Softmax attention of query row r over keys 0..last_BR[b, r] (keys aligned at column 0),
+    with every reduction in an order fixed by the row's own keys alone: scores are one GEMM per
+    (row, kv head) over at least `MIN_ROWS` query rows (each score is a dot product over D);
+    the max is exact; the weighted sums and the normaliser run over blocks of `KEY_BLOCK` keys
+    counted from key 0, one fixed-shape GEMM (and sum) per block, added block after block.
+    Keys a query does not see weigh exactly 0, so extra keys or blocks after them (a longer
+    sequence, a padded batch) and extra query rows change no bit of its output: a prefill, a
+    decode step and the trainer's full forward give a position the same result.
+    Differentiable (the trainer backpropagates through it)."""
+    R = q_BKRD.shape[2]
+    rows = max(R, MIN_ROWS)
+    T = k_BKTD.shape[2]
+    blocks = -(-T // KEY_BLOCK)
+    q_BKRD = F.pad(q_BKRD, (0, 0, 0, rows - R))
+    last_BR = F.pad(last_BR, (0, rows - R))
+    pad = blocks * KEY_BLOCK - T
+    k_BKTD, v_BKTD = F.pad(k_BKTD, (0, 0, 0, pad)), F.pad(v_BKTD, (0, 0, 0, pad))
+    scores_BKRT = torch.matmul(q_BKRD, k_BKTD.transpose(-1, -2)) * scale
+    seen_B1RT = (
+        torch.arange(scores_BKRT.shape[-1], device=q_BKRD.device) <= last_BR[:, None, :, None]
+    )
+    scores_BKRT = scores_BKRT.masked_fill(~seen_B1RT, float("-inf"))
+    max_BKR1 = scores_BKRT.detach().amax(-1, keepdim=True)
+    total_BKRD = norm_BKR1 = None
+    for start in range(0, blocks * KEY_BLOCK, KEY_BLOCK):
+        weight_BKRC = torch.exp(scores_BKRT[..., start : start + KEY_BLOCK] - max_BKR1)
+        part_BKRD = torch.matmul(weight_BKRC, v_BKTD[:, :, start : start + KEY_BLOCK])
+        part_BKR1 = weight_BKRC.sum(-1, keepdim=True)
+        if total_BKRD is None or norm_BKR1 is None:
+            total_BKRD, norm_BKR1 = part_BKRD, part_BKR1
+        else:
+            total_BKRD, norm_BKR1 = total_BKRD + part_BKRD, norm_BKR1 + part_BKR1
+    assert total_BKRD is not None and norm_BKR1 is not None
+    return (total_BKRD / norm_BKR1)[:, :, :R]
 
 
 def attention_problem(heads: int, kv_heads: int, head_dim: int, like: torch.Tensor) -> str | None:
-    """None if `attention` gives rows of a batch (of mixed lengths) the bits they get alone."""
+    """None if `attention` gives a position the same bits in a decode step, in a batch of rows
+    of mixed lengths, in a prefill and in a longer (trainer-style) forward; else what differs."""
     generator = torch.Generator().manual_seed(0)
-    B, T = 8, 40
+    B, T = 8, 2 * KEY_BLOCK + 40
     shapes = ((B, heads, 1, head_dim), (B, kv_heads, T, head_dim), (B, kv_heads, T, head_dim))
     q, k, v = (torch.randn(s, generator=generator).to(like) for s in shapes)
-    lengths = [(T - 3 * row, 1) for row in range(B)]
+    lengths = [(T - 37 * row, 1) for row in range(B)]
     together = attention(q, k, v, lengths, 0.125)
     for row, (keys, _) in enumerate(lengths):
         own = (q[row : row + 1], k[row : row + 1, :, T - keys :], v[row : row + 1, :, T - keys :])
         if not torch.equal(attention(*own, [(keys, 1)], 0.125), together[row : row + 1]):
             return f"attention gives a row different bits in a batch than alone ({like.device})"
+    # the last row's keys as a prefill of S positions, then as one longer causal row
+    keys = lengths[-1][0]
+    k_1KTD, v_1KTD = k[-1:, :, T - keys :], v[-1:, :, T - keys :]
+    q_1HSD = torch.randn(1, heads, keys, head_dim, generator=generator).to(like)
+    q_1HSD[:, :, -1:] = q[-1:]
+    prefill = attention(q_1HSD, k_1KTD, v_1KTD, [(keys, keys)], 0.125)
+    longer = torch.randn(1, kv_heads, KEY_BLOCK + 5, head_dim, generator=generator).to(like)
+    k_long, v_long = torch.cat([k_1KTD, longer], 2), torch.cat([v_1KTD, longer], 2)
+    q_long = torch.cat([q_1HSD, longer[:, :1].expand(1, heads, KEY_BLOCK + 5, head_dim)], 2)
+    last = torch.arange(q_long.shape[2])[None]
+    full = grouped_attention(q_long, k_long, v_long, last, 0.125)
+    if not torch.equal(prefill, full[:, :, :keys]) or not torch.equal(
+        prefill[:, :, -1:], together[-1:]
+    ):
+        return f"attention gives a position different bits in a prefill, a decode step and a longer forward ({like.device})"
     return None
 
 
