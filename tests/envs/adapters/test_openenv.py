@@ -1,5 +1,5 @@
 """OpenEnvEnv on a real OpenEnv Environment: in process, and behind OpenEnv's own server and
-WebSocket client; the CLI's `openenv:...`. Skipped without openenv-core (not in `dev`)."""
+WebSocket client; the CLI's `openenv:...` and a short GRPO run. Skipped without openenv-core."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -150,3 +151,24 @@ async def test_a_running_openenv_server_plays_through_its_client(openenv_server:
         )
     assert [r.env_steps[-1].reward for r in rollouts] == [1.0, 1.0]
     assert [len(r.env_steps) for r in rollouts] == [2, 1]  # seed 1 is "pear", the first guess
+
+
+@pytest.mark.slow
+def test_ludic_train_runs_grpo_on_an_openenv_environment(tmp_path: Path) -> None:
+    from ludic.recipes.configs import TrainConfig
+    from ludic.recipes.train import train_command
+
+    cfg = TrainConfig(
+        env=f"openenv:{__name__}:GuessWordEnvironment",
+        steps=2,
+        problems_per_step=1,
+        group_size=2,
+        max_tokens=8,
+        max_steps=2,
+        out_dir=tmp_path,
+        progress=False,
+    )
+    result = train_command(cfg)
+    assert result.steps == 2 and (result.checkpoint / "model" / "config.json").is_file()
+    episodes = (tmp_path / "rollouts.jsonl").read_text().splitlines()
+    assert len(episodes) == 2 * 1 * 2 and all('"error"' not in e for e in episodes)
