@@ -1,18 +1,24 @@
-"""`BroadcastPolicyPublisher`: pushes trainer weights to an inference server over a
-`torch.distributed` data plane, then verifies the server serves them.
+"""`BroadcastPolicyPublisher`: pushes trainer weights to one or many inference servers over a
+`torch.distributed` data plane, then verifies that each server serves them.
 
-One push: send the manifest (names, shapes, dtypes, buckets, version), wait for the server to
-accept it, broadcast the buckets over the standalone group (trainer = rank 0, server = rank 1),
-wait for the server's reply (it loads the weights and reports its version), then check
-`/ludic/version` and a logprob probe against the trainer's own model. The manifest and replies
-travel as keys in the trainer's TCPStore when the server offers that (`control="store"`, the
-embedded server: no HTTP request per push, `ludic.distributed.control`), else as POST
+One push: send the manifest (names, shapes, dtypes, buckets, version) to every server, wait for
+those that must accept a new layout, broadcast the buckets once over the standalone group
+(trainer = rank 0, the servers' ranks after it, tensor-parallel ranks included), wait for each
+server's reply (it loads the weights and reports its version and checksums), then check each
+one's `/ludic/version` and a logprob probe against the trainer's own model. The manifest and
+replies travel as keys in the trainer's TCPStore when a server offers that (`control="store"`,
+the embedded server: no HTTP request per push, `ludic.distributed.control`), else as POST
 `/ludic/weights/start` and `/finish` (the vLLM extension); joining, status and the probe use
-HTTP either way. The server side is `ludic.inference.http.weight_receiver`. Under FSDP either call
-`publish` with the sharded model on every rank (the full state dict is gathered, a collective;
-rank 0 pushes, the other ranks return) or, as the Trainer does, gather first and call it on
-rank 0 with the state dict; verification never runs a collective. It talks to one server;
-publish to several with one publisher each.
+HTTP either way. The server side is `ludic.inference.http.weight_receiver`.
+
+Many servers: a server that cannot be reached, or dies during a push, is named (in a warning,
+in `last_push.missed`, and in the error when fewer than `min_servers` took the push); the push
+is redone at once over a fresh group of the servers still there, and a server that comes back
+(restarted) is re-initialised into the group at the next push, which brings it to the current
+version. Under FSDP either call `publish` with the sharded model on every rank (the full state
+dict is gathered, a collective; rank 0 pushes, the other ranks return) or, as the Trainer
+does, gather first and call it on rank 0 with the state dict; verification never runs a
+collective. It does not balance or route inference requests (`ludic.inference.http.pool`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -28,26 +34,17 @@ import httpx
 import torch
 import torch.distributed as dist
 
-from ludic.distributed.checksum import (
-    Checksum,
-    cast_for,
-    checksums,
-    fold_totals,
-    held_name,
-    mismatched,
-    nonfinite,
-)
+from ludic.distributed.checksum import Checksum, checksums, nonfinite
 from ludic.distributed.control import StoreControl
-from ludic.distributed.interfaces import Weights
+from ludic.distributed.held_check import compare_held
+from ludic.distributed.interfaces import PublishVerificationError, Weights
 from ludic.distributed.live_state import LiveStateDict
 from ludic.distributed.manifest import TensorEntry, WeightManifest, plan_manifest
+from ludic.distributed.server_group import PushFailed, ServerGroup, links
+from ludic.distributed.server_link import ServerLink, WeightPushError
 from ludic.distributed.transfer import (
     Backend,
     BufferPool,
-    Collective,
-    host_store,
-    open_group,
-    send_buckets,
 )
 from ludic.distributed.verification import (
     HttpPolicyProbe,
@@ -60,14 +57,12 @@ from ludic.distributed.verification import (
 
 logger = logging.getLogger(__name__)
 
-
-class WeightPushError(RuntimeError):
-    """The server refused or failed a push (the message carries its explanation)."""
+__all__ = ["BroadcastPolicyPublisher", "PushStats", "WeightPushError"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PushStats:
-    """Timings and sizes of the last push (seconds)."""
+    """Timings and sizes of the last push (seconds), and which servers took it."""
 
     version: int
     num_bytes: int
@@ -75,15 +70,21 @@ class PushStats:
     transfer_seconds: float
     verify_seconds: float
     held_checksums: dict[str, list[int]] | None = None
-    """What the server reported holding after the load (name -> checksum), when it did."""
+    """What the (first) server reported holding after the load (name -> checksum), when it did."""
     held_totals: list[dict[str, list[Any]]] | None = None
     """A fusing server's (vLLM's) report instead: per rank, parameter -> [total, numel, dtype]
     in its own layout (fused, sharded, vocab padded)."""
+    servers: tuple[str, ...] = ()
+    """The servers that took and verified this push."""
+    missed: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Servers that did not take it (URL -> why): unreachable, died mid-push, ..."""
+    retried: bool = False
+    """The push was redone over a fresh group after a server failed during it."""
 
 
 @dataclass(slots=True)
 class _Check:
-    """What one push is verified against, computed while the server loads."""
+    """What one push is verified against, computed while the servers load."""
 
     sent: dict[str, Checksum] = dataclasses.field(default_factory=dict)
     nonfinite: list[str] = dataclasses.field(default_factory=list)
@@ -92,39 +93,48 @@ class _Check:
 
 
 class BroadcastPolicyPublisher:
-    """Publishes to the server at `base_url` whose control endpoints take bearer `token`.
+    """Publishes to the server(s) at `base_url` (one URL or several) whose control endpoints
+    take bearer `token`.
 
     - `backend`: "gloo" (CPU tensors) or "nccl" (tensors on `device`, a CUDA device).
     - `bucket_mb`, `pack_below_mb`: tensors smaller than `pack_below_mb` are packed into
       broadcasts of at most `bucket_mb`; larger ones are broadcast alone, in place (no copy).
     - `wire_dtype`: cast floating tensors before sending (e.g. bfloat16 for a bf16 server).
-    - `verify`: after each push, check the version the server reports, exact checksums of
-      every tensor the server holds after loading against the sent ones (a skipped tensor, a
-      load that never happened, a dropped tiny update), and that the sent weights are finite.
-      With `probe`, also on the first push of each connection and every `probe_every`-th
-      push: the server's `/ludic/logprobs` on `probe_token_ids` (default: 16 fixed
-      pseudo-random ids) against the trainer's within `atol` for a full-precision server,
-      widened for a half-precision one (`verification.PROBE_ATOL`: 0.05 float16, 0.2
-      bfloat16, from the dtype the server reports); nan or inf logprobs always fail. The probe checks the server's numerics (its forward, dtype, config), which
-      do not change between pushes, and costs two forward passes, more than the whole
-      transfer of a small model on a CPU: `probe_every=1` probes every push. The trainer's
-      logprobs come from the published model, or, when `publish` gets a state dict (as the
-      Trainer passes), from `probe_model` (the model that state came from; with LoRA its
-      forward matches the merged weights). When that model is sharded (FSDP2) its forward
-      would be a collective on rank 0 alone, so the reference runs on a non-sharded twin
-      holding the gathered state instead (no other rank is involved). Without a model only
-      the server's logprobs are checked for being finite (a warning says so once).
+    - `verify`: after each push, check on every server the version it reports, exact
+      checksums of every tensor it holds after loading against the sent ones (a skipped
+      tensor, a load that never happened, a dropped tiny update), and that the sent weights
+      are finite. With `probe`, also on the first push of each connection and every
+      `probe_every`-th push: the server's `/ludic/logprobs` on `probe_token_ids` (default: 16
+      fixed pseudo-random ids) against the trainer's within `atol` for a full-precision
+      server, widened for a half-precision one (`verification.PROBE_ATOL`: 0.05 float16, 0.2
+      bfloat16, from the dtype the server reports); nan or inf logprobs always fail. The
+      probe checks the server's numerics (its forward, dtype, config), which do not change
+      between pushes, and costs two forward passes, more than the whole transfer of a small
+      model on a CPU: `probe_every=1` probes every push. The trainer's logprobs come from the
+      published model, or, when `publish` gets a state dict (as the Trainer passes), from
+      `probe_model` (the model that state came from; with LoRA its forward matches the merged
+      weights). When that model is sharded (FSDP2) its forward would be a collective on rank
+      0 alone, so the reference runs on a non-sharded twin holding the gathered state instead
+      (no other rank is involved). Without a model only the server's logprobs are checked
+      for being finite (a warning says so once). A server that fails verification fails the
+      push (PublishVerificationError naming it), however many others passed.
     - `control`: how pushes are driven: "store" (manifest and replies as keys in the trainer's
       TCPStore), "http" (`/start` and `/finish` requests), "auto" (store when the server
-      offers it in `/ludic/weights/status`).
-    - `server_ranks`: receiving ranks on the server side (vLLM with tensor parallelism: TP).
-    - `master_addr`: this trainer's address as the server sees it (it hosts the TCPStore).
+      offers it in `/ludic/weights/status`; chosen per server).
+    - `server_ranks`: receiving ranks of each server (vLLM with tensor parallelism: TP); one
+      number for all, or one per URL.
+    - `min_servers`: the push fails (WeightPushError naming each server that did not take it)
+      when fewer servers than this took it; the others are named in a warning and in
+      `last_push.missed`, and rejoin when they answer again. Default 1: rollouts carry on on
+      the servers left. `min_servers=len(urls)` makes every server mandatory.
+    - `master_addr`: this trainer's address as the servers see it (it hosts the TCPStore).
     - `rank`: this process's trainer rank (default: the default group's rank, else 0).
+    - `http`: the HTTP client of each server (tests: a FastAPI TestClient); default: httpx.
     """
 
     def __init__(
         self,
-        base_url: str,
+        base_url: str | Sequence[str],
         token: str,
         *,
         backend: Backend = "gloo",
@@ -141,9 +151,10 @@ class BroadcastPolicyPublisher:
         master_addr: str = "127.0.0.1",
         timeout_s: float = 120.0,
         rank: int | None = None,
-        server_ranks: int = 1,
+        server_ranks: int | Sequence[int] = 1,
+        min_servers: int = 1,
         control: Literal["auto", "http", "store"] = "auto",
-        http: httpx.Client | None = None,
+        http: httpx.Client | Sequence[httpx.Client] | None = None,
     ) -> None:
         if backend not in ("gloo", "nccl"):
             raise ValueError(f"backend must be 'gloo' (CPU) or 'nccl' (GPU), got {backend!r}")
@@ -155,10 +166,16 @@ class BroadcastPolicyPublisher:
             raise ValueError(f"control must be 'auto', 'http' or 'store', got {control!r}")
         if probe_every < 1:
             raise ValueError(f"probe_every must be >= 1, got {probe_every}")
-        if server_ranks < 1:
-            raise ValueError(f"server_ranks must be >= 1, got {server_ranks}")
         if probe_token_ids is not None and len(probe_token_ids) < 2:
             raise ValueError("probe_token_ids needs at least 2 tokens (a prefix and a target)")
+        self.fleet = ServerGroup(
+            links(base_url, token, server_ranks, timeout_s, http),
+            backend=backend,
+            master_addr=master_addr,
+            timeout_s=timeout_s,
+            control=control,
+            min_servers=min_servers,
+        )
         self.backend: Backend = backend
         self.bucket_bytes = max(1, int(bucket_mb * 2**20))
         self.alone_bytes = max(1, int(pack_below_mb * 2**20))
@@ -169,79 +186,64 @@ class BroadcastPolicyPublisher:
         self.probe = probe
         self.probe_every = probe_every
         self._num_pushes = 0
-        self.server_ranks = server_ranks
         self.probe_token_ids = None if probe_token_ids is None else list(probe_token_ids)
         self.probe_model = probe_model
         self._warned_no_probe = False
         self._warned_unverified = False
-        # Set once the server holds sent tensors it cannot checksum (vLLM's CPU backend packs
+        # Set once a server holds sent tensors it cannot checksum (vLLM's CPU backend packs
         # linear weights into kernel handles): the probe is then their only check, every push.
         self._probe_always = False
-        self._served_dtype: str | None = None  # from the server's status: sets the probe atol
         self.atol = atol
-        self.master_addr = master_addr
-        self.timeout_s = timeout_s
         self.rank = rank
-        self.http = http or httpx.Client(base_url=base_url, timeout=timeout_s)
-        self.http.headers["Authorization"] = f"Bearer {token}"
-        self.control = control
-        self._group: Collective | None = None
-        self._store: Any = None  # rank 0 hosts it; it must outlive the group
-        self._channel: StoreControl | None = None  # set when pushes go through the store
         self._last_plan: tuple[list[Any], WeightManifest] | None = None
         self._live: LiveStateDict | None = None  # the last published module's state dict
         self.last_push: PushStats | None = None
 
+    @property
+    def servers(self) -> list[ServerLink]:
+        return self.fleet.servers
+
+    @property
+    def missed(self) -> dict[str, str]:
+        """Servers left out of the group now (URL -> why); they rejoin when they answer."""
+        return self.fleet.missed
+
+    # The first server's view and the group's, as one-server code and tests read them.
+    @property
+    def http(self) -> httpx.Client:
+        return self.servers[0].http
+
+    @property
+    def _channel(self) -> StoreControl | None:
+        return self.servers[0].channel
+
+    @property
+    def _served_dtype(self) -> str | None:
+        return self.servers[0].served_dtype
+
+    @property
+    def _store(self) -> Any:
+        return self.fleet.store
+
     # -- connection ---------------------------------------------------------------------
 
     def connect(self) -> None:
-        """Host the store, ask the server to join, build the group (blocks until joined)."""
-        status = self._request("GET", "/ludic/weights/status")  # fails fast on a bad URL/token
-        offered = status.get("controls", ["http"])
-        self._served_dtype = status.get("dtype")
-        control = self.control
-        if control == "auto":
-            control = "store" if "store" in offered else "http"
-        elif control not in offered:
-            raise WeightPushError(f"the server offers control {offered}, not {control!r}")
-        world_size = 1 + self.server_ranks
-        store = host_store(self.master_addr, 0, world_size=world_size, timeout_s=self.timeout_s)
-        body = {
-            "host": self.master_addr,
-            "port": int(store.port),
-            "backend": self.backend,
-            "world_size": world_size,
-            "timeout_s": self.timeout_s,
-        }
-        if control == "store":  # sent only then: HTTP-driven servers see the request as before
-            body["control"] = "store"
-        self._request("POST", "/ludic/weights/init", json=body)
-        self._group = open_group(
-            store, rank=0, world_size=world_size, backend=self.backend, timeout_s=self.timeout_s
-        )
-        self._store = store
-        if control == "store":
-            self._channel = StoreControl(store)
+        """Build the group with every server that answers (blocks until they have joined)."""
+        self.fleet.connect()
 
     def close(self) -> None:
-        """Drop the group and tell the server (best effort)."""
-        if self._group is not None:
-            try:
-                if self._channel is not None:
-                    self._channel.send_request({"close": True})
-                self._request("POST", "/ludic/weights/close")
-            except (httpx.HTTPError, WeightPushError, RuntimeError) as e:
-                logger.warning("could not close the server's weight-sync group: %s", e)
-        self._drop_group()
+        """Drop the group and tell the servers (best effort)."""
+        self.fleet.close()
 
     def _drop_group(self) -> None:
-        self._group, self._store, self._channel = None, None, None
+        self.fleet.drop()
 
     # -- publishing ---------------------------------------------------------------------
 
     def publish(self, weights: Weights, *, version: int) -> None:
-        """Push `weights` as policy `version` and verify; raises PublishVerificationError if the
-        server does not serve them, WeightPushError if it refused or failed the push."""
+        """Push `weights` as policy `version` to every server and verify each; raises
+        PublishVerificationError if a server does not serve them, WeightPushError if one
+        refused the push or fewer than `min_servers` took it (naming each server)."""
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise ValueError(f"publish: version must be an int >= 0, got {version!r}")
         model = weights if isinstance(weights, torch.nn.Module) else self.probe_model
@@ -257,11 +259,52 @@ class BroadcastPolicyPublisher:
         started = time.perf_counter()
         tensors = self._wire_tensors(state)
         manifest = self._plan(tensors, version)
-        probe_due = (
-            self._group is None or self._probe_always or self._num_pushes % self.probe_every == 0
-        )
-        if self._group is None:
+        new_group = self.fleet.group is None or (bool(self.missed) and self.fleet.rejoin_due())
+        if new_group:
             self.connect()
+        probe_due = new_group or self._probe_always or self._num_pushes % self.probe_every == 0
+        retried = False
+        try:
+            check, replies = self._attempt(manifest, tensors, state, model, probe_due)
+        except PushFailed as failure:  # a server died or broke the group: redo it over a fresh one
+            logger.warning("weight push of version %d failed on %s; retrying", version, failure)
+            self.connect()
+            retried = True
+            try:
+                check, replies = self._attempt(manifest, tensors, state, model, True)
+            except PushFailed as again:
+                self.missed.update(again.failed)
+                self.fleet.require(0, "take the push")
+                raise  # unreachable: require raised (min_servers >= 1)
+        transferred = time.perf_counter()
+        self._num_pushes += 1
+        if self.verify:
+            self._verify_all(version, replies, tensors, check)
+        self._report_missed(version, len(replies))
+        first = next(iter(replies.values()))
+        self.last_push = PushStats(
+            version=version,
+            num_bytes=manifest.total_bytes,
+            num_buckets=len(manifest.buckets),
+            transfer_seconds=transferred - started,
+            verify_seconds=time.perf_counter() - transferred,
+            held_checksums=first.get("checksums"),
+            held_totals=first.get("held_totals"),
+            servers=tuple(replies),
+            missed=dict(self.missed),
+            retried=retried,
+        )
+
+    def _attempt(
+        self,
+        manifest: WeightManifest,
+        tensors: dict[str, torch.Tensor],
+        state: Mapping[str, torch.Tensor],
+        model: torch.nn.Module | None,
+        probe_due: bool,
+    ) -> tuple[_Check, dict[str, dict[str, Any]]]:
+        """One push to the current group; each server's reply by URL. Raises PushFailed (the
+        group is dropped) when a server failed during it."""
         check = _Check()
 
         def while_sending(entries: list[TensorEntry]) -> None:  # overlaps the transfer
@@ -270,7 +313,7 @@ class BroadcastPolicyPublisher:
                 check.sent.update(checksums(sent))
                 check.nonfinite += nonfinite(sent)
 
-        def while_the_server_loads() -> None:  # overlaps the server's load and checksums
+        def while_the_servers_load() -> None:  # overlaps the servers' load and checksums
             if self.verify and self.probe and probe_due:
                 check.probe_ids = self._probe_ids(model) if model is not None else None
                 if check.probe_ids is None:
@@ -278,28 +321,19 @@ class BroadcastPolicyPublisher:
                 elif model is not None:
                     check.expected = trainer_logprobs(model, state, check.probe_ids)
 
-        if self._channel is not None:
-            reply = self._push_via_store(
-                self._channel, manifest, tensors, while_sending, while_the_server_loads
-            )
-        else:
-            self._request("POST", "/ludic/weights/start", json=manifest.to_json())
-            self._send(manifest, tensors, while_sending)
-            while_the_server_loads()
-            reply = self._request("POST", "/ludic/weights/finish")
-        transferred = time.perf_counter()
-        self._num_pushes += 1
-        if self.verify:
-            self._verify(version, reply, tensors, check)
-        self.last_push = PushStats(
-            version=version,
-            num_bytes=manifest.total_bytes,
-            num_buckets=len(manifest.buckets),
-            transfer_seconds=transferred - started,
-            verify_seconds=time.perf_counter() - transferred,
-            held_checksums=reply.get("checksums"),
-            held_totals=reply.get("held_totals"),
-        )
+        try:
+            self.fleet.request_push(manifest)
+            self.fleet.send(manifest, tensors, self._pool, while_sending)
+            while_the_servers_load()
+            return check, self.fleet.replies()
+        except PushFailed:
+            self.fleet.drop()  # a failed collective leaves the group unusable
+            raise
+
+    def _report_missed(self, version: int, took: int) -> None:
+        for url, why in self.missed.items():
+            logger.warning("weight push of version %d did not reach %s: %s", version, url, why)
+        self.fleet.require(took, "take the push")
 
     def _probe_ids_from_state(self, state: Mapping[str, torch.Tensor]) -> list[int]:
         """Probe tokens without a model: in the vocabulary of the embedding (a finite check)."""
@@ -308,126 +342,62 @@ class BroadcastPolicyPublisher:
             self.probe_token_ids = default_probe_tokens(rows[0] if rows else 2)
         return self.probe_token_ids
 
-    def _push_via_store(
+    def _verify_all(
         self,
-        channel: StoreControl,
-        manifest: WeightManifest,
+        version: int,
+        replies: dict[str, dict[str, Any]],
         tensors: dict[str, torch.Tensor],
-        while_sending: Callable[[list[TensorEntry]], None],
-        while_waiting: Callable[[], None],
-    ) -> dict[str, Any]:
-        try:
-            if channel.send_manifest(manifest):  # a new layout: wait for the ack
-                ack = channel.wait_reply("ack")
-                if "error" in ack:  # refused before any byte: the group is still usable
-                    raise WeightPushError(f"push refused ({ack.get('status')}): {ack['error']}")
-            self._send(manifest, tensors, while_sending)
-            while_waiting()
-            done = channel.wait_reply("done")
-        except WeightPushError:
-            raise
-        except RuntimeError as e:  # the store: the server is gone or stuck
-            self._drop_group()
-            raise WeightPushError(f"the server did not answer the push: {e}") from e
-        if "error" in done:
-            self._drop_group()
-            raise WeightPushError(f"push failed ({done.get('status')}): {done['error']}")
-        return done
-
-    def _send(
-        self,
-        manifest: WeightManifest,
-        tensors: dict[str, torch.Tensor],
-        while_sending: Callable[[list[TensorEntry]], None] | None = None,
+        check: _Check,
     ) -> None:
-        assert self._group is not None
-        try:
-            send_buckets(
-                self._group, manifest, tensors, pool=self._pool, while_sending=while_sending
-            )
-        except Exception as e:
-            self._drop_group()  # a failed collective leaves the group unusable: reconnect next
-            raise WeightPushError(f"broadcasting weights failed: {type(e).__name__}: {e}") from e
+        for server in list(self.fleet.members):
+            try:
+                self._verify(server, version, replies[server.url], tensors, check)
+            except PublishVerificationError as e:
+                raise PublishVerificationError(f"server {server.url}: {e}") from e
+            except httpx.TransportError as e:  # it died since its reply: rejoin when back
+                self.missed[server.url] = f"server {server.url}: unreachable after loading: {e}"
+                del replies[server.url]
+                self.fleet.drop()
 
     def _verify(
         self,
+        server: ServerLink,
         version: int,
         reply: Mapping[str, Any],
         tensors: dict[str, torch.Tensor],
         check: _Check,
     ) -> None:
-        probe = HttpPolicyProbe(self.http)
+        probe = HttpPolicyProbe(server.http)
         served_version = probe.served_version()
         finished_version = int(reply["policy_version"])
         if finished_version != version:  # the load itself reported another version
             served_version = finished_version
-        mismatched, unverified = self._compare_held(reply, tensors, check.sent)
-        served = probe.served_logprobs(check.probe_ids) if check.probe_ids is not None else None
-        check_served_policy(
-            version=version,
-            served_version=served_version,
-            expected_logprobs=check.expected,
-            served_logprobs=served,
-            atol=probe_atol(self._served_dtype, default=self.atol),
-            mismatched_tensors=mismatched,
-            unverified=unverified,
-            nonfinite_tensors=check.nonfinite,
-        )
-
-    def _compare_held(
-        self,
-        reply: Mapping[str, Any],
-        tensors: dict[str, torch.Tensor],
-        sent: dict[str, Checksum] | None,
-    ) -> tuple[list[str], str | None]:
-        """The tensors whose checksum on the server differs from the sent one, and why the
-        comparison could not be made (None when it was)."""
-        if "checksums" in reply and sent is not None:
-            held_dtypes = dict(reply.get("held_dtypes") or {})
-            if held_dtypes:  # the server holds some in another dtype: compare the cast
-                sent = {**sent, **checksums(tensors, cast_to=cast_for(tensors, held_dtypes))}
-            return mismatched(sent, reply["checksums"]), None
-        if "held_totals" in reply:  # a server that fuses and shards (vLLM)
-            return self._compare_folded(reply, tensors)
-        return [], (
-            "the server did not report checksums of the weights it holds, so the load cannot "
-            "be verified (upgrade the server, or pass verify=False)"
-        )
-
-    def _compare_folded(
-        self, reply: Mapping[str, Any], tensors: dict[str, torch.Tensor]
-    ) -> tuple[list[str], str | None]:
-        held_by_rank: list[dict[str, list[Any]]] = list(reply["held_totals"])
-        packed = dict(reply.get("packed_modules_mapping") or {})
-        dtypes = {
-            name: str(entry[2])
-            for held in held_by_rank
-            for name, entry in held.items()
-            if len(entry) > 2
-        }
-        casts = {n: dtypes[held_name(n, packed)] for n in tensors if held_name(n, packed) in dtypes}
-        totals = checksums(tensors, cast_to=cast_for(tensors, casts))
-        sent = {n: (totals[n][0] & 0xFFFFFFFF, t.numel()) for n, t in tensors.items()}
-        held = [{n: [int(e[0]), int(e[1])] for n, e in h.items()} for h in held_by_rank]
-        result = fold_totals(sent, held, packed)
-        if not result.num_checked:
-            return [], "no tensor the server holds matches a sent name: cannot verify the load"
-        opaque = set(reply.get("opaque") or ())
-        packed_away = [n for n in result.unverified if held_name(n, packed) in opaque]
-        if packed_away:
+        held = compare_held(reply, tensors, check.sent)
+        if held.packed_away:
             self._probe_always = True  # the probe is their only check: run it on every push
-        if result.unverified and not self._warned_unverified:
+        if held.unchecked and not self._warned_unverified:
             logger.warning(
                 "%d sent tensors cannot be verified by checksum (%d held only inside the "
                 "server's kernels, e.g. vLLM's CPU backend packs linear weights; the rest have "
                 "no counterpart on the server), e.g. %s: the logprob probe checks them, on "
                 "every push",
-                len(result.unverified),
-                len(packed_away),
-                list(result.unverified[:3]),
+                len(held.unchecked),
+                len(held.packed_away),
+                list(held.unchecked[:3]),
             )
             self._warned_unverified = True
-        return list(result.mismatched), None
+        ids = check.probe_ids
+        served = probe.served_logprobs(ids) if ids is not None else None
+        check_served_policy(
+            version=version,
+            served_version=served_version,
+            expected_logprobs=check.expected,
+            served_logprobs=served,
+            atol=probe_atol(server.served_dtype, default=self.atol),
+            mismatched_tensors=held.mismatched,
+            unverified=held.unverified,
+            nonfinite_tensors=check.nonfinite,
+        )
 
     def _full_state_dict(self, weights: Weights) -> Mapping[str, torch.Tensor]:
         """The unsharded state dict (the module tree is walked again only when it changed)."""
@@ -474,18 +444,6 @@ class BroadcastPolicyPublisher:
         if self.rank is not None:
             return self.rank
         return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-    def _request(self, method: str, path: str, json: Any = None) -> dict[str, Any]:
-        try:
-            response = self.http.request(method, path, json=json)
-        except httpx.HTTPError as e:
-            raise WeightPushError(f"{method} {path}: cannot reach the server: {e}") from e
-        if response.status_code != 200:
-            raise WeightPushError(
-                f"{method} {path} failed ({response.status_code}): {response.text[:500]}"
-            )
-        body: dict[str, Any] = response.json()
-        return body
 
 
 def _gather_full_state_dict(model: torch.nn.Module) -> Mapping[str, torch.Tensor]:

@@ -1,0 +1,86 @@
+"""What a server reports holding after a push, compared with what the trainer sent: exact
+checksums (the embedded server) or additive totals per rank in the server's own layout (a
+fusing, sharding server: vLLM). Pure functions over one server's reply; the publisher turns the
+result into a verdict and warnings. It contacts nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ludic.distributed.checksum import (
+    Checksum,
+    cast_for,
+    checksums,
+    fold_totals,
+    held_name,
+    mismatched,
+)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class HeldComparison:
+    """`mismatched`: sent tensors the server holds differently; `unverified`: why nothing
+    could be compared (None when it was); `unchecked`: sent tensors with no checksum on the
+    server, `packed_away` of them held only inside its kernels (the probe is their check)."""
+
+    mismatched: list[str]
+    unverified: str | None = None
+    unchecked: tuple[str, ...] = ()
+    packed_away: tuple[str, ...] = ()
+
+
+def compare_held(
+    reply: Mapping[str, Any],
+    tensors: Mapping[str, torch.Tensor],
+    sent: dict[str, Checksum] | None,
+) -> HeldComparison:
+    """Compare one server's push reply with the sent `tensors` (their checksums: `sent`)."""
+    if "checksums" in reply and sent is not None:
+        held_dtypes = dict(reply.get("held_dtypes") or {})
+        if held_dtypes:  # the server holds some in another dtype: compare the cast
+            sent = {**sent, **checksums(tensors, cast_to=cast_for(dict(tensors), held_dtypes))}
+        return HeldComparison(mismatched=mismatched(sent, reply["checksums"]))
+    if "held_totals" in reply:  # a server that fuses and shards (vLLM)
+        return _compare_folded(reply, tensors)
+    return HeldComparison(
+        mismatched=[],
+        unverified=(
+            "the server did not report checksums of the weights it holds, so the load cannot "
+            "be verified (upgrade the server, or pass verify=False)"
+        ),
+    )
+
+
+def _compare_folded(
+    reply: Mapping[str, Any], tensors: Mapping[str, torch.Tensor]
+) -> HeldComparison:
+    held_by_rank: list[dict[str, list[Any]]] = list(reply["held_totals"])
+    packed = dict(reply.get("packed_modules_mapping") or {})
+    dtypes = {
+        name: str(entry[2])
+        for held in held_by_rank
+        for name, entry in held.items()
+        if len(entry) > 2
+    }
+    casts = {n: dtypes[held_name(n, packed)] for n in tensors if held_name(n, packed) in dtypes}
+    totals = checksums(tensors, cast_to=cast_for(dict(tensors), casts))
+    sent = {n: (totals[n][0] & 0xFFFFFFFF, t.numel()) for n, t in tensors.items()}
+    held = [{n: [int(e[0]), int(e[1])] for n, e in h.items()} for h in held_by_rank]
+    result = fold_totals(sent, held, packed)
+    if not result.num_checked:
+        return HeldComparison(
+            mismatched=[],
+            unverified="no tensor the server holds matches a sent name: cannot verify the load",
+        )
+    opaque = set(reply.get("opaque") or ())
+    packed_away = tuple(n for n in result.unverified if held_name(n, packed) in opaque)
+    return HeldComparison(
+        mismatched=list(result.mismatched),
+        unchecked=tuple(result.unverified),
+        packed_away=packed_away,
+    )

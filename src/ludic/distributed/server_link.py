@@ -1,0 +1,128 @@
+"""One inference server as a member of a `BroadcastPolicyPublisher` group: its bearer-token
+control requests, where it sits in the group (first rank, number of ranks), its store channel,
+and whether it is still there.
+
+Every error names the server's URL, so a push to many servers says which one failed. It does
+no broadcasting and no verification (the publisher does both).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import httpx
+
+from ludic.distributed.control import StoreControl
+
+Control = Literal["http", "store"]
+
+# How long a liveness check (between two slices of a wait for a reply) may take.
+_ALIVE_TIMEOUT_S = 2.0
+
+
+class WeightPushError(RuntimeError):
+    """The server refused or failed a push (the message carries its explanation)."""
+
+
+class ServerUnreachable(WeightPushError):
+    """The server could not be reached, or failed the request itself (5xx): it may be down."""
+
+
+class ServerLink:
+    """The server at `url` (its control endpoints take bearer `token`), `ranks` ranks wide in
+    the group (vLLM with tensor parallelism: TP). `http` replaces the client (tests)."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        ranks: int = 1,
+        timeout_s: float = 120.0,
+        http: httpx.Client | None = None,
+    ) -> None:
+        if ranks < 1:
+            raise ValueError(f"server_ranks must be >= 1, got {ranks}")
+        self.url = url.rstrip("/")
+        self.ranks = ranks
+        self.http = http or httpx.Client(base_url=self.url, timeout=timeout_s)
+        self.http.headers["Authorization"] = f"Bearer {token}"
+        self.first_rank = 0  # set when the group is built (0: not in a group)
+        self.control: Control = "http"
+        self.channel: StoreControl | None = None
+        self.served_dtype: str | None = None  # from its status: sets the probe atol
+
+    def status(self, *, timeout_s: float | None = None) -> dict[str, Any]:
+        """`GET /ludic/weights/status` (fails fast on a bad URL or token)."""
+        status = self.request("GET", "/ludic/weights/status", timeout_s=timeout_s)
+        self.served_dtype = status.get("dtype")
+        return status
+
+    def join(
+        self,
+        *,
+        host: str,
+        port: int,
+        backend: str,
+        world_size: int,
+        first_rank: int,
+        timeout_s: float,
+        control: Literal["auto", "http", "store"],
+        offered: list[str],
+    ) -> None:
+        """Ask the server to join the group on the trainer's store as ranks `first_rank`..."""
+        chosen = control
+        if chosen == "auto":
+            chosen = "store" if "store" in offered else "http"
+        elif chosen not in offered:
+            raise WeightPushError(f"server {self.url} offers control {offered}, not {chosen!r}")
+        body: dict[str, Any] = {
+            "host": host,
+            "port": port,
+            "backend": backend,
+            "world_size": world_size,
+            "timeout_s": timeout_s,
+        }
+        if first_rank != 1:  # sent only then: a single server sees the request as before
+            body["rank"] = first_rank
+        if chosen == "store":  # likewise: HTTP-driven servers see the request as before
+            body["control"] = "store"
+        self.request("POST", "/ludic/weights/init", json=body)
+        self.first_rank, self.control = first_rank, chosen  # type: ignore[assignment]
+
+    def why_gone(self) -> str | None:
+        """Why the server cannot take part in the push now (None: it is there and joined)."""
+        try:
+            status = self.status(timeout_s=_ALIVE_TIMEOUT_S)
+        except WeightPushError as e:
+            return str(e)
+        if status.get("join_error"):
+            return f"server {self.url} could not join the group: {status['join_error']}"
+        if not status.get("connected") and not status.get("joining"):
+            return (
+                f"server {self.url} is not in the weight-sync group (its receive failed, or it "
+                "restarted)"
+            )
+        return None
+
+    def leave(self) -> None:
+        self.first_rank, self.channel = 0, None
+
+    def request(
+        self, method: str, path: str, json: Any = None, *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        extra: dict[str, Any] = {} if timeout_s is None else {"timeout": timeout_s}
+        try:
+            response = self.http.request(method, path, json=json, **extra)
+        except httpx.HTTPError as e:
+            raise ServerUnreachable(
+                f"server {self.url}: {method} {path}: cannot reach the server: {e}"
+            ) from e
+        if response.status_code != 200:
+            error = ServerUnreachable if response.status_code >= 500 else WeightPushError
+            raise error(
+                f"server {self.url}: {method} {path} failed ({response.status_code}): "
+                f"{response.text[:500]}"
+            )
+        body: dict[str, Any] = response.json()
+        return body
