@@ -1,13 +1,20 @@
 """GiGPO vs GRPO on the corridor task (MemoryCorridorEnv): the same tiny local model, seeds,
 rollout budget and loss; only credit assignment differs. Prints JSON: success rate on held-out
-episodes before and after `steps` training steps, per seed, with mean and std over seeds.
+episodes before and after `steps` training steps, per seed, with the mean over seeds and its 95%
+confidence interval (Student t), and the paired GiGPO - GRPO difference (same seeds) with its
+95% interval. `--out FILE` also writes the JSON there.
+
+Why the corridor: the reward is sparse (1 only for the right code at the exit, after several
+moves), episodes are long relative to it (up to `max_steps` turns), and states repeat across the
+episodes of a group (the env's state key is (room, seen code)), so GiGPO's anchor groups
+compare actions taken from the same room: the setting where step-level credit should matter.
 
 The tiny model is randomly initialised and knows no words, so the agent's action is read from
 its completion's first character (`bucket_parser`: one of k actions by code point mod k). The
 benchmark measures credit assignment on a multi-turn task with repeating states, not language.
-The default budget runs in a few minutes on a 2-core CPU; raise --steps / --seeds for more.
+5 seeds x 2 algorithms x 10 steps take ~15 minutes on a 2-core CPU; 30 steps ~45-60 minutes.
 
-    python bench/gigpo_vs_grpo.py [--seeds 3] [--steps 10] [--groups-per-step 2] [--group-size 8]
+    python bench/gigpo_vs_grpo.py [--seeds 5] [--steps 10] [--groups-per-step 2] [--group-size 8]
 """
 
 from __future__ import annotations
@@ -15,11 +22,14 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
+import platform
 import statistics
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -51,8 +61,9 @@ from ludic.types import ParseResult
 class BenchConfig:
     """GiGPO vs GRPO on the corridor task."""
 
-    seeds: int = 3
-    """Independent runs per algorithm (model init, rollout and eval seeds)."""
+    seeds: int = 5
+    """Independent runs per algorithm (model init, rollout and eval seeds); at least 2 for an
+    interval."""
     steps: int = 10
     """Training steps per run."""
     groups_per_step: int = 2
@@ -89,6 +100,8 @@ class BenchConfig:
     """GiGPO's A_E / A_S mix: paper (A_E + omega A_S) or seed003 (omega A_E + (1-omega) A_S)."""
     gigpo_omega: float | None = None
     """GiGPO omega (None: 1.0 for paper, 0.5 for seed003)."""
+    out: Path | None = None
+    """Also write the JSON result to this file."""
 
 
 # Short, so turn samples stay short (the env's own prompt explains the actions in words).
@@ -210,24 +223,105 @@ def run_one(cfg: BenchConfig, algorithm: str, seed: int) -> dict[str, Any]:
     }
 
 
-def summarize(runs: list[dict[str, Any]]) -> dict[str, float]:
-    after = [r["success_after"] for r in runs]
-    before = [r["success_before"] for r in runs]
+# Student t 0.975 quantiles by degrees of freedom (scipy is not a dependency).
+_T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    12: 2.179,
+    15: 2.131,
+    20: 2.086,
+    30: 2.042,
+}
+
+
+def t975(df: int) -> float:
+    """The 0.975 quantile of Student's t with `df` degrees of freedom (the nearest tabled df at
+    or below; 1.96 beyond 30)."""
+    if df < 1:
+        raise ValueError(f"an interval needs at least 2 seeds (df >= 1), got df={df}")
+    if df > 30:
+        return 1.96
+    return _T975[max(d for d in _T975 if d <= df)]
+
+
+def mean_ci95(values: Sequence[float]) -> dict[str, float]:
+    """Mean, sample std and the 95% t interval of the mean (half width and bounds)."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return {"mean": mean, "std": 0.0, "ci95_half": float("nan"), "n": len(values)}
+    std = statistics.stdev(values)
+    half = t975(len(values) - 1) * std / len(values) ** 0.5
     return {
-        "success_after_mean": statistics.fmean(after),
-        "success_after_std": statistics.stdev(after) if len(after) > 1 else 0.0,
-        "success_before_mean": statistics.fmean(before),
+        "mean": mean,
+        "std": std,
+        "ci95_half": half,
+        "ci95_low": mean - half,
+        "ci95_high": mean + half,
+        "n": len(values),
+    }
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "success_after": mean_ci95([r["success_after"] for r in runs]),
+        "success_before": mean_ci95([r["success_before"] for r in runs]),
         "train_seconds_mean": statistics.fmean(r["train_seconds"] for r in runs),
     }
 
 
+def paired_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, float]:
+    """success_after of b minus a, seed by seed (both ran the same seeds)."""
+    by_seed = {r["seed"]: r["success_after"] for r in a}
+    return mean_ci95([r["success_after"] - by_seed[r["seed"]] for r in b])
+
+
 def main(cfg: BenchConfig) -> dict[str, object]:
-    results: dict[str, object] = {"config": asdict(cfg)}
+    started = time.time()
+    results: dict[str, Any] = {
+        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "machine": machine(),
+    }
     for algorithm in cfg.algorithms:
         runs = [run_one(cfg, algorithm, seed) for seed in range(cfg.seeds)]
         results[algorithm] = {"runs": runs, **summarize(runs)}
         print(f"{algorithm}: {summarize(runs)}", file=sys.stderr)
+    if "grpo" in results and "gigpo" in results:
+        results["gigpo_minus_grpo"] = paired_difference(
+            results["grpo"]["runs"], results["gigpo"]["runs"]
+        )
+    results["wall_seconds"] = time.time() - started
+    if cfg.out is not None:
+        cfg.out.write_text(json.dumps(results, indent=2) + "\n")
     return results
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on (the CPU model, cores, load, torch)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        load = Path("/proc/loadavg").read_text().split()[:3]
+    except OSError:
+        load = []
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "loadavg_at_start": load,
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 if __name__ == "__main__":
