@@ -62,8 +62,11 @@ class AWRConfig:
     """AWR temperature."""
     max_weight: float = 20.0
     """AWR weight cap."""
-    baseline: Literal["group", "mean"] = "group"
-    """AWR baseline (see `ludic sft --help`)."""
+    baseline: Literal["group", "mean", "state"] = "group"
+    """AWR baseline (see `ludic sft --help`): group, mean, or state (the other visits of the
+    turn's board)."""
+    state_prior: float = 1.0
+    """With baseline state: pseudo-visits of the data's mean in each board's value."""
     eval_episodes: int = 128
     """Evaluation games per run (the same opponent seeds for every run)."""
     eval_temperature: float = 1.0
@@ -115,6 +118,7 @@ def train(cfg: AWRConfig, method: str, data: Path, init: Path, seed: int, out: P
         awr_beta=cfg.beta,
         awr_max_weight=cfg.max_weight,
         awr_baseline=cfg.baseline,
+        awr_state_prior=cfg.state_prior,
         seed=seed,
         out_dir=out,
         progress=False,

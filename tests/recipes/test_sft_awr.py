@@ -63,6 +63,9 @@ def test_the_cli_flags_build_the_awr_preset() -> None:
     assert algorithm.name == "awr"
     assert algorithm.credit_assigner == AWRCredit(beta=0.5, max_weight=20.0, baseline="mean")
     assert offline_algorithm(tyro.cli(SFTConfig, args=["--data", "x.jsonl"])).name == "sft"
+    state = ["--data", "x.jsonl", "--algorithm", "awr", "--awr-baseline", "state"]
+    cfg = tyro.cli(SFTConfig, args=[*state, "--awr-state-prior", "2"])
+    assert offline_algorithm(cfg).credit_assigner == AWRCredit(baseline="state", state_prior=2.0)
 
 
 def test_awr_weights_of_the_samples_are_exp_of_group_advantages(mixed_data: Path) -> None:

@@ -199,9 +199,13 @@ class SFTConfig:
     """AWR temperature beta (smaller: sharper preference for high-advantage turns)."""
     awr_max_weight: float = 20.0
     """AWR weight cap."""
-    awr_baseline: Literal["group", "mean"] = "group"
+    awr_baseline: Literal["group", "mean", "state"] = "group"
     """AWR baseline: group (mean return of the episode's group: same group id, else same first
-    observation) or mean (mean return-to-go over the whole file)."""
+    observation), mean (mean return-to-go over the whole file) or state (mean return-to-go of
+    the other turns from the same state, by the env's state key, shrunk toward the file's
+    mean), which tells good from bad moves inside one episode."""
+    awr_state_prior: float = 1.0
+    """With --awr-baseline state: pseudo-visits of the file's mean in each state's value."""
     retokenize: bool = False
     """Rebuild token ids from the messages with the model's chat template (for rollouts from
     a backend that returned no ids, or from another tokenizer)."""

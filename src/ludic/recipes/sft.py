@@ -101,7 +101,12 @@ def offline_algorithm(cfg: SFTConfig) -> RLAlgorithm:
     if cfg.algorithm == "sft":
         return make_sft()
     if cfg.algorithm == "awr":
-        return make_awr(beta=cfg.awr_beta, max_weight=cfg.awr_max_weight, baseline=cfg.awr_baseline)
+        return make_awr(
+            beta=cfg.awr_beta,
+            max_weight=cfg.awr_max_weight,
+            baseline=cfg.awr_baseline,
+            state_prior=cfg.awr_state_prior,
+        )
     raise ValueError(f"--algorithm must be 'sft' or 'awr', got {cfg.algorithm!r}")
 
 
