@@ -150,6 +150,28 @@ def test_a_machine_whose_gemms_are_not_row_invariant_is_refused(
         EmbeddedEngine(model, tokenizer, config=INVARIANT)
 
 
+def test_attention_is_sdpa_up_to_rounding_and_position_invariant() -> None:
+    """Values: SDPA's within float rounding, over left-padded rows of several lengths. Bits: the
+    start-up probe (a position alone, in a mixed batch, in a prefill and in a longer causal
+    forward) passes here."""
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, 5, 64, generator=generator)
+    k, v = (torch.randn(2, 2, 300, 64, generator=generator) for _ in range(2))
+    out = invariant.attention(q, k, v, [(300, 5), (200, 5)], 0.125)
+    for row, keys in enumerate((300, 200)):
+        mask = torch.ones(5, keys, dtype=torch.bool).tril(keys - 5)
+        sdpa = torch.nn.functional.scaled_dot_product_attention(
+            q[row : row + 1],
+            k[row : row + 1, :, 300 - keys :],
+            v[row : row + 1, :, 300 - keys :],
+            attn_mask=mask,
+            scale=0.125,
+            enable_gqa=True,
+        )
+        torch.testing.assert_close(out[row : row + 1], sdpa, atol=1e-6, rtol=1e-5)
+    assert invariant.attention_problem(4, 2, 64, torch.zeros(1)) is None
+
+
 def test_prefix_reuse_is_off_when_batch_invariant() -> None:
     model, tokenizer = load_tiny_model()
     with EmbeddedEngine(model, tokenizer, config=INVARIANT) as engine:
