@@ -3,17 +3,22 @@ receiver that fuses, shards and pads tensors (vLLM) is compared through additive
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ludic.distributed.checksum import (
+    CHUNK_ROWS,
     ROW,
     LandedChecksums,
     cast_for,
     checksums,
+    checksums_and_nonfinite,
     element_totals,
     fold_totals,
     held_name,
     mismatched,
+    nonfinite,
     tensor_checksum,
 )
 
@@ -138,3 +143,20 @@ def test_landed_checksums_of_tensors_sharing_memory_are_taken_again() -> None:
     landed.take(overlapping)
     shared.view(torch.int32).numpy()[ROW // 3] = 7
     assert landed.held(overlapping) == checksums(overlapping)
+
+
+def test_checksums_and_nonfinite_in_one_pass_agree_with_each_alone() -> None:
+    big = torch.randn(3 * CHUNK_ROWS * ROW + 5)  # several steps of the fused pass
+    tensors = {
+        "big": big,
+        "half": torch.randn(2 * ROW + 1).to(torch.bfloat16),
+        "huge": torch.full((4,), 3e38),  # its float32 sum overflows; every value is finite
+        "ints": torch.arange(7),
+        "empty": torch.zeros(0),
+    }
+    assert checksums_and_nonfinite(tensors) == (checksums(tensors), [])
+    big[2 * CHUNK_ROWS * ROW + 3] = math.nan  # in a later step
+    tensors["half"][-1] = -math.inf  # in the short last row
+    sums, bad = checksums_and_nonfinite(tensors)
+    assert sums == checksums(tensors)
+    assert bad == nonfinite(tensors) == ["big", "half"]

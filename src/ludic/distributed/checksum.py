@@ -20,6 +20,7 @@ shards them (vLLM).
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -27,6 +28,8 @@ import torch
 
 ROW = 1024
 """Elements per row of the weighted sum."""
+CHUNK_ROWS = 256
+"""Rows per step of a pass that also sums floats (1 MiB of float32: fits a core's L2 cache)."""
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed 64-bit int
 _MASK32 = (1 << 32) - 1
@@ -55,24 +58,41 @@ def _row_weights(count: int, device: torch.device) -> torch.Tensor:
     return w | 1
 
 
-def _row_sums(bits: torch.Tensor) -> torch.Tensor:
-    """Sums of each row of ROW elements (the last one possibly short), in the accumulator."""
+def _row_sums(
+    bits: torch.Tensor, floats: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Sums of each row of ROW elements (the last one possibly short), in the accumulator.
+    With `floats` (the same elements as floating point) also their float32 sum, read in
+    steps of `CHUNK_ROWS` rows so that each step's second read comes from the cache: both
+    sums cost one pass over memory."""
     acc = torch.int64 if bits.element_size() == 8 else torch.int32
     n = bits.numel()
     full = n // ROW
-    parts = []
-    if full:
-        parts.append(bits[: full * ROW].view(full, ROW).sum(1, dtype=acc))
-    if n > full * ROW or not full:
-        parts.append(bits[full * ROW :].sum(dtype=acc).reshape(1))
-    return torch.cat(parts) if len(parts) > 1 else parts[0]
+    rows = torch.empty(full + int(n > full * ROW or not full), dtype=acc, device=bits.device)
+    step = full * ROW if floats is None else CHUNK_ROWS * ROW
+    float_sums = []
+    for start in range(0, full * ROW, max(step, 1)):
+        end = min(start + step, full * ROW)
+        torch.sum(bits[start:end].view(-1, ROW), 1, dtype=acc, out=rows[start // ROW : end // ROW])
+        if floats is not None:
+            float_sums.append(floats[start:end].sum(dtype=torch.float32))
+    if rows.numel() > full:
+        rows[full] = bits[full * ROW :].sum(dtype=acc)
+        if floats is not None:
+            float_sums.append(floats[full * ROW :].sum(dtype=torch.float32))
+    return rows, None if floats is None else torch.stack(float_sums).sum()
 
 
-def _checksum_tensors(tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    rows = _row_sums(_bits(tensor))
+def _checksum_tensors(
+    tensor: torch.Tensor, *, float_sum: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(total, weighted) and, with `float_sum` and a floating tensor, its float32 sum."""
+    bits = _bits(tensor)
+    floats = bits.view(tensor.dtype) if float_sum and tensor.is_floating_point() else None
+    rows, summed = _row_sums(bits, floats)
     total = rows.sum(dtype=rows.dtype)
     weighted = (rows.to(torch.int64) * _row_weights(rows.numel(), rows.device)).sum()
-    return total.to(torch.int64), weighted
+    return total.to(torch.int64), weighted, summed
 
 
 def tensor_checksum(tensor: torch.Tensor) -> Checksum:
@@ -85,20 +105,47 @@ def checksums(
 ) -> dict[str, Checksum]:
     """The checksum of each tensor, computed where it lives (one device sync per device).
     `cast_to[name]`: checksum `tensor.to(dtype)` instead (what a receiver of that dtype holds)."""
-    pending: dict[torch.device, list[tuple[str, torch.Tensor, torch.Tensor, int]]] = {}
+    return _checksum_all(tensors, cast_to=cast_to, find_nonfinite=False)[0]
+
+
+def checksums_and_nonfinite(
+    tensors: Mapping[str, torch.Tensor],
+) -> tuple[dict[str, Checksum], list[str]]:
+    """`checksums(tensors)` and `nonfinite(tensors)` in one pass over memory (what a sender
+    needs of every tensor it sends)."""
+    return _checksum_all(tensors, cast_to=None, find_nonfinite=True)
+
+
+def _checksum_all(
+    tensors: Mapping[str, torch.Tensor],
+    *,
+    cast_to: Mapping[str, torch.dtype] | None,
+    find_nonfinite: bool,
+) -> tuple[dict[str, Checksum], list[str]]:
+    pending: dict[torch.device, list[tuple[str, torch.Tensor, list[torch.Tensor], int]]] = {}
     for name, tensor in tensors.items():
         dtype = (cast_to or {}).get(name)
         t = tensor.detach() if dtype is None or dtype == tensor.dtype else tensor.to(dtype)
-        total, weighted = _checksum_tensors(t)
+        total, weighted, summed = _checksum_tensors(t, float_sum=find_nonfinite)
+        # A float sum travels as the bits of a float64, so one int64 stack (one sync) holds all.
+        floats = [] if summed is None else [summed.double().view(torch.int64)]
         wide = 8 if t.element_size() == 8 else 4
-        pending.setdefault(t.device, []).append((name, total, weighted, wide))
+        pending.setdefault(t.device, []).append((name, t, [total, weighted, *floats], wide))
     out: dict[str, Checksum] = {}
+    bad: list[str] = []
     for entries in pending.values():
-        stacked = torch.stack([v for _, total, w, _ in entries for v in (total, w)]).tolist()
-        for i, (name, _, _, wide) in enumerate(entries):
+        flat = iter(torch.stack([v for *_, values, _ in entries for v in values]).tolist())
+        for name, t, values, wide in entries:
             total_mask = _MASK64 if wide == 8 else _MASK32
-            out[name] = (int(stacked[2 * i]) & total_mask, int(stacked[2 * i + 1]) & _MASK64)
-    return out
+            out[name] = (int(next(flat)) & total_mask, int(next(flat)) & _MASK64)
+            summed_ok = len(values) < 3 or math.isfinite(_as_float64(next(flat)))
+            if not summed_ok and not bool(torch.isfinite(t).all()):  # not just an overflow
+                bad.append(name)
+    return out, bad
+
+
+def _as_float64(bits: int) -> float:
+    return float(struct.unpack("<d", struct.pack("<q", bits))[0])
 
 
 class LandedChecksums:
