@@ -67,6 +67,9 @@ class ChatResponse:
         }
         if self.policy_version is not None:
             info["policy_version"] = self.policy_version
+        for key in ("served_by", "failed_over_from"):  # a pool of servers (ServerPool)
+            if key in self.extra:
+                info[key] = self.extra[key]
         return info
 
 

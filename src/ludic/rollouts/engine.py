@@ -18,6 +18,7 @@ from typing import Any
 from tqdm import tqdm
 
 from ludic.envs.base import EnvCloseError, LudicEnv, close_env
+from ludic.inference.http.affinity import conversation
 from ludic.interaction.base import InteractionProtocol
 from ludic.rollouts.requests import RolloutRequest
 from ludic.rollouts.rollout_log import append_rollouts_jsonl
@@ -84,7 +85,8 @@ class RolloutEngine:
 
             async def one(request: RolloutRequest) -> list[Rollout]:
                 async with semaphore:
-                    rollouts = await self._run_episode(request)
+                    with conversation(request.request_id):  # a pooled client keeps it on one server
+                        rollouts = await self._run_episode(request)
                 if self.jsonl_log is not None:
                     self._log(rollouts)
                 bar.update(1)

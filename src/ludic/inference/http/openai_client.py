@@ -119,6 +119,14 @@ class OpenAICompatibleClient:
             f"{self.base_url}{path} failed after {self.max_retries + 1} attempts: {last_problem}"
         )
 
+    async def healthy(self, timeout: float = 2.0) -> bool:
+        """Whether the server answers `GET /health` with 200 (no retries)."""
+        try:
+            response = await self._http.get("/health", timeout=timeout)
+        except httpx.HTTPError:
+            return False
+        return response.status_code == 200
+
     async def aclose(self) -> None:
         await self._http.aclose()
 
