@@ -108,6 +108,11 @@ def test_multi_seat_envs_are_refused_with_the_reason() -> None:
         VerifiersEnv("vf_sum_taskset", env_id="user_sim")
 
 
+def test_tasksets_with_tool_servers_are_refused_with_the_reason() -> None:
+    with pytest.raises(ValueError, match=r"tool servers \['EchoToolset'\].*tool calling"):
+        VerifiersEnv("vf_tool_taskset")
+
+
 def test_missing_verifiers_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "verifiers", None)
     with pytest.raises(ImportError, match=r"pip install 'ludic\[verifiers\]'"):

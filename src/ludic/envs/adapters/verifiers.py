@@ -17,8 +17,9 @@ against the conversation verifiers sends at every call, so a mismatch is an erro
 off-policy sample. Deliberately not supported: multi-seat envs (user simulation, judges), tool
 calling (a task with tool servers or a request carrying tools: Ludic's text agent cannot answer
 with tool calls here), and runtimes other than the local subprocess one: the harness is an
-in-process chat loop (the `null` harness's loop without tools), so no container, sandbox or uv
-program is started. The reply's finish reason reaches verifiers as "stop".
+in-process chat loop (the `null` harness's loop without tools) on the local runtime, replacing
+the package's own harness, so no container, sandbox or uv program is started. The reply's
+finish reason reaches verifiers as "stop".
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ class VerifiersEnv(LudicEnv):
             vf, taskset, taskset_config or {}, env_id, max_turns, timeout_s
         )
         self.seats: tuple[str, ...] = tuple(seats)
+        _refuse_tools(self.vf_env.taskset, taskset)
         self.tasks = _load_tasks(self.vf_env.taskset, taskset, num_tasks)
         self.timeout_s = timeout_s
         self.system_prompt: str | None = None
@@ -325,6 +327,17 @@ def _seat_names(vf: Any, config_type: Any) -> list[str]:
         for name, info in config_type.model_fields.items()
         if isinstance(info.annotation, type) and issubclass(info.annotation, vf.AgentConfig)
     ]
+
+
+def _refuse_tools(taskset: Any, name: str) -> None:
+    config = taskset.config
+    servers = [*type(taskset).task_type().toolsets(config.task), *taskset.toolsets(config)]
+    if servers:
+        names = sorted(type(server).__name__ for server in servers)
+        raise ValueError(
+            f"verifiers taskset {name!r} gives its tasks tool servers {names}; VerifiersEnv "
+            "does not support tool calling (the Ludic agent answers in text only)"
+        )
 
 
 def _load_tasks(taskset: Any, name: str, num_tasks: int | None) -> list[Any]:
