@@ -28,6 +28,8 @@ from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.inference.http.auth import TOKEN_ENV
 from ludic.inference.http.openai_client import InferenceRequestError, OpenAICompatibleClient
 from ludic.models import load_model, load_tiny_model, tiny_model_dir
+from ludic.training.collate import CollatedBatch, TokenSampling
+from ludic.training.logprobs import sequence_logprobs
 
 TOKEN = "test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -57,7 +59,12 @@ class Server:
 
 
 def start_server(
-    model_dir: Path, log: Path, port: int | None = None, *, token_in_env: bool = False
+    model_dir: Path,
+    log: Path,
+    port: int | None = None,
+    *,
+    token_in_env: bool = False,
+    args: tuple[str, ...] = (),
 ) -> Server:
     """`ludic serve` in a subprocess; the token on the command line, or (`token_in_env`) in
     $LUDIC_SERVER_TOKEN only, where `ps` does not show it."""
@@ -71,7 +78,7 @@ def start_server(
         "--port",
         str(port),
     ]
-    cmd += ["--threads", "1", "--served-model-name", "tiny"]
+    cmd += ["--threads", "1", "--served-model-name", "tiny", *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     env.pop(TOKEN_ENV, None)
     if token_in_env:
@@ -609,3 +616,60 @@ def test_a_step_failing_mid_stream_ends_it_with_an_error_event() -> None:
             engine._batch.step = real_step  # type: ignore[method-assign]
             after = client.post("/v1/chat/completions", json={**body, "stream": False})
             assert after.status_code == 200  # one failed request, not a failed server
+
+
+def _trainer_batch(responses: list[Any], temperature: float, top_p: float) -> CollatedBatch:
+    """Each response's prompt + completion as a right-padded row, its completion sampled at
+    (temperature, top_p)."""
+    rows = [[*r.prompt_token_ids, *r.completion_token_ids] for r in responses]
+    B, T = len(rows), max(map(len, rows))
+    ids_BT, mask_BT = torch.zeros(B, T, dtype=torch.long), torch.zeros(B, T, dtype=torch.long)
+    temperature_BT, top_p_BT = torch.ones(B, T), torch.ones(B, T)
+    for b, row in enumerate(rows):
+        ids_BT[b, : len(row)], mask_BT[b, : len(row)] = torch.tensor(row), 1
+        temperature_BT[b, len(responses[b].prompt_token_ids) : len(row)] = temperature
+        top_p_BT[b, len(responses[b].prompt_token_ids) : len(row)] = top_p
+    sampling = TokenSampling(
+        temperature_BT=temperature_BT, top_k_BT=torch.full((B, T), -1), top_p_BT=top_p_BT
+    )
+    return CollatedBatch(
+        input_ids_BT=ids_BT,
+        attention_mask_BT=mask_BT,
+        action_mask_BT=mask_BT.float(),
+        advantages_B=torch.zeros(B),
+        sampling=sampling,
+    )
+
+
+@pytest.mark.slow
+async def test_batch_invariant_serve_gives_alone_bits_and_the_trainers_logprobs(
+    tmp_path: Path,
+) -> None:
+    """`ludic serve --batch-invariant`: requests served together get the tokens and logprobs
+    they get alone, and the trainer's batch-invariant recomputation gives the served logprobs
+    back bit for bit (ratio exactly 1 over HTTP)."""
+    srv = start_server(tiny_model_dir(), tmp_path / "server.log", args=("--batch-invariant",))
+    try:
+        requests = [
+            ChatRequest(
+                messages=[{"role": "user", "content": "Your move. " + "X O " * i}],
+                sampling=SamplingConfig(temperature=0.7, top_p=0.9, max_tokens=12, seed=i),
+            )
+            for i in range(6)
+        ]
+        async with OpenAICompatibleClient(srv.url, "tiny", timeout=120) as client:
+            together = await asyncio.gather(*(client.complete(r) for r in requests))
+            alone = [await client.complete(r) for r in requests]
+    finally:
+        srv.stop()
+    for a, b in zip(together, alone, strict=True):
+        assert a.completion_token_ids == b.completion_token_ids
+        assert a.completion_logprobs == b.completion_logprobs
+    model, _ = load_model(tiny_model_dir())
+    logprobs_BT, _ = sequence_logprobs(
+        model, _trainer_batch(together, 0.7, 0.9), batch_invariant=True
+    )
+    for b, response in enumerate(together):
+        start, length = len(response.prompt_token_ids), len(response.completion_logprobs)
+        served_L = torch.tensor(response.completion_logprobs, dtype=torch.float32)
+        assert torch.equal(logprobs_BT[b, start : start + length], served_L)

@@ -36,6 +36,12 @@ class ServeConfig:
     """Context length (default: the model's max_position_embeddings)."""
     logprobs_mode: Literal["processed", "raw"] = "processed"
     """processed: logprobs of the distribution sampled from; raw: the model's own."""
+    batch_invariant: bool = False
+    """Serve batch-invariant (`EngineConfig(batch_invariant=True)`): a seeded request's tokens and
+    logprobs do not depend on what else is in the batch or when it arrives, and a trainer with
+    `TrainerConfig(batch_invariant=True)` on the same device and dtype recomputes its logprobs
+    bit for bit. Slower; Llama-family models; refused at start-up where this machine cannot
+    honour it."""
     threads: int | None = None
     """torch intra-op threads (default: torch's choice)."""
     log_level: str = "warning"

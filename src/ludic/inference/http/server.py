@@ -294,6 +294,7 @@ def serve(config: ServeConfig) -> None:
             max_batch_size=config.max_batch_size,
             max_model_len=config.max_model_len,
             logprobs_mode=config.logprobs_mode,
+            batch_invariant=config.batch_invariant,
         ),
     )
     name = config.served_model_name or os.path.basename(os.path.normpath(config.model))
