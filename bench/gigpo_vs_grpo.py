@@ -284,24 +284,34 @@ def paired_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[
 
 
 def main(cfg: BenchConfig) -> dict[str, object]:
+    """Seed by seed, every algorithm on that seed (so a stopped run still holds paired seeds);
+    with --out the JSON is rewritten after every run."""
     started = time.time()
-    results: dict[str, Any] = {
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
-        "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "machine": machine(),
-    }
-    for algorithm in cfg.algorithms:
-        runs = [run_one(cfg, algorithm, seed) for seed in range(cfg.seeds)]
-        results[algorithm] = {"runs": runs, **summarize(runs)}
-        print(f"{algorithm}: {summarize(runs)}", file=sys.stderr)
-    if "grpo" in results and "gigpo" in results:
-        results["gigpo_minus_grpo"] = paired_difference(
-            results["grpo"]["runs"], results["gigpo"]["runs"]
-        )
-    results["wall_seconds"] = time.time() - started
-    if cfg.out is not None:
-        cfg.out.write_text(json.dumps(results, indent=2) + "\n")
+    config = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()}
+    head = {"config": config, "started_utc": _utc(started), "machine": machine()}
+    runs: dict[str, list[dict[str, Any]]] = {a: [] for a in cfg.algorithms}
+    results: dict[str, Any] = {}
+    for seed in range(cfg.seeds):
+        for algorithm in cfg.algorithms:
+            runs[algorithm].append(run_one(cfg, algorithm, seed))
+            print(f"{algorithm} seed {seed}: {runs[algorithm][-1]}", file=sys.stderr)
+            results = {**head, **report(runs), "wall_seconds": time.time() - started}
+            if cfg.out is not None:
+                cfg.out.write_text(json.dumps(results, indent=2) + "\n")
     return results
+
+
+def report(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {a: {"runs": r, **summarize(r)} for a, r in runs.items() if r}
+    grpo, gigpo = runs.get("grpo", []), runs.get("gigpo", [])
+    paired = len(gigpo)
+    if paired and len(grpo) >= paired:
+        out["gigpo_minus_grpo"] = paired_difference(grpo[:paired], gigpo)
+    return out
+
+
+def _utc(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
 
 
 def machine() -> dict[str, Any]:
