@@ -80,9 +80,20 @@ async def test_a_multi_turn_episode_that_runs_out_of_guesses_scores_zero() -> No
     assert rollout.env_steps[-1].terminated
 
 
-def test_taskset_config_and_num_tasks_pass_through() -> None:
+async def test_verifiers_max_turns_ends_the_episode_as_a_truncation() -> None:
+    client = ScriptedClient(["1"])  # secret 3: never found
+    rollout = await play(VerifiersEnv("vf_guess_env", max_turns=2), client, 0)
+    assert len(rollout.agent_steps) == client.calls == 2
+    last = rollout.env_steps[-1]
+    assert last.truncated and not last.terminated and last.truncation_reason == "env"
+    assert last.info["vf_stop_condition"] == "max_turns" and rollout.total_reward == 0.0
+
+
+def test_taskset_config_and_num_tasks_pass_through_and_tasks_load_once() -> None:
     assert len(VerifiersEnv("vf_sum_taskset", taskset_config={"num_tasks": 9}).tasks) == 9
     assert len(VerifiersEnv("vf_sum_taskset", num_tasks=2).tasks) == 2
+    # one env per episode, but the taskset's load() runs once per config
+    assert VerifiersEnv("vf_sum_taskset").tasks is VerifiersEnv("vf_sum_taskset").tasks
 
 
 def test_cli_resolves_verifiers_tasksets_without_a_ludic_parser() -> None:

@@ -18,8 +18,10 @@ off-policy sample. Deliberately not supported: multi-seat envs (user simulation,
 calling (a task with tool servers or a request carrying tools: Ludic's text agent cannot answer
 with tool calls here), and runtimes other than the local subprocess one: the harness is an
 in-process chat loop (the `null` harness's loop without tools) on the local runtime, replacing
-the package's own harness, so no container, sandbox or uv program is started. The reply's
-finish reason reaches verifiers as "stop".
+the package's own harness, so no container, sandbox or uv program is started. The Ludic agent's
+sampling settings apply (verifiers' own are ignored) and the reply's finish reason reaches
+verifiers as "stop"; a verifiers limit that ends the trace (`max_turns`, token caps) is a
+Ludic truncation.
 """
 
 from __future__ import annotations
@@ -256,8 +258,13 @@ class VerifiersEnv(LudicEnv):
                 "vf_stop_condition": trace.stop_condition,
                 "vf_num_turns": trace.num_turns,
             }
+            truncated = bool(trace.is_truncated)  # a verifiers limit (max_turns, tokens) hit
             outcomes[seat] = StepOutcome(
-                obs="", reward=float(trace.reward), terminated=True, info=info
+                obs="",
+                reward=float(trace.reward),
+                terminated=not truncated,
+                truncated=truncated,
+                info=info,
             )
         return outcomes
 
@@ -340,7 +347,20 @@ def _refuse_tools(taskset: Any, name: str) -> None:
         )
 
 
+_TASKS: dict[tuple[str, str, int | None], list[Any]] = {}
+"""Loaded tasks by (taskset class, config JSON, num_tasks): the CLI builds one env per
+episode, and a taskset's `load()` may read a whole dataset."""
+
+
 def _load_tasks(taskset: Any, name: str, num_tasks: int | None) -> list[Any]:
+    cls = type(taskset)
+    key = (f"{cls.__module__}.{cls.__qualname__}", taskset.config.model_dump_json(), num_tasks)
+    if key not in _TASKS:
+        _TASKS[key] = _read_tasks(taskset, name, num_tasks)
+    return _TASKS[key]
+
+
+def _read_tasks(taskset: Any, name: str, num_tasks: int | None) -> list[Any]:
     if num_tasks is not None:
         taskset = taskset.take(num_tasks)
     elif not taskset.bounded:
