@@ -33,7 +33,15 @@ def test_command_lines_parse() -> None:
     assert learner.stale == "downweight" and learner.consumer == "learner"
     assert learner.checkpoint_every == 50  # exactly once with checkpoints by default
     actor = tyro.cli(ActorConfig, args=["--server-url", "http://s:8000", "--batches", "3"])
-    assert actor.server_url == "http://s:8000" and actor.batches == 3 and actor.max_backlog == 256
+    assert actor.server_url == ("http://s:8000",) and actor.batches == 3
+    assert actor.max_backlog == 256
+    many = ["--server-url", "http://a:1", "http://b:2", "http://c:3"]
+    assert tyro.cli(ActorConfig, args=many).server_url == ("http://a:1", "http://b:2", "http://c:3")
+    assert tyro.cli(LearnerConfig, args=many).server_url == (
+        "http://a:1",
+        "http://b:2",
+        "http://c:3",
+    )
 
 
 def test_algorithm_presets_by_name() -> None:

@@ -125,15 +125,16 @@ async def _act(cfg: ActorConfig) -> list[ActorBatchStats]:
 
 
 async def _actor_client(cfg: ActorConfig) -> Any:
-    if cfg.server_url is None:
+    if not cfg.server_url:
         from ludic.inference.embedded.engine import EmbeddedEngine
         from ludic.models import tiny_model_dir
 
         return EmbeddedEngine.from_pretrained(cfg.model or tiny_model_dir(), dtype="float32")
-    from ludic.inference.http.openai_client import OpenAICompatibleClient
+    from ludic.recipes.inference import make_client, server_urls
 
-    name = cfg.served_model or await _first_model(cfg.server_url, cfg.api_key)
-    return OpenAICompatibleClient(cfg.server_url, name, api_key=cfg.api_key)
+    urls = server_urls(cfg.server_url)  # several: a ServerPool spreading the episodes
+    name = cfg.served_model or await _first_model(urls[0], cfg.api_key)
+    return make_client(urls, served_model=name, api_key=cfg.api_key)
 
 
 async def _first_model(server_url: str, api_key: str | None) -> str:
@@ -188,7 +189,7 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
     )
     model, tokenizer = load_model(cfg.model or tiny_model_dir(), dtype="float32")
     # Only rank 0 pushes; the Trainer gathers the weights on every rank for it.
-    publisher = None if cfg.server_url is None or source.rank != 0 else _publisher(cfg, model)
+    publisher = None if not cfg.server_url or source.rank != 0 else _publisher(cfg, model)
     trainer = _trainer(cfg, source, model, tokenizer, publisher)
     runtime = trainer.runtime
     if (runtime.rank, runtime.world_size) != (source.rank, source.world_size):
@@ -235,16 +236,17 @@ def _every_rank_timed_out(runtime: Any, timed_out: bool) -> bool:
 
 def _publisher(cfg: LearnerConfig, model: Any) -> Any:
     from ludic.distributed import BroadcastPolicyPublisher
+    from ludic.recipes.inference import server_urls
 
-    assert cfg.server_url is not None
+    urls = server_urls(cfg.server_url)  # several: one broadcast reaches them all
     token = cfg.token or os.environ.get(TOKEN_ENV)
     if not token:
         raise ValueError(
-            f"publishing to {cfg.server_url} needs the server's control token: pass --token "
+            f"publishing to {' '.join(urls)} needs the server's control token: pass --token "
             f"or set ${TOKEN_ENV}"
         )
     return BroadcastPolicyPublisher(
-        cfg.server_url,
+        urls,
         token,
         backend=cfg.backend,
         bucket_mb=cfg.bucket_mb,

@@ -22,10 +22,11 @@ class ActorConfig:
     """Redis holding the sample stream."""
     stream: str = "ludic:samples"
     """Stream key (actors and the learner must use the same one)."""
-    server_url: str | None = None
-    """OpenAI-compatible server serving the policy (`ludic serve`, vLLM), which the learner
-    publishes to. None: an embedded engine on --model in this process, whose weights never
-    change (for debugging the pipeline only)."""
+    server_url: tuple[str, ...] | None = None
+    """OpenAI-compatible servers serving the policy (`ludic serve`, vLLM), which the learner
+    publishes to; several (`--server-url A B C`): episodes spread over them, each kept on one
+    server. None: an embedded engine on --model in this process, whose weights never change
+    (for debugging the pipeline only)."""
     served_model: str | None = None
     """Model name to request from the server (default: its first /v1/models entry)."""
     api_key: str | None = None
@@ -86,8 +87,9 @@ class LearnerConfig:
     consumer: str = "learner"
     """This learner job's name in the consumer group (rank r reads as `<consumer>-r<r>`); keep
     it across restarts so each rank replays its own samples read after the last checkpoint."""
-    server_url: str | None = None
-    """Inference server to publish weights to (None: do not publish)."""
+    server_url: tuple[str, ...] | None = None
+    """Inference servers to publish weights to, all in one broadcast (None: do not publish);
+    a server that is down is named each step and rejoins when it is back."""
     token: str | None = None
     """Bearer token of the server's control endpoints (default: $LUDIC_SERVER_TOKEN)."""
     model: str | None = None

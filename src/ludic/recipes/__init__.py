@@ -1,6 +1,6 @@
 """Recipes: the programs behind `ludic quickstart`, `ludic train` and `ludic sft`, as functions
 with one config dataclass each, and the wiring helpers they and the examples share
-(`load_policy`, `make_inference`, `make_trainer`, `log_samples`, `finish`, `plot_curve`).
+(`load_policy`, `InferenceArgs` / `make_inference` / `make_client`, `make_trainer`, `log_samples`, `finish`, `plot_curve`).
 Importing this package is light; torch loads when a recipe or helper is first used."""
 
 from __future__ import annotations
@@ -12,27 +12,28 @@ from ludic.recipes.configs import QuickstartConfig, SFTConfig, TrainConfig
 
 if TYPE_CHECKING:
     from ludic.recipes.expert import PolicyClient
+    from ludic.recipes.inference import Inference, InferenceArgs, make_client, make_inference
     from ludic.recipes.quickstart import QuickstartResult, run_quickstart
     from ludic.recipes.sft import sft_command
     from ludic.recipes.train import train_command
     from ludic.recipes.training import (
-        Inference,
         SampleLog,
         finish,
         load_policy,
         log_samples,
-        make_inference,
         make_trainer,
         plot_curve,
     )
 
 _LAZY = {
-    "Inference": "ludic.recipes.training",
+    "Inference": "ludic.recipes.inference",
+    "InferenceArgs": "ludic.recipes.inference",
+    "make_client": "ludic.recipes.inference",
     "SampleLog": "ludic.recipes.training",
     "finish": "ludic.recipes.training",
     "load_policy": "ludic.recipes.training",
     "log_samples": "ludic.recipes.training",
-    "make_inference": "ludic.recipes.training",
+    "make_inference": "ludic.recipes.inference",
     "make_trainer": "ludic.recipes.training",
     "plot_curve": "ludic.recipes.training",
     "PolicyClient": "ludic.recipes.expert",
@@ -44,6 +45,7 @@ _LAZY = {
 
 __all__ = [
     "Inference",
+    "InferenceArgs",
     "PolicyClient",
     "QuickstartConfig",
     "QuickstartResult",
@@ -53,6 +55,7 @@ __all__ = [
     "finish",
     "load_policy",
     "log_samples",
+    "make_client",
     "make_inference",
     "make_trainer",
     "plot_curve",

@@ -148,11 +148,12 @@ class TrainConfig:
     machine and build. Llama-family models only; not with --server-url."""
     checkpoint_every: int | None = None
     """Save a checkpoint every N steps (a final one is always saved)."""
-    server_url: str | None = None
-    """Generate rollouts on this OpenAI-compatible server (`ludic serve`, vLLM with Ludic's
-    extension) instead of in process; weights are pushed to it after every step."""
+    server_url: tuple[str, ...] | None = None
+    """Generate rollouts on these OpenAI-compatible servers (`ludic serve`, vLLM with Ludic's
+    extension) instead of in process; weights are pushed to all of them after every step.
+    Several (`--server-url A B C`): episodes spread over them, each kept on one server."""
     server_token: str | None = None
-    """Bearer token of the server's control endpoints (`ludic serve --token ...`); default:
+    """Bearer token of the servers' control endpoints (`ludic serve --token ...`); default:
     the LUDIC_SERVER_TOKEN environment variable."""
     served_model: str | None = None
     """Model name to send to the server (default: the one it lists at /v1/models)."""

@@ -1,6 +1,6 @@
 """The wiring every training program repeats, as public helpers (`from ludic.recipes import
-...`): load a policy (`load_policy`), serve it in process or from a server with the matching
-weight publisher (`make_inference`), a Trainer with a JSONL metrics log and checkpoints that
+...`): load a policy (`load_policy`), serve it in process or from servers with the matching
+weight publisher (`make_inference`, from `ludic.recipes.inference`), a Trainer with a JSONL metrics log and checkpoints that
 hold the tokenizer in one output directory (`make_trainer`), the training samples written
 for `ludic view --samples` (`log_samples`), a final checkpoint (`finish`) and a curve
 (`plot_curve`). `ludic train` and the examples use them.
@@ -11,18 +11,15 @@ Plain functions over public components; they add no behaviour of their own and h
 
 from __future__ import annotations
 
-import copy
 import json
-import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
-from transformers import PreTrainedModel
 
-from ludic.distributed import InProcessPublisher, PolicyPublisher
-from ludic.inference.client import ChatClient
+from ludic.distributed import PolicyPublisher
+from ludic.recipes.inference import Inference as Inference  # re-exported from its module
+from ludic.recipes.inference import make_inference as make_inference
 from ludic.training import (
     BatchSource,
     CheckpointConfig,
@@ -114,91 +111,6 @@ def load_policy(model: str | None, *, seed: int = 0, device: str = "cpu") -> tup
     loaded = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
     loaded.to(device)  # type: ignore[arg-type]  # transformers' decorated `to` confuses mypy
     return loaded.eval(), AutoTokenizer.from_pretrained(model)
-
-
-@dataclass(kw_only=True, slots=True)
-class Inference:
-    """Where rollouts are generated (`client`) and how new weights get there (`publisher`)."""
-
-    client: ChatClient
-    publisher: PolicyPublisher
-
-    async def aclose(self) -> None:
-        """Close the client (an HTTP connection pool, or the embedded engine's worker)."""
-        aclose = getattr(self.client, "aclose", None)
-        if aclose is not None:
-            await aclose()
-        close = getattr(self.client, "close", None)
-        if close is not None:
-            close()
-
-
-def make_inference(
-    model: PreTrainedModel,
-    tokenizer: Any,
-    *,
-    server_url: str | None = None,
-    server_token: str | None = None,
-    served_model: str | None = None,
-    device: str = "cpu",
-    batch_invariant: bool = False,
-) -> Inference:
-    """The embedded engine on a copy of `model` with an in-process publisher, or, with
-    `server_url`, an OpenAI-compatible client plus a `BroadcastPolicyPublisher` pushing
-    weights to that server's control endpoints (gloo from CPU, NCCL from a CUDA device).
-    `served_model` None asks the server which model it serves (`/v1/models`). Create it
-    inside the event loop that will use it (the HTTP client is bound to it).
-    `batch_invariant` builds the embedded engine with `EngineConfig(batch_invariant=True)`."""
-    server_token = server_token or os.environ.get("LUDIC_SERVER_TOKEN")
-    if server_url is None:
-        from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
-
-        config = EngineConfig(batch_invariant=batch_invariant)
-        engine = EmbeddedEngine(copy.deepcopy(model), tokenizer, config=config)
-        return Inference(client=engine, publisher=InProcessPublisher(engine))
-    if batch_invariant:
-        raise ValueError(
-            "batch_invariant applies to the embedded engine; a server decides batching itself "
-            "(vLLM: start it with VLLM_BATCH_INVARIANT=1). Drop --batch-invariant or "
-            "--server-url"
-        )
-    if not server_token:
-        raise ValueError(
-            "a server URL needs its control token to push weights (start it with "
-            "`ludic serve --model DIR --token SECRET` and pass the same token, or set "
-            "LUDIC_SERVER_TOKEN)"
-        )
-    from ludic.distributed import BroadcastPolicyPublisher
-    from ludic.inference.http.openai_client import OpenAICompatibleClient
-
-    backend: Literal["gloo", "nccl"] = "nccl" if device.startswith("cuda") else "gloo"
-    publisher = BroadcastPolicyPublisher(
-        server_url, server_token, backend=backend, probe_model=model
-    )
-    model_name = served_model or served_model_name(server_url, server_token)
-    return Inference(
-        client=OpenAICompatibleClient(server_url, model=model_name), publisher=publisher
-    )
-
-
-def served_model_name(server_url: str, token: str | None = None) -> str:
-    """The one model an OpenAI-compatible server serves, from its `/v1/models`."""
-    import httpx
-
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    url = server_url.rstrip("/") + "/v1/models"
-    try:
-        response = httpx.get(url, headers=headers, timeout=30)
-        response.raise_for_status()
-        names = [card["id"] for card in response.json()["data"]]
-    except (httpx.HTTPError, KeyError, TypeError, ValueError) as e:
-        raise ValueError(
-            f"could not ask {url} which model it serves ({type(e).__name__}: {e}); is the "
-            "server up? Or name the model (--served-model)"
-        ) from e
-    if len(names) != 1:
-        raise ValueError(f"{url} serves {names}; choose one with --served-model")
-    return str(names[0])
 
 
 def plot_curve(metrics_jsonl: Path, png: Path, key: str, *, smooth: float = 0.6) -> Path:

@@ -1,0 +1,182 @@
+"""Where rollouts are generated, as one piece of wiring every program shares: the embedded engine
+in this process, or one or more OpenAI-compatible servers (`ludic serve`, vLLM with Ludic's
+extension) that a training run pushes its weights to after every step.
+
+`InferenceArgs` is the argument block (embed it in a tyro config: `--server-url A B C
+--server-token T --served-model M`); `make_inference` gives a client plus the matching weight
+publisher (training), `make_client` a client only (evaluation, sampling). Several URLs give a
+`ServerPool` client (calls spread over the servers, each episode kept on one) and one
+`BroadcastPolicyPublisher` that pushes to all of them. Importing this module is light (no
+torch); it starts no server.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from ludic.distributed import PolicyPublisher
+    from ludic.inference.client import ChatClient
+
+ServerUrls = str | Sequence[str] | None
+"""One server URL, several, or None (the embedded engine)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class InferenceArgs:
+    """Generate rollouts in process (the default), or on one or more inference servers."""
+
+    server_url: tuple[str, ...] | None = None
+    """Generate on these OpenAI-compatible servers (`ludic serve`, vLLM with Ludic's extension)
+    instead of in process; several spread the episodes (each episode stays on one server, a
+    dead server's episodes move to the others), and a training run pushes its weights to all
+    of them after every step."""
+    server_token: str | None = None
+    """Bearer token of the servers' control endpoints (`ludic serve --token ...`), needed to
+    push weights; default: the LUDIC_SERVER_TOKEN environment variable."""
+    served_model: str | None = None
+    """Model name to send to the servers (default: the one the first lists at /v1/models)."""
+
+    def make(
+        self, model: Any, tokenizer: Any, *, device: str = "cpu", batch_invariant: bool = False
+    ) -> Inference:
+        """`make_inference` with these arguments (a client and the weight publisher)."""
+        return make_inference(
+            model,
+            tokenizer,
+            server_url=self.server_url,
+            server_token=self.server_token,
+            served_model=self.served_model,
+            device=device,
+            batch_invariant=batch_invariant,
+        )
+
+    def make_client(self, model: str | None = None, *, seed: int = 0) -> ChatClient:
+        """`make_client` with these arguments (a client only)."""
+        return make_client(self.server_url, model=model, served_model=self.served_model, seed=seed)
+
+
+@dataclass(kw_only=True, slots=True)
+class Inference:
+    """Where rollouts are generated (`client`) and how new weights get there (`publisher`)."""
+
+    client: ChatClient
+    publisher: PolicyPublisher
+
+    async def aclose(self) -> None:
+        """Close the client (an HTTP connection pool, or the embedded engine's worker)."""
+        aclose = getattr(self.client, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        close = getattr(self.client, "close", None)
+        if close is not None:
+            close()
+
+
+def server_urls(server_url: ServerUrls) -> list[str]:
+    """The URLs as a list (empty: none), checked: no duplicates, each http(s)://."""
+    urls = [server_url] if isinstance(server_url, str) else list(server_url or ())
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"--server-url {url!r} is not an http(s):// URL")
+    if len(set(urls)) != len(urls):
+        raise ValueError(f"--server-url names a server twice: {urls}")
+    return urls
+
+
+def make_inference(
+    model: Any,
+    tokenizer: Any,
+    *,
+    server_url: ServerUrls = None,
+    server_token: str | None = None,
+    served_model: str | None = None,
+    device: str = "cpu",
+    batch_invariant: bool = False,
+) -> Inference:
+    """The embedded engine on a copy of `model` with an in-process publisher, or, with
+    `server_url` (one URL or several), a client for those servers plus a
+    `BroadcastPolicyPublisher` pushing weights to all of them in one broadcast (gloo from CPU,
+    NCCL from a CUDA device). `served_model` None asks the first server which model it serves
+    (`/v1/models`). Create it inside the event loop that will use it (the HTTP client is bound
+    to it). `batch_invariant` builds the embedded engine with
+    `EngineConfig(batch_invariant=True)`."""
+    urls = server_urls(server_url)
+    server_token = server_token or os.environ.get("LUDIC_SERVER_TOKEN")
+    if not urls:
+        import copy
+
+        from ludic.distributed import InProcessPublisher
+        from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
+
+        config = EngineConfig(batch_invariant=batch_invariant)
+        engine = EmbeddedEngine(copy.deepcopy(model), tokenizer, config=config)
+        return Inference(client=engine, publisher=InProcessPublisher(engine))
+    if batch_invariant:
+        raise ValueError(
+            "batch_invariant applies to the embedded engine; a server decides batching itself "
+            "(vLLM: start it with VLLM_BATCH_INVARIANT=1). Drop --batch-invariant or "
+            "--server-url"
+        )
+    if not server_token:
+        raise ValueError(
+            "a server URL needs its control token to push weights (start it with "
+            "`ludic serve --model DIR --token SECRET` and pass the same token, or set "
+            "LUDIC_SERVER_TOKEN)"
+        )
+    from ludic.distributed import BroadcastPolicyPublisher
+
+    backend: Literal["gloo", "nccl"] = "nccl" if device.startswith("cuda") else "gloo"
+    publisher = BroadcastPolicyPublisher(urls, server_token, backend=backend, probe_model=model)
+    name = served_model or served_model_name(urls[0], server_token)
+    return Inference(client=make_client(urls, served_model=name), publisher=publisher)
+
+
+def make_client(
+    server_url: ServerUrls = None,
+    *,
+    model: str | None = None,
+    served_model: str | None = None,
+    api_key: str | None = None,
+    seed: int = 0,
+) -> ChatClient:
+    """A client for the server(s) at `server_url` (several: a `ServerPool`), or, without one,
+    the embedded engine over `model` (`load_policy`: a local directory, a hub id, or None for a
+    fresh tiny model). `api_key`: bearer token of the servers' inference endpoints, if any."""
+    urls = server_urls(server_url)
+    if not urls:
+        from ludic.inference.embedded.engine import EmbeddedEngine
+        from ludic.recipes.training import load_policy
+
+        policy, tokenizer = load_policy(model, seed=seed)
+        return EmbeddedEngine(policy, tokenizer)
+    from ludic.inference.http.openai_client import OpenAICompatibleClient
+    from ludic.inference.http.pool import ServerPool
+
+    name = served_model or served_model_name(urls[0], api_key)
+    if len(urls) == 1:
+        return OpenAICompatibleClient(urls[0], model=name, api_key=api_key)
+    return ServerPool.from_urls(urls, name, api_key=api_key)
+
+
+def served_model_name(server_url: str, token: str | None = None) -> str:
+    """The one model an OpenAI-compatible server serves, from its `/v1/models`."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    url = server_url.rstrip("/").removesuffix("/v1") + "/v1/models"
+    try:
+        response = httpx.get(url, headers=headers, timeout=30)
+        response.raise_for_status()
+        names = [card["id"] for card in response.json()["data"]]
+    except (httpx.HTTPError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(
+            f"could not ask {url} which model it serves ({type(e).__name__}: {e}); is the "
+            "server up? Or name the model (--served-model)"
+        ) from e
+    if len(names) != 1:
+        raise ValueError(f"{url} serves {names}; choose one with --served-model")
+    return str(names[0])
