@@ -6,7 +6,7 @@ import pytest
 import torch
 from distributed_fakes import run_ranks
 
-from ludic.distributed.manifest import plan_manifest
+from ludic.distributed.manifest import TensorEntry, plan_manifest
 from ludic.distributed.transfer import (
     BufferPool,
     Collective,
@@ -161,3 +161,42 @@ def test_tensors_back_to_back_travel_without_packing_and_land_without_copies() -
     )
     assert torch.equal(received_flat, sent)
     assert send_pool.nbytes == 0 and receive_pool.nbytes == 0  # no packing, no staging
+
+
+class _Done:
+    def wait(self) -> None:
+        return None
+
+
+class _RecordingGroup:
+    """A one-rank stand-in for the group: records each broadcast as it is queued."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def broadcast(self, tensor: torch.Tensor, root: int) -> _Done:
+        self.events.append(f"queued {len(tensor)}")
+        return _Done()
+
+
+def test_work_beside_the_send_runs_once_per_bucket_with_the_next_one_queued() -> None:
+    state = {f"t{i}": torch.full((i + 1,), float(i)) for i in range(4)}
+    manifest = plan_manifest(state, version=1, bucket_bytes=1)  # one tensor per bucket
+    events: list[str] = []
+
+    def beside(entries: list[TensorEntry]) -> None:
+        events.append(f"overlap {entries[0].numel}")
+
+    send_buckets(
+        _RecordingGroup(events), manifest, state, pool=BufferPool("cpu"), while_sending=beside
+    )
+    assert events == [
+        "queued 1",
+        "queued 2",
+        "overlap 1",  # bucket 0's work runs while bucket 1 waits on the wire behind it
+        "queued 3",
+        "overlap 2",
+        "queued 4",
+        "overlap 3",
+        "overlap 4",
+    ]

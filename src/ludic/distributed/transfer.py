@@ -103,8 +103,9 @@ def send_buckets(
     while_sending: Callable[[list[TensorEntry]], object] | None = None,
 ) -> None:
     """Broadcast every bucket of `manifest` from rank 0, in order; returns when all are sent.
-    `while_sending(entries)` runs once each bucket is on the wire (work that overlaps the
-    transfer, e.g. checksums of the tensors sent; it must not write them).
+    `while_sending(entries)` runs for each bucket once it and the next one are queued (work
+    that overlaps the transfer without ever leaving the wire idle, e.g. checksums of the
+    tensors sent; it must not write them).
 
     Tensors must be contiguous, of the manifest's dtypes and on the pool's device. A bucket
     of one tensor, or of tensors lying back to back in one storage, is sent in place; any
@@ -115,6 +116,7 @@ def send_buckets(
     slot_work: list[Work | None] = [None, None]
     in_flight: deque[Work] = deque()
     num_packed = 0
+    queued: list[TensorEntry] | None = None  # the bucket before this one, not yet overlapped
     for bucket, entries in zip(manifest.buckets, manifest.bucket_entries(), strict=True):
         slot = None
         flat = adjacent_view([tensors[e.name] for e in entries])
@@ -130,10 +132,13 @@ def send_buckets(
         if slot is not None:
             slot_work[slot] = work
         in_flight.append(work)
-        if while_sending is not None:
-            while_sending(entries)
+        if while_sending is not None and queued is not None:
+            while_sending(queued)
+        queued = entries
         while len(in_flight) > max_in_flight:
             in_flight.popleft().wait()
+    if while_sending is not None and queued is not None:
+        while_sending(queued)
     for work in in_flight:
         work.wait()
 
