@@ -87,6 +87,9 @@ async def test_verifiers_max_turns_ends_the_episode_as_a_truncation() -> None:
     last = rollout.env_steps[-1]
     assert last.truncated and not last.terminated and last.truncation_reason == "env"
     assert last.info["vf_stop_condition"] == "max_turns" and rollout.total_reward == 0.0
+    # the env's own seat settings stay unless overridden; harness and runtime become Ludic's
+    seat = VerifiersEnv("vf_guess_env").vf_env.config.agent
+    assert seat.max_turns == 6 and seat.runtime.type == "subprocess"
 
 
 def test_taskset_config_and_num_tasks_pass_through_and_tasks_load_once() -> None:

@@ -36,7 +36,7 @@ class GuessTaskset(vf.Taskset[GuessTask, vf.TasksetConfig]):
 
 
 class GuessConfig(vf.EnvConfig):
-    agent: vf.AgentConfig = vf.AgentConfig()
+    agent: vf.AgentConfig = vf.AgentConfig(max_turns=6)
     max_guesses: int = 4
 
 

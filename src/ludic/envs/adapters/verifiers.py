@@ -318,7 +318,9 @@ def _build_env(
             "(one policy conversation per episode), not multi-agent ones such as user simulation"
         )
     for name in names:
+        default = seats.model_fields[name].default  # the env's own seat settings (max_turns...)
         agent: dict[str, Any] = {
+            **(default.model_dump(exclude_unset=True) if default is not None else {}),
             "harness": {"id": bridge.HARNESS_ID},
             "runtime": {"type": "subprocess"},
         }
