@@ -36,7 +36,11 @@ class GuessTaskset(vf.Taskset[GuessTask, vf.TasksetConfig]):
 
 
 class GuessConfig(vf.EnvConfig):
-    agent: vf.AgentConfig = vf.AgentConfig(max_turns=6)
+    agent: vf.AgentConfig = vf.AgentConfig(
+        max_turns=6,
+        model="some-provider-model",
+        client=vf.EvalClientConfig(base_url="http://provider.invalid/v1", api_key_var="NO_KEY"),
+    )
     max_guesses: int = 4
 
 

@@ -323,6 +323,8 @@ def _build_env(
             **(default.model_dump(exclude_unset=True) if default is not None else {}),
             "harness": {"id": bridge.HARNESS_ID},
             "runtime": {"type": "subprocess"},
+            "model": None,  # a seat pinned to its own model or endpoint is played by Ludic too
+            "client": None,
         }
         if max_turns is not None:
             agent["max_turns"] = max_turns
