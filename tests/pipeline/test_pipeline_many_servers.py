@@ -1,0 +1,31 @@
+"""`ludic actor` and `ludic learner` with several --server-url: the actor's client spreads
+episodes over all of them (a ServerPool), the learner's publisher pushes to all of them."""
+
+from __future__ import annotations
+
+import pytest
+
+from ludic.distributed import BroadcastPolicyPublisher
+from ludic.inference.http.pool import ServerPool
+from ludic.pipeline.commands import _actor_client, _publisher
+from ludic.pipeline.config import ActorConfig, LearnerConfig
+
+URLS = ("http://127.0.0.1:9001", "http://127.0.0.1:9002", "http://127.0.0.1:9003")
+
+
+async def test_the_actor_spreads_over_every_server() -> None:
+    client = await _actor_client(ActorConfig(server_url=URLS, served_model="tiny"))
+    assert isinstance(client, ServerPool)
+    assert [s.url for s in client.servers] == list(URLS)
+    await client.aclose()
+
+
+def test_the_learner_publishes_to_every_server() -> None:
+    publisher = _publisher(LearnerConfig(server_url=URLS, token="t"), model=None)
+    assert isinstance(publisher, BroadcastPolicyPublisher)
+    assert [s.url for s in publisher.servers] == list(URLS)
+
+
+def test_a_server_named_twice_is_refused() -> None:
+    with pytest.raises(ValueError, match="names a server twice"):
+        _publisher(LearnerConfig(server_url=(URLS[0], URLS[0]), token="t"), model=None)
