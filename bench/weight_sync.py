@@ -314,12 +314,59 @@ def bench_model(name: str, repeats: int, bucket_mb: float) -> dict[str, Any]:
     }
 
 
+def bench_servers(name: str, counts: list[int], repeats: int, bucket_mb: float) -> dict[str, Any]:
+    """`--servers 1,2,3`: one publisher pushing to N embedded servers in one group (one
+    broadcast reaches them all), for each N: the median and best push, unverified and
+    verified (checksums on every server), and each over the one-server time."""
+    model = build_model(name)
+    started = [start_server(name, in_place=True) for _ in range(max(counts))]
+    try:
+        times: dict[int, dict[str, list[float]]] = {}
+        for n in counts:
+            urls = [url for _, url in started[:n]]
+            publisher = BroadcastPolicyPublisher(urls, TOKEN, bucket_mb=bucket_mb, probe=False)
+            times[n] = {"unverified": [], "verified": []}
+            for round_ in range(repeats + 1):  # round 0 joins and warms up
+                for arm in ("unverified", "verified"):
+                    publisher.verify = arm == "verified"
+                    began = time.perf_counter()
+                    publisher.publish(model, version=round_ * 2 + (arm == "verified"))
+                    if round_:
+                        times[n][arm].append(time.perf_counter() - began)
+            publisher.close()
+    finally:
+        for server, _ in started:
+            server.terminate()
+            server.wait(timeout=60)
+    one = {arm: statistics.median(times[counts[0]][arm]) for arm in ("unverified", "verified")}
+    return {
+        "model": name,
+        "bytes": sum(t.numel() * t.element_size() for t in model.state_dict().values()),
+        "by_servers": {
+            str(n): {
+                **{f"publish_{arm}_s": statistics.median(t) for arm, t in by_arm.items()},
+                **{f"publish_{arm}_best_s": min(t) for arm, t in by_arm.items()},
+                **{
+                    f"publish_{arm}_over_{counts[0]}_server": statistics.median(t) / one[arm]
+                    for arm, t in by_arm.items()
+                },
+            }
+            for n, by_arm in times.items()
+        },
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="tiny,100m")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--bucket-mb", type=float, default=64.0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--servers",
+        default="",
+        help="instead, time one push to N servers at once, e.g. 1,2,3 (`servers` in the report)",
+    )
     parser.add_argument("--raw-receiver", nargs=2, type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -331,7 +378,8 @@ def main() -> None:
         return
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()
-    results = [bench_model(m, args.repeats, args.bucket_mb) for m in args.models.split(",")]
+    models = args.models.split(",")
+    results = [] if args.servers else [bench_model(m, args.repeats, args.bucket_mb) for m in models]
     report = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "loadavg_before_after": [load_before, os.getloadavg()],
@@ -345,6 +393,10 @@ def main() -> None:
         "peak_rss_mb_trainer": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "results": results,
     }
+    if args.servers:
+        counts = [int(n) for n in args.servers.split(",")]
+        report["servers"] = [bench_servers(m, counts, args.repeats, args.bucket_mb) for m in models]
+        report["loadavg_before_after"] = [load_before, os.getloadavg()]
     print(json.dumps(report, indent=2))
 
 
