@@ -19,6 +19,7 @@ shards them (vLLM).
 
 from __future__ import annotations
 
+import functools
 import math
 import struct
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,8 +29,9 @@ import torch
 
 ROW = 1024
 """Elements per row of the weighted sum."""
-CHUNK_ROWS = 256
-"""Rows per step of a pass that also sums floats (1 MiB of float32: fits a core's L2 cache)."""
+CHUNK_ROWS = 1024
+"""Rows per step of a pass that also sums floats (4 MiB of float32, read again from the
+cache: 1024 measured fastest on a 2-core EPYC, 256 and 8192 slower)."""
 _INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _GOLDEN = -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed 64-bit int
 _MASK32 = (1 << 32) - 1
@@ -51,8 +53,10 @@ def _bits(tensor: torch.Tensor) -> torch.Tensor:
     return flat if flat.dtype == int_dtype else flat.view(int_dtype)
 
 
+@functools.lru_cache(maxsize=64)
 def _row_weights(count: int, device: torch.device) -> torch.Tensor:
-    """Odd pseudo-random int64 weights of rows 0..count-1 (the same on every device)."""
+    """Odd pseudo-random int64 weights of rows 0..count-1 (the same on every device; cached:
+    a model has few distinct row counts; read only)."""
     w = torch.arange(1, count + 1, dtype=torch.int64, device=device) * _GOLDEN
     w = w ^ torch.bitwise_right_shift(w, 29)
     return w | 1
@@ -68,6 +72,10 @@ def _row_sums(
     acc = torch.int64 if bits.element_size() == 8 else torch.int32
     n = bits.numel()
     full = n // ROW
+    if floats is None and n == full * ROW and full:  # the common case, in one call
+        return bits.view(full, ROW).sum(1, dtype=acc), None
+    if floats is None and not full:
+        return bits.sum(dtype=acc).reshape(1), None
     rows = torch.empty(full + int(n > full * ROW or not full), dtype=acc, device=bits.device)
     step = full * ROW if floats is None else CHUNK_ROWS * ROW
     float_sums = []
