@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import tyro
@@ -25,6 +25,7 @@ from ludic.context import LatestObservationContext
 from ludic.eval.command import resolve_env_factory, resolve_parser
 from ludic.inference import ChatClient, SamplingConfig
 from ludic.interaction import SingleAgentProtocol
+from ludic.recipes import InferenceArgs, InferenceFlags, close_client, load_policy
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -47,10 +48,8 @@ class RejectionSamplingConfig:
     model: str | None = None
     """Local model directory or hub id (default: a fresh tiny model); with --expert only its
     tokenizer is used."""
-    server_url: str | None = None
-    """Generate with this OpenAI-compatible server instead of a local model."""
-    served_model: str = "default"
-    """Model name to send to the server."""
+    inference: InferenceFlags = field(default_factory=InferenceArgs)
+    """In process on --model, or --server-url URL [URL ...] (episodes spread over them)."""
     expert: bool = False
     """Tic-tac-toe only: a scripted minimax player writes the replies."""
     expert_epsilon: float = 0.3
@@ -74,23 +73,15 @@ class RejectionSamplingConfig:
 
 
 def make_client(cfg: RejectionSamplingConfig) -> ChatClient:
-    if cfg.server_url:
-        from ludic.inference.http.openai_client import OpenAICompatibleClient
-
-        return OpenAICompatibleClient(cfg.server_url, model=cfg.served_model)
-    from ludic.recipes import load_policy
-
-    model, tokenizer = load_policy(cfg.model, seed=cfg.seed)
     if cfg.expert:
         from ludic.recipes.expert import PolicyClient
         from ludic.recipes.tictactoe import expert_policy
 
         if cfg.env != "tictactoe":
             raise ValueError("--expert plays tic-tac-toe only; use --env tictactoe")
+        _, tokenizer = load_policy(cfg.model, seed=cfg.seed)
         return PolicyClient(expert_policy(cfg.expert_epsilon), tokenizer)
-    from ludic.inference.embedded.engine import EmbeddedEngine
-
-    return EmbeddedEngine(model, tokenizer)
+    return cfg.inference.make_client(cfg.model, seed=cfg.seed)  # servers, else in process
 
 
 async def sample(cfg: RejectionSamplingConfig, client: ChatClient) -> list[Rollout]:
@@ -116,22 +107,14 @@ async def sample(cfg: RejectionSamplingConfig, client: ChatClient) -> list[Rollo
 
 
 def main(cfg: RejectionSamplingConfig) -> tuple[Path, int, int]:
-    client = make_client(cfg)
-
     async def run() -> list[Rollout]:
+        client = make_client(cfg)  # inside the event loop: an HTTP client is bound to it
         try:
             return await sample(cfg, client)
         finally:
-            close = getattr(client, "aclose", None)
-            if close is not None:
-                await close()
+            await close_client(client)
 
-    try:
-        rollouts = asyncio.run(run())
-    finally:
-        close = getattr(client, "close", None)
-        if close is not None:
-            close()
+    rollouts = asyncio.run(run())
     kept = [r for r in rollouts if not r.failed and r.total_reward >= cfg.min_reward]
     cfg.out.parent.mkdir(parents=True, exist_ok=True)
     with cfg.out.open("w", encoding="utf-8") as f:

@@ -13,7 +13,7 @@ RolloutEngine, a batch source and the wiring helpers of `ludic.recipes`.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -26,10 +26,13 @@ from ludic.eval import EvalResult, make_eval_requests, run_eval
 from ludic.inference import ChatClient, SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.recipes import (
+    InferenceArgs,
+    InferenceFlags,
+    close_client,
     finish,
     load_policy,
     log_samples,
-    make_inference,
+    make_client,
     make_trainer,
     plot_curve,
 )
@@ -53,6 +56,9 @@ class LightsConfig:
     the same lamps state (the env's state key)."""
     model: str | None = None
     """Local model directory to start from (default: a fresh tiny model)."""
+    inference: InferenceFlags = field(default_factory=InferenceArgs)
+    """Where training rollouts are generated: in process, or --server-url URL [URL ...]
+    (`ludic serve --model DIR --token T` each; weights pushed to all after every step)."""
     steps: int = 30
     """Optimizer steps (the whole run: with --resume, only the steps left are trained)."""
     problems_per_step: int = 4
@@ -94,7 +100,7 @@ def make_protocol(client: ChatClient, cfg: LightsConfig) -> SingleAgentProtocol:
 async def train(cfg: LightsConfig) -> tuple[list[dict[str, float]], Path]:
     """Train with cfg.algorithm; returns the metrics of each step and the final checkpoint."""
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed)
-    inference = make_inference(model, tokenizer)  # the embedded engine on a copy of the model
+    inference = cfg.inference.make(model, tokenizer)  # default: the engine on a model copy
     algorithm = make_gigpo() if cfg.algorithm == "gigpo" else make_grpo()
     rollouts = RolloutEngine(
         env_registry={"lights": LightsEnv},
@@ -133,12 +139,11 @@ async def train(cfg: LightsConfig) -> tuple[list[dict[str, float]], Path]:
 
 async def evaluate(model_dir: Path, cfg: LightsConfig) -> EvalResult:
     """pass@1 and pass@k of the checkpoint on lamp patterns it was not trained on."""
-    model, tokenizer = load_policy(str(model_dir))
-    inference = make_inference(model, tokenizer)
+    client = make_client(model=str(model_dir))  # the checkpoint, in process
     try:
         engine = RolloutEngine(
             env_registry={"lights": LightsEnv},
-            protocol_registry={"agent": lambda: make_protocol(inference.client, cfg)},
+            protocol_registry={"agent": lambda: make_protocol(client, cfg)},
         )
         requests = make_eval_requests(
             env=ComponentSpec(name="lights"),
@@ -149,7 +154,7 @@ async def evaluate(model_dir: Path, cfg: LightsConfig) -> EvalResult:
         )
         return await run_eval(engine, requests, out_dir=cfg.out_dir / "eval")
     finally:
-        await inference.aclose()
+        await close_client(client)
 
 
 def main(cfg: LightsConfig) -> dict[str, float]:

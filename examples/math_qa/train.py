@@ -15,7 +15,7 @@ arithmetic: this example shows the wiring; bring a real model for real learning.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from ludic.eval import make_eval_requests, run_eval
 from ludic.inference import ChatClient, SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import boxed_parser
-from ludic.recipes import finish, load_policy, make_inference, make_trainer
+from ludic.recipes import InferenceArgs, InferenceFlags, finish, load_policy, make_trainer
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -54,13 +54,9 @@ class MathConfig:
     """Use only the first N problems."""
     model: str | None = None
     """Local model directory or hub id (default: a fresh tiny model)."""
-    server_url: str | None = None
-    """Generate with this OpenAI-compatible server (vLLM or `ludic serve`) instead of in
-    process; weights are pushed to it after every step (needs --server-token)."""
-    server_token: str | None = None
-    """Bearer token of the server's control endpoints."""
-    served_model: str | None = None
-    """Model name to send to the server (default: the one it lists at /v1/models)."""
+    inference: InferenceFlags = field(default_factory=InferenceArgs)
+    """Where rollouts are generated: in process, or --server-url URL [URL ...] (weights are
+    pushed to every server after each step; needs --server-token)."""
     steps: int = 20
     """Optimizer steps."""
     problems_per_step: int = 4
@@ -120,14 +116,7 @@ async def train(cfg: MathConfig) -> tuple[float, float]:
     def protocol(client: ChatClient) -> SingleAgentProtocol:
         return SingleAgentProtocol(Agent(client, parser=boxed_parser()), max_steps=1)
 
-    inference = make_inference(
-        model,
-        tokenizer,
-        server_url=cfg.server_url,
-        server_token=cfg.server_token,
-        served_model=cfg.served_model,
-        device=cfg.device,
-    )
+    inference = cfg.inference.make(model, tokenizer, device=cfg.device)
     try:
         rollouts = RolloutEngine(
             env_registry={"math": env},

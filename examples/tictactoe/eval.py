@@ -1,7 +1,7 @@
 """Evaluate a model at tic-tac-toe against the scripted opponent.
 
     python examples/tictactoe/eval.py --model ludic_runs/quickstart/rl/checkpoints/step_00000040/model
-    python examples/tictactoe/eval.py --server-url http://127.0.0.1:8000 --served-model NAME
+    python examples/tictactoe/eval.py --server-url http://127.0.0.1:8000 [http://127.0.0.1:8001 ...]
 
 The model is a local Hugging Face directory (or a hub id, if you have network) served in
 process by the embedded engine, or any OpenAI-compatible server (vLLM, SGLang, `ludic serve`).
@@ -11,13 +11,14 @@ Prints win / draw / loss / illegal rates and writes per-episode records for `lud
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 import tyro
 
 from ludic.inference.client import ChatClient
+from ludic.recipes import InferenceArgs, InferenceFlags, close_client
 from ludic.recipes.tictactoe import StageResult, evaluate_stage, print_results
 
 
@@ -27,10 +28,8 @@ class EvalConfig:
 
     model: str | None = None
     """Local model directory or hub id (default: a fresh tiny model, which plays badly)."""
-    server_url: str | None = None
-    """Base URL of an OpenAI-compatible server; used instead of --model."""
-    served_model: str = "default"
-    """Model name to send to the server."""
+    inference: InferenceFlags = field(default_factory=InferenceArgs)
+    """In process on --model, or --server-url URL [URL ...] (games spread over the servers)."""
     opponent: Literal["random", "minimax", "mixed"] = "random"
     """Scripted opponent."""
     episodes: int = 100
@@ -44,23 +43,17 @@ class EvalConfig:
 
 
 async def evaluate(cfg: EvalConfig) -> StageResult:
-    if cfg.server_url:
-        from ludic.inference.http.openai_client import OpenAICompatibleClient
-
-        async with OpenAICompatibleClient(cfg.server_url, model=cfg.served_model) as client:
-            return await _play(client, cfg)
-    from ludic.inference.embedded.engine import EmbeddedEngine
-    from ludic.recipes import load_policy
-
-    model, tokenizer = load_policy(cfg.model)
-    with EmbeddedEngine(model, tokenizer) as engine:
-        return await _play(engine, cfg)
+    client = cfg.inference.make_client(cfg.model)  # the servers, else the model in process
+    try:
+        return await _play(client, cfg)
+    finally:
+        await close_client(client)
 
 
 async def _play(client: ChatClient, cfg: EvalConfig) -> StageResult:
     return await evaluate_stage(
         client,
-        cfg.model or cfg.server_url or "tiny model",
+        cfg.model or " ".join(cfg.inference.server_url or ()) or "tiny model",
         env_kwargs={"opponent": cfg.opponent},
         episodes=cfg.episodes,
         temperature=cfg.temperature,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import tyro
@@ -25,7 +25,7 @@ from ludic.envs import TicTacToeDuelEnv
 from ludic.inference import ChatClient, SamplingConfig
 from ludic.interaction import MultiAgentProtocol
 from ludic.parsers import xml_tag_parser
-from ludic.recipes import finish, load_policy, make_inference, make_trainer
+from ludic.recipes import InferenceArgs, InferenceFlags, finish, load_policy, make_trainer
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -43,13 +43,9 @@ class SelfPlayConfig:
 
     model: str | None = None
     """Local model directory or hub id (default: a fresh tiny model)."""
-    server_url: str | None = None
-    """Serve the policy from this OpenAI-compatible server instead of in process; weights are
-    pushed to it after every step (needs --server-token)."""
-    server_token: str | None = None
-    """Bearer token of the server's control endpoints (`ludic serve --token ...`)."""
-    served_model: str | None = None
-    """Model name to send to the server (default: the one it lists at /v1/models)."""
+    inference: InferenceFlags = field(default_factory=InferenceArgs)
+    """Where rollouts are generated: in process, or --server-url URL [URL ...] (weights are
+    pushed to every server after each step; needs --server-token)."""
     steps: int = 20
     """Optimizer steps."""
     games: int = 4
@@ -103,14 +99,7 @@ async def selfplay(cfg: SelfPlayConfig) -> tuple[dict[str, float], dict[str, flo
     algorithm = make_grpo()
     sampling = SamplingConfig(temperature=1.0, max_tokens=cfg.max_tokens)
     duel = ComponentSpec(name="duel")
-    inference = make_inference(
-        model,
-        tokenizer,
-        server_url=cfg.server_url,
-        server_token=cfg.server_token,
-        served_model=cfg.served_model,
-        device=cfg.device,
-    )
+    inference = cfg.inference.make(model, tokenizer, device=cfg.device)
     try:
         rollouts = RolloutEngine(
             env_registry={"duel": TicTacToeDuelEnv},

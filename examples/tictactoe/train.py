@@ -14,7 +14,7 @@ group, takes one optimizer step and pushes the new weights to inference.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -26,7 +26,14 @@ from ludic.envs import TicTacToeEnv
 from ludic.inference import ChatClient, SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import xml_tag_parser
-from ludic.recipes import finish, load_policy, make_inference, make_trainer, plot_curve
+from ludic.recipes import (
+    InferenceArgs,
+    InferenceFlags,
+    finish,
+    load_policy,
+    make_trainer,
+    plot_curve,
+)
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -43,13 +50,9 @@ class TrainConfig:
 
     model: str | None = None
     """Local model directory or hub id (default: a fresh tiny model)."""
-    server_url: str | None = None
-    """Serve the policy from this OpenAI-compatible server instead of in process; weights are
-    pushed to it after every step (needs --server-token)."""
-    server_token: str | None = None
-    """Bearer token of the server's control endpoints (`ludic serve --token ...`)."""
-    served_model: str | None = None
-    """Model name to send to the server (default: the one it lists at /v1/models)."""
+    inference: InferenceFlags = field(default_factory=InferenceArgs)
+    """Where rollouts are generated: in process, or --server-url URL [URL ...] (weights are
+    pushed to every server after each step; needs --server-token)."""
     opponent: Literal["random", "minimax", "mixed"] = "random"
     """Scripted opponent."""
     steps: int = 40
@@ -83,14 +86,7 @@ def make_protocol(client: ChatClient, max_tokens: int) -> SingleAgentProtocol:
 
 async def train(cfg: TrainConfig) -> list[dict[str, float]]:
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
-    inference = make_inference(
-        model,
-        tokenizer,
-        server_url=cfg.server_url,
-        server_token=cfg.server_token,
-        served_model=cfg.served_model,
-        device=cfg.device,
-    )
+    inference = cfg.inference.make(model, tokenizer, device=cfg.device)
     algorithm = make_grpo()
     sampling = SamplingConfig(temperature=1.0, max_tokens=cfg.max_tokens)
     rollouts = RolloutEngine(

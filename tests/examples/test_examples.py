@@ -175,19 +175,13 @@ def test_tictactoe_train_on_an_inference_server(tmp_path: Path) -> None:
         server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for_health(url, timeout_s=120, process=server)
+        import tyro
+
         example = load_example("tictactoe/train.py")
-        cfg = config(
-            example,
-            "TrainConfig",
-            model=model_dir,
-            server_url=url,
-            server_token=token,
-            served_model="tiny",
-            steps=2,
-            groups=2,
-            group_size=2,
-            out_dir=tmp_path / "run",
-        )
+        args = ["--model", model_dir, "--server-url", url, "--server-token", token]
+        args += ["--served-model", "tiny", "--steps", "2", "--groups", "2", "--group-size", "2"]
+        cfg = tyro.cli(example.TrainConfig, args=[*args, "--out-dir", str(tmp_path / "run")])
+        assert cfg.inference.server_url == (url,)  # the shared InferenceArgs flags
         history = example.main(cfg)
         assert [h["policy_version"] for h in history] == [1, 2]
         auth = {"Authorization": f"Bearer {token}"}

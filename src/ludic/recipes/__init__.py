@@ -12,7 +12,14 @@ from ludic.recipes.configs import QuickstartConfig, SFTConfig, TrainConfig
 
 if TYPE_CHECKING:
     from ludic.recipes.expert import PolicyClient
-    from ludic.recipes.inference import Inference, InferenceArgs, make_client, make_inference
+    from ludic.recipes.inference import (
+        Inference,
+        InferenceArgs,
+        InferenceFlags,
+        close_client,
+        make_client,
+        make_inference,
+    )
     from ludic.recipes.quickstart import QuickstartResult, run_quickstart
     from ludic.recipes.sft import sft_command
     from ludic.recipes.train import train_command
@@ -28,7 +35,9 @@ if TYPE_CHECKING:
 _LAZY = {
     "Inference": "ludic.recipes.inference",
     "InferenceArgs": "ludic.recipes.inference",
+    "InferenceFlags": "ludic.recipes.inference",
     "make_client": "ludic.recipes.inference",
+    "close_client": "ludic.recipes.inference",
     "SampleLog": "ludic.recipes.training",
     "finish": "ludic.recipes.training",
     "load_policy": "ludic.recipes.training",
@@ -46,12 +55,14 @@ _LAZY = {
 __all__ = [
     "Inference",
     "InferenceArgs",
+    "InferenceFlags",
     "PolicyClient",
     "QuickstartConfig",
     "QuickstartResult",
     "SFTConfig",
     "SampleLog",
     "TrainConfig",
+    "close_client",
     "finish",
     "load_policy",
     "log_samples",

@@ -2,9 +2,10 @@
 in this process, or one or more OpenAI-compatible servers (`ludic serve`, vLLM with Ludic's
 extension) that a training run pushes its weights to after every step.
 
-`InferenceArgs` is the argument block (embed it in a tyro config: `--server-url A B C
---server-token T --served-model M`); `make_inference` gives a client plus the matching weight
-publisher (training), `make_client` a client only (evaluation, sampling). Several URLs give a
+`InferenceArgs` is the argument block (embed it in a tyro config as a field typed
+`InferenceFlags`: `--server-url A B C --server-token T --served-model M`); `make_inference` gives a client plus the matching weight
+publisher (training), `make_client` a client only (evaluation, sampling; `close_client` closes
+it). Several URLs give a
 `ServerPool` client (calls spread over the servers, each episode kept on one) and one
 `BroadcastPolicyPublisher` that pushes to all of them. Importing this module is light (no
 torch); it starts no server.
@@ -15,7 +16,9 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+import tyro
 
 if TYPE_CHECKING:
     from ludic.distributed import PolicyPublisher
@@ -59,6 +62,11 @@ class InferenceArgs:
         return make_client(self.server_url, model=model, served_model=self.served_model, seed=seed)
 
 
+InferenceFlags = Annotated[InferenceArgs, tyro.conf.arg(name="")]
+"""`InferenceArgs` as a field of a tyro config whose flags keep their plain names
+(`--server-url`, not `--inference.server-url`)."""
+
+
 @dataclass(kw_only=True, slots=True)
 class Inference:
     """Where rollouts are generated (`client`) and how new weights get there (`publisher`)."""
@@ -68,12 +76,18 @@ class Inference:
 
     async def aclose(self) -> None:
         """Close the client (an HTTP connection pool, or the embedded engine's worker)."""
-        aclose = getattr(self.client, "aclose", None)
-        if aclose is not None:
-            await aclose()
-        close = getattr(self.client, "close", None)
-        if close is not None:
-            close()
+        await close_client(self.client)
+
+
+async def close_client(client: Any) -> None:
+    """Close what `make_client` gave: HTTP connection pools (`aclose`), or the embedded
+    engine's worker (`close`)."""
+    aclose = getattr(client, "aclose", None)
+    if aclose is not None:
+        await aclose()
+    close = getattr(client, "close", None)
+    if close is not None:
+        close()
 
 
 def server_urls(server_url: ServerUrls) -> list[str]:
