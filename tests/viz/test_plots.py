@@ -98,3 +98,25 @@ def test_damaged_line_is_reported(tmp_path: Path) -> None:
     path.write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "lo')
     with pytest.raises(ValueError, match=r"m.jsonl:2: not a JSON metrics record"):
         read_metrics(path)
+
+
+def png_title(path: Path) -> str:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return str(image.info.get("Title", ""))
+
+
+def test_titles_say_what_is_plotted(tmp_path: Path) -> None:
+    run = tmp_path / "my_run"
+    run.mkdir()
+    metrics = write_metrics(run / "metrics.jsonl", small_records())
+    (curve,) = plot_metrics(metrics, tmp_path / "curve.png", keys=("loss",))
+    assert png_title(curve) == f"loss per training step (run: {run})"
+    (titled,) = plot_metrics(metrics, tmp_path / "t.png", keys=("kl",), title="KL of run 3")
+    assert png_title(titled) == "KL of run 3"
+    paths = plot_command(PlotConfig(metrics=metrics, title="All metrics"))
+    assert png_title(paths[0]) == "All metrics"
+    assert png_title(paths[1]) == f"Loss per training step (run: {run})"
+    fig = metrics_figure(small_records(), title="What it shows")
+    assert fig.get_suptitle() == "What it shows"

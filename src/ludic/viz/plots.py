@@ -139,25 +139,39 @@ def plot_metrics(
     *,
     keys: Sequence[str] = (),
     smooth: float = 0.0,
+    title: str | None = None,
 ) -> list[Path]:
     """Write PNGs of a metrics JSONL. `out` ending in .png: one figure with every panel; else
-    a directory: metrics.png (every panel) plus one <panel>.png each. Returns the paths."""
+    a directory: metrics.png (every panel) plus one <panel>.png each. Returns the paths.
+    `title` heads the figure (default: `default_title`, what is plotted and from which run)."""
     records = read_metrics(metrics_jsonl)
     panels = metric_panels(records, keys)
-    title = Path(metrics_jsonl).name
+    title = title or default_title(panels, metrics_jsonl)
     out = Path(out)
+    # The title is also the PNG's "Title" text chunk, so tools (and tests) can read it.
     if out.suffix.lower() == ".png":
         out.parent.mkdir(parents=True, exist_ok=True)
-        metrics_figure(records, panels, smooth=smooth, title=title).savefig(out, dpi=_DPI)
+        figure = metrics_figure(records, panels, smooth=smooth, title=title)
+        figure.savefig(out, dpi=_DPI, metadata={"Title": title})
         return [out]
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "metrics.png"]
-    metrics_figure(records, panels, smooth=smooth, title=title).savefig(paths[0], dpi=_DPI)
+    figure = metrics_figure(records, panels, smooth=smooth, title=title)
+    figure.savefig(paths[0], dpi=_DPI, metadata={"Title": title})
     for panel in panels:
         path = out / f"{_slug(panel.title)}.png"
-        metrics_figure(records, [panel], smooth=smooth).savefig(path, dpi=_DPI)
+        panel_title = default_title([panel], metrics_jsonl)
+        figure = metrics_figure(records, [panel], smooth=smooth, title=panel_title)
+        figure.savefig(path, dpi=_DPI, metadata={"Title": panel_title})
         paths.append(path)
     return paths
+
+
+def default_title(panels: Sequence[Panel], metrics_jsonl: str | Path) -> str:
+    """What the figure shows and where it comes from, e.g. "batch/mean_reward per training
+    step (run: ludic_runs/train)"."""
+    what = ", ".join(panel.title for panel in panels)
+    return f"{what} per training step (run: {Path(metrics_jsonl).parent})"
 
 
 def _numeric_keys(records: Sequence[MetricRecord]) -> set[str]:
@@ -219,12 +233,14 @@ class PlotConfig:
     """Plot exactly these metrics, one panel each (default: the known families found)."""
     smooth: float = 0.0
     """EMA smoothing in [0, 1) drawn over the raw curves (0: off)."""
+    title: str | None = None
+    """Figure title (default: the metrics plotted and the run directory they come from)."""
 
 
 def plot_command(cfg: PlotConfig, *, console: Console | None = None) -> list[Path]:
     """`ludic plot`: write the PNGs and list them."""
     out = cfg.out or cfg.metrics.parent / "plots"
-    paths = plot_metrics(cfg.metrics, out, keys=cfg.keys, smooth=cfg.smooth)
+    paths = plot_metrics(cfg.metrics, out, keys=cfg.keys, smooth=cfg.smooth, title=cfg.title)
     console = console or Console()
     for path in paths:
         console.print(f"wrote [bold]{path}[/bold]")
