@@ -23,6 +23,10 @@ then, from Ludic's environment:
                             [--trl-python /work/venv-trl/bin/python]  # or $LUDIC_TRL_PYTHON
 
 It does not compare learning (rewards of a few steps are noise), only time per step.
+On a machine shared with other jobs pass `--threads 1`: with 2 torch threads per side under
+load, TRL's steps stalled at 18-99 s each (also when run alone) while Ludic's took ~2 s.
+`--overlap` is a different algorithm from TRL's step (one policy version off-policy); report
+it beside the synchronous ratio, not instead of it.
 """
 
 from __future__ import annotations
