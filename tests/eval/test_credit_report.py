@@ -66,10 +66,10 @@ def test_metrics_of_hand_made_rows() -> None:
 def test_ludic_eval_reports_gigpo_credit_with_the_flags(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "steps_env.py").write_text(STEP_ENV)
+    (tmp_path / "eval_steps_env.py").write_text(STEP_ENV)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    args = ["eval", "--env", "steps_env:make_env", "--num-problems", "2"]
+    args = ["eval", "--env", "eval_steps_env:make_env", "--num-problems", "2"]
     args += ["--samples-per-problem", "4", "--max-tokens", "4", "--no-progress"]
     args += ["--credit", "gigpo"]
     knobs = ["--gigpo.state-key", "observation", "--gigpo.gamma", "0.5", "--gigpo.omega", "0.3"]

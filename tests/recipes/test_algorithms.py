@@ -138,10 +138,10 @@ KNOBS = {
 def test_ludic_train_gigpo_weights_follow_every_flag(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (tmp_path / "steps_env.py").write_text(STEP_ENV)
+    (tmp_path / "train_steps_env.py").write_text(STEP_ENV)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    args = ["train", "--env", "steps_env:make_env", "--algorithm", "gigpo", "--steps", "1"]
+    args = ["train", "--env", "train_steps_env:make_env", "--algorithm", "gigpo", "--steps", "1"]
     args += ["--problems-per-step", "2", "--group-size", "4", "--max-tokens", "4"]
     args += ["--max-steps", "3", "--out-dir", "run", "--no-progress", "--seed", "2"]
     for flag, value, _ in KNOBS.values():
