@@ -22,7 +22,11 @@ understate the engine (it keeps both cores busy; batch-1 `generate` does not), `
 keeps them comparable between arms.
 `--batch-invariant` runs the engine with `EngineConfig(batch_invariant=True)` (each seeded
 request's tokens and logprobs independent of the batch; prefix reuse off), to measure its cost.
-Run: `python bench/inference.py [--threads N] [--repeats N] [--batch-invariant]`.
+`--compare-invariant` instead runs the default and the batch-invariant engine on the same
+workloads, interleaved and order-swapped round by round, and reports invariant / default
+tokens per wall and per CPU second (`invariant_vs_default`).
+Run: `python bench/inference.py [--threads N] [--repeats N] [--batch-invariant |
+--compare-invariant]`.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import time
 from collections.abc import Callable
@@ -225,6 +230,45 @@ def measure(
     return row
 
 
+def compare_invariant(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, repeats: int
+) -> dict[str, object]:
+    """Invariant / default engine throughput per workload, arms interleaved and order-swapped."""
+    engines = {
+        "default": EmbeddedEngine(model, tokenizer),
+        "invariant": EmbeddedEngine(model, tokenizer, config=EngineConfig(batch_invariant=True)),
+    }
+    follow_up = follow_up_ids(tokenizer)
+    cells = {
+        "single_turn_32": (32, 1, SINGLE_TURN_BUDGETS),
+        "agent_episodes_8": (8, TURNS, EPISODE_BUDGETS),
+        "agent_episodes_32": (32, TURNS, EPISODE_BUDGETS),
+        "single_turn_1": (1, 1, SINGLE_TURN_BUDGETS),
+    }
+    out: dict[str, object] = {}
+    for cell, (n, turns, budgets) in cells.items():
+        agents = make_agents(n, turns, tokenizer, budgets)
+        for engine in engines.values():
+            run_engine(engine, agents, follow_up)  # warm up
+        wall = {name: 0.0 for name in engines}
+        cpu = {name: 0.0 for name in engines}
+        for round_ in range(repeats):
+            order = list(engines) if round_ % 2 == 0 else list(reversed(engines))
+            for name in order:
+                tokens, (wall_s, cpu_s) = run_engine(engines[name], agents, follow_up)
+                wall[name] = max(wall[name], tokens / wall_s)
+                cpu[name] = max(cpu[name], tokens / cpu_s)
+        out[cell] = {
+            "default_tokens_per_cpu_s": round(cpu["default"], 1),
+            "invariant_tokens_per_cpu_s": round(cpu["invariant"], 1),
+            "invariant_vs_default_cpu": round(cpu["invariant"] / cpu["default"], 2),
+            "invariant_vs_default_wall": round(wall["invariant"] / wall["default"], 2),
+        }
+    for engine in engines.values():
+        engine.close()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
@@ -232,11 +276,26 @@ def main() -> None:
     parser.add_argument(
         "--batch-invariant", action="store_true", help="EngineConfig(batch_invariant=True)"
     )
+    parser.add_argument(
+        "--compare-invariant",
+        action="store_true",
+        help="default vs batch-invariant engine, interleaved (invariant_vs_default)",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model, tokenizer = load_tiny_model()
+    if args.compare_invariant:
+        report = {
+            "benchmark": "inference_invariant_vs_default",
+            "torch_threads": torch.get_num_threads(),
+            "timing": f"best of {args.repeats} interleaved, order-swapped runs per arm",
+            "load_avg": os.getloadavg(),
+            "cells": compare_invariant(model, tokenizer, args.repeats),
+        }
+        print(json.dumps(report, indent=2))
+        return
     engine = EmbeddedEngine(
         model, tokenizer, config=EngineConfig(batch_invariant=args.batch_invariant)
     )

@@ -157,7 +157,8 @@ def test_attention_is_sdpa_up_to_rounding_and_position_invariant() -> None:
     generator = torch.Generator().manual_seed(0)
     q = torch.randn(2, 4, 5, 64, generator=generator)
     k, v = (torch.randn(2, 2, 300, 64, generator=generator) for _ in range(2))
-    out = invariant.attention(q, k, v, [(300, 5), (200, 5)], 0.125)
+    layout = invariant.KeyLayout.contiguous([300, 200], 5, 300, 2)
+    out = invariant.attention(q, k, v, layout, 0.125)
     for row, keys in enumerate((300, 200)):
         mask = torch.ones(5, keys, dtype=torch.bool).tril(keys - 5)
         sdpa = torch.nn.functional.scaled_dot_product_attention(
@@ -172,10 +173,30 @@ def test_attention_is_sdpa_up_to_rounding_and_position_invariant() -> None:
     assert invariant.attention_problem(4, 2, 64, torch.zeros(1)) is None
 
 
-def test_prefix_reuse_is_off_when_batch_invariant() -> None:
+async def test_a_reused_prefix_gives_the_bits_of_a_fresh_prefill() -> None:
+    """Turn 2 extends turn 1 (prompt + completion + a new message): with the KV of turn 1
+    reused (a prefix hit) it gets exactly the tokens and logprobs a fresh engine gets."""
     model, tokenizer = load_tiny_model()
-    with EmbeddedEngine(model, tokenizer, config=INVARIANT) as engine:
-        assert engine._batch.prefix_cache.max_tokens == 0
+    first = ChatRequest(
+        messages=[{"role": "user", "content": "Your move."}],
+        sampling=SamplingConfig(max_tokens=12, seed=1, temperature=0.7, top_p=0.9),
+    )
+
+    def follow_up(reply: ChatResponse) -> ChatRequest:
+        ids = [*reply.prompt_token_ids, *reply.completion_token_ids]
+        ids += tokenizer.encode("<|im_end|>\n<|im_start|>user\nAgain.<|im_end|>\n")
+        ids += tokenizer.encode("<|im_start|>assistant\n")
+        sampling = SamplingConfig(max_tokens=12, seed=2, temperature=0.7, top_p=0.9)
+        return ChatRequest(messages=[], prompt_token_ids=ids, sampling=sampling)
+
+    with EmbeddedEngine(copy.deepcopy(model), tokenizer, config=INVARIANT) as engine:
+        second = follow_up(await engine.complete(first))
+        reused = await engine.complete(second)
+        assert engine.status().prefix_hits == 1
+    with EmbeddedEngine(copy.deepcopy(model), tokenizer, config=INVARIANT) as engine:
+        fresh = await engine.complete(second)
+        assert engine.status().prefix_hits == 0
+    assert outputs([reused]) == outputs([fresh])
 
 
 SPEC = TinyModelSpec(

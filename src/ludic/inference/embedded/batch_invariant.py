@@ -26,11 +26,14 @@ N rows of a GEMM, E input features, O output features.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
 MIN_ROWS = 16
 KEY_BLOCK = 128  # keys per block of the attention sums (`attend`)
+ATTENTION_MIN_ROWS = 4  # query rows of an attention GEMM (fewer take another kernel)
 _PROBE_ROWS = (MIN_ROWS, MIN_ROWS + 1, 2 * MIN_ROWS + 3, 64, 129, 200)
 
 
@@ -45,42 +48,70 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> 
     return y_NO.reshape(*x.shape[:-1], y_NO.shape[-1])
 
 
-def own_lengths(key_mask_BT: torch.Tensor, S: int) -> list[tuple[int, int]]:
-    """Per row: (its real keys, its real new positions). Each row's real keys must be the last
-    columns of the cache, one contiguous run (the engine keeps them so when prefix reuse is
-    off); anything else is refused rather than computed over the wrong keys."""
-    T = key_mask_BT.shape[1]
-    mask_BT = key_mask_BT.bool()
-    keys_B = mask_BT.sum(-1)
-    first_B = torch.where(mask_BT.any(-1), mask_BT.int().argmax(-1), T)
-    if not torch.equal(keys_B, T - first_B):
-        raise ValueError(
-            "batch-invariant attention needs each row's keys as one run at the end of the cache "
-            "(prefix reuse leaves gaps): build the engine with prefix_cache_tokens=0"
-        )
-    return [(keys, min(keys, S)) for keys in keys_B.tolist()]
+@dataclass(frozen=True, slots=True)
+class KeyLayout:
+    """Where each row's keys lie in a KV cache of T columns (padded rows, gaps after a reused
+    prefix), worked out once per forward: `columns_BW` lists them in order from the row's first
+    key (width a multiple of `KEY_BLOCK`; past the row's keys it repeats the last one, never
+    seen), `index_N` the same rows of the cache flattened to [B * K * T, D], kv head by kv
+    head, and `last_BS` the last key (counted from the row's first) each new position sees:
+    its own."""
+
+    columns_BW: torch.Tensor
+    index_N: torch.Tensor
+    last_BS: torch.Tensor
+
+    @classmethod
+    def of(cls, key_mask_BT: torch.Tensor, S: int, kv_heads: int) -> KeyLayout:
+        """From the key mask over the cache and the S new positions (its last S columns); a
+        row's real keys may lie in several runs (a reused prefix, padding, then the rest)."""
+        mask_BT = key_mask_BT.bool()
+        B, T = mask_BT.shape
+        keys_B = mask_BT.sum(-1)
+        width = max(1, -(-int(keys_B.max()) // KEY_BLOCK)) * KEY_BLOCK
+        real_first_BT = torch.sort((~mask_BT).to(torch.uint8), dim=-1, stable=True).indices
+        at_BW = torch.arange(width, device=mask_BT.device).expand(B, width)
+        at_BW = torch.minimum(at_BW, (keys_B - 1).clamp(min=0)[:, None]).clamp(max=T - 1)
+        columns_BW = real_first_BT.gather(-1, at_BW)
+        rows_BK = torch.arange(B * kv_heads, device=mask_BT.device).view(B, kv_heads) * T
+        index_N = (rows_BK[:, :, None] + columns_BW[:, None, :]).reshape(-1)
+        # a new position's key counts the row's real keys up to it
+        last_BS = (mask_BT.long().cumsum(-1) - 1)[:, T - S :].clamp(min=0)
+        return cls(columns_BW=columns_BW, index_N=index_N, last_BS=last_BS)
+
+    @classmethod
+    def contiguous(
+        cls, keys: list[int], S: int, T: int, kv_heads: int, device: torch.device | str = "cpu"
+    ) -> KeyLayout:
+        """Each row's `keys` real keys as one run at the end of a cache of T columns."""
+        mask_BT = torch.arange(T, device=device) >= T - torch.tensor(keys, device=device)[:, None]
+        return cls.of(mask_BT, S, kv_heads)
 
 
 def attention(
     q_BHSD: torch.Tensor,
     k_BKTD: torch.Tensor,
     v_BKTD: torch.Tensor,
-    lengths: list[tuple[int, int]],
+    layout: KeyLayout,
     scale: float,
 ) -> torch.Tensor:
-    """The engine's attention over a left-padded KV cache: each row's keys are moved to start at
-    column 0 (`lengths`: its real keys, its real new positions), then `attend`. Padding
-    positions get finite values that nothing reads."""
-    B, _, S, D = q_BHSD.shape
+    """The engine's attention over a left-padded KV cache: `attend`'s arithmetic, with the scores
+    computed where the keys lie (a score does not depend on its column) and then, with the
+    values, moved to start at each row's first key (`layout`). Padding positions get finite
+    values that nothing reads. -> [B, H, S, D]."""
+    B, H, S, D = q_BHSD.shape
     K, T = k_BKTD.shape[1], k_BKTD.shape[2]
-    keys_B = torch.tensor([keys for keys, _ in lengths], device=q_BHSD.device)
-    width = max(1, int(keys_B.max()))
-    index_BW = ((T - keys_B)[:, None] + torch.arange(width, device=q_BHSD.device)).clamp(max=T - 1)
-    index_BKWD = index_BW[:, None, :, None].expand(B, K, width, D)
-    k_BKWD, v_BKWD = k_BKTD.gather(2, index_BKWD), v_BKTD.gather(2, index_BKWD)
-    # new position s of a row is its key keys - S + s
-    last_BS = (keys_B[:, None] - S + torch.arange(S, device=q_BHSD.device)).clamp(min=0)
-    return grouped_attention(q_BHSD, k_BKWD, v_BKWD, last_BS, scale)
+    group = H // K  # q head h reads kv head h // group
+    q_BKRD, last_BR = _rows(q_BHSD.reshape(B, K, group * S, D), layout.last_BS.repeat(1, group))
+    rows, width = q_BKRD.shape[2], layout.columns_BW.shape[1]
+    # a GEMM with few columns takes other kernels: at least KEY_BLOCK (the extra ones unread)
+    keys_BKTD = F.pad(k_BKTD, (0, 0, 0, KEY_BLOCK - T)) if T < KEY_BLOCK else k_BKTD
+    scores_BKRT = torch.matmul(q_BKRD, keys_BKTD.transpose(-1, -2)) * scale
+    columns_BKRW = layout.columns_BW[:, None, None, :].expand(B, K, rows, width)
+    scores_BKRW = scores_BKRT.gather(-1, columns_BKRW)
+    v_BKWD = v_BKTD.reshape(B * K * T, D).index_select(0, layout.index_N).view(B, K, width, D)
+    out_BKRD = _weighted_sum(scores_BKRW, last_BR, v_BKWD)
+    return out_BKRD[:, :, : group * S].reshape(B, H, S, D)
 
 
 def grouped_attention(
@@ -109,38 +140,52 @@ def attend(
 ) -> torch.Tensor:
     """Softmax attention of query row r over keys 0..last_BR[b, r] (keys aligned at column 0),
     with every reduction in an order fixed by the row's own keys alone: scores are one GEMM per
-    (row, kv head) over at least `MIN_ROWS` query rows (each score is a dot product over D);
-    the max is exact; the weighted sums and the normaliser run over blocks of `KEY_BLOCK` keys
-    counted from key 0, one fixed-shape GEMM (and sum) per block, added block after block.
-    Keys a query does not see weigh exactly 0, so extra keys or blocks after them (a longer
-    sequence, a padded batch) and extra query rows change no bit of its output: a prefill, a
-    decode step and the trainer's full forward give a position the same result.
-    Differentiable (the trainer backpropagates through it)."""
+    (row, kv head) over at least `ATTENTION_MIN_ROWS` query rows (each score a dot product over
+    D, whatever its column); the max is exact; the weighted sums and the normaliser run over
+    blocks of `KEY_BLOCK` keys counted from key 0, one fixed-shape GEMM (and sum) per block,
+    added block after block. Keys a query does not see weigh exactly 0, so extra keys or blocks
+    after them (a longer sequence, a padded batch) and extra query rows change no bit of its
+    output: a prefill, a decode step and the trainer's full forward give a position the same
+    result. Differentiable (the trainer backpropagates through it)."""
+    R, T = q_BKRD.shape[2], k_BKTD.shape[2]
+    q_BKRD, last_BR = _rows(q_BKRD, last_BR)
+    width = -(-T // KEY_BLOCK) * KEY_BLOCK
+    if width > T:  # F.pad copies even when there is nothing to pad
+        k_BKTD = F.pad(k_BKTD, (0, 0, 0, width - T))
+        v_BKTD = F.pad(v_BKTD, (0, 0, 0, width - T))
+    scores_BKRW = torch.matmul(q_BKRD, k_BKTD.transpose(-1, -2)) * scale
+    return _weighted_sum(scores_BKRW, last_BR, v_BKTD)[:, :, :R]
+
+
+def _rows(q_BKRD: torch.Tensor, last_BR: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """At least `ATTENTION_MIN_ROWS` query rows (zeros appended, seeing key 0)."""
     R = q_BKRD.shape[2]
-    rows = max(R, MIN_ROWS)
-    T = k_BKTD.shape[2]
-    blocks = -(-T // KEY_BLOCK)
-    q_BKRD = F.pad(q_BKRD, (0, 0, 0, rows - R))
-    last_BR = F.pad(last_BR, (0, rows - R))
-    pad = blocks * KEY_BLOCK - T
-    k_BKTD, v_BKTD = F.pad(k_BKTD, (0, 0, 0, pad)), F.pad(v_BKTD, (0, 0, 0, pad))
-    scores_BKRT = torch.matmul(q_BKRD, k_BKTD.transpose(-1, -2)) * scale
-    seen_B1RT = (
-        torch.arange(scores_BKRT.shape[-1], device=q_BKRD.device) <= last_BR[:, None, :, None]
-    )
-    scores_BKRT = scores_BKRT.masked_fill(~seen_B1RT, float("-inf"))
-    max_BKR1 = scores_BKRT.detach().amax(-1, keepdim=True)
+    if R >= ATTENTION_MIN_ROWS:
+        return q_BKRD, last_BR
+    extra = ATTENTION_MIN_ROWS - R
+    return F.pad(q_BKRD, (0, 0, 0, extra)), F.pad(last_BR, (0, extra))
+
+
+def _weighted_sum(
+    scores_BKRW: torch.Tensor, last_BR: torch.Tensor, v_BKWD: torch.Tensor
+) -> torch.Tensor:
+    """softmax(scores over keys 0..last) @ v, keys aligned at column 0, W a multiple of
+    `KEY_BLOCK`: block by block in a fixed order (see `attend`)."""
+    width = scores_BKRW.shape[-1]
+    seen_B1RW = torch.arange(width, device=scores_BKRW.device) <= last_BR[:, None, :, None]
+    scores_BKRW = scores_BKRW.masked_fill(~seen_B1RW, float("-inf"))
+    max_BKR1 = scores_BKRW.detach().amax(-1, keepdim=True)
     total_BKRD = norm_BKR1 = None
-    for start in range(0, blocks * KEY_BLOCK, KEY_BLOCK):
-        weight_BKRC = torch.exp(scores_BKRT[..., start : start + KEY_BLOCK] - max_BKR1)
-        part_BKRD = torch.matmul(weight_BKRC, v_BKTD[:, :, start : start + KEY_BLOCK])
+    for start in range(0, width, KEY_BLOCK):
+        weight_BKRC = torch.exp(scores_BKRW[..., start : start + KEY_BLOCK] - max_BKR1)
+        part_BKRD = torch.matmul(weight_BKRC, v_BKWD[:, :, start : start + KEY_BLOCK])
         part_BKR1 = weight_BKRC.sum(-1, keepdim=True)
         if total_BKRD is None or norm_BKR1 is None:
             total_BKRD, norm_BKR1 = part_BKRD, part_BKR1
         else:
             total_BKRD, norm_BKR1 = total_BKRD + part_BKRD, norm_BKR1 + part_BKR1
     assert total_BKRD is not None and norm_BKR1 is not None
-    return (total_BKRD / norm_BKR1)[:, :, :R]
+    return total_BKRD / norm_BKR1
 
 
 def attention_problem(heads: int, kv_heads: int, head_dim: int, like: torch.Tensor) -> str | None:
@@ -151,17 +196,41 @@ def attention_problem(heads: int, kv_heads: int, head_dim: int, like: torch.Tens
     shapes = ((B, heads, 1, head_dim), (B, kv_heads, T, head_dim), (B, kv_heads, T, head_dim))
     q, k, v = (torch.randn(s, generator=generator).to(like) for s in shapes)
     lengths = [(T - 37 * row, 1) for row in range(B)]
-    together = attention(q, k, v, lengths, 0.125)
+    together = attention(
+        q,
+        k,
+        v,
+        KeyLayout.contiguous([keys for keys, _ in lengths], 1, T, kv_heads, like.device),
+        0.125,
+    )
     for row, (keys, _) in enumerate(lengths):
         own = (q[row : row + 1], k[row : row + 1, :, T - keys :], v[row : row + 1, :, T - keys :])
-        if not torch.equal(attention(*own, [(keys, 1)], 0.125), together[row : row + 1]):
+        alone = attention(*own, KeyLayout.contiguous([keys], 1, keys, kv_heads, like.device), 0.125)
+        if not torch.equal(alone, together[row : row + 1]):
             return f"attention gives a row different bits in a batch than alone ({like.device})"
+    short = attention(
+        q[:1],
+        k[:1, :, :5],
+        v[:1, :, :5],
+        KeyLayout.contiguous([3], 1, 5, kv_heads, like.device),
+        0.125,
+    )
+    alone = attention(
+        q[:1],
+        k[:1, :, 2:5],
+        v[:1, :, 2:5],
+        KeyLayout.contiguous([3], 1, 3, kv_heads, like.device),
+        0.125,
+    )
+    if not torch.equal(short, alone):
+        return f"attention gives a short row different bits next to padding ({like.device})"
     # the last row's keys as a prefill of S positions, then as one longer causal row
     keys = lengths[-1][0]
     k_1KTD, v_1KTD = k[-1:, :, T - keys :], v[-1:, :, T - keys :]
     q_1HSD = torch.randn(1, heads, keys, head_dim, generator=generator).to(like)
     q_1HSD[:, :, -1:] = q[-1:]
-    prefill = attention(q_1HSD, k_1KTD, v_1KTD, [(keys, keys)], 0.125)
+    layout = KeyLayout.contiguous([keys], keys, keys, kv_heads, like.device)
+    prefill = attention(q_1HSD, k_1KTD, v_1KTD, layout, 0.125)
     longer = torch.randn(1, kv_heads, KEY_BLOCK + 5, head_dim, generator=generator).to(like)
     k_long, v_long = torch.cat([k_1KTD, longer], 2), torch.cat([v_1KTD, longer], 2)
     q_long = torch.cat([q_1HSD, longer[:, :1].expand(1, heads, KEY_BLOCK + 5, head_dim)], 2)

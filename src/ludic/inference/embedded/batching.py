@@ -10,9 +10,8 @@ by itself (re-prefilled from its prompt and completion so far, with the uniform 
 drew for it), so the engine can tell which request failed. It supports full-attention models
 whose cache layers are plain `DynamicLayer`s (Llama, Qwen2/3, Mistral without sliding window);
 no paged attention or speculative decoding. With `batch_invariant`, every row's logits are
-bit for bit those it would get alone (`ludic.inference.embedded.batch_invariant`) and prefix reuse is
-off: a reused prefix's KV was computed by decode steps, a fresh one by a prefill, which round
-differently, and whether a prefix is still cached depends on timing.
+bit for bit those it would get alone (`ludic.inference.embedded.batch_invariant`); a position's KV
+is the same whether a prefill or a decode step computed it, so prefix reuse stays on.
 
 Legend: B rows, T cached positions, V vocabulary.
 """
@@ -64,7 +63,6 @@ class DecodeBatch:
         self._lean = LeanForward.for_model(model) if lean_forward else None
         if batch_invariant:
             self._lean = _invariant_forward(model, lean_forward)
-            prefix_cache_tokens = 0  # a reused prefix's KV differs in the last bits (see module)
         self._sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
         self._cache_kwarg = cache_kwarg(model)
         self.prefix_cache = PrefixCache(prefix_cache_tokens)

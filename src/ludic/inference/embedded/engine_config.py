@@ -26,7 +26,8 @@ class EngineConfig:
     per-step overhead); other models, or a failed self-check, use the transformers forward.
     `batch_invariant` makes a seeded request's tokens and logprobs bit for bit independent of
     what else is in the batch and of when it arrives (`ludic.inference.embedded.batch_invariant`): the
-    lean forward computes each row as it would alone, and prefix reuse is off. It needs a
+    lean forward computes each position as it would alone (prefill, decode step or a reused
+    prefix give the same bits, so prefix reuse stays on). It needs a
     Llama-family model and a start-up check that this machine's GEMMs are row-invariant;
     otherwise the engine refuses to start (ValueError) rather than promise it silently.
     """

@@ -146,7 +146,7 @@ class LeanForward:
         hidden_NE = F.embedding(ids_BS.reshape(N), self.embed.weight)
         inv = self.batch_invariant
         if inv:
-            lengths = invariant.own_lengths(key_mask_BT, S)
+            layout = invariant.KeyLayout.of(key_mask_BT, S, self.kv_heads)
         else:
             attn_mask = _additive(_attention_mask(key_mask_BT.bool(), S), hidden_NE.dtype)
         cos_BSD, signed_sin_BSD = self.rotary(hidden_NE, positions_BS)
@@ -166,7 +166,7 @@ class LeanForward:
             k_BKTD, v_BKTD = cast(DynamicLayer, cache.layers[i]).update(k_BKSD, v_BKSD)
             assert k_BKTD.shape[-2] == T, "the key mask must cover the cache and the new positions"
             if inv:
-                out_BHSD = invariant.attention(q_BHSD, k_BKTD, v_BKTD, lengths, self.scaling)
+                out_BHSD = invariant.attention(q_BHSD, k_BKTD, v_BKTD, layout, self.scaling)
             else:
                 out_BHSD = F.scaled_dot_product_attention(
                     q_BHSD,
