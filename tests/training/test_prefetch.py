@@ -111,6 +111,38 @@ async def test_a_checkpoint_redraws_the_batch_in_flight() -> None:
         resumed.close()
 
 
+class GatedSource(CountingSource):
+    """Each draw waits until `gate` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.started = 0
+
+    async def next_batch(self) -> SAWBatch:
+        self.started += 1
+        while not self.gate.is_set():
+            await asyncio.sleep(0.01)
+        return await super().next_batch()
+
+
+async def test_a_cancelled_caller_leaves_the_batch_in_flight() -> None:
+    inner = GatedSource()
+    source = PrefetchBatchSource(inner)
+    try:
+        waiting = asyncio.create_task(source.next_batch())
+        await asyncio.sleep(0.05)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        inner.gate.set()
+        assert first_token(await source.next_batch()) == 0  # the same draw, not a second one
+        source.wait(timeout=10)
+        assert inner.started == inner.drawn == 2
+    finally:
+        source.close()
+
+
 class SayOEnv(SingleAgentEnv):
     def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
         return "Say something.", {}

@@ -42,11 +42,14 @@ class PrefetchBatchSource:
         if self._inflight is None:
             self._start()
         assert self._inflight is not None
-        try:
-            batch = await asyncio.wrap_future(self._inflight)
-        finally:
-            self._inflight = None
-            self._state_before = None
+        try:  # shielded: a cancelled caller leaves the batch in flight for the next call
+            batch = await asyncio.shield(asyncio.wrap_future(self._inflight))
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
+            self._inflight = self._state_before = None
+            raise
+        self._inflight = self._state_before = None
         self._start()
         return batch
 
