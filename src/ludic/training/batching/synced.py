@@ -1,6 +1,7 @@
 """`RolloutBatchSource`: the synchronous source. Each batch runs fresh episodes with the current
 policy (requests -> engine -> credit -> samples -> filters, via `generate_batch`), so the
-Trainer waits for rollouts. For overlapping rollouts and training, use a pipeline source.
+Trainer waits for rollouts. To overlap rollouts and training, wrap it in `PrefetchBatchSource`
+(one process, one batch ahead) or use a pipeline source (`ludic.pipeline`).
 """
 
 from __future__ import annotations
