@@ -11,16 +11,23 @@ forward, measured on the tiny model with MKL on x86 (AVX-512):
   different row count). `gemm_problem` re-checks this on the machine at hand, at start-up.
 - Attention: SDPA over a left-padded KV cache sums each row's keys in blocks and vector lanes
   counted from the first padded column, so the padding that other rows impose changes the
-  rounding; and with 2 threads it splits a batch of rows differently from one row. `attention`
-  runs SDPA once per row over that row's own keys, with no padding and no mask beyond the row's
-  own causal one.
+  rounding; with 2 threads it splits a batch of rows differently from one row; and a query
+  in a prefill (many query rows) rounds differently from the same query in a decode step.
+  `attend` fixes every reduction order by the row's own keys: scores are GEMMs on at least
+  `ATTENTION_MIN_ROWS` query rows (a score does not depend on its column), the max is exact,
+  and the softmax sums run over blocks of `KEY_BLOCK` keys counted from the row's first key,
+  one fixed-shape GEMM per block, added in order; unseen keys weigh exactly 0. A position thus
+  gets the same bits alone or in a batch, in a prefill or a decode step, from a reused prefix,
+  and in the trainer's full forward (`ludic.training.invariant_forward`), which is what makes
+  trainer and engine logprobs equal bit for bit. `KeyLayout` finds each row's keys in the
+  engine's cache (left padding, gaps after a reused prefix) once per forward.
 
 Elementwise ops, RMSNorm, rotary, log-softmax and the per-row sampling are row-wise already.
-What is not covered: a token's KV computed in a prefill and the same token's KV computed in a
-decode step differ in the last bits (different attention shapes), so the engine turns prefix
-reuse off in this mode; GPUs are not claimed (`gemm_problem` decides there too).
+`gemm_problem` and `attention_problem` re-check all this on the machine at hand, at start-up;
+GPUs are not claimed (the checks decide there too).
 
 Legend: B rows, S new positions, T cached + new positions, H heads, K kv heads, D head dim,
+R query rows per kv head, W key columns from each row's first key, C keys of a block,
 N rows of a GEMM, E input features, O output features.
 """
 

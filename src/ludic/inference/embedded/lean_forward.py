@@ -23,9 +23,11 @@ matrix are up to 2x slower than for a short right-hand side (measured on the CPU
 result is the same product (it can differ from `x @ W.T` in the last bit for 2-8 rows) and stays
 a transposed view, which elementwise ops and the next `W @ x.T` consume without a copy.
 
-`LeanForward(model, batch_invariant=True)` computes each row exactly as it would be computed alone
-(`ludic.inference.embedded.batch_invariant`): GEMMs on at least 16 rows in one form, attention over each
-row's own keys; a start-up check confirms the GEMMs are row-invariant on this machine.
+`LeanForward(model, batch_invariant=True)` computes each position exactly as it would be computed
+alone (`ludic.inference.embedded.batch_invariant`): GEMMs on at least 16 rows in one form,
+attention sums in fixed blocks of each row's own keys, so a prefill, a decode step and the
+trainer's `ludic.training.invariant_forward` agree bit for bit; start-up checks confirm it on
+this machine.
 
 `LeanForward.for_model(model)` returns None for anything else, and also when a self-check (one
 small padded forward compared with the model's own) disagrees, so an unexpected variant falls
