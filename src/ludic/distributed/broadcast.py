@@ -34,7 +34,7 @@ import httpx
 import torch
 import torch.distributed as dist
 
-from ludic.distributed.checksum import Checksum, checksums, nonfinite
+from ludic.distributed.checksum import Checksum, checksums_and_nonfinite
 from ludic.distributed.control import StoreControl
 from ludic.distributed.held_check import compare_held
 from ludic.distributed.interfaces import PublishVerificationError, Weights
@@ -310,8 +310,9 @@ class BroadcastPolicyPublisher:
         def while_sending(entries: list[TensorEntry]) -> None:  # overlaps the transfer
             if self.verify:
                 sent = {e.name: tensors[e.name] for e in entries}
-                check.sent.update(checksums(sent))
-                check.nonfinite += nonfinite(sent)
+                sums, bad = checksums_and_nonfinite(sent)  # one pass over the bucket
+                check.sent.update(sums)
+                check.nonfinite += bad
 
         def while_the_servers_load() -> None:  # overlaps the servers' load and checksums
             if self.verify and self.probe and probe_due:
@@ -419,14 +420,16 @@ class BroadcastPolicyPublisher:
 
     def _plan(self, tensors: dict[str, torch.Tensor], version: int) -> WeightManifest:
         """The manifest for `tensors`; the last plan (new version) when names, shapes and
-        dtypes are unchanged, as they are from one training step to the next."""
-        signature = [(name, t.shape, t.dtype) for name, t in tensors.items()]
+        dtypes are unchanged, as they are from one training step to the next. An unverified
+        push asks the server for no checksums (a new plan, so a new layout, when that flips)."""
+        signature = [self.verify, *((name, t.shape, t.dtype) for name, t in tensors.items())]
         if self._last_plan is None or self._last_plan[0] != signature:
             plan = plan_manifest(
                 tensors,
                 version=version,
                 bucket_bytes=self.bucket_bytes,
                 alone_bytes=self.alone_bytes,
+                checksums=self.verify,
             )
             self._last_plan = (signature, plan)
         return dataclasses.replace(self._last_plan[1], version=version)
