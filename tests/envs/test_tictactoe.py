@@ -39,6 +39,23 @@ def test_observation_shows_numbering_turn_and_legal_moves() -> None:
     ]  # fmt: skip
 
 
+def test_compact_observation_is_the_board_and_the_mark_to_play() -> None:
+    env = TicTacToeEnv(observation="compact", opponent="random", illegal_move="retry")
+    obs, _ = env.env_reset(seed=0)
+    assert obs == "1|2|3\n4|5|6\n7|8|9\nX to move"
+    out = env.env_step("5")
+    reply = out.info["opponent_move"]
+    expected = "".join("X" if c == 5 else "O" if c == reply else str(c) for c in range(1, 10))
+    rows = "\n".join("|".join(expected[r : r + 3]) for r in (0, 3, 6))
+    assert out.obs == f"{rows}\nX to move" and board_from_obs(out.obs) == env.board
+    retry = env.env_step("5")
+    assert retry.obs == f"Illegal move: cell 5 is taken. Try again.\n{rows}\nX to move"
+    as_o, _ = TicTacToeEnv(agent_mark="O", observation="compact").env_reset(seed=1)
+    assert as_o.endswith("\nO to move") and as_o.count("X") == 1
+    with pytest.raises(ValueError, match="observation must be 'full' or 'compact'"):
+        TicTacToeEnv(observation="short")  # type: ignore[arg-type]
+
+
 def test_agent_as_o_lets_the_opponent_open() -> None:
     env = TicTacToeEnv(agent_mark="O", opponent="random")
     obs, info = env.env_reset(seed=4)

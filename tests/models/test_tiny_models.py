@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -113,3 +114,27 @@ def test_load_model_rejects_non_directories(tmp_path: Path) -> None:
             tiny_model_dir(spec=TinyModelSpec(num_hidden_layers=1), cache_dir=tmp_path),
             dtype="fp99",
         )
+
+
+def test_a_model_sized_to_a_task_tokenizer() -> None:
+    corpus = "\n".join(f"1|2|{d}\nX to move <move>{d}</move>" for d in range(1, 10)) * 20
+    task_tok = train_tiny_tokenizer(
+        vocab_size=400, corpus=corpus, extra_tokens=("<move>", "</move>")
+    )
+    model, tok = build_tiny_model(seed=0, tokenizer=task_tok)
+    assert tok is task_tok and model.config.vocab_size == len(task_tok) < 400
+    assert tok.convert_ids_to_tokens(tok.encode("<move>7</move>")) == ["<move>", "7", "</move>"]
+    assert tok.encode("<think>", add_special_tokens=False) == [tok.convert_tokens_to_ids("<think>")]
+    default_model, _ = build_tiny_model(seed=0)
+    assert default_model.config.vocab_size > len(task_tok)  # other callers keep the general one
+
+
+def test_a_tokenizer_without_chatml_specials_is_refused() -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel()
+    raw.train_from_iterator(["plain text only"], trainer=trainers.BpeTrainer(vocab_size=300))
+    with pytest.raises(ValueError, match=re.escape("has no '<|im_end|>' token")):
+        build_tiny_model(tokenizer=PreTrainedTokenizerFast(tokenizer_object=raw))

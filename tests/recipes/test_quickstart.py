@@ -10,6 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from PIL import Image
+
+from ludic.models import load_tokenizer
 
 STAGES = ("before SFT", "after SFT", "after RL")
 ROW = re.compile(
@@ -57,6 +60,11 @@ def test_quickstart_tiny_end_to_end(tmp_path: Path) -> None:
     assert (out / "sft" / "metrics.jsonl").is_file()
     png = (out / "reward_curve.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 1000
+    with Image.open(out / "reward_curve.png") as image:
+        title = image.info["Title"]
+    assert title.startswith("GRPO on tic-tac-toe vs a random opponent: mean episode reward")
+    assert set(results["stage_seconds"]) == {"eval", "expert data", "SFT", "RL"}
+    assert sum(results["stage_seconds"].values()) <= results["seconds"]
     checkpoints = sorted((out / "rl" / "checkpoints").glob("step_*"))
     assert checkpoints and (checkpoints[-1] / "MANIFEST.json").is_file()
     assert (checkpoints[-1] / "model" / "config.json").is_file()
@@ -66,6 +74,12 @@ def test_quickstart_tiny_end_to_end(tmp_path: Path) -> None:
     assert kept and all(json.loads(line)["steps"] for line in kept)
     for stage in ("before_SFT", "after_SFT", "after_RL"):
         assert (out / "eval" / stage / "rollouts.jsonl").is_file()
+    # The model reads the compact board and was built with the game's own tokenizer.
+    first = json.loads(kept[0])["steps"][0]
+    assert first["prompt_messages"][-1]["content"] == "1|2|3\n4|5|6\n7|8|9\nX to move"
+    assert len(first["trace"]["completion_token_ids"]) == 4  # <move> N </move> <|im_end|>
+    tokenizer = load_tokenizer(checkpoints[-1] / "model")
+    assert tokenizer.convert_ids_to_tokens(tokenizer.encode("<move>5</move>"))[0] == "<move>"
 
 
 def test_parse_table_reads_the_rich_table() -> None:

@@ -17,6 +17,8 @@ from ludic.recipes.tictactoe import (
     expert_policy,
     print_results,
     stage_result,
+    task_corpus,
+    task_tokenizer,
 )
 
 
@@ -122,3 +124,35 @@ def test_results_table_has_one_row_per_stage() -> None:
     text = console.export_text()
     assert "before SFT" in text and "after RL" in text
     assert "25%" in text and "-0.50" in text
+
+
+COMPACT = {"opponent": "random", "illegal_move": "retry", "observation": "compact"}
+
+
+def test_task_tokenizer_shortens_prompts_and_replies() -> None:
+    from ludic.inference.embedded.prompts import render_prompt_ids
+    from ludic.models import train_tiny_tokenizer
+
+    corpus = task_corpus(COMPACT, games=50)
+    assert "Illegal move: cell" in corpus and "<move>" in corpus and "X to move" in corpus
+    assert corpus == task_corpus(COMPACT, games=50)  # seeded
+    general = train_tiny_tokenizer()
+    task = task_tokenizer(COMPACT)
+    assert task.convert_ids_to_tokens(task.encode("<move>5</move>")) == ["<move>", "5", "</move>"]
+    assert len(general.encode("<move>5</move>")) == 7
+    assert len(task) < len(general) and task.eos_token == "<|im_end|>"
+    full = {**COMPACT, "observation": "full"}
+    env = TicTacToeEnv(**full)
+    env.env_reset(seed=3)
+    messages = [{"role": "user", "content": env.env_step("5").obs}]
+    prompt_ids = render_prompt_ids(task_tokenizer(full), messages, None)
+    assert len(prompt_ids) < 0.7 * len(render_prompt_ids(general, messages, None))
+
+
+def test_board_is_read_back_from_compact_observations() -> None:
+    env = TicTacToeEnv(**COMPACT)
+    rng = random.Random(0)
+    obs, _ = env.env_reset(seed=0)
+    while env.outcome is None:
+        assert board_from_observation(obs) == env.board
+        obs = env.env_step(str(random_move(env.board, rng))).obs

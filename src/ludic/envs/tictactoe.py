@@ -30,6 +30,7 @@ from ludic.types import Info, StepOutcome
 
 Opponent = Literal["random", "minimax", "mixed"]
 IllegalMovePolicy = Literal["end", "retry"]
+Observation = Literal["full", "compact"]
 OPPONENTS: tuple[str, ...] = ("random", "minimax", "mixed")
 
 SYSTEM_PROMPT = (
@@ -63,6 +64,15 @@ def turn_text(board: str, mark: str, to_move: str) -> str:
     return head + f"Your turn ({mark}). Legal moves: {moves}. Reply with <move>N</move>."
 
 
+def compact_text(board: str, mark: str) -> str:
+    """The short observation (`observation="compact"`): the board as three rows of cells
+    separated by "|", an empty cell showing its number, then whose mark the reader plays, e.g.
+    "X|O|3\n4|X|6\n7|8|9\nX to move"."""
+    cells = [c if c != EMPTY else str(i + 1) for i, c in enumerate(board)]
+    rows = ["|".join(cells[r * 3 : r * 3 + 3]) for r in range(3)]
+    return "\n".join(rows) + f"\n{mark} to move"
+
+
 def outcome_for(board: str, mark: str) -> str | None:
     """The result for `mark` once the game is over ("win", "loss" or "draw"), else None."""
     if not is_over(board):
@@ -85,7 +95,9 @@ class TicTacToeEnv(SingleAgentEnv):
     `draw_reward`, `loss_reward` at the end. An illegal move (occupied cell, or any text that is
     not a cell number 1-9) either ends the episode with `illegal_reward` (`illegal_move="end"`,
     outcome "illegal") or, with `illegal_move="retry"`, costs `illegal_reward` and lets the agent
-    move again (`info["retry"]`). The state key is `"<board>|<side to move>"`, e.g. `"X...O....|X"`.
+    move again (`info["retry"]`). `observation="compact"` shows only the board (empty cells as
+    their numbers) and the mark to play, a third of the tokens of the full text, which explains
+    the rules and lists the legal moves (`SYSTEM_PROMPT` still explains them). The state key is `"<board>|<side to move>"`, e.g. `"X...O....|X"`.
     """
 
     inline_sync_calls = True  # pure and fast: no thread hop (see LudicEnv)
@@ -103,6 +115,7 @@ class TicTacToeEnv(SingleAgentEnv):
         loss_reward: float = -1.0,
         illegal_reward: float = -1.0,
         illegal_move: IllegalMovePolicy = "end",
+        observation: Observation = "full",
     ) -> None:
         if agent_mark not in ("X", "O"):
             raise ValueError(f"agent_mark must be 'X' or 'O', got {agent_mark!r}")
@@ -112,6 +125,8 @@ class TicTacToeEnv(SingleAgentEnv):
             raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
         if illegal_move not in ("end", "retry"):
             raise ValueError(f"illegal_move must be 'end' or 'retry', got {illegal_move!r}")
+        if observation not in ("full", "compact"):
+            raise ValueError(f"observation must be 'full' or 'compact', got {observation!r}")
         self.agent_mark = agent_mark
         self.opponent_mark = other(agent_mark)
         self.opponent = opponent
@@ -119,6 +134,7 @@ class TicTacToeEnv(SingleAgentEnv):
         self.rewards = {"win": win_reward, "draw": draw_reward, "loss": loss_reward}
         self.illegal_reward = illegal_reward
         self.illegal_move = illegal_move
+        self.observation = observation
         self.board = EMPTY_BOARD
         self.outcome: str | None = None
         self._rng: random.Random | None = None
@@ -204,5 +220,7 @@ class TicTacToeEnv(SingleAgentEnv):
         return "" if opponent_move is None else f"{self.opponent_mark} played {opponent_move}.\n"
 
     def _observation(self, opponent_move: int | None = None) -> str:
+        if self.observation == "compact":
+            return compact_text(self.board, self.agent_mark)
         text = turn_text(self.board, self.agent_mark, side_to_move(self.board))
         return self._played(opponent_move) + text

@@ -56,11 +56,19 @@ class TinyModelSpec:
 
 
 def build_tiny_model(
-    seed: int = 0, spec: TinyModelSpec | None = None
+    seed: int = 0,
+    spec: TinyModelSpec | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
 ) -> tuple[LlamaForCausalLM, PreTrainedTokenizerBase]:
-    """A fresh tiny model (fp32, CPU, eval mode) and its tokenizer. The global RNG is untouched."""
+    """A fresh tiny model (fp32, CPU, eval mode) and its tokenizer. The global RNG is untouched.
+
+    `tokenizer` (default: `train_tiny_tokenizer` on the built-in corpus, `spec`'s vocab size)
+    may be any tokenizer with the ChatML specials, e.g. one trained on a task's own text; the
+    model's vocabulary is sized to it.
+    """
     spec = spec or TinyModelSpec()
-    tokenizer = train_tiny_tokenizer(vocab_size=spec.tokenizer_vocab_size)
+    if tokenizer is None:
+        tokenizer = train_tiny_tokenizer(vocab_size=spec.tokenizer_vocab_size)
     im_end = _token_id(tokenizer, IM_END)
     pad = _token_id(tokenizer, ENDOFTEXT)
     config = LlamaConfig(
@@ -88,7 +96,11 @@ def build_tiny_model(
 
 def _token_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int:
     token_id = tokenizer.convert_tokens_to_ids(token)
-    assert isinstance(token_id, int)
+    if not isinstance(token_id, int) or token_id == tokenizer.unk_token_id:
+        raise ValueError(
+            f"the tokenizer has no {token!r} token: a tiny model needs the ChatML specials "
+            f"{ENDOFTEXT!r} and {IM_END!r} (build it with ludic.models.train_tiny_tokenizer)"
+        )
     return token_id
 
 

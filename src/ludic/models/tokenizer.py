@@ -6,6 +6,8 @@ It does not download anything and is not meant to be a good tokenizer, only a re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
@@ -72,11 +74,13 @@ CHATML_TEMPLATE = """\
 
 
 def train_tiny_tokenizer(
-    vocab_size: int = 2048, corpus: str | None = None
+    vocab_size: int = 2048, corpus: str | None = None, extra_tokens: Sequence[str] = ()
 ) -> PreTrainedTokenizerFast:
     """Train the byte-level BPE on `corpus` (default: the built-in one) and wrap it for transformers.
 
     Specials: `<|endoftext|>` (pad), `<|im_start|>`, `<|im_end|>` (eos, ends an assistant turn).
+    `extra_tokens` are added after the tag tokens as single (non-special) tokens, e.g. a task's
+    `<move>` and `</move>`, so that a reply costs fewer tokens.
     """
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -95,7 +99,8 @@ def train_tiny_tokenizer(
     )
     text = tiny_corpus() if corpus is None else corpus
     tok.train_from_iterator(text.splitlines(keepends=True), trainer=trainer)
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TAG_TOKENS])
+    added = [*TAG_TOKENS, *(t for t in extra_tokens if t not in TAG_TOKENS)]
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in added])
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token=IM_END,

@@ -56,17 +56,23 @@ class QuickstartConfig:
     illegal_move: IllegalMove = "retry"
     """What an illegal move does: retry (a -1 penalty, then move again) or end (the game is
     lost with -1)."""
-    expert_episodes: int = 256
+    observation: Literal["compact", "full"] = "compact"
+    """What the model reads each turn: compact (the board, empty cells as their numbers, and
+    the mark to play) or full (the env's explanatory text with the list of legal moves)."""
+    task_tokenizer: bool = True
+    """Train the tokenizer on the game's own text (shorter sequences, `<move>` one token);
+    off: the general tiny tokenizer."""
+    expert_episodes: int = 1000
     """Episodes the scripted expert plays; its wins and draws become the SFT data."""
-    expert_epsilon: float = 0.3
+    expert_epsilon: float = 0.0
     """Probability that the expert plays a random legal move instead of a minimax move."""
-    sft_steps: int = 40
+    sft_steps: int = 300
     """SFT optimizer steps."""
-    sft_batch_size: int = 32
+    sft_batch_size: int = 64
     """Samples (turns) per SFT step."""
     sft_lr: float = 3e-3
     """SFT learning rate."""
-    rl_steps: int = 40
+    rl_steps: int = 30
     """GRPO optimizer steps."""
     rl_groups: int = 8
     """Games (opponent seeds) per GRPO step."""
@@ -84,8 +90,10 @@ class QuickstartConfig:
     """Width of the tiny Llama model built from scratch."""
     num_layers: int = 2
     """Layers of the tiny model."""
-    threads: int | None = None
-    """torch CPU threads (default: torch's choice, one per core)."""
+    threads: int | None = 1
+    """torch CPU threads (None: torch's choice, one per core). One is fastest for a model this
+    small, and on a busy machine several threads spin waiting for each other; the seeded table
+    holds for a given thread count."""
     tiny: bool = False
     """A very small budget (a few episodes and steps) for smoke tests; overrides the budgets."""
     progress: bool = True

@@ -11,9 +11,11 @@ wires them. It does not tune anything for you: the budgets are `QuickstartConfig
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -35,8 +37,9 @@ from ludic.recipes.tictactoe import (
     expert_policy,
     print_results,
     rollout_engine,
+    task_tokenizer,
 )
-from ludic.recipes.training import finish, make_trainer, plot_curve
+from ludic.recipes.training import finish, make_trainer
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -48,6 +51,7 @@ from ludic.rollouts import (
 from ludic.training import OfflineBatchSource, RolloutBatchSource, make_grpo, make_sft
 from ludic.types import Rollout
 
+REWARD_KEY = "batch/mean_reward"
 TINY_BUDGET = {
     "expert_episodes": 12,
     "sft_steps": 3,
@@ -70,6 +74,7 @@ class QuickstartResult:
     reward_curve_png: Path
     checkpoint_dir: Path
     seconds: float
+    stage_seconds: dict[str, float]
 
 
 def run_quickstart(cfg: QuickstartConfig, *, console: Console | None = None) -> QuickstartResult:
@@ -90,16 +95,10 @@ async def _run(cfg: QuickstartConfig, console: Console) -> QuickstartResult:
         "opponent": cfg.opponent,
         "epsilon": cfg.opponent_epsilon,
         "illegal_move": cfg.illegal_move,
+        "observation": cfg.observation,
     }
-    spec = TinyModelSpec(
-        hidden_size=cfg.hidden_size,
-        intermediate_size=3 * cfg.hidden_size,
-        num_hidden_layers=cfg.num_layers,
-    )
-    model, tokenizer = build_tiny_model(seed=cfg.seed, spec=spec)
-    n_params = sum(p.numel() for p in model.parameters())
     console.rule(f"[bold]ludic quickstart[/bold]: tic-tac-toe vs a {cfg.opponent} opponent")
-    console.print(f"built a tiny Llama model from scratch: {n_params / 1e6:.2f}M parameters")
+    model, tokenizer = build_policy(cfg, env_kwargs, console)
 
     async def evaluate(engine: EmbeddedEngine, stage: str) -> StageResult:
         console.print(f"[bold]evaluate[/bold] {stage}: {cfg.eval_episodes} games")
@@ -114,18 +113,25 @@ async def _run(cfg: QuickstartConfig, console: Console) -> QuickstartResult:
             progress=cfg.progress,
         )
 
+    timer = _StageTimer()
     # Batch-invariant: the table does not depend on how the CPU's load mixed the requests.
     invariant = EngineConfig(batch_invariant=True)
     with EmbeddedEngine(copy.deepcopy(model), tokenizer, config=invariant) as engine:
-        stages = [await evaluate(engine, "before SFT")]
-        data = await _expert_data(cfg, tokenizer, env_kwargs, out / "expert", console)
-        sft_version = await _sft(cfg, model, tokenizer, data, out / "sft", console)
+        with timer("eval"):
+            stages = [await evaluate(engine, "before SFT")]
+        with timer("expert data"):
+            data = await _expert_data(cfg, tokenizer, env_kwargs, out / "expert", console)
+        with timer("SFT"):
+            sft_version = await _sft(cfg, model, tokenizer, data, out / "sft", console)
         InProcessPublisher(engine).publish(model, version=sft_version)
-        stages.append(await evaluate(engine, "after SFT"))
-        await _grpo(cfg, model, tokenizer, engine, env_kwargs, sft_version, out / "rl", console)
-        stages.append(await evaluate(engine, "after RL"))
+        with timer("eval"):
+            stages.append(await evaluate(engine, "after SFT"))
+        with timer("RL"):
+            await _grpo(cfg, model, tokenizer, engine, env_kwargs, sft_version, out / "rl", console)
+        with timer("eval"):
+            stages.append(await evaluate(engine, "after RL"))
 
-    curve = plot_curve(out / "rl" / "metrics.jsonl", out / "reward_curve.png", "batch/mean_reward")
+    curve = plot_reward_curve(cfg, out / "rl" / "metrics.jsonl", out / "reward_curve.png")
     seconds = time.perf_counter() - started
     print_results(stages, title=f"Tic-tac-toe vs a {cfg.opponent} opponent", console=console)
     result = QuickstartResult(
@@ -135,13 +141,64 @@ async def _run(cfg: QuickstartConfig, console: Console) -> QuickstartResult:
         reward_curve_png=curve,
         checkpoint_dir=out / "rl" / "checkpoints",
         seconds=seconds,
+        stage_seconds=dict(timer.seconds),
     )
     _write_results(result, cfg)
+    split = ", ".join(f"{name} {secs:.0f} s" for name, secs in timer.seconds.items())
     console.print(
-        f"done in {seconds / 60:.1f} min. Reward curve: [bold]{curve}[/bold]; look at the "
-        f"games: ludic view {out / 'eval' / 'after_RL' / 'rollouts.jsonl'}"
+        f"done in {seconds / 60:.1f} min ({split}). Reward curve: [bold]{curve}[/bold]; look "
+        f"at the games: ludic view {out / 'eval' / 'after_RL' / 'rollouts.jsonl'}"
     )
     return result
+
+
+class _StageTimer:
+    """Wall-clock seconds per stage name (a name used twice adds up)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - started
+            self.seconds[name] = self.seconds.get(name, 0.0) + elapsed
+
+
+def plot_reward_curve(cfg: QuickstartConfig, metrics_jsonl: Path, png: Path) -> Path:
+    """The RL stage's mean episode reward per GRPO step, titled with what it shows."""
+    from ludic.viz import plot_metrics
+
+    episodes = cfg.rl_groups * cfg.group_size
+    title = (
+        f"GRPO on tic-tac-toe vs a {cfg.opponent} opponent: mean episode reward per step "
+        f"({episodes} games a step, seed {cfg.seed})"
+    )
+    plot_metrics(metrics_jsonl, png, keys=(REWARD_KEY,), smooth=0.6, title=title)
+    return png
+
+
+def build_policy(
+    cfg: QuickstartConfig, env_kwargs: dict[str, Any], console: Console
+) -> tuple[Any, Any]:
+    """A tiny Llama built from scratch, with a tokenizer trained on the game's text
+    (`task_tokenizer`) unless `cfg.task_tokenizer` is off (then the general tiny one)."""
+    tokenizer = task_tokenizer(env_kwargs, seed=cfg.seed) if cfg.task_tokenizer else None
+    spec = TinyModelSpec(
+        hidden_size=cfg.hidden_size,
+        intermediate_size=3 * cfg.hidden_size,
+        num_hidden_layers=cfg.num_layers,
+    )
+    model, tokenizer = build_tiny_model(seed=cfg.seed, spec=spec, tokenizer=tokenizer)
+    n_params = sum(p.numel() for p in model.parameters())
+    console.print(
+        f"built a tiny Llama model from scratch: {n_params / 1e6:.2f}M parameters, "
+        f"a {len(tokenizer)}-token vocabulary"
+    )
+    return model, tokenizer
 
 
 async def _expert_data(
@@ -255,6 +312,7 @@ def _write_results(result: QuickstartResult, cfg: QuickstartConfig) -> None:
     record = {
         "stages": [s.to_dict() for s in result.stages],
         "seconds": result.seconds,
+        "stage_seconds": result.stage_seconds,
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
     }
     (result.out_dir / "results.json").write_text(json.dumps(record, indent=2) + "\n")

@@ -12,7 +12,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -29,15 +29,55 @@ from ludic.parsers import xml_tag_parser
 from ludic.rollouts import ComponentSpec, RolloutEngine
 from ludic.types import JSON, Message
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 ENV_NAME = "tictactoe"
 PROTOCOL_NAME = "agent"
 MOVE_PARSER = xml_tag_parser("move")
+MOVE_TOKENS = ("<move>", "</move>")
 # X moves at most 5 times; the rest leaves room for retries after unparseable or illegal moves.
 MAX_EPISODE_STEPS = 12
 # The observation already says how to reply, so no system prompt: shorter prompts.
 SYSTEM_PROMPT = ""
 EVAL_SEED = 1_000_000
 STAGE_COLUMNS = ("win", "draw", "loss", "illegal")  # StageResult fields shown as percentages
+
+
+def task_corpus(env_kwargs: Mapping[str, Any], *, games: int = 300, seed: int = 0) -> str:
+    """The text the quickstart's model reads and writes, for training its tokenizer: chat-rendered
+    observations of `games` games of `TicTacToeEnv(**env_kwargs)` played at random (one move in
+    ten an occupied cell, so the illegal-move text appears too) and `<move>N</move>` replies."""
+    rng = random.Random(seed)
+    lines: list[str] = []
+    for game in range(games):
+        env = TicTacToeEnv(**env_kwargs)
+        obs, _ = env.env_reset(seed=seed * 1_000_003 + game)
+        while True:
+            taken = [i + 1 for i, c in enumerate(env.board) if c != EMPTY]
+            move = (
+                rng.choice(taken) if taken and rng.random() < 0.1 else random_move(env.board, rng)
+            )
+            lines.append(f"<|im_start|>user\n{obs}<|im_end|>\n<|im_start|>assistant\n")
+            lines.append(f"<move>{move}</move><|im_end|>\n")
+            step = env.env_step(str(move))
+            obs = step.obs
+            if step.terminated or step.truncated:
+                lines.append(obs)
+                break
+    return "\n".join(lines)
+
+
+def task_tokenizer(
+    env_kwargs: Mapping[str, Any], *, vocab_size: int = 512, seed: int = 0
+) -> PreTrainedTokenizerBase:
+    """A ChatML BPE tokenizer trained on `task_corpus(env_kwargs)` only, with `<move>` and
+    `</move>` as single tokens: a reply is 4 tokens (`<move>`, the cell, `</move>`, end of
+    turn) and a prompt about half as many as with the general tiny tokenizer."""
+    from ludic.models import train_tiny_tokenizer
+
+    corpus = task_corpus(env_kwargs, seed=seed)
+    return train_tiny_tokenizer(vocab_size, corpus=corpus, extra_tokens=MOVE_TOKENS)
 
 
 def board_from_observation(text: str) -> str:
