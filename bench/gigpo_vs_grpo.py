@@ -102,6 +102,9 @@ class BenchConfig:
     """GiGPO omega (None: 1.0 for paper, 0.5 for seed003)."""
     out: Path | None = None
     """Also write the JSON result to this file."""
+    first_seed: int = 0
+    """Run seeds first_seed .. first_seed + seeds - 1 (to split one comparison over processes;
+    `merge` combines their JSON files)."""
 
 
 # Short, so turn samples stay short (the env's own prompt explains the actions in words).
@@ -291,7 +294,7 @@ def main(cfg: BenchConfig) -> dict[str, object]:
     head = {"config": config, "started_utc": _utc(started), "machine": machine()}
     runs: dict[str, list[dict[str, Any]]] = {a: [] for a in cfg.algorithms}
     results: dict[str, Any] = {}
-    for seed in range(cfg.seeds):
+    for seed in range(cfg.first_seed, cfg.first_seed + cfg.seeds):
         for algorithm in cfg.algorithms:
             runs[algorithm].append(run_one(cfg, algorithm, seed))
             print(f"{algorithm} seed {seed}: {runs[algorithm][-1]}", file=sys.stderr)
@@ -308,6 +311,27 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     if paired and len(grpo) >= paired:
         out["gigpo_minus_grpo"] = paired_difference(grpo[:paired], gigpo)
     return out
+
+
+def merge(paths: Sequence[Path]) -> dict[str, Any]:
+    """One report from the JSON files of several invocations (disjoint seeds, same config
+    otherwise), e.g. `--first-seed 0 --seeds 3` and `--first-seed 3 --seeds 2`."""
+    parts = [json.loads(Path(p).read_text()) for p in paths]
+    algorithms = [a for a in ("grpo", "gigpo") if any(a in part for part in parts)]
+    runs = {
+        a: sorted((r for part in parts for r in part.get(a, {}).get("runs", [])), key=_seed)
+        for a in algorithms
+    }
+    return {
+        "merged_from": [str(p) for p in paths],
+        "parts": [p["config"] for p in parts],
+        "machine": [p["machine"] for p in parts],
+        **report(runs),
+    }
+
+
+def _seed(run: dict[str, Any]) -> int:
+    return int(run["seed"])
 
 
 def _utc(seconds: float) -> str:
@@ -335,4 +359,7 @@ def machine() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(tyro.cli(BenchConfig)), indent=2))
+    if sys.argv[1:2] == ["merge"]:  # python bench/gigpo_vs_grpo.py merge a.json b.json ...
+        print(json.dumps(merge([Path(p) for p in sys.argv[2:]]), indent=2))
+    else:
+        print(json.dumps(main(tyro.cli(BenchConfig)), indent=2))
