@@ -22,8 +22,10 @@ rest: with the defaults (version, exact checksums of what the server holds again
 tensors, finite weights; the logprob probe on every 10th push, so the timed rounds are
 unprobed and `publish_verified_default_amortized_over_raw` adds a tenth of a probed push), and
 with the probe on every push (two forward passes: `publish_verified_probe_every_push_s`).
-Ratios are medians of per-pair publish / raw, so machine load drifts hit both; the report
-carries the load average before and after. Target: publish <= 1.5x raw. Prints JSON.
+Ratios are medians of per-pair publish / raw, so machine load drifts hit both, and, under
+`best_of_rounds`, each arm's fastest push over the fastest raw broadcast (a loaded machine's
+estimate of a quiet one); the report carries the load average before and after. Target:
+publish <= 1.5x raw. Prints JSON.
 
     python bench/weight_sync.py [--models tiny,100m] [--repeats 5] [--bucket-mb 64]
 """
@@ -256,9 +258,11 @@ def timed_rounds(
         "raw_s": statistics.median(r for arm in pairs.values() for r, _ in arm),
         "num_buckets": num_buckets,
     }
+    results["raw_best_s"] = min(r for arm in pairs.values() for r, _ in arm)
     for arm, arm_pairs in pairs.items():
         results[f"{arm}_s"] = statistics.median(p for _, p in arm_pairs)
         results[f"{arm}_over_raw"] = statistics.median(p / r for r, p in arm_pairs)
+        results[f"{arm}_best_s"] = min(p for _, p in arm_pairs)
     for arm, times in phases.items():
         results[f"{arm}_transfer_s"] = statistics.median(t for t, _ in times)
         results[f"{arm}_verify_s"] = statistics.median(v for _, v in times)
@@ -311,6 +315,16 @@ def bench_model(name: str, repeats: int, bucket_mb: float) -> dict[str, Any]:
         "publish_buffered_s": buffered["store_s"],
         "publish_buffered_over_raw": buffered["store_over_raw"],
         "target_publish_over_raw": 1.5,
+        # Best of all rounds (the least disturbed push of each arm, over the least disturbed
+        # raw broadcast): what a quiet machine gives, estimated on a loaded one.
+        "best_of_rounds": {
+            "raw_s": in_place["raw_best_s"],
+            **{
+                f"{arm}_over_raw": in_place[f"{arm}_best_s"] / in_place["raw_best_s"]
+                for arm in (*ARMS, "http")
+            },
+            "buffered_over_raw": buffered["store_best_s"] / buffered["raw_best_s"],
+        },
     }
 
 
