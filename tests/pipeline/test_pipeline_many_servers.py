@@ -21,9 +21,10 @@ async def test_the_actor_spreads_over_every_server() -> None:
 
 
 def test_the_learner_publishes_to_every_server() -> None:
-    publisher = _publisher(LearnerConfig(server_url=URLS, token="t"), model=None)
+    publisher = _publisher(LearnerConfig(server_url=URLS, token="t", server_ranks=2), model=None)
     assert isinstance(publisher, BroadcastPolicyPublisher)
     assert [s.url for s in publisher.servers] == list(URLS)
+    assert [s.ranks for s in publisher.servers] == [2, 2, 2]  # tensor-parallel servers
 
 
 def test_a_server_named_twice_is_refused() -> None:

@@ -252,6 +252,7 @@ def _publisher(cfg: LearnerConfig, model: Any) -> Any:
         bucket_mb=cfg.bucket_mb,
         atol=cfg.verify_atol,
         master_addr=cfg.master_addr,
+        server_ranks=cfg.server_ranks,
         probe_model=model,  # the Trainer publishes state dicts: probe with its live model
     )
 

@@ -90,6 +90,9 @@ class LearnerConfig:
     server_url: tuple[str, ...] | None = None
     """Inference servers to publish weights to, all in one broadcast (None: do not publish);
     a server that is down is named each step and rejoins when it is back."""
+    server_ranks: int = 1
+    """Weight-receiving ranks of each server: its tensor-parallel size for vLLM (1 for
+    `ludic serve`)."""
     token: str | None = None
     """Bearer token of the server's control endpoints (default: $LUDIC_SERVER_TOKEN)."""
     model: str | None = None

@@ -165,6 +165,9 @@ class TrainConfig:
     the LUDIC_SERVER_TOKEN environment variable."""
     served_model: str | None = None
     """Model name to send to the server (default: the one it lists at /v1/models)."""
+    server_ranks: int = 1
+    """Weight-receiving ranks of each server: its tensor-parallel size for vLLM (1 for
+    `ludic serve`)."""
     resume: Annotated[str | None, _RESUME_ARG] = None
     """Continue a run (give it the same flags): bare `--resume` takes the newest complete
     checkpoint under OUT_DIR/checkpoints, `--resume DIR` a checkpoint directory or one step_*

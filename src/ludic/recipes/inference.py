@@ -42,6 +42,9 @@ class InferenceArgs:
     push weights; default: the LUDIC_SERVER_TOKEN environment variable."""
     served_model: str | None = None
     """Model name to send to the servers (default: the one the first lists at /v1/models)."""
+    server_ranks: int = 1
+    """Weight-receiving ranks of each server: its tensor-parallel size for vLLM (1 for
+    `ludic serve`)."""
 
     def make(
         self, model: Any, tokenizer: Any, *, device: str = "cpu", batch_invariant: bool = False
@@ -55,6 +58,7 @@ class InferenceArgs:
             served_model=self.served_model,
             device=device,
             batch_invariant=batch_invariant,
+            server_ranks=self.server_ranks,
         )
 
     def make_client(self, model: str | None = None, *, seed: int = 0) -> ChatClient:
@@ -110,6 +114,7 @@ def make_inference(
     served_model: str | None = None,
     device: str = "cpu",
     batch_invariant: bool = False,
+    server_ranks: int = 1,
 ) -> Inference:
     """The embedded engine on a copy of `model` with an in-process publisher, or, with
     `server_url` (one URL or several), a client for those servers plus a
@@ -117,7 +122,8 @@ def make_inference(
     NCCL from a CUDA device). `served_model` None asks the first server which model it serves
     (`/v1/models`). Create it inside the event loop that will use it (the HTTP client is bound
     to it). `batch_invariant` builds the embedded engine with
-    `EngineConfig(batch_invariant=True)`."""
+    `EngineConfig(batch_invariant=True)`; `server_ranks` is each server's tensor-parallel size
+    (vLLM; every rank receives the push)."""
     urls = server_urls(server_url)
     server_token = server_token or os.environ.get("LUDIC_SERVER_TOKEN")
     if not urls:
@@ -144,7 +150,9 @@ def make_inference(
     from ludic.distributed import BroadcastPolicyPublisher
 
     backend: Literal["gloo", "nccl"] = "nccl" if device.startswith("cuda") else "gloo"
-    publisher = BroadcastPolicyPublisher(urls, server_token, backend=backend, probe_model=model)
+    publisher = BroadcastPolicyPublisher(
+        urls, server_token, backend=backend, probe_model=model, server_ranks=server_ranks
+    )
     name = served_model or served_model_name(urls[0], server_token)
     return Inference(client=make_client(urls, served_model=name), publisher=publisher)
 

@@ -113,6 +113,7 @@ async def _train(
         served_model=cfg.served_model,
         device=cfg.device,
         batch_invariant=cfg.batch_invariant,
+        server_ranks=cfg.server_ranks,
     )
     try:
         sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_tokens)
