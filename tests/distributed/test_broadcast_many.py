@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -193,3 +194,29 @@ def test_bad_server_lists_are_refused() -> None:
         BroadcastPolicyPublisher(["http://a", "http://b"], TOKEN, min_servers=3)
     with pytest.raises(ValueError, match="one server_ranks"):
         BroadcastPolicyPublisher(["http://a", "http://b"], TOKEN, server_ranks=[1])
+
+
+def test_tensor_parallel_servers_take_consecutive_ranks_in_one_group() -> None:
+    """Three servers of two ranks each (vLLM TP=2): ranks 1-2, 3-4, 5-6 of a 7-rank group."""
+    inits: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/ludic/weights/status":
+            return httpx.Response(200, json={"controls": ["http"], "connected": False})
+        if request.url.path == "/ludic/weights/init":
+            inits.append({"url": str(request.url.host), **json.loads(request.content)})
+            return httpx.Response(200, json={"status": "joining"})  # and never joins
+        return httpx.Response(404)
+
+    urls = [f"http://tp{i}" for i in range(3)]
+    clients = [httpx.Client(base_url=u, transport=httpx.MockTransport(handler)) for u in urls]
+    publisher = BroadcastPolicyPublisher(
+        urls, TOKEN, http=clients, server_ranks=2, timeout_s=1, control="http"
+    )
+    with pytest.raises(WeightPushError, match="did not all join"):
+        publisher.connect()
+    assert [(i["url"], i.get("rank", 1), i["world_size"]) for i in inits] == [
+        ("tp0", 1, 7),
+        ("tp1", 3, 7),
+        ("tp2", 5, 7),
+    ]
