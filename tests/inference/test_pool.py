@@ -84,8 +84,11 @@ async def test_calls_go_to_the_least_busy_server() -> None:
     servers[0].gate = asyncio.Event()  # s0 holds its calls
     pool = _pool(servers)
     held = [asyncio.create_task(pool.complete(REQUEST)) for _ in range(2)]
-    await asyncio.sleep(0.05)  # two calls in flight: spread over two servers
-    assert sum(s.calls for s in servers) == 2 and servers[0].calls == 1
+    for _ in range(500):  # until both calls are in flight
+        if sum(s.calls for s in servers) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert sum(s.calls for s in servers) == 2 and servers[0].calls == 1  # on two servers
     free = [await pool.complete(REQUEST) for _ in range(4)]  # s0 is busy: never chosen
     assert servers[0].calls == 1 and servers[1].calls + servers[2].calls == 5
     assert {r.extra["served_by"] for r in free} == {"http://s1", "http://s2"}
