@@ -67,6 +67,7 @@ class KeyLayout:
     columns_BW: torch.Tensor
     index_N: torch.Tensor
     last_BS: torch.Tensor
+    aligned: bool = False  # every column is a real key: nothing to move
 
     @classmethod
     def of(cls, key_mask_BT: torch.Tensor, S: int, kv_heads: int) -> KeyLayout:
@@ -84,7 +85,8 @@ class KeyLayout:
         index_N = (rows_BK[:, :, None] + columns_BW[:, None, :]).reshape(-1)
         # a new position's key counts the row's real keys up to it
         last_BS = (mask_BT.long().cumsum(-1) - 1)[:, T - S :].clamp(min=0)
-        return cls(columns_BW=columns_BW, index_N=index_N, last_BS=last_BS)
+        aligned = bool(mask_BT.all())
+        return cls(columns_BW=columns_BW, index_N=index_N, last_BS=last_BS, aligned=aligned)
 
     @classmethod
     def contiguous(
@@ -114,6 +116,9 @@ def attention(
     # a GEMM with few columns takes other kernels: at least KEY_BLOCK (the extra ones unread)
     keys_BKTD = F.pad(k_BKTD, (0, 0, 0, KEY_BLOCK - T)) if T < KEY_BLOCK else k_BKTD
     scores_BKRT = torch.matmul(q_BKRD, keys_BKTD.transpose(-1, -2)) * scale
+    if layout.aligned:  # keys already start at column 0 (one row, or rows filling the cache)
+        out_BKRD = _weighted_sum(scores_BKRT[..., :T], last_BR, v_BKTD)
+        return out_BKRD[:, :, : group * S].reshape(B, H, S, D)
     columns_BKRW = layout.columns_BW[:, None, None, :].expand(B, K, rows, width)
     scores_BKRW = scores_BKRT.gather(-1, columns_BKRW)
     v_BKWD = v_BKTD.reshape(B * K * T, D).index_select(0, layout.index_N).view(B, K, width, D)
@@ -156,12 +161,10 @@ def attend(
     result. Differentiable (the trainer backpropagates through it)."""
     R, T = q_BKRD.shape[2], k_BKTD.shape[2]
     q_BKRD, last_BR = _rows(q_BKRD, last_BR)
-    width = -(-T // KEY_BLOCK) * KEY_BLOCK
-    if width > T:  # F.pad copies even when there is nothing to pad
-        k_BKTD = F.pad(k_BKTD, (0, 0, 0, width - T))
-        v_BKTD = F.pad(v_BKTD, (0, 0, 0, width - T))
-    scores_BKRW = torch.matmul(q_BKRD, k_BKTD.transpose(-1, -2)) * scale
-    return _weighted_sum(scores_BKRW, last_BR, v_BKTD)[:, :, :R]
+    # a GEMM with few columns takes other kernels: at least KEY_BLOCK (the extra ones unread)
+    keys_BKTD = F.pad(k_BKTD, (0, 0, 0, KEY_BLOCK - T)) if T < KEY_BLOCK else k_BKTD
+    scores_BKRT = torch.matmul(q_BKRD, keys_BKTD.transpose(-1, -2)) * scale
+    return _weighted_sum(scores_BKRT[..., :T], last_BR, v_BKTD)[:, :, :R]
 
 
 def _rows(q_BKRD: torch.Tensor, last_BR: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -176,16 +179,23 @@ def _rows(q_BKRD: torch.Tensor, last_BR: torch.Tensor) -> tuple[torch.Tensor, to
 def _weighted_sum(
     scores_BKRW: torch.Tensor, last_BR: torch.Tensor, v_BKWD: torch.Tensor
 ) -> torch.Tensor:
-    """softmax(scores over keys 0..last) @ v, keys aligned at column 0, W a multiple of
-    `KEY_BLOCK`: block by block in a fixed order (see `attend`)."""
+    """softmax(scores over keys 0..last) @ v, keys aligned at column 0: block by block in a
+    fixed order (see `attend`); a last, partial block is padded to `KEY_BLOCK` keys that weigh
+    0 (only that block is copied)."""
     width = scores_BKRW.shape[-1]
     seen_B1RW = torch.arange(width, device=scores_BKRW.device) <= last_BR[:, None, :, None]
     scores_BKRW = scores_BKRW.masked_fill(~seen_B1RW, float("-inf"))
     max_BKR1 = scores_BKRW.detach().amax(-1, keepdim=True)
     total_BKRD = norm_BKR1 = None
     for start in range(0, width, KEY_BLOCK):
-        weight_BKRC = torch.exp(scores_BKRW[..., start : start + KEY_BLOCK] - max_BKR1)
-        part_BKRD = torch.matmul(weight_BKRC, v_BKWD[:, :, start : start + KEY_BLOCK])
+        scores_BKRC = scores_BKRW[..., start : start + KEY_BLOCK]
+        v_BKCD = v_BKWD[:, :, start : start + KEY_BLOCK]
+        if v_BKCD.shape[2] < KEY_BLOCK:
+            missing = KEY_BLOCK - v_BKCD.shape[2]
+            scores_BKRC = F.pad(scores_BKRC, (0, missing), value=float("-inf"))
+            v_BKCD = F.pad(v_BKCD, (0, 0, 0, missing))
+        weight_BKRC = torch.exp(scores_BKRC - max_BKR1)
+        part_BKRD = torch.matmul(weight_BKRC, v_BKCD)
         part_BKR1 = weight_BKRC.sum(-1, keepdim=True)
         if total_BKRD is None or norm_BKR1 is None:
             total_BKRD, norm_BKR1 = part_BKRD, part_BKR1
