@@ -156,3 +156,43 @@ def test_board_is_read_back_from_compact_observations() -> None:
     while env.outcome is None:
         assert board_from_observation(obs) == env.board
         obs = env.env_step(str(random_move(env.board, rng))).obs
+
+
+def test_expert_names_taken_cells_when_asked_and_training_leaves_them_out(tmp_path) -> None:
+    import asyncio
+
+    from ludic.recipes.expert import PolicyClient
+    from ludic.recipes.tictactoe import (
+        ENV_NAME,
+        PROTOCOL_NAME,
+        drop_penalised_turns,
+        rollout_engine,
+    )
+    from ludic.rollouts import ComponentSpec, RolloutRequest, SeedSequencer, write_rollouts_jsonl
+    from ludic.training import OfflineBatchSource, make_sft
+
+    with pytest.raises(ValueError, match="taken"):
+        expert_policy(0.0, taken=-0.1)
+    tokenizer = task_tokenizer(COMPACT)
+    engine = rollout_engine(PolicyClient(expert_policy(0.0, taken=0.3), tokenizer))
+    spec = ComponentSpec(name=ENV_NAME, kwargs=COMPACT)
+    requests = [RolloutRequest(env=spec, protocol=ComponentSpec(name=PROTOCOL_NAME))] * 12
+    seeded = SeedSequencer(run_seed=0).seed_requests(requests, batch_index=0)
+    rollouts = asyncio.run(engine.run(seeded))
+    path = tmp_path / "expert.jsonl"
+    with path.open("w", encoding="utf-8") as f:
+        write_rollouts_jsonl(rollouts, f)
+    credit = make_sft().credit_assigner
+    every = OfflineBatchSource(paths=path, credit_assigner=credit, batch_size=4)
+    kept = OfflineBatchSource(
+        paths=path, credit_assigner=credit, batch_size=4, filters=[drop_penalised_turns]
+    )
+    illegal = sum(1 for r in rollouts for s in r.env_steps if s.info.get("illegal_move"))
+    assert illegal > 0 and len(kept.samples) == len(every.samples) - illegal
+    texts = [tokenizer.decode(s.input_ids) for s in kept.samples]
+    assert any("Illegal move: cell" in t for t in texts)  # recoveries are trained on
+    for text in texts:  # ... and every trained move is legal on the board it was shown
+        prompt = text.split("<|im_start|>user\n")[1].split("<|im_end|>")[0]
+        board = board_from_observation(prompt)
+        move = int(text.split("<move>")[1][0])
+        assert board[move - 1] == "."

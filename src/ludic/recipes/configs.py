@@ -66,6 +66,9 @@ class QuickstartConfig:
     """Episodes the scripted expert plays; its wins and draws become the SFT data."""
     expert_epsilon: float = 0.0
     """Probability that the expert plays a random legal move instead of a minimax move."""
+    expert_taken: float = 0.0
+    """Probability that the expert names an occupied cell, so its games show how to recover
+    from a rejected move; those illegal turns are left out of SFT."""
     sft_steps: int = 300
     """SFT optimizer steps."""
     sft_batch_size: int = 64

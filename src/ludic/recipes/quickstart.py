@@ -33,6 +33,7 @@ from ludic.recipes.tictactoe import (
     ENV_NAME,
     PROTOCOL_NAME,
     StageResult,
+    drop_penalised_turns,
     evaluate_stage,
     expert_policy,
     print_results,
@@ -210,7 +211,7 @@ async def _expert_data(
 ) -> Path:
     """Rejection sampling: the expert plays, wins and draws are kept as SFT data."""
     console.print(f"[bold]expert data[/bold]: {cfg.expert_episodes} games by a scripted expert")
-    client = PolicyClient(expert_policy(cfg.expert_epsilon), tokenizer)
+    client = PolicyClient(expert_policy(cfg.expert_epsilon, taken=cfg.expert_taken), tokenizer)
     engine = rollout_engine(client, max_tokens=cfg.max_tokens, progress=cfg.progress)
     requests = [
         RolloutRequest(
@@ -250,6 +251,7 @@ async def _sft(
         credit_assigner=algorithm.credit_assigner,
         batch_size=cfg.sft_batch_size,
         seed=cfg.seed,
+        filters=[drop_penalised_turns],  # the expert's deliberate illegal moves
     )
     trainer = make_trainer(
         model, tokenizer, algorithm, source, out=out, lr=cfg.sft_lr, seed=cfg.seed

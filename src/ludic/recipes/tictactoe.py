@@ -26,7 +26,7 @@ from ludic.inference.client import ChatClient
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import xml_tag_parser
-from ludic.rollouts import ComponentSpec, RolloutEngine
+from ludic.rollouts import ComponentSpec, RolloutEngine, SAWItem
 from ludic.types import JSON, Message
 
 if TYPE_CHECKING:
@@ -92,22 +92,37 @@ def board_from_observation(text: str) -> str:
     return "".join(c if c in ("X", "O") else EMPTY for c in cells)
 
 
-def expert_policy(epsilon: float) -> Callable[[Sequence[Message], random.Random], str]:
+def expert_policy(
+    epsilon: float, *, taken: float = 0.0
+) -> Callable[[Sequence[Message], random.Random], str]:
     """A scripted player for `PolicyClient`: a random legal move with probability `epsilon`,
-    else a minimax move (ties broken at random), written as `<move>N</move>`."""
-    if not 0.0 <= epsilon <= 1.0:
-        raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+    else a minimax move (ties broken at random), written as `<move>N</move>`. With probability
+    `taken` it names an occupied cell instead (when there is one), so that its games also show
+    the env's "Illegal move ... Try again" text and the good move that follows it; leave those
+    penalised turns out of training (`drop_penalised_turns`)."""
+    for name, p in (("epsilon", epsilon), ("taken", taken)):
+        if not 0.0 <= p <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {p}")
 
     def policy(messages: Sequence[Message], rng: random.Random) -> str:
         latest = next(m for m in reversed(messages) if m.get("role") == "user")
         board = board_from_observation(str(latest.get("content") or ""))
-        if rng.random() < epsilon:
+        occupied = [i + 1 for i, c in enumerate(board) if c != EMPTY]
+        if occupied and rng.random() < taken:
+            move = rng.choice(occupied)
+        elif rng.random() < epsilon:
             move = random_move(board, rng)
         else:
             move = minimax_move(board, side_to_move(board), rng)
         return f"<move>{move}</move>"
 
     return policy
+
+
+def drop_penalised_turns(item: SAWItem) -> bool:
+    """A `SampleFilter` keeping turns whose own reward is not negative: in won or drawn games,
+    this leaves out exactly the illegal moves (each costs a penalty) and keeps the rest."""
+    return float(item.meta.get("reward", 0.0)) >= 0.0
 
 
 def protocol_factory(client: ChatClient, *, max_tokens: int = 10) -> Callable[[], Any]:
