@@ -106,13 +106,18 @@ def flatten_parameters_(model: torch.nn.Module) -> torch.Tensor:
 
 
 class RawBaseline:
-    """A bare receiver process, fed `flat` (the trainer's parameter bytes)."""
+    """Bare receiver processes (`receivers` of them, one group), fed `flat` (the trainer's
+    parameter bytes)."""
 
-    def __init__(self, flat: torch.Tensor) -> None:
-        store = host_store("127.0.0.1", 0, world_size=2, timeout_s=600)
-        self.receiver = _spawn("--raw-receiver", str(store.port), str(flat.numel()))
+    def __init__(self, flat: torch.Tensor, receivers: int = 1) -> None:
+        self.world_size = world = 1 + receivers
+        store = host_store("127.0.0.1", 0, world_size=world, timeout_s=600)
+        self.receivers = [
+            _spawn("--raw-receiver", str(store.port), str(flat.numel()), str(rank), str(world))
+            for rank in range(1, world)
+        ]
         self.group: Collective = open_group(
-            store, rank=0, world_size=2, backend="gloo", timeout_s=600
+            store, rank=0, world_size=world, backend="gloo", timeout_s=600
         )
         self.store = store
         self.flat = flat
@@ -123,18 +128,20 @@ class RawBaseline:
         self.flag.fill_(1)
         self.group.broadcast(self.flag, 0).wait()  # "another round follows"
         self.group.broadcast(self.flat, 0).wait()
-        self.group.broadcast(self.flag, 1).wait()  # the receiver has everything
+        for rank in range(1, self.world_size):  # every receiver has everything
+            self.group.broadcast(self.flag, rank).wait()
         return time.perf_counter() - started
 
     def close(self) -> None:
         self.flag.fill_(0)
         self.group.broadcast(self.flag, 0).wait()
-        self.receiver.wait(timeout=60)
+        for receiver in self.receivers:
+            receiver.wait(timeout=60)
 
 
-def run_raw_receiver(port: int, numel: int) -> None:
-    store = join_store("127.0.0.1", port, world_size=2, timeout_s=600)
-    group = open_group(store, rank=1, world_size=2, backend="gloo", timeout_s=600)
+def run_raw_receiver(port: int, numel: int, rank: int = 1, world_size: int = 2) -> None:
+    store = join_store("127.0.0.1", port, world_size=world_size, timeout_s=600)
+    group = open_group(store, rank=rank, world_size=world_size, backend="gloo", timeout_s=600)
     flat = torch.empty(numel, dtype=torch.float32).fill_(0)
     flag = torch.zeros(1)
     while True:
@@ -142,7 +149,8 @@ def run_raw_receiver(port: int, numel: int) -> None:
         if not flag.item():
             return
         group.broadcast(flat, 0).wait()
-        group.broadcast(flag, 1).wait()
+        for sender in range(1, world_size):
+            group.broadcast(flag, sender).wait()
 
 
 # -- the embedded server --------------------------------------------------------------------
@@ -331,39 +339,50 @@ def bench_model(name: str, repeats: int, bucket_mb: float) -> dict[str, Any]:
 def bench_servers(name: str, counts: list[int], repeats: int, bucket_mb: float) -> dict[str, Any]:
     """`--servers 1,2,3`: one publisher pushing to N embedded servers in one group (one
     broadcast reaches them all), for each N: the median and best push, unverified and
-    verified (checksums on every server), and each over the one-server time."""
+    verified (checksums on every server), each over the one-server time, and a raw gloo
+    broadcast of the same bytes to N bare receivers (timed alternately with the pushes), the
+    transport's own cost of N receivers on this machine."""
     model = build_model(name)
+    flat = flatten_parameters_(model)  # raw sends exactly the bytes publish sends
     started = [start_server(name, in_place=True) for _ in range(max(counts))]
     try:
         times: dict[int, dict[str, list[float]]] = {}
         for n in counts:
             urls = [url for _, url in started[:n]]
             publisher = BroadcastPolicyPublisher(urls, TOKEN, bucket_mb=bucket_mb, probe=False)
-            times[n] = {"unverified": [], "verified": []}
+            raw = RawBaseline(flat, receivers=n)
+            times[n] = {"unverified": [], "verified": [], "raw": []}
             for round_ in range(repeats + 1):  # round 0 joins and warms up
-                for arm in ("unverified", "verified"):
+                for arm in ("unverified", "raw", "verified"):
                     publisher.verify = arm == "verified"
                     began = time.perf_counter()
-                    publisher.publish(model, version=round_ * 2 + (arm == "verified"))
+                    if arm == "raw":
+                        raw.once()
+                    else:
+                        publisher.publish(model, version=round_ * 2 + (arm == "verified"))
                     if round_:
                         times[n][arm].append(time.perf_counter() - began)
+            raw.close()
             publisher.close()
     finally:
         for server, _ in started:
             server.terminate()
             server.wait(timeout=60)
-    one = {arm: statistics.median(times[counts[0]][arm]) for arm in ("unverified", "verified")}
+    one = {arm: statistics.median(t) for arm, t in times[counts[0]].items()}
+    names = {"unverified": "publish_unverified", "verified": "publish_verified", "raw": "raw"}
     return {
         "model": name,
         "bytes": sum(t.numel() * t.element_size() for t in model.state_dict().values()),
         "by_servers": {
             str(n): {
-                **{f"publish_{arm}_s": statistics.median(t) for arm, t in by_arm.items()},
-                **{f"publish_{arm}_best_s": min(t) for arm, t in by_arm.items()},
+                **{f"{names[arm]}_s": statistics.median(t) for arm, t in by_arm.items()},
+                **{f"{names[arm]}_best_s": min(t) for arm, t in by_arm.items()},
                 **{
-                    f"publish_{arm}_over_{counts[0]}_server": statistics.median(t) / one[arm]
+                    f"{names[arm]}_over_{counts[0]}_server": statistics.median(t) / one[arm]
                     for arm, t in by_arm.items()
                 },
+                "publish_unverified_over_raw": statistics.median(by_arm["unverified"])
+                / statistics.median(by_arm["raw"]),
             }
             for n, by_arm in times.items()
         },
@@ -381,7 +400,7 @@ def main() -> None:
         default="",
         help="instead, time one push to N servers at once, e.g. 1,2,3 (`servers` in the report)",
     )
-    parser.add_argument("--raw-receiver", nargs=2, type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--raw-receiver", nargs="+", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.raw_receiver:
