@@ -108,7 +108,7 @@ def expert_policy(
         latest = next(m for m in reversed(messages) if m.get("role") == "user")
         board = board_from_observation(str(latest.get("content") or ""))
         occupied = [i + 1 for i, c in enumerate(board) if c != EMPTY]
-        if occupied and rng.random() < taken:
+        if taken > 0.0 and occupied and rng.random() < taken:  # no draw when off: same games
             move = rng.choice(occupied)
         elif rng.random() < epsilon:
             move = random_move(board, rng)
