@@ -56,7 +56,10 @@ def runs(
     reference = {"history": history, "step3": step3, "step4": _state(single)}
     torchrun("dist_worker_fsdp.py", str(root / "dist"), str(root / "single" / STEP3), device)
     results = torch.load(root / "dist" / "results.pt", weights_only=False, map_location="cpu")
-    tolerance = {"rel": 1e-5, "atol": 2e-6} if device == "cpu" else {"rel": 1e-4, "atol": 1e-4}
+    # Two ranks sum their halves of each gradient, one process sums it whole: float32 rounding
+    # differs, and Adam's per-element normalisation lets weights whose gradients are near zero
+    # move by a few 1e-6 after four steps; anything structural is far larger.
+    tolerance = {"rel": 1e-5, "atol": 5e-6} if device == "cpu" else {"rel": 1e-4, "atol": 1e-4}
     return {"root": root, "single": reference, "dist": results, "tol": tolerance}
 
 
@@ -65,7 +68,13 @@ def _assert_close_states(
 ) -> None:
     assert a.keys() == b.keys()
     for name in a:
-        torch.testing.assert_close(a[name], b[name], atol=tol["atol"], rtol=tol["rel"], msg=name)
+        torch.testing.assert_close(
+            a[name],
+            b[name],
+            atol=tol["atol"],
+            rtol=tol["rel"],
+            msg=lambda m, name=name: f"{name}: {m}",
+        )
 
 
 def _assert_equal_optimizer(
