@@ -75,13 +75,13 @@ class QuickstartConfig:
     """Samples (turns) per SFT step."""
     sft_lr: float = 3e-3
     """SFT learning rate."""
-    rl_steps: int = 30
+    rl_steps: int = 40
     """GRPO optimizer steps."""
     rl_groups: int = 8
     """Games (opponent seeds) per GRPO step."""
     group_size: int = 8
     """Episodes per game: the GRPO group sharing one baseline."""
-    rl_lr: float = 5e-4
+    rl_lr: float = 2e-4
     """GRPO learning rate."""
     eval_episodes: int = 128
     """Evaluation games per stage (the same opponent seeds at every stage)."""
