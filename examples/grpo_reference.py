@@ -1,7 +1,7 @@
 """A reference GRPO loop in one file, built only from Ludic's public components.
 
     python examples/grpo_reference.py --steps 30
-    python examples/grpo_reference.py --model ludic_runs/quickstart/sft/checkpoints/step_00000040/model
+    python examples/grpo_reference.py --model ludic_runs/quickstart/sft/checkpoints/step_00000300/model
 
 What the `Trainer` does, written out: each step
   1. plays `groups` tic-tac-toe games `group_size` times each with the current policy

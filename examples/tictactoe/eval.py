@@ -32,6 +32,9 @@ class EvalConfig:
     """In process on --model, or --server-url URL [URL ...] (games spread over the servers)."""
     opponent: Literal["random", "minimax", "mixed"] = "random"
     """Scripted opponent."""
+    observation: Literal["compact", "full"] = "compact"
+    """The env's observation text: it must match what the checkpoint was trained on (the
+    quickstart trains on "compact"; "full" also explains the rules and lists legal moves)."""
     episodes: int = 100
     """Games to play (opponent seeds are fixed, so runs are comparable)."""
     temperature: float = 1.0
@@ -54,7 +57,7 @@ async def _play(client: ChatClient, cfg: EvalConfig) -> StageResult:
     return await evaluate_stage(
         client,
         cfg.model or " ".join(cfg.inference.server_url or ()) or "tiny model",
-        env_kwargs={"opponent": cfg.opponent},
+        env_kwargs={"opponent": cfg.opponent, "observation": cfg.observation},
         episodes=cfg.episodes,
         temperature=cfg.temperature,
         max_tokens=cfg.max_tokens,

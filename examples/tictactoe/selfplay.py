@@ -16,6 +16,7 @@ import asyncio
 import collections
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import tyro
 
@@ -46,6 +47,9 @@ class SelfPlayConfig:
     inference: InferenceFlags = field(default_factory=InferenceArgs)
     """Where rollouts are generated: in process, or --server-url URL [URL ...] (weights are
     pushed to every server after each step; needs --server-token)."""
+    observation: Literal["compact", "full"] = "compact"
+    """The env's observation text: it must match what the checkpoint was trained on (the
+    quickstart trains on "compact"; "full" also explains the rules and lists legal moves)."""
     steps: int = 20
     """Optimizer steps."""
     games: int = 4
@@ -98,7 +102,7 @@ async def selfplay(cfg: SelfPlayConfig) -> tuple[dict[str, float], dict[str, flo
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
     algorithm = make_grpo()
     sampling = SamplingConfig(temperature=1.0, max_tokens=cfg.max_tokens)
-    duel = ComponentSpec(name="duel")
+    duel = ComponentSpec(name="duel", kwargs={"observation": cfg.observation})
     inference = cfg.inference.make(model, tokenizer, device=cfg.device)
     try:
         rollouts = RolloutEngine(

@@ -1,7 +1,7 @@
 """Train an LLM at tic-tac-toe against the scripted opponent with GRPO.
 
     python examples/tictactoe/train.py                       # tiny model, embedded engine, CPU
-    python examples/tictactoe/train.py --model ludic_runs/quickstart/sft/checkpoints/step_00000040/model
+    python examples/tictactoe/train.py --model ludic_runs/quickstart/sft/checkpoints/step_00000300/model
     # inference on a server (here `ludic serve`, or vLLM with Ludic's extension), training here:
     ludic serve --model DIR --token secret &
     python examples/tictactoe/train.py --model DIR --server-url http://127.0.0.1:8000 --server-token secret
@@ -55,6 +55,9 @@ class TrainConfig:
     pushed to every server after each step; needs --server-token)."""
     opponent: Literal["random", "minimax", "mixed"] = "random"
     """Scripted opponent."""
+    observation: Literal["compact", "full"] = "compact"
+    """The env's observation text: it must match what the checkpoint was trained on (the
+    quickstart trains on "compact"; "full" also explains the rules and lists legal moves)."""
     steps: int = 40
     """Optimizer steps."""
     groups: int = 4
@@ -94,7 +97,9 @@ async def train(cfg: TrainConfig) -> list[dict[str, float]]:
         protocol_registry={"agent": lambda: make_protocol(inference.client, cfg.max_tokens)},
         jsonl_log=cfg.out_dir / "rollouts.jsonl",
     )
-    game = ComponentSpec(name="tictactoe", kwargs={"opponent": cfg.opponent})
+    game = ComponentSpec(
+        name="tictactoe", kwargs={"opponent": cfg.opponent, "observation": cfg.observation}
+    )
     source = RolloutBatchSource(
         engine=rollouts,
         requests_fn=lambda: [

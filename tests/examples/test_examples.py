@@ -39,6 +39,69 @@ def test_tictactoe_eval(tmp_path: Path) -> None:
     assert (tmp_path / "rollouts.jsonl").is_file()
 
 
+COMPACT_START = "1|2|3\n4|5|6\n7|8|9\nX to move"  # TicTacToeEnv(observation="compact")
+
+
+@pytest.mark.parametrize("observation", ["compact", "full"])
+def test_tictactoe_eval_plays_the_observation_it_is_told(tmp_path: Path, observation: str) -> None:
+    """Quickstart checkpoints are trained on the compact board: eval shows it by default, and
+    the full text only when asked."""
+    example = load_example("tictactoe/eval.py")
+    kwargs = {} if observation == "compact" else {"observation": observation}
+    example.main(config(example, "EvalConfig", episodes=1, out_dir=tmp_path, **kwargs))
+    rollout = json.loads((tmp_path / "rollouts.jsonl").read_text().splitlines()[0])
+    first_prompt = rollout["steps"][0]["prompt_messages"][-1]["content"]
+    if observation == "compact":
+        assert first_prompt == COMPACT_START
+    else:
+        assert "Legal moves: 1, 2, 3, 4, 5, 6, 7, 8, 9" in first_prompt
+
+
+class _Stop(Exception):
+    """Raised by the fakes below once the example has built its rollout requests."""
+
+
+class _FirstRequests:
+    """Stands in for RolloutEngine (and RolloutBatchSource): keeps the env registry and stops
+    the example at its first rollout requests, before anything is generated or trained."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        if "env_registry" in kwargs:
+            self.env_registry = kwargs["env_registry"]
+        else:  # RolloutBatchSource(engine=..., requests_fn=...)
+            raise _Stop(kwargs["engine"].env_registry, kwargs["requests_fn"]())
+
+    async def run(self, requests: Any) -> Any:
+        raise _Stop(self.env_registry, list(requests))
+
+
+def first_observation(example: ModuleType, cfg: Any, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The observation the example's env shows at the start of its first game."""
+    monkeypatch.setattr(example, "RolloutEngine", _FirstRequests)
+    monkeypatch.setattr(example, "RolloutBatchSource", _FirstRequests)
+    with pytest.raises(_Stop) as stopped:
+        example.main(cfg)
+    registry, requests = stopped.value.args
+    spec = requests[0].env
+    env = registry[spec.name](**spec.kwargs)
+    observations = env.reset(seed=0)
+    return str(next(iter(observations.values()))[0])
+
+
+@pytest.mark.parametrize(
+    ("relative", "name"),
+    [("tictactoe/train.py", "TrainConfig"), ("tictactoe/selfplay.py", "SelfPlayConfig")],
+)
+def test_tictactoe_training_examples_build_the_observation_they_are_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, relative: str, name: str
+) -> None:
+    example = load_example(relative)
+    compact = first_observation(example, config(example, name, out_dir=tmp_path), monkeypatch)
+    assert compact == COMPACT_START  # the quickstart's observation, by default
+    cfg = config(example, name, out_dir=tmp_path, observation="full")
+    assert "Legal moves" in first_observation(example, cfg, monkeypatch)
+
+
 @pytest.mark.slow
 def test_tictactoe_train(tmp_path: Path) -> None:
     example = load_example("tictactoe/train.py")

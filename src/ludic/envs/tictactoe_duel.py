@@ -12,6 +12,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from ludic.envs.base import LudicEnv, ResetResult, StepResult
 from ludic.envs.tictactoe import (
     SYSTEM_PROMPT,
+    Observation,
+    compact_text,
     game_over_text,
     outcome_for,
     parse_cell,
@@ -33,6 +35,7 @@ class TicTacToeDuelEnv(LudicEnv):
     illegal move (occupied cell or any non-cell text) ends the game: the mover gets
     `illegal_reward` (outcome "illegal"), the other seat `win_reward` (outcome "win").
     The state key is `"<board>|<side to move>"`, the same for both seats.
+    `observation="compact"` shows the board and the side to move, as `TicTacToeEnv`'s does.
     """
 
     inline_sync_calls = True  # pure and fast: no thread hop (see LudicEnv)
@@ -48,13 +51,17 @@ class TicTacToeDuelEnv(LudicEnv):
         draw_reward: float = 0.0,
         loss_reward: float = -1.0,
         illegal_reward: float = -1.0,
+        observation: Observation = "full",
     ) -> None:
+        if observation not in ("full", "compact"):
+            raise ValueError(f"observation must be 'full' or 'compact', got {observation!r}")
         if not x_id or not o_id or x_id == o_id:
             raise ValueError(f"x_id and o_id must be two different names, got {x_id!r}, {o_id!r}")
         self.seats = {"X": x_id, "O": o_id}
         self.marks = {x_id: "X", o_id: "O"}
         self.rewards = {"win": win_reward, "draw": draw_reward, "loss": loss_reward}
         self.illegal_reward = illegal_reward
+        self.observation = observation
         self.board = EMPTY_BOARD
         self.outcomes: dict[str, str] | None = None
         self._started = False
@@ -92,7 +99,7 @@ class TicTacToeDuelEnv(LudicEnv):
             return {
                 mover: StepOutcome(obs=self._observation(mover), info=mover_info),
                 waiting: StepOutcome(
-                    obs=f"{mark} played {cell}.\n{self._observation(waiting)}", info=waiting_info
+                    obs=self._played(mark, cell) + self._observation(waiting), info=waiting_info
                 ),
             }
         other_result = {"win": "loss", "loss": "win", "draw": "draw"}[result]
@@ -164,5 +171,10 @@ class TicTacToeDuelEnv(LudicEnv):
             )
         return mover
 
+    def _played(self, mark: str, cell: int) -> str:
+        return "" if self.observation == "compact" else f"{mark} played {cell}.\n"
+
     def _observation(self, aid: str) -> str:
+        if self.observation == "compact":  # as TicTacToeEnv's: the board and the side to move
+            return compact_text(self.board, side_to_move(self.board))
         return turn_text(self.board, self.marks[aid], side_to_move(self.board))
