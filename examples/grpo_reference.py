@@ -62,6 +62,9 @@ class Config:
     """Local model directory (default: a fresh tiny model built from scratch)."""
     opponent: Literal["random", "minimax", "mixed"] = "random"
     """Scripted opponent."""
+    observation: Literal["compact", "full"] = "compact"
+    """The env's observation text: it must match what the checkpoint was trained on (the
+    quickstart trains on "compact"; "full" also explains the rules and lists legal moves)."""
     steps: int = 30
     """Optimizer steps."""
     groups: int = 4
@@ -96,7 +99,9 @@ def make_protocol(engine: EmbeddedEngine, max_tokens: int) -> SingleAgentProtoco
 
 async def win_rate(rollouts: RolloutEngine, cfg: Config) -> float:
     requests = make_eval_requests(
-        env=ComponentSpec(name="tictactoe", kwargs={"opponent": cfg.opponent}),
+        env=ComponentSpec(
+            name="tictactoe", kwargs={"opponent": cfg.opponent, "observation": cfg.observation}
+        ),
         protocol=ComponentSpec(name="agent"),
         num_problems=cfg.eval_games,
         seed=1_000_000,
@@ -154,7 +159,9 @@ async def train(cfg: Config) -> tuple[float, float, list[float]]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     seeds = SeedSequencer(run_seed=cfg.seed)
     strategy = GRPORequestStrategy(group_size=cfg.group_size)
-    game = ComponentSpec(name="tictactoe", kwargs={"opponent": cfg.opponent})
+    game = ComponentSpec(
+        name="tictactoe", kwargs={"opponent": cfg.opponent, "observation": cfg.observation}
+    )
     sampling = SamplingConfig(temperature=1.0, max_tokens=cfg.max_tokens)
     pad_token_id = int(tokenizer.pad_token_id or 0)
 

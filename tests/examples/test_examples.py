@@ -3,6 +3,7 @@ CPU with a tiny local model and produces what it promises."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import sys
@@ -78,7 +79,7 @@ class _FirstRequests:
 def first_observation(example: ModuleType, cfg: Any, monkeypatch: pytest.MonkeyPatch) -> str:
     """The observation the example's env shows at the start of its first game."""
     monkeypatch.setattr(example, "RolloutEngine", _FirstRequests)
-    monkeypatch.setattr(example, "RolloutBatchSource", _FirstRequests)
+    monkeypatch.setattr(example, "RolloutBatchSource", _FirstRequests, raising=False)
     with pytest.raises(_Stop) as stopped:
         example.main(cfg)
     registry, requests = stopped.value.args
@@ -90,15 +91,21 @@ def first_observation(example: ModuleType, cfg: Any, monkeypatch: pytest.MonkeyP
 
 @pytest.mark.parametrize(
     ("relative", "name"),
-    [("tictactoe/train.py", "TrainConfig"), ("tictactoe/selfplay.py", "SelfPlayConfig")],
+    [
+        ("tictactoe/train.py", "TrainConfig"),
+        ("tictactoe/selfplay.py", "SelfPlayConfig"),
+        ("grpo_reference.py", "Config"),
+    ],
 )
 def test_tictactoe_training_examples_build_the_observation_they_are_told(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, relative: str, name: str
 ) -> None:
     example = load_example(relative)
-    compact = first_observation(example, config(example, name, out_dir=tmp_path), monkeypatch)
+    fields = {f.name for f in dataclasses.fields(getattr(example, name))}
+    out = {"out_dir": tmp_path} if "out_dir" in fields else {}
+    compact = first_observation(example, config(example, name, **out), monkeypatch)
     assert compact == COMPACT_START  # the quickstart's observation, by default
-    cfg = config(example, name, out_dir=tmp_path, observation="full")
+    cfg = config(example, name, observation="full", **out)
     assert "Legal moves" in first_observation(example, cfg, monkeypatch)
 
 
