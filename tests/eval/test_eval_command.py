@@ -77,7 +77,10 @@ def test_env_and_parser_resolution_errors() -> None:
         run_eval_command(EvalConfig(env="eval_fakes:QuizEnv", env_kwargs="[1]"))
 
 
-def test_eval_command_against_an_openai_compatible_server(tmp_path: Path) -> None:
+@pytest.mark.parametrize("served_model", ["tiny", None])  # None: asked from /v1/models
+def test_eval_command_against_an_openai_compatible_server(
+    tmp_path: Path, served_model: str | None
+) -> None:
     import uvicorn
 
     from ludic.inference.embedded.engine import EmbeddedEngine
@@ -102,7 +105,7 @@ def test_eval_command_against_an_openai_compatible_server(tmp_path: Path) -> Non
             EvalConfig(
                 env="eval_fakes:QuizEnv",
                 server_url=f"http://127.0.0.1:{port}/v1",
-                served_model="tiny",
+                served_model=served_model,
                 num_problems=2,
                 max_steps=1,
                 max_tokens=4,

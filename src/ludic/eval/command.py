@@ -45,8 +45,8 @@ class EvalConfig:
     """Local model directory for the embedded engine (default: a locally built tiny model)."""
     server_url: str | None = None
     """Base URL of an OpenAI-compatible server (vLLM, SGLang, `ludic serve`); overrides --model."""
-    served_model: str = "default"
-    """Model name to send to the server."""
+    served_model: str | None = None
+    """Model name to send to the server (default: the one model its `/v1/models` lists)."""
     api_key: str | None = None
     """Bearer token for the server, if it needs one."""
     parser: str = "auto"
@@ -272,10 +272,10 @@ def build_client(cfg: EvalConfig, model_dir: str | None) -> ChatClient:
     `model_dir`."""
     if cfg.server_url:
         from ludic.inference.http.openai_client import OpenAICompatibleClient
+        from ludic.recipes.inference import served_model_name
 
-        return OpenAICompatibleClient(
-            base_url=cfg.server_url, model=cfg.served_model, api_key=cfg.api_key
-        )
+        name = cfg.served_model or served_model_name(cfg.server_url, cfg.api_key)
+        return OpenAICompatibleClient(base_url=cfg.server_url, model=name, api_key=cfg.api_key)
     if model_dir is None:
         raise ValueError("the embedded engine needs a model directory (or pass --server-url)")
     from ludic.inference.embedded.engine import EmbeddedEngine
