@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from ludic.distributed.checksum import checksums
 from ludic.distributed.manifest import plan_manifest
 from ludic.distributed.transfer import BufferPool, host_store, open_group, send_buckets
-from ludic.inference.http.weight_receiver import install_weight_sync_routes
+from ludic.inference.http.weight_routes import install_weight_sync_routes
 
 pytestmark = pytest.mark.timeout(60)
 TOKEN = "t0ken"

@@ -43,7 +43,7 @@ from ludic.inference.http.openai_protocol import (
     error_body,
 )
 from ludic.inference.http.serve_config import ServeConfig
-from ludic.inference.http.weight_receiver import install_weight_sync_routes
+from ludic.inference.http.weight_routes import install_weight_sync_routes
 
 logger = logging.getLogger(__name__)
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20

@@ -1,7 +1,7 @@
 """Server side of `BroadcastPolicyPublisher`: bearer-token routes that join the trainer's
 process group, receive bucketed weights and load them into the served model.
 
-Routes (mounted with `install_weight_sync_routes(app, engine, token)`):
+Routes (mounted by `weight_routes.install_weight_sync_routes(app, engine, token)`):
 `POST /ludic/weights/init` (join the group; returns at once, the join finishes in the
 background), `POST /ludic/weights/start` (a manifest: validated against the served model, then
 the buckets are received in the background), `POST /ludic/weights/finish` (wait for the bytes,
@@ -22,7 +22,6 @@ dtype; it serves no inference and does not verify pushes (the trainer compares).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import threading
 from collections.abc import Callable, Mapping
@@ -31,13 +30,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
-from fastapi import APIRouter, Depends, FastAPI, HTTPException
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, Field
 
 from ludic.distributed.checksum import LandedChecksums
 from ludic.distributed.control import ControlChannelClosed, StoreControl
-from ludic.distributed.live_state import LiveStateDict
 from ludic.distributed.manifest import (
     ManifestError,
     TensorEntry,
@@ -53,8 +49,6 @@ from ludic.distributed.transfer import (
     receive_buckets,
     receive_into,
 )
-from ludic.inference.http.auth import token_matches
-from ludic.inference.weights import pack_parameters_
 
 # load(state, version, strict) installs the weights and returns the served policy version.
 LoadFn = Callable[[dict[str, torch.Tensor], int, bool], int]
@@ -413,96 +407,7 @@ class WeightSyncReceiver:
         return None if not floating else dtype_name(max(set(floating), key=floating.count))
 
 
-def weight_sync_router(receiver: WeightSyncReceiver, token: str | None) -> APIRouter:
-    """The `/ludic/weights/*` routes over `receiver`, guarded by the bearer `token`."""
-    bearer = HTTPBearer(auto_error=False)
-
-    def require_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
-        if token is None:
-            raise HTTPException(403, "weight sync is disabled: start the server with a token")
-        if credentials is None or not token_matches(credentials.credentials, token):
-            raise HTTPException(401, "missing or wrong bearer token for a control endpoint")
-
-    router = APIRouter(prefix="/ludic/weights", dependencies=[Depends(require_token)])
-
-    @router.post("/init")
-    async def init(req: InitRequest) -> dict[str, str]:
-        receiver.init(req)
-        return {"status": "joining"}
-
-    @router.post("/start")
-    async def start(body: dict[str, Any]) -> dict[str, str]:
-        try:
-            manifest = WeightManifest.from_json(body)
-        except ManifestError as e:
-            raise HTTPException(400, str(e)) from e
-        await _call(receiver.start, manifest)
-        return {"status": "receiving"}
-
-    @router.post("/finish")
-    async def finish() -> dict[str, Any]:
-        result: SyncResult = await _call(receiver.finish)
-        return result.to_dict()
-
-    @router.post("/close")
-    async def close() -> dict[str, str]:
-        receiver.close()
-        return {"status": "closed"}
-
-    @router.get("/status")
-    async def status() -> dict[str, Any]:
-        return receiver.status()
-
-    return router
-
-
-def install_weight_sync_routes(
-    app: FastAPI, engine: Any, token: str | None, *, load: LoadFn | None = None
-) -> WeightSyncReceiver:
-    """Mount the weight-sync routes for an `EmbeddedEngine` on `app`; returns the receiver.
-
-    Pushes are received in place when the engine has `update_weights_in_place`. `load`
-    replaces `engine.update_weights(state, version=..., strict=...)` (and turns in-place
-    receiving off; tests use it to simulate a server that skips updates).
-    """
-    model: torch.nn.Module = engine.model
-
-    def default_load(state: dict[str, torch.Tensor], version: int, strict: bool) -> int:
-        return int(engine.update_weights(state, version=version, strict=strict))
-
-    live = LiveStateDict(model)
-
-    def shapes() -> dict[str, tuple[int, ...]]:
-        return {name: tuple(t.shape) for name, t in live().items()}
-
-    load_in_place: InPlaceLoadFn | None = None
-    update_in_place = getattr(engine, "update_weights_in_place", None)
-    if load is None and callable(update_in_place):
-
-        def load_in_place(fill: Callable[[], None], version: int) -> int:
-            return int(update_in_place(lambda _model: fill(), version=version))
-
-    receiver = WeightSyncReceiver(
-        load or default_load,
-        shapes,
-        device=next(model.parameters()).device,
-        targets=live,
-        load_in_place=load_in_place,
-        arrange=lambda groups: pack_parameters_(model, groups),
-    )
-    app.include_router(weight_sync_router(receiver, token))
-    return receiver
-
-
 def _version(value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ControlChannelClosed(f"a push request carries version {value!r}, not an int >= 0")
     return value
-
-
-async def _call(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run a blocking receiver call off the event loop; WeightSyncError -> HTTP error."""
-    try:
-        return await asyncio.to_thread(fn, *args)
-    except WeightSyncError as e:
-        raise HTTPException(e.status, str(e)) from e

@@ -1,0 +1,115 @@
+"""The HTTP face of `WeightSyncReceiver`: bearer-token routes under `/ludic/weights` (init,
+start, finish, status) and `install_weight_sync_routes`, which mounts them on a FastAPI app
+serving an engine. The receiving itself (group, buckets, checksums) is `weight_receiver`."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from fastapi import APIRouter, Depends, FastAPI, HTTPException
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from ludic.distributed.live_state import LiveStateDict
+from ludic.distributed.manifest import ManifestError, WeightManifest
+from ludic.inference.http.auth import token_matches
+from ludic.inference.http.weight_receiver import (
+    InitRequest,
+    InPlaceLoadFn,
+    LoadFn,
+    SyncResult,
+    WeightSyncError,
+    WeightSyncReceiver,
+)
+from ludic.inference.weights import pack_parameters_
+
+
+def weight_sync_router(receiver: WeightSyncReceiver, token: str | None) -> APIRouter:
+    """The `/ludic/weights/*` routes over `receiver`, guarded by the bearer `token`."""
+    bearer = HTTPBearer(auto_error=False)
+
+    def require_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
+        if token is None:
+            raise HTTPException(403, "weight sync is disabled: start the server with a token")
+        if credentials is None or not token_matches(credentials.credentials, token):
+            raise HTTPException(401, "missing or wrong bearer token for a control endpoint")
+
+    router = APIRouter(prefix="/ludic/weights", dependencies=[Depends(require_token)])
+
+    @router.post("/init")
+    async def init(req: InitRequest) -> dict[str, str]:
+        receiver.init(req)
+        return {"status": "joining"}
+
+    @router.post("/start")
+    async def start(body: dict[str, Any]) -> dict[str, str]:
+        try:
+            manifest = WeightManifest.from_json(body)
+        except ManifestError as e:
+            raise HTTPException(400, str(e)) from e
+        await _call(receiver.start, manifest)
+        return {"status": "receiving"}
+
+    @router.post("/finish")
+    async def finish() -> dict[str, Any]:
+        result: SyncResult = await _call(receiver.finish)
+        return result.to_dict()
+
+    @router.post("/close")
+    async def close() -> dict[str, str]:
+        receiver.close()
+        return {"status": "closed"}
+
+    @router.get("/status")
+    async def status() -> dict[str, Any]:
+        return receiver.status()
+
+    return router
+
+
+def install_weight_sync_routes(
+    app: FastAPI, engine: Any, token: str | None, *, load: LoadFn | None = None
+) -> WeightSyncReceiver:
+    """Mount the weight-sync routes for an `EmbeddedEngine` on `app`; returns the receiver.
+
+    Pushes are received in place when the engine has `update_weights_in_place`. `load`
+    replaces `engine.update_weights(state, version=..., strict=...)` (and turns in-place
+    receiving off; tests use it to simulate a server that skips updates).
+    """
+    model: torch.nn.Module = engine.model
+
+    def default_load(state: dict[str, torch.Tensor], version: int, strict: bool) -> int:
+        return int(engine.update_weights(state, version=version, strict=strict))
+
+    live = LiveStateDict(model)
+
+    def shapes() -> dict[str, tuple[int, ...]]:
+        return {name: tuple(t.shape) for name, t in live().items()}
+
+    load_in_place: InPlaceLoadFn | None = None
+    update_in_place = getattr(engine, "update_weights_in_place", None)
+    if load is None and callable(update_in_place):
+
+        def load_in_place(fill: Callable[[], None], version: int) -> int:
+            return int(update_in_place(lambda _model: fill(), version=version))
+
+    receiver = WeightSyncReceiver(
+        load or default_load,
+        shapes,
+        device=next(model.parameters()).device,
+        targets=live,
+        load_in_place=load_in_place,
+        arrange=lambda groups: pack_parameters_(model, groups),
+    )
+    app.include_router(weight_sync_router(receiver, token))
+    return receiver
+
+
+async def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a blocking receiver call off the event loop; WeightSyncError -> HTTP error."""
+    try:
+        return await asyncio.to_thread(fn, *args)
+    except WeightSyncError as e:
+        raise HTTPException(e.status, str(e)) from e
