@@ -1,6 +1,7 @@
 """The HTTP side: `ludic serve` and the OpenAI-compatible client that talks to any such server.
 
 `server` (the app and `serve`), `serve_config`, `openai_protocol` (request and response shapes),
-`openai_client` (the `ChatClient` over HTTP), `auth` (bearer tokens), `weight_receiver` and its routes `weight_routes`
-(the server end of a weight push, shared with the vLLM extension).
+`openai_client` (the `ChatClient` over HTTP), `pool` (one client over several servers), `auth`
+(bearer tokens), and `weight_receiver` with its routes `weight_routes` (the server end of a
+weight push, shared with the vLLM extension).
 """
