@@ -43,7 +43,7 @@ class ServerLink:
     ) -> None:
         if ranks < 1:
             raise ValueError(f"server_ranks must be >= 1, got {ranks}")
-        self.url = url.rstrip("/")
+        self.url = url.rstrip("/").removesuffix("/v1")  # the OpenAI base URL works too
         self.ranks = ranks
         self.http = http or httpx.Client(base_url=self.url, timeout=timeout_s)
         self.http.headers["Authorization"] = f"Bearer {token}"
