@@ -59,12 +59,20 @@ def learner_command(cfg: LearnerConfig) -> None:
 
 def run_actor(cfg: ActorConfig) -> list[ActorBatchStats]:
     """Generate batches and push their samples until `cfg.batches` (or forever)."""
-    return asyncio.run(_act(cfg))
-
-
-async def _act(cfg: ActorConfig) -> list[ActorBatchStats]:
-    from ludic.agents import Agent
     from ludic.eval.command import resolve_env_factory, resolve_parser
+
+    env_factory = resolve_env_factory(cfg.env)
+    env_kwargs = json.loads(cfg.env_kwargs)
+    # Before the event loop: "auto" may build the env (with the run's kwargs, as `ludic train`
+    # does) to read the parser its class declares, and close it, possibly async.
+    parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
+    return asyncio.run(_act(cfg, env_factory, env_kwargs, parser))
+
+
+async def _act(
+    cfg: ActorConfig, env_factory: Any, env_kwargs: dict[str, Any], parser: Any
+) -> list[ActorBatchStats]:
+    from ludic.agents import Agent
     from ludic.inference import SamplingConfig
     from ludic.interaction import SingleAgentProtocol
     from ludic.rollouts import (
@@ -75,9 +83,6 @@ async def _act(cfg: ActorConfig) -> list[ActorBatchStats]:
         SeedSequencer,
     )
 
-    env_factory = resolve_env_factory(cfg.env)
-    env_kwargs = json.loads(cfg.env_kwargs)
-    parser = resolve_parser(cfg.parser, env_factory)
     client = await _actor_client(cfg)
     stream = SampleStream(cfg.redis_url, stream=cfg.stream, max_len=cfg.max_stream_len)
     sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_tokens)
