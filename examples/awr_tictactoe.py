@@ -1,70 +1,110 @@
-"""AWR vs rejection-sampled SFT on the quickstart's expert data, from the same tiny model.
+"""AWR vs rejection-sampled SFT on tic-tac-toe data, from the same model, at the same budget.
 
-    python examples/awr_tictactoe.py
-    python examples/awr_tictactoe.py --seeds 3 --beta 0.5
+    python examples/awr_tictactoe.py                                  # the quickstart's data
+    python examples/awr_tictactoe.py --expert-epsilons 0 0.5 1        # mixed-quality players
+    python examples/awr_tictactoe.py --self-episodes 512              # + the SFT'd model's games
 
-A scripted expert (minimax with random moves, as in `ludic quickstart`) plays tic-tac-toe and
-every game is stored (`expert/all.jsonl`). Two runs start from the same random tiny model:
-  sft: `ludic sft --data all.jsonl --min-reward 0`: keep wins and draws, imitate them (weight 1);
-  awr: `ludic sft --data all.jsonl --algorithm awr`: keep every game, weigh each turn by
-       min(exp(A / beta), max_weight), A its game's return minus the mean return of games that
-       started from the same board (`AWRCredit`, baseline "group").
-Both runs use the same steps, batch size and learning rate; each is evaluated on the same
-opponent seeds. The example prints and returns both evaluations (one row per seed and method).
+Everything is the quickstart's (`ludic quickstart`): the tiny model with the task tokenizer, the
+compact board, an illegal move costs -1 and the agent tries again, SFT at lr 3e-3 on batches of
+64 turns, 128 evaluation games against the random opponent at temperature 1 (the same opponent
+seeds for every run), one torch thread. Per seed:
+
+  data: scripted players (`expert_policy`, one share of the games per `--expert-epsilons`
+        value) play `--expert-episodes` games; every game is stored (`expert/all.jsonl`) and
+        its wins and draws (`expert/kept.jsonl`);
+  sft:  rejection-sampled SFT, as the quickstart: the kept games, penalised (illegal) turns left
+        out, weight 1;
+  awr:  every game, penalised turns left out of the loss (their penalties stay in the returns),
+        each turn weighted by min(exp(A / beta), max_weight) (`make_awr`, `--baseline`).
+
+With `--self-episodes N` the comparison is a second stage: the model first gets the
+quickstart's SFT (`--steps` on the kept expert games, shared by both methods), then plays N
+games of its own at temperature 1 (illegal and unparseable moves, losses and all); from that
+model, sft and awr each train `--continue-steps` on the expert games plus its own (sft: the
+kept ones). The stage-1 model is evaluated too ("start" rows).
+
+Prints the evaluations, mean and 95% t-interval per method and for the paired difference,
+and how the weights treat optimal, other legal and illegal moves; writes `results.json`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import statistics
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
+import torch
 import tyro
 from rich.console import Console
 
-from ludic.inference.embedded.engine import EmbeddedEngine
+from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
+from ludic.inference.sampling import SamplingConfig
 from ludic.models import TinyModelSpec, build_tiny_model, load_model, save_model
-from ludic.recipes.configs import SFTConfig
 from ludic.recipes.expert import PolicyClient
-from ludic.recipes.sft import sft_command
 from ludic.recipes.tictactoe import (
     ENV_NAME,
     PROTOCOL_NAME,
     StageResult,
+    drop_penalised_turns,
     evaluate_stage,
     expert_policy,
     print_results,
     rollout_engine,
+    task_tokenizer,
 )
-from ludic.rollouts import ComponentSpec, RolloutRequest, SeedSequencer, write_rollouts_jsonl
+from ludic.recipes.training import finish, make_trainer
+from ludic.rollouts import (
+    ComponentSpec,
+    RolloutRequest,
+    SeedSequencer,
+    derive_seed,
+    write_rollouts_jsonl,
+)
+from ludic.training import AWRCredit, OfflineBatchSource, RLAlgorithm, make_awr, make_sft
+from ludic.types import Rollout
+
+METHODS = ("sft", "awr")
+MAX_TOKENS = 10  # as the quickstart
+# 0.975 quantiles of Student's t for 1..10 degrees of freedom (95% two-sided intervals).
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AWRConfig:
-    """AWR on all expert games vs SFT on the kept (won or drawn) ones."""
+    """AWR on every game vs SFT on the won or drawn ones (see the module docstring)."""
 
-    expert_episodes: int = 256
-    """Games the scripted expert plays (all stored; SFT keeps wins and draws)."""
-    expert_epsilon: float = 0.3
-    """Probability that the expert plays a random legal move."""
+    expert_episodes: int = 1000
+    """Games the scripted players play in all (split evenly over --expert-epsilons)."""
+    expert_epsilons: tuple[float, ...] = (0.0,)
+    """Random-move probability of each scripted player (0: minimax, the quickstart's expert)."""
+    expert_taken: float = 0.0
+    """Probability that a scripted player names an occupied cell (an illegal move, -1)."""
+    self_episodes: int = 0
+    """0: train both methods from the fresh model. N > 0: from the quickstart's SFT model, on
+    the expert games plus N of its own games (see the module docstring)."""
     opponent: Literal["random", "minimax", "mixed"] = "random"
-    """Scripted opponent of the expert and of the evaluations."""
-    steps: int = 40
-    """Optimizer steps of each run."""
-    batch_size: int = 32
+    """Scripted opponent of the data and of the evaluations."""
+    steps: int = 300
+    """Optimizer steps of each run (with --self-episodes: of the shared stage-1 SFT)."""
+    continue_steps: int = 100
+    """With --self-episodes: optimizer steps of each method's second stage."""
+    batch_size: int = 64
     """Samples (turns) per step."""
     lr: float = 3e-3
-    """Learning rate (suits the tiny model)."""
+    """Learning rate (the quickstart's SFT)."""
     beta: float = 0.5
     """AWR temperature."""
     max_weight: float = 20.0
     """AWR weight cap."""
-    baseline: Literal["group", "mean", "state"] = "group"
-    """AWR baseline (see `ludic sft --help`): group, mean, or state (the other visits of the
-    turn's board)."""
+    baseline: Literal["group", "mean", "state"] = "state"
+    """AWR baseline: group (episode return minus its group's mean), mean (return-to-go minus
+    the data's mean) or state (minus the other visits of the turn's board)."""
     state_prior: float = 1.0
     """With baseline state: pseudo-visits of the data's mean in each board's value."""
     eval_episodes: int = 128
@@ -75,111 +115,227 @@ class AWRConfig:
     """Tiny model width (as the quickstart)."""
     num_layers: int = 2
     """Tiny model depth (as the quickstart)."""
-    seeds: int = 2
-    """Repeat everything (model init, data, training) with seeds 0 .. seeds - 1."""
+    seeds: int = 3
+    """Repeat everything (model, tokenizer, data, training) with seeds first_seed, ...."""
+    first_seed: int = 0
+    """The first seed (split seeds over calls; each writes its own results.json)."""
+    threads: int = 1
+    """torch CPU threads (the quickstart's default)."""
     out_dir: Path = Path("ludic_runs/awr_tictactoe")
     """Where data, runs and results.json go."""
 
 
-def env_kwargs(cfg: AWRConfig) -> dict[str, str]:
-    """As the quickstart: an illegal move costs -1 and the agent tries again."""
-    return {"opponent": cfg.opponent, "illegal_move": "retry"}
+def env_kwargs(cfg: AWRConfig) -> dict[str, Any]:
+    """The quickstart's env: an illegal move costs -1 and the agent tries again."""
+    return {
+        "opponent": cfg.opponent,
+        "epsilon": 0.5,
+        "illegal_move": "retry",
+        "observation": "compact",
+    }
 
 
-async def expert_data(cfg: AWRConfig, tokenizer: object, seed: int, out: Path) -> Path:
-    """Every game the expert plays, as a rollouts JSONL."""
-    client = PolicyClient(expert_policy(cfg.expert_epsilon), tokenizer)
-    engine = rollout_engine(client, max_tokens=10)
-    requests = [
-        RolloutRequest(
-            env=ComponentSpec(name=ENV_NAME, kwargs=env_kwargs(cfg)),
-            protocol=ComponentSpec(name=PROTOCOL_NAME),
-        )
-        for _ in range(cfg.expert_episodes)
-    ]
-    rollouts = await engine.run(SeedSequencer(run_seed=seed).seed_requests(requests, 0))
+def won_or_drew(rollout: Rollout) -> bool:
+    steps = rollout.env_steps
+    return bool(steps) and steps[-1].info.get("outcome") in ("win", "draw")
+
+
+def requests(cfg: AWRConfig, n: int, sampling: SamplingConfig | None = None) -> list[Any]:
+    env = ComponentSpec(name=ENV_NAME, kwargs=env_kwargs(cfg))
+    protocol = ComponentSpec(name=PROTOCOL_NAME)
+    if sampling is None:
+        return [RolloutRequest(env=env, protocol=protocol) for _ in range(n)]
+    return [RolloutRequest(env=env, protocol=protocol, sampling=sampling) for _ in range(n)]
+
+
+async def expert_games(cfg: AWRConfig, tokenizer: Any, seed: int) -> list[Rollout]:
+    """Every game of the scripted players (the first as the quickstart's, same seeds)."""
+    seeds = SeedSequencer(run_seed=derive_seed(seed, "expert"))
+    share = cfg.expert_episodes // len(cfg.expert_epsilons)
+    rollouts: list[Rollout] = []
+    for index, epsilon in enumerate(cfg.expert_epsilons):
+        policy = expert_policy(epsilon, taken=cfg.expert_taken)
+        engine = rollout_engine(PolicyClient(policy, tokenizer), max_tokens=MAX_TOKENS)
+        rollouts += await engine.run(seeds.seed_requests(requests(cfg, share), index))
+    return rollouts
+
+
+async def own_games(cfg: AWRConfig, model: Any, tokenizer: Any, seed: int) -> list[Rollout]:
+    """`cfg.self_episodes` games of `model` at temperature 1."""
+    sampling = SamplingConfig(temperature=1.0, max_tokens=MAX_TOKENS)
+    seeds = SeedSequencer(run_seed=derive_seed(seed, "self"))
+    config = EngineConfig(batch_invariant=True)
+    with EmbeddedEngine(model, tokenizer, config=config) as served:
+        engine = rollout_engine(served, max_tokens=MAX_TOKENS)
+        return await engine.run(seeds.seed_requests(requests(cfg, cfg.self_episodes, sampling), 0))
+
+
+def write_data(rollouts: Sequence[Rollout], out: Path) -> tuple[Path, Path]:
+    """(all.jsonl, kept.jsonl): every game, and the won or drawn ones."""
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "all.jsonl"
-    with path.open("w", encoding="utf-8") as f:
-        write_rollouts_jsonl(rollouts, f)
-    return path
+    paths = out / "all.jsonl", out / "kept.jsonl"
+    write_rollouts_jsonl(rollouts, paths[0])
+    write_rollouts_jsonl([r for r in rollouts if won_or_drew(r)], paths[1])
+    return paths
 
 
-def train(cfg: AWRConfig, method: str, data: Path, init: Path, seed: int, out: Path) -> Path:
-    """One `ludic sft` run (as the CLI would run it); returns the trained model directory."""
-    sft = SFTConfig(
-        data=data,
-        model=str(init),
-        steps=cfg.steps,
-        batch_size=cfg.batch_size,
-        lr=cfg.lr,
-        min_reward=0.0 if method == "sft" else None,
-        algorithm="awr" if method == "awr" else "sft",
-        awr_beta=cfg.beta,
-        awr_max_weight=cfg.max_weight,
-        awr_baseline=cfg.baseline,
-        awr_state_prior=cfg.state_prior,
-        seed=seed,
-        out_dir=out,
-        progress=False,
+def algorithm(cfg: AWRConfig, method: str) -> RLAlgorithm:
+    if method == "sft":
+        return make_sft()
+    return make_awr(
+        beta=cfg.beta, max_weight=cfg.max_weight, baseline=cfg.baseline, state_prior=cfg.state_prior
     )
-    return sft_command(sft).checkpoint / "model"
 
 
-async def evaluate(cfg: AWRConfig, model_dir: Path, stage: str) -> StageResult:
+def train(
+    cfg: AWRConfig, method: str, data: Path, start: Path, steps: int, seed: int, out: Path
+) -> Path:
+    """`steps` of `method` from the model in `start` on `data`; returns the trained model dir.
+    Both methods leave penalised turns out of the loss, as the quickstart's SFT."""
+    model, tokenizer = load_model(start)
+    algo = algorithm(cfg, method)
+    source = OfflineBatchSource(
+        paths=data,
+        credit_assigner=algo.credit_assigner,
+        batch_size=cfg.batch_size,
+        seed=seed,
+        filters=[drop_penalised_turns],
+    )
+    trainer = make_trainer(model, tokenizer, algo, source, out=out, lr=cfg.lr, seed=seed)
+    asyncio.run(trainer.train(steps, progress=False))
+    return finish(trainer) / "model"
+
+
+def evaluate(cfg: AWRConfig, model_dir: Path, stage: str) -> StageResult:
     model, tokenizer = load_model(model_dir)
-    with EmbeddedEngine(model, tokenizer) as engine:
-        return await evaluate_stage(
-            engine,
-            stage,
-            env_kwargs=env_kwargs(cfg),
-            episodes=cfg.eval_episodes,
-            temperature=cfg.eval_temperature,
-        )
+    config = EngineConfig(batch_invariant=True)  # as the quickstart: independent of the load
+
+    async def run() -> StageResult:
+        with EmbeddedEngine(model, tokenizer, config=config) as engine:
+            return await evaluate_stage(
+                engine,
+                stage,
+                env_kwargs=env_kwargs(cfg),
+                episodes=cfg.eval_episodes,
+                temperature=cfg.eval_temperature,
+                max_tokens=MAX_TOKENS,
+            )
+
+    return asyncio.run(run())
 
 
-def run_seed(cfg: AWRConfig, seed: int) -> list[StageResult]:
-    out = cfg.out_dir / f"seed_{seed}"
+def weight_report(cfg: AWRConfig, rollouts: Sequence[Rollout]) -> dict[str, dict[str, float]]:
+    """Mean training weight of the optimal, other legal and illegal moves, per method (sft: 1
+    in a won or drawn game, else 0; illegal moves are left out of both losses)."""
+    awr = algorithm(cfg, "awr").credit_assigner
+    assert isinstance(awr, AWRCredit)
+    weights = awr.assign(rollouts)
+    by_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for rollout in rollouts:
+        kept = 1.0 if won_or_drew(rollout) else 0.0
+        for turn in rollout.turns():
+            if turn.env_step is None or not turn.agent_steps:
+                continue
+            info = turn.env_step.info
+            kind = (
+                "illegal"
+                if info.get("illegal_move")
+                else "optimal"
+                if info.get("optimal_move")
+                else "other"
+            )
+            by_kind["sft"][kind].append(kept)
+            by_kind["awr"][kind].append(weights[(rollout.id, turn.turn_id)])
+    return {
+        method: {kind: statistics.mean(ws) for kind, ws in kinds.items()}
+        for method, kinds in by_kind.items()
+    }
+
+
+def fresh_model(cfg: AWRConfig, seed: int, out: Path) -> tuple[Path, Any]:
+    """The quickstart's untrained model for `seed` (task tokenizer), saved under `out`."""
+    tokenizer = task_tokenizer(env_kwargs(cfg), seed=seed)
     spec = TinyModelSpec(
         hidden_size=cfg.hidden_size,
         intermediate_size=3 * cfg.hidden_size,
         num_hidden_layers=cfg.num_layers,
     )
-    model, tokenizer = build_tiny_model(seed=seed, spec=spec)
-    init = save_model(model, tokenizer, out / "init")
-    data = asyncio.run(expert_data(cfg, tokenizer, seed, out / "expert"))
-    results = []
-    for method in ("sft", "awr"):
-        trained = train(cfg, method, data, init, seed, out / method)
-        results.append(asyncio.run(evaluate(cfg, trained, f"{method} (seed {seed})")))
-    return results
+    model, tokenizer = build_tiny_model(seed=seed, spec=spec, tokenizer=tokenizer)
+    return save_model(model, tokenizer, out), tokenizer
+
+
+def run_seed(cfg: AWRConfig, seed: int) -> dict[str, Any]:
+    """Data, both runs and their evaluations for one seed."""
+    out = cfg.out_dir / f"seed_{seed}"
+    start, tokenizer = fresh_model(cfg, seed, out / "init")
+    rollouts = asyncio.run(expert_games(cfg, tokenizer, seed))
+    record: dict[str, Any] = {}
+    steps = cfg.steps
+    if cfg.self_episodes > 0:
+        _, kept = write_data(rollouts, out / "expert")
+        start = train(cfg, "sft", kept, start, cfg.steps, seed, out / "start")
+        record["start"] = evaluate(cfg, start, f"start (seed {seed})")
+        model, tokenizer = load_model(start)
+        rollouts += asyncio.run(own_games(cfg, model, tokenizer, seed))
+        steps = cfg.continue_steps
+    all_path, kept_path = write_data(rollouts, out / "data")
+    record["data"] = {
+        "games": len(rollouts),
+        "kept": sum(map(won_or_drew, rollouts)),
+        "weights": weight_report(cfg, rollouts),
+    }
+    for method in METHODS:
+        data = kept_path if method == "sft" else all_path
+        trained = train(cfg, method, data, start, steps, seed, out / method)
+        record[method] = evaluate(cfg, trained, f"{method} (seed {seed})")
+    return record
+
+
+def interval(values: Sequence[float]) -> dict[str, float]:
+    """Mean and the half-width of its 95% t-interval (0 for one value)."""
+    n = len(values)
+    mean = statistics.mean(values)
+    half = T975[min(n, len(T975)) - 2] * statistics.stdev(values) / math.sqrt(n) if n > 1 else 0.0
+    return {"mean": mean, "ci95": half, "n": n}
+
+
+def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Mean and 95% interval of win, illegal and reward per method, and of awr minus sft."""
+    keys = ("win", "illegal", "mean_reward")
+    stages = [m for m in ("start", *METHODS) if m in records[0]]
+    summary: dict[str, Any] = {
+        m: {k: interval([getattr(r[m], k) for r in records]) for k in keys} for m in stages
+    }
+    summary["awr - sft"] = {
+        k: interval([getattr(r["awr"], k) - getattr(r["sft"], k) for r in records]) for k in keys
+    }
+    return summary
 
 
 def main(cfg: AWRConfig) -> dict[str, list[StageResult]]:
-    """Both methods' evaluations, one per seed: {"sft": [...], "awr": [...]}."""
-    by_method: dict[str, list[StageResult]] = {"sft": [], "awr": []}
-    for seed in range(cfg.seeds):
-        sft, awr = run_seed(cfg, seed)
-        by_method["sft"].append(sft)
-        by_method["awr"].append(awr)
-    print_results([*by_method["sft"], *by_method["awr"]], title="AWR vs rejection-sampled SFT")
-    summary = {
-        method: {
-            "win": statistics.mean(r.win for r in results),
-            "win+draw": statistics.mean(r.win + r.draw for r in results),
-            "illegal": statistics.mean(r.illegal for r in results),
-            "mean_reward": statistics.mean(r.mean_reward for r in results),
-        }
-        for method, results in by_method.items()
-    }
-    Console().print(summary)
+    """Each method's evaluations, one per seed: {"sft": [...], "awr": [...]} (and "start")."""
+    if not cfg.expert_epsilons or cfg.expert_episodes < len(cfg.expert_epsilons):
+        raise ValueError("--expert-epsilons needs at least one value and one game per value")
+    torch.set_num_threads(cfg.threads)
+    records = [run_seed(cfg, seed) for seed in range(cfg.first_seed, cfg.first_seed + cfg.seeds)]
+    by_method = {m: [r[m] for r in records] for m in ("start", *METHODS) if m in records[0]}
+    print_results(
+        [s for stages in by_method.values() for s in stages],
+        title="AWR vs rejection-sampled SFT",
+    )
+    summary = summarise(records)
+    console = Console()
+    for name, stats in summary.items():
+        cells = ", ".join(f"{k} {v['mean']:+.3f} +- {v['ci95']:.3f}" for k, v in stats.items())
+        console.print(f"{name}: {cells}")
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
-    record = {
+    result = {
         "summary": summary,
-        "runs": {m: [r.to_dict() for r in rs] for m, rs in by_method.items()},
+        "runs": {m: [s.to_dict() for s in stages] for m, stages in by_method.items()},
+        "data": [r["data"] for r in records],
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
     }
-    (cfg.out_dir / "results.json").write_text(json.dumps(record, indent=2) + "\n")
+    (cfg.out_dir / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     return by_method
 
 

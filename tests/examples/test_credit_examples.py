@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -12,36 +13,90 @@ from test_examples import config, load_example
 
 from ludic.models import TinyModelSpec, build_tiny_model
 from ludic.recipes.expert import PolicyClient
+from ludic.recipes.tictactoe import drop_penalised_turns
 from ludic.recipes.training import make_trainer
 from ludic.rollouts import GRPORequestStrategy, SeedSequencer
-from ludic.training import HierarchicalCredit, RLAlgorithm, RolloutBatchSource, make_grpo
+from ludic.training import (
+    HierarchicalCredit,
+    OfflineBatchSource,
+    RLAlgorithm,
+    RolloutBatchSource,
+    make_grpo,
+)
+from ludic.types import Rollout
+
+
+def hand_awr_weights(path: Path, *, beta: float, cap: float, prior: float) -> dict:
+    """AWR weights with the per-state baseline, written out from the formula: A_k = G_k -
+    (sum of the other visits' G + prior * mean G) / (visits - 1 + prior), w = min(e^(A/beta), cap)."""
+    rollouts = [Rollout.from_dict(json.loads(line)) for line in path.open()]
+    turns = []  # (key, return-to-go, state)
+    for rollout in rollouts:
+        rewards = [t.reward for t in rollout.turns()]
+        for i, turn in enumerate(rollout.turns()):
+            turns.append(((rollout.id, turn.turn_id), sum(rewards[i:]), turn.state_key))
+    mean = sum(g for _, g, _ in turns) / len(turns)
+    weights = {}
+    for key, g, state in turns:
+        others = [h for k, h, s in turns if s == state and k != key]
+        value = (sum(others) + prior * mean) / (len(others) + prior)
+        weights[key] = min(math.exp((g - value) / beta), cap)
+    return weights
 
 
 @pytest.mark.slow
 def test_awr_tictactoe(tmp_path: Path) -> None:
+    """Both stages on a tiny budget: mixed-quality players, the start model's own games, sft
+    on the kept games only, awr on every game with the formula's weights."""
     example = load_example("awr_tictactoe.py")
     cfg = config(
         example,
         "AWRConfig",
         expert_episodes=16,
+        expert_epsilons=(0.0, 1.0),
+        expert_taken=0.25,  # illegal moves: graded returns, and turns both methods leave out
+        self_episodes=6,
         steps=2,
+        continue_steps=3,
         batch_size=8,
         eval_episodes=4,
         hidden_size=64,
-        seeds=1,
+        seeds=2,
         out_dir=tmp_path,
     )
     result = example.main(cfg)
-    assert [len(result["sft"]), len(result["awr"])] == [1, 1]
-    for stage in (*result["sft"], *result["awr"]):
+    assert {m: len(stages) for m, stages in result.items()} == {"start": 2, "sft": 2, "awr": 2}
+    for stage in (s for stages in result.values() for s in stages):
         assert stage.episodes == 4
         assert stage.win + stage.draw + stage.loss == pytest.approx(1.0)
-    summary = json.loads((tmp_path / "results.json").read_text())["summary"]
-    assert set(summary) == {"sft", "awr"}
-    # rejection sampling dropped the lost games; AWR kept every game
-    sft_metrics = (tmp_path / "seed_0" / "sft" / "metrics.jsonl").read_text().splitlines()
-    awr_metrics = (tmp_path / "seed_0" / "awr" / "metrics.jsonl").read_text().splitlines()
-    assert len(sft_metrics) == len(awr_metrics) == 2
+    record = json.loads((tmp_path / "results.json").read_text())
+    assert set(record["summary"]) == {"start", "sft", "awr", "awr - sft"}
+    runs = record["runs"]
+    diffs = [a["win"] - s["win"] for a, s in zip(runs["awr"], runs["sft"], strict=True)]
+    assert record["summary"]["awr - sft"]["win"]["mean"] == pytest.approx(sum(diffs) / 2)
+    data = tmp_path / "seed_0" / "data"
+    every = [Rollout.from_dict(json.loads(line)) for line in (data / "all.jsonl").open()]
+    kept = [Rollout.from_dict(json.loads(line)) for line in (data / "kept.jsonl").open()]
+    assert len(every) == 16 + 6 == record["data"][0]["games"]  # expert games + its own
+    assert {r.id for r in kept} == {r.id for r in every if example.won_or_drew(r)}
+    assert len(kept) < len(every), "the random player should lose some games"
+    for run in ("start", "sft", "awr"):  # stage 1 on 2 steps, then 3 steps of each method
+        lines = (tmp_path / "seed_0" / run / "metrics.jsonl").read_text().splitlines()
+        assert len(lines) == (2 if run == "start" else 3)
+    # the weights the awr run trains on are the formula's; illegal turns are left out
+    algo = example.algorithm(cfg, "awr")
+    source = OfflineBatchSource(
+        paths=data / "all.jsonl",
+        credit_assigner=algo.credit_assigner,
+        batch_size=8,
+        filters=[drop_penalised_turns],
+    )
+    hand = hand_awr_weights(data / "all.jsonl", beta=cfg.beta, cap=cfg.max_weight, prior=1.0)
+    for sample in source.samples:
+        key = (sample.meta["rollout_id"], sample.meta["turn_id"])
+        assert float(sample.weight) == pytest.approx(hand[key], rel=1e-9)
+        assert sample.meta["reward"] >= 0
+    assert len({round(float(s.weight), 9) for s in source.samples}) > 2
 
 
 @pytest.mark.slow
