@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import random
-import subprocess
-import sys
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pytest
@@ -272,33 +270,13 @@ def seeded_grpo_run(steps: int, config: EngineConfig) -> dict[str, torch.Tensor]
     return {name: p.detach().clone() for name, p in model.state_dict().items()}
 
 
-class CpuLoad:
-    """A busy process and a busy Python thread (it contends for the GIL with the event loop
-    and the engine thread) while the block runs."""
-
-    def __enter__(self) -> CpuLoad:
-        self.process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._spin, daemon=True)
-        self.thread.start()
-        return self
-
-    def _spin(self) -> None:
-        while not self.stop.is_set():
-            sum(range(10_000))
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
-        self.process.kill()
-        self.process.wait()
-
-
 @pytest.mark.slow
-def test_a_seeded_online_grpo_run_gives_the_same_weights_under_cpu_load() -> None:
+def test_a_seeded_online_grpo_run_gives_the_same_weights_under_cpu_load(
+    cpu_load: Callable[[], AbstractContextManager[object]],
+) -> None:
     initial, _ = load_tiny_model(seed=0, spec=SPEC)
     idle = seeded_grpo_run(3, INVARIANT)
-    with CpuLoad():
+    with cpu_load():
         loaded = seeded_grpo_run(3, INVARIANT)
     assert any(not torch.equal(p, idle[n]) for n, p in initial.state_dict().items())  # trained
     different = [name for name, p in idle.items() if not torch.equal(p, loaded[name])]

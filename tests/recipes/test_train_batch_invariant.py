@@ -3,9 +3,8 @@ weights on an idle CPU and next to a busy process and thread; refused with a ser
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -40,30 +39,11 @@ def make_env():
 '''
 
 
-class CpuLoad:
-    """A busy process and a busy Python thread while the block runs."""
-
-    def __enter__(self) -> CpuLoad:
-        self.process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._spin, daemon=True)
-        self.thread.start()
-        return self
-
-    def _spin(self) -> None:
-        while not self.stop.is_set():
-            sum(range(10_000))
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
-        self.process.kill()
-        self.process.wait()
-
-
 @pytest.mark.slow
 def test_a_batch_invariant_run_gives_the_same_weights_idle_and_under_load(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cpu_load: Callable[[], AbstractContextManager[object]],
 ) -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # OpenMP threads spin badly on a shared, oversubscribed CPU
@@ -89,7 +69,7 @@ def test_a_batch_invariant_run_gives_the_same_weights_idle_and_under_load(
 
     try:
         idle = run("idle")
-        with CpuLoad():
+        with cpu_load():
             loaded = run("loaded")
     finally:
         torch.set_num_threads(threads)
