@@ -1,17 +1,31 @@
 """Benchmark: one GRPO step (generation + training) of Ludic against TRL's `GRPOTrainer`.
 
-Same model (a Llama built locally by `ludic.models`, saved to a temporary directory that both
-sides load; nothing comes from a model hub), same prompt ("Say something." as a user message
+Same model (a Llama built locally by `ludic.models`, saved to a temporary directory that every
+side loads; nothing comes from a model hub), same prompt ("Say something." as a user message
 through the model's chat template), same reward (share of "o" characters in the reply),
 2 prompts x 8 completions of exactly 64 tokens (eos ignored on both sides: Ludic's
 `ignore_eos`, TRL's `min_new_tokens`), fp32, AdamW at lr 1e-4, no reference model, no gradient
-checkpointing. Ludic runs as the README shows it (embedded engine, `RolloutEngine`,
-`make_grpo`, `Trainer`, `InProcessPublisher`); TRL runs in its own process from a bench-only
-virtualenv, driven one step at a time over a pipe so the two sides never run at once.
-Steps are paired and the order swaps every pair (Ludic first, then TRL first, ...), after
-warm-up steps on each side. Prints JSON: each side's median step time, their ratio (Ludic /
-TRL; the target is <= 0.5), the ratio of every pair, Ludic's split (generation, training,
-weight copy) and TRL's generation time, with the machine load before and after.
+checkpointing. TRL runs in its own process from a bench-only virtualenv, driven one step at a
+time over a pipe.
+
+Arms (each steps once per round; the order rotates every round and reverses every other
+round; warm-up steps first; no two arms ever run at once):
+- `ludic_sync`: as the README shows it (embedded engine, `RolloutEngine`, `make_grpo`,
+  `Trainer`, `InProcessPublisher`): generate, then train, in one process.
+- `ludic_thread`: the same with `PrefetchBatchSource` (max_lag=1): the next batch is generated
+  on a thread of the same process while this one trains (one policy version off-policy).
+- `ludic_process`: the README's "Generation in another process": `ludic serve` in a child
+  process (`LocalServer`, `--server-threads` torch threads), `make_inference`'s HTTP client
+  and `BroadcastPolicyPublisher` (verified push after every step), `PrefetchBatchSource`,
+  max_lag=1. The trainer keeps `--threads` torch threads.
+- `trl_<N>t`: TRL with N torch threads, one arm per entry of `--trl-threads`.
+An overlapped arm's step also waits until the next batch is generated, so its time is what a
+step costs in a long run and its generation never runs beside another arm's step.
+
+Prints JSON: every Ludic arm's median step time against every TRL arm's (ratio of medians and
+each round's ratio) and against the faster TRL arm (the target: <= 0.5), each arm's median
+split (generation, time waited for it, training, weight sync, policy lag), every step, the
+round orders and the load average after each round.
 
 TRL is never a dependency of Ludic. Create its virtualenv once (same torch as Ludic's):
 
@@ -19,14 +33,14 @@ TRL is never a dependency of Ludic. Create its virtualenv once (same torch as Lu
 
 then, from Ludic's environment:
 
-    python bench/rl_step.py [--model tiny|50m] [--pairs 8] [--warmup 2]
-                            [--trl-python /work/venv-trl/bin/python]  # or $LUDIC_TRL_PYTHON
+    python bench/rl_step.py [--model tiny|50m] [--rounds 8] [--warmup 2]
+        [--ludic sync,thread,process] [--threads 1] [--server-threads 1]
+        [--trl-threads 1,2] [--trl-python /work/venv-trl/bin/python]  # or $LUDIC_TRL_PYTHON
 
-It does not compare learning (rewards of a few steps are noise), only time per step.
-On a machine shared with other jobs pass `--threads 1`: with 2 torch threads per side under
-load, TRL's steps stalled at 18-99 s each (also when run alone) while Ludic's took ~2 s.
-`--overlap` is a different algorithm from TRL's step (one policy version off-policy); report
-it beside the synchronous ratio, not instead of it.
+It does not compare learning (rewards of a few steps are noise), only time per step. On a
+machine busy with other jobs, every arm that uses more than one core (TRL with 2 threads,
+Ludic's process arm) loses what it would gain on an idle one; TRL with 2 threads has stalled at
+18-99 s per step there. Say which load each number was measured at.
 """
 
 from __future__ import annotations
@@ -163,7 +177,7 @@ class TrlProcess:
 
     def __init__(self, python: str, model_dir: str, max_steps: int, threads: int) -> None:
         command = [python, __file__, "--trl-worker", model_dir, "--max-steps", str(max_steps)]
-        command += ["--threads", str(threads)]
+        command += ["--worker-threads", str(threads)]
         self.proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
         )
@@ -217,20 +231,66 @@ def check_trl_python(python: str) -> None:
 
 # -- the Ludic side -------------------------------------------------------------------------
 
+LUDIC_MODES = ("sync", "thread", "process")
+
 
 class LudicSide:
-    """Ludic's GRPO loop as the README writes it; `step()` runs one Trainer step."""
+    """Ludic's GRPO loop as the README writes it; `step()` runs one Trainer step.
 
-    def __init__(self, model_dir: str, overlap: bool = False) -> None:
+    `mode`: "sync" (embedded engine in this process, `InProcessPublisher`), "thread" (the same
+    with `PrefetchBatchSource`, max_lag=1: the next batch is generated on a thread while this
+    one trains) or "process" (`ludic serve` in a child process via `LocalServer`, the HTTP
+    client and `BroadcastPolicyPublisher` from `make_inference`, `PrefetchBatchSource`,
+    max_lag=1). An overlapped step also waits for the next batch, so no generation runs while
+    the other side's step does: its time is what a step costs in a long run."""
+
+    def __init__(
+        self, model_dir: str, mode: str = "sync", threads: int = 1, server_threads: int = 1
+    ) -> None:
         import asyncio
-        import copy
 
-        from ludic.agents import Agent
-        from ludic.distributed import InProcessPublisher
-        from ludic.envs.single_agent import SingleAgentEnv
-        from ludic.inference import EmbeddedEngine, SamplingConfig
-        from ludic.interaction import SingleAgentProtocol
+        import torch
+
         from ludic.models import load_model
+
+        self.mode, self.threads = mode, threads
+        self.server = None
+        torch.set_num_threads(threads)
+        model, tokenizer = load_model(model_dir, dtype="float32")
+        client, publisher, self._closers = self._inference(
+            model, tokenizer, model_dir, server_threads
+        )
+        self.prefetch = None
+        self.trainer = self._trainer(model, tokenizer, client, publisher)
+        self.parameters = sum(p.numel() for p in model.parameters())
+        self._loop = asyncio.new_event_loop()
+
+    def _inference(
+        self, model: Any, tokenizer: Any, model_dir: str, server_threads: int
+    ) -> tuple[Any, Any, list[Any]]:
+        if self.mode != "process":
+            import copy
+
+            from ludic.distributed import InProcessPublisher
+            from ludic.inference import EmbeddedEngine
+
+            engine = EmbeddedEngine(copy.deepcopy(model), tokenizer)
+            return engine, InProcessPublisher(engine), [engine.close]
+        from ludic.inference.http.local_server import LocalServer
+        from ludic.recipes.inference import make_inference
+
+        self.server = LocalServer(model_dir, threads=server_threads).start()
+        inference = make_inference(
+            model, tokenizer, server_url=self.server.url, server_token=self.server.token
+        )
+        assert inference.publisher is not None
+        return inference.client, inference.publisher, [inference.publisher.close]
+
+    def _trainer(self, model: Any, tokenizer: Any, client: Any, publisher: Any) -> Any:
+        from ludic.agents import Agent
+        from ludic.envs.single_agent import SingleAgentEnv
+        from ludic.inference import SamplingConfig
+        from ludic.interaction import SingleAgentProtocol
         from ludic.rollouts import (
             ComponentSpec,
             GRPORequestStrategy,
@@ -254,14 +314,12 @@ class LudicSide:
             def env_step(self, action: str) -> StepOutcome:
                 return StepOutcome(obs="", reward=reward_of(action), terminated=True)
 
-        model, tokenizer = load_model(model_dir, dtype="float32")
-        self.engine = EmbeddedEngine(copy.deepcopy(model), tokenizer)
         sampling = SamplingConfig(max_tokens=COMPLETION_TOKENS, extras={"ignore_eos": True})
         rollouts = RolloutEngine(
             env_registry={"say_o": SayOEnv},
             protocol_registry={
                 "single": lambda: SingleAgentProtocol(
-                    Agent(self.engine, sampling=sampling, reject_incomplete_completions=False),
+                    Agent(client, sampling=sampling, reject_incomplete_completions=False),
                     max_steps=1,
                 )
             },
@@ -277,38 +335,43 @@ class LudicSide:
             strategy=GRPORequestStrategy(group_size=GROUP_SIZE),
             seed_sequencer=SeedSequencer(run_seed=0),
         )
+        overlap = self.mode != "sync"
         config = TrainerConfig(
             lr=LR, pad_token_id=int(tokenizer.pad_token_id), max_lag=1 if overlap else None
         )
         self.prefetch = PrefetchBatchSource(source) if overlap else None
-        self.trainer = Trainer(
-            model,
-            algorithm,
-            self.prefetch or source,
-            config,
-            publisher=InProcessPublisher(self.engine),
-        )
-        self.parameters = sum(p.numel() for p in model.parameters())
-        self._loop = asyncio.new_event_loop()
+        return Trainer(model, algorithm, self.prefetch or source, config, publisher=publisher)
 
     def step(self) -> dict[str, float]:
+        import torch
+
+        torch.set_num_threads(self.threads)
         started = time.perf_counter()
         metrics = self._loop.run_until_complete(self.trainer.train_step())
+        waited = metrics["time/batch_seconds"]
         if self.prefetch is not None:  # the next batch's generation counts in this step
+            before = time.perf_counter()
             self.prefetch.wait()
+            waited += time.perf_counter() - before
+        generation = metrics.get("batch/prefetch_draw_seconds", metrics["time/batch_seconds"])
         return {
             "step_s": time.perf_counter() - started,
-            "generation_s": metrics["time/batch_seconds"],
+            "generation_s": generation,
+            "waited_for_generation_s": waited,
             "training_s": metrics.get("time/train_seconds", float("nan")),
-            "weight_copy_s": metrics.get("time/publish_seconds", float("nan")),
+            "weight_sync_s": metrics.get("time/publish_seconds", float("nan")),
             "completion_tokens": metrics["num_action_tokens"],
+            "policy_lag_mean": metrics.get("policy_lag/mean", float("nan")),
             "dropped_stale": metrics.get("dropped_stale", 0.0),
         }
 
     def close(self) -> None:
         if self.prefetch is not None:
             self.prefetch.close()
-        self.engine.close()
+        for close in self._closers:
+            close()
+        if self.server is not None:
+            self.server.close()
         self._loop.close()
 
 
@@ -334,34 +397,88 @@ def median_of(runs: list[dict[str, float]], key: str) -> float:
     return statistics.median(r[key] for r in runs)
 
 
-def run_pairs(
-    ludic: LudicSide, trl: TrlProcess, pairs: int, warmup: int
-) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+Arm = LudicSide | TrlProcess
+
+
+def run_rounds(
+    arms: dict[str, Arm], rounds: int, warmup: int
+) -> tuple[dict[str, list[dict[str, float]]], list[list[str]], list[list[float]]]:
+    """Every arm steps once per round; the order rotates each round and reverses every other
+    round, so each arm runs in every position and after every other arm. Returns each arm's
+    measured steps, each round's order and the load average after each round."""
+    names = list(arms)
     for _ in range(warmup):
-        ludic.step()
-        trl.step()
-    ludic_runs, trl_runs = [], []
-    for i in range(pairs):
-        if i % 2 == 0:
-            ludic_runs.append(ludic.step())
-            trl_runs.append(trl.step())
-        else:
-            trl_runs.append(trl.step())
-            ludic_runs.append(ludic.step())
-    return ludic_runs, trl_runs
+        for name in names:
+            arms[name].step()
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    orders, loads = [], []
+    for r in range(rounds):
+        shift = r % len(names)
+        order = names[shift:] + names[:shift]
+        if (r // len(names)) % 2:
+            order.reverse()
+        for name in order:
+            runs[name].append(arms[name].step())
+        orders.append(order)
+        loads.append(loadavg())
+    return runs, orders, loads
+
+
+def parse_list(text: str, allowed: tuple[str, ...] | None = None) -> list[str]:
+    values = [v.strip() for v in text.split(",") if v.strip()]
+    if not values:
+        raise SystemExit(f"empty list: {text!r}")
+    bad = [v for v in values if allowed is not None and v not in allowed]
+    if bad:
+        raise SystemExit(f"unknown value(s) {bad}; choose from {list(allowed or ())}")
+    return values
+
+
+def comparisons(
+    runs: dict[str, list[dict[str, float]]], ludic: list[str], trl: list[str]
+) -> dict[str, Any]:
+    """Ratio of median step times of every Ludic arm against every TRL arm, each round's
+    ratio, and each Ludic arm against the faster TRL arm (the target's yardstick)."""
+    medians = {name: median_of(r, "step_s") for name, r in runs.items()}
+    fastest_trl = min(trl, key=lambda name: medians[name])
+    ratios: dict[str, Any] = {}
+    for lu in ludic:
+        for tr in trl:
+            ratios[f"{lu} / {tr}"] = {
+                "ratio_of_medians": medians[lu] / medians[tr],
+                "round_ratios": [
+                    a["step_s"] / b["step_s"] for a, b in zip(runs[lu], runs[tr], strict=True)
+                ],
+            }
+    return {
+        "fastest_trl": fastest_trl,
+        "ratio_vs_fastest_trl": {lu: medians[lu] / medians[fastest_trl] for lu in ludic},
+        "ratios": ratios,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(MODEL_SPECS), default="tiny")
-    parser.add_argument("--pairs", type=int, default=8, help="measured step pairs")
-    parser.add_argument("--warmup", type=int, default=2, help="unmeasured steps per side")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--rounds", "--pairs", type=int, default=8, help="measured rounds")
+    parser.add_argument("--warmup", type=int, default=2, help="unmeasured steps per arm")
     parser.add_argument(
-        "--overlap",
-        action="store_true",
-        help="Ludic generates the next batch while it trains (PrefetchBatchSource, max_lag=1): "
-        "one policy version off-policy, unlike TRL's synchronous step",
+        "--ludic",
+        default="sync,process",
+        help="Ludic arms, comma-separated: sync (generate, then train), thread (next batch "
+        "generated on a thread while training, max_lag=1), process (next batch generated by "
+        "ludic serve in a child process while training, max_lag=1)",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads of Ludic's trainer process"
+    )
+    parser.add_argument(
+        "--server-threads", type=int, default=1, help="torch threads of the process arm's server"
+    )
+    parser.add_argument(
+        "--trl-threads",
+        default="1,2",
+        help="TRL arms, one per torch thread count, comma-separated (each its own process)",
     )
     parser.add_argument(
         "--trl-python",
@@ -371,33 +488,44 @@ def main() -> None:
     )
     parser.add_argument("--trl-worker", metavar="MODEL_DIR", help=argparse.SUPPRESS)
     parser.add_argument("--max-steps", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-threads", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.trl_worker:
-        trl_worker(args.trl_worker, args.max_steps, args.threads)
+        trl_worker(args.trl_worker, args.max_steps, args.worker_threads)
         return
+    ludic_modes = parse_list(args.ludic, LUDIC_MODES)
+    trl_threads = [int(t) for t in parse_list(args.trl_threads)]
     check_trl_python(args.trl_python)
     import torch
     import transformers
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     load_before = loadavg()
+    arms: dict[str, Arm] = {}
     with tempfile.TemporaryDirectory(prefix="rl-step-model-") as model_dir:
         save_model_dir(args.model, model_dir)
-        steps = args.pairs + args.warmup
-        trl = TrlProcess(args.trl_python, model_dir, steps + 1, args.threads)
-        ludic = LudicSide(model_dir, overlap=args.overlap)
+        steps = args.rounds + args.warmup
         try:
-            ludic_runs, trl_runs = run_pairs(ludic, trl, args.pairs, args.warmup)
+            for threads in trl_threads:
+                arms[f"trl_{threads}t"] = TrlProcess(args.trl_python, model_dir, steps + 1, threads)
+            for mode in ludic_modes:
+                arms[f"ludic_{mode}"] = LudicSide(
+                    model_dir, mode, threads=args.threads, server_threads=args.server_threads
+                )
+            runs, orders, loads = run_rounds(arms, args.rounds, args.warmup)
         finally:
-            ludic.close()
-            trl.close()
-    ludic_median, trl_median = median_of(ludic_runs, "step_s"), median_of(trl_runs, "step_s")
+            for arm in arms.values():
+                arm.close()
+    ludic_names = [f"ludic_{m}" for m in ludic_modes]
+    trl_names = [f"trl_{t}t" for t in trl_threads]
+    first_ludic = arms[ludic_names[0]]
+    assert isinstance(first_ludic, LudicSide)
+    first_trl = arms[trl_names[0]]
+    assert isinstance(first_trl, TrlProcess)
     report = {
         "benchmark": "rl_step",
         "workload": {
             "model": args.model,
-            "model_parameters": ludic.parameters,
+            "model_parameters": first_ludic.parameters,
             "prompts": PROMPTS,
             "group_size": GROUP_SIZE,
             "completion_tokens": COMPLETION_TOKENS,
@@ -405,28 +533,27 @@ def main() -> None:
             "optimizer": "AdamW",
             "lr": LR,
             "reference_model": False,
-            "ludic_overlap": args.overlap,
         },
-        "ratio_of_medians": ludic_median / trl_median,
-        "target": "ratio_of_medians <= 0.5",
-        "pair_ratios": [
-            lr["step_s"] / tr["step_s"] for lr, tr in zip(ludic_runs, trl_runs, strict=True)
-        ],
-        "ludic_median": {k: median_of(ludic_runs, k) for k in ludic_runs[0]},
-        "trl_median": {k: median_of(trl_runs, k) for k in trl_runs[0]},
-        "ludic_runs": ludic_runs,
-        "trl_runs": trl_runs,
+        "target": "Ludic / TRL median step time <= 0.5 (against TRL's faster thread count)",
+        **comparisons(runs, ludic_names, trl_names),
+        "medians": {name: {k: median_of(r, k) for k in r[0]} for name, r in runs.items()},
+        "threads": {
+            "ludic_trainer": args.threads,
+            "ludic_server": args.server_threads if "process" in ludic_modes else None,
+            "trl": trl_threads,
+        },
+        "runs": runs,
+        "round_orders": orders,
         "versions": {
             "torch": torch.__version__,
             "transformers": transformers.__version__,
-            "trl": trl.info.get("trl"),
-            "trl_optimizer": trl.info.get("optimizer"),
+            "trl": first_trl.info.get("trl"),
+            "trl_optimizer": first_trl.info.get("optimizer"),
         },
-        "torch_threads": torch.get_num_threads(),
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
         "loadavg_before": load_before,
-        "loadavg_after": loadavg(),
-        "pairs": args.pairs,
+        "loadavg_per_round": loads,
+        "rounds": args.rounds,
         "warmup_steps": args.warmup,
     }
     print(json.dumps(report, indent=2))

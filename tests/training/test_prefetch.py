@@ -8,16 +8,20 @@ import asyncio
 import copy
 import threading
 
+import httpx
 import pytest
 import torch
 from training_fakes import item
 
 from ludic.agents import Agent
 from ludic.distributed import InProcessPublisher
+from ludic.distributed.verification import reference_logprobs
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.inference import EmbeddedEngine, SamplingConfig
+from ludic.inference.http.local_server import LocalServer
 from ludic.interaction import SingleAgentProtocol
-from ludic.models import load_tiny_model
+from ludic.models import load_tiny_model, tiny_model_dir
+from ludic.recipes.inference import make_inference
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -185,3 +189,87 @@ def test_trainer_with_prefetch_trains_one_version_off_policy_on_the_engine() -> 
     assert all(m["num_samples"] == 4 and m["dropped_stale"] == 0 for m in history)
     assert engine.policy_version == trainer.policy_version == 3
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+class VersionRecorder:
+    """Wraps a source: for each draw, the trainer's policy version when it started and the
+    policy versions the drawn samples carry."""
+
+    def __init__(self, source: RolloutBatchSource) -> None:
+        self.source = source
+        self.trainer: Trainer | None = None
+        self.draws: list[tuple[int, set[int]]] = []
+
+    async def next_batch(self) -> SAWBatch:
+        assert self.trainer is not None
+        started_at = self.trainer.policy_version
+        batch = await self.source.next_batch()
+        versions = {v for item in batch.items for v in item.policy_versions}
+        self.draws.append((started_at, versions))
+        return batch
+
+
+@pytest.mark.slow
+def test_generation_in_a_server_process_trains_one_version_off_policy() -> None:
+    """The README's process-parallel loop: `ludic serve` in a child process (LocalServer), its
+    HTTP client and BroadcastPolicyPublisher from make_inference, PrefetchBatchSource and
+    max_lag=1. Each batch is sampled by the policy served when its draw began (or the next one,
+    pushed while it ran), every step after the first trains one version behind, and the server
+    ends up serving the trainer's final weights."""
+    model, tokenizer = load_tiny_model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    steps = 4
+    with LocalServer(tiny_model_dir(), threads=1) as server:
+        inference = make_inference(
+            model, tokenizer, server_url=server.url, server_token=server.token
+        )
+        client, publisher = inference.client, inference.publisher
+        assert publisher is not None
+        sampling = SamplingConfig(max_tokens=8, extras={"ignore_eos": True})
+        rollouts = RolloutEngine(
+            env_registry={"say_o": SayOEnv},
+            protocol_registry={
+                "single": lambda: SingleAgentProtocol(Agent(client, sampling=sampling), max_steps=1)
+            },
+        )
+        algorithm = make_grpo()
+        problem = RolloutRequest(
+            env=ComponentSpec(name="say_o"), protocol=ComponentSpec(name="single")
+        )
+        recorder = VersionRecorder(
+            RolloutBatchSource(
+                engine=rollouts,
+                requests_fn=lambda: [problem],
+                credit_assigner=algorithm.credit_assigner,
+                strategy=GRPORequestStrategy(group_size=4),
+                seed_sequencer=SeedSequencer(run_seed=0),
+            )
+        )
+        source = PrefetchBatchSource(recorder)
+        config = TrainerConfig(lr=1e-3, pad_token_id=int(tokenizer.pad_token_id), max_lag=1)
+        trainer = Trainer(model, algorithm, source, config, publisher=publisher)
+        recorder.trainer = trainer
+        try:
+            history = trainer.run(steps, progress=False)
+        finally:
+            source.close()
+            publisher.close()
+        auth = {"Authorization": f"Bearer {server.token}"}
+        served = httpx.get(server.url + "/ludic/version", headers=auth, timeout=30).json()
+        probe_ids = [5, 17, 99, 3, 250, 42]
+        probe = httpx.post(
+            server.url + "/ludic/logprobs", json={"token_ids": probe_ids}, headers=auth, timeout=30
+        ).json()
+    assert len(history) == steps and trainer.policy_version == steps
+    assert served == {"policy_version": steps}  # every update was pushed and taken
+    assert probe["logprobs"] == pytest.approx(reference_logprobs(model, probe_ids), abs=1e-4)
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    # Draw k began when batch k-1 was handed over (trainer at version k-2 for k >= 2); the
+    # server then served that version, or the next one once its push landed mid-draw.
+    for started_at, versions in recorder.draws:
+        assert versions and versions <= {started_at, started_at + 1}, recorder.draws
+    assert all(m["num_samples"] == 4 and m["dropped_stale"] == 0 for m in history)
+    assert history[0]["policy_lag/mean"] == 0  # the first batch is drawn before any update
+    lags = [m["policy_lag/mean"] for m in history[1:]]
+    assert all(0 <= lag <= 1 for lag in lags) and max(lags) == 1, lags  # overlapped
+    assert all(m["batch/prefetch_draw_seconds"] > 0 for m in history)

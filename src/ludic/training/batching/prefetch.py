@@ -7,7 +7,14 @@ sampled (at least partly) by the policy before the update: samples are one polic
 behind, which the Trainer's `max_lag` (set it to 1 or more) and the losses' importance ratios
 account for. It does not add a queue deeper than one batch, nor any cross-process transport
 (that is `ludic.pipeline`). The wrapped source must be safe to call from another thread's event
-loop (the embedded engine and HTTP clients are).
+loop (the embedded engine and HTTP clients are). Each batch it hands out carries the seconds its
+draw took in `stats["prefetch_draw_seconds"]` (logged as `batch/prefetch_draw_seconds`), beside
+the Trainer's `time/batch_seconds` (how long the step waited for it): together they show how much
+generation the overlap hid.
+
+For true parallelism on a small model, generate in another process (a `LocalServer` from
+`ludic.inference.http.local_server`, or any server, with `BroadcastPolicyPublisher`): this
+thread then only waits on HTTP and leaves the interpreter to the optimizer step.
 
 Checkpoints: `state_dict()` is the wrapped source's state from before the batch in flight was
 drawn, so a resumed run draws that batch again.
@@ -18,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import time
 from concurrent.futures import Future
+from dataclasses import replace
 
 from ludic._aio import maybe_await
 from ludic.training.batching.types import BatchSource, SAWBatch, StatefulBatchSource
@@ -99,5 +108,7 @@ async def _cancel_all() -> None:
 
 
 async def _draw(source: BatchSource) -> SAWBatch:
+    started = time.perf_counter()
     batch: SAWBatch = await maybe_await(source.next_batch())
-    return batch
+    stats = {**batch.stats, "prefetch_draw_seconds": time.perf_counter() - started}
+    return replace(batch, stats=stats)

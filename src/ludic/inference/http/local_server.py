@@ -1,0 +1,193 @@
+"""`LocalServer`: `ludic serve` in a child process on this machine, for process-parallel
+generation.
+
+A trainer that generates in its own process shares one interpreter (and its GIL) between
+rollouts and the optimizer step; on a small model the Python work of both dominates, so a
+background thread hides little. `LocalServer` starts the embedded server on a local model
+directory in a child process (its own torch threads, e.g. one core each), waits until it answers
+`/health`, and hands out its URL and a fresh control token, so the trainer can generate there
+with `ludic.recipes.inference.make_inference(..., server_url=server.url,
+server_token=server.token)` (an HTTP client plus a `BroadcastPolicyPublisher` pushing weights
+after each step) and, with `PrefetchBatchSource` and `max_lag >= 1`, train on one batch while the
+server generates the next. The README's "Generation in another process" shows the loop.
+
+It binds 127.0.0.1 only, passes the token through the environment (never on the command line,
+where `ps` shows it) and stops the child (terminate, then kill) on `close()` or when the `with`
+block ends. It does not restart a server that dies (the next request or push fails, naming it),
+manage several servers, or place the child on particular cores.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+from ludic.inference.http.auth import TOKEN_ENV
+
+_PORT_ATTEMPTS = 3  # a free port can be taken between choosing it and the child binding it
+
+
+class LocalServer:
+    """`ludic serve --model model_dir` in a child process on 127.0.0.1.
+
+    - `threads`: the child's torch intra-op threads (and `OMP_NUM_THREADS`); 1 leaves the other
+      cores to the trainer.
+    - `port`: default a free one. `token`: the control token (default: a fresh random one).
+    - `served_model_name`: what `/v1/models` reports (default: the directory name).
+    - `args`: further `ludic serve` options, e.g. `("--max-batch-size", "32")`.
+    - `log_path`: where the child's output goes (default: a temporary file, removed on close;
+      its tail is in the error when the server does not start).
+    """
+
+    def __init__(
+        self,
+        model_dir: str | os.PathLike[str],
+        *,
+        threads: int | None = 1,
+        port: int | None = None,
+        token: str | None = None,
+        served_model_name: str | None = None,
+        args: Sequence[str] = (),
+        log_path: str | os.PathLike[str] | None = None,
+        startup_timeout_s: float = 180.0,
+    ) -> None:
+        model_path = Path(model_dir)
+        if not (model_path / "config.json").is_file():
+            raise ValueError(
+                f"LocalServer: {model_path} is not a model directory (no config.json); save the "
+                "policy first, e.g. ludic.models.save_model(model, tokenizer, path)"
+            )
+        if threads is not None and threads < 1:
+            raise ValueError(f"LocalServer: threads must be >= 1 (or None), got {threads}")
+        self.model_dir = model_path
+        self.threads = threads
+        self.token = token or secrets.token_urlsafe(24)
+        self.served_model_name = served_model_name
+        self.args = tuple(args)
+        self.startup_timeout_s = startup_timeout_s
+        self._fixed_port = port
+        self._own_log = log_path is None
+        self.log_path = Path(log_path) if log_path is not None else _temp_log()
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """The server's base URL (what `make_inference` and `OpenAICompatibleClient` take)."""
+        if self.process is None:
+            raise RuntimeError("LocalServer is not running: call start() or use `with`")
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> LocalServer:
+        """Start the child and wait until it serves; raises RuntimeError with its log tail if
+        it exits or does not answer within `startup_timeout_s`."""
+        if self.process is not None:
+            return self
+        attempts = 1 if self._fixed_port else _PORT_ATTEMPTS
+        for attempt in range(attempts):
+            self.port = self._fixed_port or _free_port()
+            self.process = self._spawn()
+            try:
+                self._wait_healthy()
+                return self
+            except _ExitedEarly as e:
+                self.process = None
+                if attempt + 1 == attempts or "address already in use" not in e.log.lower():
+                    self.close()
+                    raise RuntimeError(str(e)) from None
+        raise AssertionError("unreachable")
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        command = [sys.executable, "-m", "ludic.inference.http.server"]
+        command += ["--model", str(self.model_dir), "--port", str(self.port)]
+        command += ["--host", "127.0.0.1"]
+        if self.served_model_name:
+            command += ["--served-model-name", self.served_model_name]
+        env = {**os.environ, TOKEN_ENV: self.token}
+        if self.threads is not None:
+            command += ["--threads", str(self.threads)]
+            env["OMP_NUM_THREADS"] = str(self.threads)
+        command += list(self.args)
+        with self.log_path.open("ab") as log:
+            return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def _wait_healthy(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + self.startup_timeout_s
+        health = f"http://127.0.0.1:{self.port}/health"
+        while time.monotonic() < deadline:
+            code = self.process.poll()
+            if code is not None:
+                raise _ExitedEarly(
+                    f"LocalServer: `ludic serve` on {self.model_dir} exited with code {code} "
+                    f"before serving; its output ends:\n{self._log_tail()}",
+                    self._log_tail(),
+                )
+            try:
+                if httpx.get(health, timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        tail = self._log_tail()
+        self.close()
+        raise RuntimeError(
+            f"LocalServer: `ludic serve` on {self.model_dir} did not answer {health} within "
+            f"{self.startup_timeout_s:.0f} s (pass startup_timeout_s for a large model); its "
+            f"output ends:\n{tail}"
+        )
+
+    def _log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return "(no log)"
+
+    def close(self) -> None:
+        """Stop the child (SIGTERM, then SIGKILL after 20 s); safe to call twice."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._own_log:
+            self.log_path.unlink(missing_ok=True)
+
+    def __enter__(self) -> LocalServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _ExitedEarly(Exception):
+    def __init__(self, message: str, log: str) -> None:
+        super().__init__(message)
+        self.log = log
+
+
+def _temp_log() -> Path:
+    handle, path = tempfile.mkstemp(prefix="ludic-serve-", suffix=".log")
+    os.close(handle)
+    return Path(path)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+__all__ = ["LocalServer"]
