@@ -6,7 +6,8 @@ import pytest
 import torch
 from distributed_fakes import run_ranks
 
-from ludic.distributed.manifest import TensorEntry, plan_manifest
+from ludic.distributed.checksum import ROW, LandedChecksums, RunningChecksums, checksums
+from ludic.distributed.manifest import plan_manifest
 from ludic.distributed.transfer import (
     BufferPool,
     Collective,
@@ -30,10 +31,11 @@ def _state() -> dict[str, torch.Tensor]:
     return state
 
 
+@pytest.mark.parametrize("piece_bytes", [0, 64])
 @pytest.mark.parametrize("bucket_bytes", [1, 700, 1 << 20])
-def test_every_tensor_arrives_bit_exact(bucket_bytes: int) -> None:
+def test_every_tensor_arrives_bit_exact(bucket_bytes: int, piece_bytes: int) -> None:
     state = _state()
-    manifest = plan_manifest(state, version=1, bucket_bytes=bucket_bytes)
+    manifest = plan_manifest(state, version=1, bucket_bytes=bucket_bytes, piece_bytes=piece_bytes)
 
     def send(group: Collective) -> None:
         send_buckets(group, manifest, state, pool=BufferPool("cpu"))
@@ -47,12 +49,13 @@ def test_every_tensor_arrives_bit_exact(bucket_bytes: int) -> None:
         assert received[name].dtype == tensor.dtype and torch.equal(received[name], tensor), name
 
 
-def test_many_packed_buckets_reuse_buffers_without_corruption() -> None:
+@pytest.mark.parametrize("piece_bytes", [0, 40])
+def test_many_packed_buckets_reuse_buffers_without_corruption(piece_bytes: int) -> None:
     # 40 small tensors in 2-tensor buckets: the two packing buffers are reused 20 times, so a
-    # buffer overwritten while still on the wire would corrupt some tensor.
+    # buffer overwritten while still on the wire would corrupt some tensor (in pieces too).
     g = torch.Generator().manual_seed(2)
     state = {f"t{i}": torch.randn(32, generator=g) for i in range(40)}
-    manifest = plan_manifest(state, version=0, bucket_bytes=2 * 32 * 4)
+    manifest = plan_manifest(state, version=0, bucket_bytes=2 * 32 * 4, piece_bytes=piece_bytes)
     assert len(manifest.buckets) == 20
 
     _, received = run_ranks(
@@ -163,40 +166,95 @@ def test_tensors_back_to_back_travel_without_packing_and_land_without_copies() -
     assert send_pool.nbytes == 0 and receive_pool.nbytes == 0  # no packing, no staging
 
 
-class _Done:
+class _Pending:
+    def __init__(self, events: list[str], size: int) -> None:
+        self.events, self.size, self.done = events, size, False
+
     def wait(self) -> None:
-        return None
+        if not self.done:
+            self.events.append(f"sent {self.size}")
+            self.done = True
 
 
 class _RecordingGroup:
-    """A one-rank stand-in for the group: records each broadcast as it is queued."""
+    """A one-rank stand-in for the group: records each broadcast as it is queued and as its
+    completion is waited for."""
 
     def __init__(self, events: list[str]) -> None:
         self.events = events
 
-    def broadcast(self, tensor: torch.Tensor, root: int) -> _Done:
+    def broadcast(self, tensor: torch.Tensor, root: int) -> _Pending:
         self.events.append(f"queued {len(tensor)}")
-        return _Done()
+        return _Pending(self.events, len(tensor))
 
 
-def test_work_beside_the_send_runs_once_per_bucket_with_the_next_one_queued() -> None:
-    state = {f"t{i}": torch.full((i + 1,), float(i)) for i in range(4)}
-    manifest = plan_manifest(state, version=1, bucket_bytes=1)  # one tensor per bucket
+def test_progress_is_told_per_piece_once_it_is_sent_with_later_pieces_queued() -> None:
+    state = {"a": torch.arange(10.0), "b": torch.full((3,), 2.0)}
+    # One tensor per bucket; "a" (40 bytes) goes in pieces of 16 bytes: 4 + 4 + 2 elements.
+    manifest = plan_manifest(state, version=1, bucket_bytes=1, piece_bytes=16)
     events: list[str] = []
 
-    def beside(entries: list[TensorEntry]) -> None:
-        events.append(f"overlap {entries[0].numel}")
+    def beside(progress: list[tuple[str, torch.Tensor, int]]) -> None:
+        events.extend(f"read {name}[:{upto}]" for name, _, upto in progress)
 
     send_buckets(
-        _RecordingGroup(events), manifest, state, pool=BufferPool("cpu"), while_sending=beside
+        _RecordingGroup(events),
+        manifest,
+        state,
+        pool=BufferPool("cpu"),
+        max_in_flight=2,
+        sent=beside,
     )
     assert events == [
-        "queued 1",
-        "queued 2",
-        "overlap 1",  # bucket 0's work runs while bucket 1 waits on the wire behind it
-        "queued 3",
-        "overlap 2",
         "queued 4",
-        "overlap 3",
-        "overlap 4",
+        "queued 4",
+        "queued 2",
+        "sent 4",  # at most two in flight: the first piece is waited for...
+        "read a[:4]",  # ...and read at once, while the next two are on the wire
+        "queued 3",
+        "sent 4",
+        "read a[:8]",
+        "sent 2",
+        "read a[:10]",
+        "sent 3",
+        "read b[:3]",
     ]
+
+
+@pytest.mark.parametrize("piece_bytes", [0, 48, 4096])
+def test_checksums_taken_piece_by_piece_on_both_sides_equal_the_whole_ones(
+    piece_bytes: int,
+) -> None:
+    g = torch.Generator().manual_seed(3)
+    state = {
+        "embed": torch.randn(3 * ROW + 17, generator=g),  # pieces end mid-row
+        **{f"small{i}": torch.randn(40, generator=g) for i in range(6)},  # packed
+        "half": torch.randn(ROW + 3, generator=g).to(torch.bfloat16),
+        "empty": torch.zeros(0),
+    }
+    manifest = plan_manifest(
+        state, version=0, bucket_bytes=1024, alone_bytes=512, piece_bytes=piece_bytes
+    )
+    targets = {name: torch.zeros_like(t) for name, t in state.items()}
+    sender, receiver = RunningChecksums(find_nonfinite=True), LandedChecksums()
+
+    def sent(progress: list[tuple[str, torch.Tensor, int]]) -> None:
+        for name, tensor, upto in progress:
+            sender.advance(name, tensor, upto)
+
+    def landed(progress: list[tuple[str, torch.Tensor, int]]) -> None:
+        for name, tensor, upto in progress:
+            assert torch.equal(tensor.reshape(-1)[:upto], state[name].reshape(-1)[:upto])
+            receiver.advance(name, tensor, upto)
+
+    run_ranks(
+        [
+            lambda group: send_buckets(group, manifest, state, pool=BufferPool("cpu"), sent=sent),
+            lambda group: receive_into(
+                group, manifest, targets, pool=BufferPool("cpu"), landed=landed
+            ),
+        ]
+    )
+    assert sender.finish() == (checksums(state), [])
+    assert sorted(receiver._running.complete()) == sorted(state)  # all taken as they landed
+    assert receiver.held(targets) == checksums(state)

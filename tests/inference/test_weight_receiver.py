@@ -139,12 +139,16 @@ class InPlaceEngine(FakeEngine):
         return version if version is not None else -1
 
 
-def _push(engine: FakeEngine, new: dict[str, torch.Tensor], *, verified: bool) -> dict[str, Any]:
+def _push(
+    engine: FakeEngine, new: dict[str, torch.Tensor], *, verified: bool, piece_bytes: int = 0
+) -> dict[str, Any]:
     """One push of `new` over HTTP control; the /finish reply."""
     app = FastAPI()
     install_weight_sync_routes(app, engine, TOKEN)
     client = TestClient(app)
-    manifest = plan_manifest(new, version=5, bucket_bytes=32, checksums=verified)
+    manifest = plan_manifest(
+        new, version=5, bucket_bytes=32, checksums=verified, piece_bytes=piece_bytes
+    )
     store = host_store("127.0.0.1", 0, world_size=2, timeout_s=20)
     body = {"host": "127.0.0.1", "port": store.port, "timeout_s": 20}
     assert client.post("/ludic/weights/init", headers=AUTH, json=body).is_success
@@ -155,24 +159,40 @@ def _push(engine: FakeEngine, new: dict[str, torch.Tensor], *, verified: bool) -
     return reply
 
 
-def test_checksums_are_taken_as_buckets_land_and_not_again(
+def test_checksums_are_taken_as_pieces_land_and_not_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import ludic.distributed.checksum as checksum_module
 
     engine = InPlaceEngine()
-    taken: list[tuple[str, bool]] = []
+    read: list[tuple[str, int, bool]] = []
+    after: list[str] = []
+    advance, whole = checksum_module.RunningChecksums.advance, checksum_module.checksums
 
-    def counting(tensors: Mapping[str, torch.Tensor], **kwargs: Any) -> Any:
-        taken.extend((name, engine.filling) for name in tensors)
-        return checksums(tensors, **kwargs)
+    def reading(self: Any, name: str, tensor: torch.Tensor, upto: int) -> None:
+        read.append((name, upto, engine.filling))
+        advance(self, name, tensor, upto)
 
-    monkeypatch.setattr(checksum_module, "checksums", counting)
+    def again(tensors: Mapping[str, torch.Tensor], **kwargs: Any) -> Any:
+        after.extend(tensors)
+        return whole(tensors, **kwargs)
+
+    monkeypatch.setattr(checksum_module.RunningChecksums, "advance", reading)
+    monkeypatch.setattr(checksum_module, "checksums", again)
     new = {k: torch.randn_like(v) for k, v in engine.model.state_dict().items()}
-    reply = _push(engine, new, verified=True)
-    assert reply["checksums"] == {name: list(c) for name, c in checksums(new).items()}
-    # Each tensor read once, while the buckets were still arriving, none after the load.
-    assert sorted(taken) == sorted((name, True) for name in new)
+    reply = _push(engine, new, verified=True, piece_bytes=16)  # "0.weight": 3 pieces of 4
+    pushed, again_read = list(read), list(after)  # what the push read (not the sums below)
+    assert reply["checksums"] == {name: list(c) for name, c in whole(new).items()}
+    # Each tensor read as its pieces landed, while the buckets were still arriving, up to
+    # its end; none read again after the load.
+    assert [(n, u) for n, u, _ in pushed if n == "0.weight"] == [
+        ("0.weight", 4),
+        ("0.weight", 8),
+        ("0.weight", 12),
+    ]
+    assert all(filling for _, _, filling in pushed)
+    assert {n for n, u, _ in pushed if u == new[n].numel()} == set(new)
+    assert again_read == []
 
 
 def test_weights_touched_after_they_landed_are_checksummed_as_held() -> None:

@@ -34,12 +34,12 @@ import httpx
 import torch
 import torch.distributed as dist
 
-from ludic.distributed.checksum import Checksum, checksums_and_nonfinite
+from ludic.distributed.checksum import Checksum, RunningChecksums
 from ludic.distributed.control import StoreControl
 from ludic.distributed.held_check import compare_held
 from ludic.distributed.interfaces import PublishVerificationError, Weights
 from ludic.distributed.live_state import LiveStateDict
-from ludic.distributed.manifest import TensorEntry, WeightManifest, plan_manifest
+from ludic.distributed.manifest import WeightManifest, plan_manifest
 from ludic.distributed.server_group import PushFailed, ServerGroup, links
 from ludic.distributed.server_link import ServerLink, WeightPushError
 from ludic.distributed.transfer import (
@@ -99,6 +99,10 @@ class BroadcastPolicyPublisher:
     - `backend`: "gloo" (CPU tensors) or "nccl" (tensors on `device`, a CUDA device).
     - `bucket_mb`, `pack_below_mb`: tensors smaller than `pack_below_mb` are packed into
       broadcasts of at most `bucket_mb`; larger ones are broadcast alone, in place (no copy).
+    - `piece_mb`: a bucket larger than this goes as several broadcasts of this size, so that
+      both sides checksum each piece just after the transport read or wrote it, while the
+      next one is on the wire (a large embedding is not read again after it landed);
+      0: one broadcast per bucket.
     - `wire_dtype`: cast floating tensors before sending (e.g. bfloat16 for a bf16 server).
     - `verify`: after each push, check on every server the version it reports, exact
       checksums of every tensor it holds after loading against the sent ones (a skipped
@@ -140,6 +144,7 @@ class BroadcastPolicyPublisher:
         backend: Backend = "gloo",
         bucket_mb: float = 64.0,
         pack_below_mb: float = 1.0,
+        piece_mb: float = 16.0,
         device: str | torch.device | None = None,
         wire_dtype: torch.dtype | None = None,
         verify: bool = True,
@@ -162,6 +167,8 @@ class BroadcastPolicyPublisher:
             raise ValueError(
                 f"bucket_mb and pack_below_mb must be > 0: {bucket_mb}, {pack_below_mb}"
             )
+        if piece_mb < 0:
+            raise ValueError(f"piece_mb must be >= 0 (0: whole buckets), got {piece_mb}")
         if control not in ("auto", "http", "store"):
             raise ValueError(f"control must be 'auto', 'http' or 'store', got {control!r}")
         if probe_every < 1:
@@ -179,6 +186,7 @@ class BroadcastPolicyPublisher:
         self.backend: Backend = backend
         self.bucket_bytes = max(1, int(bucket_mb * 2**20))
         self.alone_bytes = max(1, int(pack_below_mb * 2**20))
+        self.piece_bytes = int(piece_mb * 2**20)
         self.device = torch.device(device or ("cuda" if backend == "nccl" else "cpu"))
         self._pool = BufferPool(self.device)  # packing buffers, kept across pushes
         self.wire_dtype = wire_dtype
@@ -306,13 +314,11 @@ class BroadcastPolicyPublisher:
         """One push to the current group; each server's reply by URL. Raises PushFailed (the
         group is dropped) when a server failed during it."""
         check = _Check()
+        running = RunningChecksums(find_nonfinite=True)
 
-        def while_sending(entries: list[TensorEntry]) -> None:  # overlaps the transfer
-            if self.verify:
-                sent = {e.name: tensors[e.name] for e in entries}
-                sums, bad = checksums_and_nonfinite(sent)  # one pass over the bucket
-                check.sent.update(sums)
-                check.nonfinite += bad
+        def sent(progress: list[tuple[str, torch.Tensor, int]]) -> None:  # beside the wire
+            for name, tensor, upto in progress:  # each piece just read by the transport
+                running.advance(name, tensor, upto)
 
         def while_the_servers_load() -> None:  # overlaps the servers' load and checksums
             if self.verify and self.probe and probe_due:
@@ -324,7 +330,8 @@ class BroadcastPolicyPublisher:
 
         try:
             self.fleet.request_push(manifest)
-            self.fleet.send(manifest, tensors, self._pool, while_sending)
+            self.fleet.send(manifest, tensors, self._pool, sent if self.verify else None)
+            check.sent, check.nonfinite = running.finish()
             while_the_servers_load()
             return check, self.fleet.replies()
         except PushFailed:
@@ -422,13 +429,18 @@ class BroadcastPolicyPublisher:
         """The manifest for `tensors`; the last plan (new version) when names, shapes and
         dtypes are unchanged, as they are from one training step to the next. An unverified
         push asks the server for no checksums (a new plan, so a new layout, when that flips)."""
-        signature = [self.verify, *((name, t.shape, t.dtype) for name, t in tensors.items())]
+        signature = [
+            self.verify,
+            self.piece_bytes,
+            *((name, t.shape, t.dtype) for name, t in tensors.items()),
+        ]
         if self._last_plan is None or self._last_plan[0] != signature:
             plan = plan_manifest(
                 tensors,
                 version=version,
                 bucket_bytes=self.bucket_bytes,
                 alone_bytes=self.alone_bytes,
+                piece_bytes=self.piece_bytes,
                 checksums=self.verify,
             )
             self._last_plan = (signature, plan)

@@ -19,6 +19,7 @@ shards them (vLLM).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import struct
@@ -91,18 +92,6 @@ def _row_sums(
     return rows, None if floats is None else torch.stack(float_sums).sum()
 
 
-def _checksum_tensors(
-    tensor: torch.Tensor, *, float_sum: bool = False
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """(total, weighted) and, with `float_sum` and a floating tensor, its float32 sum."""
-    bits = _bits(tensor)
-    floats = bits.view(tensor.dtype) if float_sum and tensor.is_floating_point() else None
-    rows, summed = _row_sums(bits, floats)
-    total = rows.sum(dtype=rows.dtype)
-    weighted = (rows.to(torch.int64) * _row_weights(rows.numel(), rows.device)).sum()
-    return total.to(torch.int64), weighted, summed
-
-
 def tensor_checksum(tensor: torch.Tensor) -> Checksum:
     """The checksum of one tensor (see the module docstring)."""
     return checksums({"t": tensor})["t"]
@@ -113,7 +102,7 @@ def checksums(
 ) -> dict[str, Checksum]:
     """The checksum of each tensor, computed where it lives (one device sync per device).
     `cast_to[name]`: checksum `tensor.to(dtype)` instead (what a receiver of that dtype holds)."""
-    return _checksum_all(tensors, cast_to=cast_to, find_nonfinite=False)[0]
+    return _whole(tensors, cast_to=cast_to, find_nonfinite=False)[0]
 
 
 def checksums_and_nonfinite(
@@ -121,35 +110,116 @@ def checksums_and_nonfinite(
 ) -> tuple[dict[str, Checksum], list[str]]:
     """`checksums(tensors)` and `nonfinite(tensors)` in one pass over memory (what a sender
     needs of every tensor it sends)."""
-    return _checksum_all(tensors, cast_to=None, find_nonfinite=True)
+    return _whole(tensors, cast_to=None, find_nonfinite=True)
 
 
-def _checksum_all(
+def _whole(
     tensors: Mapping[str, torch.Tensor],
     *,
     cast_to: Mapping[str, torch.dtype] | None,
     find_nonfinite: bool,
 ) -> tuple[dict[str, Checksum], list[str]]:
-    pending: dict[torch.device, list[tuple[str, torch.Tensor, list[torch.Tensor], int]]] = {}
+    running = RunningChecksums(find_nonfinite=find_nonfinite)
     for name, tensor in tensors.items():
         dtype = (cast_to or {}).get(name)
         t = tensor.detach() if dtype is None or dtype == tensor.dtype else tensor.to(dtype)
-        total, weighted, summed = _checksum_tensors(t, float_sum=find_nonfinite)
-        # A float sum travels as the bits of a float64, so one int64 stack (one sync) holds all.
-        floats = [] if summed is None else [summed.double().view(torch.int64)]
-        wide = 8 if t.element_size() == 8 else 4
-        pending.setdefault(t.device, []).append((name, t, [total, weighted, *floats], wide))
-    out: dict[str, Checksum] = {}
-    bad: list[str] = []
-    for entries in pending.values():
-        flat = iter(torch.stack([v for *_, values, _ in entries for v in values]).tolist())
-        for name, t, values, wide in entries:
-            total_mask = _MASK64 if wide == 8 else _MASK32
-            out[name] = (int(next(flat)) & total_mask, int(next(flat)) & _MASK64)
-            summed_ok = len(values) < 3 or math.isfinite(_as_float64(next(flat)))
-            if not summed_ok and not bool(torch.isfinite(t).all()):  # not just an overflow
-                bad.append(name)
-    return out, bad
+        running.advance(name, t, t.numel())
+    return running.finish()
+
+
+@dataclass(slots=True)
+class _Parts:
+    """One tensor's row sums so far (its first `done` elements, a multiple of ROW until the
+    end), and their float32 sums when looking for non-finite values."""
+
+    tensor: torch.Tensor
+    done: int = 0
+    rows: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    float_sums: list[torch.Tensor] = dataclasses.field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return self.done == self.tensor.numel()
+
+
+class RunningChecksums:
+    """Checksums of tensors read a range at a time, as a transfer sends or lands them: each
+    range is read while the transfer has just touched it, and when the transfer ends only
+    its last range is left to read. The result equals `checksums` (`checksums_and_nonfinite`
+    with `find_nonfinite`) of the same tensors.
+
+    `advance(name, tensor, upto)`: the first `upto` elements of `tensor` (flat) are final;
+    the whole rows among them not yet read are summed now (all of them once `upto` reaches
+    the end). `finish()`: the checksums of the tensors advanced to their end (one device sync
+    per device) and the names of those holding a nan or an inf. The tensors must not change
+    between their first `advance` and `finish`."""
+
+    def __init__(self, *, find_nonfinite: bool = False) -> None:
+        self.find_nonfinite = find_nonfinite
+        self._parts: dict[str, _Parts] = {}
+
+    def advance(self, name: str, tensor: torch.Tensor, upto: int) -> None:
+        parts = self._parts.get(name)
+        if parts is None:
+            parts = self._parts[name] = _Parts(tensor.detach())
+        n = tensor.numel()
+        end = n if upto >= n else upto - upto % ROW
+        if end <= parts.done:
+            return
+        bits = _bits(tensor)[parts.done : end]
+        float_sum = self.find_nonfinite and tensor.is_floating_point()
+        rows, summed = _row_sums(bits, bits.view(tensor.dtype) if float_sum else None)
+        parts.rows.append(rows)
+        if summed is not None:
+            parts.float_sums.append(summed)
+        parts.done = end
+
+    def complete(self) -> list[str]:
+        """Names of the tensors advanced to their end."""
+        return [name for name, parts in self._parts.items() if parts.complete]
+
+    def finish(self) -> tuple[dict[str, Checksum], list[str]]:
+        """(name -> checksum, names of tensors holding a nan or an inf) of the complete ones."""
+        pending: dict[torch.device, list[tuple[str, _Parts, int]]] = {}
+        stacked: dict[torch.device, list[torch.Tensor]] = {}
+        for name, parts in self._parts.items():
+            if not parts.complete:
+                continue
+            values = _finish_one(parts, self.find_nonfinite)
+            device = parts.tensor.device
+            pending.setdefault(device, []).append((name, parts, len(values)))
+            stacked.setdefault(device, []).extend(values)
+        out: dict[str, Checksum] = {}
+        bad: list[str] = []
+        for device, entries in pending.items():
+            flat = iter(torch.stack(stacked[device]).tolist())
+            for name, parts, count in entries:
+                wide = parts.tensor.element_size() == 8
+                out[name] = (
+                    int(next(flat)) & (_MASK64 if wide else _MASK32),
+                    int(next(flat)) & _MASK64,
+                )
+                summed_ok = count < 3 or math.isfinite(_as_float64(next(flat)))
+                if not summed_ok and not bool(torch.isfinite(parts.tensor).all()):
+                    bad.append(name)  # not just an overflow of the float sum
+        return out, bad
+
+
+def _finish_one(parts: _Parts, find_nonfinite: bool) -> list[torch.Tensor]:
+    """[total, weighted] (and the float sum's float64 bits) of one complete tensor."""
+    t = parts.tensor
+    if parts.rows:
+        rows = parts.rows[0] if len(parts.rows) == 1 else torch.cat(parts.rows)
+    else:  # an empty tensor: one empty row
+        acc = torch.int64 if t.element_size() == 8 else torch.int32
+        rows = torch.zeros(1, dtype=acc, device=t.device)
+    total = rows.sum(dtype=rows.dtype).to(torch.int64)
+    weighted = (rows.to(torch.int64) * _row_weights(rows.numel(), rows.device)).sum()
+    if not (find_nonfinite and t.is_floating_point()):
+        return [total, weighted]
+    summed = torch.stack(parts.float_sums).sum() if parts.float_sums else t.new_zeros(())
+    # A float sum travels as the bits of a float64, so one int64 stack (one sync) holds all.
+    return [total, weighted, summed.double().view(torch.int64)]
 
 
 def _as_float64(bits: int) -> float:
@@ -157,37 +227,46 @@ def _as_float64(bits: int) -> float:
 
 
 class LandedChecksums:
-    """Checksums taken as tensors land (a receiver: per bucket, while the next one is still
-    on the wire), reused after the load for each tensor nothing has touched since, so that
-    the pass over the weights overlaps the transfer instead of following the load.
+    """Checksums taken as tensors land (a receiver: per piece of each bucket, while the next
+    is still on the wire), reused after the load for each tensor nothing has touched since,
+    so that the pass over the weights overlaps the transfer instead of following the load.
 
-    `held(tensors)` is the checksum of what `tensors` hold when it is called: a taken
-    checksum is reused only while its tensor still has the same memory, layout and version
-    counter (every in-place write through torch, by any view or `detach()` of it, bumps the
-    counter) and shares no memory with another tensor taken (a tied weight, written again by
-    a later bucket without a bump). Anything else (a replaced or moved parameter, a tensor
-    written after it landed, one never taken) is checksummed again in `held`. Not seen: a
-    write that bypasses the version counter (`param.data.copy_(...)`, raw memory) after the
-    tensor was taken."""
+    `advance(name, tensor, upto)`: the first `upto` elements of `tensor` have landed (see
+    `RunningChecksums`); `take(tensors)`: all of them have. `held(tensors)` is the checksum
+    of what `tensors` hold when it is called: a taken checksum is reused only while its tensor
+    still has the memory, layout and version counter it had when its first part was taken
+    (every in-place write through torch, by any view or `detach()` of it, bumps the counter)
+    and shares no memory with another tensor taken (a tied weight, written again by a later
+    bucket without a bump). Anything else (a replaced or moved parameter, a tensor written
+    after it landed, one never taken or taken only in part) is checksummed again in `held`.
+    Not seen: a write that bypasses the version counter (`param.data.copy_(...)`, raw memory)
+    after the tensor was taken."""
 
     def __init__(self) -> None:
-        self._taken: dict[str, tuple[Checksum, tuple[object, ...]]] = {}
+        self._running = RunningChecksums()
+        self._first: dict[str, tuple[object, ...]] = {}
+
+    def advance(self, name: str, tensor: torch.Tensor, upto: int) -> None:
+        """The first `upto` elements of `tensor` (flat) have landed: checksum them now."""
+        if name not in self._first:
+            self._first[name] = _identity(tensor)
+        self._running.advance(name, tensor, upto)
 
     def take(self, tensors: Mapping[str, torch.Tensor]) -> None:
         """Checksum `tensors` now (as they just landed) and remember what they were."""
-        sums = checksums(tensors)
         for name, tensor in tensors.items():
-            self._taken[name] = (sums[name], _identity(tensor))
+            self.advance(name, tensor, tensor.numel())
 
     def held(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, Checksum]:
         """The checksum of each of `tensors` as it is now (see the class docstring)."""
+        taken = self._running.finish()[0]
         shared = _sharing_memory(tensors)
         reused: dict[str, Checksum] = {}
         again: dict[str, torch.Tensor] = {}
         for name, tensor in tensors.items():
-            taken = self._taken.get(name)
-            if taken is not None and name not in shared and taken[1] == _identity(tensor):
-                reused[name] = taken[0]
+            ok = name in taken and name not in shared
+            if ok and self._first[name] == _identity(tensor):
+                reused[name] = taken[name]
             else:
                 again[name] = tensor
         fresh = checksums(again)

@@ -78,13 +78,17 @@ class WeightManifest:
     """Everything the receiver needs before the bytes arrive. `full`: the push holds the whole
     state dict (the receiver loads it strictly); False allows a partial update. `checksums`:
     the sender verifies the push, so the receiver reports checksums of what it holds after
-    loading; False (an unverified push) spares the receiver that pass over the weights."""
+    loading; False (an unverified push) spares the receiver that pass over the weights.
+    `piece_bytes`: a bucket larger than this travels as several broadcasts of this many bytes
+    (the last one shorter; `pieces`), so that each side can read a piece while the next is on
+    the wire (a receiver checksums what has landed); 0: one broadcast per bucket."""
 
     version: int
     tensors: tuple[TensorEntry, ...]
     buckets: tuple[Bucket, ...]
     full: bool = True
     checksums: bool = True
+    piece_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -97,14 +101,24 @@ class WeightManifest:
             grouped[e.bucket].append(e)
         return grouped
 
+    def pieces(self, bucket: Bucket) -> list[tuple[int, int]]:
+        """The element ranges [start, end) of `bucket` broadcast one after another."""
+        step = self.piece_bytes // DTYPES[bucket.dtype].itemsize
+        if step < 1 or bucket.numel <= step:
+            return [(0, bucket.numel)]
+        return [(a, min(a + step, bucket.numel)) for a in range(0, bucket.numel, step)]
+
     def to_json(self) -> JSON:
-        return {
+        body: dict[str, Any] = {
             "version": self.version,
             "full": self.full,
             "checksums": self.checksums,
             "buckets": [[b.dtype, b.numel] for b in self.buckets],
             "tensors": [[e.name, e.dtype, list(e.shape), e.bucket, e.offset] for e in self.tensors],
         }
+        if self.piece_bytes:  # absent: whole buckets (what a receiver without pieces expects)
+            body["piece_bytes"] = self.piece_bytes
+        return body
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> WeightManifest:
@@ -113,6 +127,7 @@ class WeightManifest:
         try:
             version, full = data["version"], data["full"]
             wants_checksums = data.get("checksums", True)
+            piece_bytes = _count(data.get("piece_bytes", 0), "piece_bytes")
             buckets = tuple(
                 Bucket(index=i, dtype=str(d), numel=_count(n, "bucket size"))
                 for i, (d, n) in enumerate(data["buckets"])
@@ -142,6 +157,7 @@ class WeightManifest:
             buckets=buckets,
             full=full,
             checksums=wants_checksums,
+            piece_bytes=piece_bytes,
         )
         _validate_layout(manifest)
         return manifest
@@ -155,12 +171,16 @@ def plan_manifest(
     alone_bytes: int | None = None,
     full: bool = True,
     checksums: bool = True,
+    piece_bytes: int = 0,
 ) -> WeightManifest:
     """Pack `tensors` (in order) into per-dtype buckets of at most `bucket_bytes`; a tensor of
     at least `alone_bytes` (default: `bucket_bytes`) gets a bucket of its own. `checksums`:
-    ask the receiver to report checksums of what it holds (the sender verifies)."""
+    ask the receiver to report checksums of what it holds (the sender verifies).
+    `piece_bytes`: broadcast larger buckets in pieces of this size (0: whole)."""
     if bucket_bytes < 1:
         raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
+    if piece_bytes < 0:
+        raise ValueError(f"piece_bytes must be >= 0, got {piece_bytes}")
     alone = bucket_bytes if alone_bytes is None else min(alone_bytes, bucket_bytes)
     buckets: list[Bucket] = []
     entries: list[TensorEntry] = []
@@ -189,6 +209,7 @@ def plan_manifest(
         buckets=tuple(buckets),
         full=full,
         checksums=checksums,
+        piece_bytes=piece_bytes,
     )
 
 

@@ -9,19 +9,20 @@ verify what the servers hold (the publisher does).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import httpx
 import torch
 
 from ludic.distributed.control import ServerGone, StoreControl
-from ludic.distributed.manifest import TensorEntry, WeightManifest
+from ludic.distributed.manifest import WeightManifest
 from ludic.distributed.server_link import ServerLink, ServerUnreachable, WeightPushError
 from ludic.distributed.transfer import (
     Backend,
     BufferPool,
     Collective,
+    Progress,
     host_store,
     open_group,
     send_buckets,
@@ -214,12 +215,13 @@ class ServerGroup:
         manifest: WeightManifest,
         tensors: dict[str, torch.Tensor],
         pool: BufferPool,
-        while_sending: Callable[[list[TensorEntry]], None] | None = None,
+        sent: Progress | None = None,
     ) -> None:
-        """Broadcast the buckets to the group; PushFailed names who is gone if it fails."""
+        """Broadcast the buckets to the group (`sent`: see `send_buckets`); PushFailed names
+        who is gone if it fails."""
         assert self.group is not None
         try:
-            send_buckets(self.group, manifest, tensors, pool=pool, while_sending=while_sending)
+            send_buckets(self.group, manifest, tensors, pool=pool, sent=sent)
             return
         except Exception as e:
             why = f"broadcasting weights failed: {type(e).__name__}: {e}"

@@ -4,7 +4,9 @@ The group is built straight from a TCPStore (gloo on CPU, NCCL on GPU) and never
 default process group, so it coexists with FSDP/torchrun. The trainer is rank 0 and hosts the
 store; servers are ranks 1.. . Sending overlaps packing bucket k+1 with broadcasting bucket k;
 a bucket holding a single tensor is broadcast in place, and can be received in place into a
-live model. Buffers are reused across pushes. This module does no HTTP.
+live model. A bucket larger than the manifest's `piece_bytes` goes as several broadcasts, and
+each side is told as each piece is sent or lands (`Progress`), to read it while the next is
+on the wire. Buffers are reused across pushes. This module does no HTTP.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch.distributed as dist
 
 from ludic.distributed.manifest import (
     DTYPES,
+    Bucket,
     TensorEntry,
     WeightManifest,
     flatten_into,
@@ -93,6 +96,23 @@ class BufferPool:
         return sum(b.numel() for b in self._buffers.values())
 
 
+Progress = Callable[[list[tuple[str, torch.Tensor, int]]], object]
+"""Told, after each piece of a bucket is sent or has landed, (name, tensor, upto) for each
+tensor of that bucket: its first `upto` elements (flat) are final (the same tensor may be
+told again with a larger `upto` after a later piece)."""
+
+
+def _progress(
+    entries: list[TensorEntry], of: Mapping[str, torch.Tensor], start: int, end: int
+) -> list[tuple[str, torch.Tensor, int]]:
+    """(name, tensor, upto) of the entries that elements [start, end) of their bucket reach."""
+    return [
+        (e.name, of[e.name], min(end - e.offset, e.numel))
+        for e in entries
+        if e.offset <= end and e.offset + e.numel >= start
+    ]
+
+
 def send_buckets(
     group: Collective,
     manifest: WeightManifest,
@@ -100,12 +120,13 @@ def send_buckets(
     *,
     pool: BufferPool,
     max_in_flight: int = 8,
-    while_sending: Callable[[list[TensorEntry]], object] | None = None,
+    sent: Progress | None = None,
 ) -> None:
-    """Broadcast every bucket of `manifest` from rank 0, in order; returns when all are sent.
-    `while_sending(entries)` runs for each bucket once it and the next one are queued (work
-    that overlaps the transfer without ever leaving the wire idle, e.g. checksums of the
-    tensors sent; it must not write them).
+    """Broadcast every bucket of `manifest` from rank 0, piece by piece (`manifest.pieces`),
+    in order; returns when all are sent. `sent(progress)` runs as each piece's broadcast
+    completes, in order, while the next ones are on the wire (work that overlaps the transfer
+    without ever leaving the wire idle and reads each piece just after the transport did,
+    e.g. checksums of the tensors sent; it must not write them).
 
     Tensors must be contiguous, of the manifest's dtypes and on the pool's device. A bucket
     of one tensor, or of tensors lying back to back in one storage, is sent in place; any
@@ -113,10 +134,20 @@ def send_buckets(
     Up to `max_in_flight` broadcasts are queued at once (hides the per-collective latency of
     many small tensors).
     """
-    slot_work: list[Work | None] = [None, None]
-    in_flight: deque[Work] = deque()
+    in_flight: deque[tuple[Work, list[tuple[str, torch.Tensor, int]]]] = deque()
+    queued = retired = 0
+    slot_last = [0, 0]  # pieces queued when each pack buffer was last filled and sent
+
+    def retire_through(count: int) -> None:  # wait for the first `count` pieces queued
+        nonlocal retired
+        while retired < count:
+            work, progress = in_flight.popleft()
+            work.wait()
+            retired += 1
+            if sent is not None:
+                sent(progress)
+
     num_packed = 0
-    queued: list[TensorEntry] | None = None  # the bucket before this one, not yet overlapped
     for bucket, entries in zip(manifest.buckets, manifest.bucket_entries(), strict=True):
         slot = None
         flat = adjacent_view([tensors[e.name] for e in entries])
@@ -124,23 +155,17 @@ def send_buckets(
             flat_N = flat
         else:
             slot, num_packed = num_packed % 2, num_packed + 1
-            if (previous := slot_work[slot]) is not None:
-                previous.wait()  # the buffer is still being broadcast
+            retire_through(slot_last[slot])  # the buffer's last bucket has been sent
             flat_N = pool.get(f"pack{slot}", bucket.nbytes, bucket.dtype)
             flatten_into(flat_N, entries, tensors)
-        work = group.broadcast(flat_N, 0)
+        for start, end in manifest.pieces(bucket):
+            work = group.broadcast(flat_N[start:end], 0)
+            in_flight.append((work, _progress(entries, tensors, start, end)))
+            queued += 1
+            retire_through(queued - max_in_flight)
         if slot is not None:
-            slot_work[slot] = work
-        in_flight.append(work)
-        if while_sending is not None and queued is not None:
-            while_sending(queued)
-        queued = entries
-        while len(in_flight) > max_in_flight:
-            in_flight.popleft().wait()
-    if while_sending is not None and queued is not None:
-        while_sending(queued)
-    for work in in_flight:
-        work.wait()
+            slot_last[slot] = queued
+    retire_through(queued)
 
 
 def receive_buckets(
@@ -156,12 +181,20 @@ def receive_buckets(
     received = []
     for bucket in manifest.buckets:
         flat_N = pool.get(f"bucket{bucket.index}", bucket.nbytes, bucket.dtype)
-        received.append((group.broadcast(flat_N, 0), flat_N))
+        received.append((_post(group, manifest, bucket, flat_N), flat_N))
     state: dict[str, torch.Tensor] = {}
-    for (work, flat_N), entries in zip(received, manifest.bucket_entries(), strict=True):
-        work.wait()
+    for (works, flat_N), entries in zip(received, manifest.bucket_entries(), strict=True):
+        for work in works:
+            work.wait()
         state.update(unflatten(flat_N, entries))
     return state
+
+
+def _post(
+    group: Collective, manifest: WeightManifest, bucket: Bucket, flat_N: torch.Tensor
+) -> list[Work]:
+    """Post the receive of each piece of `bucket` into its slice of `flat_N`."""
+    return [group.broadcast(flat_N[a:b], 0) for a, b in manifest.pieces(bucket)]
 
 
 def receive_each_bucket(
@@ -180,18 +213,19 @@ def receive_each_bucket(
     if slots < 1:
         raise ValueError(f"slots must be >= 1, got {slots}")
     buckets = list(zip(manifest.buckets, manifest.bucket_entries(), strict=True))
-    posted: deque[tuple[Work, torch.Tensor, list[TensorEntry]]] = deque()
+    posted: deque[tuple[list[Work], torch.Tensor, list[TensorEntry]]] = deque()
 
     def post(i: int) -> None:
         bucket, entries = buckets[i]
         flat_N = pool.get(f"slot{i % slots}", bucket.nbytes, bucket.dtype)
-        posted.append((group.broadcast(flat_N, 0), flat_N, entries))
+        posted.append((_post(group, manifest, bucket, flat_N), flat_N, entries))
 
     for i in range(min(slots, len(buckets))):
         post(i)
     for i in range(len(buckets)):
-        work, flat_N, entries = posted.popleft()
-        work.wait()
+        works, flat_N, entries = posted.popleft()
+        for work in works:
+            work.wait()
         yield unflatten(flat_N, entries)
         if i + slots < len(buckets):  # this bucket is loaded: its buffer takes the next
             post(i + slots)
@@ -203,15 +237,16 @@ def receive_into(
     targets: Mapping[str, torch.Tensor],
     *,
     pool: BufferPool,
-    landed: Callable[[list[TensorEntry]], object] | None = None,
+    landed: Progress | None = None,
 ) -> None:
     """Receive every bucket straight into `targets` (live tensors, e.g. a model's state dict):
     a bucket whose targets are one tensor, or tensors back to back in one storage (see
     `ludic.inference.weights.pack_parameters_`), of matching dtype and device lands in place;
     the rest via a pool buffer and a copy. Shapes must already have been checked
-    (`check_against`). `landed(entries)` runs once each bucket is in its targets, while the
-    next ones are still arriving (work that overlaps the transfer, e.g. checksums of what
-    landed; it must not write the targets)."""
+    (`check_against`). `landed(progress)` runs once each piece is in its targets (a bucket
+    landing via a copy: once the whole bucket is), while the next ones are still arriving
+    (work that overlaps the transfer, e.g. checksums of what landed; it must not write the
+    targets)."""
     received = []
     for bucket, entries in zip(manifest.buckets, manifest.bucket_entries(), strict=True):
         target = adjacent_view([targets[e.name] for e in entries])
@@ -220,16 +255,19 @@ def receive_into(
         else:
             flat_N = pool.get(f"bucket{bucket.index}", bucket.nbytes, bucket.dtype)
             copies = entries
-        received.append((group.broadcast(flat_N, 0), flat_N, copies))
+        received.append((_post(group, manifest, bucket, flat_N), flat_N, copies))
     with torch.no_grad():
-        for (work, flat_N, copies), entries in zip(
-            received, manifest.bucket_entries(), strict=True
+        for (works, flat_N, copies), bucket, entries in zip(
+            received, manifest.buckets, manifest.bucket_entries(), strict=True
         ):
-            work.wait()
+            for work, (start, end) in zip(works, manifest.pieces(bucket), strict=True):
+                work.wait()
+                if landed is not None and not copies:
+                    landed(_progress(entries, targets, start, end))
             for name, view in unflatten(flat_N, copies).items():
                 targets[name].copy_(view)
-            if landed is not None:
-                landed(entries)
+            if landed is not None and copies:
+                landed(_progress(entries, targets, 0, bucket.numel))
 
 
 def adjacent_view(tensors: list[torch.Tensor]) -> torch.Tensor | None:

@@ -15,9 +15,9 @@ of the weights; the first push lays each packed bucket's parameters out back to 
 land without a copy too); otherwise the buckets land in buffers kept across pushes and are
 loaded with `update_weights` once all have arrived. The reply to a push that asks for them (a
 verified one) carries exact checksums of what the served model holds after loading
-(`ludic.distributed.checksum`; received in place, each bucket's are taken as it lands, while the
-next arrives, and taken again after the load for any tensor touched since), and the status its
-dtype; it serves no inference and does not verify pushes (the trainer compares).
+(`ludic.distributed.checksum`; received in place, each piece of each bucket is checksummed as it
+lands, while the next arrives, and a tensor touched since is checksummed again after the load),
+and the status its dtype; it serves no inference and does not verify pushes (the trainer compares).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from ludic.distributed.checksum import LandedChecksums
 from ludic.distributed.control import ControlChannelClosed, StoreControl
 from ludic.distributed.manifest import (
     ManifestError,
-    TensorEntry,
     WeightManifest,
     check_against,
     dtype_name,
@@ -225,9 +224,10 @@ class WeightSyncReceiver:
                     self._arranged = packed
                 live = targets()
 
-                def take(entries: list[TensorEntry]) -> None:  # while the next bucket arrives
-                    assert landed is not None
-                    landed.take({e.name: live[e.name] for e in entries})
+                def take(progress: list[tuple[str, torch.Tensor, int]]) -> None:
+                    assert landed is not None  # while the next piece arrives
+                    for name, tensor, upto in progress:
+                        landed.advance(name, tensor, upto)
 
                 receive_into(
                     group, manifest, live, pool=self._pool, landed=take if landed else None
