@@ -36,6 +36,8 @@ class LudicEnv(ABC):
     - `state_key(agent_id)`: an optional hashable identity of the agent's current state
       (str, int, or tuple of those); GiGPO groups steps that share it. None: no key.
     - `system_prompt`: an optional suggested system prompt for agents.
+    - `current_observation(agent_id)`: optional; the current observation again (shown after a
+      reply that failed to parse). None: not offered.
 
     `reset`, `step` and `close` may be `async def` in subclasses. Protocols run a synchronous
     `reset` / `step` / `close` on a worker thread, so a blocking one neither stalls the other
@@ -74,6 +76,13 @@ class LudicEnv(ABC):
         agent step records the key of the state it acted from (GiGPO's anchor state), the
         `EnvironmentStep` the key of the state the step led to. Equal keys must mean the same
         decision; without a key GiGPO groups by a hash of the observation text."""
+        return None
+
+    def current_observation(self, agent_id: str) -> str | None:
+        """`agent_id`'s observation of the CURRENT state, rendered again, or None (the default)
+        when the env does not offer it. After a reply that fails to parse (the state does not
+        change), protocols show it below the parser's feedback, so the agent sees again what
+        it must act on instead of the feedback alone. It runs on the event loop: keep it cheap."""
         return None
 
     def close(self) -> Awaitable[None] | None:  # noqa: B027 - optional hook

@@ -97,7 +97,9 @@ class TicTacToeEnv(SingleAgentEnv):
     outcome "illegal") or, with `illegal_move="retry"`, costs `illegal_reward` and lets the agent
     move again (`info["retry"]`). `observation="compact"` shows only the board (empty cells as
     their numbers) and the mark to play, a third of the tokens of the full text, which explains
-    the rules and lists the legal moves (`SYSTEM_PROMPT` still explains them). The state key is `"<board>|<side to move>"`, e.g. `"X...O....|X"`.
+    the rules and lists the legal moves (`SYSTEM_PROMPT` still explains them). After a reply
+    that does not parse, the protocol shows the parser's feedback and then the board again
+    (`current_observation`). The state key is `"<board>|<side to move>"`, e.g. `"X...O....|X"`.
     """
 
     inline_sync_calls = True  # pure and fast: no thread hop (see LudicEnv)
@@ -186,6 +188,13 @@ class TicTacToeEnv(SingleAgentEnv):
             terminated=True,
             info=info,
         )
+
+    def current_observation(self, agent_id: str) -> str | None:
+        """The board to play on again, in the active observation mode (full or compact), while
+        the game is on; shown below the feedback after a reply that did not parse."""
+        if self._rng is None or self.outcome is not None:
+            return None
+        return self._observation()
 
     def env_state_key(self) -> Hashable | None:
         to_move = "-" if self.outcome is not None else side_to_move(self.board)

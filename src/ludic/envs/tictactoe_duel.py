@@ -109,6 +109,13 @@ class TicTacToeDuelEnv(LudicEnv):
             waiting: self._final(waiting, other_result, waiting_info, f"{mark} played {cell}.\n"),
         }
 
+    def current_observation(self, agent_id: str) -> str | None:
+        """`agent_id`'s view of the board again (full or compact) while the game is on; shown
+        below the feedback after a reply that did not parse."""
+        if not self._started or self.outcomes is not None or agent_id not in self.marks:
+            return None
+        return self._observation(agent_id)
+
     def state_key(self, agent_id: str) -> Hashable | None:
         to_move = "-" if self.outcomes is not None else side_to_move(self.board)
         return f"{self.board}|{to_move}"

@@ -221,6 +221,7 @@ class MultiAgentProtocol:
                 index=index,
                 agent_id=aid,
                 agent_step_ids=tuple(s.id for s in act.steps),
+                current_obs=env.current_observation(aid),
             )
             collector.add_env_step(aid, step)
             self.agents[aid].on_after_step(step.next_obs, step.info)

@@ -4,7 +4,8 @@ Owns truncation semantics (seed 000): env `terminated` / `truncated` end the epi
 out of `max_steps` marks the last step `truncated` with `truncation_reason="max_steps"`;
 termination rules (`ludic.interaction.termination`) may end it earlier, and why it ended is
 recorded by `record_termination`. Parse failures never reach the env: they become a synthetic
-EnvironmentStep (state unchanged, feedback as next observation). External tool calls go to
+EnvironmentStep (state unchanged, feedback as next observation, followed by the env's
+`current_observation` when it offers one). External tool calls go to
 `external_tool_handler`. It does not retry or time out episodes (the RolloutEngine does).
 """
 
@@ -161,7 +162,12 @@ class SingleAgentProtocol:
         agent_step_ids = tuple(s.id for s in act.steps)
         if act.action is None:
             return synthetic_failure_step(
-                act, obs, index=index, agent_id=aid, agent_step_ids=agent_step_ids
+                act,
+                obs,
+                index=index,
+                agent_id=aid,
+                agent_step_ids=agent_step_ids,
+                current_obs=env.current_observation(seat),
             )
         outcome = (await call_env(env, env.step, {seat: act.action}))[seat]
         return EnvironmentStep(
@@ -182,11 +188,20 @@ class SingleAgentProtocol:
 
 
 def synthetic_failure_step(
-    act: AgentAct, obs: str, *, index: int, agent_id: str, agent_step_ids: tuple[str, ...]
+    act: AgentAct,
+    obs: str,
+    *,
+    index: int,
+    agent_id: str,
+    agent_step_ids: tuple[str, ...],
+    current_obs: str | None = None,
 ) -> EnvironmentStep:
-    """The step recorded for a parse failure: no env call, state unchanged, feedback shown."""
+    """The step recorded for a parse failure: no env call, state unchanged, feedback shown,
+    followed by `current_obs` (the env's `current_observation`) when the env offers one."""
     pr = act.parse_result
     feedback = pr.obs if pr is not None and pr.obs is not None else "Invalid reply."
+    if current_obs is not None:
+        feedback = f"{feedback}\n{current_obs}"
     info: Info = {"parse_error": True, "synthetic": True}
     if act.final_step.info.get("incomplete_completion"):
         info["incomplete_completion"] = True
