@@ -6,62 +6,17 @@ names it, and the restarted server is brought back to the current version."""
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import tyro
+from serve_fakes import TOKEN, Server
 
 from ludic.recipes.configs import TrainConfig
 from ludic.recipes.train import train_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed, pytest.mark.timeout(180)]
-TOKEN = "many-token"
-
-
-class Server:
-    """`ludic serve` on the tiny model at a fixed port: killed and restarted at will."""
-
-    def __init__(self, model_dir: str, log: Path) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = int(s.getsockname()[1])
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.model_dir, self.log = model_dir, log
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Server:
-        command = [sys.executable, "-m", "ludic.inference.http.server", "--model", self.model_dir]
-        command += ["--port", str(self.port), "--token", TOKEN, "--threads", "1"]
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-        return self
-
-    def wait(self) -> None:
-        from ludic.inference.vllm.server import wait_for_health
-
-        wait_for_health(self.url, timeout_s=120, process=self.process)
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.kill()  # no goodbye: the process is simply gone
-        self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=30)
-
-    def served_version(self) -> int:
-        auth = {"Authorization": f"Bearer {TOKEN}"}
-        reply = httpx.get(self.url + "/ludic/version", headers=auth, timeout=10)
-        return int(reply.json()["policy_version"])
 
 
 @pytest.fixture(scope="module")
