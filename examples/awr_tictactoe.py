@@ -102,11 +102,12 @@ class AWRConfig:
     """AWR temperature."""
     max_weight: float = 20.0
     """AWR weight cap."""
-    baseline: Literal["group", "mean", "state"] = "state"
+    baseline: Literal["group", "mean", "state", "state_action"] = "state"
     """AWR baseline: group (episode return minus its group's mean), mean (return-to-go minus
-    the data's mean) or state (minus the other visits of the turn's board)."""
+    the data's mean), state (minus the other visits of the turn's board) or state_action
+    (Q(board, move) - V(board), each the mean return-to-go of its visits)."""
     state_prior: float = 1.0
-    """With baseline state: pseudo-visits of the data's mean in each board's value."""
+    """With baseline state or state_action: pseudo-visits of the parent mean per estimate."""
     eval_episodes: int = 128
     """Evaluation games per run (the same opponent seeds for every run)."""
     eval_temperature: float = 1.0

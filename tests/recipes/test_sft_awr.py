@@ -66,6 +66,9 @@ def test_the_cli_flags_build_the_awr_preset() -> None:
     state = ["--data", "x.jsonl", "--algorithm", "awr", "--awr-baseline", "state"]
     cfg = tyro.cli(SFTConfig, args=[*state, "--awr-state-prior", "2"])
     assert offline_algorithm(cfg).credit_assigner == AWRCredit(baseline="state", state_prior=2.0)
+    pairs = ["--data", "x.jsonl", "--algorithm", "awr", "--awr-baseline", "state_action"]
+    credit = offline_algorithm(tyro.cli(SFTConfig, args=pairs)).credit_assigner
+    assert credit == AWRCredit(baseline="state_action")
 
 
 def test_awr_weights_of_the_samples_are_exp_of_group_advantages(mixed_data: Path) -> None:

@@ -132,6 +132,45 @@ def test_awr_state_baseline_by_hand() -> None:
         AWRCredit(baseline="state", state_prior=0.0)
 
 
+def one_move(rid: str, action: str, reward: float) -> Rollout:
+    """A one-turn episode: `action` from the state "obs-0", then `reward`."""
+    a = AgentStep(turn_id="t0", info={"observation": "obs-0"})
+    env = EnvironmentStep(turn_id="t0", action=action, reward=reward, agent_step_ids=(a.id,))
+    return Rollout(id=rid, steps=[a, env], meta={})
+
+
+def test_awr_state_action_baseline_by_hand() -> None:
+    # one state; move "5" returned 1 and 1, move "1" returned 1, 0 and -1 (a lucky win).
+    # mean G = 2/5 = 0.4; V = (2 + 0.4) / (5 + 1) = 0.4 (one pseudo-visit of the mean);
+    # Q(5) = (1 + 1 + 0.4) / (2 + 1) = 0.8, Q(1) = (1 + 0 - 1 + 0.4) / (3 + 1) = 0.1
+    rollouts = [
+        one_move("p", "5", 1.0),
+        one_move("q", "5", 1.0),
+        one_move("r", "1", 1.0),
+        one_move("s", "1", 0.0),
+        one_move("t", "1", -1.0),
+    ]
+    advantages = AWRCredit(baseline="state_action").advantages(rollouts)
+    assert advantages == pytest.approx(
+        {
+            ("p", "t0"): 0.4,
+            ("q", "t0"): 0.4,
+            ("r", "t0"): -0.3,
+            ("s", "t0"): -0.3,
+            ("t", "t0"): -0.3,
+        },
+        abs=1e-12,
+    )
+    # the "state" baseline credits the lucky win instead: 1 - (1 + 1 + 0 - 1 + 0.4) / 5
+    assert AWRCredit(baseline="state").advantages(rollouts)[("r", "t0")] == pytest.approx(0.72)
+    weights = AWRCredit(baseline="state_action", beta=0.5, max_weight=2.0).assign(rollouts)
+    assert weights[("p", "t0")] == pytest.approx(min(math.exp(0.8), 2.0))
+    assert weights[("r", "t0")] == pytest.approx(math.exp(-0.6))
+    # two pseudo-visits: V = (2 + 0.8) / 7 = 0.4, Q(5) = (2 + 0.8) / 4 = 0.7
+    shrunk = AWRCredit(baseline="state_action", state_prior=2.0).advantages(rollouts)
+    assert shrunk[("p", "t0")] == pytest.approx(0.3)
+
+
 def test_awr_weights_never_overflow_and_bad_settings_are_refused() -> None:
     assert awr_weights([1e6, -1e6], beta=1e-3, max_weight=20.0) == [20.0, 0.0]
     with pytest.raises(ValueError, match="beta must be"):

@@ -214,13 +214,16 @@ class SFTConfig:
     """AWR temperature beta (smaller: sharper preference for high-advantage turns)."""
     awr_max_weight: float = 20.0
     """AWR weight cap."""
-    awr_baseline: Literal["group", "mean", "state"] = "group"
+    awr_baseline: Literal["group", "mean", "state", "state_action"] = "group"
     """AWR baseline: group (mean return of the episode's group: same group id, else same first
-    observation), mean (mean return-to-go over the whole file) or state (mean return-to-go of
+    observation), mean (mean return-to-go over the whole file), state (mean return-to-go of
     the other turns from the same state, by the env's state key, shrunk toward the file's
-    mean), which tells good from bad moves inside one episode."""
+    mean), which tells good from bad moves inside one episode, or state_action (A = Q(s, a) -
+    V(s), both the mean return-to-go of every visit of the pair and of the state: needs
+    repeated states, and averages out lucky games)."""
     awr_state_prior: float = 1.0
-    """With --awr-baseline state: pseudo-visits of the file's mean in each state's value."""
+    """With --awr-baseline state or state_action: pseudo-visits of the parent mean (the file's
+    mean for a state's value, the state's value for a move's) in each estimate."""
     retokenize: bool = False
     """Rebuild token ids from the messages with the model's chat template (for rollouts from
     a backend that returned no ids, or from another tokenizer)."""

@@ -7,7 +7,9 @@ log-likelihood (`ReinforceLoss`), so AWR is weighted SFT on stored rollouts: goo
 more, bad ones less, none negatively. No value network is fitted (the paper fits one); the
 baselines are the group mean, the mean over the rollouts given to `assign`, or a tabular
 Monte Carlo value of the turn's state (its anchor key, as GiGPO's) learnt from the other visits
-of that state in the data, which can tell a good move from a bad one inside one episode.
+of that state in the data, which can tell a good move from a bad one inside one episode, or
+tabular Monte Carlo Q(s, a) - V(s) ("state_action": every visit of the same move from the same
+state shares one advantage, so the noise of single returns averages out when pairs repeat).
 """
 
 from __future__ import annotations
@@ -31,29 +33,54 @@ from ludic.training.credit.core import (
     group_rollouts,
     turn_key,
 )
-from ludic.types import Rollout
+from ludic.types import Rollout, Turn
 
-AWRBaseline = Literal["group", "mean", "state"]
-_BASELINES: tuple[str, ...] = ("group", "mean", "state")
+AWRBaseline = Literal["group", "mean", "state", "state_action"]
+_BASELINES: tuple[str, ...] = ("group", "mean", "state", "state_action")
+# (turn key, return-to-go G, state, action): one turn as the per-turn baselines read it.
+TurnReturn = tuple[TurnKey, float, AnchorKey | None, str | None]
 
 
 def state_advantages(
-    turns: Sequence[tuple[TurnKey, float, AnchorKey | None]], *, mean: float, prior: float
+    turns: Sequence[TurnReturn], *, mean: float, prior: float
 ) -> dict[TurnKey, float]:
-    """A_k = G_k - V_{-k}(s_k) for (key, G_k, s_k) triples (see `AWRCredit`, baseline "state");
-    a turn without a state (None) gets G_k - mean."""
+    """A_k = G_k - V_{-k}(s_k) (see `AWRCredit`, baseline "state"); a turn without a state
+    (None) gets G_k - mean."""
     totals: dict[AnchorKey, tuple[float, int]] = defaultdict(lambda: (0.0, 0))
-    for _, g, state in turns:
+    for _, g, state, _ in turns:
         if state is not None:
             total, count = totals[state]
             totals[state] = (total + g, count + 1)
     out: dict[TurnKey, float] = {}
-    for key, g, state in turns:
+    for key, g, state, _ in turns:
         if state is None:
             out[key] = g - mean
             continue
         total, count = totals[state]
         out[key] = g - (total - g + prior * mean) / (count - 1 + prior)
+    return out
+
+
+def state_action_advantages(
+    turns: Sequence[TurnReturn], *, mean: float, prior: float
+) -> dict[TurnKey, float]:
+    """A_k = Q(s_k, a_k) - V(s_k) (see `AWRCredit`, baseline "state_action"); a turn without
+    a state (None) gets G_k - mean."""
+    by_state: dict[AnchorKey, list[float]] = defaultdict(list)
+    by_pair: dict[tuple[AnchorKey, str | None], list[float]] = defaultdict(list)
+    for _, g, state, action in turns:
+        if state is not None:
+            by_state[state].append(g)
+            by_pair[(state, action)].append(g)
+    values = {s: (math.fsum(gs) + prior * mean) / (len(gs) + prior) for s, gs in by_state.items()}
+    out: dict[TurnKey, float] = {}
+    for key, g, state, action in turns:
+        if state is None:
+            out[key] = g - mean
+            continue
+        gs = by_pair[(state, action)]
+        q = (math.fsum(gs) + prior * values[state]) / (len(gs) + prior)
+        out[key] = q - values[state]
     return out
 
 
@@ -78,6 +105,15 @@ class AWRCredit:
         V = (sum_{j != k, s_j = s_k} G_j + state_prior * mean(G)) / (n_s - 1 + state_prior).
         A state seen once falls back to the "mean" baseline; a move that did worse than the
         others from its state gets A < 0 even in a won episode.
+    baseline="state_action": A_k = Q(s_k, a_k) - V(s_k), tabular Monte Carlo: V(s) the mean
+        return-to-go of every turn from s shrunk toward mean(G), Q(s, a) that of every turn that
+        took action a (the env step's action) from s shrunk toward V(s), each with
+        `state_prior` pseudo-visits:
+        V = (sum_{s_j = s} G_j + state_prior * mean(G)) / (n_s + state_prior),
+        Q = (sum_{s_j = s, a_j = a} G_j + state_prior * V) / (n_sa + state_prior).
+        Every visit of (s, a) gets the same A, so one lucky game does not decide a move's
+        weight; a pair seen once gets a shrunk episode-level advantage. This is the value the
+        paper's critic approximates, estimated by counting (it needs repeated states).
     The paper uses beta = 0.05 on its returns and max_weight = 20; beta here defaults to 1.0
     for rewards in [-1, 1].
     """
@@ -119,20 +155,27 @@ class AWRCredit:
                     for turn in turns:
                         out[turn_key(rollout, turn, seen)] = adv
             return out
-        per_turn: list[tuple[TurnKey, float, AnchorKey | None]] = []
+        per_turn: list[TurnReturn] = []
         for rollout in active_rollouts(rollouts):
             turns = rollout.turns()
             returns = discounted_returns([t.reward for t in turns], self.gamma)
             per_turn += [
-                (turn_key(rollout, t, seen), g, self.anchor_key(t))
+                (turn_key(rollout, t, seen), g, self.anchor_key(t), _action(t))
                 for t, g in zip(turns, returns, strict=True)
             ]
-        mean = math.fsum(g for _, g, _ in per_turn) / len(per_turn) if per_turn else 0.0
+        mean = math.fsum(g for _, g, _, _ in per_turn) / len(per_turn) if per_turn else 0.0
         if self.baseline == "mean":
-            return {key: g - mean for key, g, _ in per_turn}
+            return {key: g - mean for key, g, _, _ in per_turn}
+        if self.baseline == "state_action":
+            return state_action_advantages(per_turn, mean=mean, prior=self.state_prior)
         return state_advantages(per_turn, mean=mean, prior=self.state_prior)
 
     def assign(self, rollouts: Sequence[Rollout]) -> dict[TurnKey, float]:
         advantages = self.advantages(rollouts)
         weights = awr_weights(list(advantages.values()), beta=self.beta, max_weight=self.max_weight)
         return dict(zip(advantages.keys(), weights, strict=True))
+
+
+def _action(turn: Turn) -> str | None:
+    """The action a turn sent to the env (None when it reached no env step)."""
+    return turn.env_step.action if turn.env_step is not None else None
