@@ -195,6 +195,39 @@ def test_the_worker_receives_and_loads_bucket_by_bucket(
     assert rig.engine.worker._ludic_pool.nbytes == held
 
 
+def test_an_unverified_push_asks_the_workers_for_no_totals(
+    rig: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[str] = []
+    rpc = rig.engine.collective_rpc
+
+    async def recording(method: str, args: tuple[Any, ...] = ()) -> list[Any]:
+        asked.append(method)
+        return await rpc(method, args)
+
+    monkeypatch.setattr(rig.engine, "collective_rpc", recording)
+    rig.publisher.verify = False
+    rig.publisher.publish(rig.trainer, version=1)
+    assert "ludic_weights_held" not in asked and rig.publisher.last_push.held_totals is None
+    served = dict(rig.model.hf.named_parameters())
+    assert all(torch.equal(served[n], t) for n, t in rig.trainer.named_parameters())
+    rig.publisher.verify = True
+    rig.publisher.publish(rig.trainer, version=2)
+    assert asked.count("ludic_weights_held") == 1
+
+
+def test_buckets_in_pieces_land_and_verify(rig: SimpleNamespace) -> None:
+    publisher = rig.publisher
+    publisher.piece_bytes = 1000  # every bucket over 1000 bytes goes in pieces
+    _adam_step_(rig.trainer, lr=1e-3)
+    publisher.publish(rig.trainer, version=1)
+    manifest = publisher._last_plan[1]
+    assert manifest.piece_bytes == 1000
+    assert any(len(manifest.pieces(b)) > 1 for b in manifest.buckets)
+    served = dict(rig.model.hf.named_parameters())
+    assert all(torch.equal(served[n], t) for n, t in rig.trainer.named_parameters())
+
+
 def test_weights_held_only_inside_kernels_are_probed_on_every_push(
     rig: SimpleNamespace, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -123,6 +123,7 @@ async def _weights_start(request: Any, engine: Any) -> dict[str, Any]:
         raise RuntimeError("no communicator: POST /ludic/weights/init first")
     await join
     _push["version"] = manifest.version
+    _push["checksums"] = manifest.checksums  # False (unverified): no held totals asked
     _push["receive"] = asyncio.ensure_future(
         engine.collective_rpc("ludic_weights_receive", args=(body,))
     )
@@ -136,10 +137,12 @@ async def _weights_finish(request: Any, engine: Any) -> dict[str, Any]:
     counts = await receive
     _state["policy_version"] = int(_push["version"])  # the new weights serve from now on
     await reset_prefix_cache(engine)  # cached KV came from the old weights
+    reply = {"policy_version": _state["policy_version"], "num_tensors": int(counts[0])}
+    if not _push.pop("checksums", True):  # an unverified push: no pass over the weights
+        return reply
     reports = await engine.collective_rpc("ludic_weights_held")
     return {
-        "policy_version": _state["policy_version"],
-        "num_tensors": int(counts[0]),
+        **reply,
         "held_totals": [report["held"] for report in reports],  # one per worker (TP rank)
         "opaque": sorted({name for report in reports for name in report.get("opaque", [])}),
         "packed_modules_mapping": reports[0]["packed"],
