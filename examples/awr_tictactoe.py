@@ -289,6 +289,8 @@ def run_seed(cfg: AWRConfig, seed: int) -> dict[str, Any]:
         data = kept_path if method == "sft" else all_path
         trained = train(cfg, method, data, start, steps, seed, out / method)
         record[method] = evaluate(cfg, trained, f"{method} (seed {seed})")
+    stages = {k: v.to_dict() for k, v in record.items() if isinstance(v, StageResult)}
+    (out / "result.json").write_text(json.dumps({**stages, "data": record["data"]}) + "\n")
     return record
 
 
