@@ -21,6 +21,7 @@ from transformers import (
 
 from ludic.inference.embedded.kv_cache import cache_kwarg, new_cache
 from ludic.inference.embedded.lean_forward import LeanForward, _matmul, _RotaryTable
+from ludic.models import build_tiny_model
 
 SIZES = {
     "vocab_size": 97,
@@ -105,6 +106,26 @@ def test_matches_the_transformers_forward_through_prefill_prefix_and_decode(fami
             hf_layer.keys.masked_fill(~real_keys, 0),
             atol=1e-5,
         )
+
+
+@pytest.mark.parametrize("family", [*FAMILIES, "ludic tiny model"])
+@pytest.mark.parametrize("length", [16, 40])
+def test_a_whole_row_gives_the_transformers_logits_bit_for_bit(family: str, length: int) -> None:
+    # Over the same positions (one unpadded row, >= 16 GEMM rows) the lean forward runs the
+    # transformers op sequence exactly: RMSNorm, rotary, fused projections, attention masking.
+    # So the default engine's distance from the trainer's logprobs is only the decode step's
+    # shape (one-row GEMMs, one-query attention over the cache), not an op done differently
+    # (bench/ratio_floor.py measures each part).
+    model = build_tiny_model(seed=0)[0] if family == "ludic tiny model" else FAMILIES[family]()
+    lean = LeanForward.for_model(model)
+    assert lean is not None
+    vocab = int(model.config.vocab_size)
+    ids_1L = torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(1))
+    ones_1L = torch.ones(1, length, dtype=torch.long)
+    with torch.inference_mode():
+        got = lean(ids_1L, ones_1L, torch.arange(length)[None], new_cache(model.config), length)
+        want = model(input_ids=ids_1L).logits.float()
+    assert torch.equal(got, want), float((got - want).abs().max())
 
 
 def test_rotary_table_gives_the_rotary_modules_own_values() -> None:
