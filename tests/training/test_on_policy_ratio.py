@@ -254,6 +254,8 @@ def _train_args(out: Path) -> list[str]:
         "train",
         "--temperature",
         "0.7",
+        "--top-p",
+        "0.9",
         "--env",
         "tictactoe",
         "--env-kwargs",
@@ -277,6 +279,13 @@ def _train_args(out: Path) -> list[str]:
 
 
 def _first_logged_step(out: Path) -> dict[str, float]:
+    """The first step's metrics, after checking that every sample carries the sampling the
+    command asked for (the transform the trainer recomputed under)."""
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert samples
+    for sample in samples:
+        sampling = sample["meta"]["behavior_sampling"]
+        assert (sampling["temperature"], sampling["top_p"]) == (0.7, 0.9), sampling
     lines = (out / "metrics.jsonl").read_text().splitlines()
     record: dict[str, float] = json.loads(lines[0])
     return record

@@ -60,7 +60,10 @@ def learner_command(cfg: LearnerConfig) -> None:
 def run_actor(cfg: ActorConfig) -> list[ActorBatchStats]:
     """Generate batches and push their samples until `cfg.batches` (or forever)."""
     from ludic.eval.command import resolve_env_factory, resolve_parser
+    from ludic.inference import SamplingConfig
 
+    # a bad --temperature / --top-p / --max-tokens fails here, naming the field, before any work
+    SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens)
     env_factory = resolve_env_factory(cfg.env)
     env_kwargs = json.loads(cfg.env_kwargs)
     # Before the event loop: "auto" may build the env (with the run's kwargs, as `ludic train`
@@ -85,7 +88,9 @@ async def _act(
 
     client = await _actor_client(cfg)
     stream = SampleStream(cfg.redis_url, stream=cfg.stream, max_len=cfg.max_stream_len)
-    sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_tokens)
+    sampling = SamplingConfig(
+        temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens
+    )
 
     def protocol() -> SingleAgentProtocol:
         agent = Agent(client, parser=parser, system_prompt=cfg.system_prompt)

@@ -55,6 +55,9 @@ class ActorConfig:
     """Token limit per model call."""
     temperature: float = 1.0
     """Sampling temperature."""
+    top_p: float = 1.0
+    """Nucleus (top-p) sampling, in (0, 1] (1: off); it travels with each sample, so the
+    learner recomputes logprobs on the same truncated support."""
     concurrency: int = 32
     """Episodes in flight at once."""
     batches: int | None = None

@@ -146,6 +146,9 @@ class TrainConfig:
     """Token limit per model call."""
     temperature: float = 1.0
     """Sampling temperature of the rollouts."""
+    top_p: float = 1.0
+    """Nucleus (top-p) sampling of the rollouts, in (0, 1] (1: off). The trainer recomputes
+    logprobs on the same truncated support, so the on-policy ratio stays 1."""
     micro_batch_tokens: int | None = None
     """Token budget of one forward/backward (None: the whole batch at once)."""
     concurrency: int = 32

@@ -50,7 +50,7 @@ from ludic.rollouts import (
 )
 from ludic.training import RLAlgorithm, RolloutBatchSource, Trainer
 
-__all__ = ["PRESETS", "TrainResult", "make_algorithm", "train_command"]
+__all__ = ["PRESETS", "TrainResult", "make_algorithm", "rollout_sampling", "train_command"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -86,6 +86,7 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
             "action; declare one on the env class (`parser = xml_tag_parser('move')`) or "
             "pass --parser"
         )
+    rollout_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
     algorithm = make_algorithm(cfg.algorithm, cfg)
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
     history, checkpoint = asyncio.run(
@@ -116,7 +117,7 @@ async def _train(
         server_ranks=cfg.server_ranks,
     )
     try:
-        sampling = SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_tokens)
+        sampling = rollout_sampling(cfg)
         rollouts = RolloutEngine(
             env_registry={"env": env_factory},
             protocol_registry={"agent": lambda: _protocol(cfg, inference.client, parser)},
@@ -163,6 +164,18 @@ async def _train(
         await inference.aclose()
 
 
+def rollout_sampling(cfg: TrainConfig) -> SamplingConfig:
+    """The rollouts' sampling (--temperature, --top-p, --max-tokens); it travels with every
+    sample, so the trainer recomputes logprobs under the same transform. A value out of range
+    raises ValueError naming the flags."""
+    try:
+        return SamplingConfig(
+            temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens
+        )
+    except ValueError as e:
+        raise ValueError(f"--temperature / --top-p / --max-tokens: {e}") from e
+
+
 def _protocol(cfg: TrainConfig, client: ChatClient, parser: Parser) -> SingleAgentProtocol:
     context: ContextStrategy = (
         LatestObservationContext() if cfg.context == "latest" else FullDialog()
@@ -171,7 +184,7 @@ def _protocol(cfg: TrainConfig, client: ChatClient, parser: Parser) -> SingleAge
         client,
         context=context,
         parser=parser,
-        sampling=SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_tokens),
+        sampling=rollout_sampling(cfg),
         system_prompt=cfg.system_prompt,
         reject_incomplete_completions=cfg.reject_incomplete,
     )
