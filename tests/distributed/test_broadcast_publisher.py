@@ -401,3 +401,40 @@ def test_server_shutdown_ends_the_listener(rig: Rig) -> None:
         publisher.publish(rig.trainer_model, version=1)
         assert set(_listeners()) - others
     assert _wait_until(lambda: not set(_listeners()) - others)  # the publisher never closed
+
+
+def test_a_server_of_another_dtype_is_checked_against_casts_taken_beside_the_send(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ludic.distributed.held_check as held_check
+
+    model, tokenizer = build_tiny_model(seed=0, spec=SPEC)
+    engine = EmbeddedEngine(copy.deepcopy(model).to(torch.bfloat16), tokenizer)
+    sabotage = {"mode": "none"}
+    _sabotage(engine, sabotage)
+    after_reply: list[str] = []
+    whole = held_check.checksums
+
+    def counting(tensors: Any, **kwargs: Any) -> Any:
+        after_reply.extend(tensors)
+        return whole(tensors, **kwargs)
+
+    monkeypatch.setattr(held_check, "checksums", counting)
+    app = create_app(engine, model_name="tiny", token=TOKEN)
+    with TestClient(app, base_url="http://testserver") as client:
+        publisher = BroadcastPolicyPublisher(
+            "http://testserver", TOKEN, http=client, timeout_s=20, control="store", piece_mb=0.001
+        )
+        _adam_step_(model, lr=1e-2)
+        publisher.publish(model, version=1)  # fp32 sent, bf16 held: compared as the cast
+        assert publisher._served_dtype == "bfloat16" and after_reply == []
+        served = engine.model.state_dict()
+        assert all(
+            torch.equal(served[n], t.to(torch.bfloat16)) for n, t in model.state_dict().items()
+        )
+        sabotage["mode"] = "skip_norm"
+        _adam_step_(model, lr=1e-2)
+        with pytest.raises(PublishVerificationError, match=r"\[model\.norm\.weight\]"):
+            publisher.publish(model, version=2)
+        publisher.close()
+    engine.close()

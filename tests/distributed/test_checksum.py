@@ -11,6 +11,7 @@ from ludic.distributed.checksum import (
     CHUNK_ROWS,
     ROW,
     LandedChecksums,
+    RunningChecksums,
     cast_for,
     checksums,
     checksums_and_nonfinite,
@@ -160,3 +161,36 @@ def test_checksums_and_nonfinite_in_one_pass_agree_with_each_alone() -> None:
     sums, bad = checksums_and_nonfinite(tensors)
     assert sums == checksums(tensors)
     assert bad == nonfinite(tensors) == ["big", "half"]
+
+
+def test_running_checksums_over_uneven_ranges_equal_the_whole_ones() -> None:
+    g = torch.Generator().manual_seed(4)
+    tensors = {
+        "big": torch.randn(2 * CHUNK_ROWS * ROW + 3 * ROW + 7, generator=g),
+        "half": torch.randn(5 * ROW + 1, generator=g).to(torch.bfloat16),
+        "ints": torch.arange(3 * ROW, dtype=torch.int64),
+        "empty": torch.zeros(0),
+    }
+    running = RunningChecksums(find_nonfinite=True)
+    cast = RunningChecksums()
+    for name, t in tensors.items():  # ends mid-row, repeats, goes back: all as the whole
+        for upto in (0, ROW + 5, ROW + 5, 3, CHUNK_ROWS * ROW + 1, t.numel()):
+            running.advance(name, t, min(upto, t.numel()))
+            if t.is_floating_point():
+                cast.advance(name, t, min(upto, t.numel()), dtype=torch.float16)
+    assert running.finish() == (checksums(tensors), [])
+    floats = {n: t for n, t in tensors.items() if t.is_floating_point()}
+    cast_to = dict.fromkeys(floats, torch.float16)
+    assert cast.finish()[0] == checksums(floats, cast_to=cast_to)
+
+
+def test_running_checksums_find_a_nan_in_a_middle_range_and_leave_out_the_unfinished() -> None:
+    t = torch.randn(4 * ROW)
+    t[2 * ROW + 1] = math.nan
+    running = RunningChecksums(find_nonfinite=True)
+    for upto in (ROW, 2 * ROW, 3 * ROW, 4 * ROW):
+        running.advance("t", t, upto)
+    running.advance("unfinished", torch.randn(3 * ROW), 2 * ROW)
+    sums, bad = running.finish()
+    assert bad == ["t"] and list(sums) == ["t"] and sums["t"] == checksums({"t": t})["t"]
+    assert running.complete() == ["t"]

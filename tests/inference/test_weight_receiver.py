@@ -169,9 +169,9 @@ def test_checksums_are_taken_as_pieces_land_and_not_again(
     after: list[str] = []
     advance, whole = checksum_module.RunningChecksums.advance, checksum_module.checksums
 
-    def reading(self: Any, name: str, tensor: torch.Tensor, upto: int) -> None:
+    def reading(self: Any, name: str, tensor: torch.Tensor, upto: int, **kwargs: Any) -> None:
         read.append((name, upto, engine.filling))
-        advance(self, name, tensor, upto)
+        advance(self, name, tensor, upto, **kwargs)
 
     def again(tensors: Mapping[str, torch.Tensor], **kwargs: Any) -> Any:
         after.extend(tensors)

@@ -39,7 +39,7 @@ from ludic.distributed.control import StoreControl
 from ludic.distributed.held_check import compare_held
 from ludic.distributed.interfaces import PublishVerificationError, Weights
 from ludic.distributed.live_state import LiveStateDict
-from ludic.distributed.manifest import WeightManifest, plan_manifest
+from ludic.distributed.manifest import DTYPES, WeightManifest, plan_manifest
 from ludic.distributed.server_group import PushFailed, ServerGroup, links
 from ludic.distributed.server_link import ServerLink, WeightPushError
 from ludic.distributed.transfer import (
@@ -87,6 +87,8 @@ class _Check:
     """What one push is verified against, computed while the servers load."""
 
     sent: dict[str, Checksum] = dataclasses.field(default_factory=dict)
+    sent_cast: dict[torch.dtype, dict[str, Checksum]] = dataclasses.field(default_factory=dict)
+    """Checksums of the tensors cast to a server's dtype, taken beside the send."""
     nonfinite: list[str] = dataclasses.field(default_factory=list)
     probe_ids: list[int] | None = None
     expected: list[float] | None = None
@@ -315,10 +317,15 @@ class BroadcastPolicyPublisher:
         group is dropped) when a server failed during it."""
         check = _Check()
         running = RunningChecksums(find_nonfinite=True)
+        casts = self._expected_casts(tensors)  # dtype -> the tensors a server holds in it
+        cast_running = {dtype: RunningChecksums() for dtype in casts}
 
         def sent(progress: list[tuple[str, torch.Tensor, int]]) -> None:  # beside the wire
             for name, tensor, upto in progress:  # each piece just read by the transport
                 running.advance(name, tensor, upto)
+                for dtype, names in casts.items():
+                    if name in names:
+                        cast_running[dtype].advance(name, tensor, upto, dtype=dtype)
 
         def while_the_servers_load() -> None:  # overlaps the servers' load and checksums
             if self.verify and self.probe and probe_due:
@@ -332,6 +339,7 @@ class BroadcastPolicyPublisher:
             self.fleet.request_push(manifest)
             self.fleet.send(manifest, tensors, self._pool, sent if self.verify else None)
             check.sent, check.nonfinite = running.finish()
+            check.sent_cast = {dtype: r.finish()[0] for dtype, r in cast_running.items()}
             while_the_servers_load()
             return check, self.fleet.replies()
         except PushFailed:
@@ -380,7 +388,7 @@ class BroadcastPolicyPublisher:
         finished_version = int(reply["policy_version"])
         if finished_version != version:  # the load itself reported another version
             served_version = finished_version
-        held = compare_held(reply, tensors, check.sent)
+        held = compare_held(reply, tensors, check.sent, check.sent_cast)
         if held.packed_away:
             self._probe_always = True  # the probe is their only check: run it on every push
         if held.unchecked and not self._warned_unverified:
@@ -406,6 +414,22 @@ class BroadcastPolicyPublisher:
             unverified=held.unverified,
             nonfinite_tensors=check.nonfinite,
         )
+
+    def _expected_casts(self, tensors: Mapping[str, torch.Tensor]) -> dict[torch.dtype, set[str]]:
+        """The floating tensors each server is expected to hold in another dtype (the one its
+        status reports), by that dtype: their cast checksums are taken beside the send. A
+        server holding some in yet another dtype has those computed after its reply."""
+        if not self.verify:
+            return {}
+        casts: dict[torch.dtype, set[str]] = {}
+        for server in self.fleet.members:
+            dtype = DTYPES.get(server.served_dtype or "")
+            if dtype is None or not dtype.is_floating_point:
+                continue
+            names = {n for n, t in tensors.items() if t.is_floating_point() and t.dtype != dtype}
+            if names:
+                casts.setdefault(dtype, set()).update(names)
+        return casts
 
     def _full_state_dict(self, weights: Weights) -> Mapping[str, torch.Tensor]:
         """The unsharded state dict (the module tree is walked again only when it changed)."""

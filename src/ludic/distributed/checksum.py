@@ -121,9 +121,7 @@ def _whole(
 ) -> tuple[dict[str, Checksum], list[str]]:
     running = RunningChecksums(find_nonfinite=find_nonfinite)
     for name, tensor in tensors.items():
-        dtype = (cast_to or {}).get(name)
-        t = tensor.detach() if dtype is None or dtype == tensor.dtype else tensor.to(dtype)
-        running.advance(name, t, t.numel())
+        running.advance(name, tensor, tensor.numel(), dtype=(cast_to or {}).get(name))
     return running.finish()
 
 
@@ -133,6 +131,8 @@ class _Parts:
     end), and their float32 sums when looking for non-finite values."""
 
     tensor: torch.Tensor
+    dtype: torch.dtype
+    """What is checksummed: `tensor` cast to this dtype (its own dtype: no cast)."""
     done: int = 0
     rows: list[torch.Tensor] = dataclasses.field(default_factory=list)
     float_sums: list[torch.Tensor] = dataclasses.field(default_factory=list)
@@ -158,17 +158,22 @@ class RunningChecksums:
         self.find_nonfinite = find_nonfinite
         self._parts: dict[str, _Parts] = {}
 
-    def advance(self, name: str, tensor: torch.Tensor, upto: int) -> None:
+    def advance(
+        self, name: str, tensor: torch.Tensor, upto: int, *, dtype: torch.dtype | None = None
+    ) -> None:
+        """`dtype`: checksum the tensor cast to it (what a receiver of that dtype holds),
+        casting only the range read."""
         parts = self._parts.get(name)
         if parts is None:
-            parts = self._parts[name] = _Parts(tensor.detach())
+            parts = self._parts[name] = _Parts(tensor.detach(), dtype or tensor.dtype)
         n = tensor.numel()
         end = n if upto >= n else upto - upto % ROW
         if end <= parts.done:
             return
-        bits = _bits(tensor)[parts.done : end]
-        float_sum = self.find_nonfinite and tensor.is_floating_point()
-        rows, summed = _row_sums(bits, bits.view(tensor.dtype) if float_sum else None)
+        part = tensor.detach().reshape(-1)[parts.done : end]
+        bits = _bits(part if part.dtype == parts.dtype else part.to(parts.dtype))
+        float_sum = self.find_nonfinite and parts.dtype.is_floating_point
+        rows, summed = _row_sums(bits, bits.view(parts.dtype) if float_sum else None)
         parts.rows.append(rows)
         if summed is not None:
             parts.float_sums.append(summed)
@@ -194,7 +199,7 @@ class RunningChecksums:
         for device, entries in pending.items():
             flat = iter(torch.stack(stacked[device]).tolist())
             for name, parts, count in entries:
-                wide = parts.tensor.element_size() == 8
+                wide = parts.dtype.itemsize == 8
                 out[name] = (
                     int(next(flat)) & (_MASK64 if wide else _MASK32),
                     int(next(flat)) & _MASK64,
@@ -211,11 +216,11 @@ def _finish_one(parts: _Parts, find_nonfinite: bool) -> list[torch.Tensor]:
     if parts.rows:
         rows = parts.rows[0] if len(parts.rows) == 1 else torch.cat(parts.rows)
     else:  # an empty tensor: one empty row
-        acc = torch.int64 if t.element_size() == 8 else torch.int32
+        acc = torch.int64 if parts.dtype.itemsize == 8 else torch.int32
         rows = torch.zeros(1, dtype=acc, device=t.device)
     total = rows.sum(dtype=rows.dtype).to(torch.int64)
     weighted = (rows.to(torch.int64) * _row_weights(rows.numel(), rows.device)).sum()
-    if not (find_nonfinite and t.is_floating_point()):
+    if not (find_nonfinite and parts.dtype.is_floating_point):
         return [total, weighted]
     summed = torch.stack(parts.float_sums).sum() if parts.float_sums else t.new_zeros(())
     # A float sum travels as the bits of a float64, so one int64 stack (one sync) holds all.
