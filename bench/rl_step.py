@@ -25,7 +25,12 @@ step costs in a long run and its generation never runs beside another arm's step
 Prints JSON: every Ludic arm's median step time against every TRL arm's (ratio of medians and
 each round's ratio) and against the faster TRL arm (the target: <= 0.5), each arm's median
 split (generation, time waited for it, training, weight sync, policy lag), every step, the
-round orders and the load average after each round.
+round orders and the load average after each round. Also CPU seconds per step: `cpu_s`
+(every process of the arm), `busiest_process_cpu_s` (the most any one process of the arm used:
+the trainer or the server), and `cpu_ratio_vs_trl_1t` = a Ludic arm's busiest process's CPU
+time over TRL's one-thread step's CPU time: what the wall-time ratio tends to on an idle
+machine with a core per process (one torch thread each), read on a busy one where wall time is
+not. It is an estimate; the wall-time ratios are the measurement.
 
 TRL is never a dependency of Ludic. Create its virtualenv once (same torch as Ludic's):
 
@@ -127,6 +132,7 @@ def trl_worker(model_dir: str, max_steps: int, threads: int) -> None:
         """Waits for "go" before each step and reports the step's time after it."""
 
         released = 0.0
+        cpu = 0.0
 
         def _wait(self, control: Any) -> Any:
             line = sys.stdin.readline().strip()
@@ -135,6 +141,7 @@ def trl_worker(model_dir: str, max_steps: int, threads: int) -> None:
                 return control
             watch["generation"] = 0.0
             self.released = time.perf_counter()
+            self.cpu = time.process_time()
             return control
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
@@ -143,7 +150,8 @@ def trl_worker(model_dir: str, max_steps: int, threads: int) -> None:
 
         def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> Any:
             step = time.perf_counter() - self.released
-            _send({"step_s": step, "generation_s": watch["generation"]})
+            cpu = time.process_time() - self.cpu
+            _send({"step_s": step, "generation_s": watch["generation"], "cpu_s": cpu})
             return self._wait(control)
 
     trainer = GRPOTrainer(
@@ -346,6 +354,8 @@ class LudicSide:
         import torch
 
         torch.set_num_threads(self.threads)
+        server_cpu = self._server_cpu()
+        cpu = time.process_time()
         started = time.perf_counter()
         metrics = self._loop.run_until_complete(self.trainer.train_step())
         waited = metrics["time/batch_seconds"]
@@ -353,9 +363,17 @@ class LudicSide:
             before = time.perf_counter()
             self.prefetch.wait()
             waited += time.perf_counter() - before
+        step = time.perf_counter() - started
+        cpu = time.process_time() - cpu
+        server_cpu = self._server_cpu() - server_cpu
         generation = metrics.get("batch/prefetch_draw_seconds", metrics["time/batch_seconds"])
         return {
-            "step_s": time.perf_counter() - started,
+            "step_s": step,
+            "cpu_s": cpu + server_cpu,  # every process of this arm, all threads
+            # what one step needs of the busiest process: on an idle machine with a core for
+            # each process, the step cannot be shorter (the critical path's CPU time)
+            "busiest_process_cpu_s": max(cpu, server_cpu),
+            "server_cpu_s": server_cpu,
             "generation_s": generation,
             "waited_for_generation_s": waited,
             "training_s": metrics.get("time/train_seconds", float("nan")),
@@ -364,6 +382,14 @@ class LudicSide:
             "policy_lag_mean": metrics.get("policy_lag/mean", float("nan")),
             "dropped_stale": metrics.get("dropped_stale", 0.0),
         }
+
+    def _server_cpu(self) -> float:
+        """CPU seconds (user + system) the server child has used so far; 0 without one."""
+        if self.server is None or self.server.process is None:
+            return 0.0
+        fields = Path(f"/proc/{self.server.process.pid}/stat").read_text().rsplit(")", 1)[1]
+        utime, stime = fields.split()[11:13]
+        return (int(utime) + int(stime)) / os.sysconf("SC_CLK_TCK")
 
     def close(self) -> None:
         if self.prefetch is not None:
@@ -450,10 +476,17 @@ def comparisons(
                     a["step_s"] / b["step_s"] for a, b in zip(runs[lu], runs[tr], strict=True)
                 ],
             }
+    one_thread = [tr for tr in trl if tr == "trl_1t"]
+    cpu_bound: dict[str, float] = {}
+    if one_thread:  # a one-thread step's CPU time is its time on an idle core
+        trl_cpu = median_of(runs[one_thread[0]], "cpu_s")
+        for lu in ludic:
+            cpu_bound[lu] = median_of(runs[lu], "busiest_process_cpu_s") / trl_cpu
     return {
         "fastest_trl": fastest_trl,
         "ratio_vs_fastest_trl": {lu: medians[lu] / medians[fastest_trl] for lu in ludic},
         "ratios": ratios,
+        "cpu_ratio_vs_trl_1t": cpu_bound,
     }
 
 
