@@ -73,6 +73,19 @@ def test_a_manifest_from_an_older_sender_asks_for_checksums() -> None:
     assert WeightManifest.from_json(data).checksums is True
 
 
+def test_pieces_split_only_buckets_larger_than_a_piece_and_survive_json() -> None:
+    state = {"big": torch.zeros(10), "half": torch.zeros(6, dtype=torch.bfloat16)}
+    manifest = plan_manifest(state, version=0, bucket_bytes=1, piece_bytes=16)
+    big, half = manifest.buckets  # 40 bytes of float32; 12 bytes of bfloat16
+    assert manifest.pieces(big) == [(0, 4), (4, 8), (8, 10)]
+    assert manifest.pieces(half) == [(0, 6)]  # not larger than a piece: whole
+    assert WeightManifest.from_json(manifest.to_json()) == manifest
+    whole = plan_manifest(state, version=0, bucket_bytes=1)
+    assert "piece_bytes" not in whole.to_json() and whole.pieces(whole.buckets[0]) == [(0, 10)]
+    with pytest.raises(ValueError, match="piece_bytes must be >= 0"):
+        plan_manifest(state, version=0, bucket_bytes=1, piece_bytes=-1)
+
+
 def test_flatten_then_unflatten_restores_every_tensor() -> None:
     state = _state()
     manifest = plan_manifest(state, version=0, bucket_bytes=100)
@@ -97,6 +110,7 @@ def _bad(change: dict[str, Any]) -> dict[str, Any]:
         ({"version": "1"}, "version must be an int >= 0"),
         ({"full": "yes"}, "'full' must be a bool"),
         ({"checksums": 1}, "'checksums' must be a bool"),
+        ({"piece_bytes": -8}, "piece_bytes must be an int >= 0"),
         ({"buckets": [["float32", 24], ["complex64", 6]]}, "unsupported dtype"),
         ({"tensors": [["a", "float32", [4, 4], 9, 0]]}, "bucket 9, which does not exist"),
         ({"tensors": [["a", "float32", [4, -4], 0, 0]]}, "dimension of a must be an int >= 0"),
