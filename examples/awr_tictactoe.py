@@ -35,7 +35,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -108,6 +108,9 @@ class AWRConfig:
     (Q(board, move) - V(board), each the mean return-to-go of its visits)."""
     state_prior: float = 1.0
     """With baseline state or state_action: pseudo-visits of the parent mean per estimate."""
+    state_normalize: bool = False
+    """Divide each AWR weight by the mean weight of its board's turns (every board keeps its
+    share of the data; only the choice of move is reweighted)."""
     eval_episodes: int = 128
     """Evaluation games per run (the same opponent seeds for every run)."""
     eval_temperature: float = 1.0
@@ -183,9 +186,12 @@ def write_data(rollouts: Sequence[Rollout], out: Path) -> tuple[Path, Path]:
 def algorithm(cfg: AWRConfig, method: str) -> RLAlgorithm:
     if method == "sft":
         return make_sft()
-    return make_awr(
+    awr = make_awr(
         beta=cfg.beta, max_weight=cfg.max_weight, baseline=cfg.baseline, state_prior=cfg.state_prior
     )
+    assert isinstance(awr.credit_assigner, AWRCredit)
+    credit = replace(awr.credit_assigner, state_normalize=cfg.state_normalize)
+    return replace(awr, credit_assigner=credit)
 
 
 def train(

@@ -4,6 +4,7 @@ weights per turn, and the presets that use them."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -169,6 +170,32 @@ def test_awr_state_action_baseline_by_hand() -> None:
     # two pseudo-visits: V = (2 + 0.8) / 7 = 0.4, Q(5) = (2 + 0.8) / 4 = 0.7
     shrunk = AWRCredit(baseline="state_action", state_prior=2.0).advantages(rollouts)
     assert shrunk[("p", "t0")] == pytest.approx(0.3)
+
+
+def test_awr_state_normalize_keeps_each_state_at_mean_weight_one() -> None:
+    rollouts = [
+        one_move("p", "5", 1.0),
+        one_move("q", "5", 1.0),
+        one_move("r", "1", 1.0),
+        one_move("s", "1", 0.0),
+        one_move("t", "1", -1.0),
+        make_rollout([3.0], rid="lone"),  # moved to a state of its own below
+    ]
+    rollouts[-1].steps[0].info["observation"] = "elsewhere"  # type: ignore[union-attr]
+    credit = AWRCredit(baseline="state_action", beta=0.5)
+    raw = credit.assign(rollouts)
+    normalized = replace(credit, state_normalize=True).assign(rollouts)
+    # obs-0: raw weights e^(A / 0.5) with A from the six turns; divided by their mean
+    obs0 = [("p", "t0"), ("q", "t0"), ("r", "t0"), ("s", "t0"), ("t", "t0")]
+    mean = sum(raw[k] for k in obs0) / 5
+    for key in obs0:
+        assert normalized[key] == pytest.approx(raw[key] / mean)
+    assert sum(normalized[k] for k in obs0) == pytest.approx(5.0)
+    assert normalized[("p", "t0")] / normalized[("r", "t0")] == pytest.approx(
+        raw[("p", "t0")] / raw[("r", "t0")]
+    )
+    assert raw[("lone", "t0")] != pytest.approx(1.0)
+    assert normalized[("lone", "t0")] == pytest.approx(1.0)  # a state seen once weighs 1
 
 
 def test_awr_weights_never_overflow_and_bad_settings_are_refused() -> None:

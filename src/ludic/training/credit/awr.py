@@ -114,6 +114,11 @@ class AWRCredit:
         Every visit of (s, a) gets the same A, so one lucky game does not decide a move's
         weight; a pair seen once gets a shrunk episode-level advantage. This is the value the
         paper's critic approximates, estimated by counting (it needs repeated states).
+    state_normalize: divide each weight by the mean weight of the turns from its state (MPO's
+        per-state normalisation of exp(A / beta)): every state keeps its share of the data, as
+        in SFT on all of it, and only the choice among the moves from a state is reweighted (a
+        state seen once weighs 1). Without it, states whose moves have large advantages take
+        over the loss (fewer effective samples; see the README's AWR section).
     The paper uses beta = 0.05 on its returns and max_weight = 20; beta here defaults to 1.0
     for rewards in [-1, 1].
     """
@@ -125,6 +130,7 @@ class AWRCredit:
     gamma: float = 1.0
     eps: float = 1e-6
     state_prior: float = 1.0
+    state_normalize: bool = False
     anchor_key: AnchorKeyFn = default_anchor_key
 
     def __post_init__(self) -> None:
@@ -173,7 +179,32 @@ class AWRCredit:
     def assign(self, rollouts: Sequence[Rollout]) -> dict[TurnKey, float]:
         advantages = self.advantages(rollouts)
         weights = awr_weights(list(advantages.values()), beta=self.beta, max_weight=self.max_weight)
-        return dict(zip(advantages.keys(), weights, strict=True))
+        out = dict(zip(advantages.keys(), weights, strict=True))
+        if not self.state_normalize:
+            return out
+        states = {
+            (rollout.id, turn.turn_id): self.anchor_key(turn)
+            for rollout in rollouts
+            for turn in rollout.turns()
+        }
+        return normalize_per_state(out, {key: states.get(key) for key in out})
+
+
+def normalize_per_state(
+    weights: dict[TurnKey, float], states: dict[TurnKey, AnchorKey | None]
+) -> dict[TurnKey, float]:
+    """w_k / mean(w_j : s_j = s_k): each state's turns keep their mean weight of 1 (see
+    `AWRCredit.state_normalize`); a turn without a state keeps its weight."""
+    totals: dict[AnchorKey, list[float]] = defaultdict(list)
+    for key, w in weights.items():
+        state = states[key]
+        if state is not None:
+            totals[state].append(w)
+    means = {state: math.fsum(ws) / len(ws) for state, ws in totals.items()}
+    return {
+        key: w if states[key] is None else w / means[states[key]]  # type: ignore[index]
+        for key, w in weights.items()
+    }
 
 
 def _action(turn: Turn) -> str | None:
