@@ -19,6 +19,8 @@ from typing import Any, Literal
 from rich.console import Console
 
 from ludic.agents.base import Agent
+from ludic.context.full_dialog import FullDialog
+from ludic.context.latest_observation import LatestObservationContext
 from ludic.envs.base import LudicEnv
 from ludic.eval.core import EvalResult, make_eval_requests, run_eval
 from ludic.eval.summary import print_summary
@@ -65,6 +67,21 @@ class EvalConfig:
     """Sampling temperature."""
     max_tokens: int = 128
     """Completion token limit per model call."""
+    context: Literal["full", "latest"] = "full"
+    """Agent memory: full (the whole dialog) or latest (the system prompt, the latest
+    observation and, after a reply that did not parse, that reply and its feedback), as the
+    quickstart's harness and `ludic train --context latest` show a fully observed game."""
+    reject_incomplete: bool = False
+    """Make a reply cut off at --max-tokens a parse failure that the parser never sees (as the
+    quickstart does); off: the parser reads it like any other reply."""
+    batch_invariant: bool = False
+    """Run the embedded engine batch-invariant: an episode's tokens do not depend on the
+    episodes beside it, so a seeded evaluation repeats exactly on the same machine, build and
+    --threads (the quickstart's engine). Not with --server-url (serve with `ludic serve
+    --batch-invariant` instead)."""
+    threads: int | None = None
+    """torch CPU threads of the embedded engine (None: torch's choice). The quickstart
+    evaluates on 1; a batch-invariant result holds for a given thread count."""
     seed: int = 0
     """First env seed; sampling seeds are derived from it."""
     concurrency: int = 16
@@ -87,10 +104,15 @@ class EvalConfig:
 def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> EvalResult:
     """Build the env, client and engine from `cfg`, evaluate, print and write the results."""
     console = console or Console()
+    _check_engine_options(cfg)
     env_factory = resolve_env_factory(cfg.env)
     env_kwargs = _parse_kwargs(cfg.env_kwargs)
     parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
     model_dir = None if cfg.server_url else resolve_model_dir(cfg.model, console=console)
+    if model_dir is not None and cfg.threads is not None:
+        import torch
+
+        torch.set_num_threads(cfg.threads)
     requests = make_eval_requests(
         env=ComponentSpec(name="env", kwargs=env_kwargs),
         protocol=ComponentSpec(name="single"),
@@ -110,6 +132,16 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
         view += f" --tokenizer {model_dir}"
     console.print(f"records in [bold]{cfg.out_dir}[/bold]; browse the episodes with: {view}")
     return result
+
+
+def _check_engine_options(cfg: EvalConfig) -> None:
+    if cfg.batch_invariant and cfg.server_url:
+        raise ValueError(
+            "--batch-invariant applies to the embedded engine, not to --server-url; start the "
+            "server with `ludic serve --batch-invariant` and drop the flag here"
+        )
+    if cfg.threads is not None and cfg.threads < 1:
+        raise ValueError(f"--threads must be >= 1 (or left out), got {cfg.threads}")
 
 
 def _check_credit_options(cfg: EvalConfig) -> None:
@@ -147,7 +179,13 @@ async def _evaluate(
     try:
 
         def protocol_factory() -> SingleAgentProtocol:
-            agent = Agent(client, parser=parser, system_prompt=cfg.system_prompt)
+            agent = Agent(
+                client,
+                context=LatestObservationContext() if cfg.context == "latest" else FullDialog(),
+                parser=parser,
+                system_prompt=cfg.system_prompt,
+                reject_incomplete_completions=cfg.reject_incomplete,
+            )
             return SingleAgentProtocol(agent, max_steps=cfg.max_steps)
 
         engine = RolloutEngine(
@@ -278,9 +316,10 @@ def build_client(cfg: EvalConfig, model_dir: str | None) -> ChatClient:
         return OpenAICompatibleClient(base_url=cfg.server_url, model=name, api_key=cfg.api_key)
     if model_dir is None:
         raise ValueError("the embedded engine needs a model directory (or pass --server-url)")
-    from ludic.inference.embedded.engine import EmbeddedEngine
+    from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
 
-    return EmbeddedEngine.from_pretrained(model_dir)
+    config = EngineConfig(batch_invariant=cfg.batch_invariant)
+    return EmbeddedEngine.from_pretrained(model_dir, config=config)
 
 
 def _builtin_envs() -> dict[str, Any]:

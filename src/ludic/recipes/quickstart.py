@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import copy
 import json
+import shlex
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
@@ -34,6 +35,7 @@ from ludic.recipes.tictactoe import (
     PROTOCOL_NAME,
     StageResult,
     drop_penalised_turns,
+    eval_command,
     evaluate_stage,
     expert_policy,
     print_results,
@@ -67,7 +69,8 @@ TINY_BUDGET = {
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class QuickstartResult:
-    """The three evaluations (before SFT, after SFT, after RL) and where the outputs are."""
+    """The three evaluations (before SFT, after SFT, after RL), where the outputs are, and
+    the `ludic eval` command that evaluates the final checkpoint the same way."""
 
     stages: tuple[StageResult, ...]
     out_dir: Path
@@ -76,6 +79,8 @@ class QuickstartResult:
     checkpoint_dir: Path
     seconds: float
     stage_seconds: dict[str, float]
+    eval_command: tuple[str, ...]
+    """`ludic eval` arguments that reproduce the 'after RL' evaluation from the checkpoint."""
 
 
 def run_quickstart(cfg: QuickstartConfig, *, console: Console | None = None) -> QuickstartResult:
@@ -128,7 +133,9 @@ async def _run(cfg: QuickstartConfig, console: Console) -> QuickstartResult:
         with timer("eval"):
             stages.append(await evaluate(engine, "after SFT"))
         with timer("RL"):
-            await _grpo(cfg, model, tokenizer, engine, env_kwargs, sft_version, out / "rl", console)
+            final = await _grpo(
+                cfg, model, tokenizer, engine, env_kwargs, sft_version, out / "rl", console
+            )
         with timer("eval"):
             stages.append(await evaluate(engine, "after RL"))
 
@@ -143,12 +150,27 @@ async def _run(cfg: QuickstartConfig, console: Console) -> QuickstartResult:
         checkpoint_dir=out / "rl" / "checkpoints",
         seconds=seconds,
         stage_seconds=dict(timer.seconds),
+        eval_command=tuple(
+            eval_command(
+                env_kwargs,
+                final / "model",
+                episodes=cfg.eval_episodes,
+                temperature=cfg.eval_temperature,
+                max_tokens=cfg.max_tokens,
+                threads=cfg.threads,
+            )
+        ),
     )
     _write_results(result, cfg)
     split = ", ".join(f"{name} {secs:.0f} s" for name, secs in timer.seconds.items())
     console.print(
         f"done in {seconds / 60:.1f} min ({split}). Reward curve: [bold]{curve}[/bold]; look "
         f"at the games: ludic view {out / 'eval' / 'after_RL' / 'rollouts.jsonl'}"
+    )
+    console.print(
+        "the 'after RL' evaluation again, from the final checkpoint:",
+        shlex.join(result.eval_command),
+        soft_wrap=True,
     )
     return result
 
@@ -270,8 +292,9 @@ async def _grpo(
     start_version: int,
     out: Path,
     console: Console,
-) -> None:
-    """GRPO against the scripted opponent; weights are pushed to `engine` after every step."""
+) -> Path:
+    """GRPO against the scripted opponent; weights are pushed to `engine` after every step.
+    Returns the final checkpoint."""
     episodes = cfg.rl_groups * cfg.group_size
     console.print(f"[bold]GRPO[/bold]: {cfg.rl_steps} steps of {episodes} games each")
     algorithm = make_grpo()
@@ -307,7 +330,7 @@ async def _grpo(
         checkpoint_every=max(1, cfg.rl_steps // 2),
     )
     await trainer.train(cfg.rl_steps, progress=cfg.progress)
-    finish(trainer)
+    return finish(trainer)
 
 
 def _write_results(result: QuickstartResult, cfg: QuickstartConfig) -> None:
@@ -315,6 +338,7 @@ def _write_results(result: QuickstartResult, cfg: QuickstartConfig) -> None:
         "stages": [s.to_dict() for s in result.stages],
         "seconds": result.seconds,
         "stage_seconds": result.stage_seconds,
+        "eval_command": shlex.join(result.eval_command),
         "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
     }
     (result.out_dir / "results.json").write_text(json.dumps(record, indent=2) + "\n")

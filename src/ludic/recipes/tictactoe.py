@@ -8,6 +8,7 @@ from the observation text and plays minimax with some random moves. Nothing here
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -220,6 +221,28 @@ async def evaluate_stage(
     engine = rollout_engine(client, max_tokens=max_tokens)
     result = await run_eval(engine, requests, progress=progress, out_dir=out_dir)
     return stage_result(stage, result)
+
+
+def eval_command(
+    env_kwargs: Mapping[str, Any],
+    model_dir: Path | str,
+    *,
+    episodes: int,
+    temperature: float,
+    max_tokens: int = 10,
+    threads: int | None = None,
+) -> list[str]:
+    """The `ludic eval` command line that evaluates `model_dir` as `evaluate_stage` does on a
+    batch-invariant engine (the quickstart's): the same env, harness (latest observation only,
+    the env's `<move>` parser, no system prompt, cut-off replies rejected, MAX_EPISODE_STEPS),
+    games (opponent seeds from EVAL_SEED), sampling and torch threads, so it reproduces a
+    stage's numbers from a saved checkpoint."""
+    args = ["ludic", "eval", "--env", ENV_NAME, "--env-kwargs", json.dumps(dict(env_kwargs))]
+    args += ["--model", str(model_dir), "--system-prompt", SYSTEM_PROMPT, "--context", "latest"]
+    args += ["--reject-incomplete", "--max-tokens", str(max_tokens)]
+    args += ["--max-steps", str(MAX_EPISODE_STEPS), "--num-problems", str(episodes)]
+    args += ["--seed", str(EVAL_SEED), "--temperature", str(temperature), "--batch-invariant"]
+    return args + ([] if threads is None else ["--threads", str(threads)])
 
 
 def results_table(results: Sequence[StageResult], *, title: str = "Tic-tac-toe") -> Table:
