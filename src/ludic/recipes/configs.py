@@ -139,7 +139,17 @@ class TrainConfig:
     group_size: int = 8
     """Episodes per problem (the group sharing a baseline)."""
     lr: float = 1e-4
-    """Learning rate."""
+    """Learning rate (the peak, after any warmup)."""
+    lr_schedule: Literal["constant", "cosine", "linear"] = "constant"
+    """Learning rate after warmup: constant, or a cosine or linear decay to --min-lr-ratio x
+    --lr over --schedule-steps (`ludic.training.schedule`)."""
+    warmup_steps: int = 0
+    """Linear warmup of the learning rate over this many optimizer steps."""
+    min_lr_ratio: float = 0.0
+    """Floor of the decayed learning rate, as a fraction of --lr (cosine and linear)."""
+    schedule_steps: int | None = None
+    """Optimizer steps the decay spans (default: --steps). When you stop early to --resume
+    later with a larger --steps, give the whole run's length so both parts follow one curve."""
     max_steps: int = 10
     """Env steps per episode before truncation."""
     max_tokens: int = 128

@@ -34,6 +34,7 @@ from ludic.recipes.algorithms import PRESETS
 from ludic.recipes.configs import RESUME_LATEST, Algorithm, TrainConfig
 from ludic.recipes.training import (
     SAMPLES_FILE,
+    check_lr_schedule,
     finish,
     load_policy,
     log_samples,
@@ -78,6 +79,8 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
     env_factory = resolve_env_factory(cfg.env)
     env_kwargs = _env_kwargs(cfg.env_kwargs)
     _check_single_seat(env_factory, env_kwargs, cfg.env)
+    schedule_steps = cfg.steps if cfg.schedule_steps is None else cfg.schedule_steps
+    check_lr_schedule(cfg.lr_schedule, cfg.warmup_steps, schedule_steps, cfg.min_lr_ratio)
     parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
     console.print(f"parser: {_parser_name(parser)} (--parser {cfg.parser})")
     if cfg.parser == "auto" and parser is identity_parser:
@@ -145,6 +148,10 @@ async def _train(
             log_samples(source, cfg.out_dir),
             out=cfg.out_dir,
             lr=cfg.lr,
+            lr_schedule=cfg.lr_schedule,
+            warmup_steps=cfg.warmup_steps,
+            schedule_steps=cfg.steps if cfg.schedule_steps is None else cfg.schedule_steps,
+            min_lr_ratio=cfg.min_lr_ratio,
             seed=cfg.seed,
             publisher=inference.publisher,
             checkpoint_every=cfg.checkpoint_every,

@@ -29,6 +29,7 @@ from ludic.training import (
     Trainer,
     TrainerConfig,
 )
+from ludic.training.schedule import LR_SCHEDULES, LRSchedule
 
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS_DIR = "checkpoints"
@@ -43,6 +44,10 @@ def make_trainer(
     *,
     out: Path,
     lr: float,
+    lr_schedule: LRSchedule = "constant",
+    warmup_steps: int = 0,
+    schedule_steps: int | None = None,
+    min_lr_ratio: float = 0.0,
     seed: int = 0,
     publisher: PolicyPublisher | None = None,
     initial_policy_version: int = 0,
@@ -54,11 +59,19 @@ def make_trainer(
     """A Trainer logging to `out/metrics.jsonl` and checkpointing under `out/checkpoints`
     (every `checkpoint_every` steps, the last two kept; the tokenizer is saved with the model
     so a checkpoint's `model/` directory loads with `ludic.models.load_model`).
-    `batch_invariant` recomputes logprobs with the batch-invariant engine's arithmetic
-    (`TrainerConfig.batch_invariant`)."""
+    The learning rate warms up linearly over `warmup_steps`, then follows `lr_schedule`
+    (cosine or linear: down to `min_lr_ratio * lr` over `schedule_steps` optimizer steps;
+    `ludic.training.schedule`); the schedule's position is checkpointed, so a resumed run
+    continues on the same curve. `batch_invariant` recomputes logprobs with the
+    batch-invariant engine's arithmetic (`TrainerConfig.batch_invariant`)."""
+    check_lr_schedule(lr_schedule, warmup_steps, schedule_steps, min_lr_ratio)
     out.mkdir(parents=True, exist_ok=True)
     config = TrainerConfig(
         lr=lr,
+        lr_schedule=lr_schedule,
+        warmup_steps=warmup_steps,
+        total_steps=schedule_steps,
+        min_lr_ratio=min_lr_ratio,
         seed=seed,
         pad_token_id=int(tokenizer.pad_token_id or 0),
         initial_policy_version=initial_policy_version,
@@ -79,6 +92,23 @@ def make_trainer(
         logger=JsonlLogger(out / METRICS_FILE),
         tokenizer=tokenizer,
     )
+
+
+def check_lr_schedule(
+    lr_schedule: str, warmup_steps: int, schedule_steps: int | None, min_lr_ratio: float
+) -> None:
+    """Refuse schedule settings `make_trainer` cannot follow, naming the `ludic train` flag."""
+    if lr_schedule not in LR_SCHEDULES:
+        raise ValueError(f"--lr-schedule must be one of {LR_SCHEDULES}, got {lr_schedule!r}")
+    if warmup_steps < 0:
+        raise ValueError(f"--warmup-steps must be >= 0, got {warmup_steps}")
+    if not 0.0 <= min_lr_ratio <= 1.0:
+        raise ValueError(f"--min-lr-ratio must be in [0, 1], got {min_lr_ratio}")
+    if lr_schedule != "constant" and (schedule_steps is None or schedule_steps < 1):
+        raise ValueError(
+            f"--lr-schedule {lr_schedule} decays over --schedule-steps optimizer steps, which "
+            f"must be >= 1 (got {schedule_steps}); ludic train defaults it to --steps"
+        )
 
 
 def finish(trainer: Trainer) -> Path:
