@@ -136,6 +136,8 @@ class _Parts:
     done: int = 0
     rows: list[torch.Tensor] = dataclasses.field(default_factory=list)
     float_sums: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    values: list[torch.Tensor] | None = None
+    """Once complete: [total, weighted] (and the float sum's bits), still on the device."""
 
     @property
     def complete(self) -> bool:
@@ -178,6 +180,9 @@ class RunningChecksums:
         if summed is not None:
             parts.float_sums.append(summed)
         parts.done = end
+        if parts.complete:  # combined now, beside the transfer, not in `finish`
+            parts.values = _finish_one(parts, self.find_nonfinite)
+            parts.rows, parts.float_sums = [], []
 
     def complete(self) -> list[str]:
         """Names of the tensors advanced to their end."""
@@ -190,7 +195,9 @@ class RunningChecksums:
         for name, parts in self._parts.items():
             if not parts.complete:
                 continue
-            values = _finish_one(parts, self.find_nonfinite)
+            if parts.values is None:  # an empty tensor: never advanced past its start
+                parts.values = _finish_one(parts, self.find_nonfinite)
+            values = parts.values
             device = parts.tensor.device
             pending.setdefault(device, []).append((name, parts, len(values)))
             stacked.setdefault(device, []).extend(values)
