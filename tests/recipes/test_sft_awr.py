@@ -69,6 +69,8 @@ def test_the_cli_flags_build_the_awr_preset() -> None:
     pairs = ["--data", "x.jsonl", "--algorithm", "awr", "--awr-baseline", "state_action"]
     credit = offline_algorithm(tyro.cli(SFTConfig, args=pairs)).credit_assigner
     assert credit == AWRCredit(baseline="state_action")
+    normalized = offline_algorithm(tyro.cli(SFTConfig, args=[*pairs, "--awr-state-normalize"]))
+    assert normalized.credit_assigner == AWRCredit(baseline="state_action", state_normalize=True)
 
 
 def test_awr_weights_of_the_samples_are_exp_of_group_advantages(mixed_data: Path) -> None:

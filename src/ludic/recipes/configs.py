@@ -237,6 +237,9 @@ class SFTConfig:
     awr_state_prior: float = 1.0
     """With --awr-baseline state or state_action: pseudo-visits of the parent mean (the file's
     mean for a state's value, the state's value for a move's) in each estimate."""
+    awr_state_normalize: bool = False
+    """Divide each AWR weight by the mean weight of its state's turns (every state keeps its
+    share of the data; only the choice among moves is reweighted)."""
     retokenize: bool = False
     """Rebuild token ids from the messages with the model's chat template (for rollouts from
     a backend that returned no ids, or from another tokenizer)."""

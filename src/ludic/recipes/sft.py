@@ -9,7 +9,7 @@ and plots the loss curve. It does not generate data: see `examples/rejection_sam
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -18,7 +18,14 @@ from rich.console import Console
 from ludic.recipes.configs import SFTConfig
 from ludic.recipes.training import finish, load_policy, make_trainer, plot_curve
 from ludic.rollouts import ChatTemplateRetokenizer, SampleFilter, SAWItem
-from ludic.training import OfflineBatchSource, RLAlgorithm, drop_parse_errors, make_awr, make_sft
+from ludic.training import (
+    AWRCredit,
+    OfflineBatchSource,
+    RLAlgorithm,
+    drop_parse_errors,
+    make_awr,
+    make_sft,
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,12 +108,17 @@ def offline_algorithm(cfg: SFTConfig) -> RLAlgorithm:
     if cfg.algorithm == "sft":
         return make_sft()
     if cfg.algorithm == "awr":
-        return make_awr(
+        awr = make_awr(
             beta=cfg.awr_beta,
             max_weight=cfg.awr_max_weight,
             baseline=cfg.awr_baseline,
             state_prior=cfg.awr_state_prior,
         )
+        if not cfg.awr_state_normalize:
+            return awr
+        assert isinstance(awr.credit_assigner, AWRCredit)
+        credit = replace(awr.credit_assigner, state_normalize=True)
+        return replace(awr, credit_assigner=credit)
     raise ValueError(f"--algorithm must be 'sft' or 'awr', got {cfg.algorithm!r}")
 
 
