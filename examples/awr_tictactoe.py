@@ -46,6 +46,7 @@ from rich.console import Console
 from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
 from ludic.inference.sampling import SamplingConfig
 from ludic.models import TinyModelSpec, build_tiny_model, load_model, save_model
+from ludic.recipes import finish, make_trainer
 from ludic.recipes.expert import PolicyClient
 from ludic.recipes.tictactoe import (
     ENV_NAME,
@@ -58,7 +59,6 @@ from ludic.recipes.tictactoe import (
     rollout_engine,
     task_tokenizer,
 )
-from ludic.recipes.training import finish, make_trainer
 from ludic.rollouts import (
     ComponentSpec,
     RolloutRequest,
