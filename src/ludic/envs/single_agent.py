@@ -1,7 +1,7 @@
 """SingleAgentEnv: the easy path for Gym-like tasks with one agent.
 
 Subclasses implement `env_reset(seed) -> (obs, info)` and `env_step(action) -> StepOutcome`,
-either sync or async, and optionally `env_state_key()`. A synchronous env stays synchronous
+either sync or async, and optionally `env_state_key()` and `env_current_observation()`. A synchronous env stays synchronous
 for its users (`env.reset(0)` returns the result); protocols still run its calls on a worker
 thread (see `LudicEnv`). It deliberately adds nothing else.
 """
@@ -71,6 +71,15 @@ class SingleAgentEnv(LudicEnv):
         read after `env_reset` and after every `env_step`; None: no key (GiGPO then falls
         back to a hash of the observation text). Keep it cheap: it runs on the event loop."""
         return None
+
+    def env_current_observation(self) -> str | None:
+        """Optional: the observation of the unchanged current state, shown below the parser's
+        feedback after a reply that did not parse (see `LudicEnv.current_observation`); None:
+        the feedback alone."""
+        return None
+
+    def current_observation(self, agent_id: str) -> str | None:
+        return self.env_current_observation()
 
     def reset(self, seed: int | None = None) -> ResetResult | Awaitable[ResetResult]:
         return _then(self.env_reset(seed), lambda r: {self.agent_id: r})

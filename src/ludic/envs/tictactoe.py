@@ -189,7 +189,7 @@ class TicTacToeEnv(SingleAgentEnv):
             info=info,
         )
 
-    def current_observation(self, agent_id: str) -> str | None:
+    def env_current_observation(self) -> str | None:
         """The board to play on again, in the active observation mode (full or compact), while
         the game is on; shown below the feedback after a reply that did not parse."""
         if self._rng is None or self.outcome is not None:
