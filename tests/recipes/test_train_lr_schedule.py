@@ -76,3 +76,57 @@ def test_bad_schedule_settings_are_refused_naming_the_flag(
     with pytest.raises(ValueError, match=message):
         train_command(cfg)
     assert not (tmp_path / "metrics.jsonl").exists()  # refused before anything ran
+
+
+@pytest.mark.slow
+def test_resume_refuses_a_longer_decay_unless_the_checkpoints_schedule_is_kept(
+    tmp_path: Path,
+) -> None:
+    """A cosine run over its whole --steps 2, resumed with --steps 4: a schedule_steps of 4
+    would stretch the finished decay back up (step 2 at 0.775 x lr instead of the floor), so it
+    is refused naming --schedule-steps and the checkpoint's 2; --schedule-steps 2 keeps the
+    checkpoint's curve, whose LR stays at its floor 0.1 x lr past step 2."""
+    model = tiny_model_dir(seed=0, spec=SPEC, cache_dir=tmp_path / "models")
+    out = tmp_path / "run"
+    run(out, model, "--steps", "2")
+    with pytest.raises(
+        ValueError,
+        match=r"--schedule-steps \(default: --steps\) is 4, the "
+        r"checkpoint's is 2.*--schedule-steps 2.*--override-lr-schedule",
+    ):
+        run(out, model, "--steps", "4", "--resume")
+    assert len(lrs(out)) == 2  # refused before any step
+    run(out, model, "--steps", "4", "--schedule-steps", "2", "--resume")
+    # step 0: warmup 1; step 1: cosine at p = 0 -> 1; steps 2, 3: past S = 2, the floor 0.1
+    assert lrs(out) == pytest.approx([1e-2, 1e-2, 1e-3, 1e-3], rel=1e-6)
+
+
+@pytest.mark.slow
+def test_resume_refuses_a_changed_lr_unless_overridden(tmp_path: Path) -> None:
+    """A changed --lr on --resume is refused naming --lr and the checkpoint's value (LambdaLR
+    would silently restore the old base rate); with --override-lr-schedule the new rate applies
+    from the checkpoint's step on, on the same curve position."""
+    model = tiny_model_dir(seed=0, spec=SPEC, cache_dir=tmp_path / "models")
+    out = tmp_path / "run"
+    run(out, model, "--steps", "2", "--schedule-steps", "4")
+    with pytest.raises(ValueError, match=r"--lr is 0\.005, the checkpoint's is 0\.01.*--lr 0\.01"):
+        run(out, model, "--steps", "4", "--schedule-steps", "4", "--resume", "--lr", "5e-3")
+    with pytest.raises(ValueError, match=r"--lr-schedule is linear, the checkpoint's is cosine"):
+        run(out, model, "--steps", "4", "--resume", "--lr-schedule", "linear")
+    assert len(lrs(out)) == 2
+    run(out, model, "--steps", "4", "--resume", "--lr", "5e-3", "--override-lr-schedule")
+    assert lrs(out) == pytest.approx([1e-2, 1e-2, 5e-3 * 0.775, 5e-3 * 0.325], rel=1e-6)
+
+
+def test_lr_changes_ignore_what_a_constant_schedule_ignores(tmp_path: Path) -> None:
+    """--steps does not shape a constant LR, so a longer constant run resumes without
+    --schedule-steps (no false refusal)."""
+    from ludic.training.config import TrainerConfig
+    from ludic.training.lr_resume import lr_changes, lr_settings
+
+    short = TrainerConfig(lr=1e-3, total_steps=2)
+    assert lr_changes(lr_settings(short), TrainerConfig(lr=1e-3, total_steps=8)) == {}
+    cosine = TrainerConfig(lr=1e-3, lr_schedule="cosine", total_steps=2)
+    longer = TrainerConfig(lr=1e-3, lr_schedule="cosine", total_steps=8)
+    assert lr_changes(lr_settings(cosine), longer) == {"total_steps": (2, 8)}
+    assert lr_changes(None, longer) == {}  # a checkpoint from before the record

@@ -7,9 +7,10 @@ live beside it (`quickstart.py`, `train.py`, `sft.py`).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from tyro.constructors import PrimitiveConstructorSpec
 
@@ -22,6 +23,18 @@ OfflineAlgorithm = Literal["sft", "awr"]
 
 RESUME_LATEST = "latest"
 """`TrainConfig.resume` value for the run's own checkpoints (what a bare `--resume` gives)."""
+
+
+def parse_env_kwargs(text: str) -> dict[str, Any]:
+    """The JSON object `--env-kwargs` holds (of `ludic train`, `ludic eval`, `ludic actor`);
+    anything else raises ValueError naming the flag."""
+    try:
+        kwargs = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--env-kwargs must be a JSON object, got {text!r} ({e})") from e
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"--env-kwargs must be a JSON object, got {text!r}")
+    return kwargs
 
 
 def _resume_from_args(args: list[str]) -> str:
@@ -150,6 +163,11 @@ class TrainConfig:
     schedule_steps: int | None = None
     """Optimizer steps the decay spans (default: --steps). When you stop early to --resume
     later with a larger --steps, give the whole run's length so both parts follow one curve."""
+    override_lr_schedule: bool = False
+    """On --resume, apply this launch's --lr / --lr-schedule / --warmup-steps /
+    --schedule-steps / --min-lr-ratio from the checkpoint's step on. Without it, a value that
+    differs from the one the checkpoint recorded is refused (it would otherwise be ignored,
+    or stretch a finished decay back up)."""
     max_steps: int = 10
     """Env steps per episode before truncation."""
     max_tokens: int = 128

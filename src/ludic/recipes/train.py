@@ -14,7 +14,6 @@ uninterrupted one. Every training sample is written to `samples.jsonl` for
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,7 @@ from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import Parser, identity_parser
 from ludic.recipes import algorithms
 from ludic.recipes.algorithms import PRESETS
-from ludic.recipes.configs import RESUME_LATEST, Algorithm, TrainConfig
+from ludic.recipes.configs import RESUME_LATEST, Algorithm, TrainConfig, parse_env_kwargs
 from ludic.recipes.training import (
     SAMPLES_FILE,
     check_lr_schedule,
@@ -50,6 +49,7 @@ from ludic.rollouts import (
     SeedSequencer,
 )
 from ludic.training import RLAlgorithm, RolloutBatchSource, Trainer
+from ludic.training.lr_resume import LRScheduleMismatchError
 
 __all__ = ["PRESETS", "TrainResult", "make_algorithm", "rollout_sampling", "train_command"]
 
@@ -77,9 +77,9 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
     """Train `cfg.model` (default: a fresh tiny model) on `cfg.env`; see `TrainConfig`."""
     console = console or Console()
     env_factory = resolve_env_factory(cfg.env)
-    env_kwargs = _env_kwargs(cfg.env_kwargs)
+    env_kwargs = parse_env_kwargs(cfg.env_kwargs)
     _check_single_seat(env_factory, env_kwargs, cfg.env)
-    schedule_steps = cfg.steps if cfg.schedule_steps is None else cfg.schedule_steps
+    schedule_steps = schedule_steps_of(cfg)
     check_lr_schedule(cfg.lr_schedule, cfg.warmup_steps, schedule_steps, cfg.min_lr_ratio)
     parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
     console.print(f"parser: {_parser_name(parser)} (--parser {cfg.parser})")
@@ -150,7 +150,7 @@ async def _train(
             lr=cfg.lr,
             lr_schedule=cfg.lr_schedule,
             warmup_steps=cfg.warmup_steps,
-            schedule_steps=cfg.steps if cfg.schedule_steps is None else cfg.schedule_steps,
+            schedule_steps=schedule_steps_of(cfg),
             min_lr_ratio=cfg.min_lr_ratio,
             seed=cfg.seed,
             publisher=inference.publisher,
@@ -169,6 +169,11 @@ async def _train(
         return history, finish(trainer)
     finally:
         await inference.aclose()
+
+
+def schedule_steps_of(cfg: TrainConfig) -> int:
+    """Optimizer steps the LR decay spans: --schedule-steps, or --steps when it is left out."""
+    return cfg.steps if cfg.schedule_steps is None else cfg.schedule_steps
 
 
 def rollout_sampling(cfg: TrainConfig) -> SamplingConfig:
@@ -206,19 +211,62 @@ def _resume(trainer: Trainer, cfg: TrainConfig, console: Console) -> None:
     """Restore the checkpoint `cfg.resume` names (publishing its weights into the engine)."""
     path = None if cfg.resume == RESUME_LATEST else Path(cfg.resume or "")
     try:
-        trainer.resume(path)
+        trainer.resume(path, override_lr_schedule=cfg.override_lr_schedule)
     except FileNotFoundError as e:
         trainer.close()
         raise FileNotFoundError(f"--resume: {e}; run without --resume to start a new run") from e
+    except LRScheduleMismatchError as e:
+        trainer.close()
+        raise ValueError(_lr_mismatch_message(e, cfg)) from e
     if trainer.step >= cfg.steps:
         trainer.close()
         raise ValueError(
             f"--resume: the checkpoint is at step {trainer.step} and --steps is {cfg.steps}, so "
             "nothing is left to train; raise --steps to train further"
         )
+    if cfg.override_lr_schedule:
+        console.print(
+            "[bold yellow]warning[/bold yellow]: --override-lr-schedule: this launch's "
+            f"--lr {cfg.lr} --lr-schedule {cfg.lr_schedule} --warmup-steps {cfg.warmup_steps} "
+            f"--schedule-steps {schedule_steps_of(cfg)} --min-lr-ratio {cfg.min_lr_ratio} "
+            f"win over the checkpoint's from step {trainer.step} on"
+        )
     console.print(
         f"resumed at step {trainer.step} (policy version {trainer.policy_version}), "
         "its weights now served by the engine"
+    )
+
+
+_FLAGS = {
+    "lr": "--lr",
+    "lr_schedule": "--lr-schedule",
+    "warmup_steps": "--warmup-steps",
+    "total_steps": "--schedule-steps",
+    "min_lr_ratio": "--min-lr-ratio",
+}
+
+
+def _lr_mismatch_message(error: LRScheduleMismatchError, cfg: TrainConfig) -> str:
+    """Name each changed flag, the checkpoint's value and how to go on either way."""
+    parts = []
+    for field, (old, new) in error.changes.items():
+        flag = _FLAGS[field]
+        if field == "total_steps" and cfg.schedule_steps is None:
+            flag = "--schedule-steps (default: --steps)"
+        parts.append(f"{flag} is {new}, the checkpoint's is {old}")
+    keep = " ".join(
+        f"{_FLAGS[f]} {old}" for f, (old, _) in error.changes.items() if old is not None
+    )
+    stretch = ""
+    if "total_steps" in error.changes:
+        stretch = (
+            " (a longer decay climbs back up from where the checkpoint's ended; with the "
+            "checkpoint's --schedule-steps the LR stays at its floor past it)"
+        )
+    return (
+        f"--resume: the LR settings differ from the checkpoint's: {'; '.join(parts)}. "
+        f"Pass {keep} to continue its schedule, or add --override-lr-schedule to apply "
+        f"this launch's from the checkpoint's step on{stretch}"
     )
 
 
@@ -246,16 +294,6 @@ def _report(
         last_reward=float(last),
         steps=len(history),
     )
-
-
-def _env_kwargs(text: str) -> dict[str, Any]:
-    try:
-        kwargs = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--env-kwargs must be a JSON object, got {text!r} ({e})") from e
-    if not isinstance(kwargs, dict):
-        raise ValueError(f"--env-kwargs must be a JSON object, got {text!r}")
-    return kwargs
 
 
 def _check_single_seat(factory: Callable[..., Any], kwargs: dict[str, Any], name: str) -> None:

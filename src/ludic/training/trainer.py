@@ -54,6 +54,13 @@ from ludic.training.filters import drop_stale
 from ludic.training.gradients import BatchTotals, accumulate_gradients
 from ludic.training.loggers import TrainingLogger
 from ludic.training.losses import reduce_metrics
+from ludic.training.lr_resume import (
+    RECORD_KEY,
+    LRScheduleMismatchError,
+    apply_lr_settings,
+    lr_changes,
+    lr_settings,
+)
 from ludic.training.mismatch import policy_lag_metrics
 from ludic.training.parallel.auto import auto_runtime
 from ludic.training.parallel.runtime import TrainingRuntime, run_on_main
@@ -342,10 +349,17 @@ class Trainer:
                 data_state=rank_states[0].data_state,
                 rank_states=rank_states,
                 tokenizer=self.tokenizer,
+                extra={RECORD_KEY: lr_settings(self.config)},
             ),
         )
 
-    def resume(self, path: str | Path | None = None, *, missing_ok: bool = False) -> int:
+    def resume(
+        self,
+        path: str | Path | None = None,
+        *,
+        missing_ok: bool = False,
+        override_lr_schedule: bool = False,
+    ) -> int:
         """Restore everything `save_checkpoint` wrote, on any number of ranks, then publish the
         restored weights and policy version (so inference serves them before the first
         rollout); returns the restored step. `path` is one `step_*` checkpoint or a directory
@@ -353,7 +367,10 @@ class Trainer:
         Continuing (`run(total - trainer.step)`) then matches an uninterrupted run.
 
         `missing_ok=True` lets a first launch run the same code: with no checkpoint there at
-        all it changes nothing and returns the current step (broken checkpoints still raise)."""
+        all it changes nothing and returns the current step (broken checkpoints still raise).
+        LR settings (lr, schedule, warmup, total_steps, floor) that differ from the
+        checkpoint's raise `LRScheduleMismatchError` before anything is loaded, unless
+        `override_lr_schedule=True` applies the config's from the checkpoint's step on."""
         manager, runtime = self._checkpoints(), self.runtime
 
         def choose() -> Path | None:
@@ -369,10 +386,16 @@ class Trainer:
                 )
             return self.step
         checkpoint = read_checkpoint(chosen, with_weights=runtime.is_main)
+        changes = lr_changes(checkpoint.extra.get(RECORD_KEY), self.config)
+        if changes and not override_lr_schedule:
+            raise LRScheduleMismatchError(str(chosen), changes)
         runtime.load_model_state(self.model, checkpoint.model_state)
         runtime.load_optimizer_state(self.model, self.optimizer, checkpoint.optimizer_state)
         if checkpoint.scheduler_state is not None:
             self.scheduler.load_state_dict(checkpoint.scheduler_state)
+        if changes:
+            logger.warning("resuming %s with changed LR settings %s", chosen, changes)
+            apply_lr_settings(self.scheduler, self.optimizer, self.config.lr)
         own = rank_state_for(checkpoint, runtime.rank, runtime.world_size)
         if own.rng_json is not None:
             restore_rng_state(own.rng_json, own.rng_tensors)
