@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
+import socket
 from pathlib import Path
 
 import httpx
@@ -68,3 +70,42 @@ def test_serves_completions_and_weight_control_with_its_token_then_stops() -> No
         assert len(asyncio.run(ask())) == 5
     assert process.poll() is not None  # stopped when the block ended
     server.close()  # twice is fine
+
+
+@pytest.mark.slow
+def test_a_taken_port_fails_with_the_childs_error_not_the_other_servers_url() -> None:
+    """The port already serves another `ludic serve` (healthy, another token): the child cannot
+    bind it and exits, and start() says so instead of returning the other server's URL."""
+    with LocalServer(tiny_model_dir(), threads=1) as other:
+        taken = LocalServer(tiny_model_dir(), threads=1, port=other.port, startup_timeout_s=120)
+        with pytest.raises(
+            RuntimeError, match=rf"exited with code.*port {other.port} is taken"
+        ) as e:
+            taken.start()
+        assert "address already in use" in str(e.value).lower()  # the child's own log tail
+        assert taken.process is None
+        auth = {"Authorization": f"Bearer {other.token}"}  # the other server is untouched
+        assert httpx.get(other.url + "/ludic/version", headers=auth, timeout=30).status_code == 200
+
+
+@pytest.mark.slow
+def test_launch_wait_ready_kill_and_restart_on_a_fixed_port(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    log = tmp_path / "serve.log"
+    server = LocalServer(tiny_model_dir(), threads=1, port=port, log_path=log)
+    try:
+        first = server.launch().wait_ready().process
+        assert first is not None and server.url == f"http://127.0.0.1:{port}"
+        server.kill()
+        assert first.poll() == -signal.SIGKILL and server.process is None  # no shutdown
+        assert log.exists()  # kill keeps the log
+        with pytest.raises(RuntimeError, match="call launch"):
+            server.wait_ready()
+        server.start()  # a fresh process on the same port
+        assert server.process is not None and server.process is not first
+        auth = {"Authorization": f"Bearer {server.token}"}
+        assert httpx.get(server.url + "/ludic/version", headers=auth, timeout=30).is_success
+    finally:
+        server.close()

@@ -3,6 +3,7 @@
 `server` (the app and `serve`), `serve_config`, `openai_protocol` (request and response shapes),
 `openai_client` (the `ChatClient` over HTTP), `pool` (one client over several servers), `auth`
 (bearer tokens), `weight_receiver` with its routes `weight_routes` (the server end of a
-weight push, shared with the vLLM extension), and `local_server` (`ludic serve` in a child
-process, for generation in parallel with training).
+weight push, shared with the vLLM extension), `health` (waiting until a server, `ludic serve`
+or vLLM, serves) and `local_server` (`ludic serve` in a child process, for generation in
+parallel with training).
 """

@@ -4,12 +4,13 @@ generation.
 A trainer that generates in its own process shares one interpreter (and its GIL) between
 rollouts and the optimizer step; on a small model the Python work of both dominates, so a
 background thread hides little. `LocalServer` starts the embedded server on a local model
-directory in a child process (its own torch threads, e.g. one core each), waits until it answers
-`/health`, and hands out its URL and a fresh control token, so the trainer can generate there
-with `ludic.recipes.inference.make_inference(..., server_url=server.url,
-server_token=server.token)` (an HTTP client plus a `BroadcastPolicyPublisher` pushing weights
-after each step) and, with `PrefetchBatchSource` and `max_lag >= 1`, train on one batch while the
-server generates the next. The README's "Generation in another process" shows the loop.
+directory in a child process (its own torch threads, e.g. one core each), waits until that child
+answers with its token (another server already on the port never passes for it), and hands out
+its URL and a fresh control token, so the trainer can generate there with
+`ludic.recipes.inference.make_inference(..., server_url=server.url, server_token=server.token)`
+(an HTTP client plus a `BroadcastPolicyPublisher` pushing weights after each step) and, with
+`PrefetchBatchSource` and `max_lag >= 1`, train on one batch while the server generates the
+next. The README's "Generation in another process" shows the loop.
 
 It binds 127.0.0.1 only, passes the token through the environment (never on the command line,
 where `ps` shows it) and stops the child (terminate, then kill) on `close()` or when the `with`
@@ -25,13 +26,11 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import httpx
-
 from ludic.inference.http.auth import TOKEN_ENV
+from ludic.inference.http.health import ServerExited, wait_for_health
 
 _PORT_ATTEMPTS = 3  # a free port can be taken between choosing it and the child binding it
 
@@ -88,23 +87,65 @@ class LocalServer:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> LocalServer:
-        """Start the child and wait until it serves; raises RuntimeError with its log tail if
-        it exits or does not answer within `startup_timeout_s`."""
+        """Start the child and wait until it serves (`launch()` then `wait_ready()`); with no
+        fixed `port`, a port taken meanwhile is retried on another. Raises RuntimeError with
+        the child's log tail if it exits or does not serve within `startup_timeout_s`."""
         if self.process is not None:
             return self
         attempts = 1 if self._fixed_port else _PORT_ATTEMPTS
         for attempt in range(attempts):
+            self.launch()
+            try:
+                return self.wait_ready()
+            except _ExitedEarly as e:
+                if attempt + 1 == attempts or "address already in use" not in e.log.lower():
+                    raise
+        raise AssertionError("unreachable")
+
+    def launch(self) -> LocalServer:
+        """Start the child without waiting (then `wait_ready()`): several servers load their
+        models in parallel this way."""
+        if self.process is None:
             self.port = self._fixed_port or _free_port()
             self.process = self._spawn()
-            try:
-                self._wait_healthy()
-                return self
-            except _ExitedEarly as e:
-                self.process = None
-                if attempt + 1 == attempts or "address already in use" not in e.log.lower():
-                    self.close()
-                    raise RuntimeError(str(e)) from None
-        raise AssertionError("unreachable")
+        return self
+
+    def wait_ready(self) -> LocalServer:
+        """Wait until the child serves: it is running and answers `/ludic/version` with this
+        server's token, so another server already on the port never passes for it. Raises
+        RuntimeError with the child's log tail (and stops it) if it exits or times out."""
+        if self.process is None:
+            raise RuntimeError("LocalServer is not running: call launch() or start() first")
+        try:
+            wait_for_health(
+                self.url,
+                timeout_s=self.startup_timeout_s,
+                process=self.process,
+                token=self.token,
+                poll_s=0.1,
+            )
+        except ServerExited as e:
+            tail = self._log_tail()
+            self.close()
+            raise _ExitedEarly(self._exit_message(e.returncode, tail), tail) from None
+        except TimeoutError:
+            tail = self._log_tail()
+            self.close()
+            raise RuntimeError(
+                f"LocalServer: `ludic serve` on {self.model_dir} did not serve on port "
+                f"{self.port} within {self.startup_timeout_s:.0f} s (pass startup_timeout_s for "
+                f"a large model); its output ends:\n{tail}"
+            ) from None
+        return self
+
+    def _exit_message(self, code: int, tail: str) -> str:
+        busy = ""
+        if self._fixed_port and "address already in use" in tail.lower():
+            busy = f" (port {self.port} is taken by another process: pass another port, or none)"
+        return (
+            f"LocalServer: `ludic serve` on {self.model_dir} exited with code {code} before "
+            f"serving{busy}; its output ends:\n{tail}"
+        )
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         command = [sys.executable, "-m", "ludic.inference.http.server"]
@@ -119,32 +160,6 @@ class LocalServer:
         command += list(self.args)
         with self.log_path.open("ab") as log:
             return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-
-    def _wait_healthy(self) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + self.startup_timeout_s
-        health = f"http://127.0.0.1:{self.port}/health"
-        while time.monotonic() < deadline:
-            code = self.process.poll()
-            if code is not None:
-                raise _ExitedEarly(
-                    f"LocalServer: `ludic serve` on {self.model_dir} exited with code {code} "
-                    f"before serving; its output ends:\n{self._log_tail()}",
-                    self._log_tail(),
-                )
-            try:
-                if httpx.get(health, timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        tail = self._log_tail()
-        self.close()
-        raise RuntimeError(
-            f"LocalServer: `ludic serve` on {self.model_dir} did not answer {health} within "
-            f"{self.startup_timeout_s:.0f} s (pass startup_timeout_s for a large model); its "
-            f"output ends:\n{tail}"
-        )
 
     def _log_tail(self, chars: int = 3000) -> str:
         try:
@@ -165,6 +180,14 @@ class LocalServer:
         if self._own_log:
             self.log_path.unlink(missing_ok=True)
 
+    def kill(self) -> None:
+        """Kill the child at once (SIGKILL: no shutdown, as when a server dies); its log is
+        kept and `start()` starts a fresh one on the same port if `port` was given."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+
     def __enter__(self) -> LocalServer:
         return self.start()
 
@@ -172,7 +195,7 @@ class LocalServer:
         self.close()
 
 
-class _ExitedEarly(Exception):
+class _ExitedEarly(RuntimeError):
     def __init__(self, message: str, log: str) -> None:
         super().__init__(message)
         self.log = log

@@ -24,9 +24,10 @@ with its V1 model runner (`VLLM_USE_V2_MODEL_RUNNER=0` unless set; newer vLLM re
 processors on the V2 runner, its default for dense models); `--no-max-think` leaves the processor
 out and the runner to vLLM.
 
-Layout: this module is the launcher (CLI, `vllm serve` arguments, subprocess start, health
-wait) and re-exports the rest: `logits` (import guard, max_think processor), `routes`
-(the HTTP middleware and `/ludic/*` routes) and `worker` (the worker extension).
+Layout: this module is the launcher (CLI, `vllm serve` arguments, subprocess start) and
+re-exports the rest: `logits` (import guard, max_think processor), `routes` (the HTTP
+middleware and `/ludic/*` routes), `worker` (the worker extension) and the health wait, which
+lives in `ludic.inference.http.health` (it serves any Ludic server).
 """
 
 from __future__ import annotations
@@ -34,11 +35,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping, Sequence
 
-import httpx
-
+from ludic.inference.http.health import wait_for_health
 from ludic.inference.vllm.logits import VLLM_IMPORT_ERROR, MaxThinkLogitsProcessor, require_vllm
 from ludic.inference.vllm.routes import (
     TOKEN_ENV,
@@ -142,24 +141,6 @@ def start_vllm_server(
     env = {**os.environ, **(env or {}), **({TOKEN_ENV: token} if token else {})}
     out = open(log_file, "ab") if log_file else subprocess.DEVNULL  # noqa: SIM115
     return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-
-
-def wait_for_health(
-    base_url: str, *, timeout_s: float = 600.0, process: subprocess.Popen[bytes] | None = None
-) -> None:
-    """Poll `{base_url}/health` until 200; fail early if `process` exits. Works for any server."""
-    deadline = time.monotonic() + timeout_s
-    url = base_url.rstrip("/").removesuffix("/v1") + "/health"
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(f"server process exited with code {process.returncode}")
-        try:
-            if httpx.get(url, timeout=2.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError(f"{url} did not report healthy within {timeout_s:.0f}s")
 
 
 __all__ = [
