@@ -122,3 +122,46 @@ def test_eval_command_against_an_openai_compatible_server(
     assert [e.failed for e in result.episodes] == [False, False], result.episodes
     calls = [s for r in result.rollouts for s in r.agent_steps]
     assert all(s.trace is not None and 0 < len(s.trace.completion_token_ids) <= 4 for s in calls)
+
+
+def _sampling_records(node: object) -> list[dict[str, float]]:
+    """Every `sampling` dict of a rollouts.jsonl record (one per model call)."""
+    if isinstance(node, dict):
+        found = [node["sampling"]] if isinstance(node.get("sampling"), dict) else []
+        return found + [s for value in node.values() for s in _sampling_records(value)]
+    if isinstance(node, list):
+        return [s for value in node for s in _sampling_records(value)]
+    return []
+
+
+def test_eval_samples_under_top_p(tmp_path: Path) -> None:
+    """`ludic eval --top-p 0.9` (as a run trained with `ludic train --top-p 0.9`): every model
+    call of the episodes is sampled under it."""
+    from ludic.cli import main as ludic_main
+    from ludic.models import tiny_model_dir
+
+    out = tmp_path / "eval"
+    args = ["eval", "--env", "eval_fakes:QuizEnv", "--model", str(tiny_model_dir())]
+    args += ["--num-problems", "2", "--max-steps", "1", "--max-tokens", "4", "--no-progress"]
+    ludic_main([*args, "--temperature", "0.7", "--top-p", "0.9", "--out-dir", str(out)])
+    lines = (out / "rollouts.jsonl").read_text().splitlines()
+    calls = [s for line in lines for s in _sampling_records(json.loads(line))]
+    assert len(calls) >= 2
+    assert {(s["temperature"], s["top_p"]) for s in calls} == {(0.7, 0.9)}
+
+
+@pytest.mark.parametrize("top_p", [0.0, 1.5])
+def test_a_top_p_out_of_range_is_refused_before_the_model_loads(
+    top_p: float, tmp_path: Path
+) -> None:
+    cfg = EvalConfig(env="eval_fakes:QuizEnv", model=str(tmp_path / "none"), top_p=top_p)
+    with pytest.raises(ValueError, match=r"--top-p.*top_p must be in \(0, 1\]"):
+        run_eval_command(cfg)  # the model dir does not exist: the check came first
+
+
+def test_engine_only_flags_are_refused_with_a_server_url() -> None:
+    url = "http://127.0.0.1:1/v1"
+    with pytest.raises(ValueError, match="--threads sets the embedded engine's"):
+        run_eval_command(EvalConfig(env="eval_fakes:QuizEnv", server_url=url, threads=2))
+    with pytest.raises(ValueError, match="--batch-invariant applies to the embedded engine"):
+        run_eval_command(EvalConfig(env="eval_fakes:QuizEnv", server_url=url, batch_invariant=True))

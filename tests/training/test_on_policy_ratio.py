@@ -353,8 +353,9 @@ def test_ludic_train_batch_invariant_at_temperature_0_7_logs_ratio_exactly_one(
 @pytest.mark.slow
 def test_ludic_train_command_in_float32_stays_at_the_rounding_floor(tmp_path: Path) -> None:
     # The command as users run it (float32, default fast path): only reduction-order rounding
-    # is left, 1e-5 to 3e-5 (bench/ratio_floor.py); a missing or wrong transform (temperature or
-    # top-p) is off by 1e-2 or more.
+    # is left, 1e-5 to 3e-5 measured on one AMD CPU (bench/ratio_floor.py); other BLAS
+    # libraries round differently, so the bound is 1e-4, still 100x under what a missing or
+    # wrong transform (temperature or top-p) gives: 1e-2 or more (the control tests).
     result = subprocess.run(
         [sys.executable, "-m", "ludic.cli", *_train_args(tmp_path)],
         capture_output=True,
@@ -363,5 +364,5 @@ def test_ludic_train_command_in_float32_stays_at_the_rounding_floor(tmp_path: Pa
     )
     assert result.returncode == 0, result.stderr[-2000:]
     first = _first_logged_step(tmp_path)
-    assert first["loss/mismatch/abs_log_ratio_max"] <= 5e-5
+    assert first["loss/mismatch/abs_log_ratio_max"] <= 1e-4
     assert first["loss/mismatch/frac_beyond"] == 0.0

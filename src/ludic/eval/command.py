@@ -29,6 +29,7 @@ from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.single_agent import SingleAgentProtocol
 from ludic.parsers import Parser, boxed_parser, identity_parser, xml_tag_parser
 from ludic.recipes.algorithms import GiGPOOptions
+from ludic.recipes.configs import parse_env_kwargs
 from ludic.rollouts import ComponentSpec, RolloutEngine, RolloutRequest
 
 EnvFactory = Callable[..., LudicEnv]
@@ -65,6 +66,9 @@ class EvalConfig:
     """Env steps per episode before the protocol truncates it."""
     temperature: float = 1.0
     """Sampling temperature."""
+    top_p: float = 1.0
+    """Nucleus (top-p) sampling, in (0, 1] (1: off); evaluate a run trained with
+    `ludic train --top-p P` under the same transform by passing the same P."""
     max_tokens: int = 128
     """Completion token limit per model call."""
     context: Literal["full", "latest"] = "full"
@@ -81,7 +85,8 @@ class EvalConfig:
     --batch-invariant` instead)."""
     threads: int | None = None
     """torch CPU threads of the embedded engine (None: torch's choice). The quickstart
-    evaluates on 1; a batch-invariant result holds for a given thread count."""
+    evaluates on 1; a batch-invariant result holds for a given thread count. Not with
+    --server-url (serve with `ludic serve --threads N` instead)."""
     seed: int = 0
     """First env seed; sampling seeds are derived from it."""
     concurrency: int = 16
@@ -105,8 +110,9 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     """Build the env, client and engine from `cfg`, evaluate, print and write the results."""
     console = console or Console()
     _check_engine_options(cfg)
+    sampling = eval_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
     env_factory = resolve_env_factory(cfg.env)
-    env_kwargs = _parse_kwargs(cfg.env_kwargs)
+    env_kwargs = parse_env_kwargs(cfg.env_kwargs)
     parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
     model_dir = None if cfg.server_url else resolve_model_dir(cfg.model, console=console)
     if model_dir is not None and cfg.threads is not None:
@@ -119,7 +125,7 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
         num_problems=cfg.num_problems,
         samples_per_problem=cfg.samples_per_problem,
         seed=cfg.seed,
-        sampling=SamplingConfig(temperature=cfg.temperature, max_tokens=cfg.max_tokens),
+        sampling=sampling,
         meta={"env": cfg.env},
     )
     _check_credit_options(cfg)
@@ -134,11 +140,27 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     return result
 
 
+def eval_sampling(cfg: EvalConfig) -> SamplingConfig:
+    """The episodes' sampling (--temperature, --top-p, --max-tokens); a value out of range
+    raises ValueError naming the flags, as `ludic train` does."""
+    try:
+        return SamplingConfig(
+            temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens
+        )
+    except ValueError as e:
+        raise ValueError(f"--temperature / --top-p / --max-tokens: {e}") from e
+
+
 def _check_engine_options(cfg: EvalConfig) -> None:
     if cfg.batch_invariant and cfg.server_url:
         raise ValueError(
             "--batch-invariant applies to the embedded engine, not to --server-url; start the "
             "server with `ludic serve --batch-invariant` and drop the flag here"
+        )
+    if cfg.threads is not None and cfg.server_url:
+        raise ValueError(
+            "--threads sets the embedded engine's torch threads, not --server-url's; start "
+            "the server with `ludic serve --threads N` and drop the flag here"
         )
     if cfg.threads is not None and cfg.threads < 1:
         raise ValueError(f"--threads must be >= 1 (or left out), got {cfg.threads}")
@@ -330,13 +352,3 @@ def _builtin_envs() -> dict[str, Any]:
             "env as a 'module:factory' import string"
         )
     return dict(registry)
-
-
-def _parse_kwargs(text: str) -> dict[str, Any]:
-    try:
-        kwargs = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"--env-kwargs must be a JSON object, got {text!r} ({e})") from e
-    if not isinstance(kwargs, dict):
-        raise ValueError(f"--env-kwargs must be a JSON object, got {text!r}")
-    return kwargs

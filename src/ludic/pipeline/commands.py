@@ -14,7 +14,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -22,6 +22,11 @@ from ludic.pipeline.actor import ActorBatchStats, PipelineActor
 from ludic.pipeline.config import ActorConfig, Algorithm, LearnerConfig
 from ludic.pipeline.stream import SampleStream
 from ludic.recipes.algorithms import GiGPOOptions
+
+if TYPE_CHECKING:
+    from ludic.eval.command import EnvFactory
+    from ludic.inference import SamplingConfig
+    from ludic.parsers import Parser
 
 logger = logging.getLogger(__name__)
 TOKEN_ENV = "LUDIC_SERVER_TOKEN"
@@ -60,23 +65,38 @@ def learner_command(cfg: LearnerConfig) -> None:
 def run_actor(cfg: ActorConfig) -> list[ActorBatchStats]:
     """Generate batches and push their samples until `cfg.batches` (or forever)."""
     from ludic.eval.command import resolve_env_factory, resolve_parser
-    from ludic.inference import SamplingConfig
+    from ludic.recipes.configs import parse_env_kwargs
 
-    # a bad --temperature / --top-p / --max-tokens fails here, naming the field, before any work
-    SamplingConfig(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens)
+    sampling = actor_sampling(cfg)  # a bad --temperature / --top-p fails before any work
     env_factory = resolve_env_factory(cfg.env)
-    env_kwargs = json.loads(cfg.env_kwargs)
+    env_kwargs = parse_env_kwargs(cfg.env_kwargs)
     # Before the event loop: "auto" may build the env (with the run's kwargs, as `ludic train`
     # does) to read the parser its class declares, and close it, possibly async.
     parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
-    return asyncio.run(_act(cfg, env_factory, env_kwargs, parser))
+    return asyncio.run(_act(cfg, env_factory, env_kwargs, parser, sampling))
+
+
+def actor_sampling(cfg: ActorConfig) -> SamplingConfig:
+    """The rollouts' sampling (--temperature, --top-p, --max-tokens); a value out of range
+    raises ValueError naming the flags, as `ludic train` does."""
+    from ludic.inference import SamplingConfig
+
+    try:
+        return SamplingConfig(
+            temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens
+        )
+    except ValueError as e:
+        raise ValueError(f"--temperature / --top-p / --max-tokens: {e}") from e
 
 
 async def _act(
-    cfg: ActorConfig, env_factory: Any, env_kwargs: dict[str, Any], parser: Any
+    cfg: ActorConfig,
+    env_factory: EnvFactory,
+    env_kwargs: dict[str, Any],
+    parser: Parser,
+    sampling: SamplingConfig,
 ) -> list[ActorBatchStats]:
     from ludic.agents import Agent
-    from ludic.inference import SamplingConfig
     from ludic.interaction import SingleAgentProtocol
     from ludic.rollouts import (
         ComponentSpec,
@@ -88,9 +108,6 @@ async def _act(
 
     client = await _actor_client(cfg)
     stream = SampleStream(cfg.redis_url, stream=cfg.stream, max_len=cfg.max_stream_len)
-    sampling = SamplingConfig(
-        temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens
-    )
 
     def protocol() -> SingleAgentProtocol:
         agent = Agent(client, parser=parser, system_prompt=cfg.system_prompt)

@@ -1,0 +1,21 @@
+"""`ludic actor`'s sampling flags are refused before any work (no Redis needed), naming the
+flag as `ludic train` does."""
+
+from __future__ import annotations
+
+import pytest
+
+from ludic.pipeline.commands import actor_sampling, run_actor
+from ludic.pipeline.config import ActorConfig
+
+
+def test_actor_sampling_takes_the_flags() -> None:
+    sampling = actor_sampling(ActorConfig(temperature=0.7, top_p=0.9, max_tokens=5))
+    assert (sampling.temperature, sampling.top_p, sampling.max_tokens) == (0.7, 0.9, 5)
+
+
+@pytest.mark.parametrize("top_p", [0.0, 1.5])
+def test_a_top_p_out_of_range_names_the_flag(top_p: float) -> None:
+    cfg = ActorConfig(redis_url="redis://127.0.0.1:1/0", top_p=top_p, batches=1)
+    with pytest.raises(ValueError, match=r"--top-p.*top_p must be in \(0, 1\]"):
+        run_actor(cfg)  # fails before Redis is reached
