@@ -363,7 +363,9 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def bench_servers(name: str, counts: list[int], repeats: int, bucket_mb: float) -> dict[str, Any]:
+def bench_servers(
+    name: str, counts: list[int], repeats: int, bucket_mb: float, piece_mb: float
+) -> dict[str, Any]:
     """`--servers 1,2,3`: one publisher pushing to N embedded servers in one group (one
     broadcast reaches them all), for each N: the median and best push, unverified and
     verified (checksums on every server), each over the one-server time, and a raw gloo
@@ -376,7 +378,9 @@ def bench_servers(name: str, counts: list[int], repeats: int, bucket_mb: float) 
         times: dict[int, dict[str, list[float]]] = {}
         for n in counts:
             urls = [url for _, url in started[:n]]
-            publisher = BroadcastPolicyPublisher(urls, TOKEN, bucket_mb=bucket_mb, probe=False)
+            publisher = BroadcastPolicyPublisher(
+                urls, TOKEN, bucket_mb=bucket_mb, piece_mb=piece_mb, probe=False
+            )
             raw = RawBaseline(flat, receivers=n)
             times[n] = {"unverified": [], "verified": [], "raw": []}
             for round_ in range(repeats + 1):  # round 0 joins and warms up
@@ -462,7 +466,9 @@ def main() -> None:
     }
     if args.servers:
         counts = [int(n) for n in args.servers.split(",")]
-        report["servers"] = [bench_servers(m, counts, args.repeats, args.bucket_mb) for m in models]
+        report["servers"] = [
+            bench_servers(m, counts, args.repeats, args.bucket_mb, args.piece_mb) for m in models
+        ]
         report["loadavg_before_after"] = [load_before, os.getloadavg()]
     print(json.dumps(report, indent=2))
 

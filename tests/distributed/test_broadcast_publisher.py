@@ -438,3 +438,39 @@ def test_a_server_of_another_dtype_is_checked_against_casts_taken_beside_the_sen
             publisher.publish(model, version=2)
         publisher.close()
     engine.close()
+
+
+@pytest.mark.parametrize("pieces", [True, False], ids=["pieces", "older-server"])
+def test_pieces_go_only_to_servers_that_say_they_take_them(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, pieces: bool
+) -> None:
+    """A server whose status lacks `"pieces": true` (an older one) ignores `piece_bytes` and
+    posts one broadcast per bucket: it must get whole buckets, or the two sides fall out of
+    step (a gloo error or a hang). Here it is played by a receiver that drops `piece_bytes`."""
+    from ludic.distributed.manifest import WeightManifest
+    from ludic.inference.http.weight_receiver import WeightSyncReceiver
+
+    asked: list[int] = []
+    parse = WeightManifest.from_json.__func__  # type: ignore[attr-defined]
+
+    def receiver_side(cls: type[WeightManifest], data: dict[str, Any]) -> WeightManifest:
+        asked.append(data.get("piece_bytes", 0))
+        body = data if pieces else {k: v for k, v in data.items() if k != "piece_bytes"}
+        return parse(cls, body)
+
+    monkeypatch.setattr(WeightManifest, "from_json", classmethod(receiver_side))
+    if not pieces:
+        status = WeightSyncReceiver.status
+        monkeypatch.setattr(
+            WeightSyncReceiver,
+            "status",
+            lambda self: {k: v for k, v in status(self).items() if k != "pieces"},
+        )
+    publisher = rig.publisher(piece_mb=0.001)  # ~1 KiB pieces: every large bucket is split
+    nudge_(rig.trainer_model, 0.01)
+    publisher.publish(rig.trainer_model, version=1)  # verified: checksums and probe
+    nudge_(rig.trainer_model, 0.01)
+    publisher.publish(rig.trainer_model, version=2)
+    assert asked and set(asked) == ({1048} if pieces else {0})
+    assert rig.client.get("/ludic/version", headers=AUTH).json()["policy_version"] == 2
+    publisher.close()

@@ -14,7 +14,6 @@ from ludic.distributed.checksum import (
     RunningChecksums,
     cast_for,
     checksums,
-    checksums_and_nonfinite,
     element_totals,
     fold_totals,
     held_name,
@@ -122,7 +121,8 @@ def test_landed_checksums_are_reused_only_while_untouched() -> None:
     base = torch.randn(4 * ROW)
     tensors = {"a": base[:ROW].view(32, 32), "b": base[ROW : 3 * ROW], "c": torch.randn(5)}
     landed = LandedChecksums()
-    landed.take({"a": tensors["a"], "b": tensors["b"]})
+    for name in ("a", "b"):
+        landed.advance(name, tensors[name], tensors[name].numel())
     assert landed.held(tensors) == checksums(tensors)  # "c" was never taken
     with torch.no_grad():
         base.detach()[ROW + 7] += 1.0  # a write through another view of the same memory
@@ -136,17 +136,26 @@ def test_landed_checksums_of_tensors_sharing_memory_are_taken_again() -> None:
     # A tied weight received twice: the second write (a broadcast) bumps no version counter.
     shared = torch.zeros(ROW)
     landed = LandedChecksums()
-    landed.take({"embed": shared})
+    landed.advance("embed", shared, shared.numel())
     shared.view(torch.int32).numpy()[3] = 12345  # a write torch does not see
     tied = {"embed": shared, "lm_head": shared}
     assert landed.held(tied) == checksums(tied)
     overlapping = {"embed": shared[: ROW // 2], "head": shared[ROW // 4 :]}
-    landed.take(overlapping)
+    for name, t in overlapping.items():
+        landed.advance(name, t, t.numel())
     shared.view(torch.int32).numpy()[ROW // 3] = 7
     assert landed.held(overlapping) == checksums(overlapping)
 
 
-def test_checksums_and_nonfinite_in_one_pass_agree_with_each_alone() -> None:
+def _sent(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, tuple[int, int]], list[str]]:
+    """What a sender takes of every tensor it sends: checksums and non-finite names, one pass."""
+    running = RunningChecksums(find_nonfinite=True)
+    for name, t in tensors.items():
+        running.advance(name, t, t.numel())
+    return running.finish()
+
+
+def test_sender_checksums_and_nonfinite_in_one_pass_agree_with_each_alone() -> None:
     big = torch.randn(3 * CHUNK_ROWS * ROW + 5)  # several steps of the fused pass
     tensors = {
         "big": big,
@@ -155,10 +164,10 @@ def test_checksums_and_nonfinite_in_one_pass_agree_with_each_alone() -> None:
         "ints": torch.arange(7),
         "empty": torch.zeros(0),
     }
-    assert checksums_and_nonfinite(tensors) == (checksums(tensors), [])
+    assert _sent(tensors) == (checksums(tensors), [])
     big[2 * CHUNK_ROWS * ROW + 3] = math.nan  # in a later step
     tensors["half"][-1] = -math.inf  # in the short last row
-    sums, bad = checksums_and_nonfinite(tensors)
+    sums, bad = _sent(tensors)
     assert sums == checksums(tensors)
     assert bad == nonfinite(tensors) == ["big", "half"]
 
@@ -193,4 +202,3 @@ def test_running_checksums_find_a_nan_in_a_middle_range_and_leave_out_the_unfini
     running.advance("unfinished", torch.randn(3 * ROW), 2 * ROW)
     sums, bad = running.finish()
     assert bad == ["t"] and list(sums) == ["t"] and sums["t"] == checksums({"t": t})["t"]
-    assert running.complete() == ["t"]

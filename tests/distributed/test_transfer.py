@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from distributed_fakes import run_ranks
 
+import ludic.distributed.checksum as checksum_module
 from ludic.distributed.checksum import ROW, LandedChecksums, RunningChecksums, checksums
 from ludic.distributed.manifest import plan_manifest
 from ludic.distributed.transfer import (
@@ -203,7 +206,7 @@ def test_progress_is_told_per_piece_once_it_is_sent_with_later_pieces_queued() -
         state,
         pool=BufferPool("cpu"),
         max_in_flight=2,
-        sent=beside,
+        on_sent=beside,
     )
     assert events == [
         "queued 4",
@@ -223,7 +226,7 @@ def test_progress_is_told_per_piece_once_it_is_sent_with_later_pieces_queued() -
 
 @pytest.mark.parametrize("piece_bytes", [0, 48, 4096])
 def test_checksums_taken_piece_by_piece_on_both_sides_equal_the_whole_ones(
-    piece_bytes: int,
+    piece_bytes: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     g = torch.Generator().manual_seed(3)
     state = {
@@ -249,12 +252,22 @@ def test_checksums_taken_piece_by_piece_on_both_sides_equal_the_whole_ones(
 
     run_ranks(
         [
-            lambda group: send_buckets(group, manifest, state, pool=BufferPool("cpu"), sent=sent),
+            lambda group: send_buckets(
+                group, manifest, state, pool=BufferPool("cpu"), on_sent=sent
+            ),
             lambda group: receive_into(
-                group, manifest, targets, pool=BufferPool("cpu"), landed=landed
+                group, manifest, targets, pool=BufferPool("cpu"), on_landed=landed
             ),
         ]
     )
     assert sender.finish() == (checksums(state), [])
-    assert sorted(receiver._running.complete()) == sorted(state)  # all taken as they landed
-    assert receiver.held(targets) == checksums(state)
+    expected = checksums(state)
+    again: list[str] = []  # what `held` reads again after the load, not as it landed
+
+    def counting(tensors: Any, **kwargs: Any) -> Any:
+        again.extend(tensors)
+        return checksums(tensors, **kwargs)
+
+    monkeypatch.setattr(checksum_module, "checksums", counting)
+    assert receiver.held(targets) == expected
+    assert again == []  # every tensor was checksummed piece by piece as it landed

@@ -65,6 +65,7 @@ def test_routes_need_the_token() -> None:
         "control": "http",
         "controls": ["http", "store"],
         "dtype": "float32",  # the served dtype: the publisher's probe tolerance follows it
+        "pieces": True,  # it receives buckets in pieces: the publisher may send them so
     }
 
 

@@ -104,7 +104,8 @@ class BroadcastPolicyPublisher:
     - `piece_mb`: a bucket larger than this goes as several broadcasts of this size, so that
       both sides checksum each piece just after the transport read or wrote it, while the
       next one is on the wire (a large embedding is not read again after it landed);
-      0: one broadcast per bucket.
+      0: one broadcast per bucket. Whole buckets also when a server's status does not say
+      `"pieces": true` (an older server, which would expect one broadcast per bucket).
     - `wire_dtype`: cast floating tensors before sending (e.g. bfloat16 for a bf16 server).
     - `verify`: after each push, check on every server the version it reports, exact
       checksums of every tensor it holds after loading against the sent ones (a skipped
@@ -200,6 +201,7 @@ class BroadcastPolicyPublisher:
         self.probe_model = probe_model
         self._warned_no_probe = False
         self._warned_unverified = False
+        self._warned_whole = False
         # Set once a server holds sent tensors it cannot checksum (vLLM's CPU backend packs
         # linear weights into kernel handles): the probe is then their only check, every push.
         self._probe_always = False
@@ -268,10 +270,10 @@ class BroadcastPolicyPublisher:
             self._warned_no_probe = True
         started = time.perf_counter()
         tensors = self._wire_tensors(state)
-        manifest = self._plan(tensors, version)
         new_group = self.fleet.group is None or (bool(self.missed) and self.fleet.rejoin_due())
         if new_group:
             self.connect()
+        manifest = self._plan(tensors, version)  # after connect: pieces follow the members
         probe_due = new_group or self._probe_always or self._num_pushes % self.probe_every == 0
         retried = False
         try:
@@ -280,6 +282,7 @@ class BroadcastPolicyPublisher:
             logger.warning("weight push of version %d failed on %s; retrying", version, failure)
             self.connect()
             retried = True
+            manifest = self._plan(tensors, version)
             try:
                 check, replies = self._attempt(manifest, tensors, state, model, True)
             except PushFailed as again:
@@ -320,7 +323,7 @@ class BroadcastPolicyPublisher:
         casts = self._expected_casts(tensors)  # dtype -> the tensors a server holds in it
         cast_running = {dtype: RunningChecksums() for dtype in casts}
 
-        def sent(progress: list[tuple[str, torch.Tensor, int]]) -> None:  # beside the wire
+        def on_sent(progress: list[tuple[str, torch.Tensor, int]]) -> None:  # beside the wire
             for name, tensor, upto in progress:  # each piece just read by the transport
                 running.advance(name, tensor, upto)
                 for dtype, names in casts.items():
@@ -337,7 +340,7 @@ class BroadcastPolicyPublisher:
 
         try:
             self.fleet.request_push(manifest)
-            self.fleet.send(manifest, tensors, self._pool, sent if self.verify else None)
+            self.fleet.send(manifest, tensors, self._pool, on_sent if self.verify else None)
             check.sent, check.nonfinite = running.finish()
             check.sent_cast = {dtype: r.finish()[0] for dtype, r in cast_running.items()}
             while_the_servers_load()
@@ -453,9 +456,10 @@ class BroadcastPolicyPublisher:
         """The manifest for `tensors`; the last plan (new version) when names, shapes and
         dtypes are unchanged, as they are from one training step to the next. An unverified
         push asks the server for no checksums (a new plan, so a new layout, when that flips)."""
+        piece_bytes = self._piece_bytes()
         signature = [
             self.verify,
-            self.piece_bytes,
+            piece_bytes,
             *((name, t.shape, t.dtype) for name, t in tensors.items()),
         ]
         if self._last_plan is None or self._last_plan[0] != signature:
@@ -464,11 +468,29 @@ class BroadcastPolicyPublisher:
                 version=version,
                 bucket_bytes=self.bucket_bytes,
                 alone_bytes=self.alone_bytes,
-                piece_bytes=self.piece_bytes,
+                piece_bytes=piece_bytes,
                 checksums=self.verify,
             )
             self._last_plan = (signature, plan)
         return dataclasses.replace(self._last_plan[1], version=version)
+
+    def _piece_bytes(self) -> int:
+        """`piece_mb` in bytes when every server in the group says (`"pieces": true` in its
+        status) that it receives buckets in pieces; else 0 (whole buckets): an older server
+        ignores `piece_bytes` and would post one broadcast per bucket, out of step with us."""
+        if not self.piece_bytes:
+            return 0
+        whole = [s.url for s in self.fleet.members if not s.pieces]
+        if not whole:
+            return self.piece_bytes
+        if not self._warned_whole:
+            logger.warning(
+                "%s do not receive buckets in pieces (older servers): sending whole buckets "
+                "(piece_mb has no effect until every server is upgraded)",
+                whole,
+            )
+            self._warned_whole = True
+        return 0
 
     def _wire_tensors(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         tensors = {}

@@ -102,31 +102,14 @@ def checksums(
 ) -> dict[str, Checksum]:
     """The checksum of each tensor, computed where it lives (one device sync per device).
     `cast_to[name]`: checksum `tensor.to(dtype)` instead (what a receiver of that dtype holds)."""
-    return _whole(tensors, cast_to=cast_to, find_nonfinite=False)[0]
-
-
-def checksums_and_nonfinite(
-    tensors: Mapping[str, torch.Tensor],
-) -> tuple[dict[str, Checksum], list[str]]:
-    """`checksums(tensors)` and `nonfinite(tensors)` in one pass over memory (what a sender
-    needs of every tensor it sends)."""
-    return _whole(tensors, cast_to=None, find_nonfinite=True)
-
-
-def _whole(
-    tensors: Mapping[str, torch.Tensor],
-    *,
-    cast_to: Mapping[str, torch.dtype] | None,
-    find_nonfinite: bool,
-) -> tuple[dict[str, Checksum], list[str]]:
-    running = RunningChecksums(find_nonfinite=find_nonfinite)
+    running = RunningChecksums()
     for name, tensor in tensors.items():
         running.advance(name, tensor, tensor.numel(), dtype=(cast_to or {}).get(name))
-    return running.finish()
+    return running.finish()[0]
 
 
 @dataclass(slots=True)
-class _Parts:
+class _RunningTensor:
     """One tensor's row sums so far (its first `done` elements, a multiple of ROW until the
     end), and their float32 sums when looking for non-finite values."""
 
@@ -147,8 +130,8 @@ class _Parts:
 class RunningChecksums:
     """Checksums of tensors read a range at a time, as a transfer sends or lands them: each
     range is read while the transfer has just touched it, and when the transfer ends only
-    its last range is left to read. The result equals `checksums` (`checksums_and_nonfinite`
-    with `find_nonfinite`) of the same tensors.
+    its last range is left to read. The result equals `checksums` (and `nonfinite`, with
+    `find_nonfinite`, in the same pass over memory) of the same tensors.
 
     `advance(name, tensor, upto)`: the first `upto` elements of `tensor` (flat) are final;
     the whole rows among them not yet read are summed now (all of them once `upto` reaches
@@ -158,7 +141,7 @@ class RunningChecksums:
 
     def __init__(self, *, find_nonfinite: bool = False) -> None:
         self.find_nonfinite = find_nonfinite
-        self._parts: dict[str, _Parts] = {}
+        self._parts: dict[str, _RunningTensor] = {}
 
     def advance(
         self, name: str, tensor: torch.Tensor, upto: int, *, dtype: torch.dtype | None = None
@@ -167,7 +150,7 @@ class RunningChecksums:
         casting only the range read."""
         parts = self._parts.get(name)
         if parts is None:
-            parts = self._parts[name] = _Parts(tensor.detach(), dtype or tensor.dtype)
+            parts = self._parts[name] = _RunningTensor(tensor.detach(), dtype or tensor.dtype)
         n = tensor.numel()
         end = n if upto >= n else upto - upto % ROW
         if end <= parts.done:
@@ -184,13 +167,9 @@ class RunningChecksums:
             parts.values = _finish_one(parts, self.find_nonfinite)
             parts.rows, parts.float_sums = [], []
 
-    def complete(self) -> list[str]:
-        """Names of the tensors advanced to their end."""
-        return [name for name, parts in self._parts.items() if parts.complete]
-
     def finish(self) -> tuple[dict[str, Checksum], list[str]]:
         """(name -> checksum, names of tensors holding a nan or an inf) of the complete ones."""
-        pending: dict[torch.device, list[tuple[str, _Parts, int]]] = {}
+        pending: dict[torch.device, list[tuple[str, _RunningTensor, int]]] = {}
         stacked: dict[torch.device, list[torch.Tensor]] = {}
         for name, parts in self._parts.items():
             if not parts.complete:
@@ -217,7 +196,7 @@ class RunningChecksums:
         return out, bad
 
 
-def _finish_one(parts: _Parts, find_nonfinite: bool) -> list[torch.Tensor]:
+def _finish_one(parts: _RunningTensor, find_nonfinite: bool) -> list[torch.Tensor]:
     """[total, weighted] (and the float sum's float64 bits) of one complete tensor."""
     t = parts.tensor
     if parts.rows:
@@ -244,7 +223,7 @@ class LandedChecksums:
     so that the pass over the weights overlaps the transfer instead of following the load.
 
     `advance(name, tensor, upto)`: the first `upto` elements of `tensor` have landed (see
-    `RunningChecksums`); `take(tensors)`: all of them have. `held(tensors)` is the checksum
+    `RunningChecksums`). `held(tensors)` is the checksum
     of what `tensors` hold when it is called: a taken checksum is reused only while its tensor
     still has the memory, layout and version counter it had when its first part was taken
     (every in-place write through torch, by any view or `detach()` of it, bumps the counter)
@@ -263,11 +242,6 @@ class LandedChecksums:
         if name not in self._first:
             self._first[name] = _identity(tensor)
         self._running.advance(name, tensor, upto)
-
-    def take(self, tensors: Mapping[str, torch.Tensor]) -> None:
-        """Checksum `tensors` now (as they just landed) and remember what they were."""
-        for name, tensor in tensors.items():
-            self.advance(name, tensor, tensor.numel())
 
     def held(self, tensors: Mapping[str, torch.Tensor]) -> dict[str, Checksum]:
         """The checksum of each of `tensors` as it is now (see the class docstring)."""

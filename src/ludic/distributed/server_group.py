@@ -215,13 +215,13 @@ class ServerGroup:
         manifest: WeightManifest,
         tensors: dict[str, torch.Tensor],
         pool: BufferPool,
-        sent: Progress | None = None,
+        on_sent: Progress | None = None,
     ) -> None:
-        """Broadcast the buckets to the group (`sent`: see `send_buckets`); PushFailed names
+        """Broadcast the buckets to the group (`on_sent`: see `send_buckets`); PushFailed names
         who is gone if it fails."""
         assert self.group is not None
         try:
-            send_buckets(self.group, manifest, tensors, pool=pool, sent=sent)
+            send_buckets(self.group, manifest, tensors, pool=pool, on_sent=on_sent)
             return
         except Exception as e:
             why = f"broadcasting weights failed: {type(e).__name__}: {e}"

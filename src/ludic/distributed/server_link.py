@@ -51,11 +51,13 @@ class ServerLink:
         self.control: Control = "http"
         self.channel: StoreControl | None = None
         self.served_dtype: str | None = None  # from its status: sets the probe atol
+        self.pieces = False  # its status says it receives buckets in pieces (`piece_bytes`)
 
     def status(self, *, timeout_s: float | None = None) -> dict[str, Any]:
         """`GET /ludic/weights/status` (fails fast on a bad URL or token)."""
         status = self.request("GET", "/ludic/weights/status", timeout_s=timeout_s)
         self.served_dtype = status.get("dtype")
+        self.pieces = status.get("pieces") is True  # absent on an older server: whole buckets
         return status
 
     def join(

@@ -120,10 +120,10 @@ def send_buckets(
     *,
     pool: BufferPool,
     max_in_flight: int = 8,
-    sent: Progress | None = None,
+    on_sent: Progress | None = None,
 ) -> None:
     """Broadcast every bucket of `manifest` from rank 0, piece by piece (`manifest.pieces`),
-    in order; returns when all are sent. `sent(progress)` runs as each piece's broadcast
+    in order; returns when all are sent. `on_sent(progress)` runs as each piece's broadcast
     completes, in order, while the next ones are on the wire (work that overlaps the transfer
     without ever leaving the wire idle and reads each piece just after the transport did,
     e.g. checksums of the tensors sent; it must not write them).
@@ -144,8 +144,8 @@ def send_buckets(
             work, progress = in_flight.popleft()
             work.wait()
             retired += 1
-            if sent is not None:
-                sent(progress)
+            if on_sent is not None:
+                on_sent(progress)
 
     num_packed = 0
     for bucket, entries in zip(manifest.buckets, manifest.bucket_entries(), strict=True):
@@ -237,13 +237,13 @@ def receive_into(
     targets: Mapping[str, torch.Tensor],
     *,
     pool: BufferPool,
-    landed: Progress | None = None,
+    on_landed: Progress | None = None,
 ) -> None:
     """Receive every bucket straight into `targets` (live tensors, e.g. a model's state dict):
     a bucket whose targets are one tensor, or tensors back to back in one storage (see
     `ludic.inference.weights.pack_parameters_`), of matching dtype and device lands in place;
     the rest via a pool buffer and a copy. Shapes must already have been checked
-    (`check_against`). `landed(progress)` runs once each piece is in its targets (a bucket
+    (`check_against`). `on_landed(progress)` runs once each piece is in its targets (a bucket
     landing via a copy: once the whole bucket is), while the next ones are still arriving
     (work that overlaps the transfer, e.g. checksums of what landed; it must not write the
     targets)."""
@@ -262,12 +262,12 @@ def receive_into(
         ):
             for work, (start, end) in zip(works, manifest.pieces(bucket), strict=True):
                 work.wait()
-                if landed is not None and not copies:
-                    landed(_progress(entries, targets, start, end))
+                if on_landed is not None and not copies:
+                    on_landed(_progress(entries, targets, start, end))
             for name, view in unflatten(flat_N, copies).items():
                 targets[name].copy_(view)
-            if landed is not None and copies:
-                landed(_progress(entries, targets, 0, bucket.numel))
+            if on_landed is not None and copies:
+                on_landed(_progress(entries, targets, 0, bucket.numel))
 
 
 def adjacent_view(tensors: list[torch.Tensor]) -> torch.Tensor | None:

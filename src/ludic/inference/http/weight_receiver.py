@@ -230,7 +230,7 @@ class WeightSyncReceiver:
                         landed.advance(name, tensor, upto)
 
                 receive_into(
-                    group, manifest, live, pool=self._pool, landed=take if landed else None
+                    group, manifest, live, pool=self._pool, on_landed=take if landed else None
                 )
 
             version = self.load_in_place(fill, manifest.version)
@@ -397,6 +397,7 @@ class WeightSyncReceiver:
                 "control": self._control,
                 "controls": list(CONTROLS),
                 "dtype": self._served_dtype(),
+                "pieces": True,  # buckets may come in several broadcasts (`piece_bytes`)
             }
 
     def _served_dtype(self) -> str | None:

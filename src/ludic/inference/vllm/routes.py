@@ -123,7 +123,7 @@ async def _weights_start(request: Any, engine: Any) -> dict[str, Any]:
         raise RuntimeError("no communicator: POST /ludic/weights/init first")
     await join
     _push["version"] = manifest.version
-    _push["checksums"] = manifest.checksums  # False (unverified): no held totals asked
+    _push["verified"] = manifest.checksums  # False (unverified): no held totals asked
     _push["receive"] = asyncio.ensure_future(
         engine.collective_rpc("ludic_weights_receive", args=(body,))
     )
@@ -138,7 +138,7 @@ async def _weights_finish(request: Any, engine: Any) -> dict[str, Any]:
     _state["policy_version"] = int(_push["version"])  # the new weights serve from now on
     await reset_prefix_cache(engine)  # cached KV came from the old weights
     reply = {"policy_version": _state["policy_version"], "num_tensors": int(counts[0])}
-    if not _push.pop("checksums", True):  # an unverified push: no pass over the weights
+    if not _push.pop("verified", True):  # an unverified push: no pass over the weights
         return reply
     reports = await engine.collective_rpc("ludic_weights_held")
     return {
@@ -182,6 +182,7 @@ async def _weights_status(request: Any, engine: Any) -> dict[str, Any]:
         "last_version": _state["policy_version"],
         "controls": ["http"],
         "dtype": served_dtype(engine),
+        "pieces": True,  # the workers receive buckets in several broadcasts (`piece_bytes`)
     }
 
 
