@@ -35,7 +35,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -67,7 +67,7 @@ from ludic.rollouts import (
     write_rollouts_jsonl,
 )
 from ludic.training import AWRCredit, OfflineBatchSource, RLAlgorithm, make_awr, make_sft
-from ludic.types import Rollout
+from ludic.types import Rollout, Turn
 
 METHODS = ("sft", "awr")
 MAX_TOKENS = 10  # as the quickstart
@@ -80,7 +80,8 @@ class AWRConfig:
     """AWR on every game vs SFT on the won or drawn ones (see the module docstring)."""
 
     expert_episodes: int = 1000
-    """Games the scripted players play in all (split evenly over --expert-epsilons)."""
+    """Games the scripted players play in all (split over --expert-epsilons, the first
+    players playing one more when it does not divide)."""
     expert_epsilons: tuple[float, ...] = (0.0,)
     """Random-move probability of each scripted player (0: minimax, the quickstart's expert)."""
     expert_taken: float = 0.0
@@ -155,13 +156,27 @@ def requests(cfg: AWRConfig, n: int, sampling: SamplingConfig | None = None) -> 
 async def expert_games(cfg: AWRConfig, tokenizer: Any, seed: int) -> list[Rollout]:
     """Every game of the scripted players (the first as the quickstart's, same seeds)."""
     seeds = SeedSequencer(run_seed=derive_seed(seed, "expert"))
-    share = cfg.expert_episodes // len(cfg.expert_epsilons)
     rollouts: list[Rollout] = []
-    for index, epsilon in enumerate(cfg.expert_epsilons):
+    shares = expert_shares(cfg.expert_episodes, len(cfg.expert_epsilons))
+    for index, (epsilon, share) in enumerate(zip(cfg.expert_epsilons, shares, strict=True)):
         policy = expert_policy(epsilon, taken=cfg.expert_taken)
         engine = rollout_engine(PolicyClient(policy, tokenizer), max_tokens=MAX_TOKENS)
         rollouts += await engine.run(seeds.seed_requests(requests(cfg, share), index))
     return rollouts
+
+
+def expert_shares(games: int, players: int) -> list[int]:
+    """Games per scripted player: `games` split as evenly as possible, the first players
+    playing one more when it does not divide (every game is played)."""
+    if players < 1:
+        raise ValueError("--expert-epsilons needs at least one value (got none)")
+    if games < players:
+        raise ValueError(
+            f"--expert-episodes {games} is fewer than the {players} --expert-epsilons values: "
+            "give every player at least one game"
+        )
+    base, extra = divmod(games, players)
+    return [base + (1 if i < extra else 0) for i in range(players)]
 
 
 async def own_games(cfg: AWRConfig, model: Any, tokenizer: Any, seed: int) -> list[Rollout]:
@@ -186,12 +201,20 @@ def write_data(rollouts: Sequence[Rollout], out: Path) -> tuple[Path, Path]:
 def algorithm(cfg: AWRConfig, method: str) -> RLAlgorithm:
     if method == "sft":
         return make_sft()
-    awr = make_awr(
-        beta=cfg.beta, max_weight=cfg.max_weight, baseline=cfg.baseline, state_prior=cfg.state_prior
+    return make_awr(
+        beta=cfg.beta,
+        max_weight=cfg.max_weight,
+        baseline=cfg.baseline,
+        state_prior=cfg.state_prior,
+        state_normalize=cfg.state_normalize,
+        trained=not_penalised,  # the turns `drop_penalised_turns` keeps in `train`
     )
-    assert isinstance(awr.credit_assigner, AWRCredit)
-    credit = replace(awr.credit_assigner, state_normalize=cfg.state_normalize)
-    return replace(awr, credit_assigner=credit)
+
+
+def not_penalised(rollout: Rollout, turn: Turn) -> bool:
+    """`drop_penalised_turns` on the turn: per-state normalisation counts only trained turns
+    (an illegal move shares its board with the retry after it)."""
+    return turn.reward >= 0.0
 
 
 def train(
@@ -301,10 +324,14 @@ def run_seed(cfg: AWRConfig, seed: int) -> dict[str, Any]:
 
 
 def interval(values: Sequence[float]) -> dict[str, float]:
-    """Mean and the half-width of its 95% t-interval (0 for one value)."""
+    """Mean and the half-width of its 95% t-interval (0 for one value): t at n - 1 degrees
+    of freedom, the 10-d.o.f. value beyond 10 (slightly wider than exact)."""
     n = len(values)
     mean = statistics.mean(values)
-    half = T975[min(n, len(T975)) - 2] * statistics.stdev(values) / math.sqrt(n) if n > 1 else 0.0
+    if n < 2:
+        return {"mean": mean, "ci95": 0.0, "n": n}
+    t = T975[min(n - 1, len(T975)) - 1]  # T975[k - 1]: k degrees of freedom
+    half = t * statistics.stdev(values) / math.sqrt(n)
     return {"mean": mean, "ci95": half, "n": n}
 
 
@@ -323,8 +350,7 @@ def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def main(cfg: AWRConfig) -> dict[str, list[StageResult]]:
     """Each method's evaluations, one per seed: {"sft": [...], "awr": [...]} (and "start")."""
-    if not cfg.expert_epsilons or cfg.expert_episodes < len(cfg.expert_epsilons):
-        raise ValueError("--expert-epsilons needs at least one value and one game per value")
+    expert_shares(cfg.expert_episodes, len(cfg.expert_epsilons))  # refuse bad splits early
     torch.set_num_threads(cfg.threads)
     records = [run_seed(cfg, seed) for seed in range(cfg.first_seed, cfg.first_seed + cfg.seeds)]
     by_method = {m: [r[m] for r in records] for m in ("start", *METHODS) if m in records[0]}

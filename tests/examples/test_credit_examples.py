@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,70 @@ def test_awr_tictactoe(tmp_path: Path) -> None:
         assert float(sample.weight) == pytest.approx(hand[key], rel=1e-9)
         assert sample.meta["reward"] >= 0
     assert len({round(float(s.weight), 9) for s in source.samples}) > 2
+
+
+def test_awr_example_interval_uses_n_minus_1_degrees_of_freedom() -> None:
+    example = load_example("awr_tictactoe.py")
+    # 2 values: stdev sqrt(2), t(1 d.o.f.) = 12.706, half = 12.706 * sqrt(2) / sqrt(2)
+    assert example.interval([1.0, 3.0]) == {"mean": 2.0, "ci95": pytest.approx(12.706), "n": 2}
+    # 3 values: stdev 1, t(2) = 4.303
+    three = example.interval([1.0, 2.0, 3.0])
+    assert three["ci95"] == pytest.approx(4.303 / math.sqrt(3))
+    # 11 values (10 d.o.f.) and 12 (11 d.o.f., the table's last, 10-d.o.f. value: wider)
+    eleven = [float(i % 2) for i in range(11)]
+    sd = statistics.stdev(eleven)
+    assert example.interval(eleven)["ci95"] == pytest.approx(2.228 * sd / math.sqrt(11))
+    twelve = [float(i % 2) for i in range(12)]
+    sd = statistics.stdev(twelve)
+    assert example.interval(twelve)["ci95"] == pytest.approx(2.228 * sd / math.sqrt(12))
+    assert example.interval([5.0]) == {"mean": 5.0, "ci95": 0.0, "n": 1}
+
+
+def test_awr_example_plays_every_expert_game_and_refuses_no_players() -> None:
+    example = load_example("awr_tictactoe.py")
+    assert example.expert_shares(999, 3) == [333, 333, 333]
+    assert example.expert_shares(1000, 3) == [334, 333, 333]
+    assert example.expert_shares(5, 2) == [3, 2]
+    with pytest.raises(ValueError, match="--expert-epsilons needs at least one value"):
+        example.expert_shares(10, 0)
+    with pytest.raises(ValueError, match="--expert-episodes 1 is fewer than the 2"):
+        example.expert_shares(1, 2)
+    cfg = config(example, "AWRConfig", expert_episodes=7, expert_epsilons=(0.0, 1.0))
+    tokenizer = build_tiny_model(spec=TinyModelSpec(hidden_size=32))[1]
+    assert len(asyncio.run(example.expert_games(cfg, tokenizer, 0))) == 7
+    with pytest.raises(ValueError, match="--expert-epsilons"):
+        example.main(config(example, "AWRConfig", expert_epsilons=()))
+
+
+def test_awr_example_state_normalize_averages_one_over_the_trained_turns() -> None:
+    """Illegal moves are dropped after credit and share their board with the retry; with
+    --state-normalize every board's trained turns average weight 1."""
+    example = load_example("awr_tictactoe.py")
+    cfg = config(
+        example,
+        "AWRConfig",
+        expert_episodes=40,
+        expert_epsilons=(0.0, 1.0),
+        expert_taken=0.3,
+        baseline="state_action",
+        beta=0.25,
+        state_normalize=True,
+    )
+    tokenizer = build_tiny_model(spec=TinyModelSpec(hidden_size=32))[1]
+    rollouts = asyncio.run(example.expert_games(cfg, tokenizer, 0))
+    credit = example.algorithm(cfg, "awr").credit_assigner
+    weights = credit.assign(rollouts)
+    by_state: dict[object, list[float]] = {}
+    dropped = 0
+    for rollout in rollouts:
+        for turn in rollout.turns():
+            if turn.reward < 0:  # what drop_penalised_turns leaves out
+                dropped += 1
+                continue
+            by_state.setdefault(turn.state_key, []).append(weights[(rollout.id, turn.turn_id)])
+    assert dropped > 0 and any(len(ws) > 1 for ws in by_state.values())
+    for ws in by_state.values():
+        assert sum(ws) / len(ws) == pytest.approx(1.0, rel=1e-9)
 
 
 @pytest.mark.slow

@@ -7,7 +7,11 @@ import asyncio
 import io
 import json
 import math
+import random
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tyro
@@ -17,10 +21,10 @@ from ludic.cli import main as cli_main
 from ludic.models import build_tiny_model
 from ludic.recipes.configs import SFTConfig
 from ludic.recipes.expert import PolicyClient
-from ludic.recipes.sft import offline_algorithm, sft_command
+from ludic.recipes.sft import offline_algorithm, sft_command, turn_has_parse_error
 from ludic.recipes.tictactoe import ENV_NAME, PROTOCOL_NAME, expert_policy, rollout_engine
 from ludic.rollouts import ComponentSpec, RolloutRequest, SeedSequencer, write_rollouts_jsonl
-from ludic.training import AWRCredit, OfflineBatchSource, make_sft
+from ludic.training import AWRCredit, OfflineBatchSource, drop_parse_errors, make_sft
 from ludic.training.credit import group_normalize, group_rollouts
 from ludic.types import Rollout
 
@@ -70,7 +74,55 @@ def test_the_cli_flags_build_the_awr_preset() -> None:
     credit = offline_algorithm(tyro.cli(SFTConfig, args=pairs)).credit_assigner
     assert credit == AWRCredit(baseline="state_action")
     normalized = offline_algorithm(tyro.cli(SFTConfig, args=[*pairs, "--awr-state-normalize"]))
-    assert normalized.credit_assigner == AWRCredit(baseline="state_action", state_normalize=True)
+    credit = normalized.credit_assigner
+    assert isinstance(credit, AWRCredit) and credit.trained is not None
+    assert replace(credit, trained=None) == AWRCredit(baseline="state_action", state_normalize=True)
+
+
+def garbling_policy(epsilon: float, garble: float) -> Callable[[Any, random.Random], str]:
+    """`expert_policy(epsilon)`, but an unparseable reply with probability `garble` (the env
+    shows the same board again, so the retry shares the garbled turn's state)."""
+    expert = expert_policy(epsilon)
+
+    def policy(messages: Any, rng: random.Random) -> str:
+        return "no move here" if rng.random() < garble else expert(messages, rng)
+
+    return policy
+
+
+def test_state_normalize_averages_one_over_the_turns_ludic_sft_trains(tmp_path: Path) -> None:
+    """Parse-error turns are dropped after credit (drop_parse_errors) and share their board
+    with the retry; the kept turns of every board must still average weight 1."""
+    client = PolicyClient(garbling_policy(0.8, 0.3), build_tiny_model()[1])
+    spec = RolloutRequest(
+        env=ComponentSpec(name=ENV_NAME), protocol=ComponentSpec(name=PROTOCOL_NAME)
+    )
+    engine = rollout_engine(client)
+    rollouts = asyncio.run(engine.run(SeedSequencer(run_seed=5).seed_requests([spec] * 24, 0)))
+    data = tmp_path / "garbled.jsonl"
+    write_rollouts_jsonl(rollouts, data)
+    args = ["--data", str(data), "--algorithm", "awr", "--awr-baseline", "state_action"]
+    cfg = tyro.cli(SFTConfig, args=[*args, "--awr-beta", "0.25", "--awr-state-normalize"])
+    algorithm = offline_algorithm(cfg)
+    source = OfflineBatchSource(
+        paths=data,
+        credit_assigner=algorithm.credit_assigner,
+        batch_size=4,
+        filters=[drop_parse_errors()],
+    )
+    assert source.num_filtered_out > 0, "the data needs parse errors"
+    by_state: dict[object, list[float]] = {}
+    for sample in source.samples:
+        by_state.setdefault(sample.meta["state_key"], []).append(float(sample.weight))
+    assert len(by_state) > 5 and any(len(ws) > 1 for ws in by_state.values())
+    for weights in by_state.values():
+        assert sum(weights) / len(weights) == pytest.approx(1.0, rel=1e-9)
+    # the turn-level rule is the sample filter's: same verdict on every turn
+    unfiltered = OfflineBatchSource(paths=data, credit_assigner=AWRCredit(), batch_size=4)
+    turns = {(r.id, t.turn_id): t for r in rollouts for t in r.turns()}
+    for sample in unfiltered.samples:
+        turn = turns[(sample.meta["rollout_id"], sample.meta["turn_id"])]
+        assert turn_has_parse_error(turn) == sample.meta["parse_error"]
 
 
 def test_awr_weights_of_the_samples_are_exp_of_group_advantages(mixed_data: Path) -> None:

@@ -198,6 +198,47 @@ def test_awr_state_normalize_keeps_each_state_at_mean_weight_one() -> None:
     assert normalized[("lone", "t0")] == pytest.approx(1.0)  # a state seen once weighs 1
 
 
+def retry_game(rid: str, reward: float) -> Rollout:
+    """An illegal move from "obs-0" (-1, the agent tries again from the same board), then
+    move "5" from "obs-0" ending the game with `reward`."""
+    a0 = AgentStep(turn_id="t0", info={"observation": "obs-0"})
+    e0 = EnvironmentStep(turn_id="t0", action="1", reward=-1.0, agent_step_ids=(a0.id,))
+    a1 = AgentStep(turn_id="t1", info={"observation": "obs-0"})
+    e1 = EnvironmentStep(turn_id="t1", action="5", reward=reward, agent_step_ids=(a1.id,))
+    return Rollout(id=rid, steps=[a0, e0, a1, e1], meta={})
+
+
+def test_awr_state_normalize_counts_only_the_trained_turns() -> None:
+    # one state "obs-0": game r: illegal "1" (-1) then "5" (+1): G = 0, 1; game p: "5" (+1).
+    # mean G = 2/3; "mean" baseline: A = G - 2/3; beta = 1: raw w = e^(-2/3), e^(1/3), e^(1/3)
+    rollouts = [retry_game("r", 1.0), one_move("p", "5", 1.0)]
+    raw = {
+        ("r", "t0"): math.exp(-2 / 3),
+        ("r", "t1"): math.exp(1 / 3),
+        ("p", "t0"): math.exp(1 / 3),
+    }
+    credit = AWRCredit(baseline="mean", beta=1.0)
+    assert credit.assign(rollouts) == pytest.approx(raw, abs=1e-12)
+    # every turn counted: mean (e^(-2/3) + 2 e^(1/3)) / 3 = 1.1199...; the two kept moves
+    # then weigh e^(1/3) / 1.1199 = 1.2375 each, not 1 (the bug the `trained` rule fixes)
+    everything = replace(credit, state_normalize=True).assign(rollouts)
+    all_mean = (math.exp(-2 / 3) + 2 * math.exp(1 / 3)) / 3
+    assert everything[("p", "t0")] == pytest.approx(math.exp(1 / 3) / all_mean)
+    assert everything[("p", "t0")] > 1.2
+    # the retry turn left out (reward < 0, as drop_penalised_turns): the kept turns' mean is
+    # e^(1/3), so each kept move weighs exactly 1 and the state keeps its share of 2 turns
+    legal = replace(credit, state_normalize=True, trained=lambda _r, turn: turn.reward >= 0)
+    kept = legal.assign(rollouts)
+    assert kept[("r", "t1")] == pytest.approx(1.0, abs=1e-12)
+    assert kept[("p", "t0")] == pytest.approx(1.0, abs=1e-12)
+    assert kept[("r", "t0")] == pytest.approx(math.exp(-2 / 3) / math.exp(1 / 3))  # = e^-1
+    # a state whose turns are all left out keeps its raw weights; so does the make_awr preset
+    none = replace(legal, trained=lambda _r, _t: False).assign(rollouts)
+    assert none == pytest.approx(raw, abs=1e-12)
+    preset = make_awr(baseline="mean", state_normalize=True, trained=legal.trained)
+    assert preset.credit_assigner == legal
+
+
 def test_awr_weights_never_overflow_and_bad_settings_are_refused() -> None:
     assert awr_weights([1e6, -1e6], beta=1e-3, max_weight=20.0) == [20.0, 0.0]
     with pytest.raises(ValueError, match="beta must be"):

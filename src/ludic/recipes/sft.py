@@ -9,7 +9,8 @@ and plots the loss curve. It does not generate data: see `examples/rejection_sam
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -19,13 +20,13 @@ from ludic.recipes.configs import SFTConfig
 from ludic.recipes.training import finish, load_policy, make_trainer, plot_curve
 from ludic.rollouts import ChatTemplateRetokenizer, SampleFilter, SAWItem
 from ludic.training import (
-    AWRCredit,
     OfflineBatchSource,
     RLAlgorithm,
     drop_parse_errors,
     make_awr,
     make_sft,
 )
+from ludic.types import Rollout, Turn
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -46,6 +47,30 @@ def min_episode_return(threshold: float) -> SampleFilter:
         return float(item.meta.get("episode_return", float("-inf"))) >= threshold
 
     return keep
+
+
+def trained_turns(min_reward: float | None) -> Callable[[Rollout, Turn], bool]:
+    """The turns `sft_command`'s filters keep (`drop_parse_errors`, `--min-reward`), decided
+    on the rollout, for `AWRCredit.trained`: per-state normalisation counts only these."""
+
+    def trained(rollout: Rollout, turn: Turn) -> bool:
+        if min_reward is not None and rollout.total_reward < min_reward:
+            return False
+        return not turn_has_parse_error(turn)
+
+    return trained
+
+
+def turn_has_parse_error(turn: Turn) -> bool:
+    """What the sample built from `turn` records as `meta["parse_error"]`: the parser rejected
+    an env action, or a step's or the env step's info says `parse_error`."""
+    for step in turn.agent_steps:
+        parsed = step.parse_result
+        if step.action_target == "env" and parsed is not None and not parsed.ok:
+            return True
+        if step.info.get("parse_error", False):
+            return True
+    return turn.env_step is not None and bool(turn.env_step.info.get("parse_error", False))
 
 
 def sft_command(cfg: SFTConfig, *, console: Console | None = None) -> SFTResult:
@@ -108,17 +133,14 @@ def offline_algorithm(cfg: SFTConfig) -> RLAlgorithm:
     if cfg.algorithm == "sft":
         return make_sft()
     if cfg.algorithm == "awr":
-        awr = make_awr(
+        return make_awr(
             beta=cfg.awr_beta,
             max_weight=cfg.awr_max_weight,
             baseline=cfg.awr_baseline,
             state_prior=cfg.awr_state_prior,
+            state_normalize=cfg.awr_state_normalize,
+            trained=trained_turns(cfg.min_reward) if cfg.awr_state_normalize else None,
         )
-        if not cfg.awr_state_normalize:
-            return awr
-        assert isinstance(awr.credit_assigner, AWRCredit)
-        credit = replace(awr.credit_assigner, state_normalize=True)
-        return replace(awr, credit_assigner=credit)
     raise ValueError(f"--algorithm must be 'sft' or 'awr', got {cfg.algorithm!r}")
 
 

@@ -19,7 +19,7 @@ from ludic.training.credit import (
     MonteCarloReturn,
     ReinforcePlusPlus,
 )
-from ludic.training.credit.awr import AWRBaseline
+from ludic.training.credit.awr import AWRBaseline, TurnPredicate
 from ludic.training.credit.core import AnchorKeyFn, default_anchor_key
 from ludic.training.credit.gigpo import Combine, EpisodeStat
 from ludic.training.losses import (
@@ -277,12 +277,15 @@ def make_awr(
     gamma: float = 1.0,
     aggregation: Aggregation = "token_mean",
     state_prior: float = 1.0,
+    state_normalize: bool = False,
+    trained: TurnPredicate | None = None,
 ) -> RLAlgorithm:
     """AWR (arXiv:1910.00177), value-free, for offline rollouts: every turn's log-likelihood
     weighted by w = min(exp(A / beta), max_weight) (`AWRCredit`; A from the group mean, the
     mean return of the data with baseline="mean", or the mean return-to-go of the other
     visits of the turn's state with baseline="state"). The loss is -w * log pi (REINFORCE
-    on the weights), i.e. weighted SFT; with every A = 0 it is SFT."""
+    on the weights), i.e. weighted SFT; with every A = 0 it is SFT. `state_normalize` divides
+    each weight by its state's mean weight over the `trained` turns (see `AWRCredit`)."""
     credit = AWRCredit(
         beta=beta,
         max_weight=max_weight,
@@ -290,6 +293,8 @@ def make_awr(
         normalize_std=normalize_std,
         gamma=gamma,
         state_prior=state_prior,
+        state_normalize=state_normalize,
+        trained=trained,
     )
     return RLAlgorithm(
         name="awr", credit_assigner=credit, loss=ReinforceLoss(aggregation=aggregation)

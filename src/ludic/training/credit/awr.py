@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -36,6 +36,8 @@ from ludic.training.credit.core import (
 from ludic.types import Rollout, Turn
 
 AWRBaseline = Literal["group", "mean", "state", "state_action"]
+# Whether a turn of a rollout will be trained (see `AWRCredit.trained`).
+TurnPredicate = Callable[[Rollout, Turn], bool]
 _BASELINES: tuple[str, ...] = ("group", "mean", "state", "state_action")
 # (turn key, return-to-go G, state, action): one turn as the per-turn baselines read it.
 TurnReturn = tuple[TurnKey, float, AnchorKey | None, str | None]
@@ -119,6 +121,12 @@ class AWRCredit:
         in SFT on all of it, and only the choice among the moves from a state is reweighted (a
         state seen once weighs 1). Without it, states whose moves have large advantages take
         over the loss (fewer effective samples; see the README's AWR section).
+    trained: with state_normalize, the turns that will be trained (True) - the mean of a state
+        is taken over these only. Pass the turn-level form of the sample filters that drop turns
+        after credit (e.g. penalised illegal moves, which share their state with the retry that
+        follows): otherwise the dropped turns' small weights pull the mean down and the kept
+        turns of that state weigh more than 1. A left-out turn is divided by its state's mean
+        too (its own weight if no turn of its state is kept). None: every turn is trained.
     The paper uses beta = 0.05 on its returns and max_weight = 20; beta here defaults to 1.0
     for rewards in [-1, 1].
     """
@@ -131,6 +139,7 @@ class AWRCredit:
     eps: float = 1e-6
     state_prior: float = 1.0
     state_normalize: bool = False
+    trained: TurnPredicate | None = None
     anchor_key: AnchorKeyFn = default_anchor_key
 
     def __post_init__(self) -> None:
@@ -182,29 +191,40 @@ class AWRCredit:
         out = dict(zip(advantages.keys(), weights, strict=True))
         if not self.state_normalize:
             return out
-        states = {
-            (rollout.id, turn.turn_id): self.anchor_key(turn)
-            for rollout in rollouts
-            for turn in rollout.turns()
-        }
-        return normalize_per_state(out, {key: states.get(key) for key in out})
+        states: dict[TurnKey, AnchorKey | None] = {}
+        kept: set[TurnKey] = set()
+        for rollout in rollouts:
+            for turn in rollout.turns():
+                key = (rollout.id, turn.turn_id)
+                states[key] = self.anchor_key(turn)
+                if self.trained is None or self.trained(rollout, turn):
+                    kept.add(key)
+        return normalize_per_state(
+            out, {key: states.get(key) for key in out}, counted={k for k in out if k in kept}
+        )
 
 
 def normalize_per_state(
-    weights: dict[TurnKey, float], states: dict[TurnKey, AnchorKey | None]
+    weights: dict[TurnKey, float],
+    states: dict[TurnKey, AnchorKey | None],
+    *,
+    counted: set[TurnKey] | None = None,
 ) -> dict[TurnKey, float]:
-    """w_k / mean(w_j : s_j = s_k): each state's turns keep their mean weight of 1 (see
-    `AWRCredit.state_normalize`); a turn without a state keeps its weight."""
+    """w_k / mean(w_j : s_j = s_k, j in `counted`): each state's counted turns (default: all)
+    keep their mean weight of 1 (see `AWRCredit.state_normalize`); a turn without a state, or
+    whose state has no counted turn (or only weights of 0), keeps its weight."""
     totals: dict[AnchorKey, list[float]] = defaultdict(list)
     for key, w in weights.items():
         state = states[key]
-        if state is not None:
+        if state is not None and (counted is None or key in counted):
             totals[state].append(w)
     means = {state: math.fsum(ws) / len(ws) for state, ws in totals.items()}
-    return {
-        key: w if states[key] is None else w / means[states[key]]  # type: ignore[index]
-        for key, w in weights.items()
-    }
+    out: dict[TurnKey, float] = {}
+    for key, w in weights.items():
+        state = states[key]
+        mean = means.get(state) if state is not None else None
+        out[key] = w / mean if mean else w  # an all-zero state (exp underflow) keeps 0
+    return out
 
 
 def _action(turn: Turn) -> str | None:
