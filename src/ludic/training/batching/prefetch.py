@@ -26,6 +26,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
 
@@ -88,23 +89,33 @@ class PrefetchBatchSource:
         if isinstance(self.source, StatefulBatchSource):
             self.source.load_state_dict(state)
 
-    def close(self) -> None:
-        """Cancel the batch in flight (if any) and stop the background thread."""
+    def close(self, *clients: object) -> None:
+        """Cancel the batch in flight (if any), close each of `clients` (`aclose()`, else
+        `close()`) on this source's loop (an HTTP client the rollouts used holds connections
+        bound to that loop, which no other loop can close) and stop the background thread."""
+        closers: list[Callable[[], object]] = []
+        for client in clients:
+            close = getattr(client, "aclose", None) or getattr(client, "close", None)
+            if close is None:
+                raise TypeError(f"PrefetchBatchSource.close: {client!r} has no aclose() or close()")
+            closers.append(close)
         if self._loop.is_closed():
             return
         self._inflight = None
-        stopped = asyncio.run_coroutine_threadsafe(_cancel_all(), self._loop)
+        stopped = asyncio.run_coroutine_threadsafe(_cancel_all(closers), self._loop)
         stopped.result(timeout=60)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
         self._loop.close()
 
 
-async def _cancel_all() -> None:
+async def _cancel_all(closers: list[Callable[[], object]]) -> None:
     tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
+    for close in closers:
+        await maybe_await(close())
 
 
 async def _draw(source: BatchSource) -> SAWBatch:
