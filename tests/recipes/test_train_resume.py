@@ -114,8 +114,13 @@ def test_resume_in_a_new_process_equals_the_uninterrupted_run(
     from ludic.recipes.configs import TrainConfig
     from ludic.recipes.train import train_command
 
-    done = TrainConfig(
-        env="resume_envs:SayOTwiceEnv", model=str(model), steps=4, out_dir=split, resume="latest"
+    done = TrainConfig(  # the run's own --lr: a changed one is refused first
+        env="resume_envs:SayOTwiceEnv",
+        model=str(model),
+        steps=4,
+        lr=3e-2,
+        out_dir=split,
+        resume="latest",
     )
     with pytest.raises(ValueError, match=r"at step 4 and --steps is 4.*raise --steps"):
         train_command(done)
