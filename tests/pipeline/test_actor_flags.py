@@ -19,3 +19,18 @@ def test_a_top_p_out_of_range_names_the_flag(top_p: float) -> None:
     cfg = ActorConfig(redis_url="redis://127.0.0.1:1/0", top_p=top_p, batches=1)
     with pytest.raises(ValueError, match=r"--top-p.*top_p must be in \(0, 1\]"):
         run_actor(cfg)  # fails before Redis is reached
+
+
+def test_a_restarted_learner_with_another_lr_names_the_flag() -> None:
+    """`ludic learner` restarted with another --lr than its checkpoint's is refused (the
+    Trainer's mismatch error, told in the learner's flags) instead of silently keeping it."""
+    from ludic.pipeline.commands import _resume_learner
+    from ludic.pipeline.config import LearnerConfig
+    from ludic.training.lr_resume import LRScheduleMismatchError
+
+    class Restarted:
+        def resume(self) -> int:
+            raise LRScheduleMismatchError("ckpt/step_00000004", {"lr": (1e-5, 3e-5)})
+
+    with pytest.raises(ValueError, match=r"--lr is 3e-05, the checkpoint's is 1e-05.*--lr 1e-05"):
+        _resume_learner(Restarted(), LearnerConfig(lr=3e-5))

@@ -314,6 +314,20 @@ def _trainer(cfg: LearnerConfig, source: Any, model: Any, tokenizer: Any, publis
         tokenizer=tokenizer,
     )
     if cfg.resume and trainer.checkpoints is not None and trainer.checkpoints.latest():
-        step = trainer.resume()
+        step = _resume_learner(trainer, cfg)
         logger.info("resumed from step %d (policy version %d)", step, trainer.policy_version)
     return trainer
+
+
+def _resume_learner(trainer: Any, cfg: LearnerConfig) -> int:
+    """`trainer.resume()`, naming --lr when it differs from the checkpoint's."""
+    from ludic.training.lr_resume import LRScheduleMismatchError
+
+    try:
+        return int(trainer.resume())
+    except LRScheduleMismatchError as e:
+        old = e.changes.get("lr", (None, None))[0]
+        raise ValueError(
+            f"--lr is {cfg.lr}, the checkpoint's is {old}: restart the learner with --lr {old} "
+            "to continue the run, or with --no-resume to start a new one"
+        ) from e
