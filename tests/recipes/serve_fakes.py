@@ -1,14 +1,14 @@
-"""`ludic serve` processes on 127.0.0.1 for the recipe tests that train against a server."""
+"""`ludic serve` processes on 127.0.0.1 for the recipe tests that train against a server: a
+`LocalServer` on a fixed port, so a killed server restarts at the same URL."""
 
 from __future__ import annotations
 
-import os
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
+
+from ludic.inference.http.local_server import LocalServer
 
 TOKEN = "many-token"
 
@@ -19,33 +19,30 @@ class Server:
     def __init__(self, model_dir: str, log: Path, *, token: str = TOKEN) -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
-            self.port = int(s.getsockname()[1])
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.model_dir, self.log, self.token = model_dir, log, token
-        self.process: subprocess.Popen[bytes] | None = None
+            port = int(s.getsockname()[1])
+        self.local = LocalServer(
+            model_dir, threads=1, port=port, token=token, log_path=log, startup_timeout_s=120
+        )
+        self.url, self.token, self.model_dir, self.log = (
+            f"http://127.0.0.1:{port}",
+            token,
+            model_dir,
+            log,
+        )
 
     def start(self) -> Server:
-        command = [sys.executable, "-m", "ludic.inference.http.server", "--model", self.model_dir]
-        command += ["--port", str(self.port), "--token", self.token, "--threads", "1"]
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+        """Start the child without waiting (`wait()` next), so several load at once."""
+        self.local.launch()
         return self
 
     def wait(self) -> None:
-        from ludic.inference.vllm.server import wait_for_health
-
-        wait_for_health(self.url, timeout_s=120, process=self.process)
+        self.local.wait_ready()
 
     def kill(self) -> None:
-        assert self.process is not None
-        self.process.kill()  # no goodbye: the process is simply gone
-        self.process.wait(timeout=30)
+        self.local.kill()  # no goodbye: the process is simply gone
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=30)
+        self.local.close()
 
     def served_version(self) -> int:
         return int(self.get("/ludic/version")["policy_version"])
