@@ -29,7 +29,7 @@ from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.single_agent import SingleAgentProtocol
 from ludic.parsers import Parser, boxed_parser, identity_parser, xml_tag_parser
 from ludic.recipes.algorithms import GiGPOOptions
-from ludic.recipes.configs import parse_env_kwargs
+from ludic.recipes.configs import parse_env_kwargs, sampling_from_flags
 from ludic.rollouts import ComponentSpec, RolloutEngine, RolloutRequest
 
 EnvFactory = Callable[..., LudicEnv]
@@ -143,12 +143,7 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
 def eval_sampling(cfg: EvalConfig) -> SamplingConfig:
     """The episodes' sampling (--temperature, --top-p, --max-tokens); a value out of range
     raises ValueError naming the flags, as `ludic train` does."""
-    try:
-        return SamplingConfig(
-            temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens
-        )
-    except ValueError as e:
-        raise ValueError(f"--temperature / --top-p / --max-tokens: {e}") from e
+    return sampling_from_flags(cfg.temperature, cfg.top_p, cfg.max_tokens)
 
 
 def _check_engine_options(cfg: EvalConfig) -> None:

@@ -79,14 +79,9 @@ def run_actor(cfg: ActorConfig) -> list[ActorBatchStats]:
 def actor_sampling(cfg: ActorConfig) -> SamplingConfig:
     """The rollouts' sampling (--temperature, --top-p, --max-tokens); a value out of range
     raises ValueError naming the flags, as `ludic train` does."""
-    from ludic.inference import SamplingConfig
+    from ludic.recipes.configs import sampling_from_flags
 
-    try:
-        return SamplingConfig(
-            temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens
-        )
-    except ValueError as e:
-        raise ValueError(f"--temperature / --top-p / --max-tokens: {e}") from e
+    return sampling_from_flags(cfg.temperature, cfg.top_p, cfg.max_tokens)
 
 
 async def _act(

@@ -10,11 +10,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from tyro.constructors import PrimitiveConstructorSpec
 
 from ludic.recipes.algorithms import Algorithm, GiGPOOptions
+
+if TYPE_CHECKING:
+    from ludic.inference.sampling import SamplingConfig
 
 Opponent = Literal["random", "minimax", "mixed"]
 IllegalMove = Literal["retry", "end"]
@@ -35,6 +38,18 @@ def parse_env_kwargs(text: str) -> dict[str, Any]:
     if not isinstance(kwargs, dict):
         raise ValueError(f"--env-kwargs must be a JSON object, got {text!r}")
     return kwargs
+
+
+def sampling_from_flags(temperature: float, top_p: float, max_tokens: int) -> SamplingConfig:
+    """The episodes' sampling from `--temperature`, `--top-p` and `--max-tokens` (of `ludic
+    train`, `ludic eval`, `ludic actor`); a value out of range raises ValueError naming the
+    flags."""
+    from ludic.inference.sampling import SamplingConfig
+
+    try:
+        return SamplingConfig(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
+    except ValueError as e:
+        raise ValueError(f"--temperature / --top-p / --max-tokens: {e}") from e
 
 
 def _resume_from_args(args: list[str]) -> str:

@@ -30,7 +30,13 @@ from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import Parser, identity_parser
 from ludic.recipes import algorithms
 from ludic.recipes.algorithms import PRESETS
-from ludic.recipes.configs import RESUME_LATEST, Algorithm, TrainConfig, parse_env_kwargs
+from ludic.recipes.configs import (
+    RESUME_LATEST,
+    Algorithm,
+    TrainConfig,
+    parse_env_kwargs,
+    sampling_from_flags,
+)
 from ludic.recipes.training import (
     SAMPLES_FILE,
     check_lr_schedule,
@@ -180,12 +186,7 @@ def rollout_sampling(cfg: TrainConfig) -> SamplingConfig:
     """The rollouts' sampling (--temperature, --top-p, --max-tokens); it travels with every
     sample, so the trainer recomputes logprobs under the same transform. A value out of range
     raises ValueError naming the flags."""
-    try:
-        return SamplingConfig(
-            temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens
-        )
-    except ValueError as e:
-        raise ValueError(f"--temperature / --top-p / --max-tokens: {e}") from e
+    return sampling_from_flags(cfg.temperature, cfg.top_p, cfg.max_tokens)
 
 
 def _protocol(cfg: TrainConfig, client: ChatClient, parser: Parser) -> SingleAgentProtocol:
