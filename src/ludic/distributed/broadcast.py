@@ -27,19 +27,24 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
 import torch
 import torch.distributed as dist
 
-from ludic.distributed.checksum import Checksum, RunningChecksums
+from ludic.distributed.checksum import RunningChecksums
 from ludic.distributed.control import StoreControl
 from ludic.distributed.held_check import compare_held
 from ludic.distributed.interfaces import PublishVerificationError, Weights
 from ludic.distributed.live_state import LiveStateDict
-from ludic.distributed.manifest import DTYPES, WeightManifest, plan_manifest
+from ludic.distributed.manifest import WeightManifest, plan_manifest
+from ludic.distributed.push_records import (
+    PushCheck,
+    PushStats,
+    expected_casts,
+    gather_full_state_dict,
+)
 from ludic.distributed.server_group import PushFailed, ServerGroup, links
 from ludic.distributed.server_link import ServerLink, WeightPushError
 from ludic.distributed.transfer import (
@@ -58,40 +63,6 @@ from ludic.distributed.verification import (
 logger = logging.getLogger(__name__)
 
 __all__ = ["BroadcastPolicyPublisher", "PushStats", "WeightPushError"]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PushStats:
-    """Timings and sizes of the last push (seconds), and which servers took it."""
-
-    version: int
-    num_bytes: int
-    num_buckets: int
-    transfer_seconds: float
-    verify_seconds: float
-    held_checksums: dict[str, list[int]] | None = None
-    """What the (first) server reported holding after the load (name -> checksum), when it did."""
-    held_totals: list[dict[str, list[Any]]] | None = None
-    """A fusing server's (vLLM's) report instead: per rank, parameter -> [total, numel, dtype]
-    in its own layout (fused, sharded, vocab padded)."""
-    servers: tuple[str, ...] = ()
-    """The servers that took and verified this push."""
-    missed: dict[str, str] = dataclasses.field(default_factory=dict)
-    """Servers that did not take it (URL -> why): unreachable, died mid-push, ..."""
-    retried: bool = False
-    """The push was redone over a fresh group after a server failed during it."""
-
-
-@dataclass(slots=True)
-class _Check:
-    """What one push is verified against, computed while the servers load."""
-
-    sent: dict[str, Checksum] = dataclasses.field(default_factory=dict)
-    sent_cast: dict[torch.dtype, dict[str, Checksum]] = dataclasses.field(default_factory=dict)
-    """Checksums of the tensors cast to a server's dtype, taken beside the send."""
-    nonfinite: list[str] = dataclasses.field(default_factory=list)
-    probe_ids: list[int] | None = None
-    expected: list[float] | None = None
 
 
 class BroadcastPolicyPublisher:
@@ -315,10 +286,10 @@ class BroadcastPolicyPublisher:
         state: Mapping[str, torch.Tensor],
         model: torch.nn.Module | None,
         probe_due: bool,
-    ) -> tuple[_Check, dict[str, dict[str, Any]]]:
+    ) -> tuple[PushCheck, dict[str, dict[str, Any]]]:
         """One push to the current group; each server's reply by URL. Raises PushFailed (the
         group is dropped) when a server failed during it."""
-        check = _Check()
+        check = PushCheck()
         running = RunningChecksums(find_nonfinite=True)
         casts = self._expected_casts(tensors)  # dtype -> the tensors a server holds in it
         cast_running = {dtype: RunningChecksums() for dtype in casts}
@@ -366,7 +337,7 @@ class BroadcastPolicyPublisher:
         version: int,
         replies: dict[str, dict[str, Any]],
         tensors: dict[str, torch.Tensor],
-        check: _Check,
+        check: PushCheck,
     ) -> None:
         for server in list(self.fleet.members):
             try:
@@ -384,7 +355,7 @@ class BroadcastPolicyPublisher:
         version: int,
         reply: Mapping[str, Any],
         tensors: dict[str, torch.Tensor],
-        check: _Check,
+        check: PushCheck,
     ) -> None:
         probe = HttpPolicyProbe(server.http)
         served_version = probe.served_version()
@@ -419,20 +390,9 @@ class BroadcastPolicyPublisher:
         )
 
     def _expected_casts(self, tensors: Mapping[str, torch.Tensor]) -> dict[torch.dtype, set[str]]:
-        """The floating tensors each server is expected to hold in another dtype (the one its
-        status reports), by that dtype: their cast checksums are taken beside the send. A
-        server holding some in yet another dtype has those computed after its reply."""
         if not self.verify:
             return {}
-        casts: dict[torch.dtype, set[str]] = {}
-        for server in self.fleet.members:
-            dtype = DTYPES.get(server.served_dtype or "")
-            if dtype is None or not dtype.is_floating_point:
-                continue
-            names = {n for n, t in tensors.items() if t.is_floating_point() and t.dtype != dtype}
-            if names:
-                casts.setdefault(dtype, set()).update(names)
-        return casts
+        return expected_casts(tensors, [server.served_dtype for server in self.fleet.members])
 
     def _full_state_dict(self, weights: Weights) -> Mapping[str, torch.Tensor]:
         """The unsharded state dict (the module tree is walked again only when it changed)."""
@@ -444,7 +404,7 @@ class BroadcastPolicyPublisher:
             self._live = LiveStateDict(weights)
         state = self._live()
         if any(isinstance(t, DTensor) for t in state.values()):
-            return _gather_full_state_dict(weights)
+            return gather_full_state_dict(weights)
         return state
 
     def _probe_ids(self, model: torch.nn.Module) -> list[int]:
@@ -505,12 +465,3 @@ class BroadcastPolicyPublisher:
         if self.rank is not None:
             return self.rank
         return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def _gather_full_state_dict(model: torch.nn.Module) -> Mapping[str, torch.Tensor]:
-    """The unsharded state dict of an FSDP2 model: a collective that leaves it on rank 0 only."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    full: dict[str, Any] = get_model_state_dict(model, options=options)
-    return {name: value for name, value in full.items() if isinstance(value, torch.Tensor)}
