@@ -17,7 +17,7 @@ from ludic.agents import Agent
 from ludic.distributed import InProcessPublisher
 from ludic.distributed.verification import reference_logprobs
 from ludic.envs.single_agent import SingleAgentEnv
-from ludic.inference import EmbeddedEngine, SamplingConfig
+from ludic.inference import ChatClient, EmbeddedEngine, SamplingConfig
 from ludic.inference.http.local_server import LocalServer
 from ludic.interaction import SingleAgentProtocol
 from ludic.models import load_tiny_model, tiny_model_dir
@@ -155,20 +155,26 @@ class SayOEnv(SingleAgentEnv):
         return StepOutcome(obs="", reward=action.count("o") / max(1, len(action)), terminated=True)
 
 
+def say_o_rollouts(client: ChatClient) -> tuple[RolloutEngine, RolloutRequest]:
+    """One-step `SayOEnv` episodes sampled (8 tokens, eos ignored) from `client`."""
+    sampling = SamplingConfig(max_tokens=8, extras={"ignore_eos": True})
+    rollouts = RolloutEngine(
+        env_registry={"say_o": SayOEnv},
+        protocol_registry={
+            "single": lambda: SingleAgentProtocol(Agent(client, sampling=sampling), max_steps=1)
+        },
+    )
+    problem = RolloutRequest(env=ComponentSpec(name="say_o"), protocol=ComponentSpec(name="single"))
+    return rollouts, problem
+
+
 @pytest.mark.slow
 def test_trainer_with_prefetch_trains_one_version_off_policy_on_the_engine() -> None:
     model, tokenizer = load_tiny_model()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     engine = EmbeddedEngine(copy.deepcopy(model), tokenizer)
-    sampling = SamplingConfig(max_tokens=8, extras={"ignore_eos": True})
-    rollouts = RolloutEngine(
-        env_registry={"say_o": SayOEnv},
-        protocol_registry={
-            "single": lambda: SingleAgentProtocol(Agent(engine, sampling=sampling), max_steps=1)
-        },
-    )
+    rollouts, problem = say_o_rollouts(engine)
     algorithm = make_grpo()
-    problem = RolloutRequest(env=ComponentSpec(name="say_o"), protocol=ComponentSpec(name="single"))
     source = PrefetchBatchSource(
         RolloutBatchSource(
             engine=rollouts,
@@ -225,17 +231,8 @@ def test_generation_in_a_server_process_trains_one_version_off_policy() -> None:
         )
         client, publisher = inference.client, inference.publisher
         assert publisher is not None
-        sampling = SamplingConfig(max_tokens=8, extras={"ignore_eos": True})
-        rollouts = RolloutEngine(
-            env_registry={"say_o": SayOEnv},
-            protocol_registry={
-                "single": lambda: SingleAgentProtocol(Agent(client, sampling=sampling), max_steps=1)
-            },
-        )
+        rollouts, problem = say_o_rollouts(client)
         algorithm = make_grpo()
-        problem = RolloutRequest(
-            env=ComponentSpec(name="say_o"), protocol=ComponentSpec(name="single")
-        )
         recorder = VersionRecorder(
             RolloutBatchSource(
                 engine=rollouts,
