@@ -56,6 +56,7 @@ from ludic.rollouts import (
 )
 from ludic.training import RLAlgorithm, RolloutBatchSource, Trainer
 from ludic.training.lr_resume import LRScheduleMismatchError
+from ludic.training.stall import was_skipped
 
 __all__ = ["PRESETS", "TrainResult", "make_algorithm", "rollout_sampling", "train_command"]
 
@@ -286,6 +287,13 @@ def _report(
         f"browse the episodes with: ludic view {cfg.out_dir / 'rollouts.jsonl'} --samples "
         f"{samples} --tokenizer {checkpoint / 'model'}"
     )
+    skipped = sum(1 for m in history if was_skipped(m))
+    if skipped:
+        console.print(
+            f"[bold yellow]{skipped} of {len(history)} steps trained nothing[/bold yellow] "
+            "(each named its cause above: 'step N skipped: ...')"
+            + ("; the model is the one this run started from" if skipped == len(history) else "")
+        )
     return TrainResult(
         checkpoint=checkpoint,
         metrics_jsonl=metrics,

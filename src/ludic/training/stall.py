@@ -134,3 +134,8 @@ class SkipTracker:
                 f"{step}) trained nothing ({counts}). Step {step}: {cause.text}. What to do: "
                 f"{cause.advice}. ({_KNOB.format(limit=self.limit)}.)"
             )
+
+
+def was_skipped(metrics: Mapping[str, float]) -> bool:
+    """Whether a step's metrics (what `Trainer.train_step` returns) say it trained nothing."""
+    return bool(metrics.get("skipped_empty") or metrics.get("skipped_nonfinite"))

@@ -66,7 +66,7 @@ from ludic.training.parallel.auto import auto_runtime
 from ludic.training.parallel.runtime import TrainingRuntime, run_on_main
 from ludic.training.parallel.state import optimizer_param_names
 from ludic.training.schedule import build_scheduler
-from ludic.training.stall import SkipTracker, skip_cause
+from ludic.training.stall import SkipTracker, skip_cause, was_skipped
 from ludic.training.stats import Reducer, aggregate_stats, default_sample_reducers
 from ludic.types import JSON
 
@@ -186,7 +186,7 @@ class Trainer:
         metrics.update(self._optimize(items))
         self.step += 1
         cause = None
-        if _skipped(metrics):
+        if was_skipped(metrics):
             cause = skip_cause(batch, metrics, policy_version=version, config=self.config)
             if self.runtime.world_size > 1:
                 cause = replace(cause, text=f"on rank {self.runtime.rank}, {cause.text}")
@@ -430,7 +430,3 @@ class Trainer:
             self.logger.close()
         if self._owns_runtime:
             self.runtime.close()
-
-
-def _skipped(metrics: Mapping[str, float]) -> bool:
-    return bool(metrics.get("skipped_empty") or metrics.get("skipped_nonfinite"))
