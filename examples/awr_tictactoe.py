@@ -34,7 +34,7 @@ import json
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -62,11 +62,14 @@ from ludic.recipes.tictactoe import (
 from ludic.rollouts import (
     ComponentSpec,
     RolloutRequest,
+    SampleFilter,
     SeedSequencer,
     derive_seed,
+    read_rollouts_jsonl,
     write_rollouts_jsonl,
 )
 from ludic.training import AWRCredit, OfflineBatchSource, RLAlgorithm, make_awr, make_sft
+from ludic.training.credit import discounted_returns
 from ludic.types import Rollout, Turn
 
 METHODS = ("sft", "awr")
@@ -103,15 +106,25 @@ class AWRConfig:
     """AWR temperature."""
     max_weight: float = 20.0
     """AWR weight cap."""
-    baseline: Literal["group", "mean", "state", "state_action"] = "state"
+    baseline: Literal["group", "mean", "state", "state_action", "value"] = "state"
     """AWR baseline: group (episode return minus its group's mean), mean (return-to-go minus
-    the data's mean), state (minus the other visits of the turn's board) or state_action
-    (Q(board, move) - V(board), each the mean return-to-go of its visits)."""
+    the data's mean), state (minus the other visits of the turn's board), state_action
+    (Q(board, move) - V(board), each the mean return-to-go of its visits) or value (minus a
+    tiny MLP's value of the board, cross-fitted over --value-folds folds of games)."""
+    value_folds: int = 5
+    """With baseline value: folds of games (each game's value is fitted on the others)."""
     state_prior: float = 1.0
     """With baseline state or state_action: pseudo-visits of the parent mean per estimate."""
     state_normalize: bool = False
     """Divide each AWR weight by the mean weight of its board's turns (every board keeps its
     share of the data; only the choice of move is reweighted)."""
+    normalize_mean: bool = False
+    """Divide the AWR weights by their mean over the trained turns (mean weight 1, as SFT)."""
+    min_weight: float = 0.0
+    """Floor of the AWR weights, applied last (with --normalize-mean: a share of the mean)."""
+    awr_games: Literal["all", "kept"] = "all"
+    """Games AWR trains on: all, or kept (the won and drawn ones, as SFT: filter then
+    reweight; the weights are computed on every game either way)."""
     eval_episodes: int = 128
     """Evaluation games per run (the same opponent seeds for every run)."""
     eval_temperature: float = 1.0
@@ -207,7 +220,10 @@ def algorithm(cfg: AWRConfig, method: str) -> RLAlgorithm:
         baseline=cfg.baseline,
         state_prior=cfg.state_prior,
         state_normalize=cfg.state_normalize,
-        trained=not_penalised,  # the turns `drop_penalised_turns` keeps in `train`
+        trained=trained_by(cfg),  # the turns `train` keeps
+        value_folds=cfg.value_folds,
+        normalize_mean=cfg.normalize_mean,
+        min_weight=cfg.min_weight,
     )
 
 
@@ -217,6 +233,20 @@ def not_penalised(rollout: Rollout, turn: Turn) -> bool:
     return turn.reward >= 0.0
 
 
+def trained_by(cfg: AWRConfig) -> Callable[[Rollout, Turn], bool]:
+    """The turns AWR trains on: not penalised, and with --awr-games kept in a won or drawn
+    game (the normalisations average over these only)."""
+    if cfg.awr_games == "all":
+        return not_penalised
+    return lambda rollout, turn: not_penalised(rollout, turn) and won_or_drew(rollout)
+
+
+def kept_games_only(data: Path) -> SampleFilter:
+    """A sample filter keeping the turns of the won or drawn games of `data`."""
+    kept = {r.id for r in read_rollouts_jsonl(data) if won_or_drew(r)}
+    return lambda item: item.meta.get("rollout_id") in kept
+
+
 def train(
     cfg: AWRConfig, method: str, data: Path, start: Path, steps: int, seed: int, out: Path
 ) -> Path:
@@ -224,12 +254,15 @@ def train(
     Both methods leave penalised turns out of the loss, as the quickstart's SFT."""
     model, tokenizer = load_model(start)
     algo = algorithm(cfg, method)
+    filters: list[SampleFilter] = [drop_penalised_turns]
+    if method == "awr" and cfg.awr_games == "kept":
+        filters.append(kept_games_only(data))
     source = OfflineBatchSource(
         paths=data,
         credit_assigner=algo.credit_assigner,
         batch_size=cfg.batch_size,
         seed=seed,
-        filters=[drop_penalised_turns],
+        filters=filters,
     )
     trainer = make_trainer(model, tokenizer, algo, source, out=out, lr=cfg.lr, seed=seed)
     asyncio.run(trainer.train(steps, progress=False))
@@ -255,14 +288,17 @@ def evaluate(cfg: AWRConfig, model_dir: Path, stage: str) -> StageResult:
 
 
 def weight_report(cfg: AWRConfig, rollouts: Sequence[Rollout]) -> dict[str, dict[str, float]]:
-    """Mean training weight of the optimal, other legal and illegal moves, per method (sft: 1
-    in a won or drawn game, else 0; illegal moves are left out of both losses)."""
+    """Per method, the mean training weight of the optimal, other legal and illegal moves
+    (sft: 1 in a won or drawn game, else 0; awr: 0 outside the kept games with --awr-games
+    kept; illegal moves are left out of both losses), and "ess": the effective sample size
+    (sum w)^2 / (n sum w^2) of the legal moves' weights, n the number of legal moves."""
     awr = algorithm(cfg, "awr").credit_assigner
     assert isinstance(awr, AWRCredit)
     weights = awr.assign(rollouts)
     by_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for rollout in rollouts:
         kept = 1.0 if won_or_drew(rollout) else 0.0
+        awr_factor = kept if cfg.awr_games == "kept" else 1.0
         for turn in rollout.turns():
             if turn.env_step is None or not turn.agent_steps:
                 continue
@@ -275,11 +311,33 @@ def weight_report(cfg: AWRConfig, rollouts: Sequence[Rollout]) -> dict[str, dict
                 else "other"
             )
             by_kind["sft"][kind].append(kept)
-            by_kind["awr"][kind].append(weights[(rollout.id, turn.turn_id)])
-    return {
+            by_kind["awr"][kind].append(awr_factor * weights[(rollout.id, turn.turn_id)])
+    report = {
         method: {kind: statistics.mean(ws) for kind, ws in kinds.items()}
         for method, kinds in by_kind.items()
     }
+    for method, kinds in by_kind.items():
+        legal = kinds["optimal"] + kinds["other"]
+        square = math.fsum(w * w for w in legal)
+        report[method]["ess"] = math.fsum(legal) ** 2 / (len(legal) * square) if square else 0.0
+    if cfg.baseline != "group":
+        report["awr"]["baseline_r2"] = baseline_r2(awr, rollouts)
+    return report
+
+
+def baseline_r2(awr: AWRCredit, rollouts: Sequence[Rollout]) -> float:
+    """How much of the returns-to-go G the baseline explains: 1 - sum A^2 / sum (G - mean G)^2
+    over every turn (A = G - baseline; for state_action, Q - V instead)."""
+    advantages = awr.advantages(rollouts)
+    returns = [
+        g
+        for r in rollouts
+        if not r.failed
+        for g in discounted_returns([t.reward for t in r.turns()], awr.gamma)
+    ]
+    mean = statistics.mean(returns)
+    total = math.fsum((g - mean) ** 2 for g in returns)
+    return 1.0 - math.fsum(a * a for a in advantages.values()) / total if total else 0.0
 
 
 def fresh_model(cfg: AWRConfig, seed: int, out: Path) -> tuple[Path, Any]:

@@ -22,6 +22,12 @@ from ludic.training.credit import (
 from ludic.training.credit.awr import AWRBaseline, TurnPredicate
 from ludic.training.credit.core import AnchorKeyFn, default_anchor_key
 from ludic.training.credit.gigpo import Combine, EpisodeStat
+from ludic.training.credit.value import (
+    DEFAULT_VALUE_FITTER,
+    Featurizer,
+    ValueFitter,
+    observation_features,
+)
 from ludic.training.losses import (
     CISPOLoss,
     CompositeLoss,
@@ -279,13 +285,22 @@ def make_awr(
     state_prior: float = 1.0,
     state_normalize: bool = False,
     trained: TurnPredicate | None = None,
+    value_folds: int = 5,
+    value_seed: int = 0,
+    featurize: Featurizer = observation_features,
+    fit_value: ValueFitter = DEFAULT_VALUE_FITTER,
+    normalize_mean: bool = False,
+    min_weight: float = 0.0,
 ) -> RLAlgorithm:
     """AWR (arXiv:1910.00177), value-free, for offline rollouts: every turn's log-likelihood
     weighted by w = min(exp(A / beta), max_weight) (`AWRCredit`; A from the group mean, the
     mean return of the data with baseline="mean", or the mean return-to-go of the other
-    visits of the turn's state with baseline="state"). The loss is -w * log pi (REINFORCE
-    on the weights), i.e. weighted SFT; with every A = 0 it is SFT. `state_normalize` divides
-    each weight by its state's mean weight over the `trained` turns (see `AWRCredit`)."""
+    visits of the turn's state with baseline="state", Q - V by counting with "state_action",
+    or a learned value with baseline="value": `fit_value` over `featurize`d turns, cross-fitted
+    over `value_folds` folds of rollouts). The loss is -w * log pi (REINFORCE on the
+    weights), i.e. weighted SFT; with every A = 0 it is SFT. `state_normalize` divides each
+    weight by its state's mean weight over the `trained` turns, `normalize_mean` by the mean
+    over all `trained` turns, and `min_weight` floors the weights (see `AWRCredit`)."""
     credit = AWRCredit(
         beta=beta,
         max_weight=max_weight,
@@ -295,6 +310,12 @@ def make_awr(
         state_prior=state_prior,
         state_normalize=state_normalize,
         trained=trained,
+        value_folds=value_folds,
+        value_seed=value_seed,
+        featurize=featurize,
+        fit_value=fit_value,
+        normalize_mean=normalize_mean,
+        min_weight=min_weight,
     )
     return RLAlgorithm(
         name="awr", credit_assigner=credit, loss=ReinforceLoss(aggregation=aggregation)

@@ -9,7 +9,11 @@ baselines are the group mean, the mean over the rollouts given to `assign`, or a
 Monte Carlo value of the turn's state (its anchor key, as GiGPO's) learnt from the other visits
 of that state in the data, which can tell a good move from a bad one inside one episode, or
 tabular Monte Carlo Q(s, a) - V(s) ("state_action": every visit of the same move from the same
-state shares one advantage, so the noise of single returns averages out when pairs repeat).
+state shares one advantage, so the noise of single returns averages out when pairs repeat), or
+a learned value ("value", the paper's V: a small model fitted on the stored returns-to-go,
+cross-fitted over folds of rollouts; see `ludic.training.credit.value`), which gives a
+baseline to states seen once from the states that resemble them.
+The weights can be renormalised (per state, or to mean 1 over the trained turns) and floored.
 """
 
 from __future__ import annotations
@@ -33,12 +37,19 @@ from ludic.training.credit.core import (
     group_rollouts,
     turn_key,
 )
+from ludic.training.credit.value import (
+    DEFAULT_VALUE_FITTER,
+    Featurizer,
+    ValueFitter,
+    cross_fitted_values,
+    observation_features,
+)
 from ludic.types import Rollout, Turn
 
-AWRBaseline = Literal["group", "mean", "state", "state_action"]
+AWRBaseline = Literal["group", "mean", "state", "state_action", "value"]
 # Whether a turn of a rollout will be trained (see `AWRCredit.trained`).
 TurnPredicate = Callable[[Rollout, Turn], bool]
-_BASELINES: tuple[str, ...] = ("group", "mean", "state", "state_action")
+_BASELINES: tuple[str, ...] = ("group", "mean", "state", "state_action", "value")
 # (turn key, return-to-go G, state, action): one turn as the per-turn baselines read it.
 TurnReturn = tuple[TurnKey, float, AnchorKey | None, str | None]
 
@@ -116,6 +127,12 @@ class AWRCredit:
         Every visit of (s, a) gets the same A, so one lucky game does not decide a move's
         weight; a pair seen once gets a shrunk episode-level advantage. This is the value the
         paper's critic approximates, estimated by counting (it needs repeated states).
+    baseline="value": A_k = G_k - V_{-f(k)}(s_k), V a value model (`fit_value`, default a tiny
+        MLP, `MLPValueFitter`) over each turn's features (`featurize`, default the state id and
+        the observation's characters by position, `observation_features`) fitted to the
+        returns-to-go G of the rollouts outside the turn's fold: the rollouts are dealt into
+        `value_folds` folds (seeded by `value_seed`), so no turn's baseline saw its own return.
+        A state seen once still gets a value, learnt from the states that look like it.
     state_normalize: divide each weight by the mean weight of the turns from its state (MPO's
         per-state normalisation of exp(A / beta)): every state keeps its share of the data, as
         in SFT on all of it, and only the choice among the moves from a state is reweighted (a
@@ -127,6 +144,12 @@ class AWRCredit:
         follows): otherwise the dropped turns' small weights pull the mean down and the kept
         turns of that state weigh more than 1. A left-out turn is divided by its state's mean
         too (its own weight if no turn of its state is kept). None: every turn is trained.
+    normalize_mean: after the above, divide every weight by the mean weight of the `trained`
+        turns (all turns when `trained` is None): the trained turns keep the loss scale of SFT
+        (mean weight 1) whatever beta does.
+    min_weight: last (with normalize_mean or min_weight > 0), every weight is clipped to
+        [min_weight, max_weight] (0: no floor), so no trained turn drops out of the loss entirely (e.g. min_weight=0.5 with
+        normalize_mean: every turn keeps at least half of an average turn's weight).
     The paper uses beta = 0.05 on its returns and max_weight = 20; beta here defaults to 1.0
     for rewards in [-1, 1].
     """
@@ -141,6 +164,12 @@ class AWRCredit:
     state_normalize: bool = False
     trained: TurnPredicate | None = None
     anchor_key: AnchorKeyFn = default_anchor_key
+    value_folds: int = 5
+    value_seed: int = 0
+    featurize: Featurizer = observation_features
+    fit_value: ValueFitter = DEFAULT_VALUE_FITTER
+    normalize_mean: bool = False
+    min_weight: float = 0.0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.beta) and self.beta > 0):
@@ -157,6 +186,15 @@ class AWRCredit:
             raise ValueError(
                 f"AWRCredit: state_prior must be finite and > 0, got {self.state_prior}"
             )
+        if self.value_folds < 2:
+            raise ValueError(
+                f"AWRCredit: value_folds must be >= 2 (cross-fitting), got {self.value_folds}"
+            )
+        if not (math.isfinite(self.min_weight) and 0 <= self.min_weight <= self.max_weight):
+            raise ValueError(
+                f"AWRCredit: min_weight must be in [0, max_weight={self.max_weight}], "
+                f"got {self.min_weight}"
+            )
 
     def advantages(self, rollouts: Sequence[Rollout]) -> dict[TurnKey, float]:
         """A per turn, before the exponential."""
@@ -171,6 +209,7 @@ class AWRCredit:
                         out[turn_key(rollout, turn, seen)] = adv
             return out
         per_turn: list[TurnReturn] = []
+        features: list[Sequence[object]] = []
         for rollout in active_rollouts(rollouts):
             turns = rollout.turns()
             returns = discounted_returns([t.reward for t in turns], self.gamma)
@@ -178,6 +217,10 @@ class AWRCredit:
                 (turn_key(rollout, t, seen), g, self.anchor_key(t), _action(t))
                 for t, g in zip(turns, returns, strict=True)
             ]
+            if self.baseline == "value":
+                features += [self.featurize(t) for t in turns]
+        if self.baseline == "value":
+            return self._value_advantages(per_turn, features)
         mean = math.fsum(g for _, g, _, _ in per_turn) / len(per_turn) if per_turn else 0.0
         if self.baseline == "mean":
             return {key: g - mean for key, g, _, _ in per_turn}
@@ -185,11 +228,27 @@ class AWRCredit:
             return state_action_advantages(per_turn, mean=mean, prior=self.state_prior)
         return state_advantages(per_turn, mean=mean, prior=self.state_prior)
 
+    def _value_advantages(
+        self, per_turn: Sequence[TurnReturn], features: Sequence[Sequence[object]]
+    ) -> dict[TurnKey, float]:
+        """G_k - V_{-f(k)}(s_k) (baseline="value")."""
+        if not per_turn:
+            return {}
+        values = cross_fitted_values(
+            [key[0] for key, _, _, _ in per_turn],
+            features,  # type: ignore[arg-type]
+            [g for _, g, _, _ in per_turn],
+            folds=self.value_folds,
+            fit=self.fit_value,
+            seed=self.value_seed,
+        )
+        return {key: g - v for (key, g, _, _), v in zip(per_turn, values, strict=True)}
+
     def assign(self, rollouts: Sequence[Rollout]) -> dict[TurnKey, float]:
         advantages = self.advantages(rollouts)
         weights = awr_weights(list(advantages.values()), beta=self.beta, max_weight=self.max_weight)
         out = dict(zip(advantages.keys(), weights, strict=True))
-        if not self.state_normalize:
+        if not (self.state_normalize or self.normalize_mean or self.min_weight > 0):
             return out
         states: dict[TurnKey, AnchorKey | None] = {}
         kept: set[TurnKey] = set()
@@ -199,9 +258,24 @@ class AWRCredit:
                 states[key] = self.anchor_key(turn)
                 if self.trained is None or self.trained(rollout, turn):
                     kept.add(key)
-        return normalize_per_state(
-            out, {key: states.get(key) for key in out}, counted={k for k in out if k in kept}
-        )
+        counted = {k for k in out if k in kept}
+        if self.state_normalize:
+            out = normalize_per_state(out, {key: states.get(key) for key in out}, counted=counted)
+        if self.normalize_mean:
+            out = normalize_mean(out, counted=counted)
+        if not (self.normalize_mean or self.min_weight > 0):
+            return out  # state_normalize alone: no second clip
+        return {k: min(max(w, self.min_weight), self.max_weight) for k, w in out.items()}
+
+
+def normalize_mean(weights: dict[TurnKey, float], *, counted: set[TurnKey]) -> dict[TurnKey, float]:
+    """w_k / mean(w_j : j in `counted`): the counted turns average 1 (see
+    `AWRCredit.normalize_mean`); unchanged when nothing is counted or the mean is 0."""
+    ws = [w for k, w in weights.items() if k in counted]
+    mean = math.fsum(ws) / len(ws) if ws else 0.0
+    if not mean:
+        return dict(weights)
+    return {k: w / mean for k, w in weights.items()}
 
 
 def normalize_per_state(
