@@ -21,7 +21,12 @@ from ludic.cli import main as cli_main
 from ludic.models import build_tiny_model
 from ludic.recipes.configs import SFTConfig
 from ludic.recipes.expert import PolicyClient
-from ludic.recipes.sft import offline_algorithm, sft_command, turn_has_parse_error
+from ludic.recipes.sft import (
+    min_episode_return,
+    offline_algorithm,
+    sft_command,
+    turn_has_parse_error,
+)
 from ludic.recipes.tictactoe import ENV_NAME, PROTOCOL_NAME, expert_policy, rollout_engine
 from ludic.rollouts import ComponentSpec, RolloutRequest, SeedSequencer, write_rollouts_jsonl
 from ludic.training import AWRCredit, OfflineBatchSource, drop_parse_errors, make_sft
@@ -181,3 +186,42 @@ def test_awr_on_equal_rewards_warns_that_it_is_plain_sft(tmp_path: Path) -> None
     sft_command(cfg, console=Console(file=buffer, width=200))
     assert "every AWR weight is equal, so this is plain SFT" in buffer.getvalue()
     assert make_sft().name == "sft"
+
+
+def test_the_cli_flags_build_the_value_baseline_and_the_normalisations() -> None:
+    base = ["--data", "x.jsonl", "--algorithm", "awr", "--awr-baseline", "value"]
+    credit = offline_algorithm(tyro.cli(SFTConfig, args=[*base, "--awr-value-folds", "3"]))
+    assert credit.credit_assigner == AWRCredit(baseline="value", value_folds=3)
+    flags = [*base, "--awr-normalize-mean", "--awr-min-weight", "0.5"]
+    normalized = offline_algorithm(tyro.cli(SFTConfig, args=flags)).credit_assigner
+    assert isinstance(normalized, AWRCredit) and normalized.trained is not None
+    expected = AWRCredit(baseline="value", normalize_mean=True, min_weight=0.5)
+    assert replace(normalized, trained=None) == expected
+
+
+def test_filter_then_reweight_weights_from_every_episode_mean_one_on_the_kept(
+    mixed_data: Path,
+) -> None:
+    """`--algorithm awr --min-reward 0 --awr-normalize-mean`: the value baseline is fitted on
+    every episode, only the episodes with return >= 0 train, and their turns average 1."""
+    args = ["--data", str(mixed_data), "--algorithm", "awr", "--awr-baseline", "value"]
+    cfg = tyro.cli(SFTConfig, args=[*args, "--awr-normalize-mean", "--min-reward", "0"])
+    credit = offline_algorithm(cfg).credit_assigner
+    rollouts = [Rollout.from_dict(json.loads(line)) for line in mixed_data.open()]
+    source = OfflineBatchSource(
+        paths=mixed_data,
+        credit_assigner=credit,
+        batch_size=4,
+        filters=[drop_parse_errors(), min_episode_return(0.0)],
+    )
+    kept = {r.id for r in rollouts if r.total_reward >= 0}
+    assert 0 < len(kept) < len(rollouts), "the fixture needs kept and dropped episodes"
+    assert {s.meta["rollout_id"] for s in source.samples} <= kept
+    weights = [float(s.weight) for s in source.samples]
+    assert sum(weights) / len(weights) == pytest.approx(1.0, rel=1e-9)
+    assert len(set(weights)) > 1
+    # the weights are those of the credit on every episode (the dropped ones fit the value)
+    everything = credit.assign(rollouts)
+    for sample in source.samples:
+        key = (sample.meta["rollout_id"], sample.meta["turn_id"])
+        assert float(sample.weight) == pytest.approx(everything[key], rel=1e-6)

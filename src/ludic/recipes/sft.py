@@ -2,8 +2,11 @@
 advantage-weighted regression with `--algorithm awr`.
 
 Reads a rollouts JSONL with `OfflineBatchSource`, trains with `make_sft()` (NLL of the action
-tokens only) or `make_awr()` (the same NLL, each turn weighted by exp(A / beta)), logs metrics, saves checkpoints whose `model/` directory is a loadable model,
-and plots the loss curve. It does not generate data: see `examples/rejection_sampling.py`.
+tokens only) or `make_awr()` (the same NLL, each turn weighted by exp(A / beta)), logs metrics,
+saves checkpoints whose `model/` directory is a loadable model, and plots the loss curve. AWR's
+weights are computed on every episode of the file before `--min-reward` drops episodes, so
+`--algorithm awr --min-reward R` is rejection sampling reweighted by AWR (filter then
+reweight). It does not generate data: see `examples/rejection_sampling.py`.
 """
 
 from __future__ import annotations
@@ -133,13 +136,17 @@ def offline_algorithm(cfg: SFTConfig) -> RLAlgorithm:
     if cfg.algorithm == "sft":
         return make_sft()
     if cfg.algorithm == "awr":
+        normalizes = cfg.awr_state_normalize or cfg.awr_normalize_mean or cfg.awr_min_weight > 0
         return make_awr(
             beta=cfg.awr_beta,
             max_weight=cfg.awr_max_weight,
             baseline=cfg.awr_baseline,
             state_prior=cfg.awr_state_prior,
             state_normalize=cfg.awr_state_normalize,
-            trained=trained_turns(cfg.min_reward) if cfg.awr_state_normalize else None,
+            trained=trained_turns(cfg.min_reward) if normalizes else None,
+            value_folds=cfg.awr_value_folds,
+            normalize_mean=cfg.awr_normalize_mean,
+            min_weight=cfg.awr_min_weight,
         )
     raise ValueError(f"--algorithm must be 'sft' or 'awr', got {cfg.algorithm!r}")
 
