@@ -260,19 +260,29 @@ class SFTConfig:
     """AWR temperature beta (smaller: sharper preference for high-advantage turns)."""
     awr_max_weight: float = 20.0
     """AWR weight cap."""
-    awr_baseline: Literal["group", "mean", "state", "state_action"] = "group"
+    awr_baseline: Literal["group", "mean", "state", "state_action", "value"] = "group"
     """AWR baseline: group (mean return of the episode's group: same group id, else same first
     observation), mean (mean return-to-go over the whole file), state (mean return-to-go of
     the other turns from the same state, by the env's state key, shrunk toward the file's
     mean), which tells good from bad moves inside one episode, or state_action (A = Q(s, a) -
     V(s), both the mean return-to-go of every visit of the pair and of the state: needs
-    repeated states, and averages out lucky games)."""
+    repeated states, and averages out lucky games) or value (return-to-go minus a tiny MLP's
+    value of the observation, fitted on the other --awr-value-folds folds of episodes: a
+    baseline for states seen once)."""
+    awr_value_folds: int = 5
+    """With --awr-baseline value: cross-fitting folds (each episode's value is fitted on the
+    others)."""
     awr_state_prior: float = 1.0
     """With --awr-baseline state or state_action: pseudo-visits of the parent mean (the file's
     mean for a state's value, the state's value for a move's) in each estimate."""
     awr_state_normalize: bool = False
     """Divide each AWR weight by the mean weight of its state's turns (every state keeps its
     share of the data; only the choice among moves is reweighted)."""
+    awr_normalize_mean: bool = False
+    """Divide the AWR weights by their mean over the trained turns (mean weight 1, as SFT).
+    With --min-reward the weights come from every episode, and only the kept ones train."""
+    awr_min_weight: float = 0.0
+    """Floor of the AWR weights, applied last (0: none), so no turn leaves the loss."""
     retokenize: bool = False
     """Rebuild token ids from the messages with the model's chat template (for rollouts from
     a backend that returned no ids, or from another tokenizer)."""
