@@ -105,6 +105,7 @@ class TicTacToeEnv(SingleAgentEnv):
     inline_sync_calls = True  # pure and fast: no thread hop (see LudicEnv)
 
     system_prompt = SYSTEM_PROMPT
+    suggested_context = "latest"  # each observation shows the whole board (`ludic train`)
 
     def __init__(
         self,

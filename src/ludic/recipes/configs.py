@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 Opponent = Literal["random", "minimax", "mixed"]
 IllegalMove = Literal["retry", "end"]
-ContextKind = Literal["full", "latest"]
+ContextKind = Literal["auto", "full", "latest"]
 OfflineAlgorithm = Literal["sft", "awr"]
 
 RESUME_LATEST = "latest"
@@ -154,8 +154,10 @@ class TrainConfig:
     sees; off: the parser reads it like any other reply. Counted in batch/num_incomplete."""
     system_prompt: str | None = None
     """System prompt (default: the env's suggestion)."""
-    context: ContextKind = "full"
-    """Agent memory: full (the whole dialog) or latest (system prompt + latest observation)."""
+    context: ContextKind = "auto"
+    """Agent memory: full (the whole dialog), latest (system prompt + latest observation), or
+    auto: what the env declares (`suggested_context = "latest"` on its class, as tictactoe
+    does: each of its observations shows the whole board), else full."""
     algorithm: Algorithm = "grpo"
     """Algorithm preset (credit assignment + loss); see `ludic.recipes.algorithms.PRESETS`."""
     gigpo: GiGPOOptions = field(default_factory=GiGPOOptions)
@@ -217,6 +219,18 @@ class TrainConfig:
     server_ranks: int = 1
     """Weight-receiving ranks of each server: its tensor-parallel size for vLLM (1 for
     `ludic serve`)."""
+    local_server: bool = False
+    """Generate in a `ludic serve` child process on this machine (started on the initial
+    weights, stopped when the run ends) while this process trains: the next batch is drawn
+    during the optimizer step, so samples are one policy version old (--max-lag 1 by
+    default). Weights are pushed and verified after every step. Not with --server-url or
+    --batch-invariant."""
+    local_server_threads: int = 1
+    """torch threads of the --local-server process (the trainer keeps its own)."""
+    max_lag: int | None = None
+    """Train only on samples at most this many policy versions older than the trainer's
+    (older ones are dropped). Default: 0 (on-policy), 1 with --local-server, which needs
+    at least 1."""
     resume: Annotated[str | None, _RESUME_ARG] = None
     """Continue a run (give it the same flags): bare `--resume` takes the newest complete
     checkpoint under OUT_DIR/checkpoints, `--resume DIR` a checkpoint directory or one step_*

@@ -2,8 +2,11 @@
 
 Each step plays `problems_per_step x group_size` episodes with the current policy (served by
 `EmbeddedEngine` from a copy of the model, or by the OpenAI-compatible server `--server-url`
-names), assigns credit with the chosen preset, takes one optimizer step and pushes the new
-weights to inference (`InProcessPublisher` or `BroadcastPolicyPublisher`, verified).
+names, or by a `ludic serve` child process with `--local-server`, which draws the next batch
+during the optimizer step), assigns credit with the chosen preset, takes one optimizer step and
+pushes the new weights to inference (`InProcessPublisher` or `BroadcastPolicyPublisher`,
+verified). When most episodes of a batch end by overflowing the model's context, it says so
+once, with the flags that fix it.
 `--resume` continues a run from its checkpoint: the restored weights are pushed before the
 first rollout and the seeds go on where they stopped, so a resumed run equals an
 uninterrupted one. Every training sample is written to `samples.jsonl` for
@@ -14,10 +17,11 @@ uninterrupted one. Every training sample is written to `samples.jsonl` for
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rich.console import Console
 
@@ -37,6 +41,8 @@ from ludic.recipes.configs import (
     parse_env_kwargs,
     sampling_from_flags,
 )
+from ludic.recipes.context_overflow import ContextOverflowWatch, quiet_repeated_overflow_lines
+from ludic.recipes.train_local_server import local_server, served_version, trainer_max_lag
 from ludic.recipes.training import (
     SAMPLES_FILE,
     check_lr_schedule,
@@ -54,11 +60,27 @@ from ludic.rollouts import (
     RolloutRequest,
     SeedSequencer,
 )
-from ludic.training import RLAlgorithm, RolloutBatchSource, Trainer
+from ludic.training import (
+    BatchSource,
+    PrefetchBatchSource,
+    RLAlgorithm,
+    RolloutBatchSource,
+    Trainer,
+)
 from ludic.training.lr_resume import LRScheduleMismatchError
 from ludic.training.stall import was_skipped
 
-__all__ = ["PRESETS", "TrainResult", "make_algorithm", "rollout_sampling", "train_command"]
+__all__ = [
+    "PRESETS",
+    "TrainResult",
+    "context_of",
+    "make_algorithm",
+    "rollout_sampling",
+    "train_command",
+]
+
+ContextChoice = Literal["full", "latest"]
+"""What --context resolves to (`context_of`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,7 +107,8 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
     console = console or Console()
     env_factory = resolve_env_factory(cfg.env)
     env_kwargs = parse_env_kwargs(cfg.env_kwargs)
-    _check_single_seat(env_factory, env_kwargs, cfg.env)
+    context = context_of(cfg, _inspect_env(env_factory, env_kwargs, cfg.env))
+    max_lag = trainer_max_lag(cfg)  # a bad --local-server combination fails before loading
     schedule_steps = schedule_steps_of(cfg)
     check_lr_schedule(cfg.lr_schedule, cfg.warmup_steps, schedule_steps, cfg.min_lr_ratio)
     parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
@@ -96,63 +119,71 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
             "action; declare one on the env class (`parser = xml_tag_parser('move')`) or "
             "pass --parser"
         )
+    console.print(f"context: {context} (--context {cfg.context})")
     rollout_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
     algorithm = make_algorithm(cfg.algorithm, cfg)
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
-    history, checkpoint = asyncio.run(
-        _train(cfg, env_factory, env_kwargs, parser, algorithm, model, tokenizer, console)
-    )
-    return _report(cfg, history, checkpoint, console)
+    run = _Run(cfg, env_factory, env_kwargs, parser, context, max_lag, console)
+    notes: list[str] = []
+    with ExitStack() as stack:
+        server = None
+        if cfg.local_server:
+            server = stack.enter_context(local_server(cfg, model, tokenizer, console))
+        history, checkpoint, watch, version = asyncio.run(
+            _train(run, algorithm, model, tokenizer, server)
+        )
+        if server is not None:
+            notes.append(_served_note(served_version(server), version, max_lag))
+    if watch.overflowed:
+        notes.append(
+            f"[bold yellow]{watch.overflowed} of {watch.episodes} episodes ended by overflowing "
+            "the model's context[/bold yellow] (see the warning above)"
+        )
+    return _report(cfg, history, checkpoint, console, notes=notes)
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """What `_train` needs besides the model: the checked flags and the env's wiring."""
+
+    cfg: TrainConfig
+    env_factory: Callable[..., Any]
+    env_kwargs: dict[str, Any]
+    parser: Parser
+    context: ContextChoice
+    max_lag: int
+    console: Console
 
 
 async def _train(
-    cfg: TrainConfig,
-    env_factory: Callable[..., Any],
-    env_kwargs: dict[str, Any],
-    parser: Parser,
-    algorithm: RLAlgorithm,
-    model: Any,
-    tokenizer: Any,
-    console: Console,
-) -> tuple[list[dict[str, float]], Path]:
+    run: _Run, algorithm: RLAlgorithm, model: Any, tokenizer: Any, server: Any
+) -> tuple[list[dict[str, float]], Path, ContextOverflowWatch, int]:
+    cfg, console = run.cfg, run.console
     # Built inside this event loop: a server's HTTP client is bound to it.
     inference = make_inference(
         model,
         tokenizer,
-        server_url=cfg.server_url,
-        server_token=cfg.server_token,
+        server_url=(server.url,) if server is not None else cfg.server_url,
+        server_token=server.token if server is not None else cfg.server_token,
         served_model=cfg.served_model,
         device=cfg.device,
         batch_invariant=cfg.batch_invariant,
         server_ranks=cfg.server_ranks,
     )
+    prefetch: PrefetchBatchSource | None = None
     try:
-        sampling = rollout_sampling(cfg)
-        rollouts = RolloutEngine(
-            env_registry={"env": env_factory},
-            protocol_registry={"agent": lambda: _protocol(cfg, inference.client, parser)},
-            concurrency=cfg.concurrency,
-            jsonl_log=cfg.out_dir / "rollouts.jsonl",
-        )
-        source = RolloutBatchSource(
-            engine=rollouts,
-            requests_fn=lambda: [
-                RolloutRequest(
-                    env=ComponentSpec(name="env", kwargs=env_kwargs),
-                    protocol=ComponentSpec(name="agent"),
-                    sampling=sampling,
-                )
-                for _ in range(cfg.problems_per_step)
-            ],
-            credit_assigner=algorithm.credit_assigner,
-            strategy=GRPORequestStrategy(group_size=cfg.group_size),
-            seed_sequencer=SeedSequencer(run_seed=cfg.seed),
+        rollout_source = _rollout_source(run, algorithm, inference.client)
+        source: BatchSource = rollout_source
+        if server is not None:  # the next batch is drawn on the server during the step
+            source = prefetch = PrefetchBatchSource(rollout_source)
+        watch = ContextOverflowWatch(
+            source, warn=lambda text: _warn_overflow(console, text), advice=_advice(run)
         )
         trainer = make_trainer(
             model,
             tokenizer,
             algorithm,
-            log_samples(source, cfg.out_dir),
+            log_samples(watch, cfg.out_dir),
             out=cfg.out_dir,
             lr=cfg.lr,
             lr_schedule=cfg.lr_schedule,
@@ -161,6 +192,7 @@ async def _train(
             min_lr_ratio=cfg.min_lr_ratio,
             seed=cfg.seed,
             publisher=inference.publisher,
+            max_lag=run.max_lag,
             checkpoint_every=cfg.checkpoint_every,
             micro_batch_tokens=cfg.micro_batch_tokens,
             device=cfg.device,
@@ -172,10 +204,75 @@ async def _train(
             f"{algorithm.name} on {cfg.env}: {cfg.steps - trainer.step} steps of "
             f"{cfg.problems_per_step} x {cfg.group_size} episodes"
         )
-        history = await trainer.train(cfg.steps - trainer.step, progress=cfg.progress)
-        return history, finish(trainer)
+        with quiet_repeated_overflow_lines():
+            history = await trainer.train(cfg.steps - trainer.step, progress=cfg.progress)
+        return history, finish(trainer), watch, trainer.policy_version
     finally:
-        await inference.aclose()
+        if prefetch is not None:  # stop drawing; the client is closed on the loop it drew on
+            prefetch.close(inference.client)
+            close_publisher = getattr(inference.publisher, "close", None)
+            if close_publisher is not None:  # drop the weight-sync group before the server
+                close_publisher()
+        else:
+            await inference.aclose()
+
+
+def _rollout_source(run: _Run, algorithm: RLAlgorithm, client: ChatClient) -> RolloutBatchSource:
+    cfg = run.cfg
+    sampling = rollout_sampling(cfg)
+    rollouts = RolloutEngine(
+        env_registry={"env": run.env_factory},
+        protocol_registry={"agent": lambda: _protocol(cfg, run.context, client, run.parser)},
+        concurrency=cfg.concurrency,
+        jsonl_log=cfg.out_dir / "rollouts.jsonl",
+    )
+    return RolloutBatchSource(
+        engine=rollouts,
+        requests_fn=lambda: [
+            RolloutRequest(
+                env=ComponentSpec(name="env", kwargs=run.env_kwargs),
+                protocol=ComponentSpec(name="agent"),
+                sampling=sampling,
+            )
+            for _ in range(cfg.problems_per_step)
+        ],
+        credit_assigner=algorithm.credit_assigner,
+        strategy=GRPORequestStrategy(group_size=cfg.group_size),
+        seed_sequencer=SeedSequencer(run_seed=cfg.seed),
+    )
+
+
+def _warn_overflow(console: Console, text: str) -> None:
+    console.print(f"[bold red]context overflow[/bold red]: {text}")
+
+
+def _advice(run: _Run) -> str:
+    cfg = run.cfg
+    if run.context == "full":
+        return (
+            "With --context full every prompt holds the whole dialog so far (up to --max-steps "
+            f"{cfg.max_steps} turns, each reply up to --max-tokens {cfg.max_tokens} tokens). "
+            "Pass --context latest (the system prompt and the latest observation only), a "
+            "smaller --max-tokens or fewer --max-steps. Further episode lines of this cause are "
+            "not shown; each failed episode's meta['error'] in rollouts.jsonl holds its own."
+        )
+    return (
+        "Even the system prompt and the latest observation overflow it: shorten the env's "
+        "observation or system prompt (--system-prompt), lower --max-tokens, or use a model "
+        "with a longer context. Further episode lines of this cause are not shown."
+    )
+
+
+def _served_note(served: int | None, trainer_version: int, max_lag: int) -> str:
+    if served == trainer_version:
+        return (
+            f"local server: served policy version {served}, the trainer's; samples trained at "
+            f"most {max_lag} version(s) old"
+        )
+    return (
+        f"[bold red]local server: serves policy version {served}, the trainer is at "
+        f"{trainer_version}[/bold red] (the last push did not land; see its log)"
+    )
 
 
 def schedule_steps_of(cfg: TrainConfig) -> int:
@@ -190,10 +287,18 @@ def rollout_sampling(cfg: TrainConfig) -> SamplingConfig:
     return sampling_from_flags(cfg.temperature, cfg.top_p, cfg.max_tokens)
 
 
-def _protocol(cfg: TrainConfig, client: ChatClient, parser: Parser) -> SingleAgentProtocol:
-    context: ContextStrategy = (
-        LatestObservationContext() if cfg.context == "latest" else FullDialog()
-    )
+def context_of(cfg: TrainConfig, suggested: str | None) -> ContextChoice:
+    """What --context resolves to: full or latest as given; auto takes the env's
+    `suggested_context` (`suggested`), else full."""
+    if cfg.context != "auto":
+        return cfg.context
+    return "latest" if suggested == "latest" else "full"
+
+
+def _protocol(
+    cfg: TrainConfig, kind: ContextChoice, client: ChatClient, parser: Parser
+) -> SingleAgentProtocol:
+    context: ContextStrategy = LatestObservationContext() if kind == "latest" else FullDialog()
     agent = Agent(
         client,
         context=context,
@@ -273,7 +378,12 @@ def _lr_mismatch_message(error: LRScheduleMismatchError, cfg: TrainConfig) -> st
 
 
 def _report(
-    cfg: TrainConfig, history: list[dict[str, float]], checkpoint: Path, console: Console
+    cfg: TrainConfig,
+    history: list[dict[str, float]],
+    checkpoint: Path,
+    console: Console,
+    *,
+    notes: Sequence[str] = (),
 ) -> TrainResult:
     if not history:
         raise RuntimeError("training ran no step")
@@ -294,6 +404,8 @@ def _report(
             "(each named its cause above: 'step N skipped: ...')"
             + ("; the model is the one this run started from" if skipped == len(history) else "")
         )
+    for note in notes:
+        console.print(note)
     return TrainResult(
         checkpoint=checkpoint,
         metrics_jsonl=metrics,
@@ -305,10 +417,12 @@ def _report(
     )
 
 
-def _check_single_seat(factory: Callable[..., Any], kwargs: dict[str, Any], name: str) -> None:
+def _inspect_env(factory: Callable[..., Any], kwargs: dict[str, Any], name: str) -> str | None:
+    """Check that the env has one seat; return its `suggested_context` (None if it has none)."""
     env = factory(**kwargs)
     try:
         seats = list(env.agent_ids)
+        suggested = getattr(env, "suggested_context", None)
     finally:
         env.close()
     if len(seats) != 1:
@@ -316,3 +430,9 @@ def _check_single_seat(factory: Callable[..., Any], kwargs: dict[str, Any], name
             f"env {name!r} has {len(seats)} seats {seats}; `ludic train` trains one agent. For "
             "multi-agent self-play see examples/tictactoe/selfplay.py (MultiAgentProtocol)"
         )
+    if suggested not in (None, "full", "latest"):
+        raise ValueError(
+            f"env {name!r} declares suggested_context = {suggested!r}; it must be 'full' or "
+            "'latest' (or pass --context full / --context latest)"
+        )
+    return suggested

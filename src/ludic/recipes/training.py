@@ -51,6 +51,7 @@ def make_trainer(
     seed: int = 0,
     publisher: PolicyPublisher | None = None,
     initial_policy_version: int = 0,
+    max_lag: int = 0,
     checkpoint_every: int | None = None,
     micro_batch_tokens: int | None = None,
     device: str = "cpu",
@@ -63,7 +64,9 @@ def make_trainer(
     (cosine or linear: down to `min_lr_ratio * lr` over `schedule_steps` optimizer steps;
     `ludic.training.schedule`); the schedule's position is checkpointed, so a resumed run
     continues on the same curve. `batch_invariant` recomputes logprobs with the
-    batch-invariant engine's arithmetic (`TrainerConfig.batch_invariant`)."""
+    batch-invariant engine's arithmetic (`TrainerConfig.batch_invariant`). With a
+    `publisher`, samples more than `max_lag` policy versions old are dropped (0: on-policy;
+    1 or more when the next batch is generated during the optimizer step)."""
     check_lr_schedule(lr_schedule, warmup_steps, schedule_steps, min_lr_ratio)
     out.mkdir(parents=True, exist_ok=True)
     config = TrainerConfig(
@@ -75,7 +78,7 @@ def make_trainer(
         seed=seed,
         pad_token_id=int(tokenizer.pad_token_id or 0),
         initial_policy_version=initial_policy_version,
-        max_lag=0 if publisher is not None else None,
+        max_lag=max_lag if publisher is not None else None,
         micro_batch_tokens=micro_batch_tokens,
         device=device,
         batch_invariant=batch_invariant,

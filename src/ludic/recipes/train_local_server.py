@@ -1,0 +1,126 @@
+"""`ludic train --local-server`: generation in a `ludic serve` child process, overlapped with
+training.
+
+`trainer_max_lag` checks the flags that go with it and gives the Trainer's staleness limit;
+`local_server` saves the starting weights to a temporary directory, starts `LocalServer` on
+them (its log in the run directory), and stops it when the run ends, also on an exception,
+Ctrl-C or SIGTERM; `served_version` asks it which policy version it serves. The loop itself
+(`PrefetchBatchSource`, the verified `BroadcastPolicyPublisher`) is wired in
+`ludic.recipes.train`. It does not restart a server that dies (the next push fails, naming it),
+nor run on a GPU (start `ludic serve --device cuda:1` or vLLM yourself and pass --server-url).
+"""
+
+from __future__ import annotations
+
+import signal
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+
+from ludic.inference.http.local_server import LocalServer
+from ludic.recipes.configs import TrainConfig
+
+__all__ = ["LOCAL_SERVER_LOG", "local_server", "served_version", "trainer_max_lag"]
+
+LOCAL_SERVER_LOG = "local_server.log"
+"""The child server's output, in the run directory."""
+
+
+def trainer_max_lag(cfg: TrainConfig) -> int:
+    """The Trainer's `max_lag`: --max-lag, else 0 (1 with --local-server). Raises ValueError
+    naming the flags for a combination `ludic train` cannot run."""
+    if cfg.max_lag is not None and cfg.max_lag < 0:
+        raise ValueError(f"--max-lag must be >= 0, got {cfg.max_lag}")
+    if not cfg.local_server:
+        return 0 if cfg.max_lag is None else cfg.max_lag
+    _check_local_server_flags(cfg)
+    if cfg.max_lag == 0:
+        raise ValueError(
+            "--local-server generates the next batch while the trainer takes its optimizer "
+            "step, so every batch after the first is one policy version old and --max-lag 0 "
+            "would drop all of them; leave --max-lag out (1) or drop --local-server to train "
+            "on-policy"
+        )
+    return 1 if cfg.max_lag is None else cfg.max_lag
+
+
+def _check_local_server_flags(cfg: TrainConfig) -> None:
+    if cfg.server_url:
+        raise ValueError(
+            "--local-server starts its own server; drop --server-url (or drop --local-server "
+            "to generate on the servers you name)"
+        )
+    if cfg.batch_invariant:
+        raise ValueError(
+            "--local-server overlaps generation with training, so which policy version samples "
+            "an episode depends on timing and the run cannot be bit-reproducible; drop "
+            "--batch-invariant or --local-server"
+        )
+    if cfg.device != "cpu":
+        raise ValueError(
+            f"--local-server runs on the CPU, and --device is {cfg.device!r}; on GPUs start "
+            "`ludic serve --model DIR --device cuda:1 --token SECRET` (or vLLM) yourself and "
+            "pass --server-url URL --server-token SECRET"
+        )
+    if cfg.local_server_threads < 1:
+        raise ValueError(f"--local-server-threads must be >= 1, got {cfg.local_server_threads}")
+
+
+@contextmanager
+def local_server(
+    cfg: TrainConfig, model: Any, tokenizer: Any, console: Console
+) -> Iterator[LocalServer]:
+    """`ludic serve` in a child process on `model`'s current weights, stopped on exit (an
+    exception, Ctrl-C and SIGTERM included)."""
+    from ludic.models import save_model
+
+    cfg.out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="ludic-local-server-") as tmp:
+        save_model(model, tokenizer, tmp)
+        server = LocalServer(
+            tmp,
+            threads=cfg.local_server_threads,
+            served_model_name="policy",
+            log_path=cfg.out_dir / LOCAL_SERVER_LOG,
+        )
+        with _sigterm_as_interrupt(), server:
+            assert server.process is not None
+            console.print(
+                f"local server: `ludic serve` pid {server.process.pid} on {server.url} (log: "
+                f"{server.log_path}) generates the next batch while this process trains"
+            )
+            yield server
+
+
+def served_version(server: LocalServer) -> int | None:
+    """The policy version `server` reports (None if it does not answer)."""
+    import httpx
+
+    try:
+        reply = httpx.get(
+            server.url + "/ludic/version",
+            headers={"Authorization": f"Bearer {server.token}"},
+            timeout=30,
+        )
+        reply.raise_for_status()
+        return int(reply.json()["policy_version"])
+    except (httpx.HTTPError, KeyError, ValueError, RuntimeError):
+        return None
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt (as Ctrl-C does), so the `with` blocks that stop the
+    server run; Python's default for SIGTERM exits without them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
