@@ -72,7 +72,7 @@ from ludic.training import AWRCredit, OfflineBatchSource, RLAlgorithm, make_awr,
 from ludic.training.credit import discounted_returns
 from ludic.types import Rollout, Turn
 
-METHODS = ("sft", "awr")
+METHODS: tuple[Literal["sft", "awr"], ...] = ("sft", "awr")
 MAX_TOKENS = 10  # as the quickstart
 # 0.975 quantiles of Student's t for 1..10 degrees of freedom (95% two-sided intervals).
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
@@ -137,6 +137,9 @@ class AWRConfig:
     """Repeat everything (model, tokenizer, data, training) with seeds first_seed, ...."""
     first_seed: int = 0
     """The first seed (split seeds over calls; each writes its own results.json)."""
+    methods: tuple[Literal["sft", "awr"], ...] = METHODS
+    """Methods to run (each is deterministic per seed: the sft runs of two calls with the same
+    data flags are the same runs, so a second call may run awr only)."""
     threads: int = 1
     """torch CPU threads (the quickstart's default)."""
     out_dir: Path = Path("ludic_runs/awr_tictactoe")
@@ -254,19 +257,25 @@ def train(
     Both methods leave penalised turns out of the loss, as the quickstart's SFT."""
     model, tokenizer = load_model(start)
     algo = algorithm(cfg, method)
+    source = training_source(cfg, algo, data, seed)
+    trainer = make_trainer(model, tokenizer, algo, source, out=out, lr=cfg.lr, seed=seed)
+    asyncio.run(trainer.train(steps, progress=False))
+    return finish(trainer) / "model"
+
+
+def training_source(cfg: AWRConfig, algo: RLAlgorithm, data: Path, seed: int) -> OfflineBatchSource:
+    """The samples `algo` trains on: penalised turns left out (both methods), and for awr with
+    --awr-games kept only the won or drawn games (weights computed on every game)."""
     filters: list[SampleFilter] = [drop_penalised_turns]
-    if method == "awr" and cfg.awr_games == "kept":
+    if algo.name == "awr" and cfg.awr_games == "kept":
         filters.append(kept_games_only(data))
-    source = OfflineBatchSource(
+    return OfflineBatchSource(
         paths=data,
         credit_assigner=algo.credit_assigner,
         batch_size=cfg.batch_size,
         seed=seed,
         filters=filters,
     )
-    trainer = make_trainer(model, tokenizer, algo, source, out=out, lr=cfg.lr, seed=seed)
-    asyncio.run(trainer.train(steps, progress=False))
-    return finish(trainer) / "model"
 
 
 def evaluate(cfg: AWRConfig, model_dir: Path, stage: str) -> StageResult:
@@ -372,7 +381,7 @@ def run_seed(cfg: AWRConfig, seed: int) -> dict[str, Any]:
         "kept": sum(map(won_or_drew, rollouts)),
         "weights": weight_report(cfg, rollouts),
     }
-    for method in METHODS:
+    for method in cfg.methods:
         data = kept_path if method == "sft" else all_path
         trained = train(cfg, method, data, start, steps, seed, out / method)
         record[method] = evaluate(cfg, trained, f"{method} (seed {seed})")
@@ -400,6 +409,8 @@ def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     summary: dict[str, Any] = {
         m: {k: interval([getattr(r[m], k) for r in records]) for k in keys} for m in stages
     }
+    if not all(m in records[0] for m in METHODS):
+        return summary
     summary["awr - sft"] = {
         k: interval([getattr(r["awr"], k) - getattr(r["sft"], k) for r in records]) for k in keys
     }

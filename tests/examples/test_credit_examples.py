@@ -165,6 +165,53 @@ def test_awr_example_state_normalize_averages_one_over_the_trained_turns() -> No
 
 
 @pytest.mark.slow
+def test_awr_example_filter_then_reweight_with_the_value_baseline(tmp_path: Path) -> None:
+    """--baseline value --awr-games kept --normalize-mean: the value is fitted on every game,
+    awr trains only on the won or drawn games' legal moves, and those average weight 1."""
+    example = load_example("awr_tictactoe.py")
+    cfg = config(
+        example,
+        "AWRConfig",
+        expert_episodes=30,
+        expert_epsilons=(0.0, 1.0),
+        expert_taken=0.3,
+        baseline="value",
+        value_folds=3,
+        awr_games="kept",
+        normalize_mean=True,
+    )
+    tokenizer = build_tiny_model(spec=TinyModelSpec(hidden_size=32))[1]
+    rollouts = asyncio.run(example.expert_games(cfg, tokenizer, 0))
+    all_path, _ = example.write_data(rollouts, tmp_path)
+    algo = example.algorithm(cfg, "awr")
+    source = example.training_source(cfg, algo, all_path, 0)
+    kept = {r.id for r in rollouts if example.won_or_drew(r)}
+    assert 0 < len(kept) < len(rollouts), "the random player should lose some games"
+    assert {s.meta["rollout_id"] for s in source.samples} <= kept
+    assert all(s.meta["reward"] >= 0 for s in source.samples)
+    weights = [float(s.weight) for s in source.samples]
+    assert sum(weights) / len(weights) == pytest.approx(1.0, rel=1e-6)
+    assert len({round(w, 6) for w in weights}) > 2
+    everything = algo.credit_assigner.assign(rollouts)  # the same weights, from every game
+    for sample in source.samples:
+        key = (sample.meta["rollout_id"], sample.meta["turn_id"])
+        assert float(sample.weight) == pytest.approx(everything[key], rel=1e-6)
+    # sft trains the legal moves of kept games at weight 1: ESS = kept legal / all legal
+    report = example.weight_report(cfg, rollouts)
+    legal = [
+        r.id in kept
+        for r in rollouts
+        for t in r.turns()
+        if t.env_step is not None and t.agent_steps and not t.env_step.info.get("illegal_move")
+    ]
+    assert report["sft"]["ess"] == pytest.approx(sum(legal) / len(legal))
+    assert 0 < report["awr"]["ess"] <= report["sft"]["ess"] + 1e-9
+    assert report["awr"]["baseline_r2"] <= 1.0
+    sft_source = example.training_source(cfg, example.algorithm(cfg, "sft"), all_path, 0)
+    assert len(sft_source.samples) > len(source.samples)  # sft on all.jsonl would keep all
+
+
+@pytest.mark.slow
 def test_delegation_train(tmp_path: Path) -> None:
     example = load_example("delegation/train.py")
     cfg = config(
