@@ -218,33 +218,159 @@ def _token_sampling(items: Sequence[SAWItem], action_mask_BT: torch.Tensor) -> T
     return TokenSampling(temperature_BT=temperature_BT, top_k_BT=top_k_BT, top_p_BT=top_p_BT)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RowGroup:
+    """Rows of a batch whose first `shared_tokens` tokens (ids and sampling transform) are the
+    same, so a forward can compute them once (`ludic.training.shared_prefix`); 0 when the rows
+    share nothing worth computing once (then `rows` is a single row)."""
+
+    rows: tuple[int, ...]
+    shared_tokens: int = 0
+
+
+def shared_prefix_groups(batch: CollatedBatch, *, min_tokens: int) -> list[RowGroup]:
+    """Every row of `batch` in exactly one group, groups in order of their first row.
+
+    Rows share a prefix when their prompt, the tokens before the first trained token, is the
+    same token for token (a GRPO group: G completions of one prompt; a multi-turn row shares
+    only its first prompt). The group then shares the longest prefix common to all its rows in
+    ids and sampling transform (it may run into identical first completion tokens), capped at
+    the shortest row. Groups of one row, or sharing fewer than `min_tokens` tokens, become
+    single rows with `shared_tokens=0`.
+    """
+    if min_tokens < 2:
+        raise ValueError(
+            f"min_tokens must be >= 2 (a shared token and its context), got {min_tokens}"
+        )
+    ids_BT = batch.input_ids_BT.cpu()
+    lengths = [int(n) for n in batch.lengths_B.tolist()]
+    trained_BT = (batch.action_mask_BT > 0).cpu()
+    first = torch.where(
+        trained_BT.any(dim=1), trained_BT.int().argmax(dim=1), batch.lengths_B.cpu()
+    )
+    buckets: dict[bytes, list[int]] = {}
+    for row, start in enumerate(first.tolist()):
+        buckets.setdefault(ids_BT[row, :start].numpy().tobytes(), []).append(row)
+    groups: list[RowGroup] = []
+    for rows in buckets.values():
+        shared = _common_prefix(batch, rows, lengths) if len(rows) > 1 else 0
+        if shared >= min_tokens:
+            groups.append(RowGroup(rows=tuple(rows), shared_tokens=shared))
+        else:
+            groups.extend(RowGroup(rows=(row,)) for row in rows)
+    groups.sort(key=lambda group: group.rows[0])
+    return groups
+
+
+def _common_prefix(batch: CollatedBatch, rows: list[int], lengths: list[int]) -> int:
+    """Leading positions where every row of `rows` has the same id and sampling transform."""
+    width = min(lengths[row] for row in rows)
+    index = torch.as_tensor(rows, dtype=torch.long)
+    planes = [batch.input_ids_BT]
+    if batch.sampling is not None:
+        sampling = batch.sampling
+        planes += [sampling.temperature_BT, sampling.top_k_BT, sampling.top_p_BT]
+    same_W = torch.ones(width, dtype=torch.bool)
+    for plane_BT in planes:
+        sub_RW = plane_BT[index.to(plane_BT.device), :width].cpu()
+        same_W &= (sub_RW == sub_RW[:1]).all(dim=0)
+    differ = (~same_W).nonzero()
+    return int(differ[0, 0]) if differ.numel() else width
+
+
+@dataclass(slots=True)
+class _Cost:
+    """What a micro-batch computes with its shared prefixes run once: `prefixes` prefix rows
+    (`shared_tokens - 1` tokens each; the last shared token runs with every row) and `rows`
+    rows of their remaining tokens."""
+
+    prefixes: int = 0
+    longest_prefix: int = 0
+    prefix_tokens: int = 0
+    rows: int = 0
+    longest_rest: int = 0
+    rest_tokens: int = 0
+
+    def add(self, other: _Cost) -> _Cost:
+        return _Cost(
+            prefixes=self.prefixes + other.prefixes,
+            longest_prefix=max(self.longest_prefix, other.longest_prefix),
+            prefix_tokens=self.prefix_tokens + other.prefix_tokens,
+            rows=self.rows + other.rows,
+            longest_rest=max(self.longest_rest, other.longest_rest),
+            rest_tokens=self.rest_tokens + other.rest_tokens,
+        )
+
+    def tokens(self, packed: bool) -> int:
+        if packed:
+            return self.prefix_tokens + self.rest_tokens
+        return self.prefixes * self.longest_prefix + self.rows * self.longest_rest
+
+
+def _cost(rows: Sequence[int], lengths: Sequence[int], shared_tokens: int) -> _Cost:
+    prefix = max(0, shared_tokens - 1)
+    rests = [lengths[row] - prefix for row in rows]
+    return _Cost(
+        prefixes=int(prefix > 0),
+        longest_prefix=prefix,
+        prefix_tokens=prefix,
+        rows=len(rows),
+        longest_rest=max(rests),
+        rest_tokens=sum(rests),
+    )
+
+
 def plan_micro_batches(
-    lengths: Sequence[int], micro_batch_tokens: int | None, *, packed: bool = False
+    lengths: Sequence[int],
+    micro_batch_tokens: int | None,
+    *,
+    packed: bool = False,
+    groups: Sequence[RowGroup] | None = None,
 ) -> list[list[int]]:
-    """Split rows, in order, into micro-batches that fit `micro_batch_tokens`.
+    """Split rows into micro-batches that fit `micro_batch_tokens`.
 
     Padded layout: a micro-batch costs rows x its longest row (padding counts). Packed layout:
-    it costs the sum of its lengths. Greedy and sort-free, so the plan is deterministic and keeps
-    the batch order; a row longer than the budget gets a micro-batch of its own. None puts
-    every row in one micro-batch.
+    it costs the sum of its lengths. With `groups` (`shared_prefix_groups`), a group's shared
+    prefix counts once (as `shared_prefix_logprobs` computes it) and a group is never split
+    while it fits the budget on its own; a group that does not is cut into consecutive runs of
+    its rows that each fit, and each run computes the prefix again. Greedy and sort-free, so the
+    plan is deterministic and keeps the order (of the groups, then of the rows in a group); a
+    row longer than the budget gets a micro-batch of its own. None puts every row in one
+    micro-batch.
     """
     if not lengths:
         return []
+    if groups is None:
+        groups = [RowGroup(rows=(row,)) for row in range(len(lengths))]
     if micro_batch_tokens is None:
-        return [list(range(len(lengths)))]
+        return [[row for group in groups for row in group.rows]]
     if micro_batch_tokens < 1:
         raise ValueError(f"micro_batch_tokens must be >= 1 or None, got {micro_batch_tokens}")
-    plan: list[list[int]] = [[]]
-    longest = total = 0
-    for row, n in enumerate(lengths):
-        current = plan[-1]
-        new_longest, new_total = max(longest, n), total + n
-        cost = new_total if packed else new_longest * (len(current) + 1)
-        if current and cost > micro_batch_tokens:
-            plan.append([])
-            new_longest, new_total = n, n
-        plan[-1].append(row)
-        longest, total = new_longest, new_total
+    budget = micro_batch_tokens
+    plan: list[list[int]] = []
+    current: list[int] = []
+    cost = _Cost()
+    for group in groups:
+        whole = _cost(group.rows, lengths, group.shared_tokens)
+        joins = cost.add(whole).tokens(packed) <= budget or not current
+        if joins and (whole.tokens(packed) <= budget or len(group.rows) == 1):
+            current, cost = current + list(group.rows), cost.add(whole)
+            continue
+        if current:
+            plan.append(current)
+            current, cost = [], _Cost()
+        if whole.tokens(packed) <= budget:
+            current, cost = list(group.rows), whole
+            continue
+        run: list[int] = []  # the group alone is over budget: runs of its rows
+        for row in group.rows:
+            if run and _cost([*run, row], lengths, group.shared_tokens).tokens(packed) > budget:
+                plan.append(run)
+                run = []
+            run.append(row)
+        current, cost = run, _cost(run, lengths, group.shared_tokens)
+    if current:
+        plan.append(current)
     return plan
 
 

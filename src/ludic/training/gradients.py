@@ -70,6 +70,7 @@ def accumulate_gradients(
     autocast_dtype: torch.dtype | None = None,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     batch_invariant: bool = False,
+    shared_prefix_min_tokens: int | None = None,
 ) -> AccumulationResult:
     """Forward and backward every micro-batch (rows of `batch`) into `model`'s `.grad`.
 
@@ -77,7 +78,8 @@ def accumulate_gradients(
     loss, so the accumulated gradient does not depend on the split. `num_passes` (>= the number
     of micro-batches) pads with dummy passes that add exactly zero gradient; `batch` may then be
     None (this rank has nothing to train on). `batch_invariant` computes the policy's logprobs
-    with the batch-invariant engine's arithmetic (`sequence_logprobs`).
+    with the batch-invariant engine's arithmetic (`sequence_logprobs`); `shared_prefix_min_tokens`
+    runs rows' shared prompts once (`sequence_logprobs`, policy and reference model alike).
     """
     if loss_fn.needs_ref_logprobs and ref_model is None:
         raise ValueError(
@@ -114,6 +116,7 @@ def accumulate_gradients(
                 packed=packed,
                 chunk_tokens=chunk_tokens,
                 batch_invariant=batch_invariant,
+                shared_prefix_min_tokens=shared_prefix_min_tokens,
             )
         out = loss_fn(
             LossInputs(
@@ -167,6 +170,7 @@ def _forward(
     packed: bool,
     chunk_tokens: int,
     batch_invariant: bool = False,
+    shared_prefix_min_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(logprobs_BT, entropy_BT if the loss needs it, reference logprobs_BT if it needs them)."""
     logprobs_BT, entropy_BT = sequence_logprobs(
@@ -176,12 +180,17 @@ def _forward(
         with_entropy=loss_fn.needs_entropy,
         chunk_tokens=chunk_tokens,
         batch_invariant=batch_invariant,
+        shared_prefix_min_tokens=shared_prefix_min_tokens,
     )
     ref_BT = None
     if ref_model is not None and loss_fn.needs_ref_logprobs:
         with torch.no_grad():
             ref_BT, _ = sequence_logprobs(
-                ref_model, micro, packed=packed, chunk_tokens=chunk_tokens
+                ref_model,
+                micro,
+                packed=packed,
+                chunk_tokens=chunk_tokens,
+                shared_prefix_min_tokens=shared_prefix_min_tokens,
             )
     return logprobs_BT, entropy_BT, ref_BT
 

@@ -32,7 +32,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from ludic.inference.embedded.token_sampling import RowKnobs
-from ludic.training.collate import CollatedBatch, TokenSampling, pack
+from ludic.training.collate import CollatedBatch, TokenSampling, pack, shared_prefix_groups
 from ludic.training.invariant_forward import invariant_logits
 
 DEFAULT_CHUNK_TOKENS = 1024
@@ -206,17 +206,38 @@ def sequence_logprobs(
     with_entropy: bool = False,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     batch_invariant: bool = False,
+    shared_prefix_min_tokens: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run a Hugging Face causal LM on `batch` and return (logprobs_BT, entropy_BT or None),
     0 on padding, logprobs under each token's sampling transform (`batch.sampling`). With
     `packed=True` the sequences go through the model as one row (position ids restart per
     sequence) and the results are laid back out as [B, T]. With `batch_invariant=True` the
     logits come from the batch-invariant engine's arithmetic (`invariant_logits`; not with
-    `packed`), so an on-policy sample from that engine gets its behaviour logprobs back exactly."""
+    `packed`), so an on-policy sample from that engine gets its behaviour logprobs back exactly.
+
+    With `shared_prefix_min_tokens`, rows whose prompt is the same and who share at least that
+    many leading tokens run them once (`ludic.training.shared_prefix`; same results within
+    rounding); batches with no such group, batch-invariant mode and models the shared path does
+    not support (`supports_shared_prefix`) take the per-row path."""
     if batch_invariant and packed:
         raise ValueError(
             "batch-invariant logprobs run each sequence as its own row: turn packing off"
         )
+    if shared_prefix_min_tokens is not None and not batch_invariant:
+        from ludic.training import shared_prefix  # imports this module
+
+        groups = shared_prefix_groups(batch, min_tokens=shared_prefix_min_tokens)
+        if any(g.shared_tokens for g in groups) and (
+            shared_prefix.supports_shared_prefix(model, packed=packed) is None
+        ):
+            return shared_prefix.shared_prefix_logprobs(
+                model,
+                batch,
+                groups,
+                packed=packed,
+                with_entropy=with_entropy,
+                chunk_tokens=chunk_tokens,
+            )
     if not packed:
         if batch_invariant:
             logits_BTV = invariant_logits(model, batch.input_ids_BT, batch.attention_mask_BT)

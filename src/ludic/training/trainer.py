@@ -48,7 +48,13 @@ from ludic.training.checkpoint import (
     read_checkpoint,
     restore_rng_state,
 )
-from ludic.training.collate import cap_seq_len, collate, plan_micro_batches, trainable_action_tokens
+from ludic.training.collate import (
+    cap_seq_len,
+    collate,
+    plan_micro_batches,
+    shared_prefix_groups,
+    trainable_action_tokens,
+)
 from ludic.training.config import TrainerConfig
 from ludic.training.filters import drop_stale
 from ludic.training.gradients import BatchTotals, accumulate_gradients
@@ -66,6 +72,7 @@ from ludic.training.parallel.auto import auto_runtime
 from ludic.training.parallel.runtime import TrainingRuntime, run_on_main
 from ludic.training.parallel.state import optimizer_param_names
 from ludic.training.schedule import build_scheduler
+from ludic.training.shared_prefix import shared_prefix_min_tokens
 from ludic.training.stall import SkipTracker, skip_cause, was_skipped
 from ludic.training.stats import Reducer, aggregate_stats, default_sample_reducers
 from ludic.types import JSON
@@ -172,6 +179,12 @@ class Trainer:
             self.tokenizer = checkpoint_tokenizer(model, checkpoint_manager.root)
         self.step = 0
         self.policy_version = config.initial_policy_version
+        self._shared_prefix_min_tokens = shared_prefix_min_tokens(
+            self.model,
+            enabled=config.shared_prefix,
+            packed=config.packing,
+            batch_invariant=config.batch_invariant,
+        )
         self._skips = SkipTracker(config.max_skipped_steps)
 
     # -- one step ---------------------------------------------------------------------------
@@ -222,9 +235,16 @@ class Trainer:
         config, runtime = self.config, self.runtime
         batch = collate(items, pad_token_id=config.pad_token_id) if items else None
         plan: list[list[int]] = []
+        min_shared = self._shared_prefix_min_tokens
         if batch is not None:
+            groups = (
+                None if min_shared is None else shared_prefix_groups(batch, min_tokens=min_shared)
+            )
             plan = plan_micro_batches(
-                batch.lengths_B.tolist(), config.micro_batch_tokens, packed=config.packing
+                batch.lengths_B.tolist(),
+                config.micro_batch_tokens,
+                packed=config.packing,
+                groups=groups,
             )
         local = (0.0, 0.0) if batch is None else (batch.num_action_tokens, batch.num_sequences)
         tokens, sequences = runtime.all_reduce_sum(local)
@@ -247,6 +267,7 @@ class Trainer:
             autocast_dtype=config.torch_dtype,
             chunk_tokens=config.logprob_chunk_tokens,
             batch_invariant=config.batch_invariant,
+            shared_prefix_min_tokens=min_shared,
         )
         loss, nonfinite = runtime.all_reduce_sum([result.loss, float(not result.finite)])
         metrics = {
