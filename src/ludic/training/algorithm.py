@@ -292,7 +292,7 @@ def make_awr(
     normalize_mean: bool = False,
     min_weight: float = 0.0,
 ) -> RLAlgorithm:
-    """AWR (arXiv:1910.00177), value-free, for offline rollouts: every turn's log-likelihood
+    """AWR (arXiv:1910.00177) for offline rollouts: every turn's log-likelihood
     weighted by w = min(exp(A / beta), max_weight) (`AWRCredit`; A from the group mean, the
     mean return of the data with baseline="mean", or the mean return-to-go of the other
     visits of the turn's state with baseline="state", Q - V by counting with "state_action",

@@ -1,10 +1,10 @@
-"""Advantage-weighted regression credit (Peng et al. 2019, arXiv:1910.00177), value-free:
+"""Advantage-weighted regression credit (Peng et al. 2019, arXiv:1910.00177):
 
     w = min(exp(A / beta), max_weight)
 
-with A a critic-free advantage of each turn's return. The weight multiplies the turn's
-log-likelihood (`ReinforceLoss`), so AWR is weighted SFT on stored rollouts: good turns count
-more, bad ones less, none negatively. No value network is fitted (the paper fits one); the
+with A an advantage of each turn's return. The weight multiplies the turn's log-likelihood
+(`ReinforceLoss`), so AWR is weighted SFT on stored rollouts: good turns count more, bad ones
+less, none negatively. No value network shares the policy (the paper trains a critic); the
 baselines are the group mean, the mean over the rollouts given to `assign`, or a tabular
 Monte Carlo value of the turn's state (its anchor key, as GiGPO's) learnt from the other visits
 of that state in the data, which can tell a good move from a bad one inside one episode, or
