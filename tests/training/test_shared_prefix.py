@@ -1,0 +1,391 @@
+"""A group's shared prompt computed once in the training forward (`ludic.training.shared_prefix`):
+which rows share what (`shared_prefix_groups`), the same logprobs, entropies and gradients as
+the per-row path (padded and packed, mixed prompt lengths, rows sharing nothing, one-row
+groups, sampling transforms, micro-batch splits, LoRA, a reference model), the planner keeping
+groups together, and a Trainer step giving the same weights with the switch on or off.
+
+The float64 checks patch HF's RMSNorm to stay in float64 (it computes in float32 whatever the
+model's dtype, and the shared path sums a prefix token's gradient over rows before that norm's
+backward, the per-row path after: a float32 rounding difference, not a bug).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import types
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import torch
+from training_fakes import VOCAB, ListSource, tiny_llama
+
+from ludic.rollouts.samples import SAWItem
+from ludic.training import (
+    ConstantCredit,
+    RLAlgorithm,
+    Trainer,
+    TrainerConfig,
+    accumulate_gradients,
+    add_lora,
+    collate,
+    make_grpo,
+    plan_micro_batches,
+)
+from ludic.training import shared_prefix as shared_prefix_module
+from ludic.training.collate import CollatedBatch, RowGroup, shared_prefix_groups
+from ludic.training.logprobs import sequence_logprobs
+from ludic.training.shared_prefix import (
+    shared_prefix_logprobs,
+    shared_prefix_min_tokens,
+    supports_shared_prefix,
+)
+
+MIN = 4  # shortest prefix run once in these tests
+
+
+def _exact_norms(model: torch.nn.Module) -> torch.nn.Module:
+    """RMSNorm in the model's own dtype (HF's casts to float32)."""
+
+    def forward(self: Any, x: torch.Tensor) -> torch.Tensor:
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(variance + self.variance_epsilon))
+
+    for module in model.modules():
+        if type(module).__name__.endswith("RMSNorm"):
+            module.forward = types.MethodType(forward, module)  # type: ignore[method-assign]
+    return model
+
+
+def _model64(seed: int = 0) -> torch.nn.Module:
+    return _exact_norms(tiny_llama(seed=seed).double().train())
+
+
+def _tokens(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(1, VOCAB) for _ in range(n)]
+
+
+def _row(
+    prompt: Sequence[int], completion: Sequence[int], *, weight: float = 1.0, **meta: Any
+) -> SAWItem:
+    ids = tuple(prompt) + tuple(completion)
+    mask = (0,) * len(prompt) + (1,) * len(completion)
+    lp = tuple(-0.5 - 0.01 * i if m else 0.0 for i, m in enumerate(mask))
+    return SAWItem(input_ids=ids, action_mask=mask, weight=weight, behavior_logprobs=lp, meta=meta)
+
+
+def _grpo_items(seed: int = 0) -> list[SAWItem]:
+    """Two groups of different prompt lengths, interleaved; a multi-turn row sharing only the
+    first prompt; a row sharing nothing; a prompt with one row; a completion of one token."""
+    rng = random.Random(seed)
+    a, b, lone = _tokens(rng, 9), _tokens(rng, 14), _tokens(rng, 7)
+    obs = _tokens(rng, 3)
+    multi_ids = tuple(a) + tuple(_tokens(rng, 4)) + tuple(obs) + tuple(_tokens(rng, 5))
+    multi_mask = (0,) * 9 + (1,) * 4 + (0,) * 3 + (1,) * 5
+    multi = SAWItem(
+        input_ids=multi_ids,
+        action_mask=multi_mask,
+        weight=0.3,
+        behavior_logprobs=tuple(-0.4 if m else 0.0 for m in multi_mask),
+    )
+    return [
+        _row(a, _tokens(rng, 6), weight=1.0),
+        _row(b, _tokens(rng, 11), weight=-0.5),
+        _row(a, _tokens(rng, 12), weight=0.7),
+        _row(_tokens(rng, 5), _tokens(rng, 8), weight=0.2),  # shares nothing
+        _row(b, _tokens(rng, 3), weight=1.5),
+        multi,
+        _row(lone, _tokens(rng, 6), weight=-1.0),  # a prompt with one row
+        _row(a, _tokens(rng, 1), weight=-0.8),
+    ]
+
+
+def _grads(
+    model: torch.nn.Module, batch: CollatedBatch, weights_BT: torch.Tensor, **kwargs: Any
+) -> tuple[torch.Tensor, torch.Tensor | None, list[torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    logprobs_BT, entropy_BT = sequence_logprobs(model, batch, **kwargs)
+    objective = (logprobs_BT * weights_BT).sum()
+    if entropy_BT is not None:
+        objective = objective + (entropy_BT * weights_BT.flip(0)).sum()
+    objective.backward()
+    grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    return logprobs_BT.detach(), None if entropy_BT is None else entropy_BT.detach(), grads
+
+
+def _close(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], rtol: float) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        scale = max(float(x.abs().max()), 1e-30)
+        assert float((x - y).abs().max()) <= rtol * scale
+
+
+# -- which rows share what -----------------------------------------------------------------
+
+
+def test_groups_are_the_rows_with_the_same_prompt() -> None:
+    batch = collate(_grpo_items())
+    groups = shared_prefix_groups(batch, min_tokens=MIN)
+    assert [g.rows for g in groups] == [(0, 2, 5, 7), (1, 4), (3,), (6,)]
+    # the groups share their prompt (9 and 14 tokens); no completion token by chance
+    assert [g.shared_tokens for g in groups] == [9, 14, 0, 0]
+    # a longer threshold leaves a prompt of 9 tokens to the per-row path
+    longer = shared_prefix_groups(batch, min_tokens=10)
+    assert [(g.rows, g.shared_tokens) for g in longer if g.shared_tokens] == [((1, 4), 14)]
+    assert len(longer) == 7
+
+
+def test_shared_prefix_runs_into_identical_completion_tokens_up_to_the_shortest_row() -> None:
+    prompt, rng = list(range(1, 8)), random.Random(3)
+    same = [50, 51, 52]
+    items = [_row(prompt, same + _tokens(rng, 4)), _row(prompt, same), _row(prompt, [*same, 9])]
+    groups = shared_prefix_groups(collate(items), min_tokens=MIN)
+    assert groups == [RowGroup(rows=(0, 1, 2), shared_tokens=10)]  # row 1 is all shared
+
+
+def test_shared_prefix_stops_where_the_sampling_transform_differs() -> None:
+    prompt, same = list(range(1, 8)), [50, 51, 52, 53]
+    hot = {"behavior_sampling": {"temperature": 0.7, "top_k": 20, "top_p": 1.0}}
+    items = [_row(prompt, same, **hot), _row(prompt, same)]
+    groups = shared_prefix_groups(collate(items), min_tokens=MIN)
+    assert groups == [RowGroup(rows=(0, 1), shared_tokens=7)]
+
+
+def test_min_tokens_below_two_is_refused() -> None:
+    with pytest.raises(ValueError, match="min_tokens must be >= 2"):
+        shared_prefix_groups(collate(_grpo_items()), min_tokens=1)
+
+
+# -- same numbers as the per-row path ------------------------------------------------------
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+@pytest.mark.parametrize("with_entropy", [False, True], ids=["logprobs", "entropy"])
+def test_logprobs_and_gradients_equal_the_per_row_path(packed: bool, with_entropy: bool) -> None:
+    model = _model64()
+    batch = collate(_grpo_items())
+    weights_BT = torch.randn(batch.input_ids_BT.shape, dtype=torch.float64)
+    calls: list[int] = []
+    real = shared_prefix_module.shared_prefix_logprobs
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    lp, h, grads = _grads(model, batch, weights_BT, packed=packed, with_entropy=with_entropy)
+    shared_prefix_module.shared_prefix_logprobs = counted  # type: ignore[assignment]
+    try:
+        lp2, h2, grads2 = _grads(
+            model,
+            batch,
+            weights_BT,
+            packed=packed,
+            with_entropy=with_entropy,
+            shared_prefix_min_tokens=MIN,
+        )
+    finally:
+        shared_prefix_module.shared_prefix_logprobs = real  # type: ignore[assignment]
+    assert calls == [1]  # the shared path ran
+    assert lp2.shape == lp.shape and lp2.dtype == lp.dtype
+    assert torch.equal(lp2 == 0, lp == 0)  # same layout: 0 at position 0 and on padding
+    assert torch.allclose(lp2, lp, rtol=0, atol=1e-12)
+    if with_entropy:
+        assert h is not None and h2 is not None and torch.allclose(h2, h, rtol=0, atol=1e-12)
+    else:
+        assert h2 is None
+    _close(grads, grads2, rtol=1e-11)
+
+
+def _sampled_items() -> list[SAWItem]:
+    hot = {"behavior_sampling": {"temperature": 0.7, "top_k": 30, "top_p": 0.9}}
+    rng = random.Random(5)
+    prompt = _tokens(rng, 10)
+    return [_row(prompt, _tokens(rng, 6), **hot), _row(prompt, _tokens(rng, 9)), _row(prompt, [7])]
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_sampling_transforms_match(packed: bool) -> None:
+    model = _model64()
+    batch = collate(_sampled_items())
+    assert batch.sampling is not None
+    weights_BT = torch.randn(batch.input_ids_BT.shape, dtype=torch.float64)
+    lp, _, grads = _grads(model, batch, weights_BT, packed=packed)
+    lp2, _, grads2 = _grads(model, batch, weights_BT, packed=packed, shared_prefix_min_tokens=MIN)
+    assert torch.allclose(lp2, lp, rtol=0, atol=1e-12)
+    _close(grads, grads2, rtol=1e-11)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_eager_attention_matches_within_its_float32_softmax(packed: bool) -> None:
+    """Eager attention takes the packed path's 4D mask as scores to add; it runs its softmax
+    in float32 (HF), so rows of other widths round differently at that precision."""
+    model = _model64()
+    model.config._attn_implementation = "eager"
+    batch = collate(_grpo_items())
+    weights_BT = torch.randn(batch.input_ids_BT.shape, dtype=torch.float64)
+    lp, _, grads = _grads(model, batch, weights_BT, packed=packed)
+    lp2, _, grads2 = _grads(model, batch, weights_BT, packed=packed, shared_prefix_min_tokens=MIN)
+    assert torch.allclose(lp2, lp, rtol=0, atol=1e-6)
+    _close(grads, grads2, rtol=1e-5)
+
+
+def test_float32_logprobs_match_within_rounding() -> None:
+    """What the importance ratio sees: the per-row and shared logprobs of a float32 model."""
+    model = tiny_llama(seed=1)
+    batch = collate(_grpo_items(seed=2))
+    with torch.no_grad():
+        lp, _ = sequence_logprobs(model, batch)
+        lp2, _ = sequence_logprobs(model, batch, shared_prefix_min_tokens=MIN)
+    assert float((lp2 - lp).abs().max()) < 1e-5
+
+
+def test_direct_call_checks_the_groups() -> None:
+    model, batch = _model64(), collate(_grpo_items())
+    with pytest.raises(ValueError, match="every row exactly once"):
+        shared_prefix_logprobs(model, batch, [RowGroup(rows=(0, 2), shared_tokens=9)])
+    singles = [RowGroup(rows=(row,)) for row in range(batch.num_sequences)]
+    with pytest.raises(ValueError, match="no group shares a prefix"):
+        shared_prefix_logprobs(model, batch, singles)
+
+
+def test_unsupported_setups_fall_back_to_the_per_row_path() -> None:
+    model = tiny_llama()
+    assert supports_shared_prefix(model, packed=True) is None
+    assert shared_prefix_min_tokens(model, enabled=True) == shared_prefix_module.MIN_SHARED_TOKENS
+    assert shared_prefix_min_tokens(model, enabled=False) is None
+    assert shared_prefix_min_tokens(model, enabled=True, batch_invariant=True) is None
+    model.config._attn_implementation = "flash_attention_2"
+    assert "4D mask" in (supports_shared_prefix(model, packed=True) or "")
+    assert supports_shared_prefix(model, packed=False) is None
+    assert shared_prefix_min_tokens(model, enabled=True, packed=True) is None
+    windowed = copy.deepcopy(tiny_llama())
+    windowed.config.sliding_window = 16
+    assert "sliding-window" in (supports_shared_prefix(windowed, packed=False) or "")
+
+
+# -- micro-batches -------------------------------------------------------------------------
+
+
+def test_planner_keeps_groups_together() -> None:
+    batch = collate(_grpo_items())
+    lengths = batch.lengths_B.tolist()
+    groups = shared_prefix_groups(batch, min_tokens=MIN)
+    for packed in (False, True):
+        for budget in (60, 90, 150, None):
+            plan = plan_micro_batches(lengths, budget, packed=packed, groups=groups)
+            assert sorted(row for micro in plan for row in micro) == list(range(len(lengths)))
+            for group in groups:  # every group fits these budgets on its own
+                assert sum(set(group.rows) <= set(micro) for micro in plan) == 1
+    # group a (4 rows, 8 + 4 x 13 padded tokens) exceeds 40: runs of its rows that fit
+    assert plan_micro_batches(lengths, 40, groups=groups) == [[0, 2], [5, 7], [1, 4], [3, 6]]
+    # without groups: the rows in order, as before
+    assert plan_micro_batches(lengths, 60) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+def test_planner_counts_a_shared_prefix_once_and_splits_an_oversized_group() -> None:
+    lengths = [20, 20, 20, 20]
+    group = [RowGroup(rows=(0, 1, 2, 3), shared_tokens=16)]
+    # padded: 1 prefix row of 15 + 4 rows of 5 = 35 tokens (80 per row)
+    assert plan_micro_batches(lengths, 35, groups=group) == [[0, 1, 2, 3]]
+    assert plan_micro_batches(lengths, 35, packed=True, groups=group) == [[0, 1, 2, 3]]
+    assert plan_micro_batches(lengths, 35) == [[0], [1], [2], [3]]
+    # over budget: consecutive runs that fit, each running the prefix again
+    assert plan_micro_batches(lengths, 25, groups=group) == [[0, 1], [2, 3]]
+    assert plan_micro_batches(lengths, 10, groups=group) == [[0], [1], [2], [3]]
+
+
+def test_micro_batch_splits_give_the_one_batch_gradient() -> None:
+    model = _model64()
+    batch = collate(_grpo_items())
+    groups = shared_prefix_groups(batch, min_tokens=MIN)
+    loss = make_grpo(entropy_coef=0.01).loss
+
+    def gradient(plan: list[list[int]], min_tokens: int | None, packed: bool) -> list[torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        accumulate_gradients(
+            model, loss, batch, plan, packed=packed, shared_prefix_min_tokens=min_tokens
+        )
+        return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    whole = [list(range(batch.num_sequences))]
+    for packed in (False, True):
+        reference = gradient(whole, None, packed)
+        plan = plan_micro_batches(batch.lengths_B.tolist(), 60, packed=packed, groups=groups)
+        assert 1 < len(plan) < batch.num_sequences
+        _close(reference, gradient(plan, MIN, packed), rtol=1e-11)
+        split_group = plan_micro_batches(batch.lengths_B.tolist(), 30, groups=groups)
+        _close(reference, gradient(split_group, MIN, packed), rtol=1e-11)
+
+
+def test_lora_and_reference_model_gradients_match() -> None:
+    """LoRA adapters (PEFT wraps the forward) and a KL term's reference logprobs, which run
+    the shared path too."""
+    torch.manual_seed(0)
+    model = _exact_norms(
+        add_lora(tiny_llama(seed=0), rank=4, alpha=8, target_modules=("q_proj", "v_proj"))
+        .double()
+        .train()
+    )
+    for name, param in model.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.05)
+    ref = _exact_norms(tiny_llama(seed=7).double())
+    batch = collate(_grpo_items())
+    loss = make_grpo(kl_beta=0.1).loss
+
+    def gradient(min_tokens: int | None) -> list[torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        accumulate_gradients(
+            model,
+            loss,
+            batch,
+            [list(range(batch.num_sequences))],
+            ref_model=ref,
+            shared_prefix_min_tokens=min_tokens,
+        )
+        return [p.grad.clone() for p in model.parameters() if p.grad is not None]
+
+    reference = gradient(None)
+    assert len(reference) == 8  # the adapters only (2 layers x q, v x A, B)
+    _close(reference, gradient(MIN), rtol=1e-11)
+
+
+# -- the Trainer ---------------------------------------------------------------------------
+
+
+def _trained(shared_prefix: bool, packing: bool) -> dict[str, torch.Tensor]:
+    algorithm = make_grpo(entropy_coef=0.01)
+    algorithm = RLAlgorithm(
+        name="grpo", credit_assigner=ConstantCredit(value=1.0), loss=algorithm.loss
+    )
+    batches = [_grpo_items(seed=0), _grpo_items(seed=1)]
+    config = TrainerConfig(
+        lr=1e-2, micro_batch_tokens=90, packing=packing, shared_prefix=shared_prefix, seed=3
+    )
+    trainer = Trainer(_model64(seed=2), algorithm, ListSource(batches), config)
+    trainer.run(2, progress=False)
+    return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+
+
+@pytest.mark.parametrize("packing", [False, True], ids=["padded", "packed"])
+def test_a_trainer_step_gives_the_same_weights_either_way(packing: bool) -> None:
+    calls: list[int] = []
+    real = shared_prefix_module.shared_prefix_logprobs
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    off = _trained(shared_prefix=False, packing=packing)
+    assert calls == []
+    shared_prefix_module.shared_prefix_logprobs = counted  # type: ignore[assignment]
+    try:
+        on = _trained(shared_prefix=True, packing=packing)
+    finally:
+        shared_prefix_module.shared_prefix_logprobs = real  # type: ignore[assignment]
+    assert calls  # used by default
+    before = _model64(seed=2).state_dict()
+    assert any(not torch.equal(before[k], off[k]) for k in off)  # the steps changed weights
+    for key in off:
+        assert torch.allclose(on[key], off[key], rtol=0, atol=1e-10), key
