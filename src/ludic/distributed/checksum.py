@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -67,9 +66,10 @@ def _row_sums(
     bits: torch.Tensor, floats: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Sums of each row of ROW elements (the last one possibly short), in the accumulator.
-    With `floats` (the same elements as floating point) also their float32 sum, read in
-    steps of `CHUNK_ROWS` rows so that each step's second read comes from the cache: both
-    sums cost one pass over memory."""
+    With `floats` (the same elements as floating point) also their float32 sums, one per step
+    of `CHUNK_ROWS` rows, each step read twice in a row so that the second read comes from
+    the cache: both cost about one pass over memory. Every op writes into one preallocated
+    output (few ops per range: the per-op cost is a good part of the whole)."""
     acc = torch.int64 if bits.element_size() == 8 else torch.int32
     n = bits.numel()
     full = n // ROW
@@ -77,19 +77,23 @@ def _row_sums(
         return bits.view(full, ROW).sum(1, dtype=acc), None
     if floats is None and not full:
         return bits.sum(dtype=acc).reshape(1), None
-    rows = torch.empty(full + int(n > full * ROW or not full), dtype=acc, device=bits.device)
+    short = n > full * ROW or not full
+    rows = torch.empty(full + int(short), dtype=acc, device=bits.device)
     step = full * ROW if floats is None else CHUNK_ROWS * ROW
-    float_sums = []
-    for start in range(0, full * ROW, max(step, 1)):
+    float_sums = None
+    if floats is not None:
+        steps = -(-full // CHUNK_ROWS) + int(short)
+        float_sums = torch.empty(steps, dtype=torch.float32, device=bits.device)
+    for i, start in enumerate(range(0, full * ROW, max(step, 1))):
         end = min(start + step, full * ROW)
         torch.sum(bits[start:end].view(-1, ROW), 1, dtype=acc, out=rows[start // ROW : end // ROW])
-        if floats is not None:
-            float_sums.append(floats[start:end].sum(dtype=torch.float32))
-    if rows.numel() > full:
-        rows[full] = bits[full * ROW :].sum(dtype=acc)
-        if floats is not None:
-            float_sums.append(floats[full * ROW :].sum(dtype=torch.float32))
-    return rows, None if floats is None else torch.stack(float_sums).sum()
+        if float_sums is not None:
+            torch.sum(floats[start:end], 0, dtype=torch.float32, out=float_sums[i])  # type: ignore[index]
+    if short:
+        torch.sum(bits[full * ROW :], 0, dtype=acc, out=rows[full])
+        if float_sums is not None:
+            torch.sum(floats[full * ROW :], 0, dtype=torch.float32, out=float_sums[-1])  # type: ignore[index]
+    return rows, float_sums
 
 
 def tensor_checksum(tensor: torch.Tensor) -> Checksum:
@@ -111,7 +115,7 @@ def checksums(
 @dataclass(slots=True)
 class _RunningTensor:
     """One tensor's row sums so far (its first `done` elements, a multiple of ROW until the
-    end), and their float32 sums when looking for non-finite values."""
+    end), and the float32 sums of its steps when looking for non-finite values."""
 
     tensor: torch.Tensor
     dtype: torch.dtype
@@ -119,8 +123,6 @@ class _RunningTensor:
     done: int = 0
     rows: list[torch.Tensor] = dataclasses.field(default_factory=list)
     float_sums: list[torch.Tensor] = dataclasses.field(default_factory=list)
-    values: list[torch.Tensor] | None = None
-    """Once complete: [total, weighted] (and the float sum's bits), still on the device."""
 
     @property
     def complete(self) -> bool:
@@ -135,9 +137,10 @@ class RunningChecksums:
 
     `advance(name, tensor, upto)`: the first `upto` elements of `tensor` (flat) are final;
     the whole rows among them not yet read are summed now (all of them once `upto` reaches
-    the end). `finish()`: the checksums of the tensors advanced to their end (one device sync
-    per device) and the names of those holding a nan or an inf. The tensors must not change
-    between their first `advance` and `finish`."""
+    the end). `finish()`: the checksums of the tensors advanced to their end and the names of
+    those holding a nan or an inf; it combines every tensor's rows at once (a few ops over
+    all the row sums, ~1/1024 of the elements, and one device sync per device). The tensors
+    must not change between their first `advance` and `finish`."""
 
     def __init__(self, *, find_nonfinite: bool = False) -> None:
         self.find_nonfinite = find_nonfinite
@@ -155,7 +158,7 @@ class RunningChecksums:
         end = n if upto >= n else upto - upto % ROW
         if end <= parts.done:
             return
-        part = tensor.detach().reshape(-1)[parts.done : end]
+        part = parts.tensor.reshape(-1)[parts.done : end]
         bits = _bits(part if part.dtype == parts.dtype else part.to(parts.dtype))
         float_sum = self.find_nonfinite and parts.dtype.is_floating_point
         rows, summed = _row_sums(bits, bits.view(parts.dtype) if float_sum else None)
@@ -163,58 +166,63 @@ class RunningChecksums:
         if summed is not None:
             parts.float_sums.append(summed)
         parts.done = end
-        if parts.complete:  # combined now, beside the transfer, not in `finish`
-            parts.values = _finish_one(parts, self.find_nonfinite)
-            parts.rows, parts.float_sums = [], []
 
     def finish(self) -> tuple[dict[str, Checksum], list[str]]:
         """(name -> checksum, names of tensors holding a nan or an inf) of the complete ones."""
-        pending: dict[torch.device, list[tuple[str, _RunningTensor, int]]] = {}
-        stacked: dict[torch.device, list[torch.Tensor]] = {}
+        groups: dict[tuple[torch.device, torch.dtype], list[tuple[str, _RunningTensor]]] = {}
         for name, parts in self._parts.items():
-            if not parts.complete:
-                continue
-            if parts.values is None:  # an empty tensor: never advanced past its start
-                parts.values = _finish_one(parts, self.find_nonfinite)
-            values = parts.values
-            device = parts.tensor.device
-            pending.setdefault(device, []).append((name, parts, len(values)))
-            stacked.setdefault(device, []).extend(values)
+            if parts.complete:
+                if not parts.rows:  # an empty tensor: one empty row
+                    acc = torch.int64 if parts.dtype.itemsize == 8 else torch.int32
+                    parts.rows.append(torch.zeros(1, dtype=acc, device=parts.tensor.device))
+                key = (parts.tensor.device, parts.rows[0].dtype)
+                groups.setdefault(key, []).append((name, parts))
         out: dict[str, Checksum] = {}
-        bad: list[str] = []
-        for device, entries in pending.items():
-            flat = iter(torch.stack(stacked[device]).tolist())
-            for name, parts, count in entries:
-                wide = parts.dtype.itemsize == 8
-                out[name] = (
-                    int(next(flat)) & (_MASK64 if wide else _MASK32),
-                    int(next(flat)) & _MASK64,
-                )
-                summed_ok = count < 3 or math.isfinite(_as_float64(next(flat)))
-                if not summed_ok and not bool(torch.isfinite(parts.tensor).all()):
-                    bad.append(name)  # not just an overflow of the float sum
-        return out, bad
+        for (_, acc), entries in groups.items():
+            total_mask = _MASK64 if acc == torch.int64 else _MASK32
+            sums = _combine([p.rows for _, p in entries])
+            for (name, _), (total, weighted) in zip(entries, sums, strict=True):
+                out[name] = (total & total_mask, weighted & _MASK64)
+        return {name: out[name] for name in self._parts if name in out}, self._nonfinite()
+
+    def _nonfinite(self) -> list[str]:
+        """Complete tensors whose float sums are not all finite and that hold a nan or an
+        inf (a sum also overflows when every value is finite: those are checked again)."""
+        floating = [
+            (name, parts)
+            for name, parts in self._parts.items()
+            if parts.complete and parts.float_sums
+        ]
+        if not floating:
+            return []
+        sums = [s for _, parts in floating for s in parts.float_sums]
+        finite = iter(torch.isfinite(torch.cat(sums)).tolist())  # one sync
+        bad = []
+        for name, parts in floating:
+            ok = all([next(finite) for s in parts.float_sums for _ in range(s.numel())])
+            if not ok and not bool(torch.isfinite(parts.tensor).all()):
+                bad.append(name)
+        return bad
 
 
-def _finish_one(parts: _RunningTensor, find_nonfinite: bool) -> list[torch.Tensor]:
-    """[total, weighted] (and the float sum's float64 bits) of one complete tensor."""
-    t = parts.tensor
-    if parts.rows:
-        rows = parts.rows[0] if len(parts.rows) == 1 else torch.cat(parts.rows)
-    else:  # an empty tensor: one empty row
-        acc = torch.int64 if parts.dtype.itemsize == 8 else torch.int32
-        rows = torch.zeros(1, dtype=acc, device=t.device)
-    total = rows.sum(dtype=rows.dtype).to(torch.int64)
-    weighted = (rows.to(torch.int64) * _row_weights(rows.numel(), rows.device)).sum()
-    if not (find_nonfinite and parts.dtype.is_floating_point):
-        return [total, weighted]
-    summed = torch.stack(parts.float_sums).sum() if parts.float_sums else t.new_zeros(())
-    # A float sum travels as the bits of a float64, so one int64 stack (one sync) holds all.
-    return [total, weighted, summed.double().view(torch.int64)]
+def _combine(rows_of: list[list[torch.Tensor]]) -> list[tuple[int, int]]:
+    """(total, weighted) of each tensor from its row sums (one accumulator dtype and device),
+    with a handful of ops over all of them at once: segment sums as differences of prefix
+    sums (int64 arithmetic wraps, so the differences are exact mod 2^64)."""
+    counts = [sum(r.numel() for r in rows) for rows in rows_of]
+    flat = torch.cat([r for rows in rows_of for r in rows]).to(torch.int64)
+    weights = _layout_weights(tuple(counts), flat.device)
+    ends = torch.tensor(counts, device=flat.device).cumsum(0) - 1
+    both = torch.stack([flat, flat * weights]).cumsum(1)[:, ends]
+    sums = torch.diff(both, dim=1, prepend=both.new_zeros(2, 1)).T.tolist()
+    return [(int(total), int(weighted)) for total, weighted in sums]
 
 
-def _as_float64(bits: int) -> float:
-    return float(struct.unpack("<d", struct.pack("<q", bits))[0])
+@functools.lru_cache(maxsize=16)
+def _layout_weights(counts: tuple[int, ...], device: torch.device) -> torch.Tensor:
+    """The row weights of tensors with `counts` rows, back to back (each from row 0; cached:
+    a push repeats its layout; read only)."""
+    return torch.cat([_row_weights(count, device) for count in counts])
 
 
 class LandedChecksums:
