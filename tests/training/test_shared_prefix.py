@@ -15,6 +15,7 @@ import copy
 import random
 import types
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -389,3 +390,31 @@ def test_a_trainer_step_gives_the_same_weights_either_way(packing: bool) -> None
     assert any(not torch.equal(before[k], off[k]) for k in off)  # the steps changed weights
     for key in off:
         assert torch.allclose(on[key], off[key], rtol=0, atol=1e-10), key
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_fsdp_with_shared_prefixes_matches_one_process(tmp_path: Path) -> None:
+    """FSDP2 on 2 gloo ranks, shared prompts run once (two forwards per micro-batch, gradients
+    through the prefix KV), against one process on the per-row path."""
+    from dist_worker_common import torchrun
+    from dist_worker_shared_prefix import ALGORITHM, batches_for, config
+
+    single = Trainer(tiny_llama(seed=0), ALGORITHM, ListSource(batches_for(0, 1)), config(False))
+    history = single.run(2, progress=False)
+    torchrun("dist_worker_shared_prefix.py", str(tmp_path))
+    results = torch.load(tmp_path / "results.pt", weights_only=False, map_location="cpu")
+    assert results["sharded"]
+    assert all(count >= 2 for count in results["calls"])  # both ranks, both steps
+    for ref, got in zip(history, results["history"], strict=True):
+        assert got["num_action_tokens"] == ref["num_action_tokens"]
+        assert got["loss"] == pytest.approx(ref["loss"], rel=1e-5, abs=1e-7)
+        assert got["grad_norm"] == pytest.approx(ref["grad_norm"], rel=1e-5)
+    reference, start = single.model.state_dict(), tiny_llama(seed=0).state_dict()
+    assert reference.keys() == results["weights"].keys()
+    # Adam moves each weight by about lr (5e-3) per step whatever its gradient's size, so a
+    # weight whose gradient is near zero carries float32 rounding up to ~1e-5; a wrong
+    # gradient is off by the step itself.
+    for name, value in reference.items():
+        assert float((value - start[name]).abs().max()) > 1e-3, name
+        torch.testing.assert_close(results["weights"][name], value, rtol=1e-5, atol=5e-5)
