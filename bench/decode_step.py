@@ -1,0 +1,286 @@
+"""Benchmark: where one decode step of the embedded engine spends its time (issue 25's workload).
+
+Runs `bench/rl_step.py`'s generation (the chat prompt "Say something.", 2 prompts x 8 rows of
+exactly 64 tokens, fp32, one torch thread) through `DecodeBatch` (the engine's worker loop,
+without its threads) and prints JSON, per decode step at that row count, in CPU milliseconds of
+this thread (robust to other processes on a shared machine, which wall time is not):
+
+- `step_ms`: one `DecodeBatch.step` (sampling + recording + the next forward), over whole
+  generations; `sample_and_record_ms` and `forward_ms` its two parts.
+- `*_without_gemm_attention_ms`: the same generations with every GEMM and SDPA call returning
+  a stored output without computing (the tokens are then meaningless; every row still runs 64
+  steps): what is left is the elementwise ops (norms, rotary, residuals, SiLU, KV writes),
+  sampling and the Python around them; `gemm_and_attention_in_place_ms` = the difference.
+- `gemm_replayed_alone_ms` / `attention_replayed_alone_ms`: one decode forward's own GEMM and
+  SDPA calls (same tensors, layouts and kernels) replayed back to back, with the weights hot in
+  cache; less than in place, where the rest of the step evicts them.
+- `--forms`: per row count, the down projection's two GEMM forms as the forward's chain lays
+  them out (`W @ x.T` on a transposed activation, as today for 2-128 rows, against
+  `F.linear`), with whether their results are bit for bit equal.
+
+What it does not do: time the engine's threads, the rollout code or training (`bench/rl_step.py`
+does). Run: `python bench/decode_step.py [--model tiny|50m] [--generations 5] [--forms]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ludic.inference.client import ChatRequest
+from ludic.inference.embedded import lean_forward
+from ludic.inference.embedded.batching import DecodeBatch
+from ludic.inference.embedded.prompts import build_sequence
+from ludic.inference.embedded.sequence import SequenceState, TextCodec
+from ludic.inference.sampling import SamplingConfig
+from ludic.models import TinyModelSpec, build_tiny_model
+
+# The workload and models of bench/rl_step.py (trl_side.py's constants).
+PROMPT_TEXT, PROMPTS, GROUP_SIZE, COMPLETION_TOKENS = "Say something.", 2, 8, 64
+MODEL_SPECS: dict[str, dict[str, int]] = {
+    "tiny": {},
+    "50m": {
+        "hidden_size": 768,
+        "intermediate_size": 1920,
+        "num_hidden_layers": 8,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 4,
+    },
+}
+
+
+class Workload:
+    """The rl_step generation on one DecodeBatch; `run()` generates one batch to the end."""
+
+    def __init__(self, model_name: str) -> None:
+        spec = TinyModelSpec(**MODEL_SPECS[model_name])
+        self.model, self.tokenizer = build_tiny_model(seed=0, spec=spec)
+        self.model.float().eval()
+        self.batch = DecodeBatch(self.model, TextCodec(self.tokenizer))
+        self.seed = 0
+
+    def sequences(self) -> list[SequenceState]:
+        sampling = SamplingConfig(max_tokens=COMPLETION_TOKENS, extras={"ignore_eos": True})
+        request = ChatRequest(
+            messages=[{"role": "user", "content": PROMPT_TEXT}], sampling=sampling
+        )
+        seqs = []
+        for _ in range(PROMPTS * GROUP_SIZE):
+            self.seed += 1
+            seqs.append(
+                build_sequence(
+                    request,
+                    tokenizer=self.tokenizer,
+                    eos_ids=frozenset(),
+                    vocab_size=len(self.tokenizer),
+                    max_model_len=2048,
+                    seed=self.seed,
+                )
+            )
+        return seqs
+
+    def run(self) -> int:
+        """One generation; returns the number of steps."""
+        self.batch.admit(self.sequences())
+        steps = 0
+        while len(self.batch):
+            self.batch.step()
+            steps += 1
+        return steps
+
+
+def timed_generations(work: Workload, generations: int) -> dict[str, float]:
+    """Per-step CPU ms of `DecodeBatch.step` and its two parts, medians over generations."""
+    batch = work.batch
+    spent = {"forward": 0.0, "sample": 0.0}
+    forward, sample = batch._forward, batch._sample_and_record
+
+    def timed(key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            start = time.thread_time()
+            try:
+                return fn(*args)
+            finally:
+                spent[key] += time.thread_time() - start
+
+        return call
+
+    batch._forward = timed("forward", forward)  # type: ignore[method-assign]
+    batch._sample_and_record = timed("sample", sample)  # type: ignore[method-assign]
+    rows: dict[str, list[float]] = {"step_ms": [], "forward_ms": [], "sample_and_record_ms": []}
+    try:
+        work.run()  # warm-up
+        for _ in range(generations):
+            spent.update(forward=0.0, sample=0.0)
+            batch.admit(work.sequences())
+            start, steps = time.thread_time(), 0
+            while len(batch):
+                batch.step()
+                steps += 1
+            rows["step_ms"].append((time.thread_time() - start) / steps * 1e3)
+            rows["forward_ms"].append(spent["forward"] / (steps - 1) * 1e3)  # the last has none
+            rows["sample_and_record_ms"].append(spent["sample"] / steps * 1e3)
+    finally:
+        del batch._forward, batch._sample_and_record
+    return {key: statistics.median(values) for key, values in rows.items()}
+
+
+class _Kernels:
+    """Swaps the lean forward's GEMM (`_matmul`) and SDPA for recording or stub versions."""
+
+    def __init__(self) -> None:
+        self.matmul, self.sdpa = lean_forward._matmul, F.scaled_dot_product_attention
+        self.gemms: list[Callable[[], Any]] = []
+        self.attentions: list[Callable[[], Any]] = []
+        self._outputs: dict[tuple[Any, ...], torch.Tensor] = {}
+
+    def record(self) -> None:
+        def matmul(*args: Any) -> torch.Tensor:
+            self.gemms.append(functools.partial(self.matmul, *args))
+            return self.matmul(*args)
+
+        def sdpa(*args: Any, **kwargs: Any) -> torch.Tensor:
+            self.attentions.append(functools.partial(self.sdpa, *args, **kwargs))
+            return self.sdpa(*args, **kwargs)
+
+        self._swap(matmul, sdpa)
+
+    def stub(self) -> None:
+        """Each GEMM and SDPA returns the output it first gave for its shapes (no compute):
+        what is left of a step is its elementwise ops and Python."""
+
+        def matmul(x: torch.Tensor, weight: torch.Tensor, *args: Any) -> torch.Tensor:
+            key = (x.shape, weight.shape, *args)
+            if key not in self._outputs:
+                self._outputs[key] = self.matmul(x, weight, *args)
+            return self._outputs[key]
+
+        def sdpa(q: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+            if q.shape not in self._outputs:
+                self._outputs[q.shape] = self.sdpa(q, *args, **kwargs)
+            return self._outputs[q.shape]
+
+        self._swap(matmul, sdpa)
+
+    def restore(self) -> None:
+        self._swap(self.matmul, self.sdpa)
+
+    def _swap(self, matmul: Callable[..., Any], sdpa: Callable[..., Any]) -> None:
+        lean_forward._matmul = matmul  # type: ignore[assignment]
+        F.scaled_dot_product_attention = sdpa  # type: ignore[assignment]
+
+
+def captured_kernels(work: Workload) -> _Kernels:
+    """The GEMM and SDPA calls of one decode forward half-way through a generation, as
+    replayable calls on the very tensors (and layouts) the forward passed."""
+    batch = work.batch
+    batch.admit(work.sequences())
+    for _ in range(COMPLETION_TOKENS // 2):
+        batch.step()
+    kernels = _Kernels()
+    kernels.record()
+    try:
+        batch.step()
+    finally:
+        kernels.restore()
+        batch.reset()
+    return kernels
+
+
+def without_kernels(work: Workload, generations: int) -> dict[str, float]:
+    """`timed_generations` with every GEMM and SDPA stubbed out (the tokens are meaningless;
+    every row still runs its 64 steps)."""
+    kernels = _Kernels()
+    kernels.stub()
+    try:
+        split = timed_generations(work, generations)
+    finally:
+        kernels.restore()
+    return {f"{key[:-3]}_without_gemm_attention_ms": value for key, value in split.items()}
+
+
+def replay_ms(calls: list[Callable[[], Any]], repeats: int = 30) -> float:
+    """CPU ms of running `calls` once each, median over `repeats`."""
+    with torch.inference_mode():
+        for call in calls:
+            call()
+        times = []
+        for _ in range(repeats):
+            start = time.thread_time()
+            for call in calls:
+                call()
+            times.append((time.thread_time() - start) * 1e3)
+    return statistics.median(times)
+
+
+def down_projection_forms(model_name: str, row_counts: tuple[int, ...]) -> list[dict[str, Any]]:
+    """The down projection's GEMM on the activation layout the forward's chain produces (the
+    SiLU product of a transposed gate/up view): `W @ x.T` against `F.linear(x, W)`."""
+    spec = TinyModelSpec(**MODEL_SPECS[model_name])
+    weight_EI = torch.randn(spec.hidden_size, spec.intermediate_size) * 0.05
+    out = []
+    for rows in row_counts:
+        x_NI = torch.randn(spec.intermediate_size, rows).t()  # transposed storage, as in the chain
+        transposed = functools.partial(_transposed_form, weight_EI, x_NI)
+        linear = functools.partial(F.linear, x_NI, weight_EI)
+        out.append(
+            {
+                "rows": rows,
+                "w_at_x_t_ms": replay_ms([transposed], repeats=50),
+                "linear_ms": replay_ms([linear], repeats=50),
+                "bit_equal": bool(torch.equal(transposed(), linear())),
+            }
+        )
+    return out
+
+
+def _transposed_form(weight_OI: torch.Tensor, x_NI: torch.Tensor) -> torch.Tensor:
+    return torch.mm(weight_OI, x_NI.t()).t()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(MODEL_SPECS), default="tiny")
+    parser.add_argument("--generations", type=int, default=5, help="measured generations")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--forms", action="store_true", help="also compare the GEMM forms")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    work = Workload(args.model)
+    split = timed_generations(work, args.generations)
+    kernels = captured_kernels(work)
+    gemm, attention = replay_ms(kernels.gemms), replay_ms(kernels.attentions)
+    stubbed = without_kernels(work, args.generations)
+    result: dict[str, Any] = {
+        "model": args.model,
+        "parameters": sum(p.numel() for p in work.model.parameters()),
+        "rows": PROMPTS * GROUP_SIZE,
+        "completion_tokens": COMPLETION_TOKENS,
+        "threads": args.threads,
+        "unit": "CPU ms of this thread per decode step (median over generations)",
+        **split,
+        **stubbed,
+        "gemm_and_attention_in_place_ms": split["step_ms"]
+        - stubbed["step_without_gemm_attention_ms"],
+        "gemm_replayed_alone_ms": gemm,
+        "gemm_calls": len(kernels.gemms),
+        "attention_replayed_alone_ms": attention,
+        "attention_calls": len(kernels.attentions),
+        "load_avg": os.getloadavg(),
+    }
+    if args.forms:
+        result["down_projection_forms"] = down_projection_forms(args.model, (2, 4, 8, 16, 32))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
