@@ -28,7 +28,9 @@ estimate of a quiet one); the report carries the load average before and after. 
 publish <= 1.5x raw. Prints JSON.
 
 `summary` gives, per model, the verified push over raw (median of pairs and best of rounds)
-beside the target.
+beside the target, and `verification_cpu_ms`: the CPU milliseconds a verified push uses beyond
+an unverified one, in the trainer process and in the server process (medians per push, from
+/proc: Linux only), which machine load does not change much.
 
     python bench/weight_sync.py [--models tiny,100m] [--repeats 5] [--bucket-mb 64] [--piece-mb 16]
 """
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import resource
@@ -211,6 +214,18 @@ ARMS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+def process_cpu_s(pid: int) -> float | None:
+    """CPU seconds used so far by every thread of process `pid` (Linux /proc; else None)."""
+    total_ns = 0
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total_ns += int(f.read().split()[0])
+    except (OSError, ValueError):  # not Linux, or a thread ended while read: no figure
+        return None
+    return total_ns / 1e9
+
+
 def timed_rounds(
     model: torch.nn.Module,
     scattered: torch.nn.Module,
@@ -219,6 +234,7 @@ def timed_rounds(
     repeats: int,
     bucket_mb: float,
     piece_mb: float,
+    server_pid: int,
 ) -> dict[str, Any]:
     """Every round times each arm once, in a rotating order, each paired with a raw broadcast
     (raw first in even rounds, last in odd ones), so load drifts on the shared machine hit
@@ -227,7 +243,9 @@ def timed_rounds(
     verified with the probe; `scattered` (the same values, each parameter its own allocation,
     as in a usual trainer: packed buckets are copied into a send buffer). Then `model` over
     HTTP control (`/start` + `/finish`, what the vLLM extension speaks), its own connection,
-    paired with raw the same way."""
+    paired with raw the same way. Each push of the interleaved arms also records the CPU
+    seconds it used in the trainer process (every thread) and in the server process
+    (`{arm}_cpu_ms`: trainer, server; what verification costs apart from machine load)."""
     sources = {"flat": model, "scattered": scattered}
     publisher = BroadcastPolicyPublisher(
         url, TOKEN, bucket_mb=bucket_mb, piece_mb=piece_mb, verify=False
@@ -235,6 +253,8 @@ def timed_rounds(
     names = list(ARMS)
     pairs: dict[str, list[tuple[float, float]]] = {arm: [] for arm in [*names, "http"]}
     phases: dict[str, list[tuple[float, float]]] = {arm: [] for arm in names}
+    cpu: dict[str, list[tuple[float, float]]] = {arm: [] for arm in names}
+    last_cpu: list[tuple[float, float | None]] = []
     version = 0
 
     def paired(round_: int, push: Any) -> tuple[float, float]:
@@ -242,9 +262,19 @@ def timed_rounds(
         version += 1
         raw_first = round_ % 2 == 0
         raw_s = raw.once() if raw_first else 0.0
+        cpu_before = (time.process_time(), process_cpu_s(server_pid))
         started = time.perf_counter()
         push(version)
         push_s = time.perf_counter() - started
+        server_after = process_cpu_s(server_pid)
+        last_cpu[:] = [
+            (
+                time.process_time() - cpu_before[0],
+                None
+                if server_after is None or cpu_before[1] is None
+                else server_after - cpu_before[1],
+            )
+        ]
         if not raw_first:
             raw_s = raw.once()
         return raw_s, push_s
@@ -260,6 +290,8 @@ def timed_rounds(
                 stats = publisher.last_push
                 assert stats is not None
                 phases[arm].append((stats.transfer_seconds, stats.verify_seconds))
+                trainer_cpu, server_cpu = last_cpu[0]
+                cpu[arm].append((trainer_cpu, math.nan if server_cpu is None else server_cpu))
     num_buckets = publisher.last_push.num_buckets if publisher.last_push else None
     publisher.close()
     http = BroadcastPolicyPublisher(
@@ -282,6 +314,11 @@ def timed_rounds(
     for arm, times in phases.items():
         results[f"{arm}_transfer_s"] = statistics.median(t for t, _ in times)
         results[f"{arm}_verify_s"] = statistics.median(v for _, v in times)
+    for arm, used in cpu.items():
+        results[f"{arm}_cpu_ms"] = {
+            "trainer": round(1e3 * statistics.median(t for t, _ in used), 1),
+            "server": round(1e3 * statistics.median(s for _, s in used), 1),
+        }
     return results
 
 
@@ -297,7 +334,9 @@ def bench_model(name: str, repeats: int, bucket_mb: float, piece_mb: float) -> d
     for mode in ("buffered", "in_place"):
         server, url = start_server(name, in_place=mode == "in_place")
         try:
-            modes[mode] = timed_rounds(model, scattered, raw, url, repeats, bucket_mb, piece_mb)
+            modes[mode] = timed_rounds(
+                model, scattered, raw, url, repeats, bucket_mb, piece_mb, server.pid
+            )
         finally:
             server.terminate()
             server.wait(timeout=60)
@@ -317,6 +356,10 @@ def bench_model(name: str, repeats: int, bucket_mb: float, piece_mb: float) -> d
         "publish_http_control_over_raw": in_place["http_over_raw"],
         "publish_verified_s": in_place["verified_s"],
         "publish_verified_over_raw": in_place["verified_over_raw"],
+        "publish_cpu_ms_per_push": {
+            "unverified": in_place["store_cpu_ms"],
+            "verified": in_place["verified_cpu_ms"],
+        },
         "publish_verified_phases_s": {
             "unverified_transfer": in_place["store_transfer_s"],
             "verified_transfer": in_place["verified_transfer_s"],
@@ -357,6 +400,16 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
             result["publish_verified_default_amortized_over_raw"], 3
         ),
         "unverified_over_raw": round(result["publish_over_raw"], 3),
+        # CPU of verification (verified push minus unverified, medians per push): what the
+        # checksums cost each side, whatever the load.
+        "verification_cpu_ms": {
+            side: round(
+                result["publish_cpu_ms_per_push"]["verified"][side]
+                - result["publish_cpu_ms_per_push"]["unverified"][side],
+                1,
+            )
+            for side in ("trainer", "server")
+        },
         "target": target,
         "target_applies": result["model"] == "100m",  # the issue's bar; tiny is latency-bound
         "verified_within_target": median <= target,

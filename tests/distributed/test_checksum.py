@@ -64,6 +64,52 @@ def test_every_dtype_and_non_contiguous_tensors() -> None:
     )
 
 
+def _wrap(value: int, bits: int) -> int:
+    """`value` as a signed integer of `bits` bits (two's complement wrap)."""
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
+
+
+def _by_definition(t: torch.Tensor) -> tuple[int, int]:
+    """The module docstring's checksum, in plain Python: element bits as signed integers;
+    total mod 2^32 (2^64 for 8-byte dtypes); row sums of ROW elements in the accumulator
+    (int32, int64 for 8-byte dtypes), each times the odd weight of its row index, mod 2^64."""
+    width = t.element_size() * 8
+    view = {8: torch.uint8, 16: torch.int16, 32: torch.int32, 64: torch.int64}[width]
+    values = t.reshape(-1).view(view).tolist() if t.dtype != torch.bool else t.int().tolist()
+    acc = 64 if width == 64 else 32
+    rows = [values[i : i + ROW] for i in range(0, len(values), ROW)] or [[]]
+    weighted = 0
+    for index, row in enumerate(rows, start=1):
+        w = _wrap(index * 0x9E3779B97F4A7C15, 64)
+        w = _wrap((w ^ (w >> 29)) | 1, 64)
+        weighted += _wrap(sum(row), acc) * w
+    return sum(values) % (1 << acc), weighted % (1 << 64)
+
+
+def test_checksums_of_many_tensors_at_once_follow_the_definition() -> None:
+    # All tensors are combined in one pass at the end: each must get its own rows and weights.
+    g = torch.Generator().manual_seed(7)
+    tensors = {
+        "three_rows": torch.randn(2 * ROW + 5, generator=g) * 1e6,
+        "one_short_row": torch.randn(7, generator=g),
+        "empty": torch.zeros(0),
+        "exact_rows": torch.randint(
+            -(2**31), 2**31 - 1, (3 * ROW,), dtype=torch.int32, generator=g
+        ),
+        "wide": torch.randint(-(2**62), 2**62, (ROW + 1,), dtype=torch.int64, generator=g),
+        "half": torch.randn(ROW + 3, generator=g).to(torch.bfloat16),
+        "flags": torch.tensor([True, False, True]),
+    }
+    expected = {name: _by_definition(t) for name, t in tensors.items()}
+    assert checksums(tensors) == expected
+    running = RunningChecksums(find_nonfinite=True)
+    for name, t in reversed(tensors.items()):  # in pieces, another order
+        for upto in (ROW + 1, t.numel()):
+            running.advance(name, t, min(upto, t.numel()))
+    assert running.finish() == (dict(reversed(expected.items())), [])
+
+
 def test_a_cast_is_compared_in_the_receivers_dtype() -> None:
     sent = {"w": torch.randn(10, 10)}
     held = {"w": sent["w"].to(torch.bfloat16)}
