@@ -4,6 +4,7 @@ batch overflow the context the run says so once, naming the cause and the flags 
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -118,7 +119,7 @@ def test_a_run_whose_dialog_overflows_says_so_once_and_latest_fixes_it(tmp_path:
     console = Console(record=True, width=400)
     result = train_command(cfg, console=console)
     text = console.export_text()
-    assert "context: full (--context auto)" in text
+    assert "context: full (--context auto: the env suggests none)" in text
     assert text.count("context overflow") == 1, text
     assert "4 of 4 episodes in this batch ended because the dialog outgrew" in text
     assert "Pass --context latest" in text and "--max-tokens 4" in text
@@ -130,3 +131,32 @@ def test_a_run_whose_dialog_overflows_says_so_once_and_latest_fixes_it(tmp_path:
     train_command(latest, console=console)
     text = console.export_text()
     assert "context overflow" not in text and "trained nothing" not in text, text
+
+
+@pytest.mark.slow
+def test_tictactoe_with_the_default_flags_no_longer_overflows(tmp_path: Path) -> None:
+    """The untrained tiny model's replies are long and unparseable, so every episode runs all
+    its --max-steps turns; with the whole dialog each overran the context. With the default
+    (latest observation) no prompt holds the earlier turns."""
+    cfg = TrainConfig(steps=1, problems_per_step=1, group_size=2, out_dir=tmp_path, progress=False)
+    console = Console(record=True, width=400)
+    train_command(cfg, console=console)
+    text = console.export_text()
+    assert "context: latest (--context auto: the env's suggested_context)" in text
+    assert "context overflow" not in text and "trained nothing" not in text, text
+    for line in (tmp_path / "rollouts.jsonl").read_text().splitlines():
+        episode = json.loads(line)
+        assert "error" not in episode["meta"], episode["meta"]
+        prompts = [len(ids) for ids in _prompt_ids(episode)]
+        assert len(prompts) == cfg.max_steps  # every turn played, none cut short
+        # The reply's feedback and the board, never the dialog so far (~10x that by turn 10).
+        assert max(prompts) < 1024, prompts
+
+
+def _prompt_ids(node: object) -> list[list[int]]:
+    if isinstance(node, dict):
+        found = [node["prompt_token_ids"]] if "prompt_token_ids" in node else []
+        return found + [ids for value in node.values() for ids in _prompt_ids(value)]
+    if isinstance(node, list):
+        return [ids for value in node for ids in _prompt_ids(value)]
+    return []

@@ -107,7 +107,8 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
     console = console or Console()
     env_factory = resolve_env_factory(cfg.env)
     env_kwargs = parse_env_kwargs(cfg.env_kwargs)
-    context = context_of(cfg, _inspect_env(env_factory, env_kwargs, cfg.env))
+    suggested = _inspect_env(env_factory, env_kwargs, cfg.env)
+    context = context_of(cfg, suggested)
     max_lag = trainer_max_lag(cfg)  # a bad --local-server combination fails before loading
     schedule_steps = schedule_steps_of(cfg)
     check_lr_schedule(cfg.lr_schedule, cfg.warmup_steps, schedule_steps, cfg.min_lr_ratio)
@@ -119,7 +120,10 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
             "action; declare one on the env class (`parser = xml_tag_parser('move')`) or "
             "pass --parser"
         )
-    console.print(f"context: {context} (--context {cfg.context})")
+    why = ""
+    if cfg.context == "auto":
+        why = ": the env's suggested_context" if suggested else ": the env suggests none"
+    console.print(f"context: {context} (--context {cfg.context}{why})")
     rollout_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
     algorithm = make_algorithm(cfg.algorithm, cfg)
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
@@ -340,7 +344,7 @@ def _resume(trainer: Trainer, cfg: TrainConfig, console: Console) -> None:
         )
     console.print(
         f"resumed at step {trainer.step} (policy version {trainer.policy_version}), "
-        "its weights now served by the engine"
+        "its weights now served for the first rollout"
     )
 
 

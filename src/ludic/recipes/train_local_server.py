@@ -76,11 +76,19 @@ def local_server(
 ) -> Iterator[LocalServer]:
     """`ludic serve` in a child process on `model`'s current weights, stopped on exit (an
     exception, Ctrl-C and SIGTERM included)."""
+    from transformers.utils import logging as hf_logging
+
     from ludic.models import save_model
 
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="ludic-local-server-") as tmp:
-        save_model(model, tokenizer, tmp)
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # a "Writing model shards" bar for a temporary copy
+        try:
+            save_model(model, tokenizer, tmp)
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
         server = LocalServer(
             tmp,
             threads=cfg.local_server_threads,
