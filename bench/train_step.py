@@ -9,8 +9,12 @@ forward/backward, optimizer) and the rest (engine sampling and bookkeeping, roll
 samples, collation, publishing). Target: library overhead outside model compute <= 10%.
 
 Timings share the machine with whatever else runs; compare shares, not absolute numbers.
+`--shared-prefix paired` builds two identical runs, the group's shared prompt computed once in
+the training forward (`TrainerConfig.shared_prefix`, on) and per row (off), and alternates
+their steps (on-off, off-on, ...) so both see the same load; it prints each arm's medians and
+the on/off ratios of training forward+backward and step time, per round and median.
 
-    python bench/train_step.py [--steps 3] [--threads N]
+    python bench/train_step.py [--steps 3] [--threads N] [--shared-prefix on|off|paired]
 """
 
 from __future__ import annotations
@@ -100,7 +104,7 @@ class TimedCredit:
         self.assign = watch.wrap("credit", inner.assign)
 
 
-def build(watch: Stopwatch) -> tuple[Trainer, EmbeddedEngine, int]:
+def build(watch: Stopwatch, shared_prefix: bool = True) -> tuple[Trainer, EmbeddedEngine, int]:
     model, tokenizer = load_tiny_model()
     served = copy.deepcopy(model)
     watch.time_forwards("generation_model", served)
@@ -130,13 +134,16 @@ def build(watch: Stopwatch) -> tuple[Trainer, EmbeddedEngine, int]:
         strategy=GRPORequestStrategy(group_size=GROUP_SIZE),
         seed_sequencer=SeedSequencer(run_seed=0),
     )
-    config = TrainerConfig(lr=1e-5, pad_token_id=int(tokenizer.pad_token_id))
+    config = TrainerConfig(
+        lr=1e-5, pad_token_id=int(tokenizer.pad_token_id), shared_prefix=shared_prefix
+    )
     trainer = Trainer(model, algorithm, source, config, publisher=InProcessPublisher(engine))
     trainer.optimizer.register_step_pre_hook(lambda *_: watch.start("optimizer"))
     trainer.optimizer.register_step_post_hook(lambda *_: watch.stop("optimizer"))
-    trainer_module.accumulate_gradients = watch.wrap(  # type: ignore[assignment]
-        "forward_backward", trainer_module.accumulate_gradients
-    )
+    if not hasattr(trainer_module.accumulate_gradients, "timed"):  # once for every trainer
+        timed = watch.wrap("forward_backward", trainer_module.accumulate_gradients)
+        timed.timed = True  # type: ignore[attr-defined]
+        trainer_module.accumulate_gradients = timed
     return trainer, engine, sum(p.numel() for p in model.parameters())
 
 
@@ -168,37 +175,86 @@ def measure(trainer: Trainer, watch: Stopwatch) -> dict[str, float]:
     }
 
 
+def _median(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def paired(watch: Stopwatch, steps: int) -> dict[str, Any]:
+    """Shared prefix on and off, steps alternated in ABBA order."""
+    arms = {"on": build(watch, True), "off": build(watch, False)}
+    runs: dict[str, list[dict[str, float]]] = {"on": [], "off": []}
+    try:
+        for trainer, _, _ in arms.values():
+            measure(trainer, watch)  # warm-up
+        for round_ in range(steps):
+            for name in ("on", "off") if round_ % 2 == 0 else ("off", "on"):
+                runs[name].append(measure(arms[name][0], watch))
+    finally:
+        for _, engine, _ in arms.values():
+            engine.close()
+    ratios = {
+        key: [on[key] / off[key] for on, off in zip(runs["on"], runs["off"], strict=True)]
+        for key in ("forward_backward_s", "step_s")
+    }
+    medians = {name: _median(r) for name, r in runs.items()}
+    return {
+        "model_parameters": arms["on"][2],
+        "median_on": medians["on"],
+        "median_off": medians["off"],
+        "ratio_on_over_off": {
+            key: medians["on"][key] / medians["off"][key]
+            for key in ("forward_backward_s", "step_s")
+        },
+        "ratio_per_round": ratios,
+        "median_of_round_ratios": {k: statistics.median(v) for k, v in ratios.items()},
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument(
+        "--shared-prefix",
+        choices=("on", "off", "paired"),
+        default="on",
+        help="shared prompt once per group in the training forward (on, the default), per "
+        "row (off), or both alternated (paired)",
+    )
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     watch = Stopwatch()
-    trainer, engine, params = build(watch)
+    workload = {
+        "prompts": PROMPTS,
+        "group_size": GROUP_SIZE,
+        "completion_tokens": COMPLETION_TOKENS,
+        "algorithm": "grpo",
+    }
+    header = {
+        "benchmark": "train_step",
+        "generation_backend": "EmbeddedEngine (ludic.inference.embedded.engine)",
+        "workload": workload,
+        "torch_threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+        "steps_measured": args.steps,
+        "shared_prefix": args.shared_prefix,
+    }
+    if args.shared_prefix == "paired":
+        print(json.dumps({**header, **paired(watch, args.steps)}, indent=2))
+        return
+    trainer, engine, params = build(watch, args.shared_prefix == "on")
     try:
         measure(trainer, watch)  # warm-up
         runs = [measure(trainer, watch) for _ in range(args.steps)]
     finally:
         engine.close()
-    median = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     print(
         json.dumps(
             {
-                "benchmark": "train_step",
-                "generation_backend": "EmbeddedEngine (ludic.inference.embedded.engine)",
-                "workload": {
-                    "prompts": PROMPTS,
-                    "group_size": GROUP_SIZE,
-                    "completion_tokens": COMPLETION_TOKENS,
-                    "algorithm": "grpo",
-                },
+                **header,
                 "model_parameters": params,
-                "torch_threads": torch.get_num_threads(),
-                "machine": platform.machine(),
-                "steps_measured": args.steps,
-                "median": median,
+                "median": _median(runs),
                 "target": "overhead_share <= 0.10",
                 "runs": runs,
             },

@@ -41,10 +41,12 @@ from ludic.training.checkpoint import (
 from ludic.training.collate import (
     CollatedBatch,
     PackedRow,
+    RowGroup,
     cap_seq_len,
     collate,
     pack,
     plan_micro_batches,
+    shared_prefix_groups,
 )
 from ludic.training.config import TrainerConfig
 from ludic.training.credit import (
@@ -94,6 +96,7 @@ from ludic.training.losses import (
 )
 from ludic.training.parallel import LocalRuntime, TrainingRuntime, auto_runtime
 from ludic.training.schedule import build_scheduler, lr_multiplier
+from ludic.training.shared_prefix import shared_prefix_logprobs
 from ludic.training.stall import TrainingStalledError
 from ludic.training.stats import Reducer, aggregate_stats, default_sample_reducers
 from ludic.training.trainer import Trainer, seed_everything
@@ -149,6 +152,7 @@ __all__ = [
     "RichConsoleLogger",
     "RolloutBatchSource",
     "RolloutCorrection",
+    "RowGroup",
     "SAWBatch",
     "SAWItem",
     "SampleFilter",
@@ -202,6 +206,8 @@ __all__ = [
     "save_weights",
     "seed_everything",
     "sequence_logprobs",
+    "shared_prefix_groups",
+    "shared_prefix_logprobs",
     "token_logprobs",
     "with_regularizers",
     "with_rollout_correction",

