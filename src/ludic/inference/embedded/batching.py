@@ -57,12 +57,13 @@ class DecodeBatch:
         prefix_cache_tokens: int = 0,
         lean_forward: bool = True,
         batch_invariant: bool = False,
+        prepacked_gemm: bool = False,
     ) -> None:
         self.model = model
         self._device = model.device  # `model.device` walks the parameters: once, not per step
         self._lean = LeanForward.for_model(model) if lean_forward else None
-        if batch_invariant:
-            self._lean = _invariant_forward(model, lean_forward)
+        if batch_invariant or prepacked_gemm:
+            self._lean = _required_forward(model, lean_forward, batch_invariant, prepacked_gemm)
         self._sdpa = getattr(model.config, "_attn_implementation", None) == "sdpa"
         self._cache_kwarg = cache_kwarg(model)
         self.prefix_cache = PrefixCache(prefix_cache_tokens)
@@ -229,6 +230,12 @@ class DecodeBatch:
             seq.append(token, value, forced=is_forced, codec=self.codec)
         return tokens_B
 
+    def weights_changed(self) -> None:
+        """After the served weights changed: drop what was computed from the old ones (the
+        lean forward's packed weights; the prefix cache is the engine's to clear)."""
+        if self._lean is not None:
+            self._lean.weights_changed()
+
     def unused_uniforms(self) -> dict[SequenceState, float]:
         """After a failed step: the uniform drawn for each row that did not record its token."""
         if self._drawn is None:
@@ -341,18 +348,28 @@ class DecodeBatch:
         return rows
 
 
-def _invariant_forward(model: PreTrainedModel, lean_forward: bool) -> LeanForward:
+def _required_forward(
+    model: PreTrainedModel, lean_forward: bool, batch_invariant: bool, prepacked_gemm: bool
+) -> LeanForward:
+    """The lean forward that `batch_invariant` or `prepacked_gemm` needs; ValueError naming the
+    setting when it cannot be had."""
+    flag = "batch_invariant" if batch_invariant else "prepacked_gemm"
     if not lean_forward:
         raise ValueError(
-            "batch_invariant=True runs the lean forward: drop lean_forward=False from the "
-            "EngineConfig, or turn batch_invariant off"
+            f"{flag}=True runs the lean forward: drop lean_forward=False from the "
+            f"EngineConfig, or turn {flag} off"
         )
-    lean = LeanForward.build(model, batch_invariant=True)
-    if isinstance(lean, str):
+    lean = LeanForward.build(model, batch_invariant=batch_invariant, prepacked=prepacked_gemm)
+    if isinstance(lean, str) and batch_invariant:
         raise ValueError(
             f"batch_invariant=True cannot be honoured for this model here: {lean}. Turn "
             "batch_invariant off (results then depend slightly on what shares a batch), or use "
             "a Llama-family model on a machine where the check passes (e.g. fewer torch threads)"
+        )
+    if isinstance(lean, str):
+        raise ValueError(
+            f"prepacked_gemm=True cannot be honoured for this model here: {lean}. Turn "
+            "prepacked_gemm off (the default GEMMs serve every model the engine takes)"
         )
     return lean
 

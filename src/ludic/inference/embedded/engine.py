@@ -98,6 +98,7 @@ class EmbeddedEngine:
             self.config.prefix_cache_tokens,
             lean_forward=self.config.lean_forward,
             batch_invariant=self.config.batch_invariant,
+            prepacked_gemm=self.config.prepacked_gemm,
         )
         self._pending: deque[SequenceState] = deque()
         self._controls: deque[_Control] = deque()
@@ -224,7 +225,10 @@ class EmbeddedEngine:
         state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
 
         def apply() -> int:
-            copy_weights_(self.model, state, strict=strict)
+            try:
+                copy_weights_(self.model, state, strict=strict)
+            finally:  # even a partial copy changed weights
+                self._batch.weights_changed()
             self._batch.prefix_cache.clear()  # its KV came from the old weights
             self._version = self._version + 1 if version is None else version
             return self._version
@@ -242,8 +246,11 @@ class EmbeddedEngine:
         """
 
         def apply() -> int:
-            with torch.no_grad():
-                fill(self.model)
+            try:
+                with torch.no_grad():
+                    fill(self.model)
+            finally:  # a fill that failed half-way changed weights too
+                self._batch.weights_changed()
             self._batch.prefix_cache.clear()  # its KV came from the old weights
             self._version = self._version + 1 if version is None else version
             return self._version
