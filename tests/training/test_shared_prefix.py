@@ -231,6 +231,25 @@ def test_eager_attention_matches_within_its_float32_softmax(packed: bool) -> Non
     _close(grads, grads2, rtol=1e-5)
 
 
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_duplicate_rows_and_a_row_that_is_all_prefix(packed: bool) -> None:
+    """Identical completions (common at low temperature) share everything but their last
+    token; a row equal to the common prefix runs one token after it."""
+    rng = random.Random(8)
+    prompt, completion = _tokens(rng, 9), _tokens(rng, 5)
+    items = [_row(prompt, completion), _row(prompt, completion), _row(prompt, completion[:2])]
+    batch = collate(items)
+    assert shared_prefix_groups(batch, min_tokens=MIN) == [
+        RowGroup(rows=(0, 1, 2), shared_tokens=11)
+    ]
+    model = _model64()
+    weights_BT = torch.randn(batch.input_ids_BT.shape, dtype=torch.float64)
+    lp, _, grads = _grads(model, batch, weights_BT, packed=packed)
+    lp2, _, grads2 = _grads(model, batch, weights_BT, packed=packed, shared_prefix_min_tokens=MIN)
+    assert torch.allclose(lp2, lp, rtol=0, atol=1e-12)
+    _close(grads, grads2, rtol=1e-11)
+
+
 def test_float32_logprobs_match_within_rounding() -> None:
     """What the importance ratio sees: the per-row and shared logprobs of a float32 model."""
     model = tiny_llama(seed=1)
