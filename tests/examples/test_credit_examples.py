@@ -14,7 +14,7 @@ from test_examples import config, load_example
 
 from ludic.models import TinyModelSpec, build_tiny_model
 from ludic.recipes.expert import PolicyClient
-from ludic.recipes.tictactoe import drop_penalised_turns
+from ludic.recipes.tictactoe import StageResult, drop_penalised_turns
 from ludic.recipes.training import make_trainer
 from ludic.rollouts import GRPORequestStrategy, SeedSequencer
 from ludic.training import (
@@ -209,6 +209,22 @@ def test_awr_example_filter_then_reweight_with_the_value_baseline(tmp_path: Path
     assert report["awr"]["baseline_r2"] <= 1.0
     sft_source = example.training_source(cfg, example.algorithm(cfg, "sft"), all_path, 0)
     assert len(sft_source.samples) > len(source.samples)  # sft on all.jsonl would keep all
+
+
+def test_awr_example_summarises_one_method_without_the_paired_difference() -> None:
+    """--methods awr (a second call adding awr runs to the same data): no awr - sft row."""
+    example = load_example("awr_tictactoe.py")
+
+    def record(win: float) -> dict:
+        stage = StageResult(
+            stage="awr", episodes=4, win=win, draw=0.0, loss=1 - win, illegal=0.1, mean_reward=0
+        )
+        return {"awr": stage}
+
+    summary = example.summarise([record(0.5), record(0.75)])
+    assert set(summary) == {"awr"}
+    assert summary["awr"]["win"]["mean"] == pytest.approx(0.625)
+    assert config(example, "AWRConfig", methods=("awr",)).methods == ("awr",)
 
 
 @pytest.mark.slow
