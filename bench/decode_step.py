@@ -14,17 +14,22 @@ this thread (robust to other processes on a shared machine, which wall time is n
 - `gemm_replayed_alone_ms` / `attention_replayed_alone_ms`: one decode forward's own GEMM and
   SDPA calls (same tensors, layouts and kernels) replayed back to back, with the weights hot in
   cache; less than in place, where the rest of the step evicts them.
+- `--compare-prepacked ROUNDS`: instead, per-step CPU ms of today's GEMMs against
+  `EngineConfig(prepacked_gemm=True)` (oneDNN on packed weights), interleaved, and how far the
+  logprobs move.
 - `--forms`: per row count, the down projection's two GEMM forms as the forward's chain lays
   them out (`W @ x.T` on a transposed activation, as today for 2-128 rows, against
   `F.linear`), with whether their results are bit for bit equal.
 
 What it does not do: time the engine's threads, the rollout code or training (`bench/rl_step.py`
-does). Run: `python bench/decode_step.py [--model tiny|50m] [--generations 5] [--forms]`.
+does). Run: `python bench/decode_step.py [--model tiny|50m] [--generations 5] [--forms]
+[--compare-prepacked 6]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import json
 import os
@@ -88,14 +93,14 @@ class Workload:
             )
         return seqs
 
-    def run(self) -> int:
-        """One generation; returns the number of steps."""
-        self.batch.admit(self.sequences())
-        steps = 0
-        while len(self.batch):
-            self.batch.step()
-            steps += 1
-        return steps
+    def run(self, batch: DecodeBatch | None = None) -> list[SequenceState]:
+        """One generation on `batch` (default: the workload's own); returns its rows."""
+        batch = self.batch if batch is None else batch
+        seqs = self.sequences()
+        batch.admit(seqs)
+        while len(batch):
+            batch.step()
+        return seqs
 
 
 def timed_generations(work: Workload, generations: int) -> dict[str, float]:
@@ -247,15 +252,59 @@ def _transposed_form(weight_OI: torch.Tensor, x_NI: torch.Tensor) -> torch.Tenso
     return torch.mm(weight_OI, x_NI.t()).t()
 
 
+def compare_prepacked(work: Workload, rounds: int) -> dict[str, Any]:
+    """Today's GEMMs against `EngineConfig(prepacked_gemm=True)`'s, on copies of one model:
+    per-step CPU ms of whole generations, interleaved and order-swapped round by round; and how
+    far the logprobs of the same seeded rows move (on rows whose tokens stayed the same)."""
+    packed = DecodeBatch(copy.deepcopy(work.model), work.batch.codec, prepacked_gemm=True)
+    batches = {"default": work.batch, "prepacked": packed}
+    seed, rows = work.seed, {}
+    for name, batch in batches.items():  # the same seeds on both
+        work.seed = seed
+        rows[name] = work.run(batch)
+    same = [
+        (a, b)
+        for a, b in zip(rows["default"], rows["prepacked"], strict=True)
+        if a.completion_ids == b.completion_ids
+    ]
+    moved = [abs(x - y) for a, b in same for x, y in zip(a.logprobs, b.logprobs, strict=True)]
+    times: dict[str, list[float]] = {name: [] for name in batches}
+    for r in range(rounds):
+        for name in sorted(batches, reverse=r % 2 == 1):
+            start = time.thread_time()
+            work.run(batches[name])
+            times[name].append((time.thread_time() - start) / COMPLETION_TOKENS * 1e3)
+    default, prepacked = (statistics.median(times[name]) for name in batches)
+    return {
+        "default_step_ms": default,
+        "prepacked_step_ms": prepacked,
+        "prepacked_over_default": prepacked / default,
+        "rows_with_the_same_tokens": f"{len(same)}/{len(rows['default'])}",
+        "max_abs_logprob_change_on_them": max(moved, default=0.0),
+        "rounds": times,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(MODEL_SPECS), default="tiny")
     parser.add_argument("--generations", type=int, default=5, help="measured generations")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--forms", action="store_true", help="also compare the GEMM forms")
+    parser.add_argument(
+        "--compare-prepacked",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help="instead: today's GEMMs against EngineConfig(prepacked_gemm=True), ROUNDS rounds",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     work = Workload(args.model)
+    if args.compare_prepacked:
+        compared = compare_prepacked(work, args.compare_prepacked)
+        print(json.dumps({"model": args.model, **compared, "load_avg": os.getloadavg()}, indent=2))
+        return
     split = timed_generations(work, args.generations)
     kernels = captured_kernels(work)
     gemm, attention = replay_ms(kernels.gemms), replay_ms(kernels.attentions)

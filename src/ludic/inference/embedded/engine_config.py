@@ -31,7 +31,7 @@ class EngineConfig:
     Llama-family model and a start-up check that this machine's GEMMs are row-invariant;
     otherwise the engine refuses to start (ValueError) rather than promise it silently.
     `prepacked_gemm` runs the lean forward's GEMMs through oneDNN on weights packed once per
-    weight version (`ludic.inference.embedded.lean_forward`): 1.1x (3M) to 1.5x (49M
+    weight version (`ludic.inference.embedded.lean_forward`): 1.1x (3M) to 1.6x (49M
     parameters) faster decode on the CPUs measured, for a second copy of the weights in memory
     and a different rounding: logprobs move by float noise (~1e-5 to 1e-4 in float32) against
     the default, the transformers forward and the trainer's recomputation. Float32 on CPU only,

@@ -30,7 +30,7 @@ trainer's `ludic.training.invariant_forward` agree bit for bit; start-up checks 
 this machine.
 
 `LeanForward(model, prepacked=True)` (`EngineConfig(prepacked_gemm=True)`) runs every GEMM through
-oneDNN on a copy of its weight packed once in oneDNN's blocked layout (`_Packs`): 1.1x (3M) to 1.5x
+oneDNN on a copy of its weight packed once in oneDNN's blocked layout (`_Packs`): 1.1x (3M) to 1.6x
 (49M) faster decode on the AMD CPUs here, at the cost of a second copy of the weights and of
 today's rounding (logits move by float noise, ~1e-5 to 1e-4 in float32, so it is off by default).
 A pack is rebuilt when its weight's address, shape or version counter changes (in-place updates,
