@@ -13,6 +13,7 @@ import copy
 
 import pytest
 import torch
+from test_lean_forward import FAMILIES
 
 from ludic.distributed import InProcessPublisher
 from ludic.inference.client import ChatRequest
@@ -82,6 +83,16 @@ def test_packed_forward_matches_the_model_within_float_noise(tiny) -> None:
         expected_BSV = model(input_ids=ids_BS).logits.float()
     assert lean.packs is not None and len(lean.packs._entries) == 4 * 2 + 1  # really packed
     assert (logits_BSV - expected_BSV).abs().max() < NOISE
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_family_runs_packed_with_a_padded_prefill_and_decode(family: str) -> None:
+    """q/k/v biases (Qwen2), q/k norms (Qwen3), rope variants: the packed forward passes the
+    lean forward's own self-check (a left-padded prefill and a decode step against the model)."""
+    model = FAMILIES[family]()
+    lean = LeanForward.build(model, prepacked=True)
+    assert isinstance(lean, LeanForward), lean
+    assert lean.packs is not None and lean.packs._entries  # the self-check ran packed
 
 
 def test_engine_serves_new_weights_after_update_weights(tiny) -> None:
