@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from rich.console import Console
 
@@ -29,10 +29,19 @@ from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.single_agent import SingleAgentProtocol
 from ludic.parsers import Parser, boxed_parser, identity_parser, xml_tag_parser
 from ludic.recipes.algorithms import GiGPOOptions
-from ludic.recipes.configs import parse_env_kwargs, sampling_from_flags
+from ludic.recipes.configs import (
+    ContextChoice,
+    ContextKind,
+    context_line,
+    context_of,
+    parse_env_kwargs,
+    sampling_from_flags,
+    suggested_context,
+)
 from ludic.rollouts import ComponentSpec, RolloutEngine, RolloutRequest
 
 EnvFactory = Callable[..., LudicEnv]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -71,10 +80,11 @@ class EvalConfig:
     `ludic train --top-p P` under the same transform by passing the same P."""
     max_tokens: int = 128
     """Completion token limit per model call."""
-    context: Literal["full", "latest"] = "full"
-    """Agent memory: full (the whole dialog) or latest (the system prompt, the latest
-    observation and, after a reply that did not parse, that reply and its feedback), as the
-    quickstart's harness and `ludic train --context latest` show a fully observed game."""
+    context: ContextKind = "auto"
+    """Agent memory: full (the whole dialog), latest (the system prompt, the latest
+    observation and, after a reply that did not parse, that reply and its feedback), or auto:
+    what the env declares (`suggested_context = "latest"` on its class, as tictactoe does),
+    else full; as `ludic train --context` resolves it, so eval sees what training saw."""
     reject_incomplete: bool = False
     """Make a reply cut off at --max-tokens a parse failure that the parser never sees (as the
     quickstart does); off: the parser reads it like any other reply."""
@@ -114,6 +124,11 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     env_factory = resolve_env_factory(cfg.env)
     env_kwargs = parse_env_kwargs(cfg.env_kwargs)
     parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
+    suggested = None
+    if cfg.context == "auto":
+        suggested = _with_env(env_factory, env_kwargs, lambda env: suggested_context(env, cfg.env))
+    context = context_of(cfg, suggested)
+    console.print(context_line(cfg, suggested))
     model_dir = None if cfg.server_url else resolve_model_dir(cfg.model, console=console)
     if model_dir is not None and cfg.threads is not None:
         import torch
@@ -129,7 +144,7 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
         meta={"env": cfg.env},
     )
     _check_credit_options(cfg)
-    result = asyncio.run(_evaluate(cfg, env_factory, parser, model_dir, requests))
+    result = asyncio.run(_evaluate(cfg, env_factory, parser, context, model_dir, requests))
     if cfg.credit == "gigpo":
         _report_gigpo(cfg, result, console)
     print_summary(result.metrics, title=f"ludic eval: {cfg.env}", console=console)
@@ -188,6 +203,7 @@ async def _evaluate(
     cfg: EvalConfig,
     env_factory: EnvFactory,
     parser: Parser,
+    context: ContextChoice,
     model_dir: str | None,
     requests: list[RolloutRequest],
 ) -> EvalResult:
@@ -198,7 +214,7 @@ async def _evaluate(
         def protocol_factory() -> SingleAgentProtocol:
             agent = Agent(
                 client,
-                context=LatestObservationContext() if cfg.context == "latest" else FullDialog(),
+                context=LatestObservationContext() if context == "latest" else FullDialog(),
                 parser=parser,
                 system_prompt=cfg.system_prompt,
                 reject_incomplete_completions=cfg.reject_incomplete,
@@ -297,9 +313,14 @@ def resolve_parser(
 
 def _declared_parser(env_factory: EnvFactory, env_kwargs: dict[str, Any]) -> Any:
     """The `parser` class attribute of the env `env_factory` builds (None if it has none)."""
+    return _with_env(env_factory, env_kwargs, lambda env: getattr(type(env), "parser", None))
+
+
+def _with_env(env_factory: EnvFactory, env_kwargs: dict[str, Any], read: Callable[[Any], T]) -> T:
+    """`read` applied to one env built by `env_factory`, which is then closed."""
     env = env_factory(**env_kwargs)
     try:
-        return getattr(type(env), "parser", None)
+        return read(env)
     finally:
         closed = env.close()
         if inspect.isawaitable(closed):

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
 from tyro.constructors import PrimitiveConstructorSpec
 
@@ -26,6 +26,44 @@ OfflineAlgorithm = Literal["sft", "awr"]
 
 RESUME_LATEST = "latest"
 """`TrainConfig.resume` value for the run's own checkpoints (what a bare `--resume` gives)."""
+
+ContextChoice = Literal["full", "latest"]
+"""What --context resolves to (`context_of`)."""
+
+
+class HasContext(Protocol):
+    """A command config with a --context flag (`TrainConfig`, `ludic eval`'s `EvalConfig`)."""
+
+    @property
+    def context(self) -> ContextKind: ...
+
+
+def context_of(cfg: HasContext, suggested: str | None) -> ContextChoice:
+    """What --context resolves to: full or latest as given; auto takes the env's
+    `suggested_context` (`suggested`), else full."""
+    if cfg.context != "auto":
+        return cfg.context
+    return "latest" if suggested == "latest" else "full"
+
+
+def context_line(cfg: HasContext, suggested: str | None) -> str:
+    """The line `ludic train` and `ludic eval` print: the context and why it was chosen."""
+    why = ""
+    if cfg.context == "auto":
+        why = ": the env's suggested_context" if suggested else ": the env suggests none"
+    return f"context: {context_of(cfg, suggested)} (--context {cfg.context}{why})"
+
+
+def suggested_context(env: object, name: str) -> str | None:
+    """The env's `suggested_context` ("full", "latest" or None when it declares none); any
+    other value raises ValueError naming the env and the flag that overrides it."""
+    suggested = getattr(env, "suggested_context", None)
+    if suggested not in (None, "full", "latest"):
+        raise ValueError(
+            f"env {name!r} declares suggested_context = {suggested!r}; it must be 'full' or "
+            "'latest' (or pass --context full / --context latest)"
+        )
+    return suggested
 
 
 def parse_env_kwargs(text: str) -> dict[str, Any]:

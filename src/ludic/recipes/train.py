@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from rich.console import Console
 
@@ -37,9 +37,13 @@ from ludic.recipes.algorithms import PRESETS
 from ludic.recipes.configs import (
     RESUME_LATEST,
     Algorithm,
+    ContextChoice,
     TrainConfig,
+    context_line,
+    context_of,
     parse_env_kwargs,
     sampling_from_flags,
+    suggested_context,
 )
 from ludic.recipes.context_overflow import ContextOverflowWatch, quiet_repeated_overflow_lines
 from ludic.recipes.train_local_server import local_server, served_version, trainer_max_lag
@@ -79,9 +83,6 @@ __all__ = [
     "train_command",
 ]
 
-ContextChoice = Literal["full", "latest"]
-"""What --context resolves to (`context_of`)."""
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrainResult:
@@ -120,10 +121,7 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
             "action; declare one on the env class (`parser = xml_tag_parser('move')`) or "
             "pass --parser"
         )
-    why = ""
-    if cfg.context == "auto":
-        why = ": the env's suggested_context" if suggested else ": the env suggests none"
-    console.print(f"context: {context} (--context {cfg.context}{why})")
+    console.print(context_line(cfg, suggested))
     rollout_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
     algorithm = make_algorithm(cfg.algorithm, cfg)
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
@@ -291,14 +289,6 @@ def rollout_sampling(cfg: TrainConfig) -> SamplingConfig:
     return sampling_from_flags(cfg.temperature, cfg.top_p, cfg.max_tokens)
 
 
-def context_of(cfg: TrainConfig, suggested: str | None) -> ContextChoice:
-    """What --context resolves to: full or latest as given; auto takes the env's
-    `suggested_context` (`suggested`), else full."""
-    if cfg.context != "auto":
-        return cfg.context
-    return "latest" if suggested == "latest" else "full"
-
-
 def _protocol(
     cfg: TrainConfig, kind: ContextChoice, client: ChatClient, parser: Parser
 ) -> SingleAgentProtocol:
@@ -426,17 +416,12 @@ def _inspect_env(factory: Callable[..., Any], kwargs: dict[str, Any], name: str)
     env = factory(**kwargs)
     try:
         seats = list(env.agent_ids)
-        suggested = getattr(env, "suggested_context", None)
+        suggested = suggested_context(env, name)
     finally:
         env.close()
     if len(seats) != 1:
         raise ValueError(
             f"env {name!r} has {len(seats)} seats {seats}; `ludic train` trains one agent. For "
             "multi-agent self-play see examples/tictactoe/selfplay.py (MultiAgentProtocol)"
-        )
-    if suggested not in (None, "full", "latest"):
-        raise ValueError(
-            f"env {name!r} declares suggested_context = {suggested!r}; it must be 'full' or "
-            "'latest' (or pass --context full / --context latest)"
         )
     return suggested
