@@ -139,7 +139,7 @@ class RunningChecksums:
     the whole rows among them not yet read are summed now (all of them once `upto` reaches
     the end). `finish()`: the checksums of the tensors advanced to their end and the names of
     those holding a nan or an inf; it combines every tensor's rows at once (a few ops over
-    all the row sums, ~1/1024 of the elements, and one device sync per device). The tensors
+    all the row sums, ~1/1024 of the elements, and a device sync or two per device). The tensors
     must not change between their first `advance` and `finish`."""
 
     def __init__(self, *, find_nonfinite: bool = False) -> None:
@@ -188,20 +188,18 @@ class RunningChecksums:
     def _nonfinite(self) -> list[str]:
         """Complete tensors whose float sums are not all finite and that hold a nan or an
         inf (a sum also overflows when every value is finite: those are checked again)."""
-        floating = [
-            (name, parts)
-            for name, parts in self._parts.items()
-            if parts.complete and parts.float_sums
-        ]
-        if not floating:
-            return []
-        sums = [s for _, parts in floating for s in parts.float_sums]
-        finite = iter(torch.isfinite(torch.cat(sums)).tolist())  # one sync
+        by_device: dict[torch.device, list[tuple[str, _RunningTensor]]] = {}
+        for name, parts in self._parts.items():
+            if parts.complete and parts.float_sums:
+                by_device.setdefault(parts.tensor.device, []).append((name, parts))
         bad = []
-        for name, parts in floating:
-            ok = all([next(finite) for s in parts.float_sums for _ in range(s.numel())])
-            if not ok and not bool(torch.isfinite(parts.tensor).all()):
-                bad.append(name)
+        for floating in by_device.values():
+            sums = [s for _, parts in floating for s in parts.float_sums]
+            finite = iter(torch.isfinite(torch.cat(sums)).tolist())  # one sync per device
+            for name, parts in floating:
+                ok = all([next(finite) for s in parts.float_sums for _ in range(s.numel())])
+                if not ok and not bool(torch.isfinite(parts.tensor).all()):
+                    bad.append(name)
         return bad
 
 
