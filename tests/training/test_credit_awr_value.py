@@ -66,6 +66,10 @@ def test_cross_fitting_never_shows_a_rollout_its_own_return() -> None:
         others = [t for j, t in zip(ids, targets, strict=True) if fold[j] != fold[rid]]
         assert values[i] == pytest.approx(sum(others) / len(others))
     assert fold_of(ids, 3, seed=0) == fold  # deterministic
+    # the order decides, not the ids (random uuids in real data): renamed, same folds
+    renamed = [f"z{9 - int(rid[1:])}" for rid in ids]
+    by_new_name = fold_of(renamed, 3, seed=0)
+    assert [by_new_name[r] for r in renamed] == [fold[r] for r in ids]
 
 
 def test_value_baseline_refuses_too_few_rollouts_and_folds() -> None:

@@ -46,9 +46,11 @@ def observation_features(turn: Turn, *, max_chars: int = 512) -> list[Hashable]:
 
 
 def fold_of(rollout_ids: Sequence[str], folds: int, seed: int) -> dict[str, int]:
-    """Each distinct rollout id's fold in 0..folds-1: ids sorted, shuffled with `seed`, dealt
-    round-robin (folds differ in size by at most one)."""
-    ids = sorted(set(rollout_ids))
+    """Each distinct rollout id's fold in 0..folds-1: ids in order of first appearance,
+    shuffled with `seed`, dealt round-robin (folds differ in size by at most one). The order,
+    not the ids' values, decides, so data read in the same order gets the same folds even when
+    its rollout ids are random."""
+    ids = list(dict.fromkeys(rollout_ids))
     if folds < 2:
         raise ValueError(f"value baseline: value_folds must be >= 2 (cross-fitting), got {folds}")
     if len(ids) < folds:
