@@ -4,15 +4,26 @@ Field docstrings of each config are its `--help` (tyro). `ludic <command> ...` i
 command's config, and torch, models and servers load when the command runs, so `--help` stays
 fast. Each command calls one public function that works from Python too (named below). The
 working directory is importable, so `--env my_env:make_env` finds ./my_env.py.
+
+Ctrl-C (SIGINT) or SIGTERM stops a command through its cleanup (`finally` blocks and `with`
+exits run: servers stop, files close) and ends it with one line naming the newest checkpoint
+where the command saves them, and exit code 130 or 143, instead of a traceback. Any other error
+keeps its traceback.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import re
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import tyro
@@ -31,6 +42,9 @@ class Command:
     config: str
     run: str
     summary: str
+    checkpoints: tuple[str, ...] = ()
+    """Where the command saves checkpoints, relative to its config's `out_dir` (the first that
+    holds one is named when the command is interrupted)."""
 
     def load_config(self) -> type[Any]:
         return _import(self.config)  # type: ignore[no-any-return]
@@ -45,16 +59,19 @@ COMMANDS: dict[str, Command] = {
         run="ludic.recipes.quickstart:run_quickstart",
         summary="Train a tiny model at tic-tac-toe from scratch on the CPU: expert data, SFT, "
         "GRPO, and a before/after table.",
+        checkpoints=("rl/checkpoints", "sft/checkpoints"),
     ),
     "train": Command(
         config="ludic.recipes.configs:TrainConfig",
         run="ludic.recipes.train:train_command",
         summary="Online RL (GRPO and other presets) on a built-in or user env.",
+        checkpoints=("checkpoints",),
     ),
     "sft": Command(
         config="ludic.recipes.configs:SFTConfig",
         run="ludic.recipes.sft:sft_command",
         summary="Supervised fine-tuning on stored rollouts (JSONL).",
+        checkpoints=("checkpoints",),
     ),
     "eval": Command(
         config="ludic.eval.command:EvalConfig",
@@ -77,6 +94,7 @@ COMMANDS: dict[str, Command] = {
         run="ludic.pipeline.commands:learner_command",
         summary="Pipeline learner: train on samples from Redis and publish weights to the "
         "inference server.",
+        checkpoints=("checkpoints",),
     ),
     "view": Command(
         config="ludic.viz.viewer:ViewConfig",
@@ -104,12 +122,75 @@ def main(argv: Sequence[str] | None = None) -> None:
         name, command = args[0], COMMANDS[args[0]]
         config_type = command.load_config()
         cfg = tyro.cli(config_type, args=args[1:], prog=f"ludic {name}")
-        command.execute(cfg)
+        received: list[int] = []
+        try:
+            with _signals_interrupt(received):
+                command.execute(cfg)
+        except KeyboardInterrupt as e:
+            received.append(signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
+        if received:  # also when a library caught the signal and returned (uvicorn does)
+            terminated = received[0] == signal.SIGTERM
+            print(_interrupted_line(name, command, cfg, terminated), file=sys.stderr, flush=True)
+            raise SystemExit(143 if terminated else 130)
         return
     # No command named (or an unknown one): tyro lists the commands, or says what is wrong.
     # Any valid command took the branch above, so the listing needs only the summaries.
     listing = {name: _listed(command.summary) for name, command in COMMANDS.items()}
     tyro.extras.subcommand_cli_from_dict(listing, description=DESCRIPTION, args=args, prog="ludic")
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so that cleanup runs the same way."""
+
+
+@contextmanager
+def _signals_interrupt(received: list[int]) -> Iterator[None]:
+    """While the command runs, SIGINT raises KeyboardInterrupt and SIGTERM `Terminated` in the
+    main thread (Python's default for SIGTERM ends the process at once, skipping `finally`
+    blocks, so a child server would be left running), and each is recorded in `received`: a
+    library that handles a signal itself and returns (uvicorn re-raises it into this handler
+    after its graceful shutdown, inside a coroutine) still ends the command as interrupted.
+    Off the main thread (main() called from a thread) signals cannot be set: no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+    # A signal the process was started ignoring (`nohup`, a background job) stays ignored.
+    signals = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) != signal.SIG_IGN]
+    previous = {sig: signal.signal(sig, interrupt) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _interrupted_line(name: str, command: Command, cfg: Any, terminated: bool) -> str:
+    line = f"ludic {name}: interrupted ({'SIGTERM' if terminated else 'Ctrl-C'})"
+    out_dir = getattr(cfg, "out_dir", None)
+    if not command.checkpoints or out_dir is None:
+        return line
+    for relative in command.checkpoints:
+        checkpoint = _newest_checkpoint(Path(out_dir) / relative)
+        if checkpoint is not None:
+            return f"{line}; last checkpoint: {checkpoint}"
+    return f"{line}; no checkpoint saved yet under {out_dir}"
+
+
+def _newest_checkpoint(root: Path) -> Path | None:
+    """The highest-numbered `step_N` directory under `root` (written by an atomic rename, so
+    one that exists is complete), without importing the training stack."""
+    if not root.is_dir():
+        return None
+    steps = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP.match(p.name))]
+    return max(steps)[1] if steps else None
+
+
+_STEP = re.compile(r"^step_(\d+)$")
 
 
 def _import_from_cwd() -> None:

@@ -123,8 +123,10 @@ def served_version(server: LocalServer) -> int | None:
 @contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
     """SIGTERM raises KeyboardInterrupt (as Ctrl-C does), so the `with` blocks that stop the
-    server run; Python's default for SIGTERM exits without them."""
-    if threading.current_thread() is not threading.main_thread():
+    server run; Python's default for SIGTERM exits without them. A handler already set (the
+    `ludic` command's, which reports SIGTERM with exit code 143) is kept."""
+    default = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    if threading.current_thread() is not threading.main_thread() or not default:
         yield
         return
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)

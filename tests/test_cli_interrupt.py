@@ -1,0 +1,137 @@
+"""Ctrl-C or SIGTERM ends a `ludic` command with one line (naming the newest checkpoint where
+the command saves them) and exit code 130 / 143, after its cleanup ran; a real error keeps its
+traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ludic.cli import COMMANDS, _interrupted_line
+from ludic.models import tiny_model_dir
+from ludic.recipes.configs import TrainConfig
+
+
+def _start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "ludic.cli", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_until(ready: object, process: subprocess.Popen[str], timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():  # type: ignore[operator]
+        if process.poll() is not None:
+            out, err = process.communicate()
+            pytest.fail(f"the command exited with {process.returncode} first:\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            process.kill()
+            pytest.fail("the command did not get ready in time")
+        time.sleep(0.2)
+
+
+def _stop(process: subprocess.Popen[str], signum: int) -> tuple[int, str]:
+    process.send_signal(signum)
+    try:
+        _, err = process.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    return process.returncode, err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _serves(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=2).is_success
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("signum", "code", "why"), [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")]
+)
+def test_serve_stops_with_one_line_and_the_signals_exit_code(
+    tmp_path: Path, signum: int, code: int, why: str
+) -> None:
+    port = _free_port()
+    args = ["serve", "--model", str(tiny_model_dir()), "--port", str(port), "--threads", "1"]
+    process = _start(args, tmp_path)
+    _wait_until(lambda: _serves(port), process)
+    returncode, err = _stop(process, signum)
+    assert returncode == code, err
+    assert f"ludic serve: interrupted ({why})" in err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    assert not _serves(port)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("signum", "code", "why", "flags"),
+    [
+        (signal.SIGINT, 130, "Ctrl-C", []),
+        (signal.SIGTERM, 143, "SIGTERM", ["--local-server"]),  # its own SIGTERM handling defers
+    ],
+    ids=["ctrl-c", "sigterm-local-server"],
+)
+def test_train_interrupted_names_its_last_checkpoint(
+    tmp_path: Path, signum: int, code: int, why: str, flags: list[str]
+) -> None:
+    args = ["train", "--steps", "500", "--checkpoint-every", "1", "--problems-per-step", "1"]
+    args += ["--group-size", "2", "--max-tokens", "4", "--max-steps", "2", "--out-dir", "run"]
+    args += ["--no-progress", *flags]
+    process = _start(args, tmp_path)
+    checkpoints = tmp_path / "run" / "checkpoints"
+    _wait_until(lambda: (checkpoints / "step_00000001").is_dir(), process, timeout_s=300)
+    returncode, err = _stop(process, signum)
+    assert returncode == code, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    (line,) = [line for line in err.splitlines() if "interrupted" in line]
+    newest = max(p.name for p in checkpoints.iterdir() if p.name.startswith("step_"))
+    assert line == f"ludic train: interrupted ({why}); last checkpoint: run/checkpoints/{newest}"
+
+
+def test_the_line_says_when_no_checkpoint_was_saved_yet(tmp_path: Path) -> None:
+    cfg = TrainConfig(out_dir=tmp_path / "run")
+    line = _interrupted_line("train", COMMANDS["train"], cfg, terminated=True)
+    assert (
+        line == f"ludic train: interrupted (SIGTERM); no checkpoint saved yet under {cfg.out_dir}"
+    )
+    for step in ("step_00000002", "step_00000010", "step_00000009.tmp-host-1"):
+        (cfg.out_dir / "checkpoints" / step).mkdir(parents=True)
+    line = _interrupted_line("train", COMMANDS["train"], cfg, terminated=False)
+    assert line.endswith(f"last checkpoint: {cfg.out_dir / 'checkpoints' / 'step_00000010'}")
+
+
+def test_a_real_error_keeps_its_traceback_and_exit_code(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "ludic.cli", "eval", "--env", "no_such_env"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "Traceback" in result.stderr and "unknown env 'no_such_env'" in result.stderr
+    assert "interrupted" not in result.stderr
