@@ -1,12 +1,18 @@
 """LocalServer: `ludic serve` in a child process answers completions with the token it was
-given (never on the command line), stops on close, and says why when it cannot start."""
+given (never on the command line), stops on close, says why when it cannot start, and stops
+itself when the process that started it dies without closing it (`kill -9`)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import socket
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -107,5 +113,74 @@ def test_launch_wait_ready_kill_and_restart_on_a_fixed_port(tmp_path: Path) -> N
         assert server.process is not None and server.process is not first
         auth = {"Authorization": f"Bearer {server.token}"}
         assert httpx.get(server.url + "/ludic/version", headers=auth, timeout=30).is_success
+    finally:
+        server.close()
+
+
+PARENT = """
+import sys, time
+from ludic.inference.http.local_server import LocalServer
+server = LocalServer(sys.argv[1], threads=1, log_path=sys.argv[3])
+server.start() if sys.argv[2] == "serving" else server.launch()
+print(server.process.pid, server.port, flush=True)
+time.sleep(600)
+"""
+
+
+def _gone(pid: int) -> bool:
+    """True when no process `pid` is left (or only a zombie no one waits on)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state == "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("stage", ["serving", "starting"])
+def test_a_parent_killed_with_sigkill_leaves_no_server(tmp_path: Path, stage: str) -> None:
+    """`kill -9` on the process holding a LocalServer, once it serves or while it still loads
+    (the child's watch starts after the parent is gone): the child stops within seconds."""
+    log = tmp_path / "serve.log"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(tiny_model_dir()), stage, str(log)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert parent.stdout is not None
+    line = parent.stdout.readline()
+    assert line, f"the parent exited with {parent.wait()} before starting the server"
+    pid, port = map(int, line.split())
+    try:
+        assert not _gone(pid)
+        if stage == "serving":
+            assert httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=30).is_success
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 30
+        while not _gone(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _gone(pid), f"the server (pid {pid}) outlived its parent; log:\n{log.read_text()}"
+        if stage == "serving":
+            assert "is gone; stopping" in log.read_text()
+    finally:
+        if not _gone(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_server_started_from_a_thread_outlives_that_thread() -> None:
+    """The child watches the parent *process*: the thread that started it ending (which would
+    fire Linux's PR_SET_PDEATHSIG) does not stop it."""
+    server = LocalServer(tiny_model_dir(), threads=1)
+    starter = threading.Thread(target=server.start)
+    starter.start()
+    starter.join()
+    try:
+        assert server.process is not None
+        time.sleep(2.0)  # several of the child's parent checks
+        assert server.process.poll() is None
+        assert httpx.get(server.url + "/v1/models", timeout=30).is_success
     finally:
         server.close()

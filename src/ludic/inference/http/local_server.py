@@ -14,7 +14,11 @@ next. The README's "Generation in another process" shows the loop.
 
 It binds 127.0.0.1 only, passes the token through the environment (never on the command line,
 where `ps` shows it) and stops the child (terminate, then kill) on `close()` or when the `with`
-block ends. It does not restart a server that dies (the next request or push fails, naming it),
+block ends. If this process dies without closing it (`kill -9`, a crash in native code), the
+child notices within about a second and stops itself: on POSIX (Linux, macOS) it watches its
+parent pid, which changes when the parent process dies (it is re-parented), and never on the
+exit of the thread that started it (unlike Linux's PR_SET_PDEATHSIG, which fires when the
+forking *thread* exits). Elsewhere (Windows) an orphaned child is not stopped. It does not restart a server that dies (the next request or push fails, naming it),
 manage several servers, or place the child on particular cores.
 """
 
@@ -22,10 +26,13 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -33,6 +40,9 @@ from ludic.inference.http.auth import TOKEN_ENV
 from ludic.inference.http.health import ServerExited, wait_for_health
 
 _PORT_ATTEMPTS = 3  # a free port can be taken between choosing it and the child binding it
+PARENT_PID_ENV = "LUDIC_SERVE_PARENT_PID"
+"""The pid of the process whose death stops the child (see `watch_parent`)."""
+_ORPHAN_GRACE_S = 10.0  # after SIGTERM to itself, an orphaned child exits at once after this
 
 
 class LocalServer:
@@ -148,12 +158,12 @@ class LocalServer:
         )
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-m", "ludic.inference.http.server"]
+        command = [sys.executable, "-m", "ludic.inference.http.local_server"]
         command += ["--model", str(self.model_dir), "--port", str(self.port)]
         command += ["--host", "127.0.0.1"]
         if self.served_model_name:
             command += ["--served-model-name", self.served_model_name]
-        env = {**os.environ, TOKEN_ENV: self.token}
+        env = {**os.environ, TOKEN_ENV: self.token, PARENT_PID_ENV: str(os.getpid())}
         if self.threads is not None:
             command += ["--threads", str(self.threads)]
             env["OMP_NUM_THREADS"] = str(self.threads)
@@ -201,6 +211,47 @@ class _ExitedEarly(RuntimeError):
         self.log = log
 
 
+def watch_parent(poll_s: float = 0.5) -> threading.Thread | None:
+    """In the child: stop this process once the process named by `PARENT_PID_ENV` is gone.
+
+    A daemon thread polls `os.getppid()`; the parent's death re-parents this process (to init
+    or a subreaper), which changes it, also when the parent died before this thread started.
+    It then sends itself SIGTERM (the server shuts down and closes its engine) and exits
+    outright `_ORPHAN_GRACE_S` later if still running. No-op without the variable or off POSIX.
+    """
+    expected = os.environ.pop(PARENT_PID_ENV, None)  # not inherited by anything it starts
+    if not expected or os.name != "posix":
+        return None
+
+    def watch() -> None:
+        while os.getppid() == int(expected):
+            time.sleep(poll_s)
+        print(
+            f"ludic serve: the process that started it (pid {expected}) is gone; stopping",
+            file=sys.stderr,
+            flush=True,
+        )
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(_ORPHAN_GRACE_S)
+        os._exit(1)
+
+    thread = threading.Thread(target=watch, name="ludic-parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def _serve_as_child() -> None:
+    """`ludic serve` with `watch_parent` running first (before torch loads: a parent killed
+    during the child's start still stops it)."""
+    watch_parent()
+    import tyro
+
+    from ludic.inference.http.serve_config import ServeConfig
+    from ludic.inference.http.server import serve
+
+    serve(tyro.cli(ServeConfig, prog="ludic serve"))
+
+
 def _temp_log() -> Path:
     handle, path = tempfile.mkstemp(prefix="ludic-serve-", suffix=".log")
     os.close(handle)
@@ -213,4 +264,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-__all__ = ["LocalServer"]
+__all__ = ["PARENT_PID_ENV", "LocalServer", "watch_parent"]
+
+if __name__ == "__main__":
+    _serve_as_child()
