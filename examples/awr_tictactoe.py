@@ -3,6 +3,8 @@
     python examples/awr_tictactoe.py                                  # the quickstart's data
     python examples/awr_tictactoe.py --expert-epsilons 0 0.5 1        # mixed-quality players
     python examples/awr_tictactoe.py --self-episodes 512              # + the SFT'd model's games
+    python examples/awr_tictactoe.py --expert-epsilons 0 0.5 1 --baseline value --beta 1 \
+        --max-weight 3 --awr-games kept --normalize-mean --min-weight 0.5  # filter, reweight
 
 Everything is the quickstart's (`ludic quickstart`): the tiny model with the task tokenizer, the
 compact board, an illegal move costs -1 and the agent tries again, SFT at lr 3e-3 on batches of
@@ -15,7 +17,8 @@ seeds for every run), one torch thread. Per seed:
   sft:  rejection-sampled SFT, as the quickstart: the kept games, penalised (illegal) turns left
         out, weight 1;
   awr:  every game, penalised turns left out of the loss (their penalties stay in the returns),
-        each turn weighted by min(exp(A / beta), max_weight) (`make_awr`, `--baseline`).
+        each turn weighted by min(exp(A / beta), max_weight) (`make_awr`, `--baseline`);
+        with `--awr-games kept` only the games sft trains on (weights from every game).
 
 With `--self-episodes N` the comparison is a second stage: the model first gets the
 quickstart's SFT (`--steps` on the kept expert games, shared by both methods), then plays N
