@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ludic.eval.command import EnvFactory
     from ludic.inference import SamplingConfig
     from ludic.parsers import Parser
+    from ludic.recipes.configs import ContextChoice
 
 logger = logging.getLogger(__name__)
 TOKEN_ENV = "LUDIC_SERVER_TOKEN"
@@ -71,9 +72,25 @@ def run_actor(cfg: ActorConfig) -> list[ActorBatchStats]:
     env_factory = resolve_env_factory(cfg.env)
     env_kwargs = parse_env_kwargs(cfg.env_kwargs)
     # Before the event loop: "auto" may build the env (with the run's kwargs, as `ludic train`
-    # does) to read the parser its class declares, and close it, possibly async.
+    # does) to read the parser and context its class declares, and close it, possibly async.
     parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
-    return asyncio.run(_act(cfg, env_factory, env_kwargs, parser, sampling))
+    context = actor_context(cfg, env_factory, env_kwargs)
+    return asyncio.run(_act(cfg, env_factory, env_kwargs, parser, context, sampling))
+
+
+def actor_context(
+    cfg: ActorConfig, env_factory: EnvFactory, env_kwargs: dict[str, Any]
+) -> ContextChoice:
+    """What --context resolves to (auto: the env's `suggested_context`, else full), logged with
+    its reason as `ludic train` and `ludic eval` print it."""
+    from ludic.eval.command import _with_env
+    from ludic.recipes.configs import context_line, context_of, suggested_context
+
+    suggested = None
+    if cfg.context == "auto":
+        suggested = _with_env(env_factory, env_kwargs, lambda env: suggested_context(env, cfg.env))
+    logger.info(context_line(cfg, suggested))
+    return context_of(cfg, suggested)
 
 
 def actor_sampling(cfg: ActorConfig) -> SamplingConfig:
@@ -89,9 +106,11 @@ async def _act(
     env_factory: EnvFactory,
     env_kwargs: dict[str, Any],
     parser: Parser,
+    context: ContextChoice,
     sampling: SamplingConfig,
 ) -> list[ActorBatchStats]:
     from ludic.agents import Agent
+    from ludic.context import FullDialog, LatestObservationContext
     from ludic.interaction import SingleAgentProtocol
     from ludic.rollouts import (
         ComponentSpec,
@@ -105,7 +124,8 @@ async def _act(
     stream = SampleStream(cfg.redis_url, stream=cfg.stream, max_len=cfg.max_stream_len)
 
     def protocol() -> SingleAgentProtocol:
-        agent = Agent(client, parser=parser, system_prompt=cfg.system_prompt)
+        memory = LatestObservationContext() if context == "latest" else FullDialog()
+        agent = Agent(client, context=memory, parser=parser, system_prompt=cfg.system_prompt)
         return SingleAgentProtocol(agent, max_steps=cfg.max_steps)
 
     def requests() -> list[RolloutRequest]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from ludic.recipes.algorithms import Algorithm, GiGPOOptions
+from ludic.recipes.configs import ContextKind
 
 StalePolicy = Literal["drop", "downweight"]
 
@@ -41,6 +42,10 @@ class ActorConfig:
     """Action parser: auto (the env's own), identity, boxed, xml:TAG or `module:function`."""
     system_prompt: str | None = None
     """System prompt (default: the env's suggestion)."""
+    context: ContextKind = "auto"
+    """Agent memory: full (the whole dialog), latest (system prompt + latest observation), or
+    auto: what the env declares (`suggested_context = "latest"` on its class, as tictactoe
+    does), else full; resolved as `ludic train --context` resolves it."""
     algorithm: Algorithm = "grpo"
     """Preset whose credit assignment runs here (the learner must use the same preset)."""
     gigpo: GiGPOOptions = field(default_factory=GiGPOOptions)
