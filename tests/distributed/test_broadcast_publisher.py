@@ -40,8 +40,12 @@ class Rig:
     client: TestClient
     sabotage: dict[str, str]
     control: str
+    flat: bool = False
 
     def publisher(self, **kwargs: object) -> BroadcastPolicyPublisher:
+        if self.flat:  # tensors >= 2 KB count as large: back to back, they share buckets
+            kwargs = {"pack_below_mb": 2048 / 2**20, "bucket_mb": 20000 / 2**20, **kwargs}
+            kwargs.setdefault("piece_mb", 8192 / 2**20)
         return BroadcastPolicyPublisher(
             "http://testserver",
             TOKEN,
@@ -52,27 +56,47 @@ class Rig:
         )
 
 
+def flatten_parameters_(model: torch.nn.Module) -> torch.Tensor:
+    """Make every parameter a view of one flat buffer (as a trainer with flat parameters)."""
+    params = list(model.parameters())
+    flat = torch.empty(sum(p.numel() for p in params))
+    offset = 0
+    with torch.no_grad():
+        for p in params:
+            view = flat[offset : offset + p.numel()].view_as(p)
+            view.copy_(p)
+            p.data = view
+            offset += p.numel()
+    return flat
+
+
 @pytest.fixture(
     params=[
         ("buffered", "http"),
         ("in_place", "http"),
         ("buffered", "store"),
         ("in_place", "store"),
+        ("buffered", "http", "flat"),
+        ("in_place", "store", "flat"),
     ],
     ids=lambda p: "-".join(p),
 )
 def rig(request: pytest.FixtureRequest) -> Iterator[Rig]:
     """The embedded server over an engine that receives in place or into buffers, driven by
-    HTTP requests (what the vLLM extension speaks) or by the trainer's store."""
+    HTTP requests (what the vLLM extension speaks) or by the trainer's store; "flat": the
+    trainer's parameters are views of one buffer, so large tensors share buckets."""
     model, tokenizer = build_tiny_model(seed=0, spec=SPEC)
-    receive, control = request.param
+    receive, control = request.param[:2]
+    flat = "flat" in request.param
     engine_class = EmbeddedEngine if receive == "in_place" else BufferedEngine
     engine = engine_class(copy.deepcopy(model), tokenizer)
+    if flat:
+        flatten_parameters_(model)
     sabotage = {"mode": "none"}
     _sabotage(engine, sabotage)
     app = create_app(engine, model_name="tiny", token=TOKEN)  # mounts /ludic/weights/*
     with TestClient(app, base_url="http://testserver") as client:
-        yield Rig(model, engine, client, sabotage, control)
+        yield Rig(model, engine, client, sabotage, control, flat)
     engine.close()
 
 
@@ -387,6 +411,35 @@ def test_packed_buckets_land_in_the_engines_own_memory(rig: Rig) -> None:
     served = rig.engine.model.state_dict()
     assert {n: t.data_ptr() for n, t in served.items()} == pointers  # received in place
     assert _served_equals(rig, rig.trainer_model)
+
+
+def test_flat_trainer_parameters_travel_as_few_spans_and_land_in_place(rig: Rig) -> None:
+    """Parameters lying back to back share buckets (fewer broadcasts), sent without a packing
+    copy and, on an in-place server, received straight into its parameters after the first
+    push; verification (checksums of every tensor, the probe) still passes and still fails a
+    server that skips one tensor."""
+    if not rig.flat:
+        pytest.skip("flat trainer parameters only")
+    publisher = rig.publisher()
+    nudge_(rig.trainer_model, 0.05)
+    publisher.publish(rig.trainer_model, version=1)
+    stats = publisher.last_push
+    assert stats is not None and _served_equals(rig, rig.trainer_model)
+    num_tensors = len(rig.trainer_model.state_dict())
+    assert 1 < stats.num_buckets < num_tensors - 2  # large tensors share spans
+    assert publisher._pool.nbytes == 0  # every bucket was sent from the parameters' memory
+    served = rig.engine.model.state_dict()
+    pointers = {n: t.data_ptr() for n, t in served.items()}
+    _adam_step_(rig.trainer_model, lr=1e-2)
+    publisher.publish(rig.trainer_model, version=2)
+    assert _served_equals(rig, rig.trainer_model)
+    if callable(getattr(rig.engine, "update_weights_in_place", None)):
+        served = rig.engine.model.state_dict()
+        assert {n: t.data_ptr() for n, t in served.items()} == pointers  # received in place
+    rig.sabotage["mode"] = "skip_norm"
+    _adam_step_(rig.trainer_model, lr=1e-2)
+    with pytest.raises(PublishVerificationError, match=r"1 tensors .*\[model\.norm\.weight\]"):
+        publisher.publish(rig.trainer_model, version=3)
 
 
 def test_server_shutdown_ends_the_listener(rig: Rig) -> None:

@@ -12,6 +12,7 @@ from ludic.distributed.manifest import (
     WeightManifest,
     check_against,
     flatten_into,
+    follows,
     plan_manifest,
     unflatten,
 )
@@ -144,3 +145,46 @@ def test_check_against_names_what_does_not_match() -> None:
 def test_unsupported_dtype_is_refused_when_planning() -> None:
     with pytest.raises(ManifestError, match="cannot be published"):
         plan_manifest({"z": torch.zeros(2, dtype=torch.complex64)}, version=0, bucket_bytes=10)
+
+
+def _layout(manifest: WeightManifest) -> list[list[str]]:
+    return [[e.name for e in entries] for entries in manifest.bucket_entries()]
+
+
+def test_tensors_back_to_back_share_buckets_whatever_their_size() -> None:
+    flat = torch.arange(100, dtype=torch.float32)
+    views = {"a": flat[0:30], "b": flat[30:60], "c": flat[60:62], "d": flat[62:100]}
+    assert follows(list(views.values())) == [None, 0, 1, 2]
+    # a, b, d are "large" (>= 40 bytes); each follows the last: one span per 256 bytes.
+    manifest = plan_manifest(views, version=0, bucket_bytes=256, alone_bytes=40)
+    assert _layout(manifest) == [["a", "b", "c"], ["d"]]  # 248 bytes, then d would not fit
+    apart = {name: t.clone() for name, t in views.items()}  # separate allocations
+    assert follows(list(apart.values())) == [None] * 4
+    assert _layout(plan_manifest(apart, version=0, bucket_bytes=256, alone_bytes=40)) == [
+        ["a"],
+        ["b"],
+        ["c"],
+        ["d"],
+    ]
+
+
+def test_a_span_bucket_never_takes_a_tensor_from_elsewhere() -> None:
+    flat = torch.zeros(64)
+    other = torch.zeros(2)  # small, not next to anything: packed with the small ones
+    tensors = {
+        "a": flat[0:20],
+        "small": other,
+        "b": flat[20:40],
+        "tied": flat[20:40],  # the same memory again: follows nothing
+        "half": torch.zeros(20, dtype=torch.bfloat16),
+        "c": flat[40:64],
+    }
+    manifest = plan_manifest(tensors, version=0, bucket_bytes=1024, alone_bytes=40)
+    # "half" (another dtype) ends the span: "c" starts a new one.
+    assert _layout(manifest) == [["a", "b"], ["small"], ["tied"], ["half"], ["c"]]
+    for entries in manifest.bucket_entries():  # every bucket with a large tensor is one span
+        if any(e.numel * 4 >= 40 for e in entries):
+            first, last = tensors[entries[0].name], tensors[entries[-1].name]
+            assert last.data_ptr() + last.numel() * 4 - first.data_ptr() == sum(
+                e.numel * 4 for e in entries
+            )

@@ -38,7 +38,7 @@ from ludic.distributed.control import StoreControl
 from ludic.distributed.held_check import compare_held
 from ludic.distributed.interfaces import PublishVerificationError, Weights
 from ludic.distributed.live_state import LiveStateDict
-from ludic.distributed.manifest import WeightManifest, plan_manifest
+from ludic.distributed.manifest import WeightManifest, follows, plan_manifest
 from ludic.distributed.push_records import (
     PushCheck,
     PushStats,
@@ -413,14 +413,16 @@ class BroadcastPolicyPublisher:
         return self.probe_token_ids
 
     def _plan(self, tensors: dict[str, torch.Tensor], version: int) -> WeightManifest:
-        """The manifest for `tensors`; the last plan (new version) when names, shapes and
-        dtypes are unchanged, as they are from one training step to the next. An unverified
-        push asks the server for no checksums (a new plan, so a new layout, when that flips)."""
+        """The manifest for `tensors`; the last plan (new version) when names, shapes, dtypes
+        and which tensors lie back to back are unchanged, as they are from one training step
+        to the next. An unverified push asks the server for no checksums (a new plan, so a new
+        layout, when that flips)."""
         piece_bytes = self._piece_bytes()
         signature = [
             self.verify,
             piece_bytes,
             *((name, t.shape, t.dtype) for name, t in tensors.items()),
+            follows(list(tensors.values())),  # which tensors lie back to back (one bucket)
         ]
         if self._last_plan is None or self._last_plan[0] != signature:
             plan = plan_manifest(

@@ -2,7 +2,11 @@
 
 Tensors smaller than `alone_bytes` are packed, in state-dict order, into buckets of one dtype of
 at most `bucket_bytes` each; larger ones travel alone, so they are broadcast straight from (and,
-on a server that supports it, into) the parameters' own memory, with no copy. The
+on a server that supports it, into) the parameters' own memory, with no copy. Tensors that
+already lie back to back in one storage (`follows`: a trainer whose parameters are views of one
+flat buffer) share a bucket whatever their size, sent in place as one span (fewer, larger
+broadcasts: each costs the transport a fixed share of CPU); a server that receives in place
+lays such a bucket's parameters out back to back on the first push. The
 manifest goes over the control plane as JSON and is validated on arrival; the bytes go over the
 data plane. This module does no I/O and knows nothing about models or servers.
 
@@ -185,15 +189,30 @@ def plan_manifest(
     buckets: list[Bucket] = []
     entries: list[TensorEntry] = []
     open_bucket: dict[str, int] = {}  # dtype -> index of the bucket of small tensors being filled
-    for name, tensor in tensors.items():
+    # The bucket of the last lone tensor (or its run) and its last tensor's position: a tensor
+    # lying right after that one in memory joins it, so the bucket stays one span (no copy).
+    run: int | None = None
+    run_last = -1
+    after = follows(list(tensors.values()))
+    for position, (name, tensor) in enumerate(tensors.items()):
         dtype = dtype_name(tensor.dtype)
         nbytes = tensor.numel() * tensor.element_size()
-        index = None if nbytes >= alone else open_bucket.get(dtype)
+        if (
+            run is not None
+            and after[position] == run_last
+            and buckets[run].dtype == dtype
+            and buckets[run].nbytes + nbytes <= bucket_bytes
+        ):
+            index: int | None = run
+        else:
+            index = None if nbytes >= alone else open_bucket.get(dtype)
         if index is None or buckets[index].nbytes + nbytes > bucket_bytes:
             index = len(buckets)
             buckets.append(Bucket(index=index, dtype=dtype, numel=0))
             if nbytes < alone:
                 open_bucket[dtype] = index
+        if nbytes >= alone or index == run:
+            run, run_last = index, position
         bucket = buckets[index]
         entries.append(
             TensorEntry(
@@ -211,6 +230,22 @@ def plan_manifest(
         checksums=checksums,
         piece_bytes=piece_bytes,
     )
+
+
+def follows(tensors: list[torch.Tensor]) -> list[int | None]:
+    """For each tensor, the position of an earlier one that it starts right after, in the same
+    storage (both contiguous, one dtype and device), else None: which tensors can travel as one
+    span without a copy. Tied aliases (the same memory twice) follow nothing."""
+    ends: dict[tuple[int, int, torch.dtype, torch.device], int] = {}
+    out: list[int | None] = []
+    for i, t in enumerate(tensors):
+        if not t.is_contiguous() or t.numel() == 0:
+            out.append(None)
+            continue
+        storage = t.untyped_storage().data_ptr()
+        out.append(ends.get((storage, t.data_ptr(), t.dtype, t.device)))
+        ends[(storage, t.data_ptr() + t.numel() * t.element_size(), t.dtype, t.device)] = i
+    return out
 
 
 def flatten_into(
