@@ -42,7 +42,7 @@ from ludic.inference.http.openai_protocol import (
     completion_body,
     error_body,
 )
-from ludic.inference.http.serve_config import ServeConfig
+from ludic.inference.http.serve_config import ServeConfig, check_serve_config
 from ludic.inference.http.weight_routes import install_weight_sync_routes
 
 logger = logging.getLogger(__name__)
@@ -281,6 +281,7 @@ def serve(config: ServeConfig) -> None:
     import torch
     import uvicorn
 
+    check_serve_config(config)  # before the model loads
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     token = resolve_token(config.token)
@@ -295,6 +296,7 @@ def serve(config: ServeConfig) -> None:
             max_model_len=config.max_model_len,
             logprobs_mode=config.logprobs_mode,
             batch_invariant=config.batch_invariant,
+            prepacked_gemm=config.prepacked_gemm,
         ),
     )
     name = config.served_model_name or os.path.basename(os.path.normpath(config.model))
