@@ -225,3 +225,36 @@ def test_filter_then_reweight_weights_from_every_episode_mean_one_on_the_kept(
     for sample in source.samples:
         key = (sample.meta["rollout_id"], sample.meta["turn_id"])
         assert float(sample.weight) == pytest.approx(everything[key], rel=1e-6)
+
+
+@pytest.mark.slow
+def test_ludic_sft_awr_value_baseline_filter_then_reweight_from_the_command_line(
+    mixed_data: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "awr_value"
+    flags = ["--awr-baseline", "value", "--awr-value-folds", "3", "--awr-normalize-mean"]
+    cli_main(
+        [
+            "sft",
+            "--data",
+            str(mixed_data),
+            "--algorithm",
+            "awr",
+            *flags,
+            "--awr-min-weight",
+            "0.25",
+            "--min-reward",
+            "0",
+            "--steps",
+            "2",
+            "--batch-size",
+            "4",
+            "--out-dir",
+            str(out),
+            "--no-progress",
+        ]
+    )
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 2
+    assert sorted((out / "checkpoints").glob("step_*/model/config.json"))
+    assert all(r["weight_mean"] >= 0.25 for r in records)  # the floor holds in every batch
