@@ -93,6 +93,10 @@ class EvalConfig:
     episodes beside it, so a seeded evaluation repeats exactly on the same machine, build and
     --threads (the quickstart's engine). Not with --server-url (serve with `ludic serve
     --batch-invariant` instead)."""
+    prepacked_gemm: bool = False
+    """Run the embedded engine's GEMMs on packed weight copies: faster decode on CPU, logprobs
+    that differ from the default engine's by float noise (~1e-5..1e-4). Float32 on CPU; not
+    with --batch-invariant or --server-url (serve with `ludic serve --prepacked-gemm`)."""
     threads: int | None = None
     """torch CPU threads of the embedded engine (None: torch's choice). The quickstart
     evaluates on 1; a batch-invariant result holds for a given thread count. Not with
@@ -162,6 +166,14 @@ def eval_sampling(cfg: EvalConfig) -> SamplingConfig:
 
 
 def _check_engine_options(cfg: EvalConfig) -> None:
+    from ludic.recipes.inference import check_prepacked_gemm
+
+    check_prepacked_gemm(
+        cfg.prepacked_gemm,
+        batch_invariant=cfg.batch_invariant,
+        server_url=cfg.server_url,
+        device="cpu",
+    )
     if cfg.batch_invariant and cfg.server_url:
         raise ValueError(
             "--batch-invariant applies to the embedded engine, not to --server-url; start the "
@@ -356,7 +368,7 @@ def build_client(cfg: EvalConfig, model_dir: str | None) -> ChatClient:
         raise ValueError("the embedded engine needs a model directory (or pass --server-url)")
     from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
 
-    config = EngineConfig(batch_invariant=cfg.batch_invariant)
+    config = EngineConfig(batch_invariant=cfg.batch_invariant, prepacked_gemm=cfg.prepacked_gemm)
     return EmbeddedEngine.from_pretrained(model_dir, config=config)
 
 

@@ -47,7 +47,13 @@ class InferenceArgs:
     `ludic serve`)."""
 
     def make(
-        self, model: Any, tokenizer: Any, *, device: str = "cpu", batch_invariant: bool = False
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        device: str = "cpu",
+        batch_invariant: bool = False,
+        prepacked_gemm: bool = False,
     ) -> Inference:
         """`make_inference` with these arguments (a client and the weight publisher)."""
         return make_inference(
@@ -58,6 +64,7 @@ class InferenceArgs:
             served_model=self.served_model,
             device=device,
             batch_invariant=batch_invariant,
+            prepacked_gemm=prepacked_gemm,
             server_ranks=self.server_ranks,
         )
 
@@ -114,6 +121,7 @@ def make_inference(
     served_model: str | None = None,
     device: str = "cpu",
     batch_invariant: bool = False,
+    prepacked_gemm: bool = False,
     server_ranks: int = 1,
 ) -> Inference:
     """The embedded engine on a copy of `model` with an in-process publisher, or, with
@@ -122,9 +130,13 @@ def make_inference(
     NCCL from a CUDA device). `served_model` None asks the first server which model it serves
     (`/v1/models`). Create it inside the event loop that will use it (the HTTP client is bound
     to it). `batch_invariant` builds the embedded engine with
-    `EngineConfig(batch_invariant=True)`; `server_ranks` is each server's tensor-parallel size
-    (vLLM; every rank receives the push)."""
+    `EngineConfig(batch_invariant=True)`, `prepacked_gemm` with `EngineConfig(prepacked_gemm=True)`
+    (faster CPU decode, float-noise rounding against the trainer; `check_prepacked_gemm`);
+    `server_ranks` is each server's tensor-parallel size (vLLM; every rank receives the push)."""
     urls = server_urls(server_url)
+    check_prepacked_gemm(
+        prepacked_gemm, batch_invariant=batch_invariant, server_url=urls, device=device
+    )
     server_token = server_token or os.environ.get("LUDIC_SERVER_TOKEN")
     if not urls:
         import copy
@@ -132,7 +144,7 @@ def make_inference(
         from ludic.distributed import InProcessPublisher
         from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
 
-        config = EngineConfig(batch_invariant=batch_invariant)
+        config = EngineConfig(batch_invariant=batch_invariant, prepacked_gemm=prepacked_gemm)
         engine = EmbeddedEngine(copy.deepcopy(model), tokenizer, config=config)
         return Inference(client=engine, publisher=InProcessPublisher(engine))
     if batch_invariant:
@@ -155,6 +167,31 @@ def make_inference(
     )
     name = served_model or served_model_name(urls[0], server_token)
     return Inference(client=make_client(urls, served_model=name), publisher=publisher)
+
+
+def check_prepacked_gemm(
+    prepacked_gemm: bool, *, batch_invariant: bool, server_url: ServerUrls, device: str
+) -> None:
+    """ValueError naming the flags when --prepacked-gemm cannot apply: with --batch-invariant
+    (they round differently), with --server-url (a server packs its own weights: `ludic serve
+    --prepacked-gemm`) or off the CPU. Cheap; commands call it before any model loads."""
+    if not prepacked_gemm:
+        return
+    if batch_invariant:
+        raise ValueError(
+            "--prepacked-gemm and --batch-invariant round their GEMMs differently; pass one of "
+            "them (--batch-invariant: reproducible logprobs; --prepacked-gemm: faster decode)"
+        )
+    if server_urls(server_url):
+        raise ValueError(
+            "--prepacked-gemm applies to the embedded engine, not to --server-url; start the "
+            "server with `ludic serve --prepacked-gemm` and drop the flag here"
+        )
+    if not device.startswith("cpu"):
+        raise ValueError(
+            f"--prepacked-gemm packs weights for the CPU's oneDNN GEMMs; --device is {device!r}: "
+            "drop --prepacked-gemm or run on the CPU"
+        )
 
 
 def make_client(

@@ -46,6 +46,7 @@ from ludic.recipes.configs import (
     suggested_context,
 )
 from ludic.recipes.context_overflow import ContextOverflowWatch, quiet_repeated_overflow_lines
+from ludic.recipes.inference import check_prepacked_gemm
 from ludic.recipes.train_local_server import local_server, served_version, trainer_max_lag
 from ludic.recipes.training import (
     SAMPLES_FILE,
@@ -110,6 +111,12 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
     env_kwargs = parse_env_kwargs(cfg.env_kwargs)
     suggested = _inspect_env(env_factory, env_kwargs, cfg.env)
     context = context_of(cfg, suggested)
+    check_prepacked_gemm(  # before the model loads, as every flag check here
+        cfg.prepacked_gemm,
+        batch_invariant=cfg.batch_invariant,
+        server_url=cfg.server_url,
+        device=cfg.device,
+    )
     max_lag = trainer_max_lag(cfg)  # a bad --local-server combination fails before loading
     schedule_steps = schedule_steps_of(cfg)
     check_lr_schedule(cfg.lr_schedule, cfg.warmup_steps, schedule_steps, cfg.min_lr_ratio)
@@ -122,6 +129,11 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
             "pass --parser"
         )
     console.print(context_line(cfg, suggested))
+    if cfg.prepacked_gemm:
+        console.print(
+            "engine: prepacked GEMMs (--prepacked-gemm): faster decode; behaviour logprobs "
+            "differ from the trainer's by float noise"
+        )
     rollout_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
     algorithm = make_algorithm(cfg.algorithm, cfg)
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
@@ -170,6 +182,7 @@ async def _train(
         served_model=cfg.served_model,
         device=cfg.device,
         batch_invariant=cfg.batch_invariant,
+        prepacked_gemm=cfg.prepacked_gemm and server is None,  # else the server packs
         server_ranks=cfg.server_ranks,
     )
     prefetch: PrefetchBatchSource | None = None

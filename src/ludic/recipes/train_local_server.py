@@ -24,7 +24,13 @@ from rich.console import Console
 from ludic.inference.http.local_server import LocalServer
 from ludic.recipes.configs import TrainConfig
 
-__all__ = ["LOCAL_SERVER_LOG", "local_server", "served_version", "trainer_max_lag"]
+__all__ = [
+    "LOCAL_SERVER_LOG",
+    "local_server",
+    "local_server_args",
+    "served_version",
+    "trainer_max_lag",
+]
 
 LOCAL_SERVER_LOG = "local_server.log"
 """The child server's output, in the run directory."""
@@ -70,6 +76,11 @@ def _check_local_server_flags(cfg: TrainConfig) -> None:
         raise ValueError(f"--local-server-threads must be >= 1, got {cfg.local_server_threads}")
 
 
+def local_server_args(cfg: TrainConfig) -> tuple[str, ...]:
+    """The engine flags of `ludic train` that the `ludic serve` child takes over."""
+    return ("--prepacked-gemm",) if cfg.prepacked_gemm else ()
+
+
 @contextmanager
 def local_server(
     cfg: TrainConfig, model: Any, tokenizer: Any, console: Console
@@ -94,6 +105,7 @@ def local_server(
             threads=cfg.local_server_threads,
             served_model_name="policy",
             log_path=cfg.out_dir / LOCAL_SERVER_LOG,
+            args=local_server_args(cfg),
         )
         with _sigterm_as_interrupt(), server:
             assert server.process is not None
