@@ -1,5 +1,9 @@
 """Launched by test_shared_prefix.py under torchrun (2 gloo ranks). Usage:
-`dist_worker_shared_prefix.py OUT_DIR`
+`dist_worker_shared_prefix.py OUT_DIR [mismatch]`
+
+`mismatch` trains on data where, in the same pass, one rank has a group sharing a prompt and
+the other has none (rows sharing nothing, or only dummy passes): the ranks must still make the
+same model calls (FSDP2 gathers weights per call) instead of hanging.
 
 FSDP2 training on groups that share prompts, with `TrainerConfig(shared_prefix=True)` (two model
 calls per micro-batch, gradients through the prefix's KV cache): 2 steps on each rank's share.
@@ -9,6 +13,7 @@ path to OUT_DIR/results.pt. Also imported by the test for the same data and conf
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import random
 import sys
@@ -46,10 +51,26 @@ STEP_BATCHES: list[list[list[SAWItem]]] = [
 ]
 
 
-def batches_for(rank: int, world_size: int) -> list[list[SAWItem]]:
+def _unrelated(seed: int, rows: int, prompt: int) -> list[SAWItem]:
+    """Rows whose prompts share nothing."""
+    return [item for i in range(rows) for item in _group(seed * 100 + i, 1, prompt)]
+
+
+# MISMATCH_STEPS[step][rank]: step 1, rank 0 shares a 12-token prompt and rank 1 shares
+# nothing; step 2, rank 0 has 2 micro-batches of groups while rank 1 has one row (its second
+# pass is a dummy one); step 3, the other way round.
+MISMATCH_STEPS: list[list[list[SAWItem]]] = [
+    [_group(11, 3, 12), _unrelated(12, 3, 12)],
+    [_group(13, 3, 12) + _group(14, 3, 11), _unrelated(15, 1, 10)],
+    [_unrelated(16, 1, 9), _group(17, 3, 12) + _group(18, 2, 10)],
+]
+
+
+def batches_for(rank: int, world_size: int, *, mismatch: bool = False) -> list[list[SAWItem]]:
+    steps = MISMATCH_STEPS if mismatch else STEP_BATCHES
     if world_size == 1:
-        return [[item for share in step for item in share] for step in STEP_BATCHES]
-    return [step[rank] for step in STEP_BATCHES]
+        return [[item for share in step for item in share] for step in steps]
+    return [step[rank] for step in steps]
 
 
 def config(shared_prefix: bool) -> TrainerConfig:
@@ -58,8 +79,15 @@ def config(shared_prefix: bool) -> TrainerConfig:
     )
 
 
+HANG_S = 150.0
+"""A rank still running after this long is hung in a collective: it dumps its stack and exits
+(torchrun's workers run in sessions of their own, which the test's kill does not reach)."""
+
+
 def main() -> None:
+    faulthandler.dump_traceback_later(HANG_S, exit=True)
     out_dir = Path(sys.argv[1])
+    mismatch = sys.argv[2:] == ["mismatch"]
     calls: list[int] = []
     real = shared_prefix_module.shared_prefix_logprobs
 
@@ -69,10 +97,9 @@ def main() -> None:
 
     shared_prefix_module.shared_prefix_logprobs = counted  # type: ignore[assignment]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    trainer = Trainer(
-        tiny_llama(seed=0), ALGORITHM, ListSource(batches_for(rank, world)), config(True)
-    )
-    history = trainer.run(2, progress=False)
+    source = ListSource(batches_for(rank, world, mismatch=mismatch))
+    trainer = Trainer(tiny_llama(seed=0), ALGORITHM, source, config(True))
+    history = trainer.run(len(MISMATCH_STEPS if mismatch else STEP_BATCHES), progress=False)
     weights = trainer.runtime.full_model_state(trainer.model)
     counts = trainer.runtime.all_gather_object(len(calls))
     sharded = type(next(trainer.model.parameters())).__name__ == "DTensor"

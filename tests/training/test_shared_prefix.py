@@ -269,19 +269,98 @@ def test_direct_call_checks_the_groups() -> None:
         shared_prefix_logprobs(model, batch, singles)
 
 
-def test_unsupported_setups_fall_back_to_the_per_row_path() -> None:
+def _dynamic_rope_llama() -> torch.nn.Module:
+    """tiny_llama with dynamic-NTK rope (its rotary rescales past max_position_embeddings)."""
+    model = tiny_llama()
+    config = copy.deepcopy(model.config)
+    config.max_position_embeddings = 16
+    params = {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}
+    for name in ("rope_scaling", "rope_parameters"):
+        if hasattr(config, name):
+            setattr(config, name, params)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return type(model)(config)
+
+
+def _checkpointed(model: torch.nn.Module) -> torch.nn.Module:
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return model.train()
+
+
+def _shared_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = shared_prefix_module.shared_prefix_logprobs
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(shared_prefix_module, "shared_prefix_logprobs", counted)
+    return calls
+
+
+def test_unsupported_setups_fall_back_to_the_per_row_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     model = tiny_llama()
     assert supports_shared_prefix(model, packed=True) is None
     assert shared_prefix_min_tokens(model, enabled=True) == shared_prefix_module.MIN_SHARED_TOKENS
     assert shared_prefix_min_tokens(model, enabled=False) is None
     assert shared_prefix_min_tokens(model, enabled=True, batch_invariant=True) is None
-    model.config._attn_implementation = "flash_attention_2"
-    assert "4D mask" in (supports_shared_prefix(model, packed=True) or "")
-    assert supports_shared_prefix(model, packed=False) is None
-    assert shared_prefix_min_tokens(model, enabled=True, packed=True) is None
-    windowed = copy.deepcopy(tiny_llama())
+    flash = copy.deepcopy(model)
+    flash.config._attn_implementation = "flash_attention_2"
+    assert "4D mask" in (supports_shared_prefix(flash, packed=True) or "")
+    assert supports_shared_prefix(flash, packed=False) is None
+    assert shared_prefix_min_tokens(flash, enabled=True, packed=True) is None
+    windowed = copy.deepcopy(model)
     windowed.config.sliding_window = 16
-    assert "sliding-window" in (supports_shared_prefix(windowed, packed=False) or "")
+    dynamic = _dynamic_rope_llama()
+    checkpointed = _checkpointed(tiny_llama())
+    lora = add_lora(tiny_llama(), rank=4, alpha=8, target_modules=("q_proj",))
+    lora_checkpointed = _checkpointed(lora)  # PEFT: checkpointing on the base model
+    unsupported = {
+        "sliding-window": windowed,
+        "dynamic-NTK": dynamic,
+        "gradient checkpointing": checkpointed,
+    }
+    assert "gradient checkpointing" in (
+        supports_shared_prefix(lora_checkpointed, packed=False) or ""
+    )
+    calls = _shared_calls(monkeypatch)
+    batch = collate(_grpo_items())
+    for reason, unsupported_model in unsupported.items():
+        for packed in (False, True):
+            assert reason in (supports_shared_prefix(unsupported_model, packed=packed) or "")
+            per_row = sequence_logprobs(unsupported_model, batch, packed=packed)[0]
+            got = sequence_logprobs(
+                unsupported_model, batch, packed=packed, shared_prefix_min_tokens=MIN
+            )[0]
+            assert torch.equal(got, per_row), reason  # the same path, so the same bits
+            assert got.abs().sum() > 0
+    assert calls == []
+    # the numbers differ from what the shared path would give a dynamic-rope model: its rotary
+    # depends on each call's length (the prefix call is shorter than the row)
+    # (float64, where the shared path matches the per-row one to ~1e-12 otherwise)
+    sharing = shared_prefix_groups(batch, min_tokens=MIN)
+    dynamic64 = _exact_norms(dynamic.double())
+    wrong = shared_prefix_logprobs(dynamic64, batch, sharing)[0]
+    assert float((wrong - sequence_logprobs(dynamic64, batch)[0]).detach().abs().max()) > 1e-6
+
+
+def test_gradient_checkpointing_runs_per_row_with_the_per_row_gradients() -> None:
+    """HF checkpointed layers force use_cache=False (the shared path crashed on the missing
+    cache): the per-row path runs, with the gradients of the model without checkpointing."""
+    batch = collate(_grpo_items())
+    weights_BT = torch.linspace(-1, 1, batch.input_ids_BT.numel()).view_as(batch.input_ids_BT)
+    plain = _model64()
+    lp, _, grads = _grads(plain, batch, weights_BT.double())
+    checkpointed = _checkpointed(_model64())
+    lp_ckpt, _, grads_ckpt = _grads(
+        checkpointed, batch, weights_BT.double(), shared_prefix_min_tokens=MIN
+    )
+    torch.testing.assert_close(lp_ckpt, lp, rtol=0, atol=1e-12)
+    _close(grads, grads_ckpt, rtol=1e-11)
 
 
 # -- micro-batches -------------------------------------------------------------------------
@@ -436,4 +515,30 @@ def test_fsdp_with_shared_prefixes_matches_one_process(tmp_path: Path) -> None:
     # gradient is off by the step itself.
     for name, value in reference.items():
         assert float((value - start[name]).abs().max()) > 1e-3, name
+        torch.testing.assert_close(results["weights"][name], value, rtol=1e-5, atol=5e-5)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_fsdp_ranks_that_share_and_ranks_that_do_not_stay_in_lockstep(tmp_path: Path) -> None:
+    """One rank has a group sharing a prompt, the other none (rows sharing nothing, or a dummy
+    pass) in the same pass: the ranks agree to run the shared path together (FSDP2 gathers
+    weights per model call; choosing per rank hung), and train like one process per row."""
+    from dist_worker_common import torchrun
+    from dist_worker_shared_prefix import ALGORITHM, MISMATCH_STEPS, batches_for, config
+
+    batches = batches_for(0, 1, mismatch=True)
+    single = Trainer(tiny_llama(seed=0), ALGORITHM, ListSource(batches), config(False))
+    history = single.run(len(MISMATCH_STEPS), progress=False)
+    torchrun("dist_worker_shared_prefix.py", str(tmp_path), "mismatch", timeout_s=240.0)
+    results = torch.load(tmp_path / "results.pt", weights_only=False, map_location="cpu")
+    assert results["sharded"]
+    # both ranks ran the shared path in the 5 passes where some rank shares (1 + 2 + 2; step
+    # 1's second pass, rows sharing nothing against a dummy pass, runs per row on both)
+    assert results["calls"] == [5, 5]
+    for ref, got in zip(history, results["history"], strict=True):
+        assert got["num_action_tokens"] == ref["num_action_tokens"]
+        assert got["loss"] == pytest.approx(ref["loss"], rel=1e-5, abs=1e-7)
+        assert got["grad_norm"] == pytest.approx(ref["grad_norm"], rel=1e-5)
+    for name, value in single.model.state_dict().items():
         torch.testing.assert_close(results["weights"][name], value, rtol=1e-5, atol=5e-5)

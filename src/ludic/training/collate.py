@@ -280,9 +280,10 @@ def _common_prefix(batch: CollatedBatch, rows: list[int], lengths: list[int]) ->
 
 @dataclass(slots=True)
 class _Cost:
-    """What a micro-batch computes with its shared prefixes run once: `prefixes` prefix rows
+    """What a micro-batch computes. With its shared prefixes run once: `prefixes` prefix rows
     (`shared_tokens - 1` tokens each; the last shared token runs with every row) and `rows`
-    rows of their remaining tokens."""
+    rows of their remaining tokens; per row: `rows` rows of their whole length. The forward
+    takes whichever is cheaper (`shared_prefix_pays`), so the micro-batch costs that."""
 
     prefixes: int = 0
     longest_prefix: int = 0
@@ -290,6 +291,8 @@ class _Cost:
     rows: int = 0
     longest_rest: int = 0
     rest_tokens: int = 0
+    longest_row: int = 0
+    saved: int = 0  # prefix tokens the shared path does not recompute (packed)
 
     def add(self, other: _Cost) -> _Cost:
         return _Cost(
@@ -299,16 +302,30 @@ class _Cost:
             rows=self.rows + other.rows,
             longest_rest=max(self.longest_rest, other.longest_rest),
             rest_tokens=self.rest_tokens + other.rest_tokens,
+            longest_row=max(self.longest_row, other.longest_row),
+            saved=self.saved + other.saved,
         )
 
-    def tokens(self, packed: bool) -> int:
+    def shared(self, packed: bool) -> int:
+        """Tokens the shared path computes: prefix rows (K x W padded) plus rest rows (B x S
+        padded, S the longest rest over every row of the micro-batch)."""
         if packed:
             return self.prefix_tokens + self.rest_tokens
         return self.prefixes * self.longest_prefix + self.rows * self.longest_rest
 
+    def per_row(self, packed: bool) -> int:
+        """Tokens the per-row path computes (B x T padded; the lengths' sum packed)."""
+        if packed:
+            return self.prefix_tokens + self.rest_tokens + self.saved
+        return self.rows * self.longest_row
+
+    def tokens(self, packed: bool) -> int:
+        return min(self.shared(packed), self.per_row(packed))
+
 
 def _cost(rows: Sequence[int], lengths: Sequence[int], shared_tokens: int) -> _Cost:
-    prefix = max(0, shared_tokens - 1)
+    # a run of one row of a split group shares with nothing in its micro-batch: it runs whole
+    prefix = max(0, shared_tokens - 1) if len(rows) > 1 else 0
     rests = [lengths[row] - prefix for row in rows]
     return _Cost(
         prefixes=int(prefix > 0),
@@ -317,7 +334,22 @@ def _cost(rows: Sequence[int], lengths: Sequence[int], shared_tokens: int) -> _C
         rows=len(rows),
         longest_rest=max(rests),
         rest_tokens=sum(rests),
+        longest_row=max(lengths[row] for row in rows),
+        saved=prefix * (len(rows) - 1),
     )
+
+
+def shared_prefix_pays(lengths: Sequence[int], groups: Sequence[RowGroup], *, packed: bool) -> bool:
+    """True when running `groups`' shared prefixes once computes fewer tokens than running
+    every row whole: some group shares a prefix and, padded, K x W + B x S < B x T (an
+    ungrouped long row widens every rest row to its length, which can cost more than the
+    prefixes save)."""
+    if not any(group.shared_tokens >= 2 for group in groups):
+        return False
+    cost = _Cost()
+    for group in groups:
+        cost = cost.add(_cost(group.rows, lengths, group.shared_tokens))
+    return cost.shared(packed) < cost.per_row(packed)
 
 
 def plan_micro_batches(

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ludic.training.algorithm_types import Loss, LossInputs
-from ludic.training.collate import CollatedBatch
+from ludic.training.collate import CollatedBatch, shared_prefix_groups
 from ludic.training.logprobs import DEFAULT_CHUNK_TOKENS, sequence_logprobs
 from ludic.training.losses import reduce_metrics
 from ludic.training.mismatch import mismatch_metrics
@@ -71,6 +71,7 @@ def accumulate_gradients(
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     batch_invariant: bool = False,
     shared_prefix_min_tokens: int | None = None,
+    shared_passes: Sequence[bool] | None = None,
 ) -> AccumulationResult:
     """Forward and backward every micro-batch (rows of `batch`) into `model`'s `.grad`.
 
@@ -80,6 +81,9 @@ def accumulate_gradients(
     None (this rank has nothing to train on). `batch_invariant` computes the policy's logprobs
     with the batch-invariant engine's arithmetic (`sequence_logprobs`); `shared_prefix_min_tokens`
     runs rows' shared prompts once (`sequence_logprobs`, policy and reference model alike).
+    `shared_passes` (one flag per pass, the same on every rank: `agreed_shared_passes`) makes
+    pass i take the shared path exactly when flag i is set, dummy passes included, so every
+    rank makes the same model calls; None lets each micro-batch choose for itself.
     """
     if loss_fn.needs_ref_logprobs and ref_model is None:
         raise ValueError(
@@ -99,11 +103,17 @@ def accumulate_gradients(
             f"accumulate_gradients: num_passes={num_passes} for {len(micro_batches)} "
             "micro-batches (of a batch that must be given when there are micro-batches)"
         )
+    if shared_passes is not None and len(shared_passes) != passes:
+        raise ValueError(
+            f"accumulate_gradients: {len(shared_passes)} shared_passes flags for {passes} passes"
+        )
     device = torch.device(device)
     loss_sum, finite, per_micro_batch = 0.0, True, []
     for done in range(passes):
+        shared = None if shared_passes is None else bool(shared_passes[done])
         if done >= len(micro_batches):
-            _zero_pass(model, _dummy_batch(pad_token_id).to(device), device, autocast_dtype)
+            dummy = _dummy_batch(pad_token_id).to(device)
+            _zero_pass(model, dummy, device, autocast_dtype, shared=bool(shared))
             continue
         assert batch is not None
         micro = batch.select(micro_batches[done]).to(device)
@@ -117,6 +127,7 @@ def accumulate_gradients(
                 chunk_tokens=chunk_tokens,
                 batch_invariant=batch_invariant,
                 shared_prefix_min_tokens=shared_prefix_min_tokens,
+                shared_path=shared,
             )
         out = loss_fn(
             LossInputs(
@@ -171,6 +182,7 @@ def _forward(
     chunk_tokens: int,
     batch_invariant: bool = False,
     shared_prefix_min_tokens: int | None = None,
+    shared_path: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(logprobs_BT, entropy_BT if the loss needs it, reference logprobs_BT if it needs them)."""
     logprobs_BT, entropy_BT = sequence_logprobs(
@@ -181,6 +193,7 @@ def _forward(
         chunk_tokens=chunk_tokens,
         batch_invariant=batch_invariant,
         shared_prefix_min_tokens=shared_prefix_min_tokens,
+        shared_path=shared_path,
     )
     ref_BT = None
     if ref_model is not None and loss_fn.needs_ref_logprobs:
@@ -191,8 +204,34 @@ def _forward(
                 packed=packed,
                 chunk_tokens=chunk_tokens,
                 shared_prefix_min_tokens=shared_prefix_min_tokens,
+                shared_path=shared_path,
             )
     return logprobs_BT, entropy_BT, ref_BT
+
+
+def local_shared_passes(
+    model: torch.nn.Module,
+    batch: CollatedBatch | None,
+    micro_batches: Sequence[Sequence[int]],
+    *,
+    passes: int,
+    min_tokens: int | None,
+    packed: bool = False,
+    device: torch.device | str = "cpu",
+) -> list[float]:
+    """1.0 for each pass whose micro-batch would take the shared path on this rank, else 0.0
+    (dummy passes, no `min_tokens`). Sum them over ranks and pass `flag > 0` as
+    `accumulate_gradients(shared_passes=...)`: a pass shares on every rank or on none."""
+    flags = [0.0] * passes
+    if min_tokens is None or batch is None:
+        return flags
+    from ludic.training.shared_prefix import takes_shared_path
+
+    for i, rows in enumerate(micro_batches):
+        micro = batch.select(rows)
+        groups = shared_prefix_groups(micro, min_tokens=min_tokens)
+        flags[i] = float(takes_shared_path(model, micro, groups, packed=packed))
+    return flags
 
 
 def _dummy_batch(pad_token_id: int) -> CollatedBatch:
@@ -210,10 +249,18 @@ def _zero_pass(
     dummy: CollatedBatch,
     device: torch.device,
     autocast_dtype: torch.dtype | None,
+    *,
+    shared: bool = False,
 ) -> None:
-    """A forward and backward through every parameter that adds exactly zero gradient."""
+    """A forward and backward through every parameter that adds exactly zero gradient; with
+    `shared`, through the shared path's two model calls (as the ranks that share make)."""
     with _autocast(device, autocast_dtype):
-        logprobs_BT, _ = sequence_logprobs(model, dummy)
+        logprobs_BT, _ = sequence_logprobs(
+            model,
+            dummy,
+            shared_prefix_min_tokens=2 if shared else None,
+            shared_path=shared or None,
+        )
     (logprobs_BT * 0.0).sum().backward()
 
 

@@ -207,6 +207,7 @@ def sequence_logprobs(
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     batch_invariant: bool = False,
     shared_prefix_min_tokens: int | None = None,
+    shared_path: bool | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Run a Hugging Face causal LM on `batch` and return (logprobs_BT, entropy_BT or None),
     0 on padding, logprobs under each token's sampling transform (`batch.sampling`). With
@@ -217,8 +218,12 @@ def sequence_logprobs(
 
     With `shared_prefix_min_tokens`, rows whose prompt is the same and who share at least that
     many leading tokens run them once (`ludic.training.shared_prefix`; same results within
-    rounding); batches with no such group, batch-invariant mode and models the shared path does
-    not support (`supports_shared_prefix`) take the per-row path."""
+    rounding) when that computes fewer tokens and the model supports it
+    (`shared_prefix.takes_shared_path`); otherwise, and in batch-invariant mode, the per-row
+    path runs. `shared_path` overrides that local choice with one all ranks agreed on
+    (data-parallel training: FSDP gathers weights per model call, so every rank must make
+    the same calls): True runs the shared path even with no group (a one-token prefix nobody
+    attends to), False the per-row path."""
     if batch_invariant and packed:
         raise ValueError(
             "batch-invariant logprobs run each sequence as its own row: turn packing off"
@@ -227,9 +232,9 @@ def sequence_logprobs(
         from ludic.training import shared_prefix  # imports this module
 
         groups = shared_prefix_groups(batch, min_tokens=shared_prefix_min_tokens)
-        if any(g.shared_tokens for g in groups) and (
-            shared_prefix.supports_shared_prefix(model, packed=packed) is None
-        ):
+        if shared_path is None:
+            shared_path = shared_prefix.takes_shared_path(model, batch, groups, packed=packed)
+        if shared_path:
             return shared_prefix.shared_prefix_logprobs(
                 model,
                 batch,
@@ -237,7 +242,10 @@ def sequence_logprobs(
                 packed=packed,
                 with_entropy=with_entropy,
                 chunk_tokens=chunk_tokens,
+                lockstep=True,
             )
+    elif shared_path:
+        raise ValueError("sequence_logprobs: shared_path=True needs shared_prefix_min_tokens")
     if not packed:
         if batch_invariant:
             logits_BTV = invariant_logits(model, batch.input_ids_BT, batch.attention_mask_BT)

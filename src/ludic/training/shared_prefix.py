@@ -21,10 +21,16 @@ padding. Packed layout: prefixes are one packed row, rest tokens another, and a 
 each rest token see its own prefix and its own row only (bool for SDPA, additive for eager
 attention; memory rest x (prefix + rest) per micro-batch, as packing's own mask).
 
+`sequence_logprobs` takes this path only when it computes fewer tokens (`takes_shared_path`:
+padded, K x W + B x S < B x T; a long row sharing nothing widens every rest row). Data-parallel
+ranks agree per micro-batch (`gradients.local_shared_passes`); a rank without a group then runs
+a one-token prefix nobody attends to (`lockstep=True`), so all ranks make the same two calls.
+
 Not covered (`supports_shared_prefix` says why; `sequence_logprobs` then uses the per-row path):
 batch-invariant logprobs (`invariant_forward` has no KV-cache input), models whose cache is not
-a plain full-attention `DynamicCache` (sliding-window or hybrid layers), and packed rows on an
-attention implementation other than SDPA or eager (flash attention takes no 4D mask).
+a plain full-attention `DynamicCache` (sliding-window or hybrid layers), dynamic-NTK rope (its
+rotary depends on each call's length), gradient checkpointing (HF turns the cache off under it),
+and packed rows on an attention implementation other than SDPA or eager (no 4D mask).
 
 Shape legend: B rows, T padded tokens, K prefix rows, W padded prefix tokens, S padded rest
 tokens, P packed prefix tokens, R packed rest tokens, V vocabulary, N flat logit positions.
@@ -41,7 +47,7 @@ import torch
 from transformers.cache_utils import DynamicCache
 
 from ludic.inference.embedded.kv_cache import cache_kwarg
-from ludic.training.collate import CollatedBatch, RowGroup
+from ludic.training.collate import CollatedBatch, RowGroup, shared_prefix_pays
 from ludic.training.logprobs import DEFAULT_CHUNK_TOKENS, _Knobs, _next_token_logprobs
 
 __all__ = [
@@ -49,6 +55,7 @@ __all__ = [
     "shared_prefix_logprobs",
     "shared_prefix_min_tokens",
     "supports_shared_prefix",
+    "takes_shared_path",
 ]
 
 logger = logging.getLogger(__name__)
@@ -98,7 +105,39 @@ def supports_shared_prefix(model: torch.nn.Module, *, packed: bool) -> str | Non
     attention = getattr(config, "_attn_implementation", None) or "eager"
     if packed and attention not in _MASKABLE_ATTENTION:
         return f"packed rows need a 4D mask, which {attention!r} attention does not take"
+    if _rope_type(text) == "dynamic":
+        return "dynamic-NTK rope scales its rotary by each call's length (the two calls differ)"
+    if _gradient_checkpointing(model):
+        return "gradient checkpointing is on (it turns the KV cache the shared path needs off)"
     return None
+
+
+def _rope_type(text: Any) -> str | None:
+    """The rope scaling type of a text config (`rope_scaling`, or 4.56+'s `rope_parameters`)."""
+    for name in ("rope_scaling", "rope_parameters"):
+        params = getattr(text, name, None)
+        if isinstance(params, dict):
+            kind = params.get("rope_type", params.get("type"))
+            if kind is not None:
+                return str(kind)
+    return None
+
+
+def _gradient_checkpointing(model: torch.nn.Module) -> bool:
+    """Whether any module of `model` (a PEFT wrapper's base model included) checkpoints: HF's
+    checkpointed layers set `gradient_checkpointing` and force `use_cache=False`."""
+    return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
+
+
+def takes_shared_path(
+    model: torch.nn.Module, batch: CollatedBatch, groups: list[RowGroup], *, packed: bool
+) -> bool:
+    """Whether `sequence_logprobs` runs `batch` (grouped as `groups`) on the shared path: the
+    model supports it and it computes fewer tokens (`collate.shared_prefix_pays`)."""
+    lengths = [int(n) for n in batch.lengths_B.tolist()]
+    if not shared_prefix_pays(lengths, groups, packed=packed):
+        return False
+    return supports_shared_prefix(model, packed=packed) is None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -134,12 +173,15 @@ def shared_prefix_logprobs(
     packed: bool = False,
     with_entropy: bool = False,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    lockstep: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(logprobs_BT, entropy_BT or None) of `batch`, equal to `sequence_logprobs(model, batch,
     packed=packed)` within rounding, with each group's shared prefix run once. `groups` cover
-    every row once (`collate.shared_prefix_groups`)."""
+    every row once (`collate.shared_prefix_groups`). `lockstep=True` accepts groups that share
+    nothing: the prefix call then runs one token nobody attends to, so this rank makes the
+    same two model calls (forward and backward) as ranks that share (FSDP gathers per call)."""
     plan = _plan(batch, groups)
-    if not plan.prefixes:
+    if not plan.prefixes and not lockstep:
         raise ValueError("shared_prefix_logprobs: no group shares a prefix; use sequence_logprobs")
     run = _run_packed if packed else _run_padded
     prefix_logits_NV, prefix_src_BT, rest_logits_NV, rest_src_BT = run(model, batch, plan)
@@ -220,17 +262,23 @@ def _sources(plan: _Plan, t: int, prefix_at: Any, rest_at: Any) -> tuple[torch.T
     return prefix_src_BT, rest_src_BT
 
 
+def _prefix_spans(plan: _Plan) -> list[tuple[int, int]]:
+    """(row, width) of each prefix row; without groups (lockstep), row 0's first token, which
+    no row attends to (its logits and KV still enter the graph, so backward runs it too)."""
+    return [(group.rows[0], group.shared_tokens - 1) for group in plan.prefixes] or [(0, 1)]
+
+
 def _run_padded(
     model: torch.nn.Module, batch: CollatedBatch, plan: _Plan
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     ids_BT, device = batch.input_ids_BT, batch.input_ids_BT.device
-    k, b = len(plan.prefixes), len(plan.lengths_B)
-    w = max(group.shared_tokens - 1 for group in plan.prefixes)
+    spans = _prefix_spans(plan)
+    k, b = len(spans), len(plan.lengths_B)
+    w = max(width for _, width in spans)
     prefix_ids_KW = torch.zeros((k, w), dtype=torch.long, device=device)
     prefix_mask_KW = torch.zeros((k, w), dtype=torch.long, device=device)
-    for g, group in enumerate(plan.prefixes):
-        width = group.shared_tokens - 1
-        prefix_ids_KW[g, :width] = ids_BT[group.rows[0], :width]
+    for g, (row, width) in enumerate(spans):
+        prefix_ids_KW[g, :width] = ids_BT[row, :width]
         prefix_mask_KW[g, :width] = 1
     out = model(input_ids=prefix_ids_KW, attention_mask=prefix_mask_KW, use_cache=True)
     s = max(n - start for n, start in zip(plan.lengths_B, plan.start_B, strict=True))
@@ -271,11 +319,12 @@ def _run_packed(
     model: torch.nn.Module, batch: CollatedBatch, plan: _Plan
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     ids_BT, device = batch.input_ids_BT, batch.input_ids_BT.device
+    spans = _prefix_spans(plan)
     prefix_at = [0]
-    for group in plan.prefixes:
-        prefix_at.append(prefix_at[-1] + group.shared_tokens - 1)
+    for _, width in spans:
+        prefix_at.append(prefix_at[-1] + width)
     p = prefix_at[-1]
-    prefix_ids = [ids_BT[group.rows[0], : group.shared_tokens - 1] for group in plan.prefixes]
+    prefix_ids = [ids_BT[row, :width] for row, width in spans]
     prefix_pos = [torch.arange(len(part), device=device) for part in prefix_ids]
     sees_PP = torch.zeros((p, p), dtype=torch.bool, device=device)
     for lo, hi in itertools.pairwise(prefix_at):

@@ -57,7 +57,7 @@ from ludic.training.collate import (
 )
 from ludic.training.config import TrainerConfig
 from ludic.training.filters import drop_stale
-from ludic.training.gradients import BatchTotals, accumulate_gradients
+from ludic.training.gradients import BatchTotals, accumulate_gradients, local_shared_passes
 from ludic.training.loggers import TrainingLogger
 from ludic.training.losses import reduce_metrics
 from ludic.training.lr_resume import (
@@ -251,6 +251,12 @@ class Trainer:
         passes = runtime.all_reduce_max(len(plan))
         if tokens == 0:
             return self._skip("skipped_empty")
+        shared_passes = None
+        if runtime.world_size > 1 and min_shared is not None:  # same model calls on all ranks
+            flags = local_shared_passes(
+                self.model, batch, plan, passes=passes, min_tokens=min_shared, packed=config.packing
+            )
+            shared_passes = [total > 0 for total in runtime.all_reduce_sum(flags)]
         self.optimizer.zero_grad(set_to_none=True)
         started = time.perf_counter()
         result = accumulate_gradients(
@@ -268,6 +274,7 @@ class Trainer:
             chunk_tokens=config.logprob_chunk_tokens,
             batch_invariant=config.batch_invariant,
             shared_prefix_min_tokens=min_shared,
+            shared_passes=shared_passes,
         )
         loss, nonfinite = runtime.all_reduce_sum([result.loss, float(not result.finite)])
         metrics = {
