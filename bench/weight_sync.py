@@ -9,7 +9,8 @@ paired with a raw broadcast just before or just after it (alternating):
   1-element messages so the time covers delivery (both sides reuse their buffers);
 - publish: the full push to the embedded server in a subprocess (manifest and replies through
   the trainer's TCPStore, bucketed broadcasts, the server loading the weights), without
-  verification, from the same flat parameters (`publish_s`);
+  verification, from the same flat parameters (`publish_s`; lying back to back, they travel as
+  a few spans of up to `--bucket-mb`, in pieces of `--piece-mb`: 6 buckets, 25 broadcasts);
 - publish from a copy whose parameters are separate allocations, as in a usual trainer, so
   packed buckets are copied into a send buffer (`publish_scattered_params_s`);
 - publish with HTTP control (`/start` + `/finish` requests, what the vLLM extension speaks;
@@ -203,7 +204,9 @@ def start_server(name: str, in_place: bool) -> tuple[subprocess.Popen[bytes], st
 # -- rounds ---------------------------------------------------------------------------------
 
 
-# Interleaved arms over one store-controlled connection: (source, publisher attributes).
+# Interleaved arms over store-controlled connections: (source, publisher attributes). The
+# "scattered" source pushes to a server of its own: a server lays its parameters out after the
+# trainer's buckets on its first push, and one trainer never alternates between two layouts.
 # "verified" is the default verification's timed push (the probe is due on every 10th push
 # only, so it is off here); "probed" runs the probe on every push.
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -235,21 +238,27 @@ def timed_rounds(
     bucket_mb: float,
     piece_mb: float,
     server_pid: int,
+    scattered_server: tuple[str, int],
 ) -> dict[str, Any]:
     """Every round times each arm once, in a rotating order, each paired with a raw broadcast
     (raw first in even rounds, last in odd ones), so load drifts on the shared machine hit
-    every arm alike; round 0 warms up. Arms (one publisher, its options switched between
-    pushes): `model` (parameters in one flat buffer, as raw sends them) unverified, verified,
+    every arm alike; round 0 warms up. Arms (one publisher per source, its options switched
+    between pushes): `model` (parameters in one flat buffer, as raw sends them) unverified, verified,
     verified with the probe; `scattered` (the same values, each parameter its own allocation,
-    as in a usual trainer: packed buckets are copied into a send buffer). Then `model` over
+    as in a usual trainer: packed buckets are copied into a send buffer; its own server,
+    `scattered_server` (url, pid)). Then `model` over
     HTTP control (`/start` + `/finish`, what the vLLM extension speaks), its own connection,
     paired with raw the same way. Each push of the interleaved arms also records the CPU
     seconds it used in the trainer process (every thread) and in the server process
     (`{arm}_cpu_ms`: trainer, server; what verification costs apart from machine load)."""
     sources = {"flat": model, "scattered": scattered}
-    publisher = BroadcastPolicyPublisher(
-        url, TOKEN, bucket_mb=bucket_mb, piece_mb=piece_mb, verify=False
-    )
+    publishers = {
+        source: BroadcastPolicyPublisher(
+            to, TOKEN, bucket_mb=bucket_mb, piece_mb=piece_mb, verify=False
+        )
+        for source, to in (("flat", url), ("scattered", scattered_server[0]))
+    }
+    pids = {"flat": server_pid, "scattered": scattered_server[1]}
     names = list(ARMS)
     pairs: dict[str, list[tuple[float, float]]] = {arm: [] for arm in [*names, "http"]}
     phases: dict[str, list[tuple[float, float]]] = {arm: [] for arm in names}
@@ -257,7 +266,7 @@ def timed_rounds(
     last_cpu: list[tuple[float, float | None]] = []
     version = 0
 
-    def paired(round_: int, push: Any) -> tuple[float, float]:
+    def paired(round_: int, push: Any, server_pid: int = server_pid) -> tuple[float, float]:
         nonlocal version
         version += 1
         raw_first = round_ % 2 == 0
@@ -282,9 +291,14 @@ def timed_rounds(
     for round_ in range(repeats + 1):
         for arm in names[round_ % len(names) :] + names[: round_ % len(names)]:
             source, options = ARMS[arm]
+            publisher = publishers[source]
             for key, value in {"probe": True, "probe_every": 10, **options}.items():
                 setattr(publisher, key, value)
-            pair = paired(round_, lambda v, s=sources[source]: publisher.publish(s, version=v))
+            pair = paired(
+                round_,
+                lambda v, s=sources[source], p=publisher: p.publish(s, version=v),
+                pids[source],
+            )
             if round_:  # round 0 warms up each arm (a new layout is acked once)
                 pairs[arm].append(pair)
                 stats = publisher.last_push
@@ -292,8 +306,10 @@ def timed_rounds(
                 phases[arm].append((stats.transfer_seconds, stats.verify_seconds))
                 trainer_cpu, server_cpu = last_cpu[0]
                 cpu[arm].append((trainer_cpu, math.nan if server_cpu is None else server_cpu))
-    num_buckets = publisher.last_push.num_buckets if publisher.last_push else None
-    publisher.close()
+    last = publishers["flat"].last_push
+    num_buckets = last.num_buckets if last else None
+    for publisher in publishers.values():
+        publisher.close()
     http = BroadcastPolicyPublisher(
         url, TOKEN, bucket_mb=bucket_mb, piece_mb=piece_mb, verify=False, control="http"
     )
@@ -332,14 +348,24 @@ def bench_model(name: str, repeats: int, bucket_mb: float, piece_mb: float) -> d
     raw = RawBaseline(flat)
     modes = {}
     for mode in ("buffered", "in_place"):
-        server, url = start_server(name, in_place=mode == "in_place")
+        servers = [start_server(name, in_place=mode == "in_place") for _ in range(2)]
+        (server, url), (other, other_url) = servers
         try:
             modes[mode] = timed_rounds(
-                model, scattered, raw, url, repeats, bucket_mb, piece_mb, server.pid
+                model,
+                scattered,
+                raw,
+                url,
+                repeats,
+                bucket_mb,
+                piece_mb,
+                server.pid,
+                (other_url, other.pid),
             )
         finally:
-            server.terminate()
-            server.wait(timeout=60)
+            for started, _ in servers:
+                started.terminate()
+                started.wait(timeout=60)
     raw.close()
     buffered, in_place = modes["buffered"], modes["in_place"]
     return {
