@@ -35,7 +35,12 @@ from ludic.training import (
     plan_micro_batches,
 )
 from ludic.training import shared_prefix as shared_prefix_module
-from ludic.training.collate import CollatedBatch, RowGroup, shared_prefix_groups
+from ludic.training.collate import (
+    CollatedBatch,
+    RowGroup,
+    shared_prefix_groups,
+    shared_prefix_pays,
+)
 from ludic.training.logprobs import sequence_logprobs
 from ludic.training.shared_prefix import (
     shared_prefix_logprobs,
@@ -392,6 +397,79 @@ def test_planner_counts_a_shared_prefix_once_and_splits_an_oversized_group() -> 
     # over budget: consecutive runs that fit, each running the prefix again
     assert plan_micro_batches(lengths, 25, groups=group) == [[0, 1], [2, 3]]
     assert plan_micro_batches(lengths, 10, groups=group) == [[0], [1], [2], [3]]
+
+
+def test_the_shared_path_runs_only_when_it_computes_fewer_tokens(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the review's slow case: 2 groups of 8 (prompt 64, completion 64) and a 32 + 256 row
+    # sharing nothing, which widens every padded rest row to 288 tokens
+    lengths = [128] * 16 + [288]
+    groups = [
+        RowGroup(rows=tuple(range(8)), shared_tokens=64),
+        RowGroup(rows=tuple(range(8, 16)), shared_tokens=64),
+        RowGroup(rows=(16,)),
+    ]
+    assert not shared_prefix_pays(lengths, groups, packed=False)  # 2 x 63 + 17 x 288 > 17 x 288
+    assert shared_prefix_pays(lengths, groups, packed=True)  # packed: 2 x 7 x 63 fewer
+    assert shared_prefix_pays(lengths[:16], groups[:2], packed=False)  # 2 x 63 + 16 x 65
+    singles = [RowGroup(rows=(row,)) for row in range(16)]
+    assert not shared_prefix_pays(lengths[:16], singles, packed=False)
+    assert not shared_prefix_pays(lengths[:16], singles, packed=True)
+    # end to end: a long row sharing nothing sends the padded batch down the per-row path
+    rng = random.Random(5)
+    batch = collate([*_grpo_items(), _row(_tokens(rng, 6), _tokens(rng, 60))])
+    model = _model64()
+    calls = _shared_calls(monkeypatch)
+    padded = sequence_logprobs(model, batch, shared_prefix_min_tokens=MIN)[0]
+    assert calls == []
+    assert torch.equal(padded, sequence_logprobs(model, batch)[0])
+    packed = sequence_logprobs(model, batch, packed=True, shared_prefix_min_tokens=MIN)[0]
+    assert calls == [1]
+    _close([packed], [sequence_logprobs(model, batch, packed=True)[0]], rtol=1e-11)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+def test_a_micro_batch_computes_at_most_its_token_budget(packed: bool) -> None:
+    """Every token the model runs (both calls of the shared path, or the per-row call) in a
+    micro-batch the planner made stays within `micro_batch_tokens`, though the forward
+    regroups the micro-batch's rows itself (a run of one row of a split group shares nothing;
+    an ungrouped long row widens the rest rows) and picks the cheaper path."""
+    model = tiny_llama().eval()
+    tokens: list[int] = []
+    model.register_forward_pre_hook(
+        lambda _m, _a, kwargs: tokens.append(int(kwargs["input_ids"].numel())),
+        with_kwargs=True,
+    )
+    shared_runs = 0
+    rng = random.Random(9)
+    a, h = _tokens(rng, 10), _tokens(rng, 10)
+    # group a is over 50 tokens: runs [a0] and [a1]; [a1] then shares nothing in a micro-batch
+    # with group h (it runs whole: 4 rest rows of 12, not of 3)
+    split = [_row(a, _tokens(rng, 30)), _row(a, _tokens(rng, 2))]
+    split += [_row(h, _tokens(rng, 2)) for _ in range(3)]
+    cases = [(split, (50,))]
+    for seed in range(6):
+        rng = random.Random(seed)
+        items = [*_grpo_items(seed), *_grpo_items(seed + 10)]
+        items += [_row(_tokens(rng, 5), _tokens(rng, rng.randrange(20, 40))) for _ in range(2)]
+        rng.shuffle(items)
+        cases.append((items, (40, 60, 90, 150)))
+    for items, budgets in cases:
+        batch = collate(items)
+        groups = shared_prefix_groups(batch, min_tokens=MIN)
+        lengths = batch.lengths_B.tolist()
+        for budget in budgets:
+            for micro in plan_micro_batches(lengths, budget, packed=packed, groups=groups):
+                tokens.clear()
+                with torch.no_grad():
+                    sequence_logprobs(
+                        model, batch.select(micro), packed=packed, shared_prefix_min_tokens=MIN
+                    )
+                shared_runs += len(tokens) == 2
+                if len(micro) > 1:  # a row over the budget runs alone
+                    assert sum(tokens) <= budget, (seed, budget, micro, tokens)
+    assert shared_runs > 20  # the shared path ran in many of them
 
 
 def test_micro_batch_splits_give_the_one_batch_gradient() -> None:
