@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Literal
 
 from ludic.recipes.algorithms import Algorithm, GiGPOOptions
-from ludic.recipes.configs import ContextKind
+from ludic.recipes.configs import DEFAULT_MICRO_BATCH_TOKENS, ContextKind
 
 StalePolicy = Literal["drop", "downweight"]
 
@@ -117,8 +117,10 @@ class LearnerConfig:
     """Samples per optimizer step on each learner rank (torchrun: world size x this in all)."""
     lr: float = 1e-5
     """Learning rate."""
-    micro_batch_tokens: int | None = None
-    """Token budget of one forward/backward (None: the whole batch at once)."""
+    micro_batch_tokens: int | None = DEFAULT_MICRO_BATCH_TOKENS
+    """Token budget of one forward/backward (padding counts): a larger batch runs in several
+    micro-batches whose gradients accumulate, so memory stays bounded. None: the whole batch
+    in one pass."""
     max_lag: int | None = 4
     """Samples more than this many policy versions behind are stale (None: never)."""
     stale: StalePolicy = "drop"

@@ -27,6 +27,12 @@ OfflineAlgorithm = Literal["sft", "awr"]
 RESUME_LATEST = "latest"
 """`TrainConfig.resume` value for the run's own checkpoints (what a bare `--resume` gives)."""
 
+DEFAULT_MICRO_BATCH_TOKENS = 8192
+"""Default token budget of one forward/backward for `ludic train` and `ludic sft` (and
+`ludic learner`): a tictactoe batch (32 episodes x 10 turns of ~440 tokens) in one pass took
+16 GB and more; in 8,192-token micro-batches that accumulate it takes about 1 GB, and the
+gradients equal one big batch's up to float rounding."""
+
 ContextChoice = Literal["full", "latest"]
 """What --context resolves to (`context_of`)."""
 
@@ -232,8 +238,10 @@ class TrainConfig:
     top_p: float = 1.0
     """Nucleus (top-p) sampling of the rollouts, in (0, 1] (1: off). The trainer recomputes
     logprobs on the same truncated support, so the on-policy ratio stays 1."""
-    micro_batch_tokens: int | None = None
-    """Token budget of one forward/backward (None: the whole batch at once)."""
+    micro_batch_tokens: int | None = DEFAULT_MICRO_BATCH_TOKENS
+    """Token budget of one forward/backward (padding counts): a larger batch runs in several
+    micro-batches whose gradients accumulate (equal to one pass up to float rounding), so
+    memory stays bounded. None: the whole batch in one pass (memory grows with the batch)."""
     concurrency: int = 32
     """Episodes in flight at once. The engine batches concurrent requests, and a batched forward
     rounds differently with the batch's make-up (which depends on timing), so behaviour logprobs
@@ -344,8 +352,10 @@ class SFTConfig:
     retokenize: bool = False
     """Rebuild token ids from the messages with the model's chat template (for rollouts from
     a backend that returned no ids, or from another tokenizer)."""
-    micro_batch_tokens: int | None = None
-    """Token budget of one forward/backward (None: the whole batch at once)."""
+    micro_batch_tokens: int | None = DEFAULT_MICRO_BATCH_TOKENS
+    """Token budget of one forward/backward (padding counts): a larger batch runs in several
+    micro-batches whose gradients accumulate (equal to one pass up to float rounding), so
+    memory stays bounded. None: the whole batch in one pass (memory grows with the batch)."""
     seed: int = 0
     """Seeds shuffling and training."""
     device: str = "cpu"
