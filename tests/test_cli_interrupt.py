@@ -17,7 +17,7 @@ import pytest
 
 from ludic.cli import COMMANDS, _interrupted_line
 from ludic.models import tiny_model_dir
-from ludic.recipes.configs import TrainConfig
+from ludic.recipes.configs import QuickstartConfig, TrainConfig
 
 
 def _start(args: list[str], cwd: Path) -> subprocess.Popen[str]:
@@ -109,16 +109,78 @@ def test_train_interrupted_names_its_last_checkpoint(
     assert line == f"ludic train: interrupted ({why}); last checkpoint: run/checkpoints/{newest}"
 
 
+def _old_checkpoint(root: Path, step: int, age_s: float = 3600) -> Path:
+    """A complete `step_N` directory an earlier run left (its mtime `age_s` ago)."""
+    path = root / f"step_{step:08d}"
+    path.mkdir(parents=True)
+    past = time.time() - age_s
+    os.utime(path, (past, past))
+    return path
+
+
 def test_the_line_says_when_no_checkpoint_was_saved_yet(tmp_path: Path) -> None:
     cfg = TrainConfig(out_dir=tmp_path / "run")
-    line = _interrupted_line("train", COMMANDS["train"], cfg, terminated=True)
-    assert (
-        line == f"ludic train: interrupted (SIGTERM); no checkpoint saved yet under {cfg.out_dir}"
+    started = time.time()
+    line = _interrupted_line("train", COMMANDS["train"], cfg, terminated=True, started=started)
+    assert line == (
+        f"ludic train: interrupted (SIGTERM); no checkpoint saved by this run under {cfg.out_dir}"
     )
     for step in ("step_00000002", "step_00000010", "step_00000009.tmp-host-1"):
         (cfg.out_dir / "checkpoints" / step).mkdir(parents=True)
-    line = _interrupted_line("train", COMMANDS["train"], cfg, terminated=False)
+    line = _interrupted_line("train", COMMANDS["train"], cfg, terminated=False, started=started)
     assert line.endswith(f"last checkpoint: {cfg.out_dir / 'checkpoints' / 'step_00000010'}")
+
+
+def test_a_checkpoint_an_earlier_run_left_is_never_named(tmp_path: Path) -> None:
+    cfg = TrainConfig(out_dir=tmp_path / "run")
+    checkpoints = cfg.out_dir / "checkpoints"
+    _old_checkpoint(checkpoints, 50)
+    started = time.time()
+    line = _interrupted_line("train", COMMANDS["train"], cfg, terminated=False, started=started)
+    assert line == (
+        f"ludic train: interrupted (Ctrl-C); no checkpoint saved by this run under {cfg.out_dir}"
+    )
+    (checkpoints / "step_00000003").mkdir()  # this run's, numbered below the leftover
+    line = _interrupted_line("train", COMMANDS["train"], cfg, terminated=False, started=started)
+    assert line.endswith(f"last checkpoint: {checkpoints / 'step_00000003'}")
+
+
+def test_a_resumed_run_names_the_checkpoint_it_resumed_from(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    old = _old_checkpoint(out / "checkpoints", 50)
+    _old_checkpoint(out / "checkpoints", 40)
+    started = time.time()
+    for resume in ("latest", str(out / "checkpoints"), str(old)):
+        cfg = TrainConfig(out_dir=out, resume=resume)
+        line = _interrupted_line("train", COMMANDS["train"], cfg, terminated=False, started=started)
+        assert line.endswith(f"last checkpoint: {old} (the one it resumed from; none saved since)")
+
+
+def test_the_quickstart_names_only_its_own_checkpoints(tmp_path: Path) -> None:
+    cfg = QuickstartConfig(out_dir=tmp_path / "qs")
+    _old_checkpoint(cfg.out_dir / "rl" / "checkpoints", 40)
+    _old_checkpoint(cfg.out_dir / "sft" / "checkpoints", 300)
+    command, started = COMMANDS["quickstart"], time.time()
+    line = _interrupted_line("quickstart", command, cfg, terminated=False, started=started)
+    assert line.endswith(f"no checkpoint saved by this run under {cfg.out_dir}")
+    (cfg.out_dir / "sft" / "checkpoints" / "step_00000100").mkdir()
+    line = _interrupted_line("quickstart", command, cfg, terminated=False, started=started)
+    assert line.endswith(
+        f"last checkpoint: {cfg.out_dir / 'sft' / 'checkpoints' / 'step_00000100'}"
+    )
+
+
+@pytest.mark.slow
+def test_an_interrupted_new_run_does_not_name_an_earlier_runs_checkpoint(tmp_path: Path) -> None:
+    _old_checkpoint(tmp_path / "run" / "checkpoints", 50)
+    args = ["train", "--steps", "500", "--problems-per-step", "1", "--group-size", "2"]
+    args += ["--max-tokens", "4", "--max-steps", "2", "--out-dir", "run", "--no-progress"]
+    process = _start(args, tmp_path)
+    _wait_until(lambda: (tmp_path / "run" / "metrics.jsonl").is_file(), process, timeout_s=300)
+    returncode, err = _stop(process, signal.SIGINT)
+    assert returncode == 130, err
+    (line,) = [line for line in err.splitlines() if "interrupted" in line]
+    assert line == "ludic train: interrupted (Ctrl-C); no checkpoint saved by this run under run"
 
 
 def test_a_real_error_keeps_its_traceback_and_exit_code(tmp_path: Path) -> None:

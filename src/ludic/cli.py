@@ -7,8 +7,9 @@ working directory is importable, so `--env my_env:make_env` finds ./my_env.py.
 
 Ctrl-C (SIGINT) or SIGTERM stops a command through its cleanup (`finally` blocks and `with`
 exits run: servers stop, files close) and ends it with one line naming the newest checkpoint
-where the command saves them, and exit code 130 or 143, instead of a traceback. Any other error
-keeps its traceback.
+this run saved (or the one it resumed from; never one an earlier run left in the same
+directory), where the command saves them, and exit code 130 or 143, instead of a traceback.
+Any other error keeps its traceback.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,7 +46,7 @@ class Command:
     summary: str
     checkpoints: tuple[str, ...] = ()
     """Where the command saves checkpoints, relative to its config's `out_dir` (the first that
-    holds one is named when the command is interrupted)."""
+    holds one this run saved is named when the command is interrupted)."""
 
     def load_config(self) -> type[Any]:
         return _import(self.config)  # type: ignore[no-any-return]
@@ -123,6 +125,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         config_type = command.load_config()
         cfg = tyro.cli(config_type, args=args[1:], prog=f"ludic {name}")
         received: list[int] = []
+        started = time.time()
         try:
             with _signals_interrupt(received):
                 command.execute(cfg)
@@ -130,7 +133,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             received.append(signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
         if received:  # also when a library caught the signal and returned (uvicorn does)
             terminated = received[0] == signal.SIGTERM
-            print(_interrupted_line(name, command, cfg, terminated), file=sys.stderr, flush=True)
+            line = _interrupted_line(name, command, cfg, terminated, started=started)
+            print(line, file=sys.stderr, flush=True)
             raise SystemExit(143 if terminated else 130)
         return
     # No command named (or an unknown one): tyro lists the commands, or says what is wrong.
@@ -169,25 +173,60 @@ def _signals_interrupt(received: list[int]) -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _interrupted_line(name: str, command: Command, cfg: Any, terminated: bool) -> str:
+def _interrupted_line(
+    name: str, command: Command, cfg: Any, terminated: bool, *, started: float
+) -> str:
+    """The one line an interrupted command ends with: the newest checkpoint saved since
+    `started` (time.time() when the command began), else the one `cfg.resume` resumed from,
+    else that this run saved none (a checkpoint an earlier run left is never named)."""
     line = f"ludic {name}: interrupted ({'SIGTERM' if terminated else 'Ctrl-C'})"
     out_dir = getattr(cfg, "out_dir", None)
     if not command.checkpoints or out_dir is None:
         return line
-    for relative in command.checkpoints:
-        checkpoint = _newest_checkpoint(Path(out_dir) / relative)
+    roots = [Path(out_dir) / relative for relative in command.checkpoints]
+    for root in roots:
+        checkpoint = _newest_checkpoint(root, since=started)
         if checkpoint is not None:
             return f"{line}; last checkpoint: {checkpoint}"
-    return f"{line}; no checkpoint saved yet under {out_dir}"
+    resumed = _resumed_checkpoint(getattr(cfg, "resume", None), roots[0])
+    if resumed is not None:
+        return f"{line}; last checkpoint: {resumed} (the one it resumed from; none saved since)"
+    return f"{line}; no checkpoint saved by this run under {out_dir}"
 
 
-def _newest_checkpoint(root: Path) -> Path | None:
+_MTIME_SLACK_S = 1.0  # a file system's coarse timestamps may round a new mtime down
+
+
+def _newest_checkpoint(root: Path, *, since: float | None = None) -> Path | None:
     """The highest-numbered `step_N` directory under `root` (written by an atomic rename, so
-    one that exists is complete), without importing the training stack."""
+    one that exists is complete), with `since`: only those written after that time (their
+    mtime), without importing the training stack."""
     if not root.is_dir():
         return None
     steps = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP.match(p.name))]
+    if since is not None:
+        steps = [(n, p) for n, p in steps if _mtime(p) >= since - _MTIME_SLACK_S]
     return max(steps)[1] if steps else None
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # removed meanwhile (the trainer keeps the last few)
+        return float("-inf")
+
+
+def _resumed_checkpoint(resume: object, root: Path) -> Path | None:
+    """The checkpoint `--resume` named: bare (`"latest"`) the newest under `root`, a `step_N`
+    directory itself, or the newest in a directory of them (None without --resume)."""
+    if not isinstance(resume, str):
+        return None
+    if resume == "latest":
+        return _newest_checkpoint(root)
+    path = Path(resume)
+    if _STEP.match(path.name) and path.is_dir():
+        return path
+    return _newest_checkpoint(path)
 
 
 _STEP = re.compile(r"^step_(\d+)$")
