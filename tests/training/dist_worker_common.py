@@ -3,6 +3,7 @@ each rank trains on, the trainer config, and a torchrun launcher whose hang fail
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -97,6 +98,24 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (Linux /proc), children before their parents' kin."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            stat = (entry / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def torchrun(script: str, *args: str, timeout_s: float = 300.0) -> str:
     """Run tests/training/`script` on 2 gloo ranks on 127.0.0.1; fails the test on a non-zero
     exit or when it runs past `timeout_s` (a hung collective), killing the process group."""
@@ -122,8 +141,12 @@ def torchrun(script: str, *args: str, timeout_s: float = 300.0) -> str:
     try:
         output, _ = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        output, _ = proc.communicate()
+        # torchrun starts its workers in sessions of their own: kill them by descent, or they
+        # keep the output pipe open and the test blocks instead of failing
+        for pid in [*_descendants(proc.pid), proc.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        output, _ = proc.communicate(timeout=30)
         pytest.fail(f"torchrun {script} hung for over {timeout_s}s:\n{output[-6000:]}")
     if proc.returncode != 0:
         pytest.fail(f"torchrun {script} exited with {proc.returncode}:\n{output[-8000:]}")
