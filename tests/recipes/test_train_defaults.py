@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import warnings
 from pathlib import Path
@@ -12,6 +13,7 @@ from rich.console import Console
 from train_envs import LONG_OBSERVATION, LongTalkEnv
 
 from ludic.pipeline.config import LearnerConfig
+from ludic.recipes import quickstart
 from ludic.recipes.configs import (
     DEFAULT_MICRO_BATCH_TOKENS,
     QuickstartConfig,
@@ -19,6 +21,7 @@ from ludic.recipes.configs import (
     TrainConfig,
 )
 from ludic.recipes.train import _inspect_env, train_command
+from ludic.recipes.training import make_trainer
 from ludic.training.collate import plan_micro_batches
 from ludic.types import Info, StepOutcome
 
@@ -30,6 +33,8 @@ def test_the_commands_default_to_a_token_budget() -> None:
     assert LearnerConfig().micro_batch_tokens == DEFAULT_MICRO_BATCH_TOKENS
     # The quickstart keeps its own recipe (one pass per batch): its results do not move.
     assert not hasattr(QuickstartConfig(), "micro_batch_tokens")
+    assert inspect.signature(make_trainer).parameters["micro_batch_tokens"].default is None
+    assert "micro_batch_tokens" not in inspect.getsource(quickstart)
 
 
 def test_a_tictactoe_sized_batch_is_split_under_the_default_budget() -> None:

@@ -18,7 +18,11 @@ import pytest
 
 from ludic.models import tiny_model_dir
 from ludic.recipes.configs import TrainConfig
-from ludic.recipes.train_local_server import LOCAL_SERVER_LOG, trainer_max_lag
+from ludic.recipes.train_local_server import (
+    LOCAL_SERVER_LOG,
+    LOCAL_SERVER_MODEL,
+    trainer_max_lag,
+)
 from ludic.training.schedule import lr_multiplier
 
 HERE = Path(__file__).parent
@@ -142,6 +146,107 @@ def test_a_stopped_run_leaves_no_server(tmp_path: Path, stop: signal.Signals) ->
     assert child.returncode != 0
     pid = server_pid(" ".join(seen.split()))
     assert gone(pid), f"the server (pid {pid}) outlived the run"
+
+
+def _until_one_step(child: subprocess.Popen[str], run: Path, mark: Path | None = None) -> None:
+    while not (mark or run / "metrics.jsonl").exists():  # one step trained
+        if child.poll() is not None:
+            out, _ = child.communicate()
+            pytest.fail(f"the run exited with {child.returncode} first:\n{out}")
+        time.sleep(0.2)
+
+
+def _children(pid: int) -> list[int]:
+    """The pids of `pid`'s child processes (Linux: from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _wait_gone(pid: int, timeout_s: float = 30) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return gone(pid)
+
+
+@pytest.mark.slow
+def test_kill_9_leaves_no_model_copy_outside_the_run_and_the_next_run_replaces_it(
+    tmp_path: Path,
+) -> None:
+    """The trainer killed with SIGKILL cannot clean up: the server stops itself (it watches
+    its parent), and the weights copy it loaded is in the run directory, not in /tmp, where
+    nothing would remove it; the next run there replaces it and removes it when it ends."""
+    model = tiny_model_dir(seed=0, cache_dir=tmp_path / "models")
+    run, temp = tmp_path / "run", tmp_path / "tmp"
+    temp.mkdir()
+    command, env = _command(run, model, "--steps", "200")
+    env["TMPDIR"] = str(temp)
+    child = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        _until_one_step(child, run)
+    finally:
+        child.kill()
+    out, _ = child.communicate(timeout=60)
+    pid = server_pid(" ".join(out.split()))
+    assert _wait_gone(pid), f"the server (pid {pid}) outlived the killed trainer"
+    assert not [p.name for p in temp.iterdir() if p.name.startswith("ludic-local-server")]
+    assert (run / LOCAL_SERVER_MODEL / "config.json").is_file()  # the killed run's copy
+
+    command, env = _command(run, model, "--steps", "1")
+    env["TMPDIR"] = str(temp)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (run / LOCAL_SERVER_MODEL).exists()
+    assert not list(temp.iterdir())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ctrl_c_in_a_terminal_stops_trainer_and_server_with_one_line(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C signals the whole foreground process group at once: the run still
+    ends with exit code 130 and the one-line message (the server does not die under the
+    trainer first), and no server is left."""
+    model = tiny_model_dir(seed=0, cache_dir=tmp_path / "models")
+    run = tmp_path / "run"
+    command, env = _command(run, model, "--steps", "200")
+    child = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell's foreground job
+    )
+    try:
+        _until_one_step(child, run, run / "checkpoints" / "step_00000001")
+        # The server is out of the trainer's process group, so the group's SIGINT misses it.
+        (server,) = _children(child.pid)
+        assert os.getpgid(server) != child.pid
+        time.sleep(0.6)  # inside the next step: the server generates, the trainer trains
+        os.killpg(child.pid, signal.SIGINT)
+        out, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    assert child.returncode == 130, out + err
+    assert "Traceback" not in err and "Error" not in err, err
+    # The server outlives the trainer's cleanup, which closes its weight-sync group and then
+    # stops it (a server that died first left "could not close ...: Connection refused").
+    assert "could not close" not in err and "cannot reach the server" not in err, err
+    (line,) = [line for line in err.splitlines() if "interrupted" in line]
+    assert line.startswith("ludic train: interrupted (Ctrl-C); last checkpoint: ")
+    pid = server_pid(" ".join(out.split()))
+    assert _wait_gone(pid, timeout_s=5), f"the server (pid {pid}) outlived the run"
+    assert not (run / LOCAL_SERVER_MODEL).exists()
 
 
 @pytest.mark.slow

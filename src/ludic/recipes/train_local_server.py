@@ -2,9 +2,11 @@
 training.
 
 `trainer_max_lag` checks the flags that go with it and gives the Trainer's staleness limit;
-`local_server` saves the starting weights to a temporary directory, starts `LocalServer` on
-them (its log in the run directory), and stops it when the run ends, also on an exception,
-Ctrl-C or SIGTERM; `served_version` asks it which policy version it serves. The loop itself
+`local_server` saves the starting weights to `OUT_DIR/local_server_model` (in the run
+directory, not a temporary one: a trainer killed with `kill -9` cannot remove it, and the next
+run in that directory replaces it), starts `LocalServer` on them (its log in the run
+directory), and stops it and removes the copy when the run ends, also on an exception, Ctrl-C
+or SIGTERM; `served_version` asks it which policy version it serves. The loop itself
 (`PrefetchBatchSource`, the verified `BroadcastPolicyPublisher`) is wired in
 `ludic.recipes.train`. It does not restart a server that dies (the next push fails, naming it),
 nor run on a GPU (start `ludic serve --device cuda:1` or vLLM yourself and pass --server-url).
@@ -12,8 +14,8 @@ nor run on a GPU (start `ludic serve --device cuda:1` or vLLM yourself and pass 
 
 from __future__ import annotations
 
+import shutil
 import signal
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +28,7 @@ from ludic.recipes.configs import TrainConfig
 
 __all__ = [
     "LOCAL_SERVER_LOG",
+    "LOCAL_SERVER_MODEL",
     "local_server",
     "local_server_args",
     "served_version",
@@ -34,6 +37,9 @@ __all__ = [
 
 LOCAL_SERVER_LOG = "local_server.log"
 """The child server's output, in the run directory."""
+LOCAL_SERVER_MODEL = "local_server_model"
+"""The copy of the starting weights the child server loads, in the run directory (removed when
+the run ends; one a killed run left is replaced by the next run)."""
 
 
 def trainer_max_lag(cfg: TrainConfig) -> int:
@@ -92,16 +98,18 @@ def local_server(
     from ludic.models import save_model
 
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="ludic-local-server-") as tmp:
+    copy = cfg.out_dir / LOCAL_SERVER_MODEL
+    shutil.rmtree(copy, ignore_errors=True)  # one a killed run left
+    try:
         bars = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # a "Writing model shards" bar for a temporary copy
         try:
-            save_model(model, tokenizer, tmp)
+            save_model(model, tokenizer, copy)
         finally:
             if bars:
                 hf_logging.enable_progress_bar()
         server = LocalServer(
-            tmp,
+            copy,
             threads=cfg.local_server_threads,
             served_model_name="policy",
             log_path=cfg.out_dir / LOCAL_SERVER_LOG,
@@ -114,6 +122,8 @@ def local_server(
                 f"{server.log_path}) generates the next batch while this process trains"
             )
             yield server
+    finally:  # the server has stopped: its weights copy goes
+        shutil.rmtree(copy, ignore_errors=True)
 
 
 def served_version(server: LocalServer) -> int | None:

@@ -14,7 +14,9 @@ next. The README's "Generation in another process" shows the loop.
 
 It binds 127.0.0.1 only, passes the token through the environment (never on the command line,
 where `ps` shows it) and stops the child (terminate, then kill) on `close()` or when the `with`
-block ends. If this process dies without closing it (`kill -9`, a crash in native code), the
+block ends. The child runs in a session of its own, so a terminal's Ctrl-C (SIGINT to the whole
+foreground process group) reaches only this process, which then stops the child in its
+cleanup: the server never dies under a trainer still finishing its step. If this process dies without closing it (`kill -9`, a crash in native code), the
 child notices within about a second and stops itself: on POSIX (Linux, macOS) it watches its
 parent pid, which changes when the parent process dies (it is re-parented), and never on the
 exit of the thread that started it (unlike Linux's PR_SET_PDEATHSIG, which fires when the
@@ -169,7 +171,9 @@ class LocalServer:
             env["OMP_NUM_THREADS"] = str(self.threads)
         command += list(self.args)
         with self.log_path.open("ab") as log:
-            return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+            return subprocess.Popen(  # its own session: the terminal's Ctrl-C is not for it
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
 
     def _log_tail(self, chars: int = 3000) -> str:
         try:
