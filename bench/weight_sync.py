@@ -212,6 +212,7 @@ def start_server(name: str, in_place: bool) -> tuple[subprocess.Popen[bytes], st
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "store": ("flat", {"verify": False}),
     "scattered": ("scattered", {"verify": False}),
+    "scattered_verified": ("scattered", {"verify": True, "probe": False}),
     "verified": ("flat", {"verify": True, "probe": False}),
     "probed": ("flat", {"verify": True, "probe": True, "probe_every": 1}),
 }
@@ -378,6 +379,7 @@ def bench_model(name: str, repeats: int, bucket_mb: float, piece_mb: float) -> d
         "publish_over_raw": in_place["store_over_raw"],
         "publish_scattered_params_s": in_place["scattered_s"],
         "publish_scattered_params_over_raw": in_place["scattered_over_raw"],
+        "publish_scattered_params_verified_over_raw": in_place["scattered_verified_over_raw"],
         "publish_http_control_s": in_place["http_s"],
         "publish_http_control_over_raw": in_place["http_over_raw"],
         "publish_verified_s": in_place["verified_s"],
@@ -426,6 +428,11 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
             result["publish_verified_default_amortized_over_raw"], 3
         ),
         "unverified_over_raw": round(result["publish_over_raw"], 3),
+        # a usual trainer (each parameter its own allocation: packed buckets, ~95 broadcasts)
+        "scattered_params_over_raw": round(result["publish_scattered_params_over_raw"], 3),
+        "scattered_params_verified_over_raw": round(
+            result["publish_scattered_params_verified_over_raw"], 3
+        ),
         # CPU of verification (verified push minus unverified, medians per push): what the
         # checksums cost each side, whatever the load.
         "verification_cpu_ms": {
