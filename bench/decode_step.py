@@ -41,6 +41,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+# The workload and models of bench/rl_step.py
+from rl_step import MODEL_SPECS
+from trl_side import COMPLETION_TOKENS, GROUP_SIZE, PROMPT_TEXT, PROMPTS
+
 from ludic.inference.client import ChatRequest
 from ludic.inference.embedded import lean_forward
 from ludic.inference.embedded.batching import DecodeBatch
@@ -48,19 +52,6 @@ from ludic.inference.embedded.prompts import build_sequence
 from ludic.inference.embedded.sequence import SequenceState, TextCodec
 from ludic.inference.sampling import SamplingConfig
 from ludic.models import TinyModelSpec, build_tiny_model
-
-# The workload and models of bench/rl_step.py (trl_side.py's constants).
-PROMPT_TEXT, PROMPTS, GROUP_SIZE, COMPLETION_TOKENS = "Say something.", 2, 8, 64
-MODEL_SPECS: dict[str, dict[str, int]] = {
-    "tiny": {},
-    "50m": {
-        "hidden_size": 768,
-        "intermediate_size": 1920,
-        "num_hidden_layers": 8,
-        "num_attention_heads": 12,
-        "num_key_value_heads": 4,
-    },
-}
 
 
 class Workload:
