@@ -3,11 +3,21 @@ sibling modules imported by bare name)."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
 
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A test run started in the background (`cmd &`, nohup, some CI runners) inherits SIGINT
+    ignored, and every child would inherit that too: the tests that press Ctrl-C on a `ludic`
+    command need SIGINT as a terminal gives it, so this process takes Python's default handler
+    back (its children then start with the default disposition)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class CpuLoad:
