@@ -130,7 +130,7 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
     suggested = None
     if cfg.context == "auto":
-        suggested = _with_env(env_factory, env_kwargs, lambda env: suggested_context(env, cfg.env))
+        suggested = with_env(env_factory, env_kwargs, lambda env: suggested_context(env, cfg.env))
     context = context_of(cfg, suggested)
     console.print(context_line(cfg, suggested))
     model_dir = None if cfg.server_url else resolve_model_dir(cfg.model, console=console)
@@ -325,11 +325,12 @@ def resolve_parser(
 
 def _declared_parser(env_factory: EnvFactory, env_kwargs: dict[str, Any]) -> Any:
     """The `parser` class attribute of the env `env_factory` builds (None if it has none)."""
-    return _with_env(env_factory, env_kwargs, lambda env: getattr(type(env), "parser", None))
+    return with_env(env_factory, env_kwargs, lambda env: getattr(type(env), "parser", None))
 
 
-def _with_env(env_factory: EnvFactory, env_kwargs: dict[str, Any], read: Callable[[Any], T]) -> T:
-    """`read` applied to one env built by `env_factory`, which is then closed."""
+def with_env(env_factory: EnvFactory, env_kwargs: dict[str, Any], read: Callable[[Any], T]) -> T:
+    """`read` applied to one env built by `env_factory`, which is then closed (an async
+    `close()` is awaited); what train, eval and the actor use to ask an env about itself."""
     env = env_factory(**env_kwargs)
     try:
         return read(env)

@@ -83,12 +83,12 @@ def actor_context(
 ) -> ContextChoice:
     """What --context resolves to (auto: the env's `suggested_context`, else full), logged with
     its reason as `ludic train` and `ludic eval` print it."""
-    from ludic.eval.command import _with_env
+    from ludic.eval.command import with_env
     from ludic.recipes.configs import context_line, context_of, suggested_context
 
     suggested = None
     if cfg.context == "auto":
-        suggested = _with_env(env_factory, env_kwargs, lambda env: suggested_context(env, cfg.env))
+        suggested = with_env(env_factory, env_kwargs, lambda env: suggested_context(env, cfg.env))
     logger.info(context_line(cfg, suggested))
     return context_of(cfg, suggested)
 

@@ -27,7 +27,7 @@ from rich.console import Console
 
 from ludic.agents import Agent
 from ludic.context import ContextStrategy, FullDialog, LatestObservationContext
-from ludic.eval.command import _with_env, resolve_env_factory, resolve_parser
+from ludic.eval.command import resolve_env_factory, resolve_parser, with_env
 from ludic.inference.client import ChatClient
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
@@ -426,7 +426,7 @@ def _report(
 
 def _inspect_env(factory: Callable[..., Any], kwargs: dict[str, Any], name: str) -> str | None:
     """Check that the env has one seat; return its `suggested_context` (None if it has none)."""
-    seats, suggested = _with_env(
+    seats, suggested = with_env(
         factory, kwargs, lambda env: (list(env.agent_ids), suggested_context(env, name))
     )
     if len(seats) != 1:
