@@ -15,9 +15,9 @@ import logging
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from ludic._aio import maybe_await
+from ludic.recipes.wrapped_source import WrappedSource
 from ludic.training import BatchSource, SAWBatch
 from ludic.types import Rollout
 
@@ -37,7 +37,7 @@ def ended_by_context_overflow(rollout: Rollout) -> bool:
     return rollout.meta.get("truncation_reason") == "max_seq_len"
 
 
-class ContextOverflowWatch:
+class ContextOverflowWatch(WrappedSource):
     """Passes `source`'s batches through; the first batch in which more than half of the
     episodes ended by context overflow calls `warn(message)` once, the message naming how
     many, the first error and `advice`. `overflowed` / `episodes` count the whole run."""
@@ -66,15 +66,6 @@ class ContextOverflowWatch:
             f"{len(hit)} of {total} episodes in this batch ended because the dialog outgrew "
             f"the model's context (first: {first}). {self.advice}"
         )
-
-    def state_dict(self) -> Any:
-        state_dict = getattr(self.source, "state_dict", None)
-        return state_dict() if state_dict is not None else {}
-
-    def load_state_dict(self, state: Any) -> None:
-        load = getattr(self.source, "load_state_dict", None)
-        if load is not None:
-            load(state)
 
 
 class _FirstOverflowOnly(logging.Filter):

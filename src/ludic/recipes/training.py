@@ -20,6 +20,7 @@ import torch
 from ludic.distributed import PolicyPublisher
 from ludic.recipes.inference import Inference as Inference  # re-exported from its module
 from ludic.recipes.inference import make_inference as make_inference
+from ludic.recipes.wrapped_source import WrappedSource
 from ludic.training import (
     BatchSource,
     CheckpointConfig,
@@ -154,7 +155,7 @@ def plot_curve(metrics_jsonl: Path, png: Path, key: str, *, smooth: float = 0.6)
     return png
 
 
-class SampleLog:
+class SampleLog(WrappedSource):
     """A BatchSource that passes `source`'s batches through and appends every training sample
     to `path` as one `SAWItem.to_dict()` line (what `ludic view --samples` reads). Its
     checkpoint state is the wrapped source's."""
@@ -170,15 +171,6 @@ class SampleLog:
         with self.path.open("a", encoding="utf-8") as f:
             f.write("".join(lines))
         return batch
-
-    def state_dict(self) -> Any:
-        state_dict = getattr(self.source, "state_dict", None)
-        return state_dict() if state_dict is not None else {}
-
-    def load_state_dict(self, state: Any) -> None:
-        load = getattr(self.source, "load_state_dict", None)
-        if load is not None:
-            load(state)
 
 
 def log_samples(source: BatchSource, out: Path) -> SampleLog:
