@@ -30,12 +30,9 @@ trainer's `ludic.training.invariant_forward` agree bit for bit; start-up checks 
 this machine.
 
 `LeanForward(model, prepacked=True)` (`EngineConfig(prepacked_gemm=True)`) runs every GEMM through
-oneDNN on a copy of its weight packed once in oneDNN's blocked layout (`_Packs`): 1.1x (3M) to 1.6x
-(49M) faster decode on the AMD CPUs here, at the cost of a second copy of the weights and of
-today's rounding (logits move by float noise, ~1e-5 to 1e-4 in float32, so it is off by default).
-A pack is rebuilt when its weight's address, shape or version counter changes (in-place updates,
-optimizer steps) and all are dropped by `weights_changed()`, which the engine calls after every
-weight update (a broadcast writing straight into the parameters bumps no version counter).
+oneDNN on a packed copy of its weight (`ludic.inference.embedded.prepacked_gemm`: faster decode on
+CPU, a second copy of the weights, float-noise rounding; off by default); `weights_changed()`,
+which the engine calls around every weight update, drops the packs.
 
 `LeanForward.for_model(model)` returns None for anything else, and also when a self-check (one
 small padded forward compared with the model's own) disagrees, so an unexpected variant falls
@@ -59,6 +56,7 @@ from transformers.cache_utils import DynamicLayer
 
 from ludic.inference.embedded import batch_invariant as invariant
 from ludic.inference.embedded.batch_invariant import linear as invariant_linear
+from ludic.inference.embedded.prepacked_gemm import Packs, pack_for, packed_linear, unpackable
 from ludic.inference.weights import pack_parameters_
 
 logger = logging.getLogger(__name__)
@@ -83,7 +81,7 @@ class LeanForward:
         self.batch_invariant = batch_invariant
         layers = model.config.num_hidden_layers
         # at most 7 GEMM weights per layer (q, k, v, o, gate, up, down unfused) and lm_head
-        self.packs = _Packs(limit=7 * layers + 1) if prepacked else None
+        self.packs = Packs(limit=7 * layers + 1) if prepacked else None
         self.dtype = model.dtype
         self.decoder: Any = model.model
         self.embed: Any = self.decoder.embed_tokens
@@ -125,7 +123,7 @@ class LeanForward:
         """A LeanForward for `model`, or why it does not apply (with `batch_invariant`, also
         when this machine's GEMMs are not row-invariant; with `prepacked`, when oneDNN cannot
         pack this model's weights)."""
-        reason = _unsupported(model) or (_unpackable(model, batch_invariant) if prepacked else None)
+        reason = _unsupported(model) or (unpackable(model, batch_invariant) if prepacked else None)
         if reason is not None:
             return reason
         try:
@@ -269,7 +267,7 @@ class _Fused:
         self.modules = modules
         self.transposed_ok = transposed_ok  # the output may be a transposed view (`_matmul`)
         self.invariant = False  # batch-invariant GEMMs (`batch_invariant.linear`)
-        self.packs: _Packs | None = None  # oneDNN-packed weights (`LeanForward(prepacked=True)`)
+        self.packs: Packs | None = None  # oneDNN-packed weights (`LeanForward(prepacked=True)`)
         self._params = [m._parameters for m in modules]  # direct: `m.weight` is a slow lookup
         self._layout: tuple[Any, ...] = ()
         self._weight: torch.Tensor | None = None
@@ -299,38 +297,13 @@ class _Fused:
             pairs = zip(weights, biases, strict=True)
             return torch.cat(
                 [
-                    _matmul(x, w, b, self.transposed_ok, self.invariant, _pack(packs, w, [w]))
+                    _matmul(x, w, b, self.transposed_ok, self.invariant, pack_for(packs, w, [w]))
                     for w, b in pairs
                 ],
                 -1,
             )
-        pack = _pack(packs, self._weight, weights)
+        pack = pack_for(packs, self._weight, weights)
         return _matmul(x, self._weight, self._bias, self.transposed_ok, self.invariant, pack)
-
-
-class _Packs:
-    """oneDNN-packed copies of GEMM weights, by the weight's address and shape. A pack is
-    rebuilt when the address, version counter or shape of any parameter it was built from
-    changed (a fused weight is built from several), so in-place updates never meet a stale
-    pack; `clear()` drops them all (for writes that bump no version counter)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit  # more weights than the forward has: some moved, their packs are garbage
-        self._entries: dict[tuple[Any, ...], tuple[tuple[Any, ...], torch.Tensor]] = {}
-
-    def get(self, weight: torch.Tensor, sources: list[torch.Tensor]) -> torch.Tensor:
-        key = (weight.data_ptr(), weight.shape, weight.stride())
-        stamp = tuple((p.data_ptr(), p._version, p.shape) for p in sources)
-        entry = self._entries.get(key)
-        if entry is None or entry[0] != stamp:
-            if entry is None and len(self._entries) >= self.limit:
-                self._entries.clear()
-            entry = (stamp, torch.ops.mkldnn._reorder_linear_weight(weight.detach()))
-            self._entries[key] = entry
-        return entry[1]
-
-    def clear(self) -> None:
-        self._entries.clear()
 
 
 def _joined(tensors: list[Any]) -> torch.Tensor | None:
@@ -405,25 +378,6 @@ def _unsupported(model: PreTrainedModel) -> str | None:
     return None
 
 
-def _pack(
-    packs: _Packs | None, weight: torch.Tensor, sources: list[torch.Tensor]
-) -> torch.Tensor | None:
-    return None if packs is None else packs.get(weight, sources)
-
-
-def _unpackable(model: PreTrainedModel, batch_invariant: bool) -> str | None:
-    """Why oneDNN-packed GEMMs (`prepacked`) cannot serve `model` here, or None."""
-    if batch_invariant:
-        return (
-            "prepacked GEMMs round differently from the batch-invariant ones: use one or the other"
-        )
-    if model.dtype != torch.float32 or model.device.type != "cpu":
-        return f"prepacked GEMMs need a float32 model on CPU (this one: {model.dtype} on {model.device})"
-    if not torch.backends.mkldnn.is_available():
-        return "prepacked GEMMs need a torch build with oneDNN (torch.backends.mkldnn)"
-    return None
-
-
 def _attention_mask(key_mask_BT: torch.Tensor, S: int) -> torch.Tensor:
     """[B, 1, S, T]: new position s sees real keys up to itself, and always itself (so a padding
     query has a finite output instead of attending nothing)."""
@@ -450,11 +404,11 @@ def _linear(
     module: Any,
     transposed_ok: bool = False,
     invariant: bool = False,
-    packs: _Packs | None = None,
+    packs: Packs | None = None,
 ) -> torch.Tensor:
     params = module._parameters  # `module.weight` goes through the slow Module.__getattr__
     weight = params["weight"]
-    pack = _pack(packs, weight, [weight])
+    pack = pack_for(packs, weight, [weight])
     return _matmul(x, weight, params["bias"], transposed_ok, invariant, pack)
 
 
@@ -468,12 +422,9 @@ def _matmul(
 ) -> torch.Tensor:
     """x @ weight.T (+ bias); as (weight @ x.T).T, a transposed view, for 2-128 rows of 2D `x`
     when the caller accepts one (see the module docstring); batch-invariant if `invariant`;
-    through oneDNN on `pack` (`weight` packed by `_Packs`) if given."""
+    through oneDNN on `pack` (`weight` packed by `Packs`) if given."""
     if pack is not None:
-        y_NO = torch.ops.mkldnn._linear_pointwise(
-            x_NE.reshape(-1, x_NE.shape[-1]), pack, bias, "none", [], ""
-        )
-        return y_NO.view(*x_NE.shape[:-1], y_NO.shape[-1])
+        return packed_linear(x_NE, pack, bias)
     if invariant:
         return invariant_linear(x_NE, weight, bias)
     if transposed_ok and x_NE.dim() == 2 and 2 <= x_NE.shape[0] <= _TRANSPOSED_MAX_ROWS:
