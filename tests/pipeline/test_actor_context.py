@@ -13,39 +13,14 @@ import pytest
 import tyro
 from pipeline_fakes import RedisServer, redis_server
 
+from context_envs import FIRST, LatestTwoTurnEnv, OddContextEnv, TwoTurnEnv
 from ludic.cli import main as ludic_main
-from ludic.envs.single_agent import SingleAgentEnv
 from ludic.pipeline.commands import actor_context
 from ludic.pipeline.config import ActorConfig
 from ludic.pipeline.source import PipelineBatchSource
 from ludic.pipeline.stream import SampleStream
-from ludic.types import Info, StepOutcome
 
 __all__ = ["redis_server"]
-FIRST = "first observation"
-
-
-class TwoTurnEnv(SingleAgentEnv):
-    """Two observations, any reply accepted; the episode ends after the second reply."""
-
-    def __init__(self) -> None:
-        self.turn = 0
-
-    def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
-        self.turn = 0
-        return FIRST, {}
-
-    def env_step(self, action: str) -> StepOutcome:
-        self.turn += 1
-        return StepOutcome(obs="second observation", reward=0.0, terminated=self.turn >= 2)
-
-
-class LatestTwoTurnEnv(TwoTurnEnv):
-    suggested_context = "latest"
-
-
-class OddContextEnv(TwoTurnEnv):
-    suggested_context = "everything"
 
 
 def test_the_flag_defaults_to_auto() -> None:
@@ -109,7 +84,7 @@ def _first_observation_in_every_sample(server: RedisServer, env: str, *flags: st
 
     stream = f"s-{env}-{'-'.join(flags)}"
     args = ["actor", "--redis-url", server.url, "--stream", stream]
-    args += ["--env", f"test_actor_context:{env}", "--max-steps", "2", "--max-tokens", "3"]
+    args += ["--env", f"context_envs:{env}", "--max-steps", "2", "--max-tokens", "3"]
     args += ["--problems-per-batch", "1", "--group-size", "1", "--batches", "1", *flags]
     ludic_main(args)
     items = asyncio.run(_items(server, stream))

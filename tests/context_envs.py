@@ -1,10 +1,13 @@
-"""Two-turn envs for `ludic eval --context` tests: one declares `suggested_context = "latest"`,
-one declares nothing, one declares a value that is neither."""
+"""Two-turn envs for the `--context` tests of `ludic eval` (tests/eval) and `ludic actor`
+(tests/pipeline), imported by name: one declares `suggested_context = "latest"`, one declares
+nothing, one declares a value that is neither."""
 
 from __future__ import annotations
 
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.types import Info, StepOutcome
+
+FIRST = "first observation"
 
 
 class TwoTurnEnv(SingleAgentEnv):
@@ -15,7 +18,7 @@ class TwoTurnEnv(SingleAgentEnv):
 
     def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
         self.turn = 0
-        return f"first observation {seed}", {}
+        return f"{FIRST} {seed}", {}
 
     def env_step(self, action: str) -> StepOutcome:
         self.turn += 1
