@@ -13,6 +13,7 @@ from ludic.distributed.manifest import (
     check_against,
     flatten_into,
     follows,
+    fused_groups,
     plan_manifest,
     unflatten,
 )
@@ -188,3 +189,75 @@ def test_a_span_bucket_never_takes_a_tensor_from_elsewhere() -> None:
             assert last.data_ptr() + last.numel() * 4 - first.data_ptr() == sum(
                 e.numel * 4 for e in entries
             )
+
+
+def _qwen2_layer(bias: bool = True) -> dict[str, torch.Tensor]:
+    """One decoder layer's tensors in state-dict order (separate allocations)."""
+    names = ["q_proj", "k_proj", "v_proj"]
+    layer: dict[str, torch.Tensor] = {}
+    for name, rows in zip(names, (8, 4, 4), strict=True):
+        layer[f"l.self_attn.{name}.weight"] = torch.zeros(rows, 8)
+        if bias:
+            layer[f"l.self_attn.{name}.bias"] = torch.zeros(rows)
+    layer["l.self_attn.o_proj.weight"] = torch.zeros(8, 8)
+    layer["l.mlp.gate_proj.weight"] = torch.zeros(12, 8)
+    layer["l.mlp.up_proj.weight"] = torch.zeros(12, 8)
+    layer["l.mlp.down_proj.weight"] = torch.zeros(8, 12)
+    return layer
+
+
+def test_fused_groups_are_found_by_name_with_any_prefix() -> None:
+    names = list(_qwen2_layer())
+    q, k, v = (f"l.self_attn.{p}_proj" for p in "qkv")
+    assert fused_groups(names) == [
+        [f"{q}.weight", f"{k}.weight", f"{v}.weight"],
+        [f"{q}.bias", f"{k}.bias", f"{v}.bias"],
+        ["l.mlp.gate_proj.weight", "l.mlp.up_proj.weight"],
+    ]
+    assert fused_groups([n for n in names if n != f"{k}.bias"])[1] == [
+        "l.mlp.gate_proj.weight",
+        "l.mlp.up_proj.weight",
+    ]  # biases only as a full set
+
+
+def test_fused_groups_travel_together_in_order_with_biases_apart() -> None:
+    """Small separate tensors: q/k/v weights consecutive, then their biases, never split by a
+    bucket boundary (old planner: q.w, q.b, k.w, ... and a boundary inside)."""
+    layer = _qwen2_layer()
+    manifest = plan_manifest(layer, version=0, bucket_bytes=600, alone_bytes=10_000)
+    layout = _layout(manifest)
+    for group in fused_groups(list(layer)):
+        bucket = next(names for names in layout if group[0] in names)
+        start = bucket.index(group[0])
+        assert bucket[start : start + len(group)] == group, layout
+    assert len(layout) > 1  # 600-byte buckets: boundaries fall inside the layer
+
+
+def test_a_bucket_boundary_never_falls_inside_a_flat_fused_group() -> None:
+    layer = _qwen2_layer(bias=False)
+    flat = torch.zeros(sum(t.numel() for t in layer.values()))
+    views, offset = {}, 0
+    for name, t in layer.items():
+        views[name] = flat[offset : offset + t.numel()].view_as(t)
+        offset += t.numel()
+    # q (256 B) + k (128 B) fit a 400 B bucket, v would not: the whole group moves on.
+    layout = _layout(plan_manifest(views, version=0, bucket_bytes=400, alone_bytes=100))
+    assert [
+        "l.self_attn.q_proj.weight",
+        "l.self_attn.k_proj.weight",
+        "l.self_attn.v_proj.weight",
+    ] in [names[:3] for names in layout]
+    assert ["l.mlp.gate_proj.weight", "l.mlp.up_proj.weight"] in [names[:2] for names in layout]
+    # Without the groups the span is cut after k.
+    cut = _layout(plan_manifest(views, version=0, bucket_bytes=400, alone_bytes=100, together=()))
+    assert ["l.self_attn.q_proj.weight", "l.self_attn.k_proj.weight"] in cut
+
+
+def test_large_separate_fused_tensors_still_travel_alone_and_mixed_ones_together() -> None:
+    layer = _qwen2_layer(bias=False)
+    alone = _layout(plan_manifest(layer, version=0, bucket_bytes=10_000, alone_bytes=100))
+    assert ["l.self_attn.q_proj.weight"] in alone and ["l.self_attn.k_proj.weight"] in alone
+    # q large, k and v small: all three in one bucket (a server would move k and v otherwise).
+    mixed = _layout(plan_manifest(layer, version=0, bucket_bytes=10_000, alone_bytes=200))
+    qkv = ["l.self_attn.q_proj.weight", "l.self_attn.k_proj.weight", "l.self_attn.v_proj.weight"]
+    assert qkv in mixed

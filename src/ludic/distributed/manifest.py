@@ -6,17 +6,21 @@ on a server that supports it, into) the parameters' own memory, with no copy. Te
 already lie back to back in one storage (`follows`: a trainer whose parameters are views of one
 flat buffer) share a bucket whatever their size, sent in place as one span (fewer, larger
 broadcasts: each costs the transport a fixed share of CPU); a server that receives in place
-lays such a bucket's parameters out back to back on the first push. The
-manifest goes over the control plane as JSON and is validated on arrival; the bytes go over the
-data plane. This module does no I/O and knows nothing about models or servers.
+lays such a bucket's parameters out back to back on the first push. The groups of tensors a
+Llama-family server runs as one GEMM (`fused_groups`: each layer's q/k/v and gate/up weights,
+and their biases) travel consecutively in one bucket, never split by a bucket boundary, so that
+layout keeps them fusable (only their names are known here). The manifest goes over the control
+plane as JSON and is validated on arrival; the bytes go over the data plane. This module does
+no I/O and knows nothing else about models or servers.
 
 Shape legend: N = elements of a flat bucket.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,60 +180,157 @@ def plan_manifest(
     full: bool = True,
     checksums: bool = True,
     piece_bytes: int = 0,
+    together: Sequence[Sequence[str]] | None = None,
 ) -> WeightManifest:
     """Pack `tensors` (in order) into per-dtype buckets of at most `bucket_bytes`; a tensor of
     at least `alone_bytes` (default: `bucket_bytes`) gets a bucket of its own. `checksums`:
     ask the receiver to report checksums of what it holds (the sender verifies).
-    `piece_bytes`: broadcast larger buckets in pieces of this size (0: whole)."""
+    `piece_bytes`: broadcast larger buckets in pieces of this size (0: whole).
+
+    `together`: groups of names (default: `fused_groups`) that are never split across buckets
+    or interleaved with other tensors: each group travels consecutively in one bucket (so a
+    server laying a bucket out back to back keeps it fusable), unless every member is large
+    and they do not lie back to back, when each travels alone (untouched by the server)."""
     if bucket_bytes < 1:
         raise ValueError(f"bucket_bytes must be >= 1, got {bucket_bytes}")
     if piece_bytes < 0:
         raise ValueError(f"piece_bytes must be >= 0, got {piece_bytes}")
     alone = bucket_bytes if alone_bytes is None else min(alone_bytes, bucket_bytes)
-    buckets: list[Bucket] = []
-    entries: list[TensorEntry] = []
-    open_bucket: dict[str, int] = {}  # dtype -> index of the bucket of small tensors being filled
-    # The bucket of the last lone tensor (or its run) and its last tensor's position: a tensor
-    # lying right after that one in memory joins it, so the bucket stays one span (no copy).
-    run: int | None = None
-    run_last = -1
-    after = follows(list(tensors.values()))
-    for position, (name, tensor) in enumerate(tensors.items()):
-        dtype = dtype_name(tensor.dtype)
-        nbytes = tensor.numel() * tensor.element_size()
-        if (
-            run is not None
-            and after[position] == run_last
-            and buckets[run].dtype == dtype
-            and buckets[run].nbytes + nbytes <= bucket_bytes
-        ):
-            index: int | None = run
-        else:
-            index = None if nbytes >= alone else open_bucket.get(dtype)
-        if index is None or buckets[index].nbytes + nbytes > bucket_bytes:
-            index = len(buckets)
-            buckets.append(Bucket(index=index, dtype=dtype, numel=0))
-            if nbytes < alone:
-                open_bucket[dtype] = index
-        if nbytes >= alone or index == run:
-            run, run_last = index, position
-        bucket = buckets[index]
-        entries.append(
-            TensorEntry(
-                name=name, dtype=dtype, shape=tuple(tensor.shape), bucket=index, offset=bucket.numel
-            )
-        )
-        buckets[index] = Bucket(index=index, dtype=dtype, numel=bucket.numel + tensor.numel())
-        if nbytes < alone and buckets[index].nbytes >= bucket_bytes:
-            del open_bucket[dtype]  # full: the next small tensor opens a new bucket
+    plan = _Planner(tensors, bucket_bytes=bucket_bytes, alone=alone)
+    groups = fused_groups(list(tensors)) if together is None else together
+    for unit in _units(tensors, groups):
+        plan.place(unit)
     return WeightManifest(
         version=version,
-        tensors=tuple(entries),
-        buckets=tuple(buckets),
+        tensors=tuple(plan.entries),
+        buckets=tuple(plan.buckets),
         full=full,
         checksums=checksums,
         piece_bytes=piece_bytes,
     )
+
+
+# Projections reading one input that inference engines run as one GEMM (the embedded engine's
+# lean forward, vLLM's merged q/k/v and gate/up layers), by module scope and names.
+_FUSED = (("self_attn.", ("q_proj", "k_proj", "v_proj")), ("mlp.", ("gate_proj", "up_proj")))
+
+
+def fused_groups(names: Sequence[str]) -> list[list[str]]:
+    """The groups of `names` a Llama-family server fuses: each layer's q/k/v weights, their
+    biases, its gate/up weights and biases (any name prefix), where all members are present."""
+    present = set(names)
+    groups: list[list[str]] = []
+    for name in names:
+        for scope, projections in _FUSED:
+            for kind in ("weight", "bias"):
+                suffix = f"{scope}{projections[0]}.{kind}"
+                if name.endswith(suffix):
+                    prefix = name[: -len(suffix)]
+                    group = [f"{prefix}{scope}{p}.{kind}" for p in projections]
+                    if all(g in present for g in group):
+                        groups.append(group)
+    return groups
+
+
+def _units(tensors: Mapping[str, torch.Tensor], groups: Sequence[Sequence[str]]) -> list[list[str]]:
+    """`tensors`' names in order, each group (of one dtype, all present, no name twice) pulled
+    together at its first member's place: the units the planner places whole."""
+    owner: dict[str, list[str]] = {}
+    for group in groups:
+        members = list(group)
+        if (
+            len(members) > 1
+            and len(set(members)) == len(members)
+            and all(n in tensors and n not in owner for n in members)
+            and len({tensors[n].dtype for n in members}) == 1
+        ):
+            owner.update({n: members for n in members})
+    units: list[list[str]] = []
+    placed: set[str] = set()
+    for name in tensors:
+        if name not in placed:
+            unit = owner.get(name, [name])
+            units.append(unit)
+            placed.update(unit)
+    return units
+
+
+class _Planner:
+    """Places units (`_units`) into buckets, keeping runs of tensors that lie back to back in
+    one storage together as one span."""
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor], *, bucket_bytes: int, alone: int):
+        self.tensors = tensors
+        self.bucket_bytes = bucket_bytes
+        self.alone = alone
+        self.buckets: list[Bucket] = []
+        self.entries: list[TensorEntry] = []
+        self.open_bucket: dict[str, int] = {}  # dtype -> the bucket of small tensors being filled
+        # The bucket of the last lone tensor (or its run) and its last tensor: a tensor lying
+        # right after that one in memory joins it, so the bucket stays one span (no copy).
+        self.run: int | None = None
+        self.run_last: str | None = None
+        names = list(tensors)
+        after = follows(list(tensors.values()))
+        self.prev = {n: None if a is None else names[a] for n, a in zip(names, after, strict=True)}
+
+    def _nbytes(self, name: str) -> int:
+        t = self.tensors[name]
+        return t.numel() * t.element_size()
+
+    def place(self, unit: list[str]) -> None:
+        dtype = dtype_name(self.tensors[unit[0]].dtype)
+        nbytes = sum(self._nbytes(n) for n in unit)
+        chained = all(self.prev[b] == a for a, b in itertools.pairwise(unit))
+        if not chained and all(self._nbytes(n) >= self.alone for n in unit):
+            for name in unit:  # each alone: a server leaves single-tensor buckets where they are
+                self._add([name], dtype, self._new_bucket(dtype))
+            self.run = None  # nothing may join one of them (it would be laid out elsewhere)
+            return
+        run = self.run
+        if (
+            run is not None
+            and chained
+            and self.prev[unit[0]] == self.run_last
+            and self.buckets[run].dtype == dtype
+            and self.buckets[run].nbytes + nbytes <= self.bucket_bytes
+        ):
+            index: int | None = run
+        else:
+            index = None if nbytes >= self.alone else self.open_bucket.get(dtype)
+        if index is None or (
+            index != run and self.buckets[index].nbytes + nbytes > self.bucket_bytes
+        ):
+            index = self._new_bucket(dtype)
+            if nbytes < self.alone:
+                self.open_bucket[dtype] = index
+        if chained and (nbytes >= self.alone or index == run):
+            self.run, self.run_last = index, unit[-1]
+        elif nbytes >= self.alone:
+            self.run = None  # a large group that is packed (copied): nothing joins it
+        self._add(unit, dtype, index)
+        if nbytes < self.alone and self.buckets[index].nbytes >= self.bucket_bytes:
+            self.open_bucket.pop(dtype, None)  # full: the next small tensor opens a new bucket
+
+    def _new_bucket(self, dtype: str) -> int:
+        self.buckets.append(Bucket(index=len(self.buckets), dtype=dtype, numel=0))
+        return len(self.buckets) - 1
+
+    def _add(self, unit: list[str], dtype: str, index: int) -> None:
+        for name in unit:
+            tensor, bucket = self.tensors[name], self.buckets[index]
+            self.entries.append(
+                TensorEntry(
+                    name=name,
+                    dtype=dtype,
+                    shape=tuple(tensor.shape),
+                    bucket=index,
+                    offset=bucket.numel,
+                )
+            )
+            self.buckets[index] = Bucket(
+                index=index, dtype=dtype, numel=bucket.numel + tensor.numel()
+            )
 
 
 def follows(tensors: list[torch.Tensor]) -> list[int | None]:

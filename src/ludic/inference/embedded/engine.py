@@ -246,6 +246,9 @@ class EmbeddedEngine:
         """
 
         def apply() -> int:
+            # Before the fill too: what the forward keeps from the old weights (fused views)
+            # would pin their storage while a fill lays the parameters out anew.
+            self._batch.weights_changed()
             try:
                 with torch.no_grad():
                     fill(self.model)

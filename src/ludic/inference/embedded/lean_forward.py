@@ -13,8 +13,11 @@ GQA -> o_proj, RMSNorm -> gated MLP, then the final norm and lm_head on the kept
 Each layer's q/k/v weights, and its gate/up weights, are laid back to back in one buffer when the
 LeanForward is built (the parameters become views of it: same Parameter objects, same values),
 so each group runs as one GEMM and q and k are rotated together. The grouping is re-checked on
-every call from the weights' addresses: a parameter given new storage afterwards (`p.data = x`,
-a receiver packing them its own way) only costs the fusion, never correctness. The fused GEMM
+every call from the weights' addresses: a parameter given new storage afterwards (`p.data = x`)
+only costs the fusion, never correctness; the weight receiver, which lays received buckets out
+back to back, gets each group in one bucket, in order (`ludic.distributed.manifest.fused_groups`),
+so the fusion survives it, and `weights_changed()` (before and after every update) drops the
+joined views, which would otherwise keep the old storage alive while parameters move. The fused GEMM
 computes every output column exactly as the separate ones do.
 
 With 2 to 128 rows, the projections whose output only feeds elementwise ops and the next GEMM
@@ -139,10 +142,15 @@ class LeanForward:
         return lean if reason is None else reason
 
     def weights_changed(self) -> None:
-        """Drop the packed weight copies (rebuilt at the next forward); call after any weight
-        update that may not bump the parameters' version counters."""
+        """Drop the packed weight copies and the fused groups' joined views (rebuilt at the next
+        forward); call after any weight update that may not bump the parameters' version
+        counters, and before one that may give parameters new storage (the views would keep
+        the old storage alive through it)."""
         if self.packs is not None:
             self.packs.clear()
+        for layer in self.layers:
+            layer.qkv.reset()
+            layer.gate_up.reset()
 
     def _weights(self) -> list[torch.Tensor]:
         """A weight of every GEMM shape the forward can run (fused or not; layers share
@@ -280,6 +288,16 @@ class _Fused:
             params = [getattr(m, attr) for m in self.modules]
             if all(p is not None and id(p) in names for p in params):
                 pack_parameters_(model, [[names[id(p)] for p in params]])
+
+    def reset(self) -> None:
+        """Forget the joined views (they hold the parameters' storage); rebuilt at the next
+        call."""
+        self._layout, self._weight, self._bias = (), None, None
+
+    @property
+    def fused(self) -> bool:
+        """Whether the last call ran as one GEMM (the weights, and biases, lay back to back)."""
+        return self._weight is not None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         weights = [p["weight"] for p in self._params]

@@ -43,6 +43,7 @@ from ludic.distributed.manifest import (
 from ludic.distributed.transfer import (
     BufferPool,
     Collective,
+    adjacent_view,
     join_store,
     open_group,
     receive_buckets,
@@ -124,7 +125,12 @@ class WeightSyncReceiver:
     the next full push repairs it); otherwise into reused buffers, handed to `load`. With
     `arrange` too, the first push of each bucket layout calls `arrange(groups)` (the names of
     each packed bucket) inside `load_in_place` first, to lay those targets out back to back so
-    that packed buckets land without a copy (`ludic.inference.weights.pack_parameters_`).
+    that packed buckets land without a copy (`ludic.inference.weights.pack_parameters_`);
+    groups already back to back are left where they are. The planner keeps the groups a
+    server fuses (`ludic.distributed.manifest.fused_groups`) consecutive in one bucket, so
+    their new layout stays fusable; an engine drops what pins the old storage (the lean
+    forward's fused views) before `load_in_place` runs the fill, so the old storage is
+    freed as the parameters move (about one bucket's worth of extra memory at a time).
     """
 
     def __init__(
@@ -220,7 +226,9 @@ class WeightSyncReceiver:
                 groups = [[e.name for e in entries] for entries in manifest.bucket_entries()]
                 packed = [names for names in groups if len(names) > 1]
                 if self.arrange is not None and packed != self._arranged:
-                    self.arrange(packed)
+                    apart = self._apart(packed)
+                    if apart:  # those already back to back (e.g. a fused q/k/v) stay put
+                        self.arrange(apart)
                     self._arranged = packed
                 live = targets()
 
@@ -245,6 +253,14 @@ class WeightSyncReceiver:
             checksums=checksums,
             held_dtypes=held_dtypes,
         )
+
+    def _apart(self, packed: list[list[str]]) -> list[list[str]]:
+        """The groups whose targets do not lie back to back yet (no reference to the targets
+        outlives this call: they would keep the old storage alive while `arrange` moves
+        them)."""
+        assert self.targets is not None
+        live = self.targets()
+        return [names for names in packed if adjacent_view([live[n] for n in names]) is None]
 
     def _held_checksums(
         self, manifest: WeightManifest, landed: LandedChecksums | None
