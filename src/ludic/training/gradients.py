@@ -4,7 +4,8 @@ one big batch: every micro-batch's loss is normalised by batch-wide totals (see
 
 Across data-parallel ranks the totals are summed over ranks and every rank runs the same number
 of passes (`num_passes`): a rank with fewer micro-batches (or none) runs zero-gradient dummy
-passes so FSDP's collectives stay matched. It does not step an optimizer, clip or check
+passes that make the same model calls as a real pass (the reference model's too, which may be
+sharded), so FSDP's collectives stay matched. It does not step an optimizer, clip or check
 gradients (the Trainer does that). Besides the loss's metrics it reports the train/inference
 mismatch (`mismatch/...`, see `mismatch.py`) whenever the batch has behaviour logprobs.
 A non-finite micro-batch loss is reported and never
@@ -113,7 +114,7 @@ def accumulate_gradients(
         shared = None if shared_passes is None else bool(shared_passes[done])
         if done >= len(micro_batches):
             dummy = _dummy_batch(pad_token_id).to(device)
-            _zero_pass(model, dummy, device, autocast_dtype, shared=bool(shared))
+            _zero_pass(model, ref_model, loss_fn, dummy, device, autocast_dtype, bool(shared))
             continue
         assert batch is not None
         micro = batch.select(micro_batches[done]).to(device)
@@ -246,18 +247,25 @@ def _dummy_batch(pad_token_id: int) -> CollatedBatch:
 
 def _zero_pass(
     model: torch.nn.Module,
+    ref_model: torch.nn.Module | None,
+    loss_fn: Loss,
     dummy: CollatedBatch,
     device: torch.device,
     autocast_dtype: torch.dtype | None,
-    *,
-    shared: bool = False,
+    shared: bool,
 ) -> None:
-    """A forward and backward through every parameter that adds exactly zero gradient; with
-    `shared`, through the shared path's two model calls (as the ranks that share make)."""
+    """A forward and backward through every parameter that adds exactly zero gradient, making
+    the model calls a real pass makes: the policy's and, when the loss needs it, the reference
+    model's (a sharded reference all-gathers too); with `shared`, the shared path's two calls
+    each (as the ranks that share make)."""
     with _autocast(device, autocast_dtype):
-        logprobs_BT, _ = sequence_logprobs(
+        logprobs_BT, _, _ = _forward(
             model,
+            ref_model,
+            loss_fn,
             dummy,
+            packed=False,
+            chunk_tokens=DEFAULT_CHUNK_TOKENS,
             shared_prefix_min_tokens=2 if shared else None,
             shared_path=shared or None,
         )

@@ -1,0 +1,89 @@
+"""Launched by test_fsdp_lockstep.py under torchrun (2 gloo ranks). Usage:
+`dist_worker_ref.py OUT_DIR plain|shared`
+
+GRPO with a KL term to a reference model that is itself FSDP2-sharded (`shard_model`), so every
+reference forward all-gathers its weights, on data where the ranks are uneven: a rank with no
+samples and ranks with different micro-batch counts (`plain`: dist_worker_common's steps), or
+with shared prompts on one rank only and dummy passes on the shared path (`shared`:
+dist_worker_shared_prefix's mismatch steps, `TrainerConfig(shared_prefix=True)`). Every rank
+must make the same reference calls as well as the same policy calls, or the job hangs.
+
+Rank 0 writes the step metrics, the gathered policy weights and each rank's count of
+reference forwards to OUT_DIR/results.pt. Also imported by the test for the data and config.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import sys
+from pathlib import Path
+
+import torch
+from training_fakes import ListSource, tiny_llama
+
+from ludic.rollouts.samples import SAWItem
+from ludic.training import ConstantCredit, RLAlgorithm, Trainer, TrainerConfig, make_grpo
+from ludic.training.parallel import auto_runtime, shard_model
+
+REF_SEED = 7
+ALGORITHM = RLAlgorithm(
+    name="grpo_kl",
+    credit_assigner=ConstantCredit(value=1.0),
+    loss=make_grpo(kl_beta=0.5).loss,
+)
+HANG_S = 100.0
+"""A rank still running after this long is hung in a collective: it dumps its stack and exits."""
+
+
+def steps_for(mode: str, rank: int, world_size: int) -> list[list[SAWItem]]:
+    if mode == "plain":
+        from dist_worker_common import batches_for
+
+        return batches_for(rank, world_size)
+    from dist_worker_shared_prefix import batches_for as shared_batches
+
+    return shared_batches(rank, world_size, mismatch=True)
+
+
+def config(mode: str) -> TrainerConfig:
+    return TrainerConfig(
+        lr=5e-3,
+        micro_batch_tokens=32 if mode == "plain" else 40,
+        max_grad_norm=0.5,
+        seed=11,
+        shared_prefix=mode == "shared",
+    )
+
+
+def main() -> None:
+    faulthandler.dump_traceback_later(HANG_S, exit=True)
+    out_dir, mode = Path(sys.argv[1]), sys.argv[2]
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    steps = steps_for(mode, rank, world)
+    runtime = auto_runtime()  # joins torchrun's group, so the reference can be sharded
+    ref = shard_model(tiny_llama(seed=REF_SEED))  # same seed on every rank: same weights
+    ref_calls: list[int] = []
+    ref.register_forward_pre_hook(lambda *_: ref_calls.append(1))
+    trainer = Trainer(
+        tiny_llama(seed=0),
+        ALGORITHM,
+        ListSource(steps),
+        config(mode),
+        ref_model=ref,
+        runtime=runtime,
+    )
+    history = trainer.run(len(steps), progress=False)
+    weights = trainer.runtime.full_model_state(trainer.model)
+    counts = trainer.runtime.all_gather_object(len(ref_calls))
+    blocks = [p for layer in ref.model.layers for p in layer.parameters()]
+    sharded = all(type(p).__name__ == "DTensor" for p in blocks)
+    if rank == 0:
+        results = {"history": history, "weights": weights, "ref_calls": counts, "sharded": sharded}
+        torch.save(results, out_dir / "results.pt")
+    trainer.close()
+    runtime.close()
+
+
+if __name__ == "__main__":
+    main()
