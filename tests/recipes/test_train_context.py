@@ -1,6 +1,8 @@
 """`ludic train`'s context: tictactoe defaults to the latest observation (its full dialog
 overran the tiny model's 2,048-token context in every episode), and when most episodes of a
-batch overflow the context the run says so once, naming the cause and the flags that fix it."""
+batch overflow the context the run says so once, naming the cause and the flags that fix it.
+The run that shows the fix also shows the default token budget reaching the Trainer (the
+defaults themselves: test_train_defaults.py)."""
 
 from __future__ import annotations
 
@@ -14,13 +16,13 @@ from rich.console import Console
 from train_envs import LongTalkEnv
 
 from ludic.envs import TicTacToeEnv
-from ludic.recipes.configs import TrainConfig
+from ludic.recipes.configs import DEFAULT_MICRO_BATCH_TOKENS, TrainConfig
 from ludic.recipes.context_overflow import (
     ContextOverflowWatch,
     ended_by_context_overflow,
     quiet_repeated_overflow_lines,
 )
-from ludic.recipes.train import _inspect_env, context_of, train_command
+from ludic.recipes.train import TrainResult, _inspect_env, context_of, train_command
 from ludic.training import SAWBatch
 from ludic.types import Rollout
 
@@ -105,10 +107,19 @@ def test_a_bad_suggested_context_is_named() -> None:
         _inspect_env(Odd, {}, "odd")
 
 
+def _train(cfg: TrainConfig) -> tuple[TrainResult, str]:
+    """`ludic train` in this process: its result and the text it printed."""
+    console = Console(record=True, width=400)
+    result = train_command(cfg, console=console)
+    return result, console.export_text()
+
+
 @pytest.mark.slow
 def test_a_run_whose_dialog_overflows_says_so_once_and_latest_fixes_it(tmp_path: Path) -> None:
+    """The latest-observation run also shows the default token budget (--micro-batch-tokens
+    8192) reaching the Trainer: its batch of long prompts takes several passes."""
     cfg = TrainConfig(
-        env="train_envs:LongTalkEnv",
+        env="train_envs:DistinctLongEnv",
         steps=2,
         problems_per_step=2,
         group_size=2,
@@ -116,9 +127,7 @@ def test_a_run_whose_dialog_overflows_says_so_once_and_latest_fixes_it(tmp_path:
         out_dir=tmp_path / "full",
         progress=False,
     )
-    console = Console(record=True, width=400)
-    result = train_command(cfg, console=console)
-    text = console.export_text()
+    result, text = _train(cfg)
     assert "context: full (--context auto: the env suggests none)" in text
     assert text.count("context overflow") == 1, text
     assert "4 of 4 episodes in this batch ended because the dialog outgrew" in text
@@ -126,11 +135,22 @@ def test_a_run_whose_dialog_overflows_says_so_once_and_latest_fixes_it(tmp_path:
     assert "8 of 8 episodes ended by overflowing the model's context" in text
     assert "2 of 2 steps trained nothing" in text and result.steps == 2
 
-    console = Console(record=True, width=400)
-    latest = replace(cfg, context="latest", steps=1, out_dir=tmp_path / "latest")
-    train_command(latest, console=console)
-    text = console.export_text()
+    latest = replace(
+        cfg,
+        context="latest",
+        steps=1,
+        problems_per_step=4,
+        max_steps=2,
+        out_dir=tmp_path / "latest",
+    )
+    assert latest.micro_batch_tokens == DEFAULT_MICRO_BATCH_TOKENS
+    _, text = _train(latest)
     assert "context overflow" not in text and "trained nothing" not in text, text
+    rows = [json.loads(line) for line in (tmp_path / "latest" / "metrics.jsonl").open()]
+    passes = [row["num_micro_batches"] for row in rows if "num_micro_batches" in row]
+    # 4 problems x 2 turns of ~1,240 tokens, every prompt distinct (a group's episodes share
+    # their prompts, which the Trainer counts once): about 10,000 tokens, more than one pass
+    assert passes and passes[0] > 1, rows
 
 
 @pytest.mark.slow
@@ -139,9 +159,7 @@ def test_tictactoe_with_the_default_flags_no_longer_overflows(tmp_path: Path) ->
     its --max-steps turns; with the whole dialog each overran the context. With the default
     (latest observation) no prompt holds the earlier turns."""
     cfg = TrainConfig(steps=1, problems_per_step=1, group_size=2, out_dir=tmp_path, progress=False)
-    console = Console(record=True, width=400)
-    train_command(cfg, console=console)
-    text = console.export_text()
+    _, text = _train(cfg)
     assert "context: latest (--context auto: the env's suggested_context)" in text
     assert "context overflow" not in text and "trained nothing" not in text, text
     for line in (tmp_path / "rollouts.jsonl").read_text().splitlines():

@@ -1,5 +1,5 @@
 """Envs for the `ludic train` tests (imported by name, also in a subprocess): one whose every
-episode fails, and one whose observations are long enough that a full dialog overruns the tiny
+episode fails, and ones whose observations are long enough that a full dialog overruns the tiny
 model's 2,048-token context on its second turn."""
 
 from __future__ import annotations
@@ -21,17 +21,31 @@ class BrokenEnv(SingleAgentEnv):
 
 
 class LongTalkEnv(SingleAgentEnv):
-    """Five turns, each observation a few hundred tokens; reward = share of "o" in the reply."""
+    """Five turns, each observation a few hundred tokens; reward = share of "o" in the reply.
+    After the first turn every episode sees the same observation."""
 
     def __init__(self) -> None:
         super().__init__()
         self.turn = 0
+        self.seed: int | None = None
 
     def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
-        self.turn = 0
-        return f"({seed}) {LONG_OBSERVATION}", {}
+        self.turn, self.seed = 0, seed
+        return self.observation(), {}
 
     def env_step(self, action: str) -> StepOutcome:
         self.turn += 1
         reward = action.count("o") / max(1, len(action))
-        return StepOutcome(obs=LONG_OBSERVATION, reward=reward, terminated=self.turn >= 5)
+        return StepOutcome(obs=self.observation(), reward=reward, terminated=self.turn >= 5)
+
+    def observation(self) -> str:
+        return f"({self.seed}) {LONG_OBSERVATION}" if self.turn == 0 else LONG_OBSERVATION
+
+
+class DistinctLongEnv(LongTalkEnv):
+    """LongTalkEnv whose every observation starts differently (no prefix shared across a
+    batch's samples, which the Trainer would count once)."""
+
+    def observation(self) -> str:
+        fruit = "apples" if self.turn == 0 else "pears"
+        return f"{(self.seed or 0) * 7 + self.turn + 1} {fruit}. {LONG_OBSERVATION}"
