@@ -101,9 +101,9 @@ class ServerLink:
         if status.get("join_error"):
             return f"server {self.url} could not join the group: {status['join_error']}"
         if not status.get("connected") and not status.get("joining"):
-            return (
-                f"server {self.url} is not in the weight-sync group (its receive failed, or it "
-                "restarted)"
+            why = status.get("last_error")
+            return f"server {self.url} is not in the weight-sync group " + (
+                f"(its receive failed: {why})" if why else "(it restarted, or left it)"
             )
         return None
 

@@ -14,6 +14,7 @@ torch); it starts no server.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -161,12 +162,37 @@ def make_inference(
         )
     from ludic.distributed import BroadcastPolicyPublisher
 
-    backend: Literal["gloo", "nccl"] = "nccl" if device.startswith("cuda") else "gloo"
+    backend = push_backend_for(urls, server_token, device)
     publisher = BroadcastPolicyPublisher(
         urls, server_token, backend=backend, probe_model=model, server_ranks=server_ranks
     )
     name = served_model or served_model_name(urls[0], server_token)
     return Inference(client=make_client(urls, served_model=name), publisher=publisher)
+
+
+def push_backend_for(urls: Sequence[str], token: str, device: str) -> Literal["gloo", "nccl"]:
+    """NCCL from a CUDA trainer, unless a server's weight-sync status says it serves on the CPU
+    or on the trainer's own GPU (NCCL cannot join those): then gloo, and a warning saying why.
+    A server whose status cannot be read keeps NCCL (the push then reports what is wrong)."""
+    if not device.startswith("cuda"):
+        return "gloo"
+    import httpx
+
+    from ludic.distributed.push_backend import push_backend
+
+    statuses: dict[str, dict[str, Any]] = {}
+    for url in urls:
+        status_url = url.rstrip("/").removesuffix("/v1") + "/ludic/weights/status"
+        try:
+            reply = httpx.get(status_url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+            reply.raise_for_status()
+            statuses[url] = reply.json()
+        except (httpx.HTTPError, ValueError):
+            continue
+    backend, why = push_backend(device, statuses)
+    if why:
+        warnings.warn(why, stacklevel=2)
+    return backend
 
 
 def check_prepacked_gemm(

@@ -14,6 +14,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ludic.distributed.live_state import LiveStateDict
 from ludic.distributed.manifest import ManifestError, WeightManifest
+from ludic.distributed.push_backend import device_identity
 from ludic.inference.http.auth import token_matches
 from ludic.inference.http.weight_receiver import (
     InitRequest,
@@ -62,9 +63,11 @@ def weight_sync_router(receiver: WeightSyncReceiver, token: str | None) -> APIRo
         receiver.close()
         return {"status": "closed"}
 
+    served_on = device_identity(receiver.device)  # lets a CUDA trainer pick NCCL or gloo
+
     @router.get("/status")
     async def status() -> dict[str, Any]:
-        return receiver.status()
+        return {**receiver.status(), **served_on}
 
     return router
 
