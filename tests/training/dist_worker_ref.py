@@ -1,10 +1,11 @@
 """Launched by test_fsdp_lockstep.py under torchrun (2 gloo ranks). Usage:
 `dist_worker_ref.py OUT_DIR plain|shared`
 
-GRPO with a KL term to a reference model that is itself FSDP2-sharded (`shard_model`), so every
-reference forward all-gathers its weights, on data where the ranks are uneven: a rank with no
-samples and ranks with different micro-batch counts (`plain`: dist_worker_common's steps), or
-with shared prompts on one rank only and dummy passes on the shared path (`shared`:
+GRPO with a KL term to a reference model that is itself FSDP2-sharded
+(`shard_model(frozen=True)`), so every reference forward all-gathers its weights, on data
+where the ranks are uneven: a rank with no samples and ranks with different micro-batch
+counts (`plain`: dist_worker_common's steps), or with shared prompts on one rank only and
+dummy passes on the shared path (`shared`:
 dist_worker_shared_prefix's mismatch steps, `TrainerConfig(shared_prefix=True)`). Every rank
 must make the same reference calls as well as the same policy calls, or the job hangs.
 
@@ -62,7 +63,7 @@ def main() -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     steps = steps_for(mode, rank, world)
     runtime = auto_runtime()  # joins torchrun's group, so the reference can be sharded
-    ref = shard_model(tiny_llama(seed=REF_SEED))  # same seed on every rank: same weights
+    ref = shard_model(tiny_llama(seed=REF_SEED), frozen=True)  # same weights on every rank
     ref_calls: list[int] = []
     ref.register_forward_pre_hook(lambda *_: ref_calls.append(1))
     trainer = Trainer(
@@ -76,8 +77,8 @@ def main() -> None:
     history = trainer.run(len(steps), progress=False)
     weights = trainer.runtime.full_model_state(trainer.model)
     counts = trainer.runtime.all_gather_object(len(ref_calls))
-    blocks = [p for layer in ref.model.layers for p in layer.parameters()]
-    sharded = all(type(p).__name__ == "DTensor" for p in blocks)
+    # frozen=True: the root's weights (embeddings, head) are sharded again after forward too
+    sharded = all(type(p).__name__ == "DTensor" for p in ref.parameters())
     if rank == 0:
         results = {"history": history, "weights": weights, "ref_calls": counts, "sharded": sharded}
         torch.save(results, out_dir / "results.pt")

@@ -3,8 +3,10 @@
 gather/broadcast through DCP's state-dict API (so checkpoints do not depend on world size).
 
 Gradients are summed over ranks (not averaged): each rank's loss is already normalised by
-batch-wide totals summed over ranks. It does not do tensor/pipeline parallelism, sharded (DCP
-`save`) checkpoints or a reference model's sharding (a ref model stays whole on every rank).
+batch-wide totals summed over ranks. A reference model (KL losses) stays whole on every rank
+unless the caller shards it (`shard_model(ref, frozen=True)`, then every rank runs every
+reference forward, dummy passes included). It does not do tensor/pipeline parallelism or
+sharded (DCP `save`) checkpoints.
 """
 
 from __future__ import annotations
@@ -63,16 +65,19 @@ def init_process_group_from_env(
     return rank_device
 
 
-def shard_model(model: torch.nn.Module) -> torch.nn.Module:
+def shard_model(model: torch.nn.Module, *, frozen: bool = False) -> torch.nn.Module:
     """`fully_shard` each transformer block (HF `_no_split_modules`), then the root; gradients
-    are reduced as plain sums (gloo has no pre-scaled sum)."""
+    are reduced as plain sums (gloo has no pre-scaled sum). `frozen=True` is for a model only
+    run forward (a reference model): its root reshards after each forward too (FSDP2 keeps the
+    root's weights, embeddings and head, gathered for the backward it expects, which a frozen
+    model never runs, so they would stay whole on every rank)."""
     block_names: set[str] = set()
     for module in model.modules():
         block_names.update(getattr(module, "_no_split_modules", None) or ())
     for module in list(model.modules()):
         if module is not model and type(module).__name__ in block_names:
             fully_shard(module)
-    fully_shard(model)
+    fully_shard(model, reshard_after_forward=True if frozen else None)
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
