@@ -4,6 +4,8 @@ Python API), where CUDA is present; CI has no GPU and skips them (`-m "not gpu"`
 - `ludic train --device cuda` at temperature 0.7 (a ratio loss on a non-default sampling
   transform): the trainer's recomputation equals the engine's behaviour logprobs to float noise
   on the first step, it learns, checkpoints, and `--resume` continues in a new process.
+- `--dtype bfloat16` (autocast) learns within bfloat16 rounding of the behaviour logprobs;
+  `--batch-invariant` gives a ratio of exactly 1 on the first step.
 - The embedded engine on a bfloat16 model on the GPU: sampled tokens' logprobs agree with a
   plain forward of the same weights, and a published update changes what it serves.
 - `ludic serve --device cuda` with `ludic train --device cuda --server-url` on one GPU: NCCL
@@ -91,6 +93,28 @@ def test_ludic_train_on_cuda_stays_on_policy_at_temperature_07_and_resumes(
     assert [r["step"] for r in resumed] == [1, 2, 3]
     assert resumed[-1]["num_samples"] > 0
     assert resumed[-1]["loss/mismatch/abs_log_ratio_mean"] < 1e-3, resumed[-1]
+
+
+def test_ludic_train_on_cuda_in_bfloat16_autocast_learns_within_bfloat16_rounding(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "run"
+    ludic_cli([*train_args(out, steps=2), "--dtype", "bfloat16"], cwd=tmp_path)
+    records = metrics(out)
+    assert [r["step"] for r in records] == [1, 2]
+    assert all(torch.isfinite(torch.tensor(r["loss"])) for r in records)
+    # the engine samples in float32; the trainer's forward is bfloat16
+    assert 1e-4 < records[0]["loss/mismatch/abs_log_ratio_mean"] < 0.1, records[0]
+
+
+def test_ludic_train_on_cuda_batch_invariant_is_exactly_on_policy(tmp_path: Path) -> None:
+    """`--batch-invariant`: engine and trainer share arithmetic, so the first step's ratio is
+    exactly 1 on the GPU as on the CPU (same device, same dtype)."""
+    out = tmp_path / "run"
+    ludic_cli([*train_args(out, steps=1), "--batch-invariant"], cwd=tmp_path)
+    first = metrics(out)[0]
+    assert first["loss/mismatch/tokens"] == pytest.approx(1.0)
+    assert first["loss/mismatch/abs_log_ratio_max"] == 0.0, first
 
 
 def test_embedded_engine_serves_a_bfloat16_model_on_cuda_and_takes_a_push() -> None:

@@ -292,6 +292,11 @@ class TrainConfig:
     """Seeds training, env seeds and sampling."""
     device: str = "cpu"
     """Training device (the embedded engine shares the model's device)."""
+    dtype: Literal["float32", "bfloat16"] = "float32"
+    """Autocast dtype of the training forward pass (`TrainerConfig.dtype`): bfloat16 is the
+    usual choice on a GPU. Weights and optimizer state stay float32, and the embedded engine
+    samples in float32, so the trainer's recomputed logprobs differ from the behaviour ones by
+    bfloat16 rounding (`loss/mismatch/*` in metrics.jsonl)."""
     out_dir: Path = Path("ludic_runs/train")
     """Where metrics.jsonl, rollouts.jsonl, samples.jsonl (what `ludic view --samples` reads),
     checkpoints and the reward curve are written."""

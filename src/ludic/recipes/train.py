@@ -211,6 +211,7 @@ async def _train(
             checkpoint_every=cfg.checkpoint_every,
             micro_batch_tokens=cfg.micro_batch_tokens,
             device=cfg.device,
+            dtype=cfg.dtype,
             batch_invariant=cfg.batch_invariant,
         )
         if cfg.resume is not None:

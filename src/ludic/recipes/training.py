@@ -30,6 +30,7 @@ from ludic.training import (
     Trainer,
     TrainerConfig,
 )
+from ludic.training.config import DType
 from ludic.training.schedule import LR_SCHEDULES, LRSchedule
 
 METRICS_FILE = "metrics.jsonl"
@@ -56,6 +57,7 @@ def make_trainer(
     checkpoint_every: int | None = None,
     micro_batch_tokens: int | None = None,
     device: str = "cpu",
+    dtype: DType = "float32",
     batch_invariant: bool = False,
 ) -> Trainer:
     """A Trainer logging to `out/metrics.jsonl` and checkpointing under `out/checkpoints`
@@ -64,7 +66,8 @@ def make_trainer(
     The learning rate warms up linearly over `warmup_steps`, then follows `lr_schedule`
     (cosine or linear: down to `min_lr_ratio * lr` over `schedule_steps` optimizer steps;
     `ludic.training.schedule`); the schedule's position is checkpointed, so a resumed run
-    continues on the same curve. `batch_invariant` recomputes logprobs with the
+    continues on the same curve. `dtype` is the forward pass's autocast dtype
+    (`TrainerConfig.dtype`; weights and optimizer state stay as loaded). `batch_invariant` recomputes logprobs with the
     batch-invariant engine's arithmetic (`TrainerConfig.batch_invariant`). With a
     `publisher`, samples more than `max_lag` policy versions old are dropped (0: on-policy;
     1 or more when the next batch is generated during the optimizer step)."""
@@ -82,6 +85,7 @@ def make_trainer(
         max_lag=max_lag if publisher is not None else None,
         micro_batch_tokens=micro_batch_tokens,
         device=device,
+        dtype=dtype,
         batch_invariant=batch_invariant,
         checkpoint=CheckpointConfig(
             dir=str(out / CHECKPOINTS_DIR), every_n_steps=checkpoint_every, keep_last=2
