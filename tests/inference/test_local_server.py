@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -47,51 +48,68 @@ def test_a_server_that_cannot_start_fails_with_its_log(tmp_path: Path) -> None:
     assert not server.log_path.exists()  # its own temporary log is gone once closed
 
 
-@pytest.mark.slow
-def test_serves_completions_and_weight_control_with_its_token_then_stops() -> None:
-    with LocalServer(tiny_model_dir(), threads=1, served_model_name="tiny") as server:
-        process = server.process
-        assert process is not None
-        assert server.token not in " ".join(map(str, process.args))  # not visible in `ps`
-        models = httpx.get(server.url + "/v1/models", timeout=30).json()
-        assert [card["id"] for card in models["data"]] == ["tiny"]
-        auth = {"Authorization": f"Bearer {server.token}"}
-        assert httpx.get(server.url + "/ludic/version", headers=auth, timeout=30).json() == {
-            "policy_version": 0
-        }
-        wrong = {"Authorization": "Bearer wrong"}
-        assert httpx.get(server.url + "/ludic/version", headers=wrong, timeout=30).is_error
-
-        async def ask() -> list[int]:
-            client = OpenAICompatibleClient(server.url, model="tiny")
-            try:
-                request = ChatRequest(
-                    messages=[{"role": "user", "content": "hi"}],
-                    sampling=SamplingConfig(max_tokens=5, extras={"ignore_eos": True}),
-                )
-                return list((await client.complete(request)).completion_token_ids)
-            finally:
-                await client.aclose()
-
-        assert len(asyncio.run(ask())) == 5
-    assert process.poll() is not None  # stopped when the block ended
+@pytest.fixture(scope="module")
+def thread_started() -> Iterator[LocalServer]:
+    """One server for the tests that only talk to it (each start costs seconds), started
+    from a thread that then ends, used as a `with` block: the block's end stops it."""
+    server = LocalServer(tiny_model_dir(), threads=1, served_model_name="tiny")
+    starter = threading.Thread(target=server.start)
+    starter.start()
+    starter.join()
+    process = server.process
+    with server:  # already started: entering does not start another
+        assert server.process is process
+        yield server
+    assert process is not None and process.poll() is not None  # stopped when the block ended
     server.close()  # twice is fine
 
 
 @pytest.mark.slow
-def test_a_taken_port_fails_with_the_childs_error_not_the_other_servers_url() -> None:
+def test_serves_completions_and_weight_control_with_its_token_then_stops(
+    thread_started: LocalServer,
+) -> None:
+    """(The stop, at the end of its `with` block: the fixture's teardown.)"""
+    server = thread_started
+    process = server.process
+    assert process is not None
+    assert server.token not in " ".join(map(str, process.args))  # not visible in `ps`
+    models = httpx.get(server.url + "/v1/models", timeout=30).json()
+    assert [card["id"] for card in models["data"]] == ["tiny"]
+    auth = {"Authorization": f"Bearer {server.token}"}
+    assert httpx.get(server.url + "/ludic/version", headers=auth, timeout=30).json() == {
+        "policy_version": 0
+    }
+    wrong = {"Authorization": "Bearer wrong"}
+    assert httpx.get(server.url + "/ludic/version", headers=wrong, timeout=30).is_error
+
+    async def ask() -> list[int]:
+        client = OpenAICompatibleClient(server.url, model="tiny")
+        try:
+            request = ChatRequest(
+                messages=[{"role": "user", "content": "hi"}],
+                sampling=SamplingConfig(max_tokens=5, extras={"ignore_eos": True}),
+            )
+            return list((await client.complete(request)).completion_token_ids)
+        finally:
+            await client.aclose()
+
+    assert len(asyncio.run(ask())) == 5
+
+
+@pytest.mark.slow
+def test_a_taken_port_fails_with_the_childs_error_not_the_other_servers_url(
+    thread_started: LocalServer,
+) -> None:
     """The port already serves another `ludic serve` (healthy, another token): the child cannot
     bind it and exits, and start() says so instead of returning the other server's URL."""
-    with LocalServer(tiny_model_dir(), threads=1) as other:
-        taken = LocalServer(tiny_model_dir(), threads=1, port=other.port, startup_timeout_s=120)
-        with pytest.raises(
-            RuntimeError, match=rf"exited with code.*port {other.port} is taken"
-        ) as e:
-            taken.start()
-        assert "address already in use" in str(e.value).lower()  # the child's own log tail
-        assert taken.process is None
-        auth = {"Authorization": f"Bearer {other.token}"}  # the other server is untouched
-        assert httpx.get(other.url + "/ludic/version", headers=auth, timeout=30).status_code == 200
+    other = thread_started
+    taken = LocalServer(tiny_model_dir(), threads=1, port=other.port, startup_timeout_s=120)
+    with pytest.raises(RuntimeError, match=rf"exited with code.*port {other.port} is taken") as e:
+        taken.start()
+    assert "address already in use" in str(e.value).lower()  # the child's own log tail
+    assert taken.process is None
+    auth = {"Authorization": f"Bearer {other.token}"}  # the other server is untouched
+    assert httpx.get(other.url + "/ludic/version", headers=auth, timeout=30).status_code == 200
 
 
 @pytest.mark.slow
@@ -170,17 +188,11 @@ def test_a_parent_killed_with_sigkill_leaves_no_server(tmp_path: Path, stage: st
 
 
 @pytest.mark.slow
-def test_a_server_started_from_a_thread_outlives_that_thread() -> None:
+def test_a_server_started_from_a_thread_outlives_that_thread(thread_started: LocalServer) -> None:
     """The child watches the parent *process*: the thread that started it ending (which would
     fire Linux's PR_SET_PDEATHSIG) does not stop it."""
-    server = LocalServer(tiny_model_dir(), threads=1)
-    starter = threading.Thread(target=server.start)
-    starter.start()
-    starter.join()
-    try:
-        assert server.process is not None
-        time.sleep(2.0)  # several of the child's parent checks
-        assert server.process.poll() is None
-        assert httpx.get(server.url + "/v1/models", timeout=30).is_success
-    finally:
-        server.close()
+    server = thread_started
+    assert server.process is not None
+    time.sleep(2.0)  # several of the child's parent checks
+    assert server.process.poll() is None
+    assert httpx.get(server.url + "/v1/models", timeout=30).is_success
