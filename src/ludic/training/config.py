@@ -83,6 +83,12 @@ class TrainerConfig:
     dtype: DType = "float32"
     """Autocast dtype of the forward pass (float32: no autocast). Weights keep their dtype;
     float16 is not offered (it would need loss scaling)."""
+    contiguous_parameters: bool | None = None
+    """Lay the model's parameters out back to back, one storage per dtype, before the
+    optimizer is built (`ludic.training.contiguous_params`: same parameters, same values), so
+    a weight push sends a few spans without a packing copy. None: when a publisher is given
+    and the model is neither sharded (FSDP2) nor LoRA; True: always (refused for those two);
+    False: never."""
 
     def __post_init__(self) -> None:
         _positive("lr", self.lr)

@@ -56,6 +56,7 @@ from ludic.training.collate import (
     trainable_action_tokens,
 )
 from ludic.training.config import TrainerConfig
+from ludic.training.contiguous_params import contiguous_problem, make_contiguous_
 from ludic.training.filters import drop_stale
 from ludic.training.gradients import BatchTotals, accumulate_gradients, local_shared_passes
 from ludic.training.loggers import TrainingLogger
@@ -110,7 +111,9 @@ def checkpoint_tokenizer(model: torch.nn.Module, root: Path) -> Any | None:
 class Trainer:
     """Optimises `model` with `algorithm.loss` on batches from `batch_source`.
 
-    `publisher` receives the weights every `config.publish_every` updates; `ref_model` feeds
+    `publisher` receives the weights every `config.publish_every` updates (with one, the
+    parameters are first laid out back to back so they travel as a few spans:
+    `config.contiguous_parameters`); `ref_model` feeds
     losses that need reference logprobs (KL); `eval_fn(trainer)` returns metrics every
     `config.eval_every` steps (logged as `eval/...`); `reducers` summarise each batch's samples
     (default: `default_sample_reducers()`). `step` counts steps taken (skipped ones included);
@@ -157,6 +160,7 @@ class Trainer:
         self.eval_fn = eval_fn
         self.reducers = default_sample_reducers() if reducers is None else dict(reducers)
         self.tokenizer = tokenizer
+        self._lay_out_parameters(config.contiguous_parameters)
         self.optimizer = optimizer or torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],
             lr=config.lr,
@@ -186,6 +190,23 @@ class Trainer:
             batch_invariant=config.batch_invariant,
         )
         self._skips = SkipTracker(config.max_skipped_steps)
+
+    def _lay_out_parameters(self, wanted: bool | None) -> None:
+        """`config.contiguous_parameters`: the parameters back to back, one storage per dtype
+        (`ludic.training.contiguous_params`), before the optimizer is built."""
+        if wanted is False or (wanted is None and not self._publishes):
+            return
+        problem = contiguous_problem(self.model)
+        if problem is not None:
+            if wanted:
+                raise ValueError(
+                    f"TrainerConfig(contiguous_parameters=True) cannot apply: {problem}; "
+                    "leave it at None (applies where it can) or set it to False"
+                )
+            logger.info("parameters keep their layout: %s", problem)
+            return
+        moved = make_contiguous_(self.model)
+        logger.debug("parameters laid out back to back (%d bytes moved)", moved)
 
     # -- one step ---------------------------------------------------------------------------
 
