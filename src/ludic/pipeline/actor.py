@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -61,7 +62,8 @@ class PipelineActor:
     """Runs batches of episodes on `engine` and XADDs their samples to `stream`.
 
     `requests_fn`, `strategy`, `credit_assigner`, `filters`, `seed_sequencer`, `sample_mode`
-    and `snapshot_policy` mean what they mean for `RolloutBatchSource`. Sample ids are
+    and `snapshot_policy` mean what they mean for `RolloutBatchSource`. While the backlog is
+    full the actor logs that it waits, and why, every `wait_notice_s`. Sample ids are
     `<actor_id>:<batch>:<index>`; each batch index is reserved in Redis before the batch is
     generated, so a restart (or another actor with the same id) never reuses a batch's seeds or
     ids; a batch that crashed midway is skipped, not redone.
@@ -82,6 +84,7 @@ class PipelineActor:
         max_backlog: int = 256,
         actor_id: str = "actor",
         poll_s: float = 0.1,
+        wait_notice_s: float = 60.0,
     ) -> None:
         if max_backlog < 1:
             raise ValueError(f"max_backlog must be >= 1, got {max_backlog}")
@@ -99,6 +102,7 @@ class PipelineActor:
             raise ValueError(f"actor_id must be a non-empty name without ':', got {actor_id!r}")
         self.actor_id = actor_id
         self.poll_s = poll_s
+        self.wait_notice_s = wait_notice_s
         self.batch_index = -1  # the last batch generated (-1: none yet)
         self.samples_pushed = 0
 
@@ -155,7 +159,24 @@ class PipelineActor:
         return history
 
     async def _wait_for_room(self) -> float:
+        """Wait while the backlog is full, saying so when the wait starts and every
+        `wait_notice_s` after (a stream nobody reads would otherwise stall the actor silently)."""
         started = time.perf_counter()
-        while await self.stream.backlog() >= self.max_backlog:
+        noticed = -math.inf
+        while (backlog := await self.stream.backlog()) >= self.max_backlog:
+            now = time.perf_counter()
+            if now - noticed >= self.wait_notice_s:
+                noticed = now
+                logger.info(
+                    "actor %s waits for the learner (%.0fs so far): stream %r holds %d "
+                    "undelivered samples, max_backlog (--max-backlog) is %d; the next batch "
+                    "starts once a learner of group %r reads them",
+                    self.actor_id,
+                    now - started,
+                    self.stream.stream,
+                    backlog,
+                    self.max_backlog,
+                    self.stream.group,
+                )
             await asyncio.sleep(self.poll_s)
         return time.perf_counter() - started

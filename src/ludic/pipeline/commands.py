@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,8 +68,14 @@ def run_actor(cfg: ActorConfig) -> list[ActorBatchStats]:
     """Generate batches and push their samples until `cfg.batches` (or forever)."""
     from ludic.eval.command import resolve_env_factory, resolve_parser
     from ludic.recipes.configs import parse_env_kwargs
+    from ludic.recipes.inference import check_engine_flags
 
     sampling = actor_sampling(cfg)  # a bad --temperature / --top-p fails before any work
+    check_engine_flags(  # as `ludic train` and `ludic eval` refuse them, before any model loads
+        batch_invariant=cfg.batch_invariant,
+        prepacked_gemm=cfg.prepacked_gemm,
+        server_url=cfg.server_url,
+    )
     env_factory = resolve_env_factory(cfg.env)
     env_kwargs = parse_env_kwargs(cfg.env_kwargs)
     # Before the event loop: "auto" may build the env (with the run's kwargs, as `ludic train`
@@ -157,6 +164,7 @@ async def _act(
         while cfg.batches is None or len(history) < cfg.batches:
             stats = await actor.step()
             history.append(stats)
+            logger.info(batch_line(cfg, stats))
             if cfg.metrics_path is not None:
                 with Path(cfg.metrics_path).open("a") as f:
                     f.write(json.dumps(stats.to_dict()) + "\n")
@@ -166,17 +174,61 @@ async def _act(
         await _close(client)
 
 
+def batch_line(cfg: ActorConfig, stats: ActorBatchStats) -> str:
+    """One log line per batch: what it pushed, and why it pushed nothing if so."""
+    line = (
+        f"actor {cfg.actor_id} batch {stats.batch_index}: {stats.num_samples} samples from "
+        f"{stats.num_rollouts} episodes ({stats.num_failed} failed), mean reward "
+        f"{stats.mean_reward:+.3f}, policy versions {stats.policy_version_min}.."
+        f"{stats.policy_version_max}, generated in {stats.generate_seconds:.1f}s after "
+        f"{stats.backpressure_seconds:.1f}s waiting for the learner"
+    )
+    if stats.num_samples == 0 and stats.num_rollouts > 0 and stats.num_failed == stats.num_rollouts:
+        line += "; every episode failed, so nothing reached the stream (first error logged above)"
+    elif stats.num_samples == 0:
+        line += "; no sample reached the stream (no episode produced a training turn)"
+    return line
+
+
 async def _actor_client(cfg: ActorConfig) -> Any:
     if not cfg.server_url:
-        from ludic.inference.embedded.engine import EmbeddedEngine
-        from ludic.models import tiny_model_dir
-
-        return EmbeddedEngine.from_pretrained(cfg.model or tiny_model_dir(), dtype="float32")
+        return _embedded_engine(cfg)
     from ludic.recipes.inference import make_client, server_urls
 
     urls = server_urls(cfg.server_url)  # several: a ServerPool spreading the episodes
     name = cfg.served_model or await _first_model(urls[0], cfg.api_key)
     return make_client(urls, served_model=name, api_key=cfg.api_key)
+
+
+def _embedded_engine(cfg: ActorConfig) -> Any:
+    """The embedded engine on --model with --batch-invariant / --prepacked-gemm, named in the
+    log with the settings the engine actually holds."""
+    from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
+    from ludic.models import tiny_model_dir
+
+    config = EngineConfig(batch_invariant=cfg.batch_invariant, prepacked_gemm=cfg.prepacked_gemm)
+    model_dir = cfg.model or tiny_model_dir()
+    engine = EmbeddedEngine.from_pretrained(model_dir, dtype="float32", config=config)
+    logger.info(
+        "engine: embedded on %s (%s); no learner publishes to it, so its weights never change "
+        "(for debugging the pipeline; pass --server-url to sample the learner's policy)",
+        model_dir,
+        engine_settings(engine.config),
+    )
+    return engine
+
+
+def engine_settings(config: Any) -> str:
+    """The embedded engine's flags as `ludic actor` names them in its log."""
+    flags = [
+        flag
+        for flag, on in (
+            ("--batch-invariant", config.batch_invariant),
+            ("--prepacked-gemm", config.prepacked_gemm),
+        )
+        if on
+    ]
+    return " ".join(flags) if flags else "default kernels"
 
 
 async def _first_model(server_url: str, api_key: str | None) -> str:
@@ -249,6 +301,8 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
             except BatchSourceExhausted as e:
                 logger.info("learner stops: %s", e)
                 break
+            if source.rank == 0:
+                _log_step(trainer.step, history[-1])
             if _every_rank_timed_out(runtime, source.timed_out):
                 logger.info("learner stops: no samples arrived for %ss on any rank", cfg.max_wait_s)
                 break
@@ -265,6 +319,37 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         if publisher is not None:
             publisher.close()
         await source.aclose()
+
+
+def _log_step(step: int, metrics: dict[str, float]) -> None:
+    """One INFO line per step; a WARNING when the step changed no weight because every sample's
+    advantage was 0 (the learner would otherwise train on, silently learning nothing)."""
+    get = metrics.get
+    logger.info(
+        "learner step %d: %d samples (policy lag max %d), mean reward %+.3f, loss %.4g, "
+        "grad norm %.3g, policy version %d, %.1fs",
+        step,
+        int(get("num_samples", 0)),
+        int(get("batch/pipeline/lag_max", 0)),
+        get("reward_mean", math.nan),
+        get("loss", math.nan),
+        get("grad_norm", math.nan),
+        int(get("policy_version", 0)),
+        get("step_seconds", math.nan),
+    )
+    from ludic.training.stall import was_skipped  # a skipped step names its own cause
+
+    if not was_skipped(metrics) and get("num_samples", 0) > 0 and get("grad_norm") == 0.0:
+        logger.warning(
+            "learner step %d changed no weight: every sample's advantage is 0, as the episodes "
+            "of each group got the same reward (mean reward %+.3f, parse error rate %.2f). "
+            "Nothing is learned until rewards differ within a group: start from a model that "
+            "sometimes succeeds (`ludic sft`, or the quickstart's SFT model), use larger groups "
+            "(--group-size on the actors), or give the env graded rewards",
+            step,
+            get("reward_mean", math.nan),
+            get("parse_error_rate", math.nan),
+        )
 
 
 def _every_rank_timed_out(runtime: Any, timed_out: bool) -> bool:

@@ -34,6 +34,16 @@ class ActorConfig:
     """Bearer token for the server's inference endpoints, if it needs one."""
     model: str | None = None
     """Local model directory for the embedded engine (default: a locally built tiny model)."""
+    batch_invariant: bool = False
+    """Run the embedded engine batch-invariant (`EngineConfig(batch_invariant=True)`): an
+    episode's tokens do not depend on the episodes beside it, so a seeded batch repeats exactly
+    on the same machine and build. Not with --server-url (serve with `ludic serve
+    --batch-invariant` instead)."""
+    prepacked_gemm: bool = False
+    """Run the embedded engine's GEMMs on packed weight copies (`EngineConfig(prepacked_gemm=
+    True)`): faster decode on CPU, behaviour logprobs that differ from the learner's
+    recomputation by float noise (~1e-5..1e-4). Not with --batch-invariant or --server-url
+    (serve with `ludic serve --prepacked-gemm` instead)."""
     env: str = "tictactoe"
     """Built-in env name (see `ludic.envs.BUILTIN_ENVS`) or a `module:factory` import string."""
     env_kwargs: str = "{}"

@@ -5,7 +5,7 @@ extension) that a training run pushes its weights to after every step.
 `InferenceArgs` is the argument block (embed it in a tyro config as a field typed
 `InferenceFlags`: `--server-url A B C --server-token T --served-model M`); `make_inference` gives a client plus the matching weight
 publisher (training), `make_client` a client only (evaluation, sampling; `close_client` closes
-it). Several URLs give a
+it); `check_engine_flags` refuses embedded-engine flags that cannot apply. Several URLs give a
 `ServerPool` client (calls spread over the servers, each episode kept on one) and one
 `BroadcastPolicyPublisher` that pushes to all of them. Importing this module is light (no
 torch); it starts no server.
@@ -217,6 +217,22 @@ def check_prepacked_gemm(
         raise ValueError(
             f"--prepacked-gemm packs weights for the CPU's oneDNN GEMMs; --device is {device!r}: "
             "drop --prepacked-gemm or run on the CPU"
+        )
+
+
+def check_engine_flags(
+    *, batch_invariant: bool, prepacked_gemm: bool, server_url: ServerUrls, device: str = "cpu"
+) -> None:
+    """ValueError naming the flags when the embedded engine's options cannot apply:
+    `check_prepacked_gemm`'s cases, and --batch-invariant with --server-url (a server decides
+    its own batching). Cheap; commands call it before any model loads or service is reached."""
+    check_prepacked_gemm(
+        prepacked_gemm, batch_invariant=batch_invariant, server_url=server_url, device=device
+    )
+    if batch_invariant and server_urls(server_url):
+        raise ValueError(
+            "--batch-invariant applies to the embedded engine, not to --server-url; start the "
+            "server with `ludic serve --batch-invariant` and drop the flag here"
         )
 
 
