@@ -3,8 +3,13 @@ along in one session). A block whose fence says ```python fragment, or that foll
 `<!-- fragment -->` line, is skipped: keep those rare. A block with top-level `await` runs on
 one event loop kept for the whole session, as in `python -m asyncio`, and the text before it
 must say so. Blocks run in a temporary working directory, with the tiny local models; the only
-budget this test shrinks is training: `Trainer.train` (and so `Trainer.run`) runs at most
-`MAX_TRAIN_STEPS` of the steps a block asks for."""
+budgets this test shrinks are sizes, never which code runs: `Trainer.train` (and so
+`Trainer.run`) runs at most `MAX_TRAIN_STEPS` of the steps a block asks for, a
+`GRPORequestStrategy` a block builds expands each problem into at most `MAX_GROUP_SIZE`
+episodes, and `make_eval_requests` makes at most `MAX_EVAL_PROBLEMS` problems (each with every
+sample a block asks for, so its pass@k stays defined). Torch's thread count, which a block sets
+as a user's session would, is given back at the end (the tests after this one run as they would
+alone)."""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +30,8 @@ FRAGMENT_MARK = "<!-- fragment -->"
 ASYNCIO_HINT = "python -m asyncio"
 MAX_FRAGMENTS = 3
 MAX_TRAIN_STEPS = 1
+MAX_GROUP_SIZE = 2
+MAX_EVAL_PROBLEMS = 2
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,21 @@ def test_block_extraction_and_fragment_marks() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # every block of the README, training included: minutes on 2 cores
 def test_every_python_block_runs_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    _cap_budgets(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    threads = torch.get_num_threads()
+    try:
+        _run_blocks()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _cap_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ludic.eval
+    import ludic.rollouts
+    from ludic.rollouts import GRPORequestStrategy
     from ludic.training import Trainer
 
     train = Trainer.train
@@ -126,7 +149,22 @@ def test_every_python_block_runs_in_order(tmp_path: Path, monkeypatch: pytest.Mo
         return await train(self, min(num_steps, MAX_TRAIN_STEPS), **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(Trainer, "train", capped)
-    monkeypatch.chdir(tmp_path)
+
+    def small_group(*, group_size: int) -> GRPORequestStrategy:
+        return GRPORequestStrategy(group_size=min(group_size, MAX_GROUP_SIZE))
+
+    # What `from ludic.rollouts import GRPORequestStrategy` gives a block; ludic.eval, already
+    # imported, keeps the class (its groups are the samples per problem that pass@k needs).
+    monkeypatch.setattr(ludic.rollouts, "GRPORequestStrategy", small_group)
+    make_eval_requests = ludic.eval.make_eval_requests
+
+    def few_problems(*, num_problems: int, **kwargs: Any) -> Any:
+        return make_eval_requests(num_problems=min(num_problems, MAX_EVAL_PROBLEMS), **kwargs)
+
+    monkeypatch.setattr(ludic.eval, "make_eval_requests", few_problems)
+
+
+def _run_blocks() -> None:
     namespace: dict[str, object] = {"__name__": "__readme__"}
     loop = asyncio.new_event_loop()  # one loop for the session, as `python -m asyncio` keeps
     try:
