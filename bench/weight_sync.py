@@ -12,7 +12,9 @@ paired with a raw broadcast just before or just after it (alternating):
   verification, from the same flat parameters (`publish_s`; lying back to back, they travel as
   a few spans of up to `--bucket-mb`, in pieces of `--piece-mb`: 6 buckets, 25 broadcasts);
 - publish from a copy whose parameters are separate allocations, as in a usual trainer, so
-  packed buckets are copied into a send buffer (`publish_scattered_params_s`);
+  packed buckets are copied into a send buffer (`publish_scattered_params_s`), and from a copy
+  laid out by `TrainerConfig.contiguous_parameters` (a Trainer's default with a publisher:
+  `publish_contiguous_params_*`), each to a server of its own;
 - publish with HTTP control (`/start` + `/finish` requests, what the vLLM extension speaks;
   `publish_http_control_s`).
 It does this with the engine as shipped, which receives straight into its parameters
@@ -57,6 +59,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from ludic.distributed import BroadcastPolicyPublisher
 from ludic.distributed.transfer import Collective, host_store, join_store, open_group
+from ludic.training.contiguous_params import make_contiguous_
 
 TOKEN = "bench-token"
 # ~100M parameters: 2 x 32000 x 640 embeddings (41M) + 12 layers x 4.96M (59.5M).
@@ -208,13 +211,17 @@ def start_server(name: str, in_place: bool) -> tuple[subprocess.Popen[bytes], st
 # "scattered" source pushes to a server of its own: a server lays its parameters out after the
 # trainer's buckets on its first push, and one trainer never alternates between two layouts.
 # "verified" is the default verification's timed push (the probe is due on every 10th push
-# only, so it is off here); "probed" runs the probe on every push.
+# only, so it is off here); "probed" runs the probe on every push. The "contiguous" source is a
+# usual trainer's model after `TrainerConfig(contiguous_parameters=...)` laid it out
+# (`make_contiguous_`, what a Trainer with a publisher does by default), with a server of its own.
 ARMS: dict[str, tuple[str, dict[str, Any]]] = {
     "store": ("flat", {"verify": False}),
     "scattered": ("scattered", {"verify": False}),
     "scattered_verified": ("scattered", {"verify": True, "probe": False}),
     "verified": ("flat", {"verify": True, "probe": False}),
     "probed": ("flat", {"verify": True, "probe": True, "probe_every": 1}),
+    "contiguous": ("contiguous", {"verify": False}),
+    "contiguous_verified": ("contiguous", {"verify": True, "probe": False}),
 }
 
 
@@ -232,34 +239,35 @@ def process_cpu_s(pid: int) -> float | None:
 
 def timed_rounds(
     model: torch.nn.Module,
-    scattered: torch.nn.Module,
+    others: dict[str, tuple[torch.nn.Module, str, int]],
     raw: RawBaseline,
     url: str,
     repeats: int,
     bucket_mb: float,
     piece_mb: float,
     server_pid: int,
-    scattered_server: tuple[str, int],
 ) -> dict[str, Any]:
     """Every round times each arm once, in a rotating order, each paired with a raw broadcast
     (raw first in even rounds, last in odd ones), so load drifts on the shared machine hit
     every arm alike; round 0 warms up. Arms (one publisher per source, its options switched
     between pushes): `model` (parameters in one flat buffer, as raw sends them) unverified, verified,
     verified with the probe; `scattered` (the same values, each parameter its own allocation,
-    as in a usual trainer: packed buckets are copied into a send buffer; its own server,
-    `scattered_server` (url, pid)). Then `model` over
+    as in a usual trainer: packed buckets are copied into a send buffer) and `contiguous` (a
+    usual trainer's model laid out by `make_contiguous_`), each from `others` (model, its own
+    server's url, that server's pid). Then `model` over
     HTTP control (`/start` + `/finish`, what the vLLM extension speaks), its own connection,
     paired with raw the same way. Each push of the interleaved arms also records the CPU
     seconds it used in the trainer process (every thread) and in the server process
     (`{arm}_cpu_ms`: trainer, server; what verification costs apart from machine load)."""
-    sources = {"flat": model, "scattered": scattered}
+    sources = {"flat": model, **{source: m for source, (m, _, _) in others.items()}}
+    urls = {"flat": url, **{source: to for source, (_, to, _) in others.items()}}
     publishers = {
         source: BroadcastPolicyPublisher(
             to, TOKEN, bucket_mb=bucket_mb, piece_mb=piece_mb, verify=False
         )
-        for source, to in (("flat", url), ("scattered", scattered_server[0]))
+        for source, to in urls.items()
     }
-    pids = {"flat": server_pid, "scattered": scattered_server[1]}
+    pids = {"flat": server_pid, **{source: pid for source, (_, _, pid) in others.items()}}
     names = list(ARMS)
     pairs: dict[str, list[tuple[float, float]]] = {arm: [] for arm in [*names, "http"]}
     phases: dict[str, list[tuple[float, float]]] = {arm: [] for arm in names}
@@ -309,6 +317,10 @@ def timed_rounds(
                 cpu[arm].append((trainer_cpu, math.nan if server_cpu is None else server_cpu))
     last = publishers["flat"].last_push
     num_buckets = last.num_buckets if last else None
+    buckets_of = {
+        f"num_buckets_{source}": getattr(publishers[source].last_push, "num_buckets", None)
+        for source in others
+    }
     for publisher in publishers.values():
         publisher.close()
     http = BroadcastPolicyPublisher(
@@ -322,6 +334,7 @@ def timed_rounds(
     results: dict[str, Any] = {
         "raw_s": statistics.median(r for arm in pairs.values() for r, _ in arm),
         "num_buckets": num_buckets,
+        **buckets_of,
     }
     results["raw_best_s"] = min(r for arm in pairs.values() for r, _ in arm)
     for arm, arm_pairs in pairs.items():
@@ -342,6 +355,8 @@ def timed_rounds(
 def bench_model(name: str, repeats: int, bucket_mb: float, piece_mb: float) -> dict[str, Any]:
     model = build_model(name)
     scattered = build_model(name)  # same seed, same values; parameters stay separate
+    contiguous = build_model(name)  # laid out as a Trainer with a publisher does
+    make_contiguous_(contiguous)
     numel = sum(t.numel() for t in model.state_dict().values())
     flat = flatten_parameters_(model)
     if flat.numel() != numel:
@@ -349,19 +364,15 @@ def bench_model(name: str, repeats: int, bucket_mb: float, piece_mb: float) -> d
     raw = RawBaseline(flat)
     modes = {}
     for mode in ("buffered", "in_place"):
-        servers = [start_server(name, in_place=mode == "in_place") for _ in range(2)]
-        (server, url), (other, other_url) = servers
+        servers = [start_server(name, in_place=mode == "in_place") for _ in range(3)]
+        (server, url), (other, other_url), (third, third_url) = servers
+        others = {
+            "scattered": (scattered, other_url, other.pid),
+            "contiguous": (contiguous, third_url, third.pid),
+        }
         try:
             modes[mode] = timed_rounds(
-                model,
-                scattered,
-                raw,
-                url,
-                repeats,
-                bucket_mb,
-                piece_mb,
-                server.pid,
-                (other_url, other.pid),
+                model, others, raw, url, repeats, bucket_mb, piece_mb, server.pid
             )
         finally:
             for started, _ in servers:
@@ -380,6 +391,10 @@ def bench_model(name: str, repeats: int, bucket_mb: float, piece_mb: float) -> d
         "publish_scattered_params_s": in_place["scattered_s"],
         "publish_scattered_params_over_raw": in_place["scattered_over_raw"],
         "publish_scattered_params_verified_over_raw": in_place["scattered_verified_over_raw"],
+        "publish_contiguous_params_over_raw": in_place["contiguous_over_raw"],
+        "publish_contiguous_params_verified_over_raw": in_place["contiguous_verified_over_raw"],
+        "num_buckets_contiguous_params": in_place["num_buckets_contiguous"],
+        "num_buckets_scattered_params": in_place["num_buckets_scattered"],
         "publish_http_control_s": in_place["http_s"],
         "publish_http_control_over_raw": in_place["http_over_raw"],
         "publish_verified_s": in_place["verified_s"],
@@ -432,6 +447,12 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
         "scattered_params_over_raw": round(result["publish_scattered_params_over_raw"], 3),
         "scattered_params_verified_over_raw": round(
             result["publish_scattered_params_verified_over_raw"], 3
+        ),
+        # the same usual trainer laid out by TrainerConfig.contiguous_parameters (its default
+        # with a publisher): a few spans, no packing copy
+        "contiguous_params_over_raw": round(result["publish_contiguous_params_over_raw"], 3),
+        "contiguous_params_verified_over_raw": round(
+            result["publish_contiguous_params_verified_over_raw"], 3
         ),
         # CPU of verification (verified push minus unverified, medians per push): what the
         # checksums cost each side, whatever the load.
