@@ -150,14 +150,25 @@ def test_killed_learner_restarts_and_consumes_each_sample_once(
 ) -> None:
     model = ["--model", str(tiny_model_dir(spec=SPEC))]
     actor = spawn(_actor(redis_server, tmp_path, batches=10, extra=model), tmp_path / "actor.log")
-    extra = ["--steps", "1000", "--max-wait-s", "8", "--max-lag", "None"]
+    extra = ["--max-wait-s", "8", "--max-lag", "None"]
     extra += ["--checkpoint-every", str(checkpoint_every)]
-    first = spawn(_learner(redis_server, tmp_path, extra=extra), tmp_path / "learner1.log")
+    first = spawn(
+        _learner(redis_server, tmp_path, extra=["--steps", "1000", *extra]),
+        tmp_path / "learner1.log",
+    )
     _until(lambda: len(_sample_ids(redis_server)) >= 8, "the first learner's commits")
     first.kill()  # SIGKILL: no cleanup, whatever it read and did not commit stays pending
     first.wait()
     killed_at = len(_sample_ids(redis_server))
-    second = spawn(_learner(redis_server, tmp_path, extra=extra), tmp_path / "learner2.log")
+    # The second learner stops at the step that trains the last of the 40 samples (batches of
+    # 4): it resumes at its checkpoint's step, or starts at step 0 without checkpoints. Had it
+    # to wait out --max-wait-s instead, that idle wait would be most of the test's time; a
+    # sample lost or trained twice still leaves the ledger short or long (the asserts below).
+    steps = 10 if checkpoint_every else -(-(40 - killed_at) // 4)
+    second = spawn(
+        _learner(redis_server, tmp_path, extra=["--steps", str(steps), *extra]),
+        tmp_path / "learner2.log",
+    )
     _wait(actor, tmp_path / "actor.log")
     _wait(second, tmp_path / "learner2.log")
     produced = _produced_ids(tmp_path)
@@ -193,9 +204,11 @@ def test_two_learner_ranks_train_each_sample_once_across_a_kill(
 ) -> None:
     model = ["--model", str(tiny_model_dir(spec=SPEC))]
     actor = spawn(_actor(redis_server, tmp_path, batches=10, extra=model), tmp_path / "actor.log")
-    extra = ["--steps", "1000", "--max-wait-s", "8", "--max-lag", "None", "--batch-size", "2"]
+    extra = ["--max-wait-s", "8", "--max-lag", "None", "--batch-size", "2"]
     extra += ["--checkpoint-every", "2"]
-    first = _torchrun_learner(redis_server, tmp_path, extra, tmp_path / "learner1.log")
+    first = _torchrun_learner(
+        redis_server, tmp_path, ["--steps", "1000", *extra], tmp_path / "learner1.log"
+    )
     # the checkpoint at step 2 is acked when step 3 starts: 2 steps x 2 ranks x 2 samples
     _until(lambda: len(_sample_ids(redis_server)) >= 8, "the first learners' acks")
     pid = _rank_pid(first, killed_rank)
@@ -203,7 +216,11 @@ def test_two_learner_ranks_train_each_sample_once_across_a_kill(
     os.kill(pid, signal.SIGKILL)
     assert first.wait(timeout=120) != 0  # torchrun stops the other rank and fails
     killed_at = len(_sample_ids(redis_server))
-    second = _torchrun_learner(redis_server, tmp_path, extra, tmp_path / "learner2.log")
+    # 40 samples, 2 per rank per step: the restarted pair resumes at its checkpoint's step and
+    # stops at step 10, the one that trains the last sample (no idle --max-wait-s at the end).
+    second = _torchrun_learner(
+        redis_server, tmp_path, ["--steps", "10", *extra], tmp_path / "learner2.log"
+    )
     _wait(actor, tmp_path / "actor.log")
     _wait(second, tmp_path / "learner2.log")
     produced = _produced_ids(tmp_path)
@@ -217,16 +234,8 @@ def test_two_learner_ranks_train_each_sample_once_across_a_kill(
 def test_both_sides_survive_a_redis_restart(redis_server: RedisServer, tmp_path: Path) -> None:
     model = ["--model", str(tiny_model_dir(spec=SPEC))]
     actor = spawn(_actor(redis_server, tmp_path, batches=12, extra=model), tmp_path / "actor.log")
-    extra = [
-        "--steps",
-        "1000",
-        "--max-wait-s",
-        "10",
-        "--max-lag",
-        "None",
-        "--checkpoint-every",
-        "2",
-    ]
+    # 48 samples in batches of 4: the learner stops at step 12, the one that trains the last.
+    extra = ["--steps", "12", "--max-wait-s", "10", "--max-lag", "None", "--checkpoint-every", "2"]
     learner = spawn(_learner(redis_server, tmp_path, extra=extra), tmp_path / "learner.log")
     _until(lambda: len(_sample_ids(redis_server)) >= 4, "the learner's first commit")
     redis_server.restart(down_s=1.5)
