@@ -469,7 +469,56 @@ def test_a_micro_batch_computes_at_most_its_token_budget(packed: bool) -> None:
                 shared_runs += len(tokens) == 2
                 if len(micro) > 1:  # a row over the budget runs alone
                     assert sum(tokens) <= budget, (seed, budget, micro, tokens)
+                # another FSDP rank shares in this pass: this one takes the shared path too,
+                # at most one token (the lockstep prefix) over the budget
+                tokens.clear()
+                with torch.no_grad():
+                    sequence_logprobs(
+                        model,
+                        batch.select(micro),
+                        packed=packed,
+                        shared_prefix_min_tokens=MIN,
+                        shared_path=True,
+                    )
+                assert len(tokens) == 2
+                if len(micro) > 1:
+                    assert sum(tokens) <= budget + 1, ("forced", seed, budget, micro, tokens)
     assert shared_runs > 20  # the shared path ran in many of them
+
+
+def test_a_forced_shared_pass_that_does_not_pay_runs_its_rows_whole() -> None:
+    """FSDP: another rank shares in this pass, so this rank runs the shared path's two calls
+    although its own groups do not pay (a long row sharing nothing widens every rest row).
+    It then runs no prefix of its own, only the one-token lockstep prefix, and every row
+    whole: the per-row token count (what the planner budgeted) plus one, not the prefixes'
+    tokens on top (up to half as much again), with the per-row logprobs and gradients."""
+    rng = random.Random(5)
+    batch = collate([*_grpo_items(), _row(_tokens(rng, 6), _tokens(rng, 60))])
+    groups = shared_prefix_groups(batch, min_tokens=MIN)
+    lengths = [int(n) for n in batch.lengths_B.tolist()]
+    model = _model64()
+    tokens: list[int] = []
+    model.register_forward_pre_hook(
+        lambda _m, _a, kwargs: tokens.append(int(kwargs["input_ids"].numel())),
+        with_kwargs=True,
+    )
+    weights_BT = torch.randn(batch.input_ids_BT.shape, generator=torch.Generator().manual_seed(1))
+    reference = _grads(model, batch, weights_BT.double())
+    per_row = sum(tokens)
+    assert per_row == len(lengths) * max(lengths)
+    assert not shared_prefix_pays(lengths, groups, packed=False)
+    assert shared_prefix_pays(lengths, groups, packed=True)  # packed, a group always pays
+    tokens.clear()
+    forced = _grads(
+        model,
+        batch,
+        weights_BT.double(),
+        shared_prefix_min_tokens=MIN,
+        shared_path=True,
+    )
+    assert len(tokens) == 2 and tokens[0] == 1 and sum(tokens) == per_row + 1
+    _close([forced[0]], [reference[0]], rtol=1e-11)
+    _close(forced[2], reference[2], rtol=1e-11)
 
 
 def test_micro_batch_splits_give_the_one_batch_gradient() -> None:

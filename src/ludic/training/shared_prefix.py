@@ -25,6 +25,8 @@ attention; memory rest x (prefix + rest) per micro-batch, as packing's own mask)
 padded, K x W + B x S < B x T; a long row sharing nothing widens every rest row). Data-parallel
 ranks agree per micro-batch (`gradients.local_shared_passes`); a rank without a group then runs
 a one-token prefix nobody attends to (`lockstep=True`), so all ranks make the same two calls.
+So does a rank whose groups do not pay: it runs its rows whole behind that token (the per-row
+tokens the planner budgeted, plus one), not its prefixes on top of the widened rest rows.
 
 Not covered (`supports_shared_prefix` says why; `sequence_logprobs` then uses the per-row path):
 batch-invariant logprobs (`invariant_forward` has no KV-cache input), models whose cache is not
@@ -179,10 +181,18 @@ def shared_prefix_logprobs(
     packed=packed)` within rounding, with each group's shared prefix run once. `groups` cover
     every row once (`collate.shared_prefix_groups`). `lockstep=True` accepts groups that share
     nothing: the prefix call then runs one token nobody attends to, so this rank makes the
-    same two model calls (forward and backward) as ranks that share (FSDP gathers per call)."""
+    same two model calls (forward and backward) as ranks that share (FSDP gathers per call);
+    it also runs every row whole behind that token when `groups` do not pay
+    (`collate.shared_prefix_pays`), so a pass forced onto the shared path costs at most one
+    token more than the per-row path."""
     plan = _plan(batch, groups)
     if not plan.prefixes and not lockstep:
         raise ValueError("shared_prefix_logprobs: no group shares a prefix; use sequence_logprobs")
+    if lockstep and plan.prefixes and not shared_prefix_pays(plan.lengths_B, groups, packed=packed):
+        # another rank shares in this pass, this one's groups do not pay (a long row sharing
+        # nothing): rows whole behind the lockstep prefix, the per-row tokens the planner
+        # budgeted plus one, instead of the prefixes' tokens on top
+        plan = _plan(batch, [RowGroup(rows=(row,)) for row in range(batch.num_sequences)])
     run = _run_packed if packed else _run_padded
     prefix_logits_NV, prefix_src_BT, rest_logits_NV, rest_src_BT = run(model, batch, plan)
     parts = [
