@@ -28,7 +28,7 @@ SPEC = TinyModelSpec(
 )
 
 
-def ludic_train(out_dir: Path, model: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+def start_ludic_train(out_dir: Path, model: Path, *extra: str) -> subprocess.Popen[str]:
     args = [
         *("--env", "resume_envs:SayOTwiceEnv", "--model", str(model)),
         *("--problems-per-step", "2", "--group-size", "3", "--max-steps", "2"),
@@ -36,14 +36,25 @@ def ludic_train(out_dir: Path, model: Path, *extra: str) -> subprocess.Completed
         *("--out-dir", str(out_dir), "--no-progress"),
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
-    return subprocess.run(
+    return subprocess.Popen(
         [sys.executable, "-m", "ludic.cli", "train", *args, *extra],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
-        check=True,
     )
+
+
+def finished(process: subprocess.Popen[str]) -> str:
+    """The run's stdout, once it exited with code 0."""
+    try:
+        out, err = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, out + err
+    return out
 
 
 def sampled(out_dir: Path) -> dict[int, list[list[int]]]:
@@ -91,10 +102,18 @@ def test_resume_in_a_new_process_equals_the_uninterrupted_run(
 ) -> None:
     model = tiny_model_dir(seed=0, spec=SPEC, cache_dir=tmp_path / "models")
     whole, split = tmp_path / "whole", tmp_path / "split"
-    ludic_train(whole, model, "--steps", "4", *flags)
-    ludic_train(split, model, "--steps", "2", *flags)  # stopped after 2 steps (final checkpoint)
-    resumed = ludic_train(split, model, "--steps", "4", "--resume", *flags)
-    assert "resumed at step 2 (policy version 2)" in resumed.stdout
+    # The uninterrupted run and the first half of the split one are independent: they run at
+    # once (each leaves a core idle much of the time), which changes no bit of either.
+    running = start_ludic_train(whole, model, "--steps", "4", *flags)
+    try:
+        finished(start_ludic_train(split, model, "--steps", "2", *flags))  # stops after 2 steps
+        resumed = finished(start_ludic_train(split, model, "--steps", "4", "--resume", *flags))
+        finished(running)
+    finally:
+        if running.poll() is None:
+            running.kill()
+            running.communicate()
+    assert "resumed at step 2 (policy version 2)" in resumed
 
     # The same episodes sampled the same tokens, before and after the restart.
     assert sampled(split) == sampled(whole)
