@@ -1,12 +1,13 @@
 """Launched by test_fsdp_lockstep.py under torchrun (2 gloo ranks). Usage:
-`dist_worker_ref.py OUT_DIR plain|shared`
+`dist_worker_ref.py OUT_DIR plain|shared|packed`
 
 GRPO with a KL term to a reference model that is itself FSDP2-sharded
 (`shard_model(frozen=True)`), so every reference forward all-gathers its weights, on data
 where the ranks are uneven: a rank with no samples and ranks with different micro-batch
 counts (`plain`: dist_worker_common's steps), or with shared prompts on one rank only and
 dummy passes on the shared path (`shared`:
-dist_worker_shared_prefix's mismatch steps, `TrainerConfig(shared_prefix=True)`). Every rank
+dist_worker_shared_prefix's mismatch steps, `TrainerConfig(shared_prefix=True)`; `packed`: the
+same with packing on and no gradient clipping). Every rank
 must make the same reference calls as well as the same policy calls, or the job hangs.
 
 Rank 0 writes the step metrics, the gathered policy weights and each rank's count of
@@ -48,12 +49,14 @@ def steps_for(mode: str, rank: int, world_size: int) -> list[list[SAWItem]]:
 
 
 def config(mode: str) -> TrainerConfig:
+    """`packed`: the shared-prefix data packed into one row per micro-batch, no clipping."""
     return TrainerConfig(
         lr=5e-3,
         micro_batch_tokens=32 if mode == "plain" else 40,
-        max_grad_norm=0.5,
+        max_grad_norm=None if mode == "packed" else 0.5,
         seed=11,
-        shared_prefix=mode == "shared",
+        shared_prefix=mode != "plain",
+        packing=mode == "packed",
     )
 
 

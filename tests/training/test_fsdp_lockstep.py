@@ -1,10 +1,14 @@
 """FSDP2 ranks stay in lockstep when their work is uneven: a rank with no samples, or fewer
 micro-batches, runs dummy passes that make the same collectives as the others' real passes.
 
-Here, with a reference model that is itself sharded (a KL term): every pass, dummy ones
-included, runs the reference forward on every rank (its all-gathers), on the per-row path and
-on the shared-prefix path. Without that the ranks' collectives drift apart and the job hangs;
-the worker then dumps its stacks and exits, and the launcher kills what is left by pid.
+With a reference model that is itself sharded (a KL term): every pass, dummy ones included,
+runs the reference forward on every rank (its all-gathers), on the per-row path, on the
+shared-prefix path and packed (without gradient clipping). Without that the ranks'
+collectives drift apart and the job hangs; the worker then dumps its stacks and exits, and
+the launcher kills what is left by pid. Also: a rank whose data ends first stops every rank,
+and batch-invariant mode on a sharded model fails on every rank with a clear error.
+(LoRA, gradient clipping, nan losses and empty ranks: test_fsdp.py and test_lora.py; ranks
+that share prompts and ranks that do not: test_shared_prefix.py.)
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ def test_dummy_passes_run_the_reference_model_like_real_passes(shared: bool) -> 
 
 @pytest.mark.slow
 @pytest.mark.distributed
-@pytest.mark.parametrize("mode", ["plain", "shared"])
+@pytest.mark.parametrize("mode", ["plain", "shared", "packed"])
 def test_sharded_reference_model_with_uneven_ranks_matches_one_process(
     mode: str, tmp_path: Path
 ) -> None:
@@ -78,3 +82,18 @@ def test_sharded_reference_model_with_uneven_ranks_matches_one_process(
     for name, value in single.model.state_dict().items():
         assert float((value - start[name]).abs().max()) > 1e-3, name
         torch.testing.assert_close(results["weights"][name], value, rtol=1e-5, atol=5e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_uneven_data_ends_and_unsupported_modes_stop_every_rank(tmp_path: Path) -> None:
+    """Rank 0's source runs out a step before rank 1's: both stop after the step they shared
+    (rank 1 went on alone and hung in the step's all-reduce). Batch-invariant mode on a sharded
+    model: both ranks get the same clear error (one of them has only a dummy pass)."""
+    torchrun("dist_worker_lockstep.py", str(tmp_path), timeout_s=150.0)
+    ranks = torch.load(tmp_path / "results.pt", weights_only=False, map_location="cpu")
+    assert len(ranks) == 2
+    for results in ranks:
+        assert results["exhausted"] == {"steps": 1, "trainer_step": 1, "policy_version": 1}
+        error = results["invariant_error"]
+        assert error is not None and "FSDP-sharded" in error and "batch_invariant off" in error

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -90,6 +91,12 @@ def accumulate_gradients(
         raise ValueError(
             "the loss needs reference-model logprobs (a KL term) but no ref_model was given; "
             "pass ref_model= to the Trainer or drop the KL term"
+        )
+    if batch_invariant and _sharded(model):
+        raise ValueError(
+            "batch_invariant=True needs the whole model on this rank (the batch-invariant "
+            "forward reads every weight itself) but the model is FSDP-sharded; turn "
+            "batch_invariant off under torchrun"
         )
     if totals is None:
         if batch is None:
@@ -233,6 +240,13 @@ def local_shared_passes(
         groups = shared_prefix_groups(micro, min_tokens=min_tokens)
         flags[i] = float(takes_shared_path(model, micro, groups, packed=packed))
     return flags
+
+
+def _sharded(model: torch.nn.Module) -> bool:
+    """Whether `model` holds DTensor (FSDP2-sharded) parameters (none unless DTensor was
+    imported, which this check does not do: it takes about a second)."""
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    return dtensor is not None and any(isinstance(p, dtensor.DTensor) for p in model.parameters())
 
 
 def _dummy_batch(pad_token_id: int) -> CollatedBatch:

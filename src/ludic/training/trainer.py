@@ -70,7 +70,7 @@ from ludic.training.lr_resume import (
 )
 from ludic.training.mismatch import policy_lag_metrics
 from ludic.training.parallel.auto import auto_runtime
-from ludic.training.parallel.runtime import TrainingRuntime, run_on_main
+from ludic.training.parallel.runtime import TrainingRuntime, next_batch_together, run_on_main
 from ludic.training.parallel.state import optimizer_param_names
 from ludic.training.schedule import build_scheduler
 from ludic.training.shared_prefix import shared_prefix_min_tokens
@@ -213,7 +213,9 @@ class Trainer:
     async def train_step(self) -> dict[str, float]:
         """One optimizer step on the next batch; returns its metrics."""
         started = time.perf_counter()
-        batch: SAWBatch = await maybe_await(self.batch_source.next_batch())
+        batch: SAWBatch = await next_batch_together(  # all ranks stop when one runs out
+            self.runtime, lambda: maybe_await(self.batch_source.next_batch())
+        )
         batch_seconds = time.perf_counter() - started
         version = self.policy_version
         items, metrics = self._select_items(batch)

@@ -8,7 +8,12 @@ The FSDP names load on first use (DCP and DTensor take about a second to import)
 from typing import TYPE_CHECKING, Any
 
 from ludic.training.parallel.auto import auto_runtime, launched_world_size
-from ludic.training.parallel.runtime import LocalRuntime, TrainingRuntime, run_on_main
+from ludic.training.parallel.runtime import (
+    LocalRuntime,
+    TrainingRuntime,
+    next_batch_together,
+    run_on_main,
+)
 from ludic.training.parallel.state import (
     fit_state_to_model,
     indexed_optimizer_state,
@@ -44,6 +49,7 @@ __all__ = [
     "init_process_group_from_env",
     "launched_world_size",
     "named_optimizer_state",
+    "next_batch_together",
     "optimizer_param_names",
     "run_on_main",
     "shard_model",

@@ -8,12 +8,13 @@ in `fsdp.py`; `auto.auto_runtime` picks it under torchrun. Nothing here launches
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import torch
 
 from ludic.distributed.interfaces import Weights
+from ludic.training.batching.types import BatchSourceExhausted
 from ludic.training.lora import inference_weights, is_lora_model
 from ludic.training.parallel.state import fit_state_to_model
 
@@ -186,3 +187,22 @@ def run_on_main(runtime: TrainingRuntime, fn: Callable[[], T]) -> T:
     if not ok:
         raise RuntimeError(f"rank 0 failed: {value}")
     return value  # type: ignore[no-any-return]
+
+
+async def next_batch_together(runtime: TrainingRuntime, fetch: Callable[[], Awaitable[T]]) -> T:
+    """`await fetch()` (a batch source's next batch); with several ranks, every rank raises
+    `BatchSourceExhausted` when any rank's `fetch` does (one all-reduce per call), so a rank
+    whose data lasts longer stops with the others instead of waiting alone in the step's
+    collectives forever."""
+    if runtime.world_size == 1:
+        return await fetch()
+    try:
+        batch = await fetch()
+    except BatchSourceExhausted:
+        runtime.any_rank(True)
+        raise
+    if runtime.any_rank(False):
+        raise BatchSourceExhausted(
+            f"rank {runtime.rank} stops with the others: another rank's batch source is exhausted"
+        )
+    return batch

@@ -1,0 +1,83 @@
+"""Launched by test_fsdp_lockstep.py under torchrun (2 gloo ranks). Usage:
+`dist_worker_lockstep.py OUT_DIR`
+
+1. Uneven data ends: rank 0's batch source is exhausted after 1 batch, rank 1's after 2 (an
+   offline shard per rank with a different size). Every rank must stop after step 1: a rank
+   that went on alone would wait in the step's first all-reduce forever.
+2. Batch-invariant mode on an FSDP2-sharded model, which it does not support: every rank must
+   get the same clear error before any weight gather (a rank with no samples would otherwise
+   sit in its dummy pass's all-gather while the other failed).
+Rank 0 writes every rank's results to OUT_DIR/results.pt.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import sys
+from pathlib import Path
+
+import torch
+from dist_worker_common import ALGORITHM
+from training_fakes import ListSource, mixed_items, tiny_llama
+
+from ludic.rollouts.samples import SAWItem
+from ludic.training import BatchSourceExhausted, SAWBatch, Trainer, TrainerConfig
+from ludic.training.parallel import auto_runtime
+
+HANG_S = 100.0
+"""A rank still running after this long is hung in a collective: it dumps its stack and exits."""
+
+
+class ShortSource(ListSource):
+    """`ListSource` that is exhausted after its batches (no cycling)."""
+
+    async def next_batch(self) -> SAWBatch:
+        if self.position >= len(self.batches):
+            raise BatchSourceExhausted(f"all {len(self.batches)} batches served")
+        return await super().next_batch()
+
+
+def _config(**overrides: object) -> TrainerConfig:
+    return TrainerConfig(lr=5e-3, micro_batch_tokens=32, seed=11, **overrides)  # type: ignore[arg-type]
+
+
+def main() -> None:
+    faulthandler.dump_traceback_later(HANG_S, exit=True)
+    out_dir = Path(sys.argv[1])
+    rank = int(os.environ["RANK"])
+    runtime = auto_runtime()
+    results: dict[str, object] = {}
+
+    steps: list[list[SAWItem]] = [mixed_items(3, seed=1 + rank), mixed_items(2, seed=5 + rank)]
+    uneven = Trainer(
+        tiny_llama(seed=0), ALGORITHM, ShortSource(steps[: rank + 1]), _config(), runtime=runtime
+    )
+    history = uneven.run(5, progress=False)
+    results["exhausted"] = {
+        "steps": len(history),
+        "trainer_step": uneven.step,
+        "policy_version": uneven.policy_version,
+    }
+
+    invariant = Trainer(
+        tiny_llama(seed=0),
+        ALGORITHM,
+        ListSource([steps[0] if rank == 0 else []]),  # rank 1 would run a dummy pass
+        _config(batch_invariant=True),
+        runtime=runtime,
+    )
+    try:
+        invariant.run(1, progress=False)
+        results["invariant_error"] = None
+    except ValueError as error:
+        results["invariant_error"] = str(error)
+
+    gathered = runtime.all_gather_object(results)
+    if rank == 0:
+        torch.save(gathered, out_dir / "results.pt")
+    runtime.close()
+
+
+if __name__ == "__main__":
+    main()
