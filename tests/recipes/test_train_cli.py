@@ -197,32 +197,20 @@ def server_train_config(model_dir: str, url: str, out_dir: Path, steps: int) -> 
     )
 
 
-def test_ludic_train_on_an_inference_server(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """--server-url: rollouts from `ludic serve` in another process, weights pushed to it."""
-    from ludic.models import tiny_model_dir
-
-    model_dir = str(tiny_model_dir())
-    with ServeProcess(model_dir, tmp_path / "server.log") as server:
-        monkeypatch.setenv("LUDIC_SERVER_TOKEN", server.token)  # no --server-token: from env
-        cfg = server_train_config(model_dir, server.url, tmp_path / "run", steps=1)
-        assert train_command(cfg).steps == 1
-        assert server.served_version() == 1
-
-
 @pytest.mark.slow
 def test_ludic_train_resumed_against_a_fresh_server_publishes_then_trains(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """--resume --server-url: a restarted `ludic serve` (version 0) gets the checkpoint's
+    """--server-url: rollouts from `ludic serve` in another process, weights pushed to it;
+    then --resume --server-url: a restarted `ludic serve` (version 0) gets the checkpoint's
     weights before the first rollout, so the resumed step trains on fresh samples."""
     from ludic.models import tiny_model_dir
 
     model_dir, run = str(tiny_model_dir()), tmp_path / "run"
     with ServeProcess(model_dir, tmp_path / "server1.log") as server:
-        monkeypatch.setenv("LUDIC_SERVER_TOKEN", server.token)
-        train_command(server_train_config(model_dir, server.url, run, steps=1))
+        monkeypatch.setenv("LUDIC_SERVER_TOKEN", server.token)  # no --server-token: from env
+        assert train_command(server_train_config(model_dir, server.url, run, steps=1)).steps == 1
+        assert server.served_version() == 1
     with ServeProcess(model_dir, tmp_path / "server2.log") as fresh:
         assert fresh.served_version() == 0
         resumed = server_train_config(model_dir, fresh.url, run, steps=2)
