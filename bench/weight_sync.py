@@ -402,6 +402,10 @@ def bench_model(name: str, repeats: int, bucket_mb: float, piece_mb: float) -> d
         "publish_cpu_ms_per_push": {
             "unverified": in_place["store_cpu_ms"],
             "verified": in_place["verified_cpu_ms"],
+            "scattered_params_unverified": in_place["scattered_cpu_ms"],
+            "scattered_params_verified": in_place["scattered_verified_cpu_ms"],
+            "contiguous_params_unverified": in_place["contiguous_cpu_ms"],
+            "contiguous_params_verified": in_place["contiguous_verified_cpu_ms"],
         },
         "publish_verified_phases_s": {
             "unverified_transfer": in_place["store_transfer_s"],
