@@ -9,7 +9,8 @@ broadcasts: each costs the transport a fixed share of CPU); a server that receiv
 lays such a bucket's parameters out back to back on the first push. The groups of tensors a
 Llama-family server runs as one GEMM (`fused_groups`: each layer's q/k/v and gate/up weights,
 and their biases) travel consecutively in one bucket, never split by a bucket boundary, so that
-layout keeps them fusable (only their names are known here). The manifest goes over the control
+layout keeps them fusable (only their names are known here); large members that do not lie back
+to back travel each alone instead, which a server leaves where they are. The manifest goes over the control
 plane as JSON and is validated on arrival; the bytes go over the data plane. This module does
 no I/O and knows nothing else about models or servers.
 
