@@ -1,0 +1,129 @@
+"""`run_lock`: one run at a time in a run directory, and a clear refusal naming the other run.
+
+A lock file in the directory holds an exclusive `flock` for as long as the run lives, and
+records who holds it (pid, host, start time, command line). A second run that finds it held
+raises `RunDirInUseError` naming that run at once, before it touches anything in the
+directory (`check_run_lock` asks the same before a command loads its model). The kernel drops the lock when its process dies, however it dies (`kill -9`
+included), so a file a killed run left is taken over by the next run, which says whose it
+was. The file is removed when the run ends. It relies on POSIX `flock` (no-op where `fcntl`
+is missing, e.g. Windows), so it protects runs on one machine, not across an NFS mount.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["RunDirInUseError", "check_run_lock", "run_lock"]
+
+
+class RunDirInUseError(RuntimeError):
+    """Another live run holds the run directory's lock."""
+
+
+@contextmanager
+def run_lock(
+    path: Path, *, what: str, notice: Callable[[str], None] | None = None
+) -> Iterator[None]:
+    """Hold the lock file `path` while the block runs; `what` names the guarded run in the
+    refusal (e.g. "`ludic train --local-server`"). `notice` hears about a file a dead run left."""
+    if fcntl is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = _acquire(path, what)
+    try:
+        left = _holder(handle)
+        if left and notice is not None:
+            notice(f"took over {path} from a run that no longer holds it ({_describe(left)})")
+        _record(handle)
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # still held: no other run can hold this file meanwhile
+        handle.close()  # drops the flock
+
+
+def check_run_lock(path: Path, *, what: str) -> None:
+    """Raise `RunDirInUseError` now if a live run holds `path` (cheap: a command calls it
+    before loading a model; `run_lock` still decides, as another run may start meanwhile)."""
+    if fcntl is None or not path.exists():
+        return
+    try:
+        handle = open(path, encoding="utf-8")  # noqa: SIM115  # closed below
+    except FileNotFoundError:  # the run holding it just ended
+        return
+    with handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirInUseError(_refusal(path, what, _holder(handle))) from None
+
+
+def _acquire(path: Path, what: str) -> IO[str]:
+    """The open lock file, flock-ed; retried when the file was replaced between the open and
+    the lock (a run that ended removed it, another created a new one)."""
+    assert fcntl is not None
+    while True:
+        handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115  # closed by run_lock
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(handle)
+            handle.close()
+            raise RunDirInUseError(_refusal(path, what, holder)) from None
+        try:
+            same = os.fstat(handle.fileno()).st_ino == path.stat().st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return handle
+        handle.close()
+
+
+def _holder(handle: IO[str]) -> dict[str, Any]:
+    handle.seek(0)
+    try:
+        record = json.loads(handle.read() or "{}")
+    except ValueError:
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _record(handle: IO[str]) -> None:
+    handle.seek(0)
+    handle.truncate()
+    started = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    command = " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) if sys.argv else "?"
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "started": started}
+    handle.write(json.dumps({**record, "command": command}))
+    handle.flush()
+
+
+def _describe(holder: dict[str, Any]) -> str:
+    if not holder:
+        return "a run that is starting (it has not written its pid yet)"
+    return (
+        f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}, started "
+        f"{holder.get('started', '?')}: {holder.get('command', '?')}"
+    )
+
+
+def _refusal(path: Path, what: str, holder: dict[str, Any]) -> str:
+    return (
+        f"{path.parent} is in use by another {what} run ({_describe(holder)}); two runs in "
+        "one directory would delete each other's files and overwrite each other's "
+        f"checkpoints. Wait for it to end (or stop it), or pass another --out-dir. (Lock file: "
+        f"{path}; the lock goes with its process, so a killed run's file is taken over.)"
+    )
