@@ -57,6 +57,8 @@ class PipelineBatchSource:
       return what arrived; if nothing did, raise BatchSourceExhausted with one rank, or
       return an empty batch and set `timed_out` with several (a rank that raised would leave
       the others waiting in a collective). None: wait forever.
+    - `wait_notice_s`: while a batch is not full, a warning every this many seconds says how
+      many samples it has and why it may lack the rest (none arrive, or they arrive stale).
     - `claim_min_idle_ms`: entries of an unknown consumer idle this long are taken over by
       rank 0 at startup. One learner job per group.
     """
@@ -79,6 +81,7 @@ class PipelineBatchSource:
         claim_min_idle_ms: int = 60_000,
         dedupe_window: int = 100_000,
         warn_unacked: int = 10_000,
+        wait_notice_s: float = 60.0,
     ) -> None:
         rank = int(os.environ.get("RANK", "0")) if rank is None else rank
         world_size = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
@@ -102,6 +105,7 @@ class PipelineBatchSource:
         self.claim_min_idle_ms = claim_min_idle_ms
         self.dedupe_window = dedupe_window
         self.warn_unacked = warn_unacked
+        self.wait_notice_s = wait_notice_s
         self.batches_served = 0
         self.timed_out = False
         self.totals: Counter[str] = Counter()
@@ -127,7 +131,7 @@ class PipelineBatchSource:
         stats: Counter[str] = Counter()
         items: list[SAWItem] = []
         lags: list[int] = []
-        started = time.monotonic()
+        started = noticed = time.monotonic()
         self.timed_out = False
         while len(items) < self.batch_size:
             entries = await self._next_entries(self.batch_size - len(items))
@@ -135,6 +139,9 @@ class PipelineBatchSource:
                 item = await self._accept(entry, stats, lags)
                 if item is not None:
                     items.append(item)
+            if time.monotonic() - noticed >= self.wait_notice_s:
+                noticed = time.monotonic()
+                logger.warning(self._waiting_line(len(items), started, stats))
             if not entries and self._timed_out(started):
                 if items:
                     break
@@ -367,6 +374,28 @@ class PipelineBatchSource:
         self._seen[sample_id] = None
         if len(self._seen) > self.dedupe_window:
             self._seen.popitem(last=False)
+
+    def _waiting_line(self, have: int, started: float, stats: Counter[str]) -> str:
+        """Why this batch is not full yet, as far as this rank can tell."""
+        line = (
+            f"learner rank {self.rank} has {have} of {self.batch_size} samples for its next step "
+            f"after {time.monotonic() - started:.0f}s on stream {self.stream.stream!r} (group "
+            f"{self.stream.group!r})"
+        )
+        if stats["dropped_stale"]:
+            return line + (
+                f"; {stats['dropped_stale']} arrived more than max_lag (--max-lag) "
+                f"{self.max_lag} policy versions behind the learner's {self.current_version()} "
+                "and were dropped: do the actors sample from the servers this learner publishes "
+                "to (the same --server-url on both)? Else raise --max-lag or pass --stale "
+                "downweight"
+            )
+        if stats["samples"] or have:
+            return line + "; the actors push samples slower than this learner trains on them"
+        return line + (
+            "; no sample arrived: is an actor pushing to this stream (`ludic actor --redis-url "
+            "... --stream ...`, the same as the learner's)?"
+        )
 
     def _timed_out(self, started: float) -> bool:
         return self.max_wait_s is not None and time.monotonic() - started >= self.max_wait_s

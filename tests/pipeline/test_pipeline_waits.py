@@ -1,0 +1,91 @@
+"""A learner whose batch does not fill says so while it waits, and why as far as it can tell:
+no sample arrives (no actor on this stream), every sample arrives stale (the actors sample a
+policy the learner does not publish to), or the actors are slower than the learner. Against a
+real redis-server."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from pipeline_fakes import RedisServer, redis_server, sample
+
+from ludic.pipeline.codec import encode_sample
+from ludic.pipeline.source import PipelineBatchSource
+from ludic.pipeline.stream import SampleStream
+from ludic.training import BatchSourceExhausted
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
+__all__ = ["redis_server"]
+
+
+async def _wait_out(
+    server: RedisServer, *, pushed: int, versions: tuple[int, ...] = ()
+) -> BatchSourceExhausted | None:
+    """Push `pushed` samples, then draw one batch of 4 (the learner at version 5, max_lag 1)
+    with short waits; what it raised, if anything."""
+    stream = SampleStream(server.url, stream="s", group="g", retry_cap_s=0.2)
+    await stream.ensure_group()
+    for i in range(pushed):
+        await stream.add(encode_sample(sample(versions=versions), sample_id=f"id{i}"))
+    source = PipelineBatchSource(
+        stream,
+        batch_size=4,
+        block_ms=100,
+        max_wait_s=1.5,
+        wait_notice_s=0.3,
+        max_lag=1,
+        current_version=lambda: 5,
+    )
+    raised: BatchSourceExhausted | None = None
+    try:
+        await source.next_batch()
+    except BatchSourceExhausted as e:
+        raised = e
+    finally:
+        await source.aclose()
+    return raised
+
+
+async def test_no_sample_names_the_stream_and_the_actor(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="ludic.pipeline.source"):
+        raised = await _wait_out(redis_server, pushed=0)
+    assert isinstance(raised, BatchSourceExhausted)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) >= 2  # repeated while it waits
+    assert lines[0].startswith("learner rank 0 has 0 of 4 samples for its next step after ")
+    assert "on stream 's' (group 'g'); no sample arrived: is an actor pushing" in lines[0]
+
+
+async def test_stale_samples_name_max_lag_and_the_server(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="ludic.pipeline.source"):
+        raised = await _wait_out(redis_server, pushed=3, versions=(0,))
+    assert isinstance(raised, BatchSourceExhausted)
+    text = caplog.records[0].getMessage()
+    assert "has 0 of 4 samples" in text
+    assert (
+        "3 arrived more than max_lag (--max-lag) 1 policy versions behind the learner's 5 and "
+        "were dropped: do the actors sample from the servers this learner publishes to"
+    ) in text
+
+
+async def test_a_partial_batch_says_the_actors_are_slower(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="ludic.pipeline.source"):
+        raised = await _wait_out(redis_server, pushed=2, versions=(5,))
+    assert raised is None  # max_wait_s returns the partial batch
+    text = caplog.records[0].getMessage()
+    assert "has 2 of 4 samples" in text and "the actors push samples slower" in text
+
+
+async def test_a_full_batch_waits_in_silence(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="ludic.pipeline.source"):
+        raised = await _wait_out(redis_server, pushed=4, versions=(5,))
+    assert raised is None and caplog.records == []
