@@ -331,7 +331,7 @@ class SFTConfig:
     """AWR temperature beta (smaller: sharper preference for high-advantage turns)."""
     awr_max_weight: float = 20.0
     """AWR weight cap."""
-    awr_baseline: Literal["group", "mean", "state", "state_action", "value"] = "group"
+    awr_baseline: Literal["group", "mean", "state", "state_action", "value", "q_value"] = "group"
     """AWR baseline: group (mean return of the episode's group: same group id, else same first
     observation), mean (mean return-to-go over the whole file), state (mean return-to-go of
     the other turns from the same state, by the env's state key, shrunk toward the file's
@@ -339,10 +339,11 @@ class SFTConfig:
     V(s), both the mean return-to-go of every visit of the pair and of the state: needs
     repeated states, and averages out lucky games) or value (return-to-go minus a tiny MLP's
     value of the observation, fitted on the other --awr-value-folds folds of episodes: a
-    baseline for states seen once)."""
+    baseline for states seen once) or q_value (A = Q(s, a) - V(s), two such MLPs, Q over the
+    observation and the action, fitted the same way)."""
     awr_value_folds: int = 5
-    """With --awr-baseline value: cross-fitting folds (each episode's value is fitted on the
-    others)."""
+    """With --awr-baseline value or q_value: cross-fitting folds (each episode's value is
+    fitted on the others)."""
     awr_state_prior: float = 1.0
     """With --awr-baseline state or state_action: pseudo-visits of the parent mean (the file's
     mean for a state's value, the state's value for a move's) in each estimate."""

@@ -26,6 +26,7 @@ from ludic.training.credit.value import (
     DEFAULT_VALUE_FITTER,
     Featurizer,
     ValueFitter,
+    action_features,
     observation_features,
 )
 from ludic.training.losses import (
@@ -288,6 +289,7 @@ def make_awr(
     value_folds: int = 5,
     value_seed: int = 0,
     featurize: Featurizer = observation_features,
+    featurize_action: Featurizer = action_features,
     fit_value: ValueFitter = DEFAULT_VALUE_FITTER,
     normalize_mean: bool = False,
     min_weight: float = 0.0,
@@ -297,7 +299,8 @@ def make_awr(
     mean return of the data with baseline="mean", or the mean return-to-go of the other
     visits of the turn's state with baseline="state", Q - V by counting with "state_action",
     or a learned value with baseline="value": `fit_value` over `featurize`d turns, cross-fitted
-    over `value_folds` folds of rollouts). The loss is -w * log pi (REINFORCE on the
+    over `value_folds` folds of rollouts, or learned Q - V with baseline="q_value", Q over
+    `featurize_action`d turns). The loss is -w * log pi (REINFORCE on the
     weights), i.e. weighted SFT; with every A = 0 it is SFT. `state_normalize` divides each
     weight by its state's mean weight over the `trained` turns, `normalize_mean` by the mean
     over all `trained` turns, and `min_weight` floors the weights (see `AWRCredit`)."""
@@ -313,6 +316,7 @@ def make_awr(
         value_folds=value_folds,
         value_seed=value_seed,
         featurize=featurize,
+        featurize_action=featurize_action,
         fit_value=fit_value,
         normalize_mean=normalize_mean,
         min_weight=min_weight,

@@ -12,7 +12,10 @@ tabular Monte Carlo Q(s, a) - V(s) ("state_action": every visit of the same move
 state shares one advantage, so the noise of single returns averages out when pairs repeat), or
 a learned value ("value", the paper's V: a small model fitted on the stored returns-to-go,
 cross-fitted over folds of rollouts; see `ludic.training.credit.value`), which gives a
-baseline to states seen once from the states that resemble them.
+baseline to states seen once from the states that resemble them, or learned Q(s, a) - V(s)
+("q_value": two such models, Q over features of the state and the move, e.g. the position the
+move leads to, an afterstate, which many (state, move) pairs share, so a move's value is learnt
+from every game that reached the same position, whichever way).
 The weights can be renormalised (per state, or to mean 1 over the trained turns) and floored.
 """
 
@@ -41,15 +44,16 @@ from ludic.training.credit.value import (
     DEFAULT_VALUE_FITTER,
     Featurizer,
     ValueFitter,
+    action_features,
     cross_fitted_values,
     observation_features,
 )
 from ludic.types import Rollout, Turn
 
-AWRBaseline = Literal["group", "mean", "state", "state_action", "value"]
+AWRBaseline = Literal["group", "mean", "state", "state_action", "value", "q_value"]
 # Whether a turn of a rollout will be trained (see `AWRCredit.trained`).
 TurnPredicate = Callable[[Rollout, Turn], bool]
-_BASELINES: tuple[str, ...] = ("group", "mean", "state", "state_action", "value")
+_BASELINES: tuple[str, ...] = ("group", "mean", "state", "state_action", "value", "q_value")
 # (turn key, return-to-go G, state, action): one turn as the per-turn baselines read it.
 TurnReturn = tuple[TurnKey, float, AnchorKey | None, str | None]
 
@@ -133,6 +137,14 @@ class AWRCredit:
         returns-to-go G of the rollouts outside the turn's fold: the rollouts are dealt into
         `value_folds` folds (seeded by `value_seed`), so no turn's baseline saw its own return.
         A state seen once still gets a value, learnt from the states that look like it.
+    baseline="q_value": A_k = Q_{-f(k)}(s_k, a_k) - V_{-f(k)}(s_k), both fitted as "value"
+        does (same folds, same `fit_value`) on the returns-to-go: V over `featurize`, Q over
+        `featurize_action` (default `action_features`: the state's features plus the action
+        sent to the env). A turn's own return enters neither, so unlike G - V the noise of its
+        game's outcome does not decide its sign: a good move in a lost game can weigh more than
+        a bad move in a won one. It is as good as Q's features let it generalise; for board
+        games give the position the move leads to (an afterstate, Sutton & Barto 6.8), shared
+        by every (state, move) pair that reaches it (`examples/awr_tictactoe.py`).
     state_normalize: divide each weight by the mean weight of the turns from its state (MPO's
         per-state normalisation of exp(A / beta)): every state keeps its share of the data, as
         in SFT on all of it, and only the choice among the moves from a state is reweighted (a
@@ -167,6 +179,7 @@ class AWRCredit:
     value_folds: int = 5
     value_seed: int = 0
     featurize: Featurizer = observation_features
+    featurize_action: Featurizer = action_features
     fit_value: ValueFitter = DEFAULT_VALUE_FITTER
     normalize_mean: bool = False
     min_weight: float = 0.0
@@ -210,6 +223,7 @@ class AWRCredit:
             return out
         per_turn: list[TurnReturn] = []
         features: list[Sequence[object]] = []
+        action_feats: list[Sequence[object]] = []
         for rollout in active_rollouts(rollouts):
             turns = rollout.turns()
             returns = discounted_returns([t.reward for t in turns], self.gamma)
@@ -217,10 +231,12 @@ class AWRCredit:
                 (turn_key(rollout, t, seen), g, self.anchor_key(t), _action(t))
                 for t, g in zip(turns, returns, strict=True)
             ]
-            if self.baseline == "value":
+            if self.baseline in ("value", "q_value"):
                 features += [self.featurize(t) for t in turns]
-        if self.baseline == "value":
-            return self._value_advantages(per_turn, features)
+            if self.baseline == "q_value":
+                action_feats += [self.featurize_action(t) for t in turns]
+        if self.baseline in ("value", "q_value"):
+            return self._value_advantages(per_turn, features, action_feats or None)
         mean = math.fsum(g for _, g, _, _ in per_turn) / len(per_turn) if per_turn else 0.0
         if self.baseline == "mean":
             return {key: g - mean for key, g, _, _ in per_turn}
@@ -229,20 +245,31 @@ class AWRCredit:
         return state_advantages(per_turn, mean=mean, prior=self.state_prior)
 
     def _value_advantages(
-        self, per_turn: Sequence[TurnReturn], features: Sequence[Sequence[object]]
+        self,
+        per_turn: Sequence[TurnReturn],
+        features: Sequence[Sequence[object]],
+        action_feats: Sequence[Sequence[object]] | None = None,
     ) -> dict[TurnKey, float]:
-        """G_k - V_{-f(k)}(s_k) (baseline="value")."""
+        """G_k - V_{-f(k)}(s_k) (baseline="value"), or Q_{-f(k)}(s_k, a_k) - V_{-f(k)}(s_k)
+        when `action_feats` are given (baseline="q_value")."""
         if not per_turn:
             return {}
-        values = cross_fitted_values(
-            [key[0] for key, _, _, _ in per_turn],
-            features,  # type: ignore[arg-type]
-            [g for _, g, _, _ in per_turn],
-            folds=self.value_folds,
-            fit=self.fit_value,
-            seed=self.value_seed,
-        )
-        return {key: g - v for (key, g, _, _), v in zip(per_turn, values, strict=True)}
+        ids = [key[0] for key, _, _, _ in per_turn]
+        returns = [g for _, g, _, _ in per_turn]
+
+        def fitted(rows: Sequence[Sequence[object]]) -> list[float]:
+            return cross_fitted_values(
+                ids,
+                rows,  # type: ignore[arg-type]
+                returns,
+                folds=self.value_folds,
+                fit=self.fit_value,
+                seed=self.value_seed,
+            )
+
+        values = fitted(features)
+        targets = returns if action_feats is None else fitted(action_feats)
+        return {key: q - v for (key, _, _, _), q, v in zip(per_turn, targets, values, strict=True)}
 
     def assign(self, rollouts: Sequence[Rollout]) -> dict[TurnKey, float]:
         advantages = self.advantages(rollouts)

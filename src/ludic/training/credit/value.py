@@ -45,6 +45,15 @@ def observation_features(turn: Turn, *, max_chars: int = 512) -> list[Hashable]:
     return [("state", state), *(("char", i, c) for i, c in enumerate(text))]
 
 
+def action_features(turn: Turn, *, max_chars: int = 512) -> list[Hashable]:
+    """`observation_features` plus ("action", a), a the action the turn sent to the env (none
+    when it reached no env step): the default features of Q(s, a) (AWR's "q_value")."""
+    feats = observation_features(turn, max_chars=max_chars)
+    if not feats or turn.env_step is None:
+        return feats
+    return [*feats, ("action", turn.env_step.action)]
+
+
 def fold_of(rollout_ids: Sequence[str], folds: int, seed: int) -> dict[str, int]:
     """Each distinct rollout id's fold in 0..folds-1: ids in order of first appearance,
     shuffled with `seed`, dealt round-robin (folds differ in size by at most one). The order,
