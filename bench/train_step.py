@@ -15,6 +15,19 @@ their steps (on-off, off-on, ...) so both see the same load; it prints each arm'
 the on/off ratios of training forward+backward and step time, per round and median.
 
     python bench/train_step.py [--steps 3] [--threads N] [--shared-prefix on|off|paired]
+
+`--arms base,fused_adamw,...` times the training side alone, the way `rl_step.py`'s
+thread arms train (`TrainerConfig(shared_prefix=True)`, max_lag=1, one torch thread): one
+batch of the rl_step workload is generated once (`--model tiny|50m`, rl_step's models), then
+every arm (its own copy of the model, optimizer and Trainer) trains on that same batch, one
+`Trainer.train_step` per round, the order rotating and reversing every round as in rl_step.
+Prints each arm's median training seconds (forward+backward, clip, optimizer: the
+`time/train_seconds` rl_step reports) and CPU seconds of the whole `train_step` (this
+thread's, which contention from other jobs inflates far less than wall time: compare those on
+a busy machine), each arm's ratio to the first arm, of medians and per round. The arms are
+listed in `TRAINING_ARMS`.
+
+    python bench/train_step.py --arms base,fused_adamw [--model tiny] [--rounds 9]
 """
 
 from __future__ import annotations
@@ -26,6 +39,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -210,6 +224,152 @@ def paired(watch: Stopwatch, steps: int) -> dict[str, Any]:
     }
 
 
+# -- training only, paired arms ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainingArm:
+    """One way to train: `TrainerConfig` overrides, an optimizer factory, a model preparation."""
+
+    help: str
+    config: dict[str, Any] = field(default_factory=dict)
+    optimizer: Callable[[torch.nn.Module, float], torch.optim.Optimizer] | None = None
+    prepare: Callable[[torch.nn.Module], None] | None = None
+
+
+def _adamw(**options: Any) -> Callable[[torch.nn.Module, float], torch.optim.Optimizer]:
+    return lambda model, lr: torch.optim.AdamW(model.parameters(), lr=lr, **options)
+
+
+def _compile_layers(model: torch.nn.Module) -> None:
+    for layer in model.model.layers:  # type: ignore[union-attr]
+        layer.compile(dynamic=True)
+
+
+def _eager_attention(model: torch.nn.Module) -> None:
+    model.set_attn_implementation("eager")  # type: ignore[operator]
+
+
+TRAINING_ARMS: dict[str, TrainingArm] = {
+    "base": TrainingArm("TrainerConfig(shared_prefix=True), AdamW as the Trainer builds it"),
+    "perrow": TrainingArm("shared_prefix=False", config={"shared_prefix": False}),
+    "foreach_adamw": TrainingArm("AdamW(foreach=True)", optimizer=_adamw(foreach=True)),
+    "fused_adamw": TrainingArm("TrainerConfig(fused_adamw=True)", config={"fused_adamw": True}),
+    "compile_layers": TrainingArm(
+        "each decoder layer torch.compile'd (dynamic shapes)", prepare=_compile_layers
+    ),
+    "compile": TrainingArm(
+        "TrainerConfig(compile=True): each MLP and RMSNorm compiled", config={"compile": True}
+    ),
+    "compile_fused": TrainingArm(
+        "TrainerConfig(compile=True, fused_adamw=True)",
+        config={"compile": True, "fused_adamw": True},
+    ),
+    "eager_attention": TrainingArm("attention in eager (matmul) form", prepare=_eager_attention),
+}
+
+
+class ReplaySource:
+    """The same batch every step."""
+
+    def __init__(self, batch: Any) -> None:
+        self.batch = batch
+
+    async def next_batch(self) -> Any:
+        return self.batch
+
+
+def one_batch(model_dir: str) -> Any:
+    """A batch of rl_step's workload, generated once by its sync arm."""
+    from rl_step import LudicSide
+
+    side = LudicSide(model_dir, "sync_shared", threads=torch.get_num_threads())
+    try:
+        return side._loop.run_until_complete(side.trainer.batch_source.next_batch())
+    finally:
+        side.close()
+
+
+def arm_trainer(name: str, model_dir: str, batch: Any) -> Trainer:
+    from rl_step import LR
+
+    from ludic.models import load_model
+
+    arm = TRAINING_ARMS[name]
+    model, tokenizer = load_model(model_dir, dtype="float32")
+    if arm.prepare is not None:
+        arm.prepare(model)
+    overrides = {"shared_prefix": True, **arm.config}
+    config = TrainerConfig(lr=LR, pad_token_id=int(tokenizer.pad_token_id), **overrides)
+    optimizer = None if arm.optimizer is None else arm.optimizer(model, LR)
+    return Trainer(model, make_grpo(), ReplaySource(batch), config, optimizer=optimizer)
+
+
+def _summary(key: str, runs: dict[str, list[float]], base: str) -> dict[str, Any]:
+    """Medians of `runs`, their ratios to `base`'s and the median of per-round ratios."""
+    medians = {name: statistics.median(v) for name, v in runs.items()}
+    return {
+        f"median_{key}": medians,
+        f"{key}_ratio_vs_{base}": {name: medians[name] / medians[base] for name in runs},
+        f"{key}_median_round_ratio_vs_{base}": {
+            name: statistics.median(a / b for a, b in zip(v, runs[base], strict=True))
+            for name, v in runs.items()
+        },
+    }
+
+
+def training_arms(names: list[str], model: str, rounds: int, warmup: int) -> dict[str, Any]:
+    """Each arm trains on one shared batch; rounds rotate and reverse the order."""
+    import asyncio
+    import tempfile
+
+    from rl_step import loadavg, save_model_dir
+
+    with tempfile.TemporaryDirectory(prefix="train-step-model-") as model_dir:
+        save_model_dir(model, model_dir)
+        batch = one_batch(model_dir)
+        trainers = {name: arm_trainer(name, model_dir, batch) for name in names}
+    loop = asyncio.new_event_loop()
+    setup: dict[str, float] = {}
+    for name, trainer in trainers.items():
+        started = time.perf_counter()
+        loop.run_until_complete(trainer.train_step())
+        setup[name] = time.perf_counter() - started
+        for _ in range(warmup - 1):
+            loop.run_until_complete(trainer.train_step())
+    runs: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
+    orders, loads = [], []
+    for r in range(rounds):
+        shift = r % len(names)
+        order = names[shift:] + names[:shift]
+        if (r // len(names)) % 2:
+            order.reverse()
+        for name in order:
+            started = time.thread_time()
+            metrics = loop.run_until_complete(trainers[name].train_step())
+            cpu[name].append(time.thread_time() - started)
+            runs[name].append(metrics["time/train_seconds"])
+        orders.append(order)
+        loads.append(loadavg())
+    loop.close()
+    base = names[0]
+    return {
+        "model": model,
+        "model_parameters": sum(p.numel() for p in trainers[base].model.parameters()),
+        "rows": len(batch.items),
+        "tokens_per_row": [len(item.input_ids) for item in batch.items],
+        "arms": {name: TRAINING_ARMS[name].help for name in names},
+        **_summary("train_s", runs, base),
+        **_summary("cpu_s", cpu, base),
+        "first_step_s": setup,
+        "train_s": runs,
+        "cpu_s": cpu,
+        "round_orders": orders,
+        "loadavg_per_round": loads,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
@@ -221,9 +381,26 @@ def main() -> None:
         help="shared prompt once per group in the training forward (on, the default), per "
         "row (off), or both alternated (paired)",
     )
+    parser.add_argument(
+        "--arms",
+        default="",
+        help="training only, paired: comma-separated arms of "
+        f"{sorted(TRAINING_ARMS)}; ratios are against the first",
+    )
+    parser.add_argument("--model", choices=("tiny", "50m"), default="tiny", help="with --arms")
+    parser.add_argument("--rounds", type=int, default=9, help="measured rounds (with --arms)")
+    parser.add_argument("--warmup", type=int, default=2, help="unmeasured steps per arm (--arms)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or (1 if args.arms else torch.get_num_threads()))
+    if args.arms:
+        names = [a.strip() for a in args.arms.split(",") if a.strip()]
+        bad = [a for a in names if a not in TRAINING_ARMS]
+        if bad or not names:
+            raise SystemExit(f"unknown arm(s) {bad}; choose from {sorted(TRAINING_ARMS)}")
+        report = training_arms(names, args.model, args.rounds, args.warmup)
+        header = {"benchmark": "train_step_arms", "torch_threads": torch.get_num_threads()}
+        print(json.dumps({**header, **report}, indent=2))
+        return
     watch = Stopwatch()
     workload = {
         "prompts": PROMPTS,

@@ -80,6 +80,14 @@ class TrainerConfig:
     Off by default: it pays for long shared prompts (forward+backward 0.61x at 64 prompt tokens)
     but its second model call costs more than it saves on short rows of tiny models (the
     quickstart's GRPO stage: 75 s per-row, 97 s with it)."""
+    compile: bool = False
+    """torch.compile each MLP and RMSNorm of the model in place, dynamic shapes
+    (`ludic.training.compiled`): fuses the elementwise work around the GEMMs, same results
+    within float rounding. The first step pays the compile; pays in long runs. Single process
+    only (refused under FSDP2)."""
+    fused_adamw: bool = False
+    """Build the default AdamW with `fused=True` (one kernel per parameter instead of a
+    handful of elementwise passes); same update within float rounding, not bit for bit."""
     dtype: DType = "float32"
     """Autocast dtype of the forward pass (float32: no autocast). Weights keep their dtype;
     float16 is not offered (it would need loss scaling)."""

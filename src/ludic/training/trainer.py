@@ -55,6 +55,7 @@ from ludic.training.collate import (
     shared_prefix_groups,
     trainable_action_tokens,
 )
+from ludic.training.compiled import compile_trainer_model
 from ludic.training.config import TrainerConfig
 from ludic.training.contiguous_params import contiguous_problem, make_contiguous_
 from ludic.training.filters import drop_stale
@@ -149,6 +150,8 @@ class Trainer:
         self.runtime = runtime = runtime or auto_runtime(config.device)
         self.device = runtime.device
         self.model = runtime.prepare_model(model).train()
+        if config.compile:
+            compile_trainer_model(self.model, world_size=runtime.world_size)
         self.algorithm = algorithm
         self.batch_source = batch_source
         self.publisher = publisher
@@ -167,6 +170,7 @@ class Trainer:
             betas=config.betas,
             eps=config.eps,
             weight_decay=config.weight_decay,
+            fused=config.fused_adamw or None,
         )
         optimizer_param_names(self.model, self.optimizer)  # raises unless built on self.model
         self.scheduler = build_scheduler(
