@@ -75,6 +75,11 @@ def test_sharded_reference_model_with_uneven_ranks_matches_one_process(
         assert got["loss/kl_ref/kl_ref"] != 0.0
         assert got["loss"] == pytest.approx(ref["loss"], rel=1e-5, abs=1e-7)
         assert got["grad_norm"] == pytest.approx(ref["grad_norm"], rel=1e-5)
+        # loss terms and train/inference mismatch stats: shares summed over ranks (a rank
+        # with no samples adds none), equal to one process's
+        terms = {k: v for k, v in ref.items() if k.startswith("loss/")}
+        assert terms == pytest.approx({k: got[k] for k in terms}, rel=1e-4, abs=1e-6)
+        assert ("loss/mismatch/tokens" in got) == (mode == "plain")  # behaviour logprobs
     # Adam moves each weight by about lr (5e-3) per step whatever its gradient's size, so a
     # weight whose gradient is near zero carries float32 rounding up to ~1e-4 (the shared
     # path sums over rows in another order); a wrong gradient is off by the step itself.
