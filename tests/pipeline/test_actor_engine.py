@@ -6,6 +6,7 @@ learner names each step, and warns when a step changed no weight (every advantag
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -20,7 +21,7 @@ from pipeline_fakes import RedisServer, redis_server
 
 from ludic.models import TinyModelSpec, tiny_model_dir
 from ludic.pipeline import commands
-from ludic.pipeline.commands import _embedded_engine, _log_step, run_actor
+from ludic.pipeline.commands import _actor_client, _embedded_engine, _log_step, run_actor
 from ludic.pipeline.config import ActorConfig
 
 __all__ = ["redis_server"]
@@ -152,3 +153,12 @@ def test_a_learner_step_that_trained_gives_one_line(
     with caplog.at_level(logging.INFO, logger="ludic.pipeline.commands"):
         _log_step(1, metrics)
     assert [r.levelno for r in caplog.records] == [logging.INFO]
+
+
+def test_a_server_that_is_down_is_named_with_the_fix() -> None:
+    """`ludic actor --server-url` at a port nobody serves: one ValueError naming the URL, the
+    command that starts a server and --served-model (it was a bare httpx.ConnectError)."""
+    cfg = ActorConfig(redis_url="redis://127.0.0.1:1/0", server_url=("http://127.0.0.1:1",))
+    with pytest.raises(ValueError, match=r"http://127.0.0.1:1/v1/models.*ConnectError") as e:
+        asyncio.run(_actor_client(cfg))
+    assert "ludic serve --model DIR" in str(e.value) and "--served-model" in str(e.value)

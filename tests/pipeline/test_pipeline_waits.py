@@ -1,7 +1,7 @@
 """A learner whose batch does not fill says so while it waits, and why as far as it can tell:
 no sample arrives (no actor on this stream), every sample arrives stale (the actors sample a
-policy the learner does not publish to), or the actors are slower than the learner. Against a
-real redis-server."""
+policy the learner does not publish to), or the actors are slower than the learner; a sample
+newer than the learner is named once. Against a real redis-server."""
 
 from __future__ import annotations
 
@@ -89,3 +89,16 @@ async def test_a_full_batch_waits_in_silence(
     with caplog.at_level(logging.WARNING, logger="ludic.pipeline.source"):
         raised = await _wait_out(redis_server, pushed=4, versions=(5,))
     assert raised is None and caplog.records == []
+
+
+async def test_a_sample_newer_than_the_learner_is_named_once(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Samples a server made with another run's weights (version 9 against the learner's 5)
+    are trained, not dropped, with one warning naming both versions and the likely cause."""
+    with caplog.at_level(logging.WARNING, logger="ludic.pipeline.source"):
+        raised = await _wait_out(redis_server, pushed=4, versions=(9,))
+    assert raised is None
+    [warning] = [r.getMessage() for r in caplog.records]
+    assert warning.startswith("a sample carries policy version 9, newer than this learner's 5")
+    assert "start with a new --stream and restart the server" in warning

@@ -234,10 +234,17 @@ def engine_settings(config: Any) -> str:
 async def _first_model(server_url: str, api_key: str | None) -> str:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     base = server_url.rstrip("/").removesuffix("/v1")
-    async with httpx.AsyncClient(headers=headers, timeout=30) as http:
-        reply = await http.get(base + "/v1/models")
-    reply.raise_for_status()
-    models = reply.json().get("data") or []
+    try:
+        async with httpx.AsyncClient(headers=headers, timeout=30) as http:
+            reply = await http.get(base + "/v1/models")
+        reply.raise_for_status()
+        models = reply.json().get("data") or []
+    except (httpx.HTTPError, ValueError, AttributeError) as e:
+        raise ValueError(
+            f"could not ask {base}/v1/models which model it serves ({type(e).__name__}: {e}); "
+            "is the server up (`ludic serve --model DIR --port PORT`)? Or name the model "
+            "(--served-model)"
+        ) from e
     if not models:
         raise ValueError(f"{base}/v1/models lists no model; pass --served-model")
     return str(models[0]["id"])

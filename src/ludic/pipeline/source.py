@@ -116,6 +116,7 @@ class PipelineBatchSource:
         self._replay: deque[StreamEntry] = deque()
         self._recovered = False
         self._warned_unacked = False
+        self._warned_ahead = False
         self._seen: OrderedDict[str, None] = OrderedDict()
 
     # -- BatchSource ----------------------------------------------------------------------
@@ -359,6 +360,8 @@ class PipelineBatchSource:
         if not item.policy_versions:
             return item
         lag = self.current_version() - min(item.policy_versions)
+        if lag < 0:
+            self._warn_ahead(item, stats)
         lags.append(lag)
         if self.max_lag is None or lag <= self.max_lag:
             return item
@@ -369,6 +372,23 @@ class PipelineBatchSource:
         factor = self.stale_decay ** (lag - self.max_lag)
         meta = {**item.meta, "stale_weight_factor": factor}
         return dataclasses.replace(item, weight=item.weight * factor, meta=meta)
+
+    def _warn_ahead(self, item: SAWItem, stats: Counter[str]) -> None:
+        """A sample newer than the learner: weights this learner does not hold sampled it (it
+        publishes a version only once it has it). Warned once per source."""
+        stats["ahead"] += 1
+        if self._warned_ahead:
+            return
+        self._warned_ahead = True
+        logger.warning(
+            "a sample carries policy version %d, newer than this learner's %d: weights this "
+            "learner does not hold sampled it (it resumed from a checkpoint older than the last "
+            "weights it published, or started afresh against a server an earlier run published "
+            "to, or two runs share the stream). Such samples are never counted stale; if they "
+            "come from another run, start with a new --stream and restart the server",
+            min(item.policy_versions),
+            self.current_version(),
+        )
 
     def _remember(self, sample_id: str) -> None:
         self._seen[sample_id] = None
