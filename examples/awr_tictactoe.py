@@ -5,6 +5,8 @@
     python examples/awr_tictactoe.py --self-episodes 512              # + the SFT'd model's games
     python examples/awr_tictactoe.py --expert-epsilons 0 0.5 1 --baseline value --beta 1 \
         --max-weight 3 --awr-games kept --normalize-mean --min-weight 0.5  # filter, reweight
+    python examples/awr_tictactoe.py --expert-epsilons 0 0.5 1 --baseline q_value \
+        --features board ...                                          # learned Q - V
 
 Everything is the quickstart's (`ludic quickstart`): the tiny model with the task tokenizer, the
 compact board, an illegal move costs -1 and the agent tries again, SFT at lr 3e-3 on batches of
@@ -46,6 +48,7 @@ import torch
 import tyro
 from rich.console import Console
 
+from ludic.envs.tictactoe_solver import EMPTY, side_to_move
 from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
 from ludic.inference.sampling import SamplingConfig
 from ludic.models import TinyModelSpec, build_tiny_model, load_model, save_model
@@ -55,6 +58,7 @@ from ludic.recipes.tictactoe import (
     ENV_NAME,
     PROTOCOL_NAME,
     StageResult,
+    board_from_observation,
     drop_penalised_turns,
     evaluate_stage,
     expert_policy,
@@ -79,6 +83,22 @@ METHODS: tuple[Literal["sft", "awr"], ...] = ("sft", "awr")
 MAX_TOKENS = 10  # as the quickstart
 # 0.975 quantiles of Student's t for 1..10 degrees of freedom (95% two-sided intervals).
 T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+# The 8 symmetries of the board (rotations and reflections) as cell permutations: symmetry[i]
+# is the cell whose mark goes to cell i.
+_ROTATE = (6, 3, 0, 7, 4, 1, 8, 5, 2)
+_REFLECT = (2, 1, 0, 5, 4, 3, 8, 7, 6)
+
+
+def _symmetries() -> tuple[tuple[int, ...], ...]:
+    out: list[tuple[int, ...]] = []
+    perm: tuple[int, ...] = tuple(range(9))
+    for _ in range(4):
+        out += [perm, tuple(perm[j] for j in _REFLECT)]
+        perm = tuple(perm[j] for j in _ROTATE)
+    return tuple(out)
+
+
+SYMMETRIES = _symmetries()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -109,11 +129,17 @@ class AWRConfig:
     """AWR temperature."""
     max_weight: float = 20.0
     """AWR weight cap."""
-    baseline: Literal["group", "mean", "state", "state_action", "value"] = "state"
+    baseline: Literal["group", "mean", "state", "state_action", "value", "q_value"] = "state"
     """AWR baseline: group (episode return minus its group's mean), mean (return-to-go minus
     the data's mean), state (minus the other visits of the turn's board), state_action
-    (Q(board, move) - V(board), each the mean return-to-go of its visits) or value (minus a
-    tiny MLP's value of the board, cross-fitted over --value-folds folds of games)."""
+    (Q(board, move) - V(board), each the mean return-to-go of its visits), value (minus a
+    tiny MLP's value of the board, cross-fitted over --value-folds folds of games) or q_value
+    (Q(board, move) - V(board), both tiny MLPs fitted as value's; see --features)."""
+    features: Literal["text", "board"] = "text"
+    """What the value models of --baseline value / q_value see: text (the library's default:
+    the observation's characters by position, and for Q the move) or board (the cells of the
+    board up to its 8 symmetries, and for Q those of the board the move leads to, its
+    afterstate, which the (board, move) pairs that reach one position share)."""
     value_folds: int = 5
     """With baseline value: folds of games (each game's value is fitted on the others)."""
     state_prior: float = 1.0
@@ -230,7 +256,47 @@ def algorithm(cfg: AWRConfig, method: str) -> RLAlgorithm:
         value_folds=cfg.value_folds,
         normalize_mean=cfg.normalize_mean,
         min_weight=cfg.min_weight,
+        **board_featurizers(cfg),
     )
+
+
+def board_featurizers(cfg: AWRConfig) -> dict[str, Callable[[Turn], list[Any]]]:
+    """`make_awr`'s featurize / featurize_action for --features board (none for text)."""
+    if cfg.features == "text":
+        return {}
+    return {"featurize": board_features, "featurize_action": afterstate_features}
+
+
+def canonical(board: str) -> str:
+    """The least of the board's 8 symmetric images: one name per position up to symmetry."""
+    return min("".join(board[j] for j in perm) for perm in SYMMETRIES)
+
+
+def cell_features(board: str) -> list[Any]:
+    """One id per cell and mark, and the number of empty cells."""
+    return [*(("cell", i, c) for i, c in enumerate(board)), ("empty", board.count(EMPTY))]
+
+
+def board_features(turn: Turn) -> list[Any]:
+    """V's features of a turn: the cells of its board, canonical up to symmetry."""
+    if not turn.agent_steps:
+        return []
+    return cell_features(canonical(board_from_observation(turn.observation)))
+
+
+def afterstate_features(turn: Turn) -> list[Any]:
+    """Q's features of a turn: the cells of the board its move leads to (before the
+    opponent's reply), canonical up to symmetry; an illegal or unparseable move, which leaves
+    the board as it was, gets one id of its own with that board."""
+    if not turn.agent_steps or turn.env_step is None:
+        return []
+    board = board_from_observation(turn.observation)
+    info = turn.env_step.info
+    move = info.get("move")
+    if info.get("illegal_move") or not isinstance(move, int):
+        return [("illegal", canonical(board))]
+    after = board[: move - 1] + side_to_move(board) + board[move:]
+    return cell_features(canonical(after))
 
 
 def not_penalised(rollout: Rollout, turn: Turn) -> bool:
@@ -332,7 +398,7 @@ def weight_report(cfg: AWRConfig, rollouts: Sequence[Rollout]) -> dict[str, dict
         legal = kinds["optimal"] + kinds["other"]
         square = math.fsum(w * w for w in legal)
         report[method]["ess"] = math.fsum(legal) ** 2 / (len(legal) * square) if square else 0.0
-    if cfg.baseline != "group":
+    if cfg.baseline not in ("group", "q_value"):
         report["awr"]["baseline_r2"] = baseline_r2(awr, rollouts)
     return report
 

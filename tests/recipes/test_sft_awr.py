@@ -258,3 +258,11 @@ def test_ludic_sft_awr_value_baseline_filter_then_reweight_from_the_command_line
     assert len(records) == 2
     assert sorted((out / "checkpoints").glob("step_*/model/config.json"))
     assert all(r["weight_mean"] >= 0.25 for r in records)  # the floor holds in every batch
+
+
+def test_the_cli_flag_builds_the_q_value_baseline() -> None:
+    """`--awr-baseline q_value`: learned Q(s, a) - V(s), with the value folds and the defaults
+    of the Python API (Q over the observation and the action)."""
+    args = ["--data", "x.jsonl", "--algorithm", "awr", "--awr-baseline", "q_value"]
+    credit = offline_algorithm(tyro.cli(SFTConfig, args=[*args, "--awr-value-folds", "3"]))
+    assert credit.credit_assigner == AWRCredit(baseline="q_value", value_folds=3)
