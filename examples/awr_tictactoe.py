@@ -6,7 +6,8 @@
     python examples/awr_tictactoe.py --expert-epsilons 0 0.5 1 --baseline value --beta 1 \
         --max-weight 3 --awr-games kept --normalize-mean --min-weight 0.5  # filter, reweight
     python examples/awr_tictactoe.py --expert-epsilons 0 0.5 1 --baseline q_value \
-        --features board ...                                          # learned Q - V
+        --features board --beta 0.5 --max-weight 3 --awr-games kept --normalize-mean \
+        --min-weight 0.5 --seeds 12                                   # learned Q - V
 
 Everything is the quickstart's (`ludic quickstart`): the tiny model with the task tokenizer, the
 compact board, an illegal move costs -1 and the agent tries again, SFT at lr 3e-3 on batches of
