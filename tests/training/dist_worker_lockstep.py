@@ -7,6 +7,7 @@
 2. Batch-invariant mode on an FSDP2-sharded model, which it does not support: every rank must
    get the same clear error before any weight gather (a rank with no samples would otherwise
    sit in its dummy pass's all-gather while the other failed).
+3. A checkpoint manager given to rank 0 only: a clear error on every rank.
 Rank 0 writes every rank's results to OUT_DIR/results.pt.
 """
 
@@ -22,7 +23,14 @@ from dist_worker_common import ALGORITHM
 from training_fakes import ListSource, mixed_items, tiny_llama
 
 from ludic.rollouts.samples import SAWItem
-from ludic.training import BatchSourceExhausted, SAWBatch, Trainer, TrainerConfig
+from ludic.training import (
+    BatchSourceExhausted,
+    CheckpointConfig,
+    CheckpointManager,
+    SAWBatch,
+    Trainer,
+    TrainerConfig,
+)
 from ludic.training.parallel import auto_runtime
 
 HANG_S = 100.0
@@ -72,6 +80,22 @@ def main() -> None:
         results["invariant_error"] = None
     except ValueError as error:
         results["invariant_error"] = str(error)
+
+    # 3. A checkpoint manager on rank 0 only (rank 0 writes checkpoints, but every rank
+    #    gathers the state): refused on every rank when the Trainer is built.
+    manager = CheckpointManager(CheckpointConfig(dir=str(out_dir / "ckpt"))) if rank == 0 else None
+    try:
+        Trainer(
+            tiny_llama(seed=0),
+            ALGORITHM,
+            ListSource(steps),
+            _config(),
+            checkpoint_manager=manager,
+            runtime=runtime,
+        )
+        results["checkpoint_error"] = None
+    except ValueError as error:
+        results["checkpoint_error"] = str(error)
 
     gathered = runtime.all_gather_object(results)
     if rank == 0:

@@ -91,10 +91,11 @@ def test_sharded_reference_model_with_uneven_ranks_matches_one_process(
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_uneven_data_ends_and_unsupported_modes_stop_every_rank(tmp_path: Path) -> None:
+def test_uneven_data_ends_and_uneven_setups_stop_every_rank(tmp_path: Path) -> None:
     """Rank 0's source runs out a step before rank 1's: both stop after the step they shared
-    (rank 1 went on alone and hung in the step's all-reduce). Batch-invariant mode on a sharded
-    model: both ranks get the same clear error (one of them has only a dummy pass)."""
+        (rank 1 went on alone and hung in the step's all-reduce). Batch-invariant mode on a sharded
+        model: both ranks get the same clear error (one of them has only a dummy pass); so does a
+    checkpoint manager on rank 0 only (every rank gathers what rank 0 writes)."""
     torchrun("dist_worker_lockstep.py", str(tmp_path), timeout_s=150.0)
     ranks = torch.load(tmp_path / "results.pt", weights_only=False, map_location="cpu")
     assert len(ranks) == 2
@@ -102,3 +103,5 @@ def test_uneven_data_ends_and_unsupported_modes_stop_every_rank(tmp_path: Path) 
         assert results["exhausted"] == {"steps": 1, "trainer_step": 1, "policy_version": 1}
         error = results["invariant_error"]
         assert error is not None and "FSDP-sharded" in error and "batch_invariant off" in error
+        error = results["checkpoint_error"]
+        assert error is not None and "checkpoint_manager only on ranks [0]" in error

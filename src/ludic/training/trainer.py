@@ -71,7 +71,12 @@ from ludic.training.lr_resume import (
 )
 from ludic.training.mismatch import policy_lag_metrics
 from ludic.training.parallel.auto import auto_runtime
-from ludic.training.parallel.runtime import TrainingRuntime, next_batch_together, run_on_main
+from ludic.training.parallel.runtime import (
+    TrainingRuntime,
+    check_same_on_every_rank,
+    next_batch_together,
+    run_on_main,
+)
 from ludic.training.parallel.state import optimizer_param_names
 from ludic.training.schedule import build_scheduler
 from ludic.training.shared_prefix import shared_prefix_min_tokens
@@ -183,6 +188,8 @@ class Trainer:
         if checkpoint_manager is None and config.checkpoint is not None:
             checkpoint_manager = CheckpointManager(config.checkpoint)
         self.checkpoints = checkpoint_manager
+        # every rank gathers the state rank 0 writes: a manager on rank 0 only would hang
+        check_same_on_every_rank(runtime, checkpoint_manager=checkpoint_manager is not None)
         if self.tokenizer is None and checkpoint_manager is not None:
             self.tokenizer = checkpoint_tokenizer(model, checkpoint_manager.root)
         self.step = 0

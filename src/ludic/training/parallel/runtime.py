@@ -206,3 +206,22 @@ async def next_batch_together(runtime: TrainingRuntime, fetch: Callable[[], Awai
             f"rank {runtime.rank} stops with the others: another rank's batch source is exhausted"
         )
     return batch
+
+
+def check_same_on_every_rank(runtime: TrainingRuntime, **given: bool) -> None:
+    """Raise on every rank when the ranks differ in any of `given` (whether each rank was
+    handed something that makes all ranks meet in collectives, e.g. a checkpoint manager:
+    every rank gathers the state rank 0 writes). A rank without it would skip the gathers and
+    leave the others waiting forever."""
+    if runtime.world_size == 1:
+        return
+    seen = runtime.all_gather_object(given)
+    differ = sorted(name for name in given if len({ranks[name] for ranks in seen}) > 1)
+    if differ:
+        per_rank = [[rank for rank, ranks in enumerate(seen) if ranks[name]] for name in differ]
+        detail = "; ".join(f"{n} only on ranks {r}" for n, r in zip(differ, per_rank, strict=True))
+        raise ValueError(
+            f"every rank must get the same Trainer arguments ({detail}): give each of "
+            f"{', '.join(differ)} to every rank or to none (rank 0 alone writes checkpoints, "
+            "but all ranks gather what it writes)"
+        )
