@@ -168,6 +168,10 @@ async def _act(
             if cfg.metrics_path is not None:
                 with Path(cfg.metrics_path).open("a") as f:
                     f.write(json.dumps(stats.to_dict()) + "\n")
+        pushed = sum(stats.num_samples for stats in history)
+        logger.info(
+            "actor %s done: %d batches, %d samples pushed", cfg.actor_id, len(history), pushed
+        )
         return history
     finally:
         await stream.aclose()
