@@ -228,11 +228,12 @@ def test_filter_then_reweight_weights_from_every_episode_mean_one_on_the_kept(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("baseline", ["value", "q_value"])
 def test_ludic_sft_awr_value_baseline_filter_then_reweight_from_the_command_line(
-    mixed_data: Path, tmp_path: Path
+    mixed_data: Path, tmp_path: Path, baseline: str
 ) -> None:
     out = tmp_path / "awr_value"
-    flags = ["--awr-baseline", "value", "--awr-value-folds", "3", "--awr-normalize-mean"]
+    flags = ["--awr-baseline", baseline, "--awr-value-folds", "3", "--awr-normalize-mean"]
     cli_main(
         [
             "sft",
