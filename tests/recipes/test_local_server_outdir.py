@@ -1,4 +1,4 @@
-"""Two `ludic train --local-server` runs in one OUT_DIR, each a new process as a user starts
+"""Two `ludic train` runs (here with --local-server) in one OUT_DIR, each a new process as a user starts
 it: while the first lives, the second is refused at once, naming the first run's pid and
 command, before it loads a model or touches the first run's weights copy; once the first is
 killed with SIGKILL, the next run takes the directory over, saying whose lock it was."""
@@ -17,9 +17,9 @@ import pytest
 from ludic.models import tiny_model_dir
 from ludic.recipes import train as train_module
 from ludic.recipes.configs import TrainConfig
-from ludic.recipes.run_lock import RunDirInUseError
+from ludic.recipes.run_lock import RUN_LOCK, RunDirInUseError
 from ludic.recipes.train import train_command
-from ludic.recipes.train_local_server import LOCAL_SERVER_LOCK, LOCAL_SERVER_MODEL
+from ludic.recipes.train_local_server import LOCAL_SERVER_MODEL
 
 pytestmark = pytest.mark.skipif(os.name != "posix", reason="flock is POSIX")
 HERE = Path(__file__).parent
@@ -70,9 +70,7 @@ def test_a_second_run_is_refused_then_takes_over_a_killed_one(tmp_path: Path) ->
         refusal = " ".join((second.stdout + second.stderr).split())
         assert second.returncode != 0, refusal
         assert "RunDirInUseError" in refusal, refusal[-3000:]
-        assert f"{run} is in use by another `ludic train --local-server` run (pid {first.pid}" in (
-            refusal
-        )
+        assert f"{run} is in use by another `ludic train` run (pid {first.pid}" in (refusal)
         assert "--steps 500" in refusal  # the first run's command line
         assert "local server:" not in refusal  # refused before it started a server
         assert first.poll() is None  # the first run goes on, its weights copy untouched
@@ -80,26 +78,28 @@ def test_a_second_run_is_refused_then_takes_over_a_killed_one(tmp_path: Path) ->
     finally:
         first.kill()  # SIGKILL: its lock file stays behind, its lock goes with it
         first.communicate(timeout=60)
-    assert (run / LOCAL_SERVER_LOCK).exists()
+    assert (run / RUN_LOCK).exists()
 
     command, env = _ludic_train(run, model, "--steps", "1")
     third = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     output = third.stdout + third.stderr
     assert third.returncode == 0, output[-3000:]
-    took_over = f"took over {run / LOCAL_SERVER_LOCK} from a run that no longer holds it (pid "
+    took_over = f"took over {run / RUN_LOCK} from a run that no longer holds it (pid "
     assert _squeezed(f"{took_over}{first.pid} on ") in _squeezed(output), output  # rich wraps
-    assert not (run / LOCAL_SERVER_LOCK).exists()  # removed when the run ended
+    assert not (run / RUN_LOCK).exists()  # removed when the run ended
     assert not (run / LOCAL_SERVER_MODEL).exists()
 
 
+@pytest.mark.parametrize("local_server", [True, False])
 def test_the_refusal_comes_before_the_model_loads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    local_server: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """`ludic train --local-server` checks the lock with its flags: another run's lock refuses
-    it before a (possibly large) model loads."""
+    """`ludic train` (with or without --local-server) checks the lock with its flags: another
+    run's lock refuses it before a (possibly large) model loads, so two runs never write one
+    OUT_DIR's checkpoints and metrics."""
     run = tmp_path / "run"
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(run / LOCAL_SERVER_LOCK)],
+        [sys.executable, "-c", HOLD, str(run / RUN_LOCK)],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -110,7 +110,7 @@ def test_the_refusal_comes_before_the_model_loads(
             raise AssertionError("the model loaded before the lock was checked")
 
         monkeypatch.setattr(train_module, "load_policy", no_load)
-        cfg = TrainConfig(env="tictactoe", local_server=True, out_dir=run)
+        cfg = TrainConfig(env="tictactoe", local_server=local_server, out_dir=run)
         with pytest.raises(RunDirInUseError, match=rf"pid {holder.pid} "):
             train_command(cfg)
     finally:
@@ -122,7 +122,7 @@ HOLD = """
 import sys, time
 from pathlib import Path
 from ludic.recipes.run_lock import run_lock
-with run_lock(Path(sys.argv[1]), what="`ludic train --local-server`"):
+with run_lock(Path(sys.argv[1]), what="`ludic train`"):
     print("held", flush=True)
     time.sleep(600)
 """

@@ -26,7 +26,10 @@ try:
 except ImportError:  # Windows: no flock
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["RunDirInUseError", "check_run_lock", "run_lock"]
+__all__ = ["RUN_LOCK", "RunDirInUseError", "check_run_lock", "run_lock"]
+
+RUN_LOCK = "run.lock"
+"""The lock file of a `ludic train` run in its OUT_DIR (with or without --local-server)."""
 
 
 class RunDirInUseError(RuntimeError):

@@ -4,9 +4,8 @@ training.
 `trainer_max_lag` checks the flags that go with it and gives the Trainer's staleness limit;
 `local_server` saves the starting weights to `OUT_DIR/local_server_model` (in the run
 directory, not a temporary one: a trainer killed with `kill -9` cannot remove it, and the next
-run in that directory replaces it) under a lock file that refuses a second run in the same
-directory while this one lives (naming it; `ludic.recipes.run_lock`), starts `LocalServer` on them (its log in the run
-directory), and stops it and removes the copy when the run ends, also on an exception, Ctrl-C
+run in that directory replaces it; `ludic train` holds the directory's lock meanwhile,
+`ludic.recipes.run_lock`), starts `LocalServer` on them (its log in the run directory), and stops it and removes the copy when the run ends, also on an exception, Ctrl-C
 or SIGTERM; `served_version` asks it which policy version it serves. The loop itself
 (`PrefetchBatchSource`, the verified `BroadcastPolicyPublisher`) is wired in
 `ludic.recipes.train`. It does not restart a server that dies (the next push fails, naming it),
@@ -27,10 +26,8 @@ from rich.console import Console
 
 from ludic.inference.http.local_server import LocalServer
 from ludic.recipes.configs import TrainConfig
-from ludic.recipes.run_lock import check_run_lock, run_lock
 
 __all__ = [
-    "LOCAL_SERVER_LOCK",
     "LOCAL_SERVER_LOG",
     "LOCAL_SERVER_MODEL",
     "local_server",
@@ -41,10 +38,6 @@ __all__ = [
 
 LOCAL_SERVER_LOG = "local_server.log"
 """The child server's output, in the run directory."""
-LOCAL_SERVER_LOCK = "local_server.lock"
-"""The lock file that keeps a second `--local-server` run out of the run directory (it names
-the run holding it; see `ludic.recipes.run_lock`)."""
-_LOCKED_RUN = "`ludic train --local-server`"
 LOCAL_SERVER_MODEL = "local_server_model"
 """The copy of the starting weights the child server loads, in the run directory (removed when
 the run ends; one a killed run left is replaced by the next run)."""
@@ -59,7 +52,6 @@ def trainer_max_lag(cfg: TrainConfig) -> int:
     if not cfg.local_server:
         return 0 if cfg.max_lag is None else cfg.max_lag
     _check_local_server_flags(cfg)
-    check_run_lock(cfg.out_dir / LOCAL_SERVER_LOCK, what=_LOCKED_RUN)  # before the model loads
     if cfg.max_lag == 0:
         raise ValueError(
             "--local-server generates the next batch while the trainer takes its optimizer "
@@ -102,17 +94,11 @@ def local_server(
     cfg: TrainConfig, model: Any, tokenizer: Any, console: Console
 ) -> Iterator[LocalServer]:
     """`ludic serve` in a child process on `model`'s current weights, stopped on exit (an
-    exception, Ctrl-C and SIGTERM included). Holds `OUT_DIR/local_server.lock` meanwhile: a
-    second such run in the same directory raises `RunDirInUseError` naming this one before it
-    touches the weights copy."""
+    exception, Ctrl-C and SIGTERM included). The caller holds the run directory's lock
+    (`ludic.recipes.run_lock`), so no other run touches the weights copy meanwhile."""
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     copy = cfg.out_dir / LOCAL_SERVER_MODEL
-    lock = run_lock(
-        cfg.out_dir / LOCAL_SERVER_LOCK,
-        what=_LOCKED_RUN,
-        notice=lambda text: console.print(f"local server: {text}"),
-    )
-    with lock, _serving(cfg, model, tokenizer, console, copy) as server:
+    with _serving(cfg, model, tokenizer, console, copy) as server:
         yield server
 
 
