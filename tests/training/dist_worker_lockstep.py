@@ -8,6 +8,9 @@
    get the same clear error before any weight gather (a rank with no samples would otherwise
    sit in its dummy pass's all-gather while the other failed).
 3. A checkpoint manager given to rank 0 only: a clear error on every rank.
+4. Rank 1's batch source fails (its Redis went away, say) on the second batch while rank 0's
+   has more: rank 1 raises its error, rank 0 a RuntimeError saying another rank's source
+   failed, instead of waiting in the step's all-reduce forever.
 Rank 0 writes every rank's results to OUT_DIR/results.pt.
 """
 
@@ -43,6 +46,15 @@ class ShortSource(ListSource):
     async def next_batch(self) -> SAWBatch:
         if self.position >= len(self.batches):
             raise BatchSourceExhausted(f"all {len(self.batches)} batches served")
+        return await super().next_batch()
+
+
+class FailingSource(ListSource):
+    """`ListSource` whose fetches fail after its batches (a lost connection)."""
+
+    async def next_batch(self) -> SAWBatch:
+        if self.position >= len(self.batches):
+            raise ConnectionError("lost the stream")
         return await super().next_batch()
 
 
@@ -96,6 +108,15 @@ def main() -> None:
         results["checkpoint_error"] = None
     except ValueError as error:
         results["checkpoint_error"] = str(error)
+
+    source = FailingSource(steps[:1]) if rank == 1 else ListSource(steps)
+    failing = Trainer(tiny_llama(seed=0), ALGORITHM, source, _config(), runtime=runtime)
+    try:
+        failing.run(5, progress=False)
+        results["failed_error"] = None
+    except Exception as error:
+        results["failed_error"] = f"{type(error).__name__}: {error}"
+    results["failed_step"] = failing.step
 
     gathered = runtime.all_gather_object(results)
     if rank == 0:

@@ -95,7 +95,8 @@ def test_uneven_data_ends_and_uneven_setups_stop_every_rank(tmp_path: Path) -> N
     """Rank 0's source runs out a step before rank 1's: both stop after the step they shared
         (rank 1 went on alone and hung in the step's all-reduce). Batch-invariant mode on a sharded
         model: both ranks get the same clear error (one of them has only a dummy pass); so does a
-    checkpoint manager on rank 0 only (every rank gathers what rank 0 writes)."""
+    checkpoint manager on rank 0 only (every rank gathers what rank 0 writes). A source that
+    fails on one rank (a lost connection) stops the other too, naming why."""
     torchrun("dist_worker_lockstep.py", str(tmp_path), timeout_s=150.0)
     ranks = torch.load(tmp_path / "results.pt", weights_only=False, map_location="cpu")
     assert len(ranks) == 2
@@ -105,3 +106,7 @@ def test_uneven_data_ends_and_uneven_setups_stop_every_rank(tmp_path: Path) -> N
         assert error is not None and "FSDP-sharded" in error and "batch_invariant off" in error
         error = results["checkpoint_error"]
         assert error is not None and "checkpoint_manager only on ranks [0]" in error
+        assert results["failed_step"] == 1  # the step both ranks had data for
+    assert ranks[1]["failed_error"] == "ConnectionError: lost the stream"
+    assert ranks[0]["failed_error"].startswith("RuntimeError: rank 0 stops with the others")
+    assert "another rank's batch source failed" in ranks[0]["failed_error"]

@@ -189,21 +189,33 @@ def run_on_main(runtime: TrainingRuntime, fn: Callable[[], T]) -> T:
     return value  # type: ignore[no-any-return]
 
 
+_FETCHED, _EXHAUSTED, _FAILED = 0, 1, 2
+
+
 async def next_batch_together(runtime: TrainingRuntime, fetch: Callable[[], Awaitable[T]]) -> T:
-    """`await fetch()` (a batch source's next batch); with several ranks, every rank raises
-    `BatchSourceExhausted` when any rank's `fetch` does (one all-reduce per call), so a rank
-    whose data lasts longer stops with the others instead of waiting alone in the step's
-    collectives forever."""
+    """`await fetch()` (a batch source's next batch); with several ranks, every rank stops when
+    any rank's `fetch` raises (one all-reduce per call): `BatchSourceExhausted` when a rank's
+    data ran out, a `RuntimeError` naming the failing rank when its source failed (e.g. its
+    Redis went away), so the others never wait alone in the step's collectives forever."""
     if runtime.world_size == 1:
         return await fetch()
     try:
         batch = await fetch()
     except BatchSourceExhausted:
-        runtime.any_rank(True)
+        runtime.all_reduce_max(_EXHAUSTED)
         raise
-    if runtime.any_rank(False):
+    except Exception:
+        runtime.all_reduce_max(_FAILED)
+        raise
+    worst = runtime.all_reduce_max(_FETCHED)
+    if worst == _EXHAUSTED:
         raise BatchSourceExhausted(
             f"rank {runtime.rank} stops with the others: another rank's batch source is exhausted"
+        )
+    if worst == _FAILED:
+        raise RuntimeError(
+            f"rank {runtime.rank} stops with the others: another rank's batch source failed "
+            "(its log has the error)"
         )
     return batch
 
