@@ -44,6 +44,9 @@ class LightsEnv(SingleAgentEnv):
     parser = staticmethod(lamp_parser)  # what `--parser auto` (the default) picks up
     system_prompt = f"You control {NUM_LAMPS} lamps. Each turn, reply with one lamp number."
     inline_sync_calls = True  # pure and fast: no worker-thread hop needed
+    # Each observation shows every lamp, so the latest one is all the agent needs: what
+    # `--context auto` (the default of `ludic train` and `ludic eval`) then picks.
+    suggested_context = "latest"
 
     def __init__(self) -> None:
         self.lamps = [True] * NUM_LAMPS

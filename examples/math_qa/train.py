@@ -154,15 +154,12 @@ async def train(cfg: MathConfig) -> tuple[float, float]:
         after = await accuracy(rollouts, n_eval, cfg.max_tokens)
     finally:
         await inference.aclose()
+    print(f"greedy accuracy on {n_eval} problems: {before:.0%} before, {after:.0%} after")
     return before, after
 
 
 def main(cfg: MathConfig) -> tuple[float, float]:
-    before, after = asyncio.run(train(cfg))
-    print(
-        f"greedy accuracy on {cfg.eval_problems} problems: {before:.0%} before, {after:.0%} after"
-    )
-    return before, after
+    return asyncio.run(train(cfg))
 
 
 if __name__ == "__main__":

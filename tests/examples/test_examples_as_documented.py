@@ -1,0 +1,61 @@
+"""The examples as the README runs them: what a user types, and what they are told back.
+
+Covers what a README walk-through found wrong: `ludic eval` on the custom env (as the README's
+"The same from the command line" runs it, without `--context`) must see the context training
+saw, and the math example must report the number of problems it actually evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from test_examples import EXAMPLES, config, load_example
+
+
+def test_ludic_eval_on_lights_sees_the_latest_observation_as_training_did(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ludic.cli import main
+
+    custom_env = EXAMPLES / "custom_env"
+    monkeypatch.chdir(custom_env)  # "from the directory that holds lights.py"
+    monkeypatch.syspath_prepend(str(custom_env))
+    monkeypatch.delitem(sys.modules, "lights", raising=False)
+    out = tmp_path / "eval"
+    flags = "--num-problems 1 --samples-per-problem 1 --max-tokens 2 --max-steps 3 --no-progress"
+    main(["eval", "--env", "lights:LightsEnv", *flags.split(), "--out-dir", str(out)])
+    printed = capsys.readouterr().out
+    assert "context: latest (--context auto: the env's suggested_context)" in printed
+    rollout = json.loads((out / "rollouts.jsonl").read_text().splitlines()[0])
+    prompts = [step["prompt_messages"] for step in rollout["steps"] if step["kind"] == "agent"]
+    assert len(prompts) == 3
+    # The latest context: the system prompt, then at most the previous reply and its feedback
+    # (after a parse failure) or the latest observation alone; never the whole dialog.
+    assert all(len(messages) <= 4 for messages in prompts)
+    assert prompts[-1][0]["role"] == "system"
+
+
+def test_math_qa_reports_the_problems_it_evaluated(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    example = load_example("math_qa/train.py")
+    data = tmp_path / "two.jsonl"
+    rows = [{"question": f"What is {i} + 1?", "answer": f"#### {i + 1}"} for i in range(2)]
+    data.write_text("\n".join(json.dumps(row) for row in rows))
+    cfg = config(
+        example,
+        "MathConfig",
+        data=data,
+        steps=1,
+        problems_per_step=1,
+        group_size=2,
+        eval_problems=16,
+        max_tokens=4,
+        out_dir=tmp_path / "run",
+    )
+    example.main(cfg)
+    printed = capsys.readouterr().out
+    assert "greedy accuracy on 2 problems:" in printed, printed
