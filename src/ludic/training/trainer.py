@@ -452,7 +452,10 @@ class Trainer:
         if changes and not override_lr_schedule:
             raise LRScheduleMismatchError(str(chosen), changes)
         runtime.load_model_state(self.model, checkpoint.model_state)
+        kernels = _kernel_choices(self.optimizer)  # this run's (fused=...), not the saved run's
         runtime.load_optimizer_state(self.model, self.optimizer, checkpoint.optimizer_state)
+        for group, choices in zip(self.optimizer.param_groups, kernels, strict=True):
+            group.update(choices)
         if checkpoint.scheduler_state is not None:
             self.scheduler.load_state_dict(checkpoint.scheduler_state)
         if changes:
@@ -492,3 +495,12 @@ class Trainer:
             self.logger.close()
         if self._owns_runtime:
             self.runtime.close()
+
+
+_KERNEL_KEYS = ("fused", "foreach", "capturable", "differentiable")
+"""Optimizer param-group keys that pick an implementation, not a state: a resumed run keeps
+its own (`TrainerConfig(fused_adamw=True)` resuming a run saved without it stays fused)."""
+
+
+def _kernel_choices(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    return [{k: g[k] for k in _KERNEL_KEYS if k in g} for g in optimizer.param_groups]
