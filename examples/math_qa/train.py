@@ -22,7 +22,14 @@ from typing import Any
 import tyro
 
 from ludic.agents import Agent
-from ludic.envs import DatasetQAEnv, load_jsonl_dataset, load_math_sample, numeric_match
+from ludic.envs import (
+    DatasetQAEnv,
+    default_prompt_builder,
+    default_target_parser,
+    load_jsonl_dataset,
+    load_math_sample,
+    numeric_match,
+)
 from ludic.envs.registry import MATH_SYSTEM_PROMPT
 from ludic.eval import make_eval_requests, run_eval
 from ludic.inference import ChatClient, SamplingConfig
@@ -89,7 +96,26 @@ def load_problems(cfg: MathConfig) -> list[dict[str, Any]]:
         problems = load_jsonl_dataset(cfg.data)
     else:
         problems = load_math_sample()
-    return problems[: cfg.limit] if cfg.limit is not None else problems
+    problems = problems[: cfg.limit] if cfg.limit is not None else problems
+    check_problems(problems, cfg.data or cfg.hf_dataset or "the bundled sample")
+    return problems
+
+
+def check_problems(problems: list[dict[str, Any]], source: object) -> None:
+    """Every problem has the question and answer the env reads: a bad row stops the run here,
+    named, instead of failing its episodes one by one during training."""
+    if not problems:
+        raise SystemExit(f"{source}: no problems to train on")
+    for index, problem in enumerate(problems):
+        try:
+            default_prompt_builder(problem)
+            default_target_parser(problem)
+        except (ValueError, TypeError) as e:
+            message = str(e).split("; pass ")[0]  # the DatasetQAEnv hook is not a flag here
+            raise SystemExit(
+                f"{source}: problem {index + 1} of {len(problems)}: {message}; give every line a "
+                '"question" and an "answer" ("... #### 42")'
+            ) from e
 
 
 async def accuracy(rollouts: RolloutEngine, n: int, max_tokens: int) -> float:

@@ -59,3 +59,13 @@ def test_math_qa_reports_the_problems_it_evaluated(
     example.main(cfg)
     printed = capsys.readouterr().out
     assert "greedy accuracy on 2 problems:" in printed, printed
+
+
+def test_math_qa_names_a_row_without_a_question_before_training(tmp_path: Path) -> None:
+    example = load_example("math_qa/train.py")
+    data = tmp_path / "bad.jsonl"
+    data.write_text('{"question": "1 + 1?", "answer": "#### 2"}\n{"q": "2 + 2?", "answer": "4"}\n')
+    with pytest.raises(SystemExit, match=r"problem 2 of 2: .*no question field.*'q'"):
+        example.load_problems(config(example, "MathConfig", data=data))
+    with pytest.raises(SystemExit, match="no problems"):
+        example.load_problems(config(example, "MathConfig", data=data, limit=0))
