@@ -8,6 +8,7 @@ Python API), where CUDA is present; CI has no GPU and skips them (`-m "not gpu"`
   `--batch-invariant` gives a ratio of exactly 1 on the first step.
 - The embedded engine on a bfloat16 model on the GPU: sampled tokens' logprobs agree with a
   plain forward of the same weights, and a published update changes what it serves.
+- A checkpoint of parameters laid out in one storage takes no second model in GPU memory.
 - `ludic serve --device cuda` with `ludic train --device cuda --server-url` on one GPU: NCCL
   cannot join two processes on one GPU, so the push goes over gloo, with a warning saying why.
 """
@@ -154,6 +155,31 @@ def test_embedded_engine_serves_a_bfloat16_model_on_cuda_and_takes_a_push() -> N
         after = asyncio.run(complete(engine))
         assert after.policy_version == 1
         assert after.completion_logprobs != before.completion_logprobs
+
+
+def test_a_checkpoint_on_cuda_does_not_copy_the_model_in_gpu_memory(tmp_path: Path) -> None:
+    """Parameters laid out in one storage (`contiguous_parameters`, on whenever a publisher is
+    given): transformers clones tensors that share a storage before writing them, which was a
+    second model in GPU memory at every checkpoint; they are copied to the host first."""
+    from ludic.models import build_tiny_model
+    from ludic.training import CheckpointConfig, Trainer, TrainerConfig, make_grpo
+
+    model, tokenizer = build_tiny_model(seed=0)
+    model = model.to("cuda")
+    config = TrainerConfig(
+        device="cuda",
+        contiguous_parameters=True,
+        checkpoint=CheckpointConfig(dir=str(tmp_path / "ckpt")),
+    )
+    trainer = Trainer(model, make_grpo(), object(), config, tokenizer=tokenizer)  # type: ignore[arg-type]
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    path = trainer.save_checkpoint()
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() - before < weights // 4, (weights, before)
+    assert (path / "model").is_dir()
 
 
 def free_port() -> int:

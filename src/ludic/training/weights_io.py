@@ -124,14 +124,26 @@ def save_weights(
     path.mkdir(parents=True, exist_ok=True)
     save_pretrained = getattr(model, "save_pretrained", None)
     if callable(save_pretrained):
-        extra = {} if state_dict is None else {"state_dict": dict(state_dict)}
+        if state_dict is None and not hasattr(model, "peft_config"):  # peft: its adapter
+            state_dict = model.state_dict()
+        extra = {} if state_dict is None else {"state_dict": _on_host(state_dict)}
         with _no_hf_progress_bar():  # one "Writing model shards" bar per checkpoint is noise
             save_pretrained(str(path), max_shard_size=max_shard_size, **extra)
-    elif state_dict is None:
-        safetensors.torch.save_model(model, str(path / SAFETENSORS_SINGLE))
-    else:  # copies: safetensors refuses tensors that share memory (tied weights)
-        tensors = {k: v.detach().clone().contiguous() for k, v in state_dict.items()}
-        safetensors.torch.save_file(tensors, str(path / SAFETENSORS_SINGLE))
+        return
+    if state_dict is None:
+        state_dict = model.state_dict()
+    # copies: safetensors refuses tensors that share memory (tied weights, and every
+    # parameter once `TrainerConfig.contiguous_parameters` laid them out in one storage)
+    tensors = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in state_dict.items()}
+    safetensors.torch.save_file(tensors, str(path / SAFETENSORS_SINGLE))
+
+
+def _on_host(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`state_dict` with its accelerator tensors copied to the CPU one by one. transformers
+    clones tensors that share a storage before writing them (`remove_tied_weights_from_state_dict`):
+    on a GPU, with the parameters laid out in one storage, that was a second copy of the model
+    in GPU memory at every checkpoint; host copies share nothing and are what gets written."""
+    return {k: v.detach().to("cpu") if v.device.type != "cpu" else v for k, v in state_dict.items()}
 
 
 @contextmanager
