@@ -87,3 +87,39 @@ def test_a_refused_run_leaves_the_holder_alone(tmp_path: Path) -> None:
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_another_commands_lock_check_never_refuses_a_starting_run(tmp_path: Path) -> None:
+    """`check_run_lock` (a second command's cheap check before its model loads) probed with an
+    exclusive lock, so a run starting at that moment was refused, naming a dead run: ~1 in 5
+    takeovers of a killed run's file (found in review)."""
+    import contextlib
+    import json
+    import socket
+    import threading
+
+    path = tmp_path / "run.lock"
+    dead = {"pid": 2**22 + 12345, "host": socket.gethostname(), "started": "x", "command": "old"}
+    path.write_text(json.dumps(dead))  # a kill -9'd run's file
+    stop = threading.Event()
+
+    def probe() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(RunDirInUseError):  # refused while the run holds it: right
+                check_run_lock(path, what="`ludic train`")
+
+    prober = threading.Thread(target=probe, daemon=True)
+    prober.start()
+    refused = 0
+    try:
+        for _ in range(500):
+            try:
+                with run_lock(path, what="`ludic train`"):
+                    pass
+            except RunDirInUseError:
+                refused += 1
+            path.write_text(json.dumps(dead))
+    finally:
+        stop.set()
+        prober.join()
+    assert refused == 0

@@ -67,9 +67,9 @@ def check_run_lock(path: Path, *, what: str) -> None:
         handle = open(path, encoding="utf-8")  # noqa: SIM115  # closed below
     except FileNotFoundError:  # the run holding it just ended
         return
-    with handle:
+    with handle:  # a shared probe: two commands checking at once never refuse each other
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             raise RunDirInUseError(_refusal(path, what, _holder(handle))) from None
 
@@ -78,6 +78,7 @@ def _acquire(path: Path, what: str) -> IO[str]:
     """The open lock file, flock-ed; retried when the file was replaced between the open and
     the lock (a run that ended removed it, another created a new one)."""
     assert fcntl is not None
+    deadline = time.monotonic() + _PROBE_WAIT_S
     while True:
         handle = open(path, "a+", encoding="utf-8")  # noqa: SIM115  # closed by run_lock
         try:
@@ -85,6 +86,9 @@ def _acquire(path: Path, what: str) -> IO[str]:
         except BlockingIOError:
             holder = _holder(handle)
             handle.close()
+            if not _alive(holder) and time.monotonic() < deadline:
+                time.sleep(0.05)  # another command's `check_run_lock` probe, or a run that
+                continue  # is still writing its record: both let go within moments
             raise RunDirInUseError(_refusal(path, what, holder)) from None
         try:
             same = os.fstat(handle.fileno()).st_ino == path.stat().st_ino
@@ -112,6 +116,27 @@ def _record(handle: IO[str]) -> None:
     record = {"pid": os.getpid(), "host": socket.gethostname(), "started": started}
     handle.write(json.dumps({**record, "command": command}))
     handle.flush()
+
+
+_PROBE_WAIT_S = 2.0
+"""How long `run_lock` retries a lock held by no live run it can name (a probe, a starting run)."""
+
+
+def _alive(holder: dict[str, Any]) -> bool:
+    """The record names a live process on this host (another host's pid cannot be checked:
+    taken as alive)."""
+    pid = holder.get("pid")
+    if not isinstance(pid, int):
+        return False
+    if holder.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _describe(holder: dict[str, Any]) -> str:
