@@ -244,9 +244,15 @@ async def train(cfg: DelegationConfig) -> dict[str, Any]:
             initial_policy_version=version,
         )
         history = await trainer.train(cfg.rl_steps, progress=False)
-        finish(trainer)
+        checkpoint = finish(trainer)
         after = await evaluate(engine, cfg, 1)
-    return {"before": before, "after": after, "history": history, "rollouts_jsonl": log}
+    return {
+        "before": before,
+        "after": after,
+        "history": history,
+        "rollouts_jsonl": log,
+        "model": checkpoint / "model",
+    }
 
 
 def main(cfg: DelegationConfig) -> dict[str, Any]:
@@ -257,6 +263,10 @@ def main(cfg: DelegationConfig) -> dict[str, Any]:
             f"{stage} RL: boss reward {r['boss_reward']:.2f}, helper reward "
             f"{r['helper_reward']:.2f}, delegated in {r['delegation_rate']:.0%} of episodes"
         )
+    print(f"model: {result['model']}")
+    print(
+        f"browse the episodes with: ludic view {result['rollouts_jsonl']} --tokenizer {result['model']}"
+    )
     return result
 
 

@@ -69,3 +69,33 @@ def test_math_qa_names_a_row_without_a_question_before_training(tmp_path: Path) 
         example.load_problems(config(example, "MathConfig", data=data))
     with pytest.raises(SystemExit, match="no problems"):
         example.load_problems(config(example, "MathConfig", data=data, limit=0))
+
+
+@pytest.mark.slow
+def test_delegation_says_where_its_model_is_and_how_to_view_the_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ludic.cli import main
+
+    example = load_example("delegation/train.py")
+    cfg = config(
+        example,
+        "DelegationConfig",
+        demo_episodes=4,
+        sft_steps=1,
+        rl_steps=1,
+        problems=1,
+        group_size=2,
+        eval_episodes=2,
+        hidden_size=32,
+        out_dir=tmp_path,
+    )
+    example.main(cfg)
+    lines = capsys.readouterr().out.splitlines()
+    model = Path(next(line for line in lines if line.startswith("model: ")).removeprefix("model: "))
+    assert (model / "config.json").is_file() and model.parent.parent.parent == tmp_path / "rl"
+    view = next(line for line in lines if line.startswith("browse the episodes with: "))
+    command = view.removeprefix("browse the episodes with: ").split()
+    assert command[:2] == ["ludic", "view"]
+    main(command[1:])
+    assert (tmp_path / "rl" / "rollouts.html").is_file()

@@ -89,6 +89,20 @@ def looks_byte_level(rollouts: Iterable[Rollout]) -> bool:
     return checked > 0
 
 
+def _check_tokenizer_dir(directory: Path) -> None:
+    """Raise FileNotFoundError when `directory` does not exist, naming the checkpoints that do
+    when it looks like one (`.../checkpoints/step_N/model`)."""
+    if directory.is_dir():
+        return
+    hint = "give a model or tokenizer directory (a checkpoint's .../model), 'bytes' or 'ids'"
+    checkpoints = directory.parent.parent
+    if directory.name == "model" and checkpoints.is_dir():
+        found = sorted(p.name for p in checkpoints.iterdir() if (p / "model").is_dir())
+        if found:
+            hint = f"checkpoints in {checkpoints}: {', '.join(found[-3:])}"
+    raise FileNotFoundError(f"tokenizer directory {directory} does not exist; {hint}")
+
+
 def resolve_decoder(
     tokenizer: TokenizerLike | str | Path | None, rollouts: Sequence[Rollout]
 ) -> tuple[TokenDecoder, str]:
@@ -107,6 +121,7 @@ def resolve_decoder(
             return id_decoder, "ids"
         from ludic.models.loading import load_tokenizer  # imports transformers: only on demand
 
+        _check_tokenizer_dir(Path(tokenizer))
         return tokenizer_decoder(load_tokenizer(tokenizer)), Path(tokenizer).name or tokenizer
     if not isinstance(tokenizer, TokenizerLike):
         raise TypeError(
