@@ -102,6 +102,7 @@ def metrics_figure(
             f"entropy, completion_len; the records have {sorted(_numeric_keys(records))}"
         )
     from matplotlib.figure import Figure  # Figure without pyplot: no global state, no display
+    from matplotlib.ticker import MaxNLocator
 
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
@@ -122,6 +123,7 @@ def metrics_figure(
                 ax.plot(steps, values, label=key, marker=marker, markersize=3)
         ax.set_title(panel.title, fontsize=11, fontweight="bold", loc="left")
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no 1.25 ticks
         ax.grid(True, alpha=0.3)
         ax.spines[["top", "right"]].set_visible(False)
         if len(panel.keys) > 1:
