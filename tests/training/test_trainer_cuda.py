@@ -1,0 +1,60 @@
+"""The Trainer's GPU options where CUDA is present (CI has no GPU: `-m "not gpu"` skips them):
+`TrainerConfig(compile=True, fused_adamw=True)` (inductor's GPU kernels) and the shared-prompt
+forward step like the plain eager Trainer on the same GPU, with parameters laid out in one
+storage as when publishing. The CLI paths on a GPU: tests/recipes/test_train_cuda.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from training_fakes import ListSource, item, tiny_llama
+
+from ludic.rollouts.samples import SAWItem
+from ludic.training import Trainer, TrainerConfig, make_grpo
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+
+def group(prompt: int, lengths: list[int], seed: int) -> list[SAWItem]:
+    """Rows with the same first `prompt` tokens (a GRPO group) and their own completions."""
+    rows = [item(n, prompt=prompt, seed=seed + i) for i, n in enumerate(lengths)]
+    head = rows[0].input_ids[:prompt]
+    return [
+        SAWItem(
+            input_ids=head + row.input_ids[prompt:],
+            action_mask=row.action_mask,
+            weight=row.weight,
+            behavior_logprobs=row.behavior_logprobs,
+            meta=row.meta,
+        )
+        for row in rows
+    ]
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"compile": True, "fused_adamw": True}, {"shared_prefix": True}, {"dtype": "bfloat16"}],
+    ids=["compile_fused", "shared_prefix", "bf16_autocast"],
+)
+def test_gpu_options_step_like_the_plain_trainer(options: dict[str, object]) -> None:
+    rows = group(6, [14, 17, 12, 15], 60) + group(4, [9, 12, 20, 11], 70)
+    trainers = []
+    for extra in ({}, options):
+        config = TrainerConfig(lr=1e-2, device="cuda", contiguous_parameters=True, **extra)  # type: ignore[arg-type]
+        model = tiny_llama(seed=2).to("cuda")
+        trainers.append(Trainer(model, make_grpo(), ListSource([rows]), config))
+    tolerance = 5e-2 if options.get("dtype") == "bfloat16" else 1e-3
+    for _ in range(3):
+        plain, other = (t.run(1, progress=False)[0]["loss"] for t in trainers)
+        assert torch.isfinite(torch.tensor(other))
+        assert other == pytest.approx(plain, rel=tolerance, abs=1e-4)
+    for (name, got), want in zip(
+        trainers[1].model.state_dict().items(),
+        trainers[0].model.state_dict().values(),
+        strict=True,
+    ):
+        assert got.device.type == "cuda"
+        torch.testing.assert_close(got, want, atol=tolerance, rtol=tolerance, msg=name)
