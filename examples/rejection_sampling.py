@@ -122,8 +122,26 @@ def main(cfg: RejectionSamplingConfig) -> tuple[Path, int, int]:
     with cfg.out.with_suffix(".all.jsonl").open("w", encoding="utf-8") as f:
         write_rollouts_jsonl(rollouts, f)
     print(f"kept {len(kept)} of {len(rollouts)} episodes (total reward >= {cfg.min_reward})")
-    print(f"wrote {cfg.out}; train on it: python examples/sft_from_jsonl.py --data {cfg.out}")
+    if kept:
+        print(f"wrote {cfg.out}; train on it: python examples/sft_from_jsonl.py --data {cfg.out}")
+    else:
+        print(nothing_kept(cfg, rollouts))
     return cfg.out, len(kept), len(rollouts)
+
+
+def nothing_kept(cfg: RejectionSamplingConfig, rollouts: list[Rollout]) -> str:
+    """Why no episode was kept and what to change (an empty file trains nothing)."""
+    everything = cfg.out.with_suffix(".all.jsonl")
+    failed = [r for r in rollouts if r.failed]
+    if failed and len(failed) == len(rollouts):
+        error = failed[0].meta.get("error", "no error recorded")
+        return f"every episode failed (the first: {error}); all episodes are in {everything}"
+    best = max((r.total_reward for r in rollouts if not r.failed), default=None)
+    return (
+        f"{cfg.out} is empty: nothing to train on (best total reward {best}). Lower "
+        "--min-reward, sample more (--problems, --samples-per-problem), or let the scripted "
+        f"expert play (--expert, tic-tac-toe); all episodes are in {everything}"
+    )
 
 
 if __name__ == "__main__":

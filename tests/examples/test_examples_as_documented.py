@@ -99,3 +99,24 @@ def test_delegation_says_where_its_model_is_and_how_to_view_the_run(
     assert command[:2] == ["ludic", "view"]
     main(command[1:])
     assert (tmp_path / "rl" / "rollouts.html").is_file()
+
+
+def test_rejection_sampling_that_keeps_nothing_says_so_instead_of_suggesting_sft(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    example = load_example("rejection_sampling.py")
+    cfg = config(
+        example,
+        "RejectionSamplingConfig",
+        problems=1,
+        max_tokens=4,
+        max_steps=1,
+        min_reward=100.0,  # no tic-tac-toe episode reaches it
+        out=tmp_path / "kept.jsonl",
+    )
+    _, kept, total = example.main(cfg)
+    printed = capsys.readouterr().out
+    assert (kept, total) == (0, 1)
+    assert "nothing to train on" in printed and "--min-reward" in printed
+    assert "sft_from_jsonl" not in printed  # it would fail on the empty file
+    assert str(tmp_path / "kept.all.jsonl") in printed
