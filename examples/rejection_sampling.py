@@ -14,7 +14,6 @@ the kept ones.
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +21,7 @@ import tyro
 
 from ludic.agents import Agent
 from ludic.context import LatestObservationContext
-from ludic.eval.command import resolve_env_factory, resolve_parser
+from ludic.eval.command import parse_env_kwargs, resolve_env_factory, resolve_parser
 from ludic.inference import ChatClient, SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.recipes import InferenceArgs, InferenceFlags, close_client, load_policy
@@ -43,8 +42,9 @@ class RejectionSamplingConfig:
 
     env: str = "tictactoe"
     """Built-in env name or `module:factory`."""
-    env_kwargs: str = '{"opponent": "random"}'
-    """JSON keyword arguments for the env."""
+    env_kwargs: str | None = None
+    """JSON keyword arguments for the env (default: '{"opponent": "random"}' for tictactoe,
+    none for any other env)."""
     model: str | None = None
     """Local model directory or hub id (default: a fresh tiny model); with --expert only its
     tokenizer is used."""
@@ -84,6 +84,13 @@ def make_client(cfg: RejectionSamplingConfig) -> ChatClient:
     return cfg.inference.make_client(cfg.model, seed=cfg.seed)  # servers, else in process
 
 
+def env_kwargs(cfg: RejectionSamplingConfig) -> dict[str, object]:
+    """--env-kwargs, else the default of --env (tic-tac-toe's random opponent; nothing else)."""
+    if cfg.env_kwargs is None:
+        return {"opponent": "random"} if cfg.env == "tictactoe" else {}
+    return parse_env_kwargs(cfg.env_kwargs)
+
+
 async def sample(cfg: RejectionSamplingConfig, client: ChatClient) -> list[Rollout]:
     env_factory = resolve_env_factory(cfg.env)
     parser = resolve_parser("auto", env_factory)
@@ -96,7 +103,7 @@ async def sample(cfg: RejectionSamplingConfig, client: ChatClient) -> list[Rollo
     engine = RolloutEngine(
         env_registry={"env": env_factory}, protocol_registry={"agent": protocol}, progress=True
     )
-    env = ComponentSpec(name="env", kwargs=json.loads(cfg.env_kwargs))
+    env = ComponentSpec(name="env", kwargs=env_kwargs(cfg))
     requests = [
         RolloutRequest(env=env, protocol=ComponentSpec(name="agent"), sampling=sampling)
         for _ in range(cfg.problems)

@@ -120,3 +120,20 @@ def test_rejection_sampling_that_keeps_nothing_says_so_instead_of_suggesting_sft
     assert "nothing to train on" in printed and "--min-reward" in printed
     assert "sft_from_jsonl" not in printed  # it would fail on the empty file
     assert str(tmp_path / "kept.all.jsonl") in printed
+
+
+def test_rejection_sampling_on_math_qa_as_its_docstring_runs_it(tmp_path: Path) -> None:
+    """`--env math_qa` without --env-kwargs: tic-tac-toe's default opponent is not passed to
+    it (every episode failed with "unexpected keyword argument 'opponent'")."""
+    example = load_example("rejection_sampling.py")
+    out = tmp_path / "kept.jsonl"
+    cfg = config(
+        example, "RejectionSamplingConfig", env="math_qa", problems=1, max_tokens=4, out=out
+    )
+    example.main(cfg)
+    (rollout,) = [
+        json.loads(line) for line in out.with_suffix(".all.jsonl").read_text().splitlines()
+    ]
+    assert "error" not in rollout["meta"], rollout["meta"]
+    tictactoe = config(example, "RejectionSamplingConfig")
+    assert example.env_kwargs(tictactoe) == {"opponent": "random"}
