@@ -29,6 +29,17 @@ class Parser(Protocol):
 DEFAULT_PENALTY = -1.0
 
 
+def _named(parse: Parser, name: str) -> Parser:
+    """`parse` under the name a log line shows (`xml_tag_parser('move')`, not `parse`)."""
+    parse.__name__ = parse.__qualname__ = name  # type: ignore[attr-defined]
+    return parse
+
+
+def parser_name(parser: Parser) -> str:
+    """How a log line names `parser` (`xml_tag_parser('move')`, a function's name, a class)."""
+    return getattr(parser, "__qualname__", None) or type(parser).__name__
+
+
 def compose_parsers(*parsers: Parser) -> Parser:
     """Apply parsers in order, each to the previous one's action; rewards add up.
 
@@ -50,7 +61,7 @@ def compose_parsers(*parsers: Parser) -> Parser:
             current = result.action
         return ParseResult(action=current, reward=reward, obs=None)
 
-    return composed
+    return _named(composed, f"compose_parsers({', '.join(parser_name(p) for p in parsers)})")
 
 
 def identity_parser(text: str) -> ParseResult:
@@ -116,7 +127,7 @@ def xml_tag_parser(
             return ParseResult(action=None, reward=penalty, obs=f"{open_tag} was empty. {hint}")
         return ParseResult(action=value, reward=success_reward)
 
-    return parse
+    return _named(parse, f"xml_tag_parser({tag!r})")
 
 
 def think_prefix_parser(
@@ -160,7 +171,7 @@ def think_prefix_parser(
             )
         return ParseResult(action=rest, reward=success_reward)
 
-    return parse
+    return _named(parse, f"think_prefix_parser({open_tag!r}, {close_tag!r})")
 
 
 _BOX = "\\boxed{"
@@ -214,7 +225,7 @@ def boxed_parser(*, success_reward: float = 0.0, penalty: float = DEFAULT_PENALT
             )
         return ParseResult(action=value.strip(), reward=success_reward)
 
-    return parse
+    return _named(parse, "boxed_parser()")
 
 
 __all__ = [

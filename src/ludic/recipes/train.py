@@ -31,7 +31,7 @@ from ludic.eval.command import resolve_env_factory, resolve_parser, with_env
 from ludic.inference.client import ChatClient
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
-from ludic.parsers import Parser, identity_parser
+from ludic.parsers import Parser, identity_parser, parser_name
 from ludic.recipes import algorithms
 from ludic.recipes.algorithms import PRESETS
 from ludic.recipes.configs import (
@@ -125,7 +125,7 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
     schedule_steps = schedule_steps_of(cfg)
     check_lr_schedule(cfg.lr_schedule, cfg.warmup_steps, schedule_steps, cfg.min_lr_ratio)
     parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
-    console.print(f"parser: {_parser_name(parser)} (--parser {cfg.parser})")
+    console.print(f"parser: {parser_name(parser)} (--parser {cfg.parser})")
     if cfg.parser == "auto" and parser is identity_parser:
         console.print(
             "[yellow]note[/yellow]: the env declares no parser, so the whole reply is the "
@@ -328,10 +328,6 @@ def _protocol(
         reject_incomplete_completions=cfg.reject_incomplete,
     )
     return SingleAgentProtocol(agent, max_steps=cfg.max_steps)
-
-
-def _parser_name(parser: Parser) -> str:
-    return getattr(parser, "__qualname__", None) or type(parser).__name__
 
 
 def _resume(trainer: Trainer, cfg: TrainConfig, console: Console) -> None:
