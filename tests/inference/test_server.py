@@ -164,6 +164,14 @@ async def test_token_in_over_http_matches_in_process(
     )
 
 
+def test_the_server_says_where_it_serves(server: Server) -> None:
+    """`ludic serve` printed only "Loading weights": which model, device, URL and whether its
+    control endpoints are on is the first thing its user needs."""
+    line = next(x for x in server.log.read_text().splitlines() if x.startswith("ludic serve:"))
+    assert "as 'tiny' on cpu (torch.float32)" in line
+    assert f"http://127.0.0.1:{server.port}/v1" in line and "need the token" in line
+
+
 def test_health_models_and_raw_response_fields(server: Server) -> None:
     health = httpx.get(server.url + "/health").json()
     assert health["status"] == "ok" and health["running"] is True

@@ -301,6 +301,13 @@ def serve(config: ServeConfig) -> None:
     )
     name = config.served_model_name or os.path.basename(os.path.normpath(config.model))
     app = create_app(engine, model_name=name, token=token, max_body_bytes=config.max_body_bytes)
+    weights = next(engine.model.parameters())
+    control = "need the token" if token else "disabled (no --token)"
+    print(
+        f"ludic serve: {config.model} as {name!r} on {weights.device} ({weights.dtype}), "
+        f"http://{config.host}:{config.port}/v1; control endpoints {control}",
+        flush=True,
+    )
     try:
         uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level)
     finally:
