@@ -63,7 +63,8 @@ def test_train_command_runs_grpo_and_writes_its_outputs(tmp_path: Path) -> None:
     assert result.reward_curve_png.is_file()
     lines = (tmp_path / "rollouts.jsonl").read_text().splitlines()
     assert len(lines) == 2 * 2 * 2  # steps x problems x group size
-    assert {json.loads(line)["meta"]["env_name"] for line in lines} == {"env"}
+    # named as --env named it (was "env" for every env)
+    assert {json.loads(line)["meta"]["env_name"] for line in lines} == {cfg.env}
 
 
 def test_train_command_refuses_multi_seat_envs_and_bad_kwargs(tmp_path: Path) -> None:

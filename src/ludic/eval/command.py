@@ -139,7 +139,7 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
 
         torch.set_num_threads(cfg.threads)
     requests = make_eval_requests(
-        env=ComponentSpec(name="env", kwargs=env_kwargs),
+        env=ComponentSpec(name=cfg.env, kwargs=env_kwargs),
         protocol=ComponentSpec(name="single"),
         num_problems=cfg.num_problems,
         samples_per_problem=cfg.samples_per_problem,
@@ -234,7 +234,7 @@ async def _evaluate(
             return SingleAgentProtocol(agent, max_steps=cfg.max_steps)
 
         engine = RolloutEngine(
-            env_registry={"env": env_factory},
+            env_registry={cfg.env: env_factory},  # records name the env as --env does
             protocol_registry={"single": protocol_factory},
             concurrency=cfg.concurrency,
             episode_timeout_s=cfg.episode_timeout_s,

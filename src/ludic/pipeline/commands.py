@@ -136,7 +136,7 @@ async def _act(
         return SingleAgentProtocol(agent, max_steps=cfg.max_steps)
 
     def requests() -> list[RolloutRequest]:
-        env = ComponentSpec(name="env", kwargs=env_kwargs)
+        env = ComponentSpec(name=cfg.env, kwargs=env_kwargs)
         return [
             RolloutRequest(env=env, protocol=ComponentSpec(name="single"), sampling=sampling)
             for _ in range(cfg.problems_per_batch)
@@ -144,7 +144,7 @@ async def _act(
 
     actor = PipelineActor(
         engine=RolloutEngine(
-            env_registry={"env": env_factory},
+            env_registry={cfg.env: env_factory},  # records name the env as --env does
             protocol_registry={"single": protocol},
             concurrency=cfg.concurrency,
         ),

@@ -249,7 +249,7 @@ def _rollout_source(run: _Run, algorithm: RLAlgorithm, client: ChatClient) -> Ro
     cfg = run.cfg
     sampling = rollout_sampling(cfg)
     rollouts = RolloutEngine(
-        env_registry={"env": run.env_factory},
+        env_registry={cfg.env: run.env_factory},  # records name the env as --env does
         protocol_registry={"agent": lambda: _protocol(cfg, run.context, client, run.parser)},
         concurrency=cfg.concurrency,
         jsonl_log=cfg.out_dir / "rollouts.jsonl",
@@ -258,7 +258,7 @@ def _rollout_source(run: _Run, algorithm: RLAlgorithm, client: ChatClient) -> Ro
         engine=rollouts,
         requests_fn=lambda: [
             RolloutRequest(
-                env=ComponentSpec(name="env", kwargs=run.env_kwargs),
+                env=ComponentSpec(name=cfg.env, kwargs=run.env_kwargs),
                 protocol=ComponentSpec(name="agent"),
                 sampling=sampling,
             )
