@@ -89,18 +89,19 @@ MODEL_SPECS: dict[str, dict[str, int]] = {
 
 LUDIC_MODES = ("sync", "thread", "process")
 # optional suffixes of a Ludic arm: "_packed" (embedded engine only), "_shared", "_compile",
-# "_fused"
-LUDIC_OPTIONS = ("packed", "shared", "compile", "fused")
+# "_fused", "_lend" (overlapped arms only)
+LUDIC_OPTIONS = ("packed", "shared", "compile", "fused", "lend")
 
 
 def ludic_arm(name: str) -> tuple[str, set[str]]:
     """`thread_packed_shared` -> ("thread", {"packed", "shared"}); exits on a bad name."""
     mode, *options = name.split("_")
     bad = [o for o in options if o not in LUDIC_OPTIONS]
-    if mode not in LUDIC_MODES or bad or (mode == "process" and "packed" in options):
+    packed_process = mode == "process" and "packed" in options
+    if mode not in LUDIC_MODES or bad or packed_process or (mode == "sync" and "lend" in options):
         raise SystemExit(
             f"unknown Ludic arm {name!r}: a mode of {list(LUDIC_MODES)} with optional suffixes "
-            f"{['_' + o for o in LUDIC_OPTIONS]} (_packed not with process)"
+            f"{['_' + o for o in LUDIC_OPTIONS]} (_packed not with process, _lend not with sync)"
         )
     return mode, set(options)
 
@@ -116,7 +117,10 @@ class LudicSide:
     engine's GEMMs on packed weight copies: faster, rounds differently from the trainer's
     forward); "_shared": `TrainerConfig(shared_prefix=True)` (a group's prompt once in the
     training forward); "_compile": `TrainerConfig(compile=True)` (MLPs and norms compiled; the
-    compile falls in the warm-up steps); "_fused": `TrainerConfig(fused_adamw=True)`. An overlapped step also waits for the next batch, so no generation runs while
+    compile falls in the warm-up steps); "_fused": `TrainerConfig(fused_adamw=True)`; "_lend"
+    (thread, process): `PrefetchBatchSource(lend_idle_threads=True)` (once the next batch is
+    drawn the trainer takes every CPU's thread until the step ends). An overlapped step also
+    waits for the next batch, so no generation runs while
     the other side's step does: its time is what a step costs in a long run."""
 
     def __init__(
@@ -132,6 +136,7 @@ class LudicSide:
         self.threads = threads
         self.prepacked, self.shared_prefix = "packed" in options, "shared" in options
         self.compile, self.fused_adamw = "compile" in options, "fused" in options
+        self.lend = "lend" in options
         self.server = None
         self._loop = asyncio.new_event_loop()
         torch.set_num_threads(threads)
@@ -224,7 +229,9 @@ class LudicSide:
             compile=self.compile,
             fused_adamw=self.fused_adamw,
         )
-        self.prefetch = PrefetchBatchSource(source) if overlap else None
+        self.prefetch = (
+            PrefetchBatchSource(source, lend_idle_threads=self.lend) if overlap else None
+        )
         return Trainer(model, algorithm, self.prefetch or source, config, publisher=publisher)
 
     def step(self) -> dict[str, float]:
@@ -254,6 +261,8 @@ class LudicSide:
             "generation_s": generation,
             "waited_for_generation_s": waited,
             "training_s": metrics.get("time/train_seconds", float("nan")),
+            # the step before this one: seconds it trained with the lent threads
+            "lent_threads_s": metrics.get("batch/prefetch_lent_seconds", 0.0),
             "weight_sync_s": metrics.get("time/publish_seconds", float("nan")),
             "completion_tokens": metrics["num_action_tokens"],
             "policy_lag_mean": metrics.get("policy_lag/mean", float("nan")),
@@ -380,7 +389,8 @@ def main() -> None:
         "ludic serve in a child process while training, max_lag=1); suffixes: _packed "
         "(EngineConfig(prepacked_gemm=True), not with process), _shared "
         "(TrainerConfig(shared_prefix=True)), _compile (TrainerConfig(compile=True)), _fused "
-        "(TrainerConfig(fused_adamw=True)), e.g. thread_packed_shared_compile_fused",
+        "(TrainerConfig(fused_adamw=True)), _lend (PrefetchBatchSource(lend_idle_threads=True), "
+        "thread and process only), e.g. thread_packed_shared_compile_fused",
     )
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads of Ludic's trainer process"

@@ -34,6 +34,7 @@ from ludic._aio import maybe_await
 from ludic.distributed.interfaces import PolicyPublisher
 from ludic.rollouts.samples import SAWItem
 from ludic.training.algorithm_types import RLAlgorithm
+from ludic.training.batching.prefetch import PrefetchBatchSource
 from ludic.training.batching.types import (
     BatchSource,
     BatchSourceExhausted,
@@ -159,6 +160,8 @@ class Trainer:
             compile_trainer_model(self.model, world_size=runtime.world_size)
         self.algorithm = algorithm
         self.batch_source = batch_source
+        if isinstance(batch_source, PrefetchBatchSource):  # lend_idle_threads looks between layers
+            batch_source.watch_model(self.model)
         self.publisher = publisher
         self._publishes = runtime.any_rank(publisher is not None)
         self.ref_model = None if ref_model is None else ref_model.to(self.device).eval()

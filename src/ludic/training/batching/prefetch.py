@@ -16,6 +16,20 @@ For true parallelism on a small model, generate in another process (a `LocalServ
 `ludic.inference.http.local_server`, or any server, with `BroadcastPolicyPublisher`): this
 thread then only waits on HTTP and leaves the interpreter to the optimizer step.
 
+Lending idle threads (`lend_idle_threads=True`, or a thread count): once the batch in flight is
+drawn, generation idles until the next `next_batch`, so on a machine with a core per side one
+core sits idle for the rest of the training step. With the option on, the thread that calls
+`next_batch` (the Trainer's) switches to more intra-op torch threads as soon as it sees the draw
+done, and back to its own count before the next draw starts. It looks between the model's
+layers (forward pre-hooks, and hooks on each layer's output gradient, so also mid-backward):
+give the model with `watch_model(model)` (the Trainer does it). `torch.set_num_threads` is per
+OS thread here (OpenMP): it changes only the Trainer's thread; the engine's threads keep their
+count. The seconds the previous step trained with the lent threads are in
+`stats["prefetch_lent_seconds"]`. It pays only when a core is really idle: on a machine busy with
+other jobs the second thread stalls on the slower core (measured in `bench/lend_threads_probe.py`
+and `bench/rl_step.py`'s `_lend` arms), so it is off by default. It lends nothing while a draw is
+running, and does not watch a reference model or the optimizer step.
+
 Checkpoints: `state_dict()` is the wrapped source's state from before the batch in flight was
 drawn, so a resumed run draws that batch again.
 """
@@ -24,11 +38,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
+from typing import Any
+
+import torch
 
 from ludic._aio import maybe_await
 from ludic.training.batching.types import BatchSource, SAWBatch, StatefulBatchSource
@@ -38,8 +56,11 @@ from ludic.types import JSON
 class PrefetchBatchSource:
     """Keeps one batch of `source` in flight on a background thread; `close()` when done."""
 
-    def __init__(self, source: BatchSource) -> None:
+    def __init__(self, source: BatchSource, *, lend_idle_threads: bool | int = False) -> None:
         self.source = source
+        self._lend = _lend_count(lend_idle_threads)  # threads while the source idles, or None
+        self._lender = _ThreadLender()
+        self._hooks: list[Any] = []
         self._loop = asyncio.new_event_loop()  # one loop for every draw: sources may bind to it
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="ludic-prefetch", daemon=True
@@ -48,7 +69,43 @@ class PrefetchBatchSource:
         self._inflight: Future[SAWBatch] | None = None
         self._state_before: JSON | None = None  # the source's state before the batch in flight
 
+    def watch_model(self, model: torch.nn.Module) -> None:
+        """Look for an idle source between `model`'s layers (a no-op unless lending is on).
+
+        The Trainer calls it with its model; call it yourself when driving the source without
+        one. The layers are the members of the model's `nn.ModuleList`s (the model itself if it
+        has none)."""
+        if self._lend is None or self._hooks:
+            return
+        for layer in _layers(model):
+            self._hooks.append(layer.register_forward_pre_hook(self._look))
+            self._hooks.append(layer.register_forward_hook(self._look_in_backward))
+
+    @property
+    def lending(self) -> bool:
+        """True while the caller's thread trains with the lent threads."""
+        return self._lender.lent_at is not None
+
+    def _look(self, *_: object) -> None:
+        inflight = self._inflight
+        if self._lend is not None and inflight is not None and inflight.done():
+            self._lender.lend(self._lend)
+
+    def _look_in_backward(self, _module: object, _args: object, output: object) -> None:
+        if self.lending or (self._inflight is not None and self._inflight.done()):
+            self._look()
+            return
+        grad_output = _first_grad_tensor(output)
+        if grad_output is not None:  # its gradient comes mid-backward, on the caller's thread
+            grad_output.register_hook(lambda _grad: self._look())
+
     async def next_batch(self) -> SAWBatch:
+        if self._lend is not None and not self._hooks:
+            raise RuntimeError(
+                "PrefetchBatchSource(lend_idle_threads=...) has no model to watch: give it to a "
+                "Trainer (which calls watch_model) or call source.watch_model(model) first"
+            )
+        lent_seconds = self._lender.restore()  # before anything else runs: the draw needs its core
         if self._inflight is None:
             self._start()
         assert self._inflight is not None
@@ -60,7 +117,10 @@ class PrefetchBatchSource:
             self._inflight = self._state_before = None
             raise
         self._inflight = self._state_before = None
+        self._lender.arm()
         self._start()
+        if self._lend is not None:
+            batch = replace(batch, stats={**batch.stats, "prefetch_lent_seconds": lent_seconds})
         return batch
 
     def _start(self) -> None:
@@ -99,6 +159,10 @@ class PrefetchBatchSource:
             if close is None:
                 raise TypeError(f"PrefetchBatchSource.close: {client!r} has no aclose() or close()")
             closers.append(close)
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+        self._lender.restore()
         if self._loop.is_closed():
             return
         self._inflight = None
@@ -107,6 +171,73 @@ class PrefetchBatchSource:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=30)
         self._loop.close()
+
+
+class _ThreadLender:
+    """Raises the torch thread count of the thread that `arm()`ed it, once, and puts it back.
+
+    `torch.set_num_threads` sets the OpenMP count of the calling OS thread only (and torch's
+    default for threads that have not run an op yet), so both the raise and the restore must
+    run on the armed thread: calls from any other thread are ignored."""
+
+    def __init__(self) -> None:
+        self.owner: int | None = None
+        self.base: int | None = None
+        self.lent_at: float | None = None
+
+    def arm(self) -> None:
+        self.owner = threading.get_ident()
+
+    def lend(self, threads: int) -> None:
+        if self.lent_at is not None or threading.get_ident() != self.owner:
+            return
+        self.base = torch.get_num_threads()
+        if threads > self.base:
+            torch.set_num_threads(threads)
+            self.lent_at = time.perf_counter()
+
+    def restore(self) -> float:
+        """Back to the count from before the lend; returns the seconds it was lent (0 if not)."""
+        if self.lent_at is None or threading.get_ident() != self.owner:
+            return 0.0
+        assert self.base is not None
+        torch.set_num_threads(self.base)
+        lent, self.lent_at = time.perf_counter() - self.lent_at, None
+        return lent
+
+
+def _lend_count(lend: bool | int) -> int | None:
+    if lend is False:
+        return None
+    if lend is True:
+        return (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else os.cpu_count() or 1
+        )
+    if not isinstance(lend, int) or lend < 1:
+        raise ValueError(
+            f"PrefetchBatchSource: lend_idle_threads={lend!r}; give True (the CPUs this process "
+            "may use), False, or a thread count >= 1"
+        )
+    return lend
+
+
+def _layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    layers = [
+        layer
+        for module in model.modules()
+        if isinstance(module, torch.nn.ModuleList)
+        for layer in module
+    ]
+    return layers or [model]
+
+
+def _first_grad_tensor(output: object) -> torch.Tensor | None:
+    first = output[0] if isinstance(output, (tuple, list)) and output else output
+    if isinstance(first, torch.Tensor) and first.requires_grad:
+        return first
+    return None
 
 
 async def _cancel_all(closers: list[Callable[[], object]]) -> None:

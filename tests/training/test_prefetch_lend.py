@@ -1,0 +1,230 @@
+"""`PrefetchBatchSource(lend_idle_threads=...)`: the Trainer's thread takes more torch threads
+once the batch in flight is drawn (between layers, also mid-backward), gives them back before
+the next draw starts, touches no other thread, changes nothing when off, and trains to the same
+numbers."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import threading
+
+import pytest
+import torch
+from training_fakes import ListSource, WeightedNLL, mixed_items, params_snapshot, tiny_llama
+
+from ludic.distributed import InProcessPublisher
+from ludic.inference import EmbeddedEngine
+from ludic.models import load_tiny_model
+from ludic.rollouts import GRPORequestStrategy, SeedSequencer
+from ludic.training import (
+    ConstantCredit,
+    PrefetchBatchSource,
+    RLAlgorithm,
+    RolloutBatchSource,
+    SAWBatch,
+    Trainer,
+    TrainerConfig,
+    make_grpo,
+)
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> object:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class GatedSource:
+    """Each draw after the first waits for `release` (set it to let the draw finish)."""
+
+    def __init__(self) -> None:
+        self.draws = 0
+        self.release = threading.Event()
+
+    async def next_batch(self) -> SAWBatch:
+        self.draws += 1
+        while self.draws > 1 and not self.release.is_set():
+            await asyncio.sleep(0.005)
+        return SAWBatch(items=mixed_items(2))
+
+
+def threads_seen(model: torch.nn.Module) -> list[int]:
+    """Records the caller's torch thread count at each layer's forward and in the backward
+    through the first layer's input."""
+    seen: list[int] = []
+    first = model.model.layers[0]
+
+    def record_backward(_m: object, args: tuple[torch.Tensor, ...], kwargs: dict) -> None:
+        hidden_BTH = args[0] if args else kwargs["hidden_states"]
+        if hidden_BTH.requires_grad:
+            hidden_BTH.register_hook(lambda _g: seen.append(-torch.get_num_threads()))
+
+    for layer in model.model.layers:
+        layer.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
+    first.register_forward_pre_hook(record_backward, with_kwargs=True)
+    return seen  # backward entries are negative
+
+
+def forward_backward(model: torch.nn.Module, *, backward: bool = True) -> torch.Tensor:
+    ids_BT = torch.randint(1, 300, (2, 12), generator=torch.Generator().manual_seed(0))
+    embeds_BTH = model.get_input_embeddings()(ids_BT)
+    loss = model(inputs_embeds=embeds_BTH).logits.logsumexp(-1).mean()
+    if backward:
+        loss.backward()
+    return loss
+
+
+async def test_threads_are_lent_once_the_draw_is_done_and_given_back_before_the_next() -> None:
+    inner, model = GatedSource(), tiny_llama()
+    source = PrefetchBatchSource(inner, lend_idle_threads=2)
+    source.watch_model(model)
+    seen = threads_seen(model)
+    try:
+        await source.next_batch()  # batch 2 is in flight, held by the gate
+        forward_backward(model)
+        assert seen == [1, 1, -1] and not source.lending  # the draw runs: nothing lent
+        inner.release.set()
+        source.wait(timeout=10)
+        forward_backward(model)
+        assert seen[3:] == [2, 2, -2] and source.lending
+        batch = await source.next_batch()
+        assert torch.get_num_threads() == 1 and not source.lending  # back before the next draw
+        assert batch.stats["prefetch_lent_seconds"] > 0
+    finally:
+        source.close()
+    assert torch.get_num_threads() == 1
+
+
+async def test_the_lend_happens_mid_backward() -> None:
+    inner, model = GatedSource(), tiny_llama()
+    inner.release.set()
+    source = PrefetchBatchSource(inner, lend_idle_threads=2)
+    source.watch_model(model)
+    seen = threads_seen(model)
+    try:
+        await source.next_batch()
+        source.wait(timeout=10)
+        inner.release.clear()
+        batch = await source.next_batch()  # the third draw waits on the gate
+        assert batch.stats["prefetch_lent_seconds"] == 0.0
+        loss = forward_backward(model, backward=False)  # the forward runs while it draws
+        inner.release.set()
+        source.wait(timeout=10)
+        assert torch.get_num_threads() == 1
+        loss.backward()  # a hook on the last layer's output gradient sees the draw done
+        assert seen == [1, 1, -2] and source.lending
+    finally:
+        source.close()
+    assert torch.get_num_threads() == 1 and not source.lending  # close gives them back
+
+
+async def test_off_changes_nothing_and_registers_no_hook() -> None:
+    inner, model = GatedSource(), tiny_llama()
+    inner.release.set()
+    source = PrefetchBatchSource(inner)
+    source.watch_model(model)
+    assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
+    seen = threads_seen(model)
+    try:
+        await source.next_batch()
+        source.wait(timeout=10)
+        forward_backward(model)
+        batch = await source.next_batch()
+    finally:
+        source.close()
+    assert seen == [1, 1, -1] and "prefetch_lent_seconds" not in batch.stats
+
+
+async def test_another_thread_running_the_model_is_never_lent_threads() -> None:
+    inner, model = GatedSource(), tiny_llama()
+    inner.release.set()
+    source = PrefetchBatchSource(inner, lend_idle_threads=2)
+    source.watch_model(model)
+    seen = threads_seen(model)
+    try:
+        await source.next_batch()
+        source.wait(timeout=10)
+        worker = threading.Thread(target=lambda: forward_backward(model))
+        worker.start()
+        worker.join()
+        assert seen == [1, 1, -1] and not source.lending
+        assert torch.get_num_threads() == 1
+    finally:
+        source.close()
+
+
+async def test_bad_settings_are_refused_with_the_fix() -> None:
+    with pytest.raises(ValueError, match="thread count >= 1"):
+        PrefetchBatchSource(GatedSource(), lend_idle_threads=0)
+    source = PrefetchBatchSource(GatedSource(), lend_idle_threads=True)
+    try:
+        with pytest.raises(RuntimeError, match="watch_model"):
+            await source.next_batch()
+    finally:
+        source.close()
+
+
+def trained(lend: bool) -> tuple[list[float], dict[str, torch.Tensor], list[float]]:
+    model = tiny_llama()
+    algorithm = RLAlgorithm(name="t", credit_assigner=ConstantCredit(value=1.0), loss=WeightedNLL())
+    batches = [mixed_items(4, seed=s) for s in range(3)]
+    source = PrefetchBatchSource(ListSource(batches), lend_idle_threads=2 if lend else False)
+    trainer = Trainer(model, algorithm, source, TrainerConfig(lr=1e-2))
+    try:
+        history = [asyncio.run(trainer.train_step()) for _ in range(3)]
+    finally:
+        source.close()
+    lent = [m.get("batch/prefetch_lent_seconds", 0.0) for m in history]
+    return [m["loss"] for m in history], params_snapshot(model), lent
+
+
+def test_the_trainer_trains_to_the_same_numbers_with_lent_threads() -> None:
+    losses_off, params_off, lent_off = trained(lend=False)
+    losses_on, params_on, lent_on = trained(lend=True)
+    assert torch.get_num_threads() == 1
+    assert lent_off == [0.0, 0.0, 0.0] and all(s > 0 for s in lent_on[1:])  # it really lent
+    assert losses_on == pytest.approx(losses_off, rel=1e-5)
+    for name, value in params_off.items():
+        torch.testing.assert_close(params_on[name], value, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_grpo_on_the_embedded_engine_with_lent_threads() -> None:
+    """The README's overlapped loop (embedded engine on its own thread, InProcessPublisher)
+    with lending on: it lends, gives back, and the engine thread keeps its one thread."""
+    from test_prefetch import say_o_rollouts
+
+    model, tokenizer = load_tiny_model()
+    engine = EmbeddedEngine(copy.deepcopy(model), tokenizer)
+    engine_threads: list[int] = []
+    engine.model.register_forward_pre_hook(
+        lambda *_: engine_threads.append(torch.get_num_threads())
+    )
+    rollouts, problem = say_o_rollouts(engine)
+    algorithm = make_grpo()
+    source = PrefetchBatchSource(
+        RolloutBatchSource(
+            engine=rollouts,
+            requests_fn=lambda: [problem],
+            credit_assigner=algorithm.credit_assigner,
+            strategy=GRPORequestStrategy(group_size=4),
+            seed_sequencer=SeedSequencer(run_seed=0),
+        ),
+        lend_idle_threads=2,
+    )
+    # the step's forward first waits for the draw (registered before the Trainer's hooks), so
+    # every step lends deterministically, whichever side is faster on this machine
+    model.model.layers[0].register_forward_pre_hook(lambda *_: source.wait(timeout=60))
+    config = TrainerConfig(lr=1e-3, pad_token_id=int(tokenizer.pad_token_id), max_lag=1)
+    trainer = Trainer(model, algorithm, source, config, publisher=InProcessPublisher(engine))
+    try:
+        history = [asyncio.run(trainer.train_step()) for _ in range(3)]
+    finally:
+        source.close()
+        engine.close()
+    assert all(m["num_samples"] == 4 and m["dropped_stale"] == 0 for m in history)
+    assert all(m["batch/prefetch_lent_seconds"] > 0 for m in history[1:])  # the step before
+    assert set(engine_threads) == {1} and torch.get_num_threads() == 1
