@@ -333,8 +333,8 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
 
 
 def _log_step(step: int, metrics: dict[str, float]) -> None:
-    """One INFO line per step; a WARNING when the step changed no weight because every sample's
-    advantage was 0 (the learner would otherwise train on, silently learning nothing)."""
+    """One INFO line per step (a step that changed no weight is warned about by the Trainer:
+    `ludic.training.stall.NoSignalWatch`)."""
     get = metrics.get
     logger.info(
         "learner step %d: %d samples (policy lag max %d), mean reward %+.3f, loss %.4g, "
@@ -348,19 +348,6 @@ def _log_step(step: int, metrics: dict[str, float]) -> None:
         int(get("policy_version", 0)),
         get("step_seconds", math.nan),
     )
-    from ludic.training.stall import was_skipped  # a skipped step names its own cause
-
-    if not was_skipped(metrics) and get("num_samples", 0) > 0 and get("grad_norm") == 0.0:
-        logger.warning(
-            "learner step %d changed no weight: every sample's advantage is 0, as the episodes "
-            "of each group got the same reward (mean reward %+.3f, parse error rate %.2f). "
-            "Nothing is learned until rewards differ within a group: start from a model that "
-            "sometimes succeeds (`ludic sft`, or the quickstart's SFT model), use larger groups "
-            "(--group-size on the actors), or give the env graded rewards",
-            step,
-            get("reward_mean", math.nan),
-            get("parse_error_rate", math.nan),
-        )
 
 
 def _every_rank_timed_out(runtime: Any, timed_out: bool) -> bool:

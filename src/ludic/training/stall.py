@@ -139,3 +139,38 @@ class SkipTracker:
 def was_skipped(metrics: Mapping[str, float]) -> bool:
     """Whether a step's metrics (what `Trainer.train_step` returns) say it trained nothing."""
     return bool(metrics.get("skipped_empty") or metrics.get("skipped_nonfinite"))
+
+
+class NoSignalWatch:
+    """Warns when steps in a row train but change no weight: every sample's advantage is 0
+    (each group's episodes got the same reward), so the loss and its gradient are exactly 0.
+    The run goes on (later groups may differ), but it says so, naming the likely cause, after
+    `first` such steps in a row and every `every` steps of the streak after that."""
+
+    def __init__(self, first: int = 3, every: int = 25) -> None:
+        self.first, self.every = first, every
+        self.streak, self.since = 0, 0
+
+    def record(self, step: int, metrics: Mapping[str, float]) -> str | None:
+        """Note step `step`'s metrics; the warning to log now, if any."""
+        trained = not was_skipped(metrics) and metrics.get("num_samples", 0) > 0
+        if not (trained and metrics.get("grad_norm") == 0.0):
+            self.streak = 0
+            return None
+        self.streak += 1
+        if self.streak == 1:
+            self.since = step
+        due = self.streak - self.first
+        if due < 0 or due % self.every:
+            return None
+        reward = metrics.get("reward_mean", float("nan"))
+        parse = metrics.get("parse_error_rate")
+        parse_text = "" if parse is None else f", parse error rate {parse:.2f}"
+        return (
+            f"steps {self.since}..{step} changed no weight: every sample's advantage is 0, as "
+            f"the episodes of each group got the same reward (mean reward {reward:+.3f}"
+            f"{parse_text}). Nothing is learned until rewards differ within a group: start "
+            "from a model that sometimes succeeds (`ludic sft`, or the quickstart's SFT model), "
+            "use larger groups (--group-size), sample more diversely (--temperature), or give "
+            "the env graded rewards"
+        )

@@ -81,7 +81,7 @@ from ludic.training.parallel.runtime import (
 from ludic.training.parallel.state import optimizer_param_names
 from ludic.training.schedule import build_scheduler
 from ludic.training.shared_prefix import shared_prefix_min_tokens
-from ludic.training.stall import SkipTracker, skip_cause, was_skipped
+from ludic.training.stall import NoSignalWatch, SkipTracker, skip_cause, was_skipped
 from ludic.training.stats import Reducer, aggregate_stats, default_sample_reducers
 from ludic.types import JSON
 
@@ -204,6 +204,7 @@ class Trainer:
             batch_invariant=config.batch_invariant,
         )
         self._skips = SkipTracker(config.max_skipped_steps)
+        self._no_signal = NoSignalWatch()
 
     def _lay_out_parameters(self, wanted: bool | None) -> None:
         """`config.contiguous_parameters`: the parameters back to back, one storage per dtype
@@ -247,6 +248,8 @@ class Trainer:
         metrics["step_seconds"] = time.perf_counter() - started
         if self.logger is not None:
             self.logger.log(metrics, self.step)
+        if (no_signal := self._no_signal.record(self.step, metrics)) and self.runtime.is_main:
+            logger.warning(no_signal)
         self._skips.record(self.step, cause)  # raises TrainingStalledError after too many
         return metrics
 
