@@ -129,6 +129,8 @@ def test_serve_builds_its_engine_with_packed_gemms(monkeypatch: pytest.MonkeyPat
     built: list[EngineConfig] = []
 
     class Engine:
+        model = torch.nn.Linear(1, 1)  # `ludic serve` names the device and dtype it serves on
+
         def close(self) -> None:
             pass
 

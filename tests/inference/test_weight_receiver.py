@@ -66,6 +66,8 @@ def test_routes_need_the_token() -> None:
         "controls": ["http", "store"],
         "dtype": "float32",  # the served dtype: the publisher's probe tolerance follows it
         "pieces": True,  # it receives buckets in pieces: the publisher may send them so
+        "device": "cpu",  # where it serves: a CUDA trainer picks NCCL or gloo by it
+        "device_uuid": None,
     }
 
 
