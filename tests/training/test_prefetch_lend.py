@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import math
 import threading
+import time
 
 import pytest
 import torch
@@ -27,6 +29,7 @@ from ludic.training import (
     TrainerConfig,
     make_grpo,
 )
+from ludic.training.batching import prefetch
 
 
 @pytest.fixture(autouse=True)
@@ -35,6 +38,13 @@ def one_thread() -> object:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def never_drop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lent threads are kept whatever the layers' timing (tests of the mechanics: on a tiny
+    model a second thread may well be slower)."""
+    monkeypatch.setattr(prefetch, "LENT_SPEEDUP", math.inf)
 
 
 class GatedSource:
@@ -77,7 +87,9 @@ def forward_backward(model: torch.nn.Module, *, backward: bool = True) -> torch.
     return loss
 
 
-async def test_threads_are_lent_once_the_draw_is_done_and_given_back_before_the_next() -> None:
+async def test_threads_are_lent_once_the_draw_is_done_and_given_back_before_the_next(
+    never_drop: None,
+) -> None:
     inner, model = GatedSource(), tiny_llama()
     source = PrefetchBatchSource(inner, lend_idle_threads=2)
     source.watch_model(model)
@@ -98,7 +110,7 @@ async def test_threads_are_lent_once_the_draw_is_done_and_given_back_before_the_
     assert torch.get_num_threads() == 1
 
 
-async def test_the_lend_happens_mid_backward() -> None:
+async def test_the_lend_happens_mid_backward(never_drop: None) -> None:
     inner, model = GatedSource(), tiny_llama()
     inner.release.set()
     source = PrefetchBatchSource(inner, lend_idle_threads=2)
@@ -138,7 +150,7 @@ async def test_off_changes_nothing_and_registers_no_hook() -> None:
     assert seen == [1, 1, -1] and "prefetch_lent_seconds" not in batch.stats
 
 
-async def test_another_thread_running_the_model_is_never_lent_threads() -> None:
+async def test_another_thread_running_the_model_is_never_lent_threads(never_drop: None) -> None:
     inner, model = GatedSource(), tiny_llama()
     inner.release.set()
     source = PrefetchBatchSource(inner, lend_idle_threads=2)
@@ -181,7 +193,7 @@ def trained(lend: bool) -> tuple[list[float], dict[str, torch.Tensor], list[floa
     return [m["loss"] for m in history], params_snapshot(model), lent
 
 
-def test_the_trainer_trains_to_the_same_numbers_with_lent_threads() -> None:
+def test_the_trainer_trains_to_the_same_numbers_with_lent_threads(never_drop: None) -> None:
     losses_off, params_off, lent_off = trained(lend=False)
     losses_on, params_on, lent_on = trained(lend=True)
     assert torch.get_num_threads() == 1
@@ -192,7 +204,7 @@ def test_the_trainer_trains_to_the_same_numbers_with_lent_threads() -> None:
 
 
 @pytest.mark.slow
-def test_grpo_on_the_embedded_engine_with_lent_threads() -> None:
+def test_grpo_on_the_embedded_engine_with_lent_threads(never_drop: None) -> None:
     """The README's overlapped loop (embedded engine on its own thread, InProcessPublisher)
     with lending on: it lends, gives back, and the engine thread keeps its one thread."""
     from test_prefetch import say_o_rollouts
@@ -228,3 +240,91 @@ def test_grpo_on_the_embedded_engine_with_lent_threads() -> None:
     assert all(m["num_samples"] == 4 and m["dropped_stale"] == 0 for m in history)
     assert all(m["batch/prefetch_lent_seconds"] > 0 for m in history[1:])  # the step before
     assert set(engine_threads) == {1} and torch.get_num_threads() == 1
+
+
+class SleepLayer(torch.nn.Module):
+    """Takes `seconds(threads)` at the caller's torch thread count."""
+
+    def __init__(self, faster_with_more_threads: bool) -> None:
+        super().__init__()
+        self.faster = faster_with_more_threads
+
+    def forward(self, x_BH: torch.Tensor) -> torch.Tensor:
+        threads = torch.get_num_threads()
+        time.sleep(0.06 / threads if self.faster else 0.03 * threads)
+        return x_BH + 1
+
+
+class Stack(torch.nn.Module):
+    def __init__(self, faster_with_more_threads: bool) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(SleepLayer(faster_with_more_threads) for _ in range(4))
+
+    def forward(self, x_BH: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x_BH = layer(x_BH)
+        return x_BH
+
+
+def stack_threads_seen(model: Stack) -> list[int]:
+    seen: list[int] = []
+    for layer in model.layers:
+        layer.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
+    return seen
+
+
+async def lent_forward(source: PrefetchBatchSource, inner: GatedSource, model: Stack) -> SAWBatch:
+    """One step: the draw is held through one forward on own threads (the reference), then
+    released before a second forward."""
+    inner.release.clear()
+    batch = await source.next_batch()
+    model(torch.zeros(1, 2))
+    inner.release.set()
+    source.wait(timeout=10)
+    model(torch.zeros(1, 2))
+    return batch
+
+
+async def test_lent_threads_that_do_not_pay_are_dropped_and_sat_out_then_tried_again() -> None:
+    inner, model = GatedSource(), Stack(faster_with_more_threads=False)
+    source = PrefetchBatchSource(inner, lend_idle_threads=2)
+    source.watch_model(model)
+    seen = stack_threads_seen(model)
+    try:
+        inner.release.set()
+        await source.next_batch()
+        source.wait(timeout=10)
+        await lent_forward(source, inner, model)
+        assert seen[4:] == [2, 1, 1, 1]  # one slower layer, then back to its own thread
+        assert torch.get_num_threads() == 1 and not source.lending
+        batch = await lent_forward(source, inner, model)
+        assert batch.stats["prefetch_lend_dropped"] == 1.0
+        assert batch.stats["prefetch_lent_seconds"] > 0
+        assert seen[12:] == [1, 1, 1, 1]  # sat out one step
+        batch = await lent_forward(source, inner, model)
+        assert batch.stats["prefetch_lent_seconds"] == batch.stats["prefetch_lend_dropped"] == 0.0
+        assert seen[20:] == [2, 1, 1, 1]  # tried again, dropped again: now sits out two
+        await lent_forward(source, inner, model)
+        await lent_forward(source, inner, model)
+        assert seen[28:32] == [1, 1, 1, 1] and seen[36:40] == [1, 1, 1, 1]  # sat out two
+    finally:
+        inner.release.set()
+        source.close()
+
+
+async def test_lent_threads_that_pay_are_kept() -> None:
+    inner, model = GatedSource(), Stack(faster_with_more_threads=True)
+    source = PrefetchBatchSource(inner, lend_idle_threads=2)
+    source.watch_model(model)
+    seen = stack_threads_seen(model)
+    try:
+        inner.release.set()
+        await source.next_batch()
+        source.wait(timeout=10)
+        await lent_forward(source, inner, model)
+        batch = await lent_forward(source, inner, model)
+        assert seen[4:8] == [2, 2, 2, 2] and seen[12:] == [2, 2, 2, 2]
+        assert batch.stats["prefetch_lend_dropped"] == 0.0
+    finally:
+        inner.release.set()
+        source.close()

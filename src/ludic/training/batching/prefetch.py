@@ -24,10 +24,13 @@ done, and back to its own count before the next draw starts. It looks between th
 layers (forward pre-hooks, and hooks on each layer's output gradient, so also mid-backward):
 give the model with `watch_model(model)` (the Trainer does it). `torch.set_num_threads` is per
 OS thread here (OpenMP): it changes only the Trainer's thread; the engine's threads keep their
-count. The seconds the previous step trained with the lent threads are in
-`stats["prefetch_lent_seconds"]`. It pays only when a core is really idle: on a machine busy with
-other jobs the second thread stalls on the slower core (measured in `bench/lend_threads_probe.py`
-and `bench/rl_step.py`'s `_lend` arms), so it is off by default. It lends nothing while a draw is
+count. It pays only when a core is really idle: on a machine busy with other jobs the extra
+threads wait on a core someone else holds (measured in `bench/lend_threads_probe.py` and
+`bench/rl_step.py`'s `_lend` arms), so it is off by default, and it checks itself: each layer
+with lent threads must take under `LENT_SPEEDUP` (0.9) of the latest layer of the same phase on
+the caller's own threads, else it drops them for the rest of the step and sits out the next
+1, 2, 4, ... 16 steps (reset by a lend that pays). `stats["prefetch_lent_seconds"]` and
+`stats["prefetch_lend_dropped"]` report the previous step. It lends nothing while a draw is
 running, and does not watch a reference model or the optimizer step.
 
 Checkpoints: `state_dict()` is the wrapped source's state from before the batch in flight was
@@ -78,7 +81,7 @@ class PrefetchBatchSource:
         if self._lend is None or self._hooks:
             return
         for layer in _layers(model):
-            self._hooks.append(layer.register_forward_pre_hook(self._look))
+            self._hooks.append(layer.register_forward_pre_hook(lambda *_: self._look("forward")))
             self._hooks.append(layer.register_forward_hook(self._look_in_backward))
 
     @property
@@ -86,18 +89,16 @@ class PrefetchBatchSource:
         """True while the caller's thread trains with the lent threads."""
         return self._lender.lent_at is not None
 
-    def _look(self, *_: object) -> None:
-        inflight = self._inflight
-        if self._lend is not None and inflight is not None and inflight.done():
-            self._lender.lend(self._lend)
+    def _look(self, phase: str) -> None:
+        if self._lend is not None:
+            inflight = self._inflight
+            done = inflight is not None and inflight.done()
+            self._lender.look(phase, draw_done=done, threads=self._lend)
 
     def _look_in_backward(self, _module: object, _args: object, output: object) -> None:
-        if self.lending or (self._inflight is not None and self._inflight.done()):
-            self._look()
-            return
         grad_output = _first_grad_tensor(output)
         if grad_output is not None:  # its gradient comes mid-backward, on the caller's thread
-            grad_output.register_hook(lambda _grad: self._look())
+            grad_output.register_hook(lambda _grad: self._look("backward"))
 
     async def next_batch(self) -> SAWBatch:
         if self._lend is not None and not self._hooks:
@@ -105,7 +106,7 @@ class PrefetchBatchSource:
                 "PrefetchBatchSource(lend_idle_threads=...) has no model to watch: give it to a "
                 "Trainer (which calls watch_model) or call source.watch_model(model) first"
             )
-        lent_seconds = self._lender.restore()  # before anything else runs: the draw needs its core
+        self._lender.restore()  # before anything else runs: the draw needs its core
         if self._inflight is None:
             self._start()
         assert self._inflight is not None
@@ -117,10 +118,10 @@ class PrefetchBatchSource:
             self._inflight = self._state_before = None
             raise
         self._inflight = self._state_before = None
+        if self._lend is not None:
+            batch = replace(batch, stats={**batch.stats, **self._lender.report()})
         self._lender.arm()
         self._start()
-        if self._lend is not None:
-            batch = replace(batch, stats={**batch.stats, "prefetch_lent_seconds": lent_seconds})
         return batch
 
     def _start(self) -> None:
@@ -173,6 +174,11 @@ class PrefetchBatchSource:
         self._loop.close()
 
 
+# lent threads are kept only while a layer takes less than this share of its time on the
+# caller's own threads (the latest such layer of the same phase, forward or backward)
+LENT_SPEEDUP = 0.9
+
+
 class _ThreadLender:
     """Raises the torch thread count of the thread that `arm()`ed it, once, and puts it back.
 
@@ -184,26 +190,68 @@ class _ThreadLender:
         self.owner: int | None = None
         self.base: int | None = None
         self.lent_at: float | None = None
+        self.lent_seconds = 0.0
+        self.dropped = False  # this step's lend did not speed the layers up
+        self.backoff = 0  # steps to sit out after the next drop (doubles per drop, up to 16)
+        self.skip = 0  # steps left to sit out
+        self.sitting_out = False  # this step is one of them
+        self.last: tuple[str, float] | None = None  # the previous look: phase, time
+        self.reference: dict[str, float] = {}  # phase -> latest layer interval on own threads
 
     def arm(self) -> None:
+        """A new step on the calling thread (its draw just started)."""
         self.owner = threading.get_ident()
+        self.dropped, self.last, self.lent_seconds = False, None, 0.0
+        self.sitting_out, self.skip = self.skip > 0, max(self.skip - 1, 0)
 
-    def lend(self, threads: int) -> None:
-        if self.lent_at is not None or threading.get_ident() != self.owner:
+    def report(self) -> dict[str, float]:
+        return {
+            "prefetch_lent_seconds": self.lent_seconds,
+            "prefetch_lend_dropped": float(self.dropped),
+        }
+
+    def look(self, phase: str, *, draw_done: bool, threads: int) -> None:
+        """A layer boundary (`phase` "forward" or "backward") on some thread."""
+        if threading.get_ident() != self.owner:
             return
-        self.base = torch.get_num_threads()
-        if threads > self.base:
-            torch.set_num_threads(threads)
-            self.lent_at = time.perf_counter()
+        now = time.perf_counter()
+        previous, self.last = self.last, (phase, now)
+        if (
+            previous is not None
+            and previous[0] == phase
+            and not self._judge(phase, now - previous[1])
+        ):
+            return
+        if draw_done and self.lent_at is None and not self.dropped and not self.sitting_out:
+            self.base = torch.get_num_threads()
+            if threads > self.base:
+                torch.set_num_threads(threads)
+                self.lent_at = now
 
-    def restore(self) -> float:
-        """Back to the count from before the lend; returns the seconds it was lent (0 if not)."""
+    def _judge(self, phase: str, interval: float) -> bool:
+        """One layer's time: the reference on own threads; with lent threads, drop them unless
+        it beat the reference by `LENT_SPEEDUP`. False when dropped."""
+        if self.lent_at is None:
+            self.reference[phase] = interval
+            return True
+        reference = self.reference.get(phase)
+        if reference is None or interval < LENT_SPEEDUP * reference:
+            self.backoff = 0
+            return True
+        self.restore()
+        self.dropped = True
+        self.backoff = min(2 * self.backoff or 1, 16)
+        self.skip = self.backoff
+        return False
+
+    def restore(self) -> None:
+        """Back to the count from before the lend (on the armed thread; else nothing)."""
         if self.lent_at is None or threading.get_ident() != self.owner:
-            return 0.0
+            return
         assert self.base is not None
         torch.set_num_threads(self.base)
-        lent, self.lent_at = time.perf_counter() - self.lent_at, None
-        return lent
+        self.lent_seconds += time.perf_counter() - self.lent_at
+        self.lent_at = None
 
 
 def _lend_count(lend: bool | int) -> int | None:
