@@ -261,8 +261,10 @@ class LudicSide:
             "generation_s": generation,
             "waited_for_generation_s": waited,
             "training_s": metrics.get("time/train_seconds", float("nan")),
-            # the step before this one: seconds it trained with the lent threads
+            # the step before this one: seconds from its lend to this step's draw (here they
+            # include the other arms' steps in between) and whether the lend was dropped
             "lent_threads_s": metrics.get("batch/prefetch_lent_seconds", 0.0),
+            "lend_dropped": metrics.get("batch/prefetch_lend_dropped", 0.0),
             "weight_sync_s": metrics.get("time/publish_seconds", float("nan")),
             "completion_tokens": metrics["num_action_tokens"],
             "policy_lag_mean": metrics.get("policy_lag/mean", float("nan")),
