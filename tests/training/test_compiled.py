@@ -10,9 +10,8 @@ import copy
 import pytest
 import torch
 from torch._dynamo.utils import counters
-from training_fakes import ListSource, item, tiny_llama
+from training_fakes import ListSource, shared_prompt_group, tiny_llama
 
-from ludic.rollouts.samples import SAWItem
 from ludic.training import Trainer, TrainerConfig, collate, make_grpo
 from ludic.training.compiled import (
     compile_for_training,
@@ -47,29 +46,13 @@ def test_compile_is_refused_under_fsdp() -> None:
     assert all(module._compiled_call_impl is None for _, module in compiled_regions(model))
 
 
-def _group(prompt: int, lengths: list[int], seed: int) -> list[SAWItem]:
-    """Rows with the same first `prompt` tokens (a GRPO group) and their own completions."""
-    rows = [item(n, prompt=prompt, seed=seed + i) for i, n in enumerate(lengths)]
-    head = rows[0].input_ids[:prompt]
-    return [
-        SAWItem(
-            input_ids=head + row.input_ids[prompt:],
-            action_mask=row.action_mask,
-            weight=row.weight,
-            behavior_logprobs=row.behavior_logprobs,
-            meta=row.meta,
-        )
-        for row in rows
-    ]
-
-
 CASES = [  # (rows, sequence_logprobs options): lengths and paths vary
-    (_group(6, [14, 17, 12, 15], 0), {"shared_prefix_min_tokens": 4}),
-    (_group(5, [9, 23, 11], 10), {"shared_prefix_min_tokens": 4}),
-    (_group(6, [14, 17, 12, 15], 20), {}),
-    (_group(3, [7, 19], 30), {}),
-    (_group(6, [13, 8, 16], 40), {"packed": True}),
-    (_group(6, [10, 21], 50), {"packed": True, "shared_prefix_min_tokens": 4}),
+    (shared_prompt_group(6, [14, 17, 12, 15], 0), {"shared_prefix_min_tokens": 4}),
+    (shared_prompt_group(5, [9, 23, 11], 10), {"shared_prefix_min_tokens": 4}),
+    (shared_prompt_group(6, [14, 17, 12, 15], 20), {}),
+    (shared_prompt_group(3, [7, 19], 30), {}),
+    (shared_prompt_group(6, [13, 8, 16], 40), {"packed": True}),
+    (shared_prompt_group(6, [10, 21], 50), {"packed": True, "shared_prefix_min_tokens": 4}),
 ]
 
 
@@ -101,7 +84,9 @@ def test_compiled_matches_eager_on_every_path_without_recompiling() -> None:
 
 @pytest.mark.slow
 def test_trainer_with_compile_and_fused_adamw_steps_like_the_default() -> None:
-    rows = _group(6, [14, 17, 12, 15], 60) + _group(4, [9, 12, 20, 11], 70)
+    rows = shared_prompt_group(6, [14, 17, 12, 15], 60) + shared_prompt_group(
+        4, [9, 12, 20, 11], 70
+    )
     trainers = []
     for options in ({}, {"compile": True, "fused_adamw": True}):
         config = TrainerConfig(

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from training_fakes import ListSource, item, tiny_llama
+from training_fakes import ListSource, shared_prompt_group, tiny_llama
 
-from ludic.rollouts.samples import SAWItem
 from ludic.training import Trainer, TrainerConfig, make_grpo
 
 pytestmark = [
@@ -18,29 +17,15 @@ pytestmark = [
 ]
 
 
-def group(prompt: int, lengths: list[int], seed: int) -> list[SAWItem]:
-    """Rows with the same first `prompt` tokens (a GRPO group) and their own completions."""
-    rows = [item(n, prompt=prompt, seed=seed + i) for i, n in enumerate(lengths)]
-    head = rows[0].input_ids[:prompt]
-    return [
-        SAWItem(
-            input_ids=head + row.input_ids[prompt:],
-            action_mask=row.action_mask,
-            weight=row.weight,
-            behavior_logprobs=row.behavior_logprobs,
-            meta=row.meta,
-        )
-        for row in rows
-    ]
-
-
 @pytest.mark.parametrize(
     "options",
     [{"compile": True, "fused_adamw": True}, {"shared_prefix": True}, {"dtype": "bfloat16"}],
     ids=["compile_fused", "shared_prefix", "bf16_autocast"],
 )
 def test_gpu_options_step_like_the_plain_trainer(options: dict[str, object]) -> None:
-    rows = group(6, [14, 17, 12, 15], 60) + group(4, [9, 12, 20, 11], 70)
+    rows = shared_prompt_group(6, [14, 17, 12, 15], 60) + shared_prompt_group(
+        4, [9, 12, 20, 11], 70
+    )
     trainers = []
     for extra in ({}, options):
         config = TrainerConfig(lr=1e-2, device="cuda", contiguous_parameters=True, **extra)  # type: ignore[arg-type]

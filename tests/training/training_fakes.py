@@ -59,6 +59,22 @@ def item(
     )
 
 
+def shared_prompt_group(prompt: int, lengths: list[int], seed: int) -> list[SAWItem]:
+    """Rows with the same first `prompt` tokens (a GRPO group) and their own completions."""
+    rows = [item(n, prompt=prompt, seed=seed + i) for i, n in enumerate(lengths)]
+    head = rows[0].input_ids[:prompt]
+    return [
+        SAWItem(
+            input_ids=head + row.input_ids[prompt:],
+            action_mask=row.action_mask,
+            weight=row.weight,
+            behavior_logprobs=row.behavior_logprobs,
+            meta=row.meta,
+        )
+        for row in rows
+    ]
+
+
 def mixed_items(count: int = 6, seed: int = 0) -> list[SAWItem]:
     """Samples of varied lengths and signed weights."""
     rng = random.Random(seed)
