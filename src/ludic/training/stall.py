@@ -168,7 +168,7 @@ class NoSignalWatch:
         parse_text = "" if parse is None else f", parse error rate {parse:.2f}"
         return (
             f"steps {self.since}..{step} changed no weight: every sample's advantage is 0, as "
-            f"the episodes of each group got the same reward (mean reward {reward:+.3f}"
+            f"the episodes of each group got the same reward (mean reward per sample {reward:+.3f}"
             f"{parse_text}). Nothing is learned until rewards differ within a group: start "
             "from a model that sometimes succeeds (`ludic sft`, or the quickstart's SFT model), "
             "use larger groups (--group-size), sample more diversely (--temperature), or give "
