@@ -166,19 +166,13 @@ def eval_sampling(cfg: EvalConfig) -> SamplingConfig:
 
 
 def _check_engine_options(cfg: EvalConfig) -> None:
-    from ludic.recipes.inference import check_prepacked_gemm
+    from ludic.recipes.inference import check_engine_flags
 
-    check_prepacked_gemm(
-        cfg.prepacked_gemm,
+    check_engine_flags(  # the refusals ludic train and ludic actor give, in the same words
         batch_invariant=cfg.batch_invariant,
+        prepacked_gemm=cfg.prepacked_gemm,
         server_url=cfg.server_url,
-        device="cpu",
     )
-    if cfg.batch_invariant and cfg.server_url:
-        raise ValueError(
-            "--batch-invariant applies to the embedded engine, not to --server-url; start the "
-            "server with `ludic serve --batch-invariant` and drop the flag here"
-        )
     if cfg.threads is not None and cfg.server_url:
         raise ValueError(
             "--threads sets the embedded engine's torch threads, not --server-url's; start "
