@@ -429,3 +429,21 @@ def restore_into(
     rng = checkpoint.rng_state
     if restore_rng and rng.get("json") is not None:
         restore_rng_state(rng["json"], rng["tensors"])
+
+
+def checkpoint_tokenizer(model: torch.nn.Module, root: Path) -> Any | None:
+    """The tokenizer of the local directory `model` was loaded from, for checkpoints saved
+    without `Trainer(tokenizer=...)`; else None, with a warning: such a checkpoint's `model/`
+    holds no tokenizer, so it cannot be loaded or served without one."""
+    source = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
+    if source and (Path(source) / "tokenizer_config.json").is_file():
+        from ludic.models import load_tokenizer
+
+        return load_tokenizer(source)
+    logger.warning(
+        "Trainer: checkpoints under %s will hold no tokenizer, so `ludic eval --model "
+        "<checkpoint>/model` and load_model cannot load them; pass Trainer(..., "
+        "tokenizer=tokenizer)",
+        root,
+    )
+    return None

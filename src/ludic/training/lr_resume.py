@@ -72,3 +72,13 @@ def apply_lr_settings(
         group["initial_lr"] = lr
         group["lr"] = rate
     scheduler._last_lr = rates  # what get_last_lr() returns
+
+
+KERNEL_KEYS = ("fused", "foreach", "capturable", "differentiable")
+"""Optimizer param-group keys that pick an implementation, not a state: a resumed run keeps
+its own (`TrainerConfig(fused_adamw=True)` resuming a run saved without it stays fused)."""
+
+
+def optimizer_kernels(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+    """Each param group's `KERNEL_KEYS` settings, to put back after loading a state dict."""
+    return [{k: g[k] for k in KERNEL_KEYS if k in g} for g in optimizer.param_groups]

@@ -44,6 +44,7 @@ from ludic.training.batching.types import (
 from ludic.training.checkpoint import (
     CheckpointManager,
     capture_rank_state,
+    checkpoint_tokenizer,
     has_checkpoints,
     rank_state_for,
     read_checkpoint,
@@ -69,6 +70,7 @@ from ludic.training.lr_resume import (
     apply_lr_settings,
     lr_changes,
     lr_settings,
+    optimizer_kernels,
 )
 from ludic.training.mismatch import policy_lag_metrics
 from ludic.training.parallel.auto import auto_runtime
@@ -95,24 +97,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def checkpoint_tokenizer(model: torch.nn.Module, root: Path) -> Any | None:
-    """The tokenizer of the local directory `model` was loaded from, for checkpoints saved
-    without `Trainer(tokenizer=...)`; else None, with a warning: such a checkpoint's `model/`
-    holds no tokenizer, so it cannot be loaded or served without one."""
-    source = getattr(getattr(model, "config", None), "_name_or_path", "") or ""
-    if source and (Path(source) / "tokenizer_config.json").is_file():
-        from ludic.models import load_tokenizer
-
-        return load_tokenizer(source)
-    logger.warning(
-        "Trainer: checkpoints under %s will hold no tokenizer, so `ludic eval --model "
-        "<checkpoint>/model` and load_model cannot load them; pass Trainer(..., "
-        "tokenizer=tokenizer)",
-        root,
-    )
-    return None
 
 
 class Trainer:
@@ -458,7 +442,7 @@ class Trainer:
         if changes and not override_lr_schedule:
             raise LRScheduleMismatchError(str(chosen), changes)
         runtime.load_model_state(self.model, checkpoint.model_state)
-        kernels = _kernel_choices(self.optimizer)  # this run's (fused=...), not the saved run's
+        kernels = optimizer_kernels(self.optimizer)  # this run's (fused=...), not the saved run's
         runtime.load_optimizer_state(self.model, self.optimizer, checkpoint.optimizer_state)
         for group, choices in zip(self.optimizer.param_groups, kernels, strict=True):
             group.update(choices)
@@ -501,12 +485,3 @@ class Trainer:
             self.logger.close()
         if self._owns_runtime:
             self.runtime.close()
-
-
-_KERNEL_KEYS = ("fused", "foreach", "capturable", "differentiable")
-"""Optimizer param-group keys that pick an implementation, not a state: a resumed run keeps
-its own (`TrainerConfig(fused_adamw=True)` resuming a run saved without it stays fused)."""
-
-
-def _kernel_choices(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
-    return [{k: g[k] for k in _KERNEL_KEYS if k in g} for g in optimizer.param_groups]
