@@ -60,6 +60,15 @@ from transformers.cache_utils import DynamicLayer
 from ludic.inference.embedded import batch_invariant as invariant
 from ludic.inference.embedded.batch_invariant import linear as invariant_linear
 from ludic.inference.embedded.prepacked_gemm import Packs, pack_for, packed_linear, unpackable
+from ludic.inference.embedded.rotary import (  # re-exported: invariant_forward shares them
+    _RotaryTable as _RotaryTable,
+)
+from ludic.inference.embedded.rotary import (
+    _rotate as _rotate,
+)
+from ludic.inference.embedded.rotary import (
+    _signed_rotary as _signed_rotary,
+)
 from ludic.inference.weights import pack_parameters_
 
 logger = logging.getLogger(__name__)
@@ -70,7 +79,6 @@ _TRANSPOSED_MAX_ROWS = 128
 # Rope types whose frequencies are fixed (dynamic and longrope recompute them from the sequence
 # length on every call, so those call the model's rotary module every forward).
 _STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
-_MIN_ROTARY_POSITIONS = 1024
 
 
 class LeanForward:
@@ -459,58 +467,3 @@ def _rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
     x32 = x.float()
     x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
     return weight * x32.to(x.dtype)
-
-
-class _RotaryTable:
-    """The rotary module's cos and signed sin (`_signed_sin`) for positions 0..P-1, computed by the
-    module itself in one call and then looked up: the per-forward rotary computation (~10 small
-    ops) becomes two lookups. Each position's values are the module's own elementwise results;
-    the table grows (doubling) when a later position shows up and is rebuilt when the frequency
-    buffer, dtype or device changes. Only for rope types whose frequencies are fixed."""
-
-    def __init__(self, module: Any) -> None:
-        self.module = module
-        self._key: tuple[Any, ...] = ()
-        self._cos_PD = self._signed_sin_PD = torch.empty(0, 0)
-
-    def __call__(
-        self, like: torch.Tensor, positions_BS: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and signed sin [B, S, D] of `positions_BS`, in `like`'s dtype."""
-        inv_freq = self.module._buffers["inv_freq"]
-        key = (inv_freq.data_ptr(), like.dtype, like.device)
-        needed = int(positions_BS.max()) + 1
-        if key != self._key or needed > len(self._cos_PD):
-            size = max(needed, 2 * len(self._cos_PD), _MIN_ROTARY_POSITIONS)
-            positions_P1 = torch.arange(size, device=like.device)[:, None]
-            cos_P1D, sin_P1D = self.module(like, positions_P1)
-            self._cos_PD, self._signed_sin_PD = cos_P1D[:, 0], _signed_sin(sin_P1D[:, 0])
-            self._key = key
-        return F.embedding(positions_BS, self._cos_PD), F.embedding(
-            positions_BS, self._signed_sin_PD
-        )
-
-
-def _signed_rotary(module: Any) -> Any:
-    """The rotary module called every forward, its sin signed (`_signed_sin`)."""
-
-    def rotary(like: torch.Tensor, positions_BS: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        cos_BSD, sin_BSD = module(like, positions_BS)
-        return cos_BSD, _signed_sin(sin_BSD)
-
-    return rotary
-
-
-def _signed_sin(sin_BSD: torch.Tensor) -> torch.Tensor:
-    """sin with its first half negated: rotate-half's sign, folded in once per forward."""
-    half = sin_BSD.shape[-1] // 2
-    return torch.cat((-sin_BSD[..., :half], sin_BSD[..., half:]), dim=-1)
-
-
-def _rotate(
-    x_NCD: torch.Tensor, cos_N1D: torch.Tensor, signed_sin_N1D: torch.Tensor
-) -> torch.Tensor:
-    """Rotary embedding: x * cos + rotate_half(x) * sin, with rotate_half's sign in the sin."""
-    half = x_NCD.shape[-1] // 2
-    swapped = torch.cat((x_NCD[..., half:], x_NCD[..., :half]), dim=-1)
-    return x_NCD * cos_N1D + swapped * signed_sin_N1D
