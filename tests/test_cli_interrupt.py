@@ -189,3 +189,45 @@ def test_a_real_error_keeps_its_traceback_and_exit_code(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "Traceback" in result.stderr and "unknown env 'no_such_env'" in result.stderr
     assert "interrupted" not in result.stderr
+
+
+_SIGNAL_INSIDE_A_GATHERED_TASK = """
+import asyncio, dataclasses, os, signal
+from ludic import cli
+
+@dataclasses.dataclass
+class Config:
+    pass
+
+async def _task(i: int) -> None:
+    await asyncio.sleep(0.01 * i)
+    if i == 2:
+        os.kill(os.getpid(), signal.SIGINT)  # lands inside this task, one of several gathered
+        for _ in range(100_000):
+            pass
+    await asyncio.sleep(30)
+
+def run(cfg: Config) -> None:
+    async def main() -> None:
+        await asyncio.gather(*(_task(i) for i in range(4)))
+    asyncio.run(main())
+
+cli.COMMANDS["gathered"] = cli.Command(config="__main__:Config", run="__main__:run", summary="")
+cli.main(["gathered"])
+"""
+
+
+def test_a_signal_inside_a_gathered_task_ends_with_one_line_only(tmp_path: Path) -> None:
+    """The signal raises inside one task of an `asyncio.gather`: that task dies with the
+    KeyboardInterrupt, and asyncio would log "Task exception was never retrieved" with its
+    traceback when the task is collected (seen in CI on `ludic train`)."""
+    result = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_INSIDE_A_GATHERED_TASK],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 130, result.stderr
+    assert result.stderr.strip() == "ludic gathered: interrupted (Ctrl-C)", result.stderr

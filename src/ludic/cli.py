@@ -15,6 +15,7 @@ Any other error keeps its traceback.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import re
 import signal
@@ -147,6 +148,15 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so that cleanup runs the same way."""
 
 
+def _drop_interrupt_tracebacks(record: logging.LogRecord) -> bool:
+    """A logging filter for asyncio: a signal that lands inside one of several gathered tasks
+    leaves that task finished with the KeyboardInterrupt, and asyncio later logs "Task
+    exception was never retrieved" with its traceback. The command already reports the
+    interrupt in one line; every other asyncio record passes."""
+    exc = record.exc_info[1] if record.exc_info else None
+    return not isinstance(exc, KeyboardInterrupt)
+
+
 @contextmanager
 def _signals_interrupt(received: list[int]) -> Iterator[None]:
     """While the command runs, SIGINT raises KeyboardInterrupt and SIGTERM `Terminated` in the
@@ -158,6 +168,7 @@ def _signals_interrupt(received: list[int]) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    logging.getLogger("asyncio").addFilter(_drop_interrupt_tracebacks)  # kept: tasks die at exit
 
     def interrupt(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
