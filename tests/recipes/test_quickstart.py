@@ -43,6 +43,7 @@ def test_quickstart_tiny_end_to_end(tmp_path: Path) -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert not (out / "run.lock").exists()  # held by the whole command, gone at its end
 
     table = parse_table(result.stdout)
     assert tuple(table) == STAGES, result.stdout

@@ -4,7 +4,10 @@ Stages: build a random tiny model; evaluate it; let a scripted expert play and k
 and draws (rejection sampling); SFT on them; evaluate; GRPO against the scripted opponent with
 the embedded engine serving the policy and fresh weights pushed after every step; evaluate;
 print the three evaluations as one table. The engine is batch-invariant, so the seeded table
-does not depend on the machine's load or request timing. Every piece is a public component; this file only
+does not depend on the machine's load or request timing. The whole command holds OUT_DIR's run
+lock (`ludic.recipes.run_lock`, the one `ludic train` and `ludic sft` hold): its SFT and RL stages
+train under it (they build their trainers here, taking no lock of their own), and a second run
+into the directory is refused before anything is built. Every piece is a public component; this file only
 wires them. It does not tune anything for you: the budgets are `QuickstartConfig` fields.
 """
 
@@ -30,6 +33,8 @@ from ludic.inference.sampling import SamplingConfig
 from ludic.models import TinyModelSpec, build_tiny_model
 from ludic.recipes.configs import QuickstartConfig
 from ludic.recipes.expert import PolicyClient
+from ludic.recipes.run_lock import RUN_LOCK, check_run_lock, run_lock
+from ludic.recipes.sft import LOCKED_RUN
 from ludic.recipes.tictactoe import (
     ENV_NAME,
     PROTOCOL_NAME,
@@ -90,7 +95,12 @@ def run_quickstart(cfg: QuickstartConfig, *, console: Console | None = None) -> 
         cfg = replace(cfg, **TINY_BUDGET)  # type: ignore[arg-type]
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
-    return asyncio.run(_run(cfg, console))
+    lock = cfg.out_dir / RUN_LOCK
+    check_run_lock(lock, what=LOCKED_RUN)  # another live run in OUT_DIR: before anything is built
+    with run_lock(  # one lock for every stage: SFT and RL train in sft/ and rl/ under it
+        lock, what=LOCKED_RUN, notice=lambda text: console.print(f"run directory: {text}")
+    ):
+        return asyncio.run(_run(cfg, console))
 
 
 async def _run(cfg: QuickstartConfig, console: Console) -> QuickstartResult:

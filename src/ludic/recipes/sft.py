@@ -6,7 +6,9 @@ tokens only) or `make_awr()` (the same NLL, each turn weighted by exp(A / beta))
 saves checkpoints whose `model/` directory is a loadable model, and plots the loss curve. AWR's
 weights are computed on every episode of the file before `--min-reward` drops episodes, so
 `--algorithm awr --min-reward R` is rejection sampling reweighted by AWR (filter then
-reweight). It does not generate data: see `examples/rejection_sampling.py`.
+reweight). It holds OUT_DIR's run lock (`ludic.recipes.run_lock`, the one `ludic train` and
+`ludic quickstart` hold) for the whole run, so a second run into the same directory is refused
+before its model loads. It does not generate data: see `examples/rejection_sampling.py`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 from rich.console import Console
 
 from ludic.recipes.configs import SFTConfig
+from ludic.recipes.run_lock import RUN_LOCK, check_run_lock, run_lock
 from ludic.recipes.training import finish, load_policy, make_trainer, plot_curve
 from ludic.rollouts import ChatTemplateRetokenizer, SampleFilter, SAWItem
 from ludic.training import (
@@ -30,6 +33,10 @@ from ludic.training import (
     make_sft,
 )
 from ludic.types import Rollout, Turn
+
+LOCKED_RUN = "ludic"
+"""How a refusal names the run holding OUT_DIR's lock (its command line follows: `ludic sft`,
+`ludic train` or `ludic quickstart` share one lock file)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -82,6 +89,16 @@ def sft_command(cfg: SFTConfig, *, console: Console | None = None) -> SFTResult:
     if not cfg.data.is_file():
         raise FileNotFoundError(f"--data {cfg.data} is not a file (expected a rollouts JSONL)")
     algorithm = offline_algorithm(cfg)
+    lock = cfg.out_dir / RUN_LOCK
+    check_run_lock(lock, what=LOCKED_RUN)  # another live run in OUT_DIR: before the model loads
+    with run_lock(  # one run per OUT_DIR: a second one is refused, naming this one
+        lock, what=LOCKED_RUN, notice=lambda text: console.print(f"run directory: {text}")
+    ):
+        return _fine_tune(cfg, algorithm, console)
+
+
+def _fine_tune(cfg: SFTConfig, algorithm: RLAlgorithm, console: Console) -> SFTResult:
+    """`sft_command`'s run, under OUT_DIR's lock."""
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
     filters: list[SampleFilter] = [drop_parse_errors()]
     if cfg.min_reward is not None:
