@@ -134,6 +134,10 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     context = context_of(cfg, suggested)
     console.print(context_line(cfg, suggested))
     model_dir = None if cfg.server_url else resolve_model_dir(cfg.model, console=console)
+    if model_dir is not None:
+        from ludic.recipes.inference import engine_settings
+
+        console.print(f"engine: embedded on {model_dir} ({engine_settings(cfg)})")  # as actor
     if model_dir is not None and cfg.threads is not None:
         import torch
 

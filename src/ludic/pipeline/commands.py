@@ -23,6 +23,7 @@ from ludic.pipeline.actor import ActorBatchStats, PipelineActor
 from ludic.pipeline.config import ActorConfig, Algorithm, LearnerConfig
 from ludic.pipeline.stream import SampleStream
 from ludic.recipes.algorithms import GiGPOOptions
+from ludic.recipes.inference import engine_settings  # shared with `ludic eval`
 
 if TYPE_CHECKING:
     from ludic.eval.command import EnvFactory
@@ -220,19 +221,6 @@ def _embedded_engine(cfg: ActorConfig) -> Any:
         engine_settings(engine.config),
     )
     return engine
-
-
-def engine_settings(config: Any) -> str:
-    """The embedded engine's flags as `ludic actor` names them in its log."""
-    flags = [
-        flag
-        for flag, on in (
-            ("--batch-invariant", config.batch_invariant),
-            ("--prepacked-gemm", config.prepacked_gemm),
-        )
-        if on
-    ]
-    return " ".join(flags) if flags else "default kernels"
 
 
 async def _first_model(server_url: str, api_key: str | None) -> str:

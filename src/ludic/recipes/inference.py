@@ -5,7 +5,8 @@ extension) that a training run pushes its weights to after every step.
 `InferenceArgs` is the argument block (embed it in a tyro config as a field typed
 `InferenceFlags`: `--server-url A B C --server-token T --served-model M`); `make_inference` gives a client plus the matching weight
 publisher (training), `make_client` a client only (evaluation, sampling; `close_client` closes
-it); `check_engine_flags` refuses embedded-engine flags that cannot apply. Several URLs give a
+it); `check_engine_flags` refuses embedded-engine flags that cannot apply, `engine_settings`
+names those on. Several URLs give a
 `ServerPool` client (calls spread over the servers, each episode kept on one) and one
 `BroadcastPolicyPublisher` that pushes to all of them. Importing this module is light (no
 torch); it starts no server.
@@ -234,6 +235,21 @@ def check_engine_flags(
             "--batch-invariant applies to the embedded engine, not to --server-url; start the "
             "server with `ludic serve --batch-invariant` and drop the flag here"
         )
+
+
+def engine_settings(config: Any) -> str:
+    """The embedded engine's flags `config` (an `EngineConfig`, or a command's config with the
+    same two fields) turns on, as `ludic actor` and `ludic eval` name them ("default kernels"
+    when none)."""
+    flags = [
+        flag
+        for flag, on in (
+            ("--batch-invariant", config.batch_invariant),
+            ("--prepacked-gemm", config.prepacked_gemm),
+        )
+        if on
+    ]
+    return " ".join(flags) if flags else "default kernels"
 
 
 def make_client(
