@@ -92,6 +92,18 @@ async def test_without_samples_masks_come_from_the_traces() -> None:
             assert [s["m"] for s in dt["samples"]] == [s["m"] for s in rt["samples"]]
 
 
+async def test_64_bit_seeds_reach_the_page_exactly() -> None:
+    # SeedSequencer derives 64-bit episode seeds; a JSON number above 2**53 is rounded by the
+    # page's JavaScript (7503306085401639846 showed as 7503306085401640000)
+    rollouts = await all_rollouts()
+    big = 7503306085401639846
+    rollouts[0].meta["env_seed"] = big
+    rollouts[0].meta["note"] = {"draw": -big, "small": 2**53 - 1}
+    view = build_view(rollouts, None, byte_decoder)
+    assert view[0]["seed"] == str(big) and view[1]["seed"] == 1  # small ones stay numbers
+    assert view[0]["meta"]["note"] == {"draw": str(-big), "small": 2**53 - 1}
+
+
 def test_byte_decoder_handles_multibyte_and_specials() -> None:
     ids = [256, *"é!".encode(), 257, 999]
     assert byte_decoder(ids) == ["<|im_start|>", "\\xc3", "é", "!", "<|im_end|>", "[999]"]

@@ -95,6 +95,16 @@ def test_url_filters_and_snapshot_boundary(page_and_data, tmp_path: Path) -> Non
     assert "context rewritten before this call" in dom
 
 
+def test_64_bit_seed_shown_and_searched_exactly(tmp_path: Path) -> None:
+    rollouts = asyncio.run(all_rollouts())
+    seed = 7503306085401639846  # a SeedSequencer seed; as a JS number it reads ...640000
+    rollouts[2].meta["env_seed"] = seed
+    page = write_viewer(rollouts, tmp_path / "rollouts.html")
+    dom = chromium(page, f"#q={seed}", tmp_path / "profile", "--dump-dom")
+    assert EPISODE_ITEM.findall(dom) == [rollouts[2].id]
+    assert f"seed {seed}" in dom and "7503306085401640000" not in dom
+
+
 def test_screenshots_saved_as_artifacts(page_and_data, tmp_path: Path) -> None:
     page, rollouts, _ = page_and_data
     ARTIFACTS.mkdir(exist_ok=True)

@@ -26,6 +26,10 @@ _SHOWN_META = (
 
 _SHOWN_STEP_INFO = ("parse_error", "synthetic", "truncation_reason")
 
+_JS_SAFE_INT = 2**53 - 1
+"""The largest integer a JavaScript number holds exactly; larger ones (the 64-bit episode seeds
+`SeedSequencer` derives) go to the page as strings, or it would show and search a rounded one."""
+
 
 def build_view(
     rollouts: Sequence[Rollout],
@@ -83,7 +87,7 @@ def _episode(
         "group": record.group_id,
         "request": record.request_id,
         "env": record.env_name,
-        "seed": record.env_seed,
+        "seed": _exact_int(record.env_seed),
         "reward": _num(record.total_reward),
         "outcome": record.outcome,
         "failed": record.failed,
@@ -234,6 +238,13 @@ def _num(value: object) -> float | None:
     return f if math.isfinite(f) else None
 
 
+def _exact_int(value: Any) -> Any:
+    """`value`, or its decimal string when it is an int JavaScript would round."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _JS_SAFE_INT:
+        return str(value)
+    return value
+
+
 def _text(value: object) -> str:
     if value is None:
         return ""
@@ -251,6 +262,8 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if isinstance(value, float):
         return value if math.isfinite(value) else str(value)
-    if value is None or isinstance(value, str | int | bool):
+    if isinstance(value, int):
+        return _exact_int(value)
+    if value is None or isinstance(value, str):
         return value
     return str(value)
