@@ -1,13 +1,15 @@
 """The trainer-to-inference weight path: publishing new policy weights to the engines and
 servers that sample from them. The `PolicyPublisher` seam and its
 implementations (in-process, and HTTP + torch.distributed broadcast), each verified with exact
-checksums of what the receiver holds and a logprob probe."""
+checksums of what the receiver holds and a logprob probe. A custom publisher or receiver plans
+its buckets with `plan_manifest`; `fused_groups` names the tensors a Llama-family server runs as
+one GEMM (its default `together`), to extend with another model family's groups."""
 
 from ludic.distributed.broadcast import BroadcastPolicyPublisher, PushStats, WeightPushError
 from ludic.distributed.checksum import checksums, tensor_checksum
 from ludic.distributed.inprocess import InProcessPublisher, WeightTarget
 from ludic.distributed.interfaces import PolicyPublisher, PublishVerificationError, Weights
-from ludic.distributed.manifest import ManifestError, WeightManifest, plan_manifest
+from ludic.distributed.manifest import ManifestError, WeightManifest, fused_groups, plan_manifest
 from ludic.distributed.verification import (
     HttpPolicyProbe,
     PolicyProbe,
@@ -36,6 +38,7 @@ __all__ = [
     "checksums",
     "compare_logprobs",
     "default_probe_tokens",
+    "fused_groups",
     "plan_manifest",
     "probe_atol",
     "reference_logprobs",
