@@ -42,3 +42,19 @@ def test_a_dtype_the_trainer_does_not_offer_is_refused_naming_the_flag(tmp_path:
 
     with pytest.raises(SystemExit):
         cli.main(["train", "--dtype", "float16", "--out-dir", str(tmp_path), "--no-progress"])
+
+
+def test_batch_invariant_with_bfloat16_autocast_is_refused_before_the_model_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Autocast moves the trainer's logprobs by ~1e-3, so the bit-for-bit recomputation that
+    --batch-invariant promises cannot hold: refused, naming both flags."""
+    import ludic.recipes.train as train_module
+
+    def no_model(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model loaded before the flags were checked")
+
+    monkeypatch.setattr(train_module, "load_policy", no_model)
+    cfg = TrainConfig(dtype="bfloat16", batch_invariant=True, out_dir=tmp_path, progress=False)
+    with pytest.raises(ValueError, match=r"--batch-invariant.*--dtype bfloat16"):
+        train_command(cfg)

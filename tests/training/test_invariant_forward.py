@@ -113,6 +113,8 @@ def test_what_the_invariant_forward_cannot_do_is_refused() -> None:
         invariant_logits(model, ids_BT, left_padded)
     with pytest.raises(ValueError, match="packing"):
         TrainerConfig(batch_invariant=True, packing=True)
+    with pytest.raises(ValueError, match=r"autocast to dtype='bfloat16'.*dtype='float32'"):
+        TrainerConfig(batch_invariant=True, packing=False, dtype="bfloat16")
     batch = CollatedBatch(
         input_ids_BT=ids_BT,
         attention_mask_BT=torch.ones_like(ids_BT),

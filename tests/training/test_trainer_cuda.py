@@ -5,11 +5,13 @@ storage as when publishing. The CLI paths on a GPU: tests/recipes/test_train_cud
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from training_fakes import ListSource, shared_prompt_group, tiny_llama
 
-from ludic.training import Trainer, TrainerConfig, make_grpo
+from ludic.training import CheckpointConfig, Trainer, TrainerConfig, make_grpo
 
 pytestmark = [
     pytest.mark.gpu,
@@ -43,3 +45,25 @@ def test_gpu_options_step_like_the_plain_trainer(options: dict[str, object]) -> 
     ):
         assert got.device.type == "cuda"
         torch.testing.assert_close(got, want, atol=tolerance, rtol=tolerance, msg=name)
+
+
+def test_fused_adamw_resumes_a_checkpoint_saved_without_it(tmp_path: Path) -> None:
+    """Torch puts a loaded `step` where the saved (non-fused) groups keep it, on the CPU; the
+    fused CUDA kernel then refused the step ("Expected all tensors to be on the same device")."""
+    rows = shared_prompt_group(4, [9, 12, 20, 11], 30)
+
+    def trainer(**options: object) -> Trainer:
+        config = TrainerConfig(
+            lr=1e-3,
+            device="cuda",
+            checkpoint=CheckpointConfig(dir=str(tmp_path / "ckpt"), every_n_steps=1),
+            **options,  # type: ignore[arg-type]
+        )
+        return Trainer(tiny_llama(seed=0).to("cuda"), make_grpo(), ListSource([rows]), config)
+
+    trainer().run(1, progress=False)
+    fused = trainer(fused_adamw=True)
+    fused.resume()
+    fused.run(1, progress=False)
+    assert fused.step == 2
+    assert all(s["step"].device.type == "cuda" for s in fused.optimizer.state.values())

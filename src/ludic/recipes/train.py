@@ -121,6 +121,11 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
         server_url=cfg.server_url,
         device=cfg.device,
     )
+    if cfg.batch_invariant and cfg.dtype != "float32":
+        raise ValueError(
+            f"--batch-invariant recomputes the engine's logprobs bit for bit, which "
+            f"--dtype {cfg.dtype} (autocast) breaks: drop one of the two flags"
+        )
     max_lag = trainer_max_lag(cfg)  # a bad --local-server combination fails before loading
     schedule_steps = schedule_steps_of(cfg)
     check_lr_schedule(cfg.lr_schedule, cfg.warmup_steps, schedule_steps, cfg.min_lr_ratio)

@@ -126,6 +126,12 @@ class TrainerConfig:
             raise ValueError(f"max_lag must be >= 0 or None, got {self.max_lag}")
         if self.max_seq_len is not None and self.max_seq_len < 2:
             raise ValueError(f"max_seq_len must be >= 2 or None, got {self.max_seq_len}")
+        if self.batch_invariant and self.dtype != "float32":
+            raise ValueError(
+                f"batch_invariant recomputes the engine's logprobs bit for bit, which autocast "
+                f"to dtype={self.dtype!r} breaks (its logprobs move by ~1e-3): use "
+                f"dtype='float32' (`ludic train --dtype float32`) or drop batch_invariant"
+            )
         if self.batch_invariant and self.packing:
             raise ValueError(
                 "batch_invariant computes each sequence as its own row: set packing=False"

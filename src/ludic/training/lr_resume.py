@@ -82,3 +82,24 @@ its own (`TrainerConfig(fused_adamw=True)` resuming a run saved without it stays
 def optimizer_kernels(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
     """Each param group's `KERNEL_KEYS` settings, to put back after loading a state dict."""
     return [{k: g[k] for k in KERNEL_KEYS if k in g} for g in optimizer.param_groups]
+
+
+def restore_optimizer_kernels(
+    optimizer: torch.optim.Optimizer, kernels: list[dict[str, Any]]
+) -> None:
+    """After loading a state dict: put this run's `kernels` (`optimizer_kernels`, taken before
+    the load) back, and each parameter's `step` where that kernel reads it. Torch places a
+    loaded `step` by the *saved* groups (on the parameter's device, float32, only for fused or
+    capturable ones; else where it was saved), so a fused run resuming a non-fused checkpoint
+    would hand CUDA's fused AdamW CPU step tensors ("Expected all tensors to be on the same
+    device"), and the reverse would leave a plain kernel device steps."""
+    for group, choices in zip(optimizer.param_groups, kernels, strict=True):
+        group.update(choices)
+        on_device = bool(group.get("fused") or group.get("capturable"))
+        for param in group["params"]:
+            state = optimizer.state.get(param)
+            step = None if state is None else state.get("step")
+            if state is not None and isinstance(step, torch.Tensor):
+                state["step"] = (
+                    step.to(dtype=torch.float32, device=param.device) if on_device else step.cpu()
+                )

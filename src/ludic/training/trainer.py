@@ -71,6 +71,7 @@ from ludic.training.lr_resume import (
     lr_changes,
     lr_settings,
     optimizer_kernels,
+    restore_optimizer_kernels,
 )
 from ludic.training.mismatch import policy_lag_metrics
 from ludic.training.parallel.auto import auto_runtime
@@ -444,8 +445,7 @@ class Trainer:
         runtime.load_model_state(self.model, checkpoint.model_state)
         kernels = optimizer_kernels(self.optimizer)  # this run's (fused=...), not the saved run's
         runtime.load_optimizer_state(self.model, self.optimizer, checkpoint.optimizer_state)
-        for group, choices in zip(self.optimizer.param_groups, kernels, strict=True):
-            group.update(choices)
+        restore_optimizer_kernels(self.optimizer, kernels)
         if checkpoint.scheduler_state is not None:
             self.scheduler.load_state_dict(checkpoint.scheduler_state)
         if changes:

@@ -64,6 +64,7 @@ class PrefetchBatchSource:
         self._lend = _lend_count(lend_idle_threads)  # threads while the source idles, or None
         self._lender = _ThreadLender()
         self._hooks: list[Any] = []
+        self._watched: torch.nn.Module | None = None
         self._loop = asyncio.new_event_loop()  # one loop for every draw: sources may bind to it
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="ludic-prefetch", daemon=True
@@ -77,12 +78,21 @@ class PrefetchBatchSource:
 
         The Trainer calls it with its model; call it yourself when driving the source without
         one. The layers are the members of the model's `nn.ModuleList`s (the model itself if it
-        has none)."""
-        if self._lend is None or self._hooks:
+        has none). A model watched before is no longer (a Trainer that failed to start left its
+        hooks on a model the next one does not train)."""
+        if self._lend is None or self._watched is model:
             return
+        self._unhook()
+        self._watched = model
         for layer in _layers(model):
             self._hooks.append(layer.register_forward_pre_hook(lambda *_: self._look("forward")))
             self._hooks.append(layer.register_forward_hook(self._look_in_backward))
+
+    def _unhook(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+        self._watched = None
 
     @property
     def lending(self) -> bool:
@@ -160,9 +170,7 @@ class PrefetchBatchSource:
             if close is None:
                 raise TypeError(f"PrefetchBatchSource.close: {client!r} has no aclose() or close()")
             closers.append(close)
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks.clear()
+        self._unhook()
         self._lender.restore()
         if self._loop.is_closed():
             return
