@@ -62,7 +62,12 @@ class LightsEnv(SingleAgentEnv):
         lamp = int(action) - 1  # the parser guarantees "1".."4"
         self.lamps[lamp] = not self.lamps[lamp]
         if all(self.lamps):
-            return StepOutcome(obs="All lamps are on.", reward=1.0 - FLIP_COST, terminated=True)
+            return StepOutcome(  # solved, whatever parse penalties cost: `ludic eval` success
+                obs="All lamps are on.",
+                reward=1.0 - FLIP_COST,
+                terminated=True,
+                info={"success": True},
+            )
         return StepOutcome(obs=self._describe(), reward=-FLIP_COST)
 
     def env_state_key(self) -> str:

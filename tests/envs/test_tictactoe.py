@@ -70,7 +70,10 @@ def test_win_pays_win_reward_and_reports_the_outcome() -> None:
     env.board = "XX.OO...."
     out = env.env_step("3")
     assert (out.reward, out.terminated) == (2.0, True)
-    assert out.info == {"move": 3, "optimal_move": True, "illegal_move": False, "outcome": "win"}
+    assert out.info == {
+        **{"move": 3, "optimal_move": True, "illegal_move": False},
+        **{"outcome": "win", "success": True},
+    }
     assert out.obs.endswith("Game over: you win.") and env.env_state_key() == "XXXOO....|-"
 
 

@@ -59,7 +59,8 @@ def test_o_can_win_and_x_then_loses() -> None:
     env.reset()
     outs = play(env, "1", "4", "2", "5", "9", "6")
     assert outs["O"].reward == 3.0 and outs["X"].reward == -2.0
-    assert outs["X"].info == {"opponent_move": 6, "outcome": "loss"}
+    assert outs["X"].info == {"opponent_move": 6, "outcome": "loss", "success": False}
+    assert outs["O"].info["success"] is True
 
 
 def test_draw_gives_both_the_draw_reward() -> None:

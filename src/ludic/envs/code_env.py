@@ -1,6 +1,7 @@
 """CodeTestEnv: APPS-style programming problems. The model writes a program; it runs against
 stdin/stdout test cases in a `ludic.sandbox` sandbox; the reward is the fraction of tests
-passed (or all-or-nothing), with a penalty for code that does not compile.
+passed (or all-or-nothing), with a penalty for code that does not compile. `info["success"]`
+says whether every test passed (what `ludic eval` counts as solved, whatever the scoring).
 
 One step per episode. It deliberately compiles the code on the host only to check syntax
 (`compile()` executes nothing); the code itself runs only in the sandbox. It does not
@@ -173,7 +174,7 @@ class CodeTestEnv(SingleAgentEnv):
         error = compile_error(code)
         info: Info = {"problem_id": problem.id, "compiled": error is None, "compile_error": error}
         if error is not None:
-            info.update(passed=0, total=len(problem.tests), tests=[])
+            info.update(passed=0, total=len(problem.tests), tests=[], success=False)
             obs = f"Your code does not compile: {error}"
             return StepOutcome(obs=obs, reward=-self.compile_penalty, terminated=True, info=info)
         pool = self.pool or shared_pool()
@@ -190,6 +191,7 @@ class CodeTestEnv(SingleAgentEnv):
         else:
             reward = float(passed == total)
         info.update(passed=passed, total=total, tests=tests, isolation=results[0].isolation)
+        info["success"] = passed == total  # solved: every test, whatever the scoring
         obs = f"Passed {passed}/{total} tests."
         return StepOutcome(obs=obs, reward=reward, terminated=True, info=info)
 

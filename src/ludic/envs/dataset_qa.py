@@ -52,7 +52,8 @@ class DatasetQAEnv(SingleAgentEnv):
     2, ... walk the dataset), a random one for `seed=None`, or always `sample_index` if given.
 
     The single step scores the action with `verifier(prediction, target)`: the reward is its
-    value as a float; `info["correct"]` is True for True or a score >= 1. The episode always
+    value as a float; `info["correct"]` is True for True or a score >= 1 (`ludic eval`'s success,
+    whatever a parser's rewards or a partial score add up to). The episode always
     terminates after that step. `info` holds `target`, `prediction`, `correct`, `sample_index`.
     """
 

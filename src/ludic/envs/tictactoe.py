@@ -92,7 +92,8 @@ class TicTacToeEnv(SingleAgentEnv):
 
     Opponents: "random" (a seeded random legal move), "minimax" (perfect play, ties broken by
     the seed) and "mixed" (random with probability `epsilon`, else minimax). Rewards: `win_reward`,
-    `draw_reward`, `loss_reward` at the end. An illegal move (occupied cell, or any text that is
+    `draw_reward`, `loss_reward` at the end; the last step's info names the `outcome` and says
+    `success` (a win, whatever illegal-move penalties cost on the way). An illegal move (occupied cell, or any text that is
     not a cell number 1-9) either ends the episode with `illegal_reward` (`illegal_move="end"`,
     outcome "illegal") or, with `illegal_move="retry"`, costs `illegal_reward` and lets the agent
     move again (`info["retry"]`). `observation="compact"` shows only the board (empty cells as
@@ -182,6 +183,7 @@ class TicTacToeEnv(SingleAgentEnv):
         if self.outcome is None:
             return StepOutcome(obs=self._observation(info.get("opponent_move")), info=info)
         info["outcome"] = self.outcome
+        info["success"] = self.outcome == "win"  # whatever illegal-move penalties cost on the way
         return StepOutcome(
             obs=self._played(info.get("opponent_move"))
             + game_over_text(self.board, self.agent_mark, self.outcome),
@@ -213,6 +215,7 @@ class TicTacToeEnv(SingleAgentEnv):
             obs = f"Illegal move: {why}. Try again.\n{self._observation()}"
             return StepOutcome(obs=obs, reward=self.illegal_reward, info=info)
         self.outcome = info["outcome"] = "illegal"
+        info["success"] = False
         obs = f"Illegal move: {why}. Game over: you lose.\n{render_board(self.board)}"
         return StepOutcome(obs=obs, reward=self.illegal_reward, terminated=True, info=info)
 

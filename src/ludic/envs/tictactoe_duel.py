@@ -33,7 +33,8 @@ class TicTacToeDuelEnv(LudicEnv):
     """Seats `x_id` (moves first) and `o_id`. `active_agents` is the side to move (empty once
     the game is over). Terminal rewards: `win_reward` / `loss_reward` / `draw_reward`; an
     illegal move (occupied cell or any non-cell text) ends the game: the mover gets
-    `illegal_reward` (outcome "illegal"), the other seat `win_reward` (outcome "win").
+    `illegal_reward` (outcome "illegal"), the other seat `win_reward` (outcome "win"). Each
+    seat's last info says `success` (it won), whatever parse penalties cost on the way.
     The state key is `"<board>|<side to move>"`, the same for both seats.
     `observation="compact"` shows the board and the side to move, as `TicTacToeEnv`'s does.
     """
@@ -126,7 +127,7 @@ class TicTacToeDuelEnv(LudicEnv):
             obs=prefix + game_over_text(self.board, self.marks[aid], result),
             reward=reward,
             terminated=True,
-            info={**info, "outcome": result},
+            info={**info, "outcome": result, "success": result == "win"},
         )
 
     def _illegal(self, mover: str, waiting: str, action: str, cell: int | None) -> StepResult:

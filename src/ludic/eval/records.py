@@ -21,9 +21,32 @@ SuccessFn = Callable[[Rollout], bool]
 OUTCOME_KEYS: tuple[str, ...] = ("outcome", "result")
 
 
+# Info keys an env may set (a bool, on the step that ends the episode) to say whether it was
+# solved, whatever the rewards added up to (parse penalties, step costs).
+SUCCESS_KEYS: tuple[str, ...] = ("success", "correct")
+
+
 def reward_success(rollout: Rollout) -> bool:
-    """The default success rule: the episode did not fail and its total reward is positive."""
-    return not rollout.failed and rollout.total_reward > 0
+    """The default success rule: the episode did not fail, and the env's own verdict where it
+    gives one (`env_success`), else a positive total reward."""
+    if rollout.failed:
+        return False
+    verdict = env_success(rollout)
+    return verdict if verdict is not None else rollout.total_reward > 0
+
+
+def env_success(rollout: Rollout) -> bool | None:
+    """Whether the env says the episode solved its task: a bool under "success" (else
+    "correct") in the last env step's info; None when it says nothing (a puzzle solved after
+    penalties is a success, though its total reward may be <= 0)."""
+    env_steps = rollout.env_steps
+    if not env_steps:
+        return None
+    for key in SUCCESS_KEYS:
+        verdict = env_steps[-1].info.get(key)
+        if isinstance(verdict, bool):
+            return verdict
+    return None
 
 
 def episode_outcome(rollout: Rollout, *, success: bool) -> str:
