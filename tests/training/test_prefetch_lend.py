@@ -10,6 +10,9 @@ import copy
 import math
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -78,6 +81,46 @@ def threads_seen(model: torch.nn.Module) -> list[int]:
     return seen  # backward entries are negative
 
 
+@dataclass(frozen=True, slots=True)
+class Lending:
+    """A `PrefetchBatchSource` over a `GatedSource`, watching `model`; `seen` records the
+    thread counts `record` hooks see (empty without one)."""
+
+    inner: GatedSource
+    source: PrefetchBatchSource
+    model: torch.nn.Module
+    seen: list[int]
+
+    async def first_draw(self) -> SAWBatch:
+        """The first batch, and the second drawn (the gate open) before returning."""
+        batch = await self.source.next_batch()
+        self.source.wait(timeout=10)
+        return batch
+
+
+@contextmanager
+def lending(
+    model: torch.nn.Module,
+    *,
+    lend: int | bool = 2,
+    released: bool = True,
+    record: Callable[[torch.nn.Module], list[int]] | None = None,
+) -> Iterator[Lending]:
+    """The setup every test here shares; the gate opened (`released`) or held, and the source
+    closed at the end (the gate opened first, so no draw is left waiting on it)."""
+    inner = GatedSource()
+    if released:
+        inner.release.set()
+    source = PrefetchBatchSource(inner, lend_idle_threads=lend)
+    source.watch_model(model)
+    seen = record(model) if record is not None else []
+    try:
+        yield Lending(inner, source, model, seen)
+    finally:
+        inner.release.set()
+        source.close()
+
+
 def forward_backward(model: torch.nn.Module, *, backward: bool = True) -> torch.Tensor:
     ids_BT = torch.randint(1, 300, (2, 12), generator=torch.Generator().manual_seed(0))
     embeds_BTH = model.get_input_embeddings()(ids_BT)
@@ -90,88 +133,62 @@ def forward_backward(model: torch.nn.Module, *, backward: bool = True) -> torch.
 async def test_threads_are_lent_once_the_draw_is_done_and_given_back_before_the_next(
     never_drop: None,
 ) -> None:
-    inner, model = GatedSource(), tiny_llama()
-    source = PrefetchBatchSource(inner, lend_idle_threads=2)
-    source.watch_model(model)
-    seen = threads_seen(model)
-    try:
+    with lending(tiny_llama(), released=False, record=threads_seen) as run:
+        source, seen = run.source, run.seen
         await source.next_batch()  # batch 2 is in flight, held by the gate
-        forward_backward(model)
+        forward_backward(run.model)
         assert seen == [1, 1, -1] and not source.lending  # the draw runs: nothing lent
-        inner.release.set()
+        run.inner.release.set()
         source.wait(timeout=10)
-        forward_backward(model)
+        forward_backward(run.model)
         assert seen[3:] == [2, 2, -2] and source.lending
         batch = await source.next_batch()
         assert torch.get_num_threads() == 1 and not source.lending  # back before the next draw
         assert batch.stats["prefetch_lent_seconds"] > 0
-    finally:
-        source.close()
     assert torch.get_num_threads() == 1
 
 
 async def test_the_lend_happens_mid_backward(never_drop: None) -> None:
-    inner, model = GatedSource(), tiny_llama()
-    inner.release.set()
-    source = PrefetchBatchSource(inner, lend_idle_threads=2)
-    source.watch_model(model)
-    seen = threads_seen(model)
-    try:
-        await source.next_batch()
-        source.wait(timeout=10)
-        inner.release.clear()
+    with lending(tiny_llama(), record=threads_seen) as run:
+        source = run.source
+        await run.first_draw()
+        run.inner.release.clear()
         batch = await source.next_batch()  # the third draw waits on the gate
         assert batch.stats["prefetch_lent_seconds"] == 0.0
-        loss = forward_backward(model, backward=False)  # the forward runs while it draws
-        inner.release.set()
+        loss = forward_backward(run.model, backward=False)  # the forward runs while it draws
+        run.inner.release.set()
         source.wait(timeout=10)
         assert torch.get_num_threads() == 1
         loss.backward()  # a hook on the last layer's output gradient sees the draw done
-        assert seen == [1, 1, -2] and source.lending
-    finally:
-        source.close()
+        assert run.seen == [1, 1, -2] and source.lending
     assert torch.get_num_threads() == 1 and not source.lending  # close gives them back
 
 
 async def test_off_changes_nothing_and_registers_no_hook() -> None:
-    inner, model = GatedSource(), tiny_llama()
-    inner.release.set()
-    source = PrefetchBatchSource(inner)
-    source.watch_model(model)
-    assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
-    seen = threads_seen(model)
-    try:
-        await source.next_batch()
-        source.wait(timeout=10)
+    with lending(tiny_llama(), lend=False) as run:
+        model = run.model
+        assert all(not m._forward_pre_hooks and not m._forward_hooks for m in model.modules())
+        seen = threads_seen(model)
+        await run.first_draw()
         forward_backward(model)
-        batch = await source.next_batch()
-    finally:
-        source.close()
+        batch = await run.source.next_batch()
     assert seen == [1, 1, -1] and "prefetch_lent_seconds" not in batch.stats
 
 
 async def test_another_thread_running_the_model_is_never_lent_threads(never_drop: None) -> None:
-    inner, model = GatedSource(), tiny_llama()
-    inner.release.set()
-    source = PrefetchBatchSource(inner, lend_idle_threads=2)
-    source.watch_model(model)
-    seen = threads_seen(model)
-    try:
-        await source.next_batch()
-        source.wait(timeout=10)
-        worker = threading.Thread(target=lambda: forward_backward(model))
+    with lending(tiny_llama(), record=threads_seen) as run:
+        await run.first_draw()
+        worker = threading.Thread(target=lambda: forward_backward(run.model))
         worker.start()
         worker.join()
-        assert seen == [1, 1, -1] and not source.lending
+        assert run.seen == [1, 1, -1] and not run.source.lending
         assert torch.get_num_threads() == 1
-    finally:
-        source.close()
 
 
 async def test_bad_settings_are_refused_with_the_fix() -> None:
     with pytest.raises(ValueError, match="thread count >= 1"):
         PrefetchBatchSource(GatedSource(), lend_idle_threads=0)
-    source = PrefetchBatchSource(GatedSource(), lend_idle_threads=True)
+    source = PrefetchBatchSource(GatedSource(), lend_idle_threads=True)  # no watch_model
     try:
         with pytest.raises(RuntimeError, match="watch_model"):
             await source.next_batch()
@@ -266,65 +283,48 @@ class Stack(torch.nn.Module):
         return x_BH
 
 
-def stack_threads_seen(model: Stack) -> list[int]:
+def stack_threads_seen(model: torch.nn.Module) -> list[int]:
     seen: list[int] = []
     for layer in model.layers:
         layer.register_forward_pre_hook(lambda *_: seen.append(torch.get_num_threads()))
     return seen
 
 
-async def lent_forward(source: PrefetchBatchSource, inner: GatedSource, model: Stack) -> SAWBatch:
+async def lent_forward(run: Lending) -> SAWBatch:
     """One step: the draw is held through one forward on own threads (the reference), then
     released before a second forward."""
-    inner.release.clear()
-    batch = await source.next_batch()
-    model(torch.zeros(1, 2))
-    inner.release.set()
-    source.wait(timeout=10)
-    model(torch.zeros(1, 2))
+    run.inner.release.clear()
+    batch = await run.source.next_batch()
+    run.model(torch.zeros(1, 2))
+    run.inner.release.set()
+    run.source.wait(timeout=10)
+    run.model(torch.zeros(1, 2))
     return batch
 
 
 async def test_lent_threads_that_do_not_pay_are_dropped_and_sat_out_then_tried_again() -> None:
-    inner, model = GatedSource(), Stack(faster_with_more_threads=False)
-    source = PrefetchBatchSource(inner, lend_idle_threads=2)
-    source.watch_model(model)
-    seen = stack_threads_seen(model)
-    try:
-        inner.release.set()
-        await source.next_batch()
-        source.wait(timeout=10)
-        await lent_forward(source, inner, model)
+    with lending(Stack(faster_with_more_threads=False), record=stack_threads_seen) as run:
+        seen = run.seen
+        await run.first_draw()
+        await lent_forward(run)
         assert seen[4:] == [2, 1, 1, 1]  # one slower layer, then back to its own thread
-        assert torch.get_num_threads() == 1 and not source.lending
-        batch = await lent_forward(source, inner, model)
+        assert torch.get_num_threads() == 1 and not run.source.lending
+        batch = await lent_forward(run)
         assert batch.stats["prefetch_lend_dropped"] == 1.0
         assert batch.stats["prefetch_lent_seconds"] > 0
         assert seen[12:] == [1, 1, 1, 1]  # sat out one step
-        batch = await lent_forward(source, inner, model)
+        batch = await lent_forward(run)
         assert batch.stats["prefetch_lent_seconds"] == batch.stats["prefetch_lend_dropped"] == 0.0
         assert seen[20:] == [2, 1, 1, 1]  # tried again, dropped again: now sits out two
-        await lent_forward(source, inner, model)
-        await lent_forward(source, inner, model)
+        await lent_forward(run)
+        await lent_forward(run)
         assert seen[28:32] == [1, 1, 1, 1] and seen[36:40] == [1, 1, 1, 1]  # sat out two
-    finally:
-        inner.release.set()
-        source.close()
 
 
 async def test_lent_threads_that_pay_are_kept() -> None:
-    inner, model = GatedSource(), Stack(faster_with_more_threads=True)
-    source = PrefetchBatchSource(inner, lend_idle_threads=2)
-    source.watch_model(model)
-    seen = stack_threads_seen(model)
-    try:
-        inner.release.set()
-        await source.next_batch()
-        source.wait(timeout=10)
-        await lent_forward(source, inner, model)
-        batch = await lent_forward(source, inner, model)
-        assert seen[4:8] == [2, 2, 2, 2] and seen[12:] == [2, 2, 2, 2]
+    with lending(Stack(faster_with_more_threads=True), record=stack_threads_seen) as run:
+        await run.first_draw()
+        await lent_forward(run)
+        batch = await lent_forward(run)
+        assert run.seen[4:8] == [2, 2, 2, 2] and run.seen[12:] == [2, 2, 2, 2]
         assert batch.stats["prefetch_lend_dropped"] == 0.0
-    finally:
-        inner.release.set()
-        source.close()
