@@ -10,40 +10,23 @@ import copy
 import gc
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
 import torch
-from distributed_fakes import SPEC, TOKEN
+from distributed_fakes import SPEC, TOKEN, nudge_
 from fastapi.testclient import TestClient
-from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from layout_fakes import BASE_URL, served_in_process, storages, tiny_qwen2
 from ludic.distributed import BroadcastPolicyPublisher
 from ludic.distributed.transfer import adjacent_view
 from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.inference.embedded.kv_cache import new_cache
 from ludic.inference.embedded.lean_forward import LeanForward
-from ludic.inference.http.server import create_app
 from ludic.models import build_tiny_model
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]
-
-
-def qwen2_model(vocab_size: int) -> Qwen2ForCausalLM:
-    """A tiny Qwen2 (q/k/v biases), two layers, untied embeddings."""
-    config = Qwen2Config(
-        vocab_size=vocab_size,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        return Qwen2ForCausalLM(config).eval()
 
 
 def flatten_in_state_dict_order_(model: torch.nn.Module) -> None:
@@ -82,7 +65,7 @@ def run_lean(lean: LeanForward, model: torch.nn.Module) -> torch.Tensor:
 def pinned_old_bytes(old: set[int], model: torch.nn.Module) -> int:
     """Bytes of the storages in `old` (data pointers) that live tensors still hold although no
     parameter of `model` lives there any more (tensor storage accounting over the heap)."""
-    current = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    current = storages(model)
     held: dict[int, int] = {}
     with warnings.catch_warnings():  # isinstance() on deprecated module proxies warns
         warnings.simplefilter("ignore")
@@ -101,27 +84,20 @@ Server = tuple[EmbeddedEngine, TestClient, Any]
 
 @pytest.fixture
 def server() -> Iterator[Callable[[torch.nn.Module], Server]]:
-    made: list[tuple[EmbeddedEngine, TestClient]] = []
+    with ExitStack() as stack:
 
-    def make(model: torch.nn.Module) -> Server:
-        tokenizer = build_tiny_model(seed=0, spec=SPEC)[1]
-        engine = EmbeddedEngine(model, tokenizer)
-        app = create_app(engine, model_name="tiny", token=TOKEN)
-        client = TestClient(app, base_url="http://testserver").__enter__()
-        made.append((engine, client))
-        return engine, client, app.state.weight_receiver
+        def make(model: torch.nn.Module) -> Server:
+            tokenizer = build_tiny_model(seed=0, spec=SPEC)[1]
+            return stack.enter_context(served_in_process(model, tokenizer, token=TOKEN))
 
-    yield make
-    for engine, client in made:
-        client.__exit__(None, None, None)
-        engine.close()
+        yield make
 
 
 def publisher(client: TestClient, **kwargs: Any) -> BroadcastPolicyPublisher:
     """Tensors >= 1 KB count as large; ~12 KB buckets, so boundaries fall inside layers."""
     options: dict[str, Any] = {"pack_below_mb": 1024 / 2**20, "bucket_mb": 12000 / 2**20}
     return BroadcastPolicyPublisher(
-        "http://testserver",
+        BASE_URL,
         TOKEN,
         http=client,
         timeout_s=20,
@@ -136,7 +112,7 @@ def test_first_push_keeps_qwen2_layers_fused_and_pins_no_old_storage(
     server: Callable[[torch.nn.Module], Server], trainer_layout: str
 ) -> None:
     tokenizer_vocab = len(build_tiny_model(seed=0, spec=SPEC)[1])
-    trainer = qwen2_model(tokenizer_vocab)
+    trainer = tiny_qwen2(vocab=tokenizer_vocab).eval()
     engine, client, receiver = server(copy.deepcopy(trainer))
     lean = engine._batch._lean
     assert isinstance(lean, LeanForward)
@@ -145,11 +121,9 @@ def test_first_push_keeps_qwen2_layers_fused_and_pins_no_old_storage(
     assert all(layer.qkv.fused and layer.gate_up.fused for layer in lean.layers)
     if trainer_layout == "flat":
         flatten_in_state_dict_order_(trainer)
-    with torch.no_grad():
-        for p in trainer.parameters():
-            p.add_(0.01)
+    nudge_(trainer, 0.01)
 
-    old = {p.untyped_storage().data_ptr() for p in served.parameters()}
+    old = storages(served)
     arranged: list[list[list[str]]] = []
     pinned: list[int] = []
     arrange = receiver.arrange
@@ -175,9 +149,7 @@ def test_first_push_keeps_qwen2_layers_fused_and_pins_no_old_storage(
     torch.testing.assert_close(logits, expected.float(), atol=1e-4, rtol=0)
 
     pointers = [p.data_ptr() for p in served.parameters()]
-    with torch.no_grad():
-        for p in trainer.parameters():
-            p.add_(0.01)
+    nudge_(trainer, 0.01)
     push.publish(trainer, version=2)  # lands in place: nothing moves again
     assert [p.data_ptr() for p in served.parameters()] == pointers
     assert push.last_push is not None and push.last_push.num_buckets < len(pointers)

@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 from training_fakes import ListSource, WeightedNLL, mixed_items, tiny_llama
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM
 
+from layout_fakes import BASE_URL, served_in_process, storages, tiny_qwen2
 from ludic.distributed.manifest import fused_groups
 from ludic.distributed.transfer import adjacent_view
 from ludic.training import CheckpointConfig, ConstantCredit, RLAlgorithm, Trainer, TrainerConfig
@@ -34,34 +35,14 @@ class Recording:
         self.versions.append(version)
 
 
-def storages(model: torch.nn.Module) -> set[int]:
-    return {p.untyped_storage().data_ptr() for p in model.parameters()}
-
-
 def back_to_back(model: torch.nn.Module) -> bool:
     """Every parameter, in `parameter_order`, starts where the previous one ends."""
     params = [p for _, p in parameter_order(model)]
     return adjacent_view([p.detach() for p in params]) is not None
 
 
-def qwen2(seed: int = 0) -> Qwen2ForCausalLM:
-    config = Qwen2Config(
-        vocab_size=300,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return Qwen2ForCausalLM(config)
-
-
 def test_layout_keeps_values_and_parameters_and_groups_fused_projections() -> None:
-    model = qwen2()
+    model = tiny_qwen2()
     before = {n: t.clone() for n, t in model.state_dict().items()}
     params = {n: p for n, p in model.named_parameters()}
     assert len(storages(model)) == len(params)
@@ -113,8 +94,8 @@ def _trainer(
 
 
 def test_training_is_the_same_to_the_bit_with_the_layout() -> None:
-    plain = _trainer(qwen2(), contiguous=False)
-    laid = _trainer(qwen2(), contiguous=True)
+    plain = _trainer(tiny_qwen2(), contiguous=False)
+    laid = _trainer(tiny_qwen2(), contiguous=True)
     assert len(storages(plain.model)) > 1 and len(storages(laid.model)) == 1
     for _ in range(3):
         a, b = plain.run(1, progress=False)[0], laid.run(1, progress=False)[0]
@@ -140,11 +121,11 @@ def test_training_is_the_same_to_the_bit_with_the_layout() -> None:
 def test_checkpoint_round_trip_resumes_the_same_run_and_keeps_the_layout(
     tmp_path: Path,
 ) -> None:
-    full = _trainer(qwen2(), contiguous=True, tmp_path=tmp_path / "a")
+    full = _trainer(tiny_qwen2(), contiguous=True, tmp_path=tmp_path / "a")
     full_losses = [m["loss"] for m in full.run(4, progress=False)]
-    first = _trainer(qwen2(), contiguous=True, tmp_path=tmp_path / "b")
+    first = _trainer(tiny_qwen2(), contiguous=True, tmp_path=tmp_path / "b")
     first.run(3, progress=False)  # checkpoint at step 2
-    resumed = _trainer(qwen2(seed=5), contiguous=True, tmp_path=tmp_path / "b")
+    resumed = _trainer(tiny_qwen2(seed=5), contiguous=True, tmp_path=tmp_path / "b")
     assert resumed.resume() == 2
     assert len(storages(resumed.model)) == 1 and back_to_back(resumed.model)
     assert [m["loss"] for m in resumed.run(2, progress=False)] == full_losses[2:]
@@ -195,10 +176,6 @@ def test_sharded_parameters_are_refused_when_asked_and_skipped_by_default() -> N
 @pytest.fixture
 def served() -> Iterator[tuple[torch.nn.Module, object]]:
     """A tiny model for the trainer and an embedded server (in process) serving a copy."""
-    from fastapi.testclient import TestClient
-
-    from ludic.inference.embedded.engine import EmbeddedEngine
-    from ludic.inference.http.server import create_app
     from ludic.models import TinyModelSpec, build_tiny_model
 
     spec = TinyModelSpec(
@@ -211,11 +188,8 @@ def served() -> Iterator[tuple[torch.nn.Module, object]]:
         tokenizer_vocab_size=300,
     )
     model, tokenizer = build_tiny_model(seed=0, spec=spec)
-    engine = EmbeddedEngine(copy.deepcopy(model), tokenizer)
-    app = create_app(engine, model_name="tiny", token="t0ken")
-    with TestClient(app, base_url="http://testserver") as client:
+    with served_in_process(copy.deepcopy(model), tokenizer, token="t0ken") as (_, client, _):
         yield model, client
-    engine.close()
 
 
 @pytest.mark.distributed
@@ -228,7 +202,7 @@ def test_a_trainers_push_travels_as_a_few_spans(
 
     model, client = served
     publisher = BroadcastPolicyPublisher(
-        "http://testserver",
+        BASE_URL,
         "t0ken",
         http=client,  # type: ignore[arg-type]
         timeout_s=20,
