@@ -33,8 +33,7 @@ from ludic.inference.sampling import SamplingConfig
 from ludic.models import TinyModelSpec, build_tiny_model
 from ludic.recipes.configs import QuickstartConfig
 from ludic.recipes.expert import PolicyClient
-from ludic.recipes.run_lock import RUN_LOCK, check_run_lock, run_lock
-from ludic.recipes.sft import LOCKED_RUN
+from ludic.recipes.run_lock import LUDIC_RUN, RUN_LOCK, check_run_lock, run_lock
 from ludic.recipes.tictactoe import (
     ENV_NAME,
     PROTOCOL_NAME,
@@ -96,9 +95,9 @@ def run_quickstart(cfg: QuickstartConfig, *, console: Console | None = None) -> 
     if cfg.threads is not None:
         torch.set_num_threads(cfg.threads)
     lock = cfg.out_dir / RUN_LOCK
-    check_run_lock(lock, what=LOCKED_RUN)  # another live run in OUT_DIR: before anything is built
+    check_run_lock(lock, what=LUDIC_RUN)  # another live run in OUT_DIR: before anything is built
     with run_lock(  # one lock for every stage: SFT and RL train in sft/ and rl/ under it
-        lock, what=LOCKED_RUN, notice=lambda text: console.print(f"run directory: {text}")
+        lock, what=LUDIC_RUN, notice=lambda text: console.print(f"run directory: {text}")
     ):
         return asyncio.run(_run(cfg, console))
 

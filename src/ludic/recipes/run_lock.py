@@ -26,10 +26,14 @@ try:
 except ImportError:  # Windows: no flock
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["RUN_LOCK", "RunDirInUseError", "check_run_lock", "run_lock"]
+__all__ = ["LUDIC_RUN", "RUN_LOCK", "RunDirInUseError", "check_run_lock", "run_lock"]
 
 RUN_LOCK = "run.lock"
-"""The lock file of a `ludic train` run in its OUT_DIR (with or without --local-server)."""
+"""The lock file of a `ludic train`, `sft` or `quickstart` run in its OUT_DIR."""
+
+LUDIC_RUN = "ludic"
+"""`what` for the commands' locks: the refusal names the holder's own command line, so a
+`ludic train` refused by a `ludic sft` reads "in use by another ludic run (...: ludic sft ...)"."""
 
 
 class RunDirInUseError(RuntimeError):

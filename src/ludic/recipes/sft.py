@@ -22,7 +22,7 @@ import torch
 from rich.console import Console
 
 from ludic.recipes.configs import SFTConfig
-from ludic.recipes.run_lock import RUN_LOCK, check_run_lock, run_lock
+from ludic.recipes.run_lock import LUDIC_RUN, RUN_LOCK, check_run_lock, run_lock
 from ludic.recipes.training import finish, load_policy, make_trainer, plot_curve
 from ludic.rollouts import ChatTemplateRetokenizer, SampleFilter, SAWItem
 from ludic.training import (
@@ -34,7 +34,6 @@ from ludic.training import (
 )
 from ludic.types import Rollout, Turn
 
-LOCKED_RUN = "ludic"
 """How a refusal names the run holding OUT_DIR's lock (its command line follows: `ludic sft`,
 `ludic train` or `ludic quickstart` share one lock file)."""
 
@@ -90,9 +89,9 @@ def sft_command(cfg: SFTConfig, *, console: Console | None = None) -> SFTResult:
         raise FileNotFoundError(f"--data {cfg.data} is not a file (expected a rollouts JSONL)")
     algorithm = offline_algorithm(cfg)
     lock = cfg.out_dir / RUN_LOCK
-    check_run_lock(lock, what=LOCKED_RUN)  # another live run in OUT_DIR: before the model loads
+    check_run_lock(lock, what=LUDIC_RUN)  # another live run in OUT_DIR: before the model loads
     with run_lock(  # one run per OUT_DIR: a second one is refused, naming this one
-        lock, what=LOCKED_RUN, notice=lambda text: console.print(f"run directory: {text}")
+        lock, what=LUDIC_RUN, notice=lambda text: console.print(f"run directory: {text}")
     ):
         return _fine_tune(cfg, algorithm, console)
 

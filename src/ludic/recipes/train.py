@@ -47,7 +47,7 @@ from ludic.recipes.configs import (
 )
 from ludic.recipes.context_overflow import ContextOverflowWatch, quiet_repeated_overflow_lines
 from ludic.recipes.inference import check_prepacked_gemm
-from ludic.recipes.run_lock import RUN_LOCK, check_run_lock, run_lock
+from ludic.recipes.run_lock import LUDIC_RUN, RUN_LOCK, check_run_lock, run_lock
 from ludic.recipes.train_local_server import local_server, served_version, trainer_max_lag
 from ludic.recipes.training import (
     SAMPLES_FILE,
@@ -99,9 +99,6 @@ class TrainResult:
     steps: int
 
 
-_LOCKED_RUN = "`ludic train`"
-
-
 def make_algorithm(name: Algorithm, cfg: TrainConfig) -> RLAlgorithm:
     """The preset `name` from the shared registry (`ludic.recipes.algorithms.PRESETS`), with
     `cfg`'s generation budget and GiGPO knobs."""
@@ -144,7 +141,7 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
             "differ from the trainer's by float noise"
         )
     rollout_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
-    check_run_lock(cfg.out_dir / RUN_LOCK, what=_LOCKED_RUN)  # another live run in OUT_DIR
+    check_run_lock(cfg.out_dir / RUN_LOCK, what=LUDIC_RUN)  # another live run in OUT_DIR
     algorithm = make_algorithm(cfg.algorithm, cfg)
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
     run = _Run(cfg, env_factory, env_kwargs, parser, context, max_lag, console)
@@ -153,7 +150,7 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
         stack.enter_context(  # one run per OUT_DIR: a second one is refused, naming this one
             run_lock(
                 cfg.out_dir / RUN_LOCK,
-                what=_LOCKED_RUN,
+                what=LUDIC_RUN,
                 notice=lambda text: console.print(f"run directory: {text}"),
             )
         )
