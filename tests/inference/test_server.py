@@ -170,6 +170,9 @@ def test_the_server_says_where_it_serves(server: Server) -> None:
     line = next(x for x in server.log.read_text().splitlines() if x.startswith("ludic serve:"))
     assert "as 'tiny' on cpu (torch.float32)" in line
     assert f"http://127.0.0.1:{server.port}/v1" in line and "need the token" in line
+    assert line.endswith(
+        "engine: default kernels"
+    )  # or the --batch-invariant/--prepacked-gemm flags
 
 
 def test_health_models_and_raw_response_fields(server: Server) -> None:

@@ -239,7 +239,7 @@ def check_engine_flags(
 
 def engine_settings(config: Any) -> str:
     """The embedded engine's flags `config` (an `EngineConfig`, or a command's config with the
-    same two fields) turns on, as `ludic actor` and `ludic eval` name them ("default kernels"
+    same two fields) turns on, as `ludic serve`, `ludic actor` and `ludic eval` name them ("default kernels"
     when none)."""
     flags = [
         flag

@@ -281,6 +281,8 @@ def serve(config: ServeConfig) -> None:
     import torch
     import uvicorn
 
+    from ludic.recipes.inference import engine_settings  # the command line, as actor and eval
+
     check_serve_config(config)  # before the model loads
     if config.threads is not None:
         torch.set_num_threads(config.threads)
@@ -305,7 +307,8 @@ def serve(config: ServeConfig) -> None:
     control = "need the token" if token else "disabled (no --token)"
     print(
         f"ludic serve: {config.model} as {name!r} on {weights.device} ({weights.dtype}), "
-        f"http://{config.host}:{config.port}/v1; control endpoints {control}",
+        f"http://{config.host}:{config.port}/v1; control endpoints {control}; engine: "
+        f"{engine_settings(engine.config)}",
         flush=True,
     )
     try:
