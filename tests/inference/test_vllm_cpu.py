@@ -365,3 +365,50 @@ def test_tictactoe_training_pushes_to_vllm_after_each_step(
     for s in steps:  # on-policy: sampled by the version the trainer had just published
         assert s["num_samples"] > 0 and s["policy_lag/0"] == s["num_samples"], s
     assert server.version() == 2
+
+
+class _Rows:
+    """The same SFT batch every step (a BatchSource)."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self.items = items
+
+    async def next_batch(self) -> Any:
+        from ludic.training import SAWBatch
+
+        return SAWBatch(items=self.items, stats={})
+
+
+def test_a_trainer_push_with_contiguous_parameters_is_served(
+    server: Server, publisher: Any
+) -> None:
+    """A Trainer with a publisher lays its parameters out back to back (the default when
+    publishing), pushes after each step, and vLLM then samples from exactly those weights."""
+    from ludic.rollouts.samples import SAWItem
+    from ludic.training import Trainer, TrainerConfig, make_sft
+
+    model, tokenizer = load_tiny_model(seed=3, spec=SPEC)
+    start, _ = load_tiny_model(seed=3, spec=SPEC)
+    rows = [tokenizer.encode(t) for t in ("the cat sat on the mat", "1 2 3 4 5 6 7 8 9")]
+    items = [
+        SAWItem(input_ids=tuple(r), action_mask=(0,) + (1,) * (len(r) - 1), weight=1.0)
+        for r in rows
+    ]
+    config = TrainerConfig(lr=3e-3, initial_policy_version=next(_versions))
+    assert config.contiguous_parameters is None  # the default: on when publishing
+    trainer = Trainer(model, make_sft(), _Rows(items), config, publisher=publisher)
+    storages = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    assert len(storages) == 1  # back to back: the push sends spans of one buffer
+    trainer.run(2, progress=False)
+    assert publisher.last_push.version == trainer.policy_version == server.version()
+    model.eval()
+    for prompt in prompts(tokenizer):
+        body, stamped = server.complete(prompt, max_tokens=16, temperature=0.7, seed=4)
+        choice = body["choices"][0]
+        served = choice["logprobs"]["token_logprobs"]
+        assert stamped == trainer.policy_version
+        trained = processed_logprobs(model, prompt, choice["token_ids"], 0.7)
+        gap = max(abs(a - b) for a, b in zip(served, trained, strict=True))
+        assert gap <= LOGPROB_ATOL, f"served logprobs differ from the trainer's by {gap:.2e}"
+        old = processed_logprobs(start, prompt, choice["token_ids"], 0.7)
+        assert max(abs(a - b) for a, b in zip(served, old, strict=True)) > 100 * LOGPROB_ATOL

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -286,6 +287,38 @@ def test_a_worker_that_drops_a_tiny_adam_step_is_caught(rig: SimpleNamespace) ->
         rig.publisher.publish(rig.trainer, version=2)
     assert "qkv_proj" in str(info.value)  # reported in vLLM's layout
     assert "probe logprobs differ" not in str(info.value)
+
+
+def test_a_push_whose_broadcast_broke_is_redone_over_a_fresh_group(
+    rig: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server was told to receive, then the trainer's broadcast failed (its group broken,
+    e.g. another trainer took the server over): the retry re-joins and must be accepted, not
+    refused as 'a push is already in progress' by the failed receive, on this push and after;
+    the server logs the old receive's error once it ends."""
+    from ludic.distributed import server_group
+
+    rig.publisher.publish(rig.trainer, version=1)
+    send = server_group.send_buckets
+    broken = iter([True])
+
+    def break_once(*args: Any, **kwargs: Any) -> None:
+        if next(broken, False):
+            raise RuntimeError("Connection closed by peer")
+        send(*args, **kwargs)
+
+    monkeypatch.setattr(server_group, "send_buckets", break_once)
+    _adam_step_(rig.trainer, lr=1e-2)
+    with caplog.at_level(logging.WARNING, logger="ludic.inference.vllm.routes"):
+        rig.publisher.publish(rig.trainer, version=2)
+        assert rig.publisher.last_push.retried and rig.publisher.last_push.version == 2
+        rig.publisher.publish(rig.trainer, version=3)
+        deadline = time.monotonic() + 30  # the old group's receive fails once it is freed
+        while "previous group failed" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert "a weight push of the previous group failed" in caplog.text
+    served = dict(rig.model.hf.named_parameters())
+    assert all(torch.equal(served[n], t) for n, t in rig.trainer.named_parameters())
 
 
 def test_nan_probe_logprobs_fail(rig: SimpleNamespace) -> None:

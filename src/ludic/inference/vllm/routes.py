@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import math
 import os
 import time
@@ -19,6 +20,7 @@ from typing import Any
 from ludic.inference.http.auth import token_matches
 from ludic.inference.vllm.logits import require_vllm
 
+logger = logging.getLogger(__name__)
 TOKEN_ENV = "LUDIC_SERVER_TOKEN"
 VERSION_HEADER = "X-Ludic-Policy-Version"
 _state = {"policy_version": 0}
@@ -104,11 +106,28 @@ async def _weights_init(request: Any, engine: Any) -> dict[str, Any]:
     req = InitRequest(**await request.json())
     if req.control != "http":
         raise ValueError("the vLLM extension drives pushes over HTTP only: use control='http'")
+    _forget_receive()
     # The join completes only once the trainer builds its side: do not wait for it here.
     _push["join"] = asyncio.ensure_future(
         engine.collective_rpc("ludic_weights_init", args=(req.model_dump(),))
     )
     return {"status": "joining"}
+
+
+def _forget_receive() -> None:
+    """A new group replaces the old one, and with it any push of the old group that never
+    reached /finish (its broadcast broke: the trainer retries over a fresh group, or a new
+    trainer took over): else /start refuses every later push as 'already in progress'. The
+    worker's receive fails once the old group's trainer is gone; its error is logged."""
+    receive = _push.pop("receive", None)
+    _push.pop("verified", None)
+    if receive is not None:
+        receive.add_done_callback(_log_forgotten)
+
+
+def _log_forgotten(receive: asyncio.Future[Any]) -> None:
+    if not receive.cancelled() and receive.exception() is not None:
+        logger.warning("a weight push of the previous group failed: %s", receive.exception())
 
 
 async def _weights_start(request: Any, engine: Any) -> dict[str, Any]:
