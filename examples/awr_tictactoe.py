@@ -110,7 +110,9 @@ class AWRConfig:
     """Games the scripted players play in all (split over --expert-epsilons, the first
     players playing one more when it does not divide)."""
     expert_epsilons: tuple[float, ...] = (0.0,)
-    """Random-move probability of each scripted player (0: minimax, the quickstart's expert)."""
+    """Random-move probability of each scripted player (0: minimax, the quickstart's expert);
+    each plays an equal share of the games, so repeating a value sets shares (`0 1 1 1`: one
+    minimax game in four, the rest random)."""
     expert_taken: float = 0.0
     """Probability that a scripted player names an occupied cell (an illegal move, -1)."""
     self_episodes: int = 0
