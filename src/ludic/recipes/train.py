@@ -50,6 +50,7 @@ from ludic.recipes.inference import check_prepacked_gemm
 from ludic.recipes.run_lock import LUDIC_RUN, RUN_LOCK, check_run_lock, run_lock
 from ludic.recipes.train_local_server import local_server, served_version, trainer_max_lag
 from ludic.recipes.training import (
+    CHECKPOINTS_DIR,
     SAMPLES_FILE,
     check_lr_schedule,
     finish,
@@ -142,6 +143,7 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
         )
     rollout_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
     check_run_lock(cfg.out_dir / RUN_LOCK, what=LUDIC_RUN)  # another live run in OUT_DIR
+    check_new_run_dir(cfg)  # an earlier run's checkpoints in OUT_DIR without --resume
     algorithm = make_algorithm(cfg.algorithm, cfg)
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
     run = _Run(cfg, env_factory, env_kwargs, parser, context, max_lag, console)
@@ -168,6 +170,22 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
             "the model's context[/bold yellow] (see the warning above)"
         )
     return _report(cfg, history, checkpoint, console, notes=notes)
+
+
+def check_new_run_dir(cfg: TrainConfig) -> None:
+    """Refuse a run without --resume in an OUT_DIR that holds an earlier run's checkpoints: it
+    would append to that run's logs, and checkpoint retention (newest steps kept) would delete
+    this run's own checkpoints, the final one included, keeping the earlier run's."""
+    root = cfg.out_dir / CHECKPOINTS_DIR
+    steps = sorted(root.glob("step_*")) if cfg.resume is None and root.is_dir() else []
+    if steps:
+        raise FileExistsError(
+            f"{cfg.out_dir} holds an earlier run's checkpoints (newest: {steps[-1].name}); a new "
+            f"run there would mix its metrics.jsonl and rollouts.jsonl with that run's, and "
+            f"keeping the newest checkpoints would delete this run's own. Pass --resume to "
+            f"continue that run (--steps counts the whole run), or another --out-dir for a new "
+            f"one (or delete {cfg.out_dir})."
+        )
 
 
 @dataclass(frozen=True, slots=True)

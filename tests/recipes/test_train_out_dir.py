@@ -1,0 +1,67 @@
+"""`ludic train` without --resume in an OUT_DIR that holds an earlier run's checkpoints is
+refused before the model loads, naming --resume and --out-dir. Run anyway, its final
+checkpoint was deleted by retention (the earlier run's newer steps were kept), while the
+closing line named it as the model, and its metrics were appended to the earlier run's."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from ludic.recipes.configs import TrainConfig
+from ludic.recipes.train import train_command
+
+ENV = """
+from ludic.envs import SingleAgentEnv
+from ludic.types import StepOutcome
+
+
+class Once(SingleAgentEnv):
+    def env_reset(self, seed=None):
+        return "Say o.", {}
+
+    def env_step(self, action):
+        return StepOutcome(obs="done", reward=float("o" in action), terminated=True)
+"""
+
+
+def tiny_run(out_dir: Path, steps: int) -> TrainConfig:
+    return TrainConfig(
+        env="out_dir_env:Once",
+        steps=steps,
+        problems_per_step=1,
+        group_size=2,
+        max_tokens=2,
+        max_steps=1,
+        checkpoint_every=1,
+        out_dir=out_dir,
+        progress=False,
+    )
+
+
+@pytest.mark.slow
+def test_a_new_run_in_an_earlier_runs_directory_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "out_dir_env.py").write_text(ENV)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "run"
+    assert train_command(tiny_run(out, steps=2)).steps == 2
+    before = (out / "metrics.jsonl").read_text()
+
+    with pytest.raises(FileExistsError) as refused:
+        train_command(tiny_run(out, steps=1))
+    text = str(refused.value)
+    assert "step_00000002" in text and "--resume" in text and "--out-dir" in text
+    assert (out / "metrics.jsonl").read_text() == before  # nothing touched
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == [
+        "step_00000001",
+        "step_00000002",
+    ]
+
+    resumed = train_command(dataclasses.replace(tiny_run(out, steps=3), resume="latest"))
+    assert resumed.steps == 1 and resumed.checkpoint.name == "step_00000003"
+    assert (resumed.checkpoint / "model").is_dir()
+    assert train_command(tiny_run(tmp_path / "other", steps=1)).steps == 1  # a new --out-dir
