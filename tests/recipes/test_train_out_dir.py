@@ -1,7 +1,9 @@
 """`ludic train` without --resume in an OUT_DIR that holds an earlier run's checkpoints is
 refused before the model loads, naming --resume and --out-dir. Run anyway, its final
 checkpoint was deleted by retention (the earlier run's newer steps were kept), while the
-closing line named it as the model, and its metrics were appended to the earlier run's."""
+closing line named it as the model, and its metrics were appended to the earlier run's.
+A run resumed from a checkpoint before its last logged step logs those steps again in place
+of the discarded ones (metrics.jsonl read 1, 2, 3, 3, 4)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 
 from ludic.recipes.configs import TrainConfig
 from ludic.recipes.train import train_command
+from ludic.training import read_metrics_jsonl
 
 ENV = """
 from ludic.envs import SingleAgentEnv
@@ -65,3 +68,19 @@ def test_a_new_run_in_an_earlier_runs_directory_is_refused(
     assert resumed.steps == 1 and resumed.checkpoint.name == "step_00000003"
     assert (resumed.checkpoint / "model").is_dir()
     assert train_command(tiny_run(tmp_path / "other", steps=1)).steps == 1  # a new --out-dir
+
+
+@pytest.mark.slow
+def test_resuming_an_earlier_checkpoint_relogs_its_later_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "out_dir_env.py").write_text(ENV)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    out = tmp_path / "run"
+    train_command(tiny_run(out, steps=3))
+    logged = read_metrics_jsonl(out / "metrics.jsonl")
+    step2 = out / "checkpoints" / "step_00000002"
+    train_command(dataclasses.replace(tiny_run(out, steps=4), resume=str(step2)))
+    records = read_metrics_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in records] == [1, 2, 3, 4]
+    assert records[:2] == logged[:2] and records[2]["time"] > logged[2]["time"]

@@ -62,3 +62,27 @@ def test_optional_loggers_explain_missing_extras() -> None:
 
         with pytest.raises(ImportError, match="pip install"):
             WandbLogger(project="x")
+
+
+def test_a_resumed_run_replaces_the_steps_logged_after_its_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    first = JsonlLogger(path)
+    for step in (1, 2, 3):
+        first.log({"loss": float(step)}, step=step)
+    first.close()
+    with path.open("a") as f:
+        f.write('{"step": 4, "lo')  # a run killed mid-write
+    resumed = JsonlLogger(path)  # resumed from the step-2 checkpoint
+    resumed.log({"loss": 30.0}, step=3)
+    resumed.log({"loss": 40.0}, step=4)
+    resumed.close()
+    assert [(r["step"], r["loss"]) for r in read_metrics_jsonl(path)] == [
+        (1, 1.0),
+        (2, 2.0),
+        (3, 30.0),
+        (4, 40.0),
+    ]
+    later = JsonlLogger(path)  # a run resumed at its last step appends
+    later.log({"loss": 50.0}, step=5)
+    later.close()
+    assert [r["step"] for r in read_metrics_jsonl(path)] == [1, 2, 3, 4, 5]
