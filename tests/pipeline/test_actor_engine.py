@@ -150,6 +150,24 @@ def test_a_learner_step_that_trained_gives_one_line(
     assert [r.levelno for r in caplog.records] == [logging.INFO]
 
 
+def test_actor_and_learner_lines_say_which_mean_reward_they_give(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The actor's mean is per episode, the learner's per sample (turn): on the same data they
+    read -10.000 and -1.000 (ten failed turns of -1), both called "mean reward"."""
+    from ludic.pipeline.actor import ActorBatchStats
+
+    stats = ActorBatchStats(
+        batch_index=0, num_rollouts=32, num_failed=0, num_samples=320, mean_reward=-10.0,
+        policy_version_min=0, policy_version_max=0, backpressure_seconds=0.0,
+        generate_seconds=1.0,
+    )  # fmt: skip
+    assert "mean episode reward -10.000" in commands.batch_line(ActorConfig(), stats)
+    with caplog.at_level(logging.INFO, logger="ludic.pipeline.commands"):
+        _log_step(1, _metrics())
+    assert "mean reward per sample -1.000" in caplog.text
+
+
 def test_a_server_that_is_down_is_named_with_the_fix() -> None:
     """`ludic actor --server-url` at a port nobody serves: one ValueError naming the URL, the
     command that starts a server and --served-model (it was a bare httpx.ConnectError)."""

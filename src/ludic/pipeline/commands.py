@@ -183,8 +183,8 @@ def batch_line(cfg: ActorConfig, stats: ActorBatchStats) -> str:
     """One log line per batch: what it pushed, and why it pushed nothing if so."""
     line = (
         f"actor {cfg.actor_id} batch {stats.batch_index}: {stats.num_samples} samples from "
-        f"{stats.num_rollouts} episodes ({stats.num_failed} failed), mean reward "
-        f"{stats.mean_reward:+.3f}, policy versions {stats.policy_version_min}.."
+        f"{stats.num_rollouts} episodes ({stats.num_failed} failed), mean episode "
+        f"reward {stats.mean_reward:+.3f}, policy versions {stats.policy_version_min}.."
         f"{stats.policy_version_max}, generated in {stats.generate_seconds:.1f}s after "
         f"{stats.backpressure_seconds:.1f}s waiting for the learner"
     )
@@ -325,8 +325,8 @@ def _log_step(step: int, metrics: dict[str, float]) -> None:
     `ludic.training.stall.NoSignalWatch`)."""
     get = metrics.get
     logger.info(
-        "learner step %d: %d samples (policy lag max %d), mean reward %+.3f, loss %.4g, "
-        "grad norm %.3g, policy version %d, %.1fs",
+        "learner step %d: %d samples (policy lag max %d), mean reward per sample %+.3f, "
+        "loss %.4g, grad norm %.3g, policy version %d, %.1fs",
         step,
         int(get("num_samples", 0)),
         int(get("batch/pipeline/lag_max", 0)),
