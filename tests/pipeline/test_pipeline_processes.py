@@ -138,6 +138,9 @@ def test_server_actor_learner_train_and_publish(redis_server: RedisServer, tmp_p
     steps = [json.loads(line) for line in (tmp_path / "learner" / "metrics.jsonl").open()]
     assert [m["step"] for m in steps] == [1, 2, 3, 4]
     assert all("time/publish_seconds" in m for m in steps)
+    model = tmp_path / "learner" / "checkpoints" / "step_00000004" / "model"
+    assert "learner done at step 4: " in (tmp_path / "learner.log").read_text()
+    assert f"; model: {model}" in (tmp_path / "learner.log").read_text() and model.is_dir()
     batches = [json.loads(line) for line in (tmp_path / "actor.jsonl").open()]
     # with a backlog of one batch, the last batch was sampled after a publish
     assert max(b["policy_version_max"] for b in batches) >= 1

@@ -311,13 +311,25 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
             if not trainer.checkpoints.due(trainer.step):
                 trainer.save_checkpoint()
             await source.ack_checkpointed()
-        logger.info("learner done: %s", dict(source.totals))
+        if source.rank == 0:
+            logger.info(_done_line(trainer, dict(source.totals)))
         return history
     finally:
         trainer.close()
         if publisher is not None:
             publisher.close()
         await source.aclose()
+
+
+def _done_line(trainer: Any, totals: dict[str, int]) -> str:
+    """The closing line: the step reached, what was read, and where the model is."""
+    newest = None if trainer.checkpoints is None else trainer.checkpoints.path_for(trainer.step)
+    where = (
+        f"model: {newest / 'model'}"
+        if newest is not None and newest.is_dir()
+        else "no checkpoint kept (--checkpoint-every None), so the trained weights are gone"
+    )
+    return f"learner done at step {trainer.step}: {totals}; {where}"
 
 
 def _log_step(step: int, metrics: dict[str, float]) -> None:
