@@ -75,6 +75,15 @@ def small_records() -> list[dict]:
     return [{k: v for k, v in r.items() if k in keep} for r in training_records(8)]
 
 
+def test_the_two_rewards_say_what_they_average_over() -> None:
+    # a Trainer logs both; an episode of ten -1 turns is -10 per episode and -1 per sample
+    records = [{"step": s, "batch/mean_reward": -10.0, "reward_mean": -1.0} for s in (1, 2)]
+    for smooth in (0.0, 0.5):
+        (ax,) = metrics_figure(records, smooth=smooth).axes
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert labels == ["batch/mean_reward (per episode)", "reward_mean (per sample)"]
+
+
 def test_plot_metrics_writes_pngs(tmp_path: Path) -> None:
     metrics = write_metrics(tmp_path / "metrics.jsonl", small_records())
     paths = plot_metrics(metrics, tmp_path / "plots")

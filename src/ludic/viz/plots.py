@@ -32,6 +32,12 @@ PANEL_FAMILIES: tuple[tuple[str, str], ...] = (
     ("Completion length", r"completion_(len|length|tokens)|response_len"),
 )
 _NOT_METRICS = frozenset({"step", "time", "timestamp"})
+LEGEND_NOTES = {
+    "batch/mean_reward": "per episode",
+    "reward_mean": "per sample",
+}
+"""What a metric averages over, shown in its legend: the Trainer's two rewards share a panel and
+differ by the number of turns (an episode of ten -1 turns: -10 per episode, -1 per sample)."""
 _DPI = 100
 _MARKER_BELOW = 40  # sparse series (e.g. eval every N steps) get point markers
 
@@ -112,15 +118,16 @@ def metrics_figure(
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     for ax, panel in zip(axes, panels, strict=False):
         for key in panel.keys:
+            label = f"{key} ({LEGEND_NOTES[key]})" if key in LEGEND_NOTES else key
             steps, values = _series(records, key)
             marker = "o" if len(steps) < _MARKER_BELOW else None
             if smooth > 0:
                 (raw,) = ax.plot(steps, values, alpha=0.25, linewidth=1)
                 ax.plot(
-                    steps, _ema(values, smooth), color=raw.get_color(), label=key, marker=marker
+                    steps, _ema(values, smooth), color=raw.get_color(), label=label, marker=marker
                 )
             else:
-                ax.plot(steps, values, label=key, marker=marker, markersize=3)
+                ax.plot(steps, values, label=label, marker=marker, markersize=3)
         ax.set_title(panel.title, fontsize=11, fontweight="bold", loc="left")
         ax.set_xlabel("step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no 1.25 ticks
