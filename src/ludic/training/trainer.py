@@ -149,9 +149,14 @@ class Trainer:
             batch_source.watch_model(self.model)
         self.publisher = publisher
         self._publishes = runtime.any_rank(publisher is not None)
-        self.ref_model = None if ref_model is None else ref_model.to(self.device).eval()
-        if self.ref_model is not None:
-            self.ref_model.requires_grad_(False)
+        check_same_on_every_rank(  # all ranks meet in what these do: on some only, a hang
+            runtime,
+            ref_model=ref_model is not None,
+            eval_fn=eval_fn is not None,
+            checkpoint_manager=checkpoint_manager is not None or config.checkpoint is not None,
+        )
+        # frozen, on the device; under FSDP2 sharded like the policy unless it already is
+        self.ref_model = None if ref_model is None else runtime.prepare_reference_model(ref_model)
         self.logger = logger
         self.eval_fn = eval_fn
         self.reducers = default_sample_reducers() if reducers is None else dict(reducers)
@@ -176,8 +181,6 @@ class Trainer:
         if checkpoint_manager is None and config.checkpoint is not None:
             checkpoint_manager = CheckpointManager(config.checkpoint)
         self.checkpoints = checkpoint_manager
-        # every rank gathers the state rank 0 writes: a manager on rank 0 only would hang
-        check_same_on_every_rank(runtime, checkpoint_manager=checkpoint_manager is not None)
         if self.tokenizer is None and checkpoint_manager is not None:
             self.tokenizer = checkpoint_tokenizer(model, checkpoint_manager.root)
         self.step = 0

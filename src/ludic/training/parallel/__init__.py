@@ -26,10 +26,11 @@ if TYPE_CHECKING:
     from ludic.training.parallel.fsdp import (
         FSDPRuntime,
         init_process_group_from_env,
+        is_sharded,
         shard_model,
     )
 
-_LAZY = ("FSDPRuntime", "init_process_group_from_env", "shard_model")
+_LAZY = ("FSDPRuntime", "init_process_group_from_env", "is_sharded", "shard_model")
 
 
 def __getattr__(name: str) -> Any:
@@ -49,6 +50,7 @@ __all__ = [
     "fit_state_to_model",
     "indexed_optimizer_state",
     "init_process_group_from_env",
+    "is_sharded",
     "launched_world_size",
     "named_optimizer_state",
     "next_batch_together",

@@ -3,10 +3,10 @@
 gather/broadcast through DCP's state-dict API (so checkpoints do not depend on world size).
 
 Gradients are summed over ranks (not averaged): each rank's loss is already normalised by
-batch-wide totals summed over ranks. A reference model (KL losses) stays whole on every rank
-unless the caller shards it (`shard_model(ref, frozen=True)`, then every rank runs every
-reference forward, dummy passes included). It does not do tensor/pipeline parallelism or
-sharded (DCP `save`) checkpoints.
+batch-wide totals summed over ranks. A reference model (KL losses) is sharded too, frozen
+(`prepare_reference_model`: rank 0's weights, `shard_model(ref, frozen=True)`; one the caller
+sharded already is left as it is), and every rank runs every reference forward, dummy passes
+included. It does not do tensor/pipeline parallelism or sharded (DCP `save`) checkpoints.
 """
 
 from __future__ import annotations
@@ -85,6 +85,11 @@ def shard_model(model: torch.nn.Module, *, frozen: bool = False) -> torch.nn.Mod
     return model
 
 
+def is_sharded(model: torch.nn.Module) -> bool:
+    """Whether `model` is FSDP2-sharded (an `FSDPModule`, or holding DTensor parameters)."""
+    return isinstance(model, FSDPModule) or any(isinstance(p, DTensor) for p in model.parameters())
+
+
 class FSDPRuntime:
     """This rank of a torchrun job: FSDP2-sharded model, states gathered to and broadcast from
     rank 0. Build it with `FSDPRuntime.from_env(device)` (or `auto_runtime`)."""
@@ -120,11 +125,22 @@ class FSDPRuntime:
 
     def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """Rank 0's weights on every rank, then sharded."""
+        return shard_model(self._from_main(model))
+
+    def prepare_reference_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Rank 0's weights on every rank, sharded with `frozen=True`, in eval mode without
+        gradients. A model with FSDP2-sharded (DTensor) parameters is not sharded again: one
+        the caller passed through `shard_model`, or one sharing modules with the policy."""
+        if not is_sharded(model):
+            model = shard_model(self._from_main(model.requires_grad_(False)), frozen=True)
+        return model.to(self._device).eval().requires_grad_(False)
+
+    def _from_main(self, model: torch.nn.Module) -> torch.nn.Module:
         model = model.to(self._device)
         with torch.no_grad():
             for tensor in [*model.parameters(), *model.buffers()]:
                 dist.broadcast(tensor.data, src=0)
-        return shard_model(model)
+        return model
 
     def all_reduce_sum(self, values: Sequence[float]) -> list[float]:
         tensor = torch.tensor(list(values), dtype=torch.float64, device=self._device)

@@ -42,6 +42,11 @@ class TrainingRuntime(Protocol):
         """Move to the device (and shard); build the optimizer from the returned model."""
         ...
 
+    def prepare_reference_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """A model only run forward (a KL reference): on the device, in eval mode, without
+        gradients (and sharded like the policy, frozen, unless it already is)."""
+        ...
+
     def all_reduce_sum(self, values: Sequence[float]) -> list[float]: ...
 
     def all_reduce_max(self, value: int) -> int: ...
@@ -114,6 +119,9 @@ class LocalRuntime:
 
     def prepare_model(self, model: torch.nn.Module) -> torch.nn.Module:
         return model.to(self._device)
+
+    def prepare_reference_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        return model.to(self._device).eval().requires_grad_(False)
 
     def all_reduce_sum(self, values: Sequence[float]) -> list[float]:
         return [float(v) for v in values]
@@ -220,11 +228,20 @@ async def next_batch_together(runtime: TrainingRuntime, fetch: Callable[[], Awai
     return batch
 
 
+_WHY_EVERY_RANK = {
+    "checkpoint_manager": "rank 0 alone writes checkpoints, but all ranks gather what it writes",
+    "eval_fn": "it runs on every rank, so a forward of the sharded model has every rank in it; "
+    "an eval that should run once can return {} where trainer.runtime.is_main is False",
+    "ref_model": "every rank shards it and runs its forward on each pass",
+}
+
+
 def check_same_on_every_rank(runtime: TrainingRuntime, **given: bool) -> None:
     """Raise on every rank when the ranks differ in any of `given` (whether each rank was
     handed something that makes all ranks meet in collectives, e.g. a checkpoint manager:
-    every rank gathers the state rank 0 writes). A rank without it would skip the gathers and
-    leave the others waiting forever."""
+    every rank gathers the state rank 0 writes; an `eval_fn` or a reference model, whose
+    forwards gather sharded weights). A rank without it would skip the collectives and leave
+    the others waiting forever."""
     if runtime.world_size == 1:
         return
     seen = runtime.all_gather_object(given)
@@ -232,8 +249,10 @@ def check_same_on_every_rank(runtime: TrainingRuntime, **given: bool) -> None:
     if differ:
         per_rank = [[rank for rank, ranks in enumerate(seen) if ranks[name]] for name in differ]
         detail = "; ".join(f"{n} only on ranks {r}" for n, r in zip(differ, per_rank, strict=True))
+        why = "; ".join(
+            f"{name}: {_WHY_EVERY_RANK[name]}" for name in differ if name in _WHY_EVERY_RANK
+        )
         raise ValueError(
             f"every rank must get the same Trainer arguments ({detail}): give each of "
-            f"{', '.join(differ)} to every rank or to none (rank 0 alone writes checkpoints, "
-            "but all ranks gather what it writes)"
+            f"{', '.join(differ)} to every rank or to none" + (f" ({why})" if why else "")
         )
