@@ -112,10 +112,12 @@ class Trainer:
     `policy_version` counts applied updates from `config.initial_policy_version`.
 
     `runtime` (default: `auto_runtime(config.device)`, FSDP2 under torchrun) places and shards
-    the model; a given `optimizer` must be built on the model it returns. Under FSDP every rank
-    builds the same Trainer on its own share of the data (a publisher or logger only where it
-    should act, e.g. rank 0); rank 0 writes checkpoints and publishes; `eval_fn` runs on every rank (a sharded
-    forward needs them all); sample stats are per rank, loss, grad_norm and token counts global.
+    the model (and a plain `ref_model`, frozen); a given `optimizer` must be built on the model
+    it returns. Under FSDP every rank builds the same Trainer on its own share of the data (a
+    publisher or logger only where it should act, e.g. rank 0; `ref_model`, `eval_fn` and
+    checkpoints on every rank or none); rank 0 writes checkpoints and publishes; `eval_fn` runs
+    on every rank (a sharded forward needs them all); sample stats are per rank, loss,
+    grad_norm and token counts global.
     """
 
     def __init__(
