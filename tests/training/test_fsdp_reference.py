@@ -9,6 +9,9 @@ An `eval_fn` running the sharded model works on every rank and is logged once (b
 with the logger); given to rank 0 alone it used to hang the job (rank 0's forward waited for
 rank 1's all-gather forever), as would a reference model on rank 0 alone: both are refused
 on every rank. (One process keeps a plain reference as given, frozen: test_trainer.py.)
+A reference that shares parameters with the policy (the model itself, or the base model its
+LoRA adapters were added into) is refused on any number of ranks: freezing it froze the policy
+and the run died on "optimizer got an empty parameter list".
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 from dist_worker_common import ALGORITHM as NLL
-from dist_worker_common import batches_for, torchrun
+from dist_worker_common import batches_for, lora_model, torchrun
 from dist_worker_ref import ALGORITHM, config
 from dist_worker_ref_auto import EVAL_EVERY, eval_config, held_out_eval
 from training_fakes import ListSource, mixed_items, tiny_llama
@@ -84,3 +87,12 @@ def test_eval_fn_runs_the_sharded_model_on_every_rank_and_is_refused_on_one(
             assert error is not None and f"{name} only on ranks [0]" in error, errors
     assert "trainer.runtime.is_main" in got["eval_error"][1]
     assert "shard" in got["ref_error"][0]
+
+
+@pytest.mark.parametrize("shared", ["model", "lora_base"])
+def test_reference_sharing_the_policy_parameters_is_refused(shared: str) -> None:
+    model = tiny_llama(seed=0) if shared == "model" else lora_model()
+    ref = model if shared == "model" else model.get_base_model()
+    with pytest.raises(ValueError, match=r"ref_model shares \d+ parameters.*copy.deepcopy"):
+        Trainer(model, ALGORITHM, ListSource(batches_for(0, 1)), config("plain"), ref_model=ref)
+    assert any(p.requires_grad for p in model.parameters())  # the policy is left trainable

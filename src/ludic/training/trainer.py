@@ -77,6 +77,7 @@ from ludic.training.mismatch import policy_lag_metrics
 from ludic.training.parallel.auto import auto_runtime
 from ludic.training.parallel.runtime import (
     TrainingRuntime,
+    check_reference_model,
     check_same_on_every_rank,
     next_batch_together,
     run_on_main,
@@ -157,6 +158,8 @@ class Trainer:
             eval_fn=eval_fn is not None,
             checkpoint_manager=checkpoint_manager is not None or config.checkpoint is not None,
         )
+        if ref_model is not None:
+            check_reference_model(self.model, ref_model)
         # frozen, on the device; under FSDP2 sharded like the policy unless it already is
         self.ref_model = None if ref_model is None else runtime.prepare_reference_model(ref_model)
         self.logger = logger

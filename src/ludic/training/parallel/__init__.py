@@ -11,6 +11,7 @@ from ludic.training.parallel.auto import auto_runtime, launched_world_size
 from ludic.training.parallel.runtime import (
     LocalRuntime,
     TrainingRuntime,
+    check_reference_model,
     check_same_on_every_rank,
     next_batch_together,
     run_on_main,
@@ -46,6 +47,7 @@ __all__ = [
     "LocalRuntime",
     "TrainingRuntime",
     "auto_runtime",
+    "check_reference_model",
     "check_same_on_every_rank",
     "fit_state_to_model",
     "indexed_optimizer_state",

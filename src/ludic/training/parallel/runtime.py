@@ -179,6 +179,21 @@ class LocalRuntime:
         return None
 
 
+def check_reference_model(model: torch.nn.Module, ref_model: torch.nn.Module) -> None:
+    """Refuse a reference model that shares parameters with the policy (the model itself, or
+    the base model a LoRA model was built in): freezing the reference would freeze the policy,
+    and the KL would compare the policy with itself."""
+    policy = {id(p) for p in model.parameters()}
+    shared = sum(id(p) in policy for p in ref_model.parameters())
+    if shared:
+        raise ValueError(
+            f"ref_model shares {shared} parameters with the model being trained (it is the "
+            "model, or a model its LoRA adapters were added into): the Trainer would freeze "
+            "them and the KL term would compare the policy with itself; pass a separate copy "
+            "made before add_lora or training, e.g. ref_model=copy.deepcopy(base_model)"
+        )
+
+
 def run_on_main(runtime: TrainingRuntime, fn: Callable[[], T]) -> T:
     """Run `fn` on the main rank and hand its result to every rank; if it raises there, every
     rank raises (so no rank is left waiting in a collective)."""
