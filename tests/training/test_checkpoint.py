@@ -84,6 +84,18 @@ def test_retention_keeps_last_n(tmp_path: Path) -> None:
     assert not list(manager.root.glob(".tmp-*"))
 
 
+def test_retention_never_deletes_the_checkpoint_just_saved(tmp_path: Path) -> None:
+    manager = _manager(tmp_path, keep_last=2)
+    model = tiny_llama()
+    for step in (7, 8):  # another run's newer steps in the same directory
+        manager.save(step=step, model=model)
+    saved = manager.save(step=3, model=model, policy_version=3)
+    assert saved.is_dir() and manager.load(saved).policy_version == 3
+    assert [p.name for p in manager.list()] == ["step_00000003", "step_00000007", "step_00000008"]
+    manager.save(step=4, model=model)  # the older one it saved before goes
+    assert [p.name for p in manager.list()] == ["step_00000004", "step_00000007", "step_00000008"]
+
+
 def test_resave_same_step_replaces(tmp_path: Path) -> None:
     manager = _manager(tmp_path)
     manager.save(step=1, model=tiny_llama(seed=1), policy_version=1)

@@ -46,8 +46,10 @@ _NAME = re.compile(r"^step_(\d+)$")
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CheckpointConfig:
-    """Where and how often to save. `keep_last=None` keeps every checkpoint. `verify` is what
-    loading checks against the manifest: "sha256" (contents) or "size" (fast)."""
+    """Where and how often to save. After each save the newest `keep_last` complete checkpoints
+    are kept, and always the one just saved (even when `dir` holds newer steps); `None` keeps
+    every checkpoint. `verify` is what loading checks against the manifest: "sha256"
+    (contents) or "size" (fast)."""
 
     dir: str
     every_n_steps: int | None = None
@@ -216,7 +218,7 @@ class CheckpointManager:
             self._swap_in(tmp, final)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        self._apply_retention()
+        self._apply_retention(saved=final)
         return final
 
     def _write(
@@ -265,14 +267,17 @@ class CheckpointManager:
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
 
-    def _apply_retention(self) -> None:
+    def _apply_retention(self, *, saved: Path) -> None:
+        """Keep the newest `keep_last` complete checkpoints, and always `saved` (the one just
+        written): newer steps left by another run must not make it delete its own."""
         remove_stale_scratch(self.root)
         keep = self.config.keep_last
         if keep is None:
             return
         complete = [p for p in self.list() if (p / MANIFEST).is_file()]
         for path in complete[:-keep]:
-            shutil.rmtree(path, ignore_errors=True)
+            if path != saved:
+                shutil.rmtree(path, ignore_errors=True)
 
     def list(self) -> list[Path]:
         """Checkpoint directories (complete or not), oldest first by step."""
@@ -367,6 +372,31 @@ def is_checkpoint_root(path: str | Path) -> bool:
     if not path.is_dir() or _NAME.match(path.name):
         return False
     return not (path / MANIFEST).exists() and not (path / STATE).exists()
+
+
+def checkpoint_step(path: str | Path) -> int | None:
+    """The step checkpoint `path` holds (its state.json), or for a checkpoint root the step of
+    its newest complete checkpoint; None when there is none to read (loading then says why)."""
+    path = Path(path)
+    if is_checkpoint_root(path):
+        complete = [p for p in _step_dirs(path) if (p / MANIFEST).is_file()]
+        if not complete:
+            return None
+        path = complete[-1]
+    try:
+        return int(json.loads((path / STATE).read_text())["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def checkpoints_after(root: str | Path, step: int) -> list[Path]:
+    """The complete checkpoints under `root` of steps after `step`, oldest first: what
+    retention keeps over a run's own newer saves and what a later resume would pick."""
+    return [
+        p
+        for p in _step_dirs(Path(root))
+        if int(p.name.removeprefix("step_")) > step and (p / MANIFEST).is_file()
+    ]
 
 
 def _step_dirs(root: Path) -> list[Path]:
