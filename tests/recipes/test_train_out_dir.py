@@ -3,12 +3,16 @@ refused before the model loads, naming --resume and --out-dir. Run anyway, its f
 checkpoint was deleted by retention (the earlier run's newer steps were kept), while the
 closing line named it as the model, and its metrics were appended to the earlier run's.
 A run resumed from a checkpoint before its last logged step logs those steps again in place
-of the discarded ones (metrics.jsonl read 1, 2, 3, 3, 4)."""
+of the discarded ones (metrics.jsonl read 1, 2, 3, 3, 4), in its metrics, rollouts and samples
+(the viewer showed the discarded episodes); the later checkpoints must be deleted first."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,8 +83,30 @@ def test_resuming_an_earlier_checkpoint_relogs_its_later_steps(
     out = tmp_path / "run"
     train_command(tiny_run(out, steps=3))
     logged = read_metrics_jsonl(out / "metrics.jsonl")
+    episodes, samples = _records(out / "rollouts.jsonl"), _records(out / "samples.jsonl")
     step2 = out / "checkpoints" / "step_00000002"
-    train_command(dataclasses.replace(tiny_run(out, steps=4), resume=str(step2)))
+    resume = dataclasses.replace(tiny_run(out, steps=4), resume=str(step2))
+    with pytest.raises(FileExistsError, match="step_00000003"):  # it would outlive this run
+        train_command(resume)
+    shutil.rmtree(out / "checkpoints" / "step_00000003")
+    train_command(resume)
     records = read_metrics_jsonl(out / "metrics.jsonl")
     assert [r["step"] for r in records] == [1, 2, 3, 4]
     assert records[:2] == logged[:2] and records[2]["time"] > logged[2]["time"]
+
+    # batch i is step i + 1's: batches 2 and 3 are the resumed run's own, once
+    replayed = _records(out / "rollouts.jsonl")
+    assert [r["meta"]["batch_index"] for r in replayed] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert replayed[:4] == episodes[:4]
+    assert not {r["id"] for r in replayed[4:]} & {r["id"] for r in episodes}
+    kept = _records(out / "samples.jsonl")
+    assert [s for s in kept if s["meta"]["batch_index"] < 2] == [
+        s for s in samples if s["meta"]["batch_index"] < 2
+    ]
+    assert any(s["meta"]["batch_index"] == 2 for s in samples)  # the discarded step's
+    assert {s["meta"]["rollout_id"] for s in kept} <= {r["id"] for r in replayed}
+    assert max(s["meta"]["batch_index"] for s in kept) == 3
+
+
+def _records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]

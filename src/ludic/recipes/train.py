@@ -74,6 +74,7 @@ from ludic.training import (
     RolloutBatchSource,
     Trainer,
 )
+from ludic.training.checkpoint import checkpoint_step, checkpoints_after
 from ludic.training.lr_resume import LRScheduleMismatchError
 from ludic.training.stall import was_skipped
 
@@ -144,6 +145,7 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
     rollout_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
     check_run_lock(cfg.out_dir / RUN_LOCK, what=LUDIC_RUN)  # another live run in OUT_DIR
     check_new_run_dir(cfg)  # an earlier run's checkpoints in OUT_DIR without --resume
+    check_resume_dir(cfg)  # --resume PATH older than checkpoints already in OUT_DIR
     algorithm = make_algorithm(cfg.algorithm, cfg)
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
     run = _Run(cfg, env_factory, env_kwargs, parser, context, max_lag, console)
@@ -185,6 +187,26 @@ def check_new_run_dir(cfg: TrainConfig) -> None:
             f"keeping the newest checkpoints would delete this run's own. Pass --resume to "
             f"continue that run (--steps counts the whole run), or another --out-dir for a new "
             f"one (or delete {cfg.out_dir})."
+        )
+
+
+def check_resume_dir(cfg: TrainConfig) -> None:
+    """Refuse `--resume PATH` whose checkpoint is older than complete ones in OUT_DIR (another
+    run's, or the stretch this resume discards): this run's saves would land among them,
+    retention would keep those, and a later `--resume` would pick them. A bare `--resume`
+    takes OUT_DIR's newest, so it never is."""
+    if cfg.resume in (None, RESUME_LATEST) or (step := checkpoint_step(cfg.resume)) is None:
+        return
+    root = cfg.out_dir / CHECKPOINTS_DIR
+    stale = checkpoints_after(root, step)
+    if stale:
+        names = ", ".join(p.name for p in stale)
+        raise FileExistsError(
+            f"--resume {cfg.resume} is at step {step}, but {root} holds newer checkpoints "
+            f"({names}), from another run or the stretch this resume discards: a later "
+            f"--resume would pick {stale[-1].name} over this run's own steps. Delete them "
+            f"(rm -r {' '.join(str(p) for p in stale)}) to continue from step {step} here, "
+            f"or pass another --out-dir."
         )
 
 
@@ -428,7 +450,7 @@ def _report(
     curve = plot_curve(metrics, cfg.out_dir / "reward_curve.png", "batch/mean_reward")
     first, last = history[0]["batch/mean_reward"], history[-1]["batch/mean_reward"]
     console.print(
-        f"done: mean episode reward {first:+.3f} (first step) -> {last:+.3f} (last step). "
+        f"done: mean episode reward {_launch_rewards(first, last, checkpoint, len(history))}. "
         f"Model: [bold]{checkpoint / 'model'}[/bold]; curve: {curve}\n"
         f"browse the episodes with: ludic view {cfg.out_dir / 'rollouts.jsonl'} --samples "
         f"{samples} --tokenizer {checkpoint / 'model'}"
@@ -451,6 +473,22 @@ def _report(
         last_reward=float(last),
         steps=len(history),
     )
+
+
+def _launch_rewards(first: float, last: float, checkpoint: Path, launched: int) -> str:
+    """The first and last step's reward, each with its step number, and after a resume which
+    steps this launch trained: "+0.1 (step 21) -> +0.4 (step 30), steps 21-30 of this launch
+    (resumed at step 20)"."""
+    try:
+        end = int(checkpoint.name.removeprefix("step_"))  # `finish` saves the last step
+    except ValueError:
+        return f"{first:+.3f} (first step) -> {last:+.3f} (last step)"
+    start = end - launched
+    text = f"{first:+.3f} (step {start + 1}) -> {last:+.3f} (step {end})"
+    if start == 0:
+        return text
+    steps = f"step {end}" if launched == 1 else f"steps {start + 1}-{end}"
+    return f"{text}, {steps} of this launch (resumed at step {start})"
 
 
 def _inspect_env(factory: Callable[..., Any], kwargs: dict[str, Any], name: str) -> str | None:

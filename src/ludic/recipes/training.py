@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from ludic._resumed_log import ResumedLog, batch_index_of, meta_batch_index
 from ludic.distributed import PolicyPublisher
 from ludic.recipes.inference import Inference as Inference  # re-exported from its module
 from ludic.recipes.inference import make_inference as make_inference
@@ -162,15 +163,20 @@ def plot_curve(metrics_jsonl: Path, png: Path, key: str, *, smooth: float = 0.6)
 class SampleLog(WrappedSource):
     """A BatchSource that passes `source`'s batches through and appends every training sample
     to `path` as one `SAWItem.to_dict()` line (what `ludic view --samples` reads). Its
-    checkpoint state is the wrapped source's."""
+    checkpoint state is the wrapped source's. The first batch whose samples carry
+    `meta["batch_index"]` (`RolloutBatchSource` stamps it) drops the file's samples of that
+    batch and later ones: a run resumed from a checkpoint draws them again."""
 
     def __init__(self, source: BatchSource, path: Path) -> None:
         self.source = source
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._resumed = ResumedLog(self.path, batch_index_of)
 
     async def next_batch(self) -> SAWBatch:
         batch = await self.source.next_batch()
+        if batch.items:
+            self._resumed.before_write(meta_batch_index(batch.items[0].meta))
         lines = [json.dumps(item.to_dict()) + "\n" for item in batch.items]
         with self.path.open("a", encoding="utf-8") as f:
             f.write("".join(lines))

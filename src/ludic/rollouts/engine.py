@@ -17,6 +17,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from ludic._resumed_log import ResumedLog, batch_index_of, meta_batch_index
 from ludic.envs.base import EnvCloseError, LudicEnv, close_env
 from ludic.inference.http.affinity import conversation
 from ludic.interaction.base import InteractionProtocol
@@ -39,6 +40,9 @@ class RolloutEngine:
       episode (None: no limit).
     - `jsonl_log`: append every rollout (failed ones included) to this file as episodes finish.
       A rollout that cannot be written is logged and gets `meta["log_error"]`; never raised.
+      The first rollout written with `meta["batch_index"]` (`RolloutBatchSource` stamps it)
+      drops the file's records of that batch and later ones, and a line cut off mid-write:
+      a run resumed from a checkpoint replays them (see `ludic._resumed_log`).
     - `progress`: show a progress bar (tqdm) over episodes.
 
     Rollout meta gets the request's `meta`, then the protocol's own keys, then `request_id`,
@@ -74,6 +78,7 @@ class RolloutEngine:
         self.concurrency = concurrency
         self.episode_timeout_s = episode_timeout_s
         self.jsonl_log = None if jsonl_log is None else Path(jsonl_log)
+        self._resumed_log: ResumedLog | None = None
         self.progress = progress
 
     async def run(self, requests: Sequence[RolloutRequest]) -> list[Rollout]:
@@ -173,8 +178,11 @@ class RolloutEngine:
         """Append to `jsonl_log`; a rollout that cannot be written gets `meta["log_error"]`
         (counted in `BatchStats.num_log_failures`) and the batch goes on."""
         assert self.jsonl_log is not None
+        if self._resumed_log is None or self._resumed_log.path != self.jsonl_log:
+            self._resumed_log = ResumedLog(self.jsonl_log, batch_index_of)
         for rollout in rollouts:
             try:
+                self._resumed_log.before_write(meta_batch_index(rollout.meta))
                 append_rollouts_jsonl([rollout], self.jsonl_log)
             except Exception as e:
                 logger.error(

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from rich.console import Console
+
+from ludic._resumed_log import ResumedLog, step_of
 
 Metrics = Mapping[str, float]
 
@@ -38,19 +39,20 @@ class JsonlLogger:
     The first step it logs drops the file's records of that step and later ones: a run resumed
     from a checkpoint logs again the steps an interrupted run logged after that checkpoint, and
     those belong to the stretch the resume discarded (as TensorBoard's `purge_step`). A line
-    cut off by a killed run goes with them, so the next record does not continue it.
+    cut off by a killed run goes with them, so the next record does not continue it
+    (`ludic._resumed_log`, which the rollout and sample logs share).
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a", encoding="utf-8")
-        self._first = True
+        self._resumed = ResumedLog(self.path, step_of)
 
     def log(self, metrics: Metrics, step: int) -> None:
-        if self._first:
-            self._first = False
-            self._drop_from(step)
+        if self._resumed.before_write(step):  # rewritten: append to the new file
+            self._file.close()
+            self._file = self.path.open("a", encoding="utf-8")
         record: dict[str, Any] = {"step": step, "time": time.time()}
         record.update({k: _json_value(float(v)) for k, v in metrics.items()})
         self._file.write(json.dumps(record) + "\n")
@@ -58,33 +60,6 @@ class JsonlLogger:
 
     def close(self) -> None:
         self._file.close()
-
-    def _drop_from(self, step: int) -> None:
-        """Rewrite the file without its records of `step` on, and without damaged lines."""
-        lines = self.path.read_text(encoding="utf-8").splitlines(keepends=True)
-        kept = [line for line in lines if _earlier(line, step)]
-        if kept == lines:
-            return
-        self._file.close()
-        scratch = self.path.with_name(self.path.name + ".tmp")
-        scratch.write_text("".join(kept), encoding="utf-8")
-        os.replace(scratch, self.path)
-        self._file = self.path.open("a", encoding="utf-8")
-
-
-def _earlier(line: str, step: int) -> bool:
-    """Whether a metrics line is a whole record of a step before `step`."""
-    if not line.endswith("\n"):
-        return False  # cut off mid-write
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError:
-        return False
-    return (
-        not isinstance(record, dict)
-        or not isinstance(record.get("step"), int)
-        or (record["step"] < step)
-    )
 
 
 def read_metrics_jsonl(path: str | Path) -> list[dict[str, Any]]:

@@ -7,8 +7,10 @@ Trainer waits for rollouts. To overlap rollouts and training, wrap it in `Prefet
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 
 from ludic._aio import maybe_await
+from ludic._resumed_log import BATCH_INDEX
 from ludic.rollouts import (
     CreditAssigner,
     RequestStrategy,
@@ -36,6 +38,9 @@ class RolloutBatchSource:
       resumed run) replays the same seeds; the batch index is the checkpointed state.
     - `credit_assigner`, `filters`, `sample_mode`, `snapshot_policy`, `retokenizer` go to
       `generate_batch`.
+
+    Each rollout's and sample's meta records `batch_index`, so the engine's `jsonl_log` and
+    `ludic.recipes.SampleLog` can drop what a run resumed from an earlier batch replays.
     """
 
     def __init__(
@@ -66,6 +71,7 @@ class RolloutBatchSource:
         requests = list(await maybe_await(self.requests_fn()))
         if self.seed_sequencer is not None:
             requests = self.seed_sequencer.seed_requests(requests, self.batch_index)
+        requests = [replace(r, meta={**r.meta, BATCH_INDEX: self.batch_index}) for r in requests]
         result = await generate_batch(
             self.engine,
             requests,
@@ -76,6 +82,8 @@ class RolloutBatchSource:
             snapshot_policy=self.snapshot_policy,
             retokenizer=self.retokenizer,
         )
+        for item in result.samples:
+            item.meta[BATCH_INDEX] = self.batch_index
         self.batch_index += 1
         stats = {k: float(v) for k, v in result.stats.to_dict().items()}
         return SAWBatch(items=result.samples, rollouts=result.rollouts, stats=stats)
