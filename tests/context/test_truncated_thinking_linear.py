@@ -48,9 +48,9 @@ def test_placeholder_is_literal() -> None:
 @pytest.mark.timeout(120)
 def test_linear_on_1mib_of_unclosed_think_tags() -> None:
     reply = "<think>" * (MIB // 7)
-    started = time.perf_counter()
+    started = time.thread_time()  # CPU time: wall time also counts a loaded box's wait
     assert stripped_history(reply) == reply
-    assert time.perf_counter() - started < 3.0  # ~0.01 s; the regex took minutes
+    assert time.thread_time() - started < 3.0  # ~0.01 s; the regex took minutes
 
 
 def test_empty_tags_are_refused() -> None:
