@@ -140,7 +140,9 @@ class PipelineBatchSource:
                 item = await self._accept(entry, stats, lags)
                 if item is not None:
                     items.append(item)
-            if time.monotonic() - noticed >= self.wait_notice_s:
+            # only while it waits: a batch that filled on a slow read says nothing
+            full = len(items) >= self.batch_size
+            if not full and time.monotonic() - noticed >= self.wait_notice_s:
                 noticed = time.monotonic()
                 logger.warning(self._waiting_line(len(items), started, stats))
             if not entries and self._timed_out(started):
