@@ -147,3 +147,36 @@ def test_a_kind_past_the_recompile_limit_warns_once_by_name_and_runs_eager() -> 
         assert "recompile_limit = 1" in message and "autocast bfloat16" in message
         assert "raise torch._dynamo.config.recompile_limit" in message
     assert graphs_per_kind(model) == {"LlamaMLP": 1, "LlamaRMSNorm": 1}  # float32 still compiled
+
+
+@pytest.mark.slow
+def test_qwen3s_norms_on_views_keep_one_graph_per_input_rank() -> None:
+    """Qwen3 normalises q and k per head: its RMSNorm also gets 4-D views of `q_proj(x)`,
+    whose sizes Dynamo guarded through the view's base, so 1-row and 1-token calls recompiled
+    (5 norm graphs in float32, and float32 then bf16 hit the recompile limit; found in
+    review). Now: one graph per input rank and autocast setting."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=100,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        max_position_embeddings=64,
+    )
+    model = Qwen3ForCausalLM(config)
+    compile_for_training(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompileFallbackWarning)
+        for bf16, counts in ((False, (1, 2)), (True, (2, 4))):
+            for rows, tokens in [(3, 7), (1, 5), (2, 1), (1, 1), (4, 2)]:
+                ids_BT = torch.randint(0, 100, (rows, tokens))
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                    logits = model(input_ids=ids_BT, use_cache=False).logits
+                logits.float().sum().backward()
+            graphs = graphs_per_kind(model)
+            assert (graphs["Qwen3MLP"], graphs["Qwen3RMSNorm"]) == counts

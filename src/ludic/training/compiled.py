@@ -21,7 +21,8 @@ cost a graph:
   whatever the depth, in a recompile region of their own (`isolate_recompiles`): other
   `torch.compile` calls on the same classes neither use up this model's limit nor it theirs.
 
-A training run so compiles one graph per kind and autocast setting: 2 in float32, 2 more if the
+A training run so compiles one graph per kind, input rank and autocast setting: 2 in float32
+(Llama, Mistral, Qwen2; Qwen3's per-head q/k norms add one 4-D norm graph), as many more if the
 same process also trains under bf16 autocast. Anything else that changes a guard (an input's
 dtype or requires_grad) still costs a graph; should a kind reach the limit anyway, the call is
 run eager and a `CompileFallbackWarning` (once per kind) names the module, the call's mode and
@@ -147,13 +148,21 @@ class _CompiledCall:
 
 def _mark_rows_unbacked(args: tuple[Any, ...]) -> None:
     """Mark every size but the last (hidden) one of the tensor arguments unbacked: one graph
-    for any number of rows and tokens, 1 included."""
+    for any number of rows and tokens, 1 included. A view's base too: Dynamo guards a view's
+    sizes through its base (Qwen3's q/k norms get `q_proj(x).view(...)`), so an unmarked base
+    still recompiled for 1-row and 1-token calls (5 graphs of Qwen3RMSNorm in float32)."""
     for arg in args:
         if isinstance(arg, torch.Tensor) and arg.dim() > 1:
-            marked = getattr(arg, "_dynamo_unbacked_indices", ())
-            for dim in range(arg.dim() - 1):
-                if dim not in marked:
-                    mark_unbacked(arg, dim)
+            _mark_unbacked_but_last(arg)
+            if isinstance(arg._base, torch.Tensor) and arg._base.dim() > 1:
+                _mark_unbacked_but_last(arg._base)
+
+
+def _mark_unbacked_but_last(tensor: torch.Tensor) -> None:
+    marked = getattr(tensor, "_dynamo_unbacked_indices", ())
+    for dim in range(tensor.dim() - 1):
+        if dim not in marked:
+            mark_unbacked(tensor, dim)
 
 
 def _fallback_message(name: str, module: torch.nn.Module, args: tuple[Any, ...]) -> str:
