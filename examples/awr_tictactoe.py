@@ -8,6 +8,9 @@
     python examples/awr_tictactoe.py --expert-epsilons 0 0.5 1 --baseline q_value \
         --features board --beta 0.5 --max-weight 3 --awr-games kept --normalize-mean \
         --min-weight 0.5 --seeds 12                                   # learned Q - V
+    python examples/awr_tictactoe.py --expert-epsilons 0 1 1 1 1 1 1 1 --baseline q_value \
+        --features board --beta 0.5 --max-weight 3 --awr-games kept --normalize-mean \
+        --min-weight 0.5 --seeds 12              # 1/8 minimax games: AWR wins more (README)
 
 Everything is the quickstart's (`ludic quickstart`): the tiny model with the task tokenizer, the
 compact board, an illegal move costs -1 and the agent tries again, SFT at lr 3e-3 on batches of
