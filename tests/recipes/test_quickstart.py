@@ -33,6 +33,8 @@ def parse_table(text: str) -> dict[str, tuple[float, ...]]:
 @pytest.mark.slow
 def test_quickstart_tiny_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "run"
+    stale = out / "rl" / "checkpoints" / "step_99999999"  # an earlier, longer run's (review)
+    stale.mkdir(parents=True)
     script = Path(sys.executable).parent / "ludic"
     result = subprocess.run(
         [str(script), "quickstart", "--tiny", "--out-dir", str(out), "--no-progress"],
@@ -44,6 +46,7 @@ def test_quickstart_tiny_end_to_end(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert not (out / "run.lock").exists()  # held by the whole command, gone at its end
+    assert not stale.exists() and "replacing the earlier quickstart run's rl/" in result.stdout
 
     table = parse_table(result.stdout)
     assert tuple(table) == STAGES, result.stdout

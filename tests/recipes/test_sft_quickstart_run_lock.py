@@ -177,3 +177,15 @@ def test_the_quickstart_holds_one_lock_through_its_sft_and_rl_stages(
     finally:
         quickstart.kill()
         quickstart.communicate(timeout=60)
+
+
+def test_a_second_sft_into_an_out_dir_with_checkpoints_is_refused_before_a_model_loads(
+    expert_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rerun with fewer steps left the earlier run's newer checkpoint as the newest, with
+    this run's metrics beside it (found in review)."""
+    run = tmp_path / "run"
+    sft_module.sft_command(SFTConfig(data=expert_data, out_dir=run, steps=2, progress=False))
+    monkeypatch.setattr(sft_module, "load_policy", no_model)
+    with pytest.raises(FileExistsError, match=r"newest: step_00000002.*another --out-dir"):
+        sft_module.sft_command(SFTConfig(data=expert_data, out_dir=run, steps=1))

@@ -18,6 +18,7 @@ import contextlib
 import copy
 import json
 import shlex
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
@@ -102,10 +103,27 @@ def run_quickstart(cfg: QuickstartConfig, *, console: Console | None = None) -> 
         return asyncio.run(_run(cfg, console))
 
 
+STAGE_DIRS = ("eval", "expert", "sft", "rl")
+"""What a quickstart writes under OUT_DIR besides its summary files, replaced by the next run."""
+
+
+def _clear_earlier_run(out: Path, console: Console) -> None:
+    """A quickstart run starts over: an earlier run's stage directories in OUT_DIR go (under
+    the run lock), else its checkpoints would outlive a shorter rerun (`--rl-steps 20` after
+    40 left the old step_00000040 as the newest) and its logs would mix with this run's."""
+    earlier = [out / name for name in STAGE_DIRS if (out / name).is_dir()]
+    if earlier:
+        names = ", ".join(f"{path.name}/" for path in earlier)
+        console.print(f"run directory: replacing the earlier quickstart run's {names} in {out}")
+        for path in earlier:
+            shutil.rmtree(path)
+
+
 async def _run(cfg: QuickstartConfig, console: Console) -> QuickstartResult:
     started = time.perf_counter()
     out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
+    _clear_earlier_run(out, console)
     env_kwargs: dict[str, Any] = {
         "opponent": cfg.opponent,
         "epsilon": cfg.opponent_epsilon,

@@ -23,7 +23,13 @@ from rich.console import Console
 
 from ludic.recipes.configs import SFTConfig
 from ludic.recipes.run_lock import LUDIC_RUN, RUN_LOCK, check_run_lock, run_lock
-from ludic.recipes.training import finish, load_policy, make_trainer, plot_curve
+from ludic.recipes.training import (
+    finish,
+    load_policy,
+    make_trainer,
+    plot_curve,
+    refuse_earlier_checkpoints,
+)
 from ludic.rollouts import ChatTemplateRetokenizer, SampleFilter, SAWItem
 from ludic.training import (
     OfflineBatchSource,
@@ -33,9 +39,6 @@ from ludic.training import (
     make_sft,
 )
 from ludic.types import Rollout, Turn
-
-"""How a refusal names the run holding OUT_DIR's lock (its command line follows: `ludic sft`,
-`ludic train` or `ludic quickstart` share one lock file)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -90,6 +93,9 @@ def sft_command(cfg: SFTConfig, *, console: Console | None = None) -> SFTResult:
     algorithm = offline_algorithm(cfg)
     lock = cfg.out_dir / RUN_LOCK
     check_run_lock(lock, what=LUDIC_RUN)  # another live run in OUT_DIR: before the model loads
+    refuse_earlier_checkpoints(
+        cfg.out_dir, fix=f"Pass another --out-dir (or delete {cfg.out_dir})."
+    )
     with run_lock(  # one run per OUT_DIR: a second one is refused, naming this one
         lock, what=LUDIC_RUN, notice=lambda text: console.print(f"run directory: {text}")
     ):

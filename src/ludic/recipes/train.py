@@ -59,6 +59,7 @@ from ludic.recipes.training import (
     make_inference,
     make_trainer,
     plot_curve,
+    refuse_earlier_checkpoints,
 )
 from ludic.rollouts import (
     ComponentSpec,
@@ -175,18 +176,12 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
 
 
 def check_new_run_dir(cfg: TrainConfig) -> None:
-    """Refuse a run without --resume in an OUT_DIR that holds an earlier run's checkpoints: it
-    would append to that run's logs, and checkpoint retention (newest steps kept) would delete
-    this run's own checkpoints, the final one included, keeping the earlier run's."""
-    root = cfg.out_dir / CHECKPOINTS_DIR
-    steps = sorted(root.glob("step_*")) if cfg.resume is None and root.is_dir() else []
-    if steps:
-        raise FileExistsError(
-            f"{cfg.out_dir} holds an earlier run's checkpoints (newest: {steps[-1].name}); a new "
-            f"run there would mix its metrics.jsonl and rollouts.jsonl with that run's, and "
-            f"keeping the newest checkpoints would delete this run's own. Pass --resume to "
-            f"continue that run (--steps counts the whole run), or another --out-dir for a new "
-            f"one (or delete {cfg.out_dir})."
+    """Refuse a run without --resume in an OUT_DIR that holds an earlier run's checkpoints."""
+    if cfg.resume is None:
+        refuse_earlier_checkpoints(
+            cfg.out_dir,
+            fix=f"Pass --resume to continue that run (--steps counts the whole run), or another "
+            f"--out-dir for a new one (or delete {cfg.out_dir}).",
         )
 
 

@@ -120,6 +120,21 @@ def check_lr_schedule(
         )
 
 
+def refuse_earlier_checkpoints(out_dir: Path, *, fix: str) -> None:
+    """FileExistsError when `out_dir` holds an earlier run's checkpoints: a new run there would
+    mix its logs with that run's, and checkpoint retention (newest steps kept) would delete
+    this run's own checkpoints, the final one included, keeping the earlier run's. `fix` is
+    the sentence saying what to do instead."""
+    root = out_dir / CHECKPOINTS_DIR
+    steps = sorted(root.glob("step_*")) if root.is_dir() else []
+    if steps:
+        raise FileExistsError(
+            f"{out_dir} holds an earlier run's checkpoints (newest: {steps[-1].name}); a new "
+            f"run there would mix its metrics.jsonl and rollouts.jsonl with that run's, and "
+            f"keeping the newest checkpoints would delete this run's own. {fix}"
+        )
+
+
 def finish(trainer: Trainer) -> Path:
     """Save a final checkpoint (unless this step was just saved) and close the logger."""
     assert trainer.checkpoints is not None
@@ -200,4 +215,5 @@ __all__ = [
     "make_inference",
     "make_trainer",
     "plot_curve",
+    "refuse_earlier_checkpoints",
 ]
