@@ -241,6 +241,8 @@ class Trainer:
         metrics["step_seconds"] = time.perf_counter() - started
         if self.logger is not None:
             self.logger.log(metrics, self.step)
+        if self.checkpoints is not None and self.checkpoints.due(self.step):
+            self.save_checkpoint()  # after the step's row: a resume from it never lacks that row
         if (no_signal := self._no_signal.record(self.step, metrics)) and self.runtime.is_main:
             logger.warning(no_signal)
         self._skips.record(self.step, cause)  # raises TrainingStalledError after too many
@@ -361,8 +363,6 @@ class Trainer:
             seconds = self.publish_weights()
             if seconds is not None:
                 metrics["time/publish_seconds"] = seconds
-        if self.checkpoints is not None and self.checkpoints.due(self.step):
-            self.save_checkpoint()
         if self.eval_fn is not None and config.eval_every and self.step % config.eval_every == 0:
             results = await maybe_await(self.eval_fn(self))
             metrics.update({f"eval/{k}": float(v) for k, v in results.items()})
