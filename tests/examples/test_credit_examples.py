@@ -134,6 +134,22 @@ def test_awr_example_plays_every_expert_game_and_refuses_no_players() -> None:
         example.main(config(example, "AWRConfig", expert_epsilons=()))
 
 
+def test_awr_example_repeated_epsilons_set_the_expert_share() -> None:
+    """`--expert-epsilons 0 1 1 1` is one minimax game in four (the README's share sweep):
+    the first quarter of the games is the minimax player's (every move optimal, never lost)."""
+    example = load_example("awr_tictactoe.py")
+    cfg = config(example, "AWRConfig", expert_episodes=8, expert_epsilons=(0.0, 1.0, 1.0, 1.0))
+    tokenizer = build_tiny_model(spec=TinyModelSpec(hidden_size=32))[1]
+    games = asyncio.run(example.expert_games(cfg, tokenizer, 0))
+    assert len(games) == 8
+
+    def optimal(game: Rollout) -> list[bool]:
+        return [bool(t.env_step and t.env_step.info.get("optimal_move")) for t in game.turns()]
+
+    assert all(all(optimal(g)) and example.won_or_drew(g) for g in games[:2])
+    assert not all(all(optimal(g)) for g in games[2:])  # the random players' share
+
+
 def test_awr_example_state_normalize_averages_one_over_the_trained_turns() -> None:
     """Illegal moves are dropped after credit and share their board with the retry; with
     --state-normalize every board's trained turns average weight 1."""
