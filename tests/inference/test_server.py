@@ -571,8 +571,11 @@ async def test_client_recovers_when_the_server_restarts_mid_request(tmp_path: Pa
     srv = start_server(model_dir, tmp_path / "server.log")
     sampling = SamplingConfig(max_tokens=200, seed=5, extras={"ignore_eos": True})
     request = ChatRequest(messages=USER, sampling=sampling)
+    # The retries (jittered, 0.25-4 s apart: over 123 s in all) outlast start_server's own
+    # 120 s deadline. 8 retries gave up after 12-24 s, while a `ludic serve` start took 20-24 s
+    # on a loaded 2-core machine (measured): the client gave up on a restart in progress.
     client = OpenAICompatibleClient(
-        srv.url, "tiny", timeout=120, max_retries=8, backoff_s=0.5, max_backoff_s=4
+        srv.url, "tiny", timeout=120, max_retries=64, backoff_s=0.5, max_backoff_s=4
     )
     try:
         pending = asyncio.create_task(client.complete(request))
