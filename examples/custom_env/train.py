@@ -30,6 +30,7 @@ from ludic.recipes import (
     InferenceFlags,
     close_client,
     finish,
+    launch_rewards,
     load_policy,
     log_samples,
     make_client,
@@ -161,7 +162,8 @@ def main(cfg: LightsConfig) -> dict[str, float]:
     history, checkpoint = asyncio.run(train(cfg))
     if history:
         first, last = history[0]["batch/mean_reward"], history[-1]["batch/mean_reward"]
-        print(f"{cfg.algorithm}: mean episode reward {first:+.2f} (first step) -> {last:+.2f}")
+        rewards = launch_rewards(first, last, checkpoint, len(history))
+        print(f"{cfg.algorithm}: mean episode reward {rewards}")  # as `ludic train` says it
     result = asyncio.run(evaluate(checkpoint / "model", cfg))
     k = cfg.eval_k
     metrics = {key: result.metrics[key] for key in ("success_rate", "pass@1", f"pass@{k}")}

@@ -263,7 +263,9 @@ def test_tictactoe_train_on_an_inference_server(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_custom_env_grpo_then_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_custom_env_grpo_then_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The README tutorial: GRPO on the Lights env, a checkpoint, a resumed run that trains
     only the steps left, eval with pass@k, the viewer page and the reward curve."""
     monkeypatch.syspath_prepend(str(EXAMPLES / "custom_env"))  # as `python train.py` does
@@ -273,7 +275,14 @@ def test_custom_env_grpo_then_resume(tmp_path: Path, monkeypatch: pytest.MonkeyP
     example.main(first)
     assert (tmp_path / "checkpoints" / "step_00000001" / "model" / "tokenizer.json").is_file()
     resumed = config(example, "LightsConfig", steps=2, resume=True, out_dir=tmp_path, **small)
+    capsys.readouterr()
     metrics = example.main(resumed)
+    # the closing line numbers the steps as `ludic train`'s does, not "(first step)"
+    closing = capsys.readouterr().out
+    assert (
+        "(step 2) -> " in closing
+        and "(step 2), step 2 of this launch (resumed at step 1)" in closing
+    )
     steps = [
         json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
     ]

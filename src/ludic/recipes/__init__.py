@@ -1,6 +1,6 @@
 """Recipes: the programs behind `ludic quickstart`, `ludic train` and `ludic sft`, as functions
 with one config dataclass each, and the wiring helpers they and the examples share
-(`load_policy`, `InferenceArgs` / `make_inference` / `make_client`, `make_trainer`, `log_samples`, `finish`, `plot_curve`).
+(`load_policy`, `InferenceArgs` / `make_inference` / `make_client`, `make_trainer`, `log_samples`, `finish`, `launch_rewards`, `plot_curve`).
 Importing this package is light; torch loads when a recipe or helper is first used."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ludic.recipes.training import (
         SampleLog,
         finish,
+        launch_rewards,
         load_policy,
         log_samples,
         make_trainer,
@@ -40,6 +41,7 @@ _LAZY = {
     "close_client": "ludic.recipes.inference",
     "SampleLog": "ludic.recipes.training",
     "finish": "ludic.recipes.training",
+    "launch_rewards": "ludic.recipes.training",
     "load_policy": "ludic.recipes.training",
     "log_samples": "ludic.recipes.training",
     "make_inference": "ludic.recipes.inference",
@@ -64,6 +66,7 @@ __all__ = [
     "TrainConfig",
     "close_client",
     "finish",
+    "launch_rewards",
     "load_policy",
     "log_samples",
     "make_client",

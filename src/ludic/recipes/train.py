@@ -54,6 +54,7 @@ from ludic.recipes.training import (
     SAMPLES_FILE,
     check_lr_schedule,
     finish,
+    launch_rewards,
     load_policy,
     log_samples,
     make_inference,
@@ -445,7 +446,7 @@ def _report(
     curve = plot_curve(metrics, cfg.out_dir / "reward_curve.png", "batch/mean_reward")
     first, last = history[0]["batch/mean_reward"], history[-1]["batch/mean_reward"]
     console.print(
-        f"done: mean episode reward {_launch_rewards(first, last, checkpoint, len(history))}. "
+        f"done: mean episode reward {launch_rewards(first, last, checkpoint, len(history))}. "
         f"Model: [bold]{checkpoint / 'model'}[/bold]; curve: {curve}\n"
         f"browse the episodes with: ludic view {cfg.out_dir / 'rollouts.jsonl'} --samples "
         f"{samples} --tokenizer {checkpoint / 'model'}"
@@ -468,22 +469,6 @@ def _report(
         last_reward=float(last),
         steps=len(history),
     )
-
-
-def _launch_rewards(first: float, last: float, checkpoint: Path, launched: int) -> str:
-    """The first and last step's reward, each with its step number, and after a resume which
-    steps this launch trained: "+0.1 (step 21) -> +0.4 (step 30), steps 21-30 of this launch
-    (resumed at step 20)"."""
-    try:
-        end = int(checkpoint.name.removeprefix("step_"))  # `finish` saves the last step
-    except ValueError:
-        return f"{first:+.3f} (first step) -> {last:+.3f} (last step)"
-    start = end - launched
-    text = f"{first:+.3f} (step {start + 1}) -> {last:+.3f} (step {end})"
-    if start == 0:
-        return text
-    steps = f"step {end}" if launched == 1 else f"steps {start + 1}-{end}"
-    return f"{text}, {steps} of this launch (resumed at step {start})"
 
 
 def _inspect_env(factory: Callable[..., Any], kwargs: dict[str, Any], name: str) -> str | None:

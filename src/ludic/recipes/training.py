@@ -2,8 +2,8 @@
 ...`): load a policy (`load_policy`), serve it in process or from servers with the matching
 weight publisher (`make_inference`, from `ludic.recipes.inference`), a Trainer with a JSONL metrics log and checkpoints that
 hold the tokenizer in one output directory (`make_trainer`), the training samples written
-for `ludic view --samples` (`log_samples`), a final checkpoint (`finish`) and a curve
-(`plot_curve`). `ludic train` and the examples use them.
+for `ludic view --samples` (`log_samples`), a final checkpoint (`finish`), the closing
+line's rewards by step (`launch_rewards`) and a curve (`plot_curve`). `ludic train` and the examples use them.
 
 Plain functions over public components; they add no behaviour of their own and hide no loop:
 `trainer.train(steps)` is the loop.
@@ -143,6 +143,23 @@ def finish(trainer: Trainer) -> Path:
         path = trainer.save_checkpoint()
     trainer.close()
     return path
+
+
+def launch_rewards(first: float, last: float, checkpoint: Path, launched: int) -> str:
+    """The first and last step's mean reward of this launch, each with its step number, and
+    after a resume which steps this launch trained, e.g. "+0.100 (step 21) -> +0.400 (step 30),
+    steps 21-30 of this launch (resumed at step 20)". `checkpoint` is what `finish` returned
+    (it is saved at the last step) and `launched` the number of steps this launch trained."""
+    try:
+        end = int(checkpoint.name.removeprefix("step_"))
+    except ValueError:
+        return f"{first:+.3f} (first step) -> {last:+.3f} (last step)"
+    start = end - launched
+    text = f"{first:+.3f} (step {start + 1}) -> {last:+.3f} (step {end})"
+    if start == 0:
+        return text
+    steps = f"step {end}" if launched == 1 else f"steps {start + 1}-{end}"
+    return f"{text}, {steps} of this launch (resumed at step {start})"
 
 
 def load_policy(model: str | None, *, seed: int = 0, device: str = "cpu") -> tuple[Any, Any]:
