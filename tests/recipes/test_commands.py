@@ -110,6 +110,16 @@ def test_sft_retokenizes_rollouts_from_another_tokenizer(tmp_path: Path) -> None
     assert sft_command(cfg).steps == 3
 
 
+def test_sft_refuses_ids_from_another_smaller_tokenizer(tmp_path: Path) -> None:
+    # byte ids fit the tiny vocabulary, so only decoding them shows they are another
+    # tokenizer's (the quickstart's kept.jsonl on a model without --model did the same)
+    data = play(ScriptedClient(["<move>5</move>", "<move>1</move>"]), tmp_path / "d.jsonl")
+    cfg = SFTConfig(data=data, steps=1, out_dir=tmp_path / "o", progress=False)
+    with pytest.raises(ValueError, match=r"another tokenizer.*--model.*--retokenize"):
+        sft_command(cfg)
+    assert not (tmp_path / "o" / "checkpoints").exists()
+
+
 def test_sft_needs_a_data_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="rollouts JSONL"):
         sft_command(SFTConfig(data=tmp_path / "missing.jsonl", out_dir=tmp_path))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 from rich.console import Console
+from transformers import PreTrainedTokenizerBase
 
 from ludic.recipes.configs import SFTConfig
 from ludic.recipes.run_lock import LUDIC_RUN, RUN_LOCK, check_run_lock, run_lock
@@ -30,7 +31,7 @@ from ludic.recipes.training import (
     plot_curve,
     refuse_earlier_checkpoints,
 )
-from ludic.rollouts import ChatTemplateRetokenizer, SampleFilter, SAWItem
+from ludic.rollouts import ChatTemplateRetokenizer, SampleFilter, SAWItem, iter_rollouts_jsonl
 from ludic.training import (
     OfflineBatchSource,
     RLAlgorithm,
@@ -118,6 +119,8 @@ def _fine_tune(cfg: SFTConfig, algorithm: RLAlgorithm, console: Console) -> SFTR
         retokenizer=ChatTemplateRetokenizer(tokenizer=tokenizer) if cfg.retokenize else None,
     )
     _check_vocab(source, model)
+    if not cfg.retokenize:
+        _check_token_ids(cfg.data, tokenizer)
     _report_weights(source, algorithm, console)
     console.print(
         f"{algorithm.name.upper()} on {len(source.samples)} samples from {source.num_rollouts} rollouts "
@@ -199,4 +202,36 @@ def _check_vocab(source: OfflineBatchSource, model: torch.nn.Module) -> None:
             f"the data holds token id {top} but the model's vocabulary has {vocab} entries: the "
             "rollouts were tokenized by another tokenizer. Pass --retokenize to rebuild the ids "
             "from the messages with this model's chat template"
+        )
+
+
+def _check_token_ids(
+    data: Path, tokenizer: PreTrainedTokenizerBase, *, max_checked: int = 16
+) -> None:
+    """Ids from a smaller tokenizer pass `_check_vocab` and train on nonsense: refuse data
+    whose first completions (up to `max_checked`) none decode, with this model's tokenizer,
+    to text containing what the rollout recorded (a stop string may be cut from the text)."""
+    checked: list[tuple[str, str]] = []
+    for rollout in iter_rollouts_jsonl(data):
+        for step in rollout.agent_steps:
+            text = step.completion.strip()
+            if step.trace is None or not text or not step.trace.completion_token_ids:
+                continue
+            ids = list(step.trace.completion_token_ids)
+            decoded = tokenizer.decode(ids, skip_special_tokens=True)
+            if text in decoded:
+                return
+            checked.append((text, decoded))
+            if len(checked) >= max_checked:
+                break
+        if len(checked) >= max_checked:
+            break
+    if checked:
+        text, decoded = checked[0]
+        raise ValueError(
+            f"the token ids in {data} are not this model's tokenizer's: none of the first "
+            f"{len(checked)} completions decodes to its recorded text (e.g. {text!r} decodes "
+            f"to {decoded!r}), so the rollouts were tokenized by another tokenizer. Pass "
+            "--model with the model directory whose tokenizer made them, or --retokenize to "
+            "rebuild the ids from the messages with this model's chat template"
         )
