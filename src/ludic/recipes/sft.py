@@ -218,7 +218,7 @@ def _check_token_ids(
             if step.trace is None or not text or not step.trace.completion_token_ids:
                 continue
             ids = list(step.trace.completion_token_ids)
-            decoded = tokenizer.decode(ids, skip_special_tokens=True)
+            decoded = str(tokenizer.decode(ids, skip_special_tokens=True))
             if text in decoded:
                 return
             checked.append((text, decoded))
