@@ -364,6 +364,12 @@ def unflatten(flat_N: torch.Tensor, entries: list[TensorEntry]) -> dict[str, tor
     return {e.name: flat_N[e.offset : e.offset + e.numel].view(e.shape) for e in entries}
 
 
+_SAME_MODEL = (
+    "start the trainer from the model the server loaded, e.g. `ludic train --model DIR` with "
+    "the DIR given to `ludic serve --model DIR`"
+)
+
+
 def check_against(manifest: WeightManifest, shapes: Mapping[str, tuple[int, ...]]) -> None:
     """ManifestError unless every tensor exists in `shapes` (the served model's state dict) with
     the same shape, and, for a full push, every name of `shapes` is present."""
@@ -371,7 +377,7 @@ def check_against(manifest: WeightManifest, shapes: Mapping[str, tuple[int, ...]
     if unknown:
         raise ManifestError(
             f"{len(unknown)} tensors the served model does not have, e.g. {unknown[:3]}: the "
-            "trainer and the server must run the same architecture"
+            f"trainer and the server must run the same architecture ({_SAME_MODEL})"
         )
     wrong = [
         f"{e.name}: sent {e.shape}, served {tuple(shapes[e.name])}"
@@ -379,7 +385,7 @@ def check_against(manifest: WeightManifest, shapes: Mapping[str, tuple[int, ...]
         if tuple(shapes[e.name]) != e.shape
     ]
     if wrong:
-        raise ManifestError(f"{len(wrong)} shape mismatches, e.g. {wrong[:3]}")
+        raise ManifestError(f"{len(wrong)} shape mismatches, e.g. {wrong[:3]} ({_SAME_MODEL})")
     if manifest.full:
         missing = sorted(set(shapes) - {e.name for e in manifest.tensors})
         if missing:
