@@ -80,7 +80,11 @@ def test_a_batch_invariant_run_gives_the_same_weights_idle_and_under_load(
 
 def test_batch_invariance_is_refused_for_a_server() -> None:
     model, tokenizer = build_tiny_model(seed=0)
-    with pytest.raises(ValueError, match="batch_invariant applies to the embedded engine"):
+    # it names the server's flag and the trainer's side, which the README's table promises
+    with pytest.raises(
+        ValueError,
+        match=r"embedded engine.*ludic serve --batch-invariant.*TrainerConfig\(batch_invariant",
+    ):
         make_inference(
             model,
             tokenizer,

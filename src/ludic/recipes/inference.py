@@ -152,8 +152,10 @@ def make_inference(
     if batch_invariant:
         raise ValueError(
             "batch_invariant applies to the embedded engine; a server decides batching itself "
-            "(vLLM: start it with VLLM_BATCH_INVARIANT=1). Drop --batch-invariant or "
-            "--server-url"
+            "(start it with `ludic serve --batch-invariant`; vLLM: VLLM_BATCH_INVARIANT=1). "
+            "Drop --batch-invariant or --server-url; the trainer's side against such a server "
+            "is TrainerConfig(batch_invariant=True) in Python, which `ludic train` does not set "
+            "with --server-url"
         )
     if not server_token:
         raise ValueError(
