@@ -132,6 +132,11 @@ async def train(cfg: LightsConfig) -> tuple[list[dict[str, float]], Path]:
     try:
         if cfg.resume:
             trainer.resume(missing_ok=True)  # newest checkpoint in out_dir, if there is one
+        if trainer.step >= cfg.steps:  # say so: evaluating an untouched model is no surprise
+            print(
+                f"nothing to train: the checkpoint is at step {trainer.step} and --steps is "
+                f"{cfg.steps}; raise --steps to train further (evaluating step {trainer.step})"
+            )
         history = await trainer.train(cfg.steps - trainer.step, progress=cfg.progress)
         return history, finish(trainer)
     finally:

@@ -287,6 +287,10 @@ def test_custom_env_grpo_then_resume(
         json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
     ]
     assert steps == [1, 2]  # the resumed run trained only step 2
+    capsys.readouterr()
+    example.main(resumed)  # again: nothing is left, which it says instead of training nothing
+    said = capsys.readouterr().out
+    assert "nothing to train: the checkpoint is at step 2 and --steps is 2" in said
     assert set(metrics) == {"success_rate", "pass@1", "pass@2"}
     assert 0.0 <= metrics["pass@1"] <= metrics["pass@2"] <= 1.0
     assert (tmp_path / "eval" / "metrics.json").is_file()
