@@ -120,6 +120,23 @@ def test_sft_refuses_ids_from_another_smaller_tokenizer(tmp_path: Path) -> None:
     assert not (tmp_path / "o" / "checkpoints").exists()
 
 
+def test_sft_accepts_ids_whose_recorded_text_keeps_a_special_token(
+    expert_data: Path, tmp_path: Path
+) -> None:
+    # a backend may record special tokens in the text (e.g. a chat end marker): still its ids
+    data = tmp_path / "with_eos.jsonl"
+    eos = build_tiny_model()[1].eos_token
+    with data.open("w") as out:
+        for line in expert_data.read_text().splitlines():
+            record = json.loads(line)
+            for step in record["steps"]:
+                if step["kind"] == "agent":
+                    step["completion"] += eos
+            out.write(json.dumps(record) + "\n")
+    cfg = SFTConfig(data=data, steps=1, batch_size=4, out_dir=tmp_path / "o", progress=False)
+    assert sft_command(cfg).steps == 1
+
+
 def test_sft_needs_a_data_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="rollouts JSONL"):
         sft_command(SFTConfig(data=tmp_path / "missing.jsonl", out_dir=tmp_path))

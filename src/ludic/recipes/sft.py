@@ -219,7 +219,7 @@ def _check_token_ids(
                 continue
             ids = list(step.trace.completion_token_ids)
             decoded = str(tokenizer.decode(ids, skip_special_tokens=True))
-            if text in decoded:
+            if text in decoded or text in str(tokenizer.decode(ids)):  # special tokens kept
                 return
             checked.append((text, decoded))
             if len(checked) >= max_checked:
