@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,23 @@ def test_quickstart_tiny_end_to_end(tmp_path: Path) -> None:
     assert len(first["trace"]["completion_token_ids"]) == 4  # <move> N </move> <|im_end|>
     tokenizer = load_tokenizer(checkpoints[-1] / "model")
     assert tokenizer.convert_ids_to_tokens(tokenizer.encode("<move>5</move>"))[0] == "<move>"
+    assert_view_hint_shows_decoded_tokens(result.stdout, script, checkpoints[-1] / "model")
+
+
+def assert_view_hint_shows_decoded_tokens(stdout: str, script: Path, model_dir: Path) -> None:
+    """The closing `ludic view ...` hint, run as printed, writes a page whose tokens are the
+    task tokenizer's strings (from the final checkpoint's model dir), not bare ids."""
+    (hint,) = [line for line in stdout.splitlines() if line.startswith("look at the games: ")]
+    command = shlex.split(hint.removeprefix("look at the games: "))
+    assert command[:2] == ["ludic", "view"] and command[-2:] == ["--tokenizer", str(model_dir)]
+    subprocess.run([str(script), *command[1:]], check=True, capture_output=True, timeout=120)
+    page = Path(command[2]).with_suffix(".html").read_text()
+    embedded = re.search(r'<script type="application/json"[^>]*>(.*?)</script>', page, re.S)
+    assert embedded is not None
+    data = json.loads(embedded.group(1))
+    assert data["tokenizer"] == "model"  # "ids (no tokenizer given)" without --tokenizer
+    tokens = data["episodes"][0]["turns"][0]["samples"][0]["t"]
+    assert tokens[0] == "<|im_start|>" and not any(re.fullmatch(r"\[\d+\]", t) for t in tokens)
 
 
 def test_parse_table_reads_the_rich_table() -> None:

@@ -8,6 +8,7 @@ import io
 import json
 import math
 import random
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -185,6 +186,7 @@ def test_awr_on_equal_rewards_warns_that_it_is_plain_sft(tmp_path: Path) -> None
     cfg = SFTConfig(data=data, algorithm="awr", steps=1, out_dir=tmp_path / "o", progress=False)
     sft_command(cfg, console=Console(file=buffer, width=200))
     assert "every AWR weight is equal, so this is plain SFT" in buffer.getvalue()
+    assert re.search(r"AWR done: loss \S+ -> \S+ over 1 step\. Model:", buffer.getvalue())
     assert make_sft().name == "sft"
 
 

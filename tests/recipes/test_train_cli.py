@@ -99,7 +99,7 @@ def test_ludic_train_imports_the_users_env_from_the_working_directory(tmp_path: 
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "parser: xml_tag_parser" in result.stdout  # the env class declared it
-    assert "gigpo" in result.stdout
+    assert "gigpo on my_env:make_env: 1 step of 1 x 2 episodes" in result.stdout
     run = tmp_path / "run"
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     (metrics,) = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -87,9 +87,7 @@ def test_local_server_trains_overlapped_then_resumes_in_a_new_process(tmp_path: 
     model = tiny_model_dir(seed=0, cache_dir=tmp_path / "models")
     run = tmp_path / "run"
     first = ludic_train(run, model, "--steps", "3")
-    assert "served policy version 3, the trainer's; samples trained at most 1 version(s) old" in (
-        first
-    )
+    assert "served policy version 3, the trainer's; samples trained at most 1 version old" in first
     assert gone(server_pid(first))
     assert not (run / LOCAL_SERVER_MODEL).exists()  # a run that ends well removes its copy
     second = ludic_train(run, model, "--steps", "5", "--resume")

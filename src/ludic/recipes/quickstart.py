@@ -47,7 +47,7 @@ from ludic.recipes.tictactoe import (
     rollout_engine,
     task_tokenizer,
 )
-from ludic.recipes.training import finish, make_trainer
+from ludic.recipes.training import finish, make_trainer, plural
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -190,10 +190,10 @@ async def _run(cfg: QuickstartConfig, console: Console) -> QuickstartResult:
     )
     _write_results(result, cfg)
     split = ", ".join(f"{name} {secs:.0f} s" for name, secs in timer.seconds.items())
-    console.print(
-        f"done in {seconds / 60:.1f} min ({split}). Reward curve: [bold]{curve}[/bold]; look "
-        f"at the games: ludic view {out / 'eval' / 'after_RL' / 'rollouts.jsonl'}"
-    )
+    console.print(f"done in {seconds / 60:.1f} min ({split}). Reward curve: [bold]{curve}[/bold]")
+    games = out / "eval" / "after_RL" / "rollouts.jsonl"
+    view = shlex.join(["ludic", "view", str(games), "--tokenizer", str(final / "model")])
+    console.print("look at the games:", view, soft_wrap=True, markup=False)
     console.print(
         "the 'after RL' evaluation again, from the final checkpoint:",
         shlex.join(result.eval_command),
@@ -293,7 +293,7 @@ async def _sft(
     cfg: QuickstartConfig, model: Any, tokenizer: Any, data: Path, out: Path, console: Console
 ) -> int:
     """SFT on the kept expert games; returns the policy version it ends at."""
-    console.print(f"[bold]SFT[/bold]: {cfg.sft_steps} steps on the expert's moves")
+    console.print(f"[bold]SFT[/bold]: {plural(cfg.sft_steps, 'step')} on the expert's moves")
     algorithm = make_sft()
     source = OfflineBatchSource(
         paths=data,
@@ -323,7 +323,9 @@ async def _grpo(
     """GRPO against the scripted opponent; weights are pushed to `engine` after every step.
     Returns the final checkpoint."""
     episodes = cfg.rl_groups * cfg.group_size
-    console.print(f"[bold]GRPO[/bold]: {cfg.rl_steps} steps of {episodes} games each")
+    console.print(
+        f"[bold]GRPO[/bold]: {plural(cfg.rl_steps, 'step')} of {plural(episodes, 'game')} each"
+    )
     algorithm = make_grpo()
     sampling = SamplingConfig(temperature=1.0, max_tokens=cfg.max_tokens)
 

@@ -29,6 +29,7 @@ from ludic.recipes.training import (
     load_policy,
     make_trainer,
     plot_curve,
+    plural,
     refuse_earlier_checkpoints,
 )
 from ludic.rollouts import ChatTemplateRetokenizer, SampleFilter, SAWItem, iter_rollouts_jsonl
@@ -145,7 +146,7 @@ def _fine_tune(cfg: SFTConfig, algorithm: RLAlgorithm, console: Console) -> SFTR
     curve = plot_curve(metrics, cfg.out_dir / "loss_curve.png", "loss")
     console.print(
         f"{algorithm.name.upper()} done: loss {history[0]['loss']:.3f} -> {history[-1]['loss']:.3f} over "
-        f"{len(history)} steps. Model: [bold]{checkpoint / 'model'}[/bold]; curve: {curve}"
+        f"{plural(len(history), 'step')}. Model: [bold]{checkpoint / 'model'}[/bold]; curve: {curve}"
     )
     return SFTResult(
         checkpoint=checkpoint,

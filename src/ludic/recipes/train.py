@@ -60,6 +60,7 @@ from ludic.recipes.training import (
     make_inference,
     make_trainer,
     plot_curve,
+    plural,
     refuse_earlier_checkpoints,
 )
 from ludic.rollouts import (
@@ -267,7 +268,7 @@ async def _train(
         if cfg.resume is not None:
             _resume(trainer, cfg, console)
         console.print(
-            f"{algorithm.name} on {cfg.env}: {cfg.steps - trainer.step} steps of "
+            f"{algorithm.name} on {cfg.env}: {plural(cfg.steps - trainer.step, 'step')} of "
             f"{cfg.problems_per_step} x {cfg.group_size} episodes"
         )
         with quiet_repeated_overflow_lines():
@@ -333,7 +334,7 @@ def _served_note(served: int | None, trainer_version: int, max_lag: int) -> str:
     if served == trainer_version:
         return (
             f"local server: served policy version {served}, the trainer's; samples trained at "
-            f"most {max_lag} version(s) old"
+            f"most {plural(max_lag, 'version')} old"
         )
     return (
         f"[bold red]local server: serves policy version {served}, the trainer is at "

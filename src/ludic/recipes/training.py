@@ -162,6 +162,12 @@ def launch_rewards(first: float, last: float, checkpoint: Path, launched: int) -
     return f"{text}, {steps} of this launch (resumed at step {start})"
 
 
+def plural(count: int, noun: str, nouns: str | None = None) -> str:
+    """`count` and the noun in the number it takes: plural(1, "step") is "1 step",
+    plural(0, "step") "0 steps"; `nouns` is the plural when it is not `noun` + "s"."""
+    return f"{count} {noun if count == 1 else (nouns or noun + 's')}"
+
+
 def load_policy(model: str | None, *, seed: int = 0, device: str = "cpu") -> tuple[Any, Any]:
     """(model in fp32, tokenizer): a fresh tiny model (None), a local model directory, or a
     Hugging Face hub id such as "Qwen/Qwen2.5-0.5B-Instruct" (downloaded by transformers, so
@@ -232,5 +238,6 @@ __all__ = [
     "make_inference",
     "make_trainer",
     "plot_curve",
+    "plural",
     "refuse_earlier_checkpoints",
 ]
