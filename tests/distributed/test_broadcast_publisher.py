@@ -342,8 +342,9 @@ def test_store_control_acks_each_layout_once(rig: Rig) -> None:
     manifest = plan_manifest(rig.trainer_model.state_dict(), version=4, bucket_bytes=1 << 20)
     reply = rig.client.post("/ludic/weights/start", headers=AUTH, json=manifest.to_json())
     assert reply.status_code == 409 and "driven through the trainer's store" in reply.text
-    publisher.close()
-    assert _wait_until(lambda: not set(_listeners()) - others)
+    publisher.close()  # /close returns once the listener is done with the trainer's store
+    assert not set(_listeners()) - others
+    assert rig.client.get("/ludic/weights/status", headers=AUTH).json()["last_error"] is None
 
 
 def test_store_control_keys_do_not_pile_up(rig: Rig) -> None:
@@ -383,6 +384,22 @@ def test_listener_stops_when_the_trainer_goes_away(rig: Rig) -> None:
     assert "lost the trainer's store" in status["last_error"]
     publisher.publish(rig.trainer_model, version=2)  # a new connection works
     assert rig.engine.policy_version == 2
+
+
+def test_close_returns_once_the_listener_let_go_of_the_trainers_store(rig: Rig) -> None:
+    """A trainer frees its store right after `/close`: the listener must be done with it by
+    then (else its last store call fails: a c10d stack trace and a bogus `last_error`)."""
+    if rig.control != "store":
+        pytest.skip("store control only")
+    others = set(_listeners())  # left by earlier tests' publishers
+    publisher = rig.publisher()
+    publisher.publish(rig.trainer_model, version=1)
+    assert set(_listeners()) - others
+    reply = rig.client.post("/ludic/weights/close", headers=AUTH)  # no close on the channel
+    assert reply.status_code == 200 and not set(_listeners()) - others
+    publisher._drop_group()
+    gc.collect()
+    assert rig.client.get("/ludic/weights/status", headers=AUTH).json()["last_error"] is None
 
 
 def test_packed_buckets_land_in_the_engines_own_memory(rig: Rig) -> None:

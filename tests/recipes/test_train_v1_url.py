@@ -9,6 +9,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -96,7 +97,11 @@ def test_ludic_train_with_a_v1_server_url_pushes_verified_weights(
     )
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert server.served_version() == 2  # both pushes reached the server's root routes
-    assert server.get("/ludic/weights/status")["last_version"] == 2  # (then the run exited)
+    status = server.get("/ludic/weights/status")
+    assert status["last_version"] == 2  # (then the run exited)
+    # It said goodbye: no lost-trainer error, no c10d stack trace in the server's log.
+    assert status["last_error"] is None and not status["connected"]
+    assert "recvValueWithTimeout" not in server.log.read_text()
     checkpoint = next((tmp_path / "run" / "checkpoints").glob("step_*2/model"))
     served, trained, initial = (
         asyncio.run(_served(v1)),
@@ -106,3 +111,42 @@ def test_ludic_train_with_a_v1_server_url_pushes_verified_weights(
     assert served.policy_version == 2
     assert _logprob_gap(served, trained) < 1e-4  # the server holds the final weights
     assert _logprob_gap(served, initial) > 1e-3  # and they are not the weights it started on
+
+
+KILLED_TRAINER = """
+import sys, time
+from ludic.distributed import BroadcastPolicyPublisher
+from ludic.recipes import load_policy
+
+model, _ = load_policy(sys.argv[2])
+publisher = BroadcastPolicyPublisher(sys.argv[1], sys.argv[3], probe_model=model, timeout_s=60)
+publisher.publish(model, version=7)
+print("published", flush=True)
+time.sleep(300)
+"""
+
+
+def test_a_killed_trainer_is_reported_as_lost(server: Server, tmp_path: Path) -> None:
+    """Unlike a normal end, a trainer that vanishes mid-run is reported in `last_error`."""
+    import signal
+
+    script = tmp_path / "trainer.py"
+    script.write_text(KILLED_TRAINER)
+    trainer = subprocess.Popen(
+        [sys.executable, str(script), server.url, server.model_dir, TOKEN],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    try:
+        assert trainer.stdout is not None and trainer.stdout.readline().strip() == "published"
+        assert server.get("/ludic/weights/status")["control"] == "store"
+    finally:
+        trainer.send_signal(signal.SIGKILL)
+        trainer.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while (error := server.get("/ludic/weights/status")["last_error"]) is None:
+        assert time.monotonic() < deadline, "the killed trainer was never reported"
+        time.sleep(0.2)
+    assert "lost the trainer's store" in str(error)
+    assert server.served_version() == 7

@@ -72,6 +72,8 @@ class InitRequest(BaseModel):
 
 # What `GET /ludic/weights/status` offers under "controls"; the publisher picks from it.
 CONTROLS = ("http", "store")
+# How long `close()` waits for the store-driven listener to finish with the trainer's store.
+_CLOSE_WAIT_S = 5.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -157,6 +159,7 @@ class WeightSyncReceiver:
         self._control: Literal["http", "store"] = "http"
         self._stop_listening = threading.Event()
         self._listening: StoreControl | None = None  # the listener's channel, to wake it
+        self._listener: threading.Thread | None = None
         self._push: Future[SyncResult] | None = None
         self._join_timeout_s = 120.0
         self.last: SyncResult | None = None
@@ -188,12 +191,13 @@ class WeightSyncReceiver:
             self._control = req.control
             if req.control == "store":
                 self._stop_listening = threading.Event()
-                threading.Thread(
+                self._listener = threading.Thread(
                     target=self._listen,
                     args=(self._link, self._stop_listening, req),
                     name="ludic-weights-listen",
                     daemon=True,
-                ).start()
+                )
+                self._listener.start()
 
     def start(self, manifest: WeightManifest) -> None:
         """Validate `manifest` and start receiving its buckets in the background."""
@@ -393,8 +397,15 @@ class WeightSyncReceiver:
         self._link, self._push = None, None
 
     def close(self) -> None:
+        """Leave the group. A store-driven listener is woken and waited for (a few seconds
+        at most), so that a trainer closing its store once this returns (the `/close` request)
+        does not fail the listener's last store call: that would log a c10d stack trace and
+        report a lost trainer in `last_error` after a normal end."""
         with self._lock:
             self._forget_link()
+            listener, self._listener = self._listener, None
+        if listener is not None and listener is not threading.current_thread():
+            listener.join(timeout=_CLOSE_WAIT_S)
 
     def status(self) -> dict[str, Any]:
         with self._lock:

@@ -60,7 +60,7 @@ def weight_sync_router(receiver: WeightSyncReceiver, token: str | None) -> APIRo
 
     @router.post("/close")
     async def close() -> dict[str, str]:
-        receiver.close()
+        await _call(receiver.close)  # waits for a store-driven listener to stop
         return {"status": "closed"}
 
     served_on = device_identity(receiver.device)  # lets a CUDA trainer pick NCCL or gloo
