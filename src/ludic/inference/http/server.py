@@ -289,17 +289,15 @@ def serve(config: ServeConfig) -> None:
     token = resolve_token(config.token)
     if token is None and config.host not in ("127.0.0.1", "localhost", "::1"):
         logger.warning("serving on %s without a token: control endpoints are disabled", config.host)
+    engine_config = EngineConfig(
+        max_batch_size=config.max_batch_size,
+        max_model_len=config.max_model_len,
+        logprobs_mode=config.logprobs_mode,
+        batch_invariant=config.batch_invariant,
+        prepacked_gemm=config.prepacked_gemm,
+    )
     engine = EmbeddedEngine.from_pretrained(
-        config.model,
-        dtype=config.dtype,
-        device=config.device,
-        config=EngineConfig(
-            max_batch_size=config.max_batch_size,
-            max_model_len=config.max_model_len,
-            logprobs_mode=config.logprobs_mode,
-            batch_invariant=config.batch_invariant,
-            prepacked_gemm=config.prepacked_gemm,
-        ),
+        config.model, dtype=config.dtype, device=config.device, config=engine_config
     )
     name = config.served_model_name or os.path.basename(os.path.normpath(config.model))
     app = create_app(engine, model_name=name, token=token, max_body_bytes=config.max_body_bytes)
@@ -308,7 +306,7 @@ def serve(config: ServeConfig) -> None:
     print(
         f"ludic serve: {config.model} as {name!r} on {weights.device} ({weights.dtype}), "
         f"http://{config.host}:{config.port}/v1; control endpoints {control}; engine: "
-        f"{engine_settings(engine.config)}",
+        f"{engine_settings(engine_config)}",
         flush=True,
     )
     try:
