@@ -257,6 +257,9 @@ def test_tictactoe_train_on_an_inference_server(tmp_path: Path) -> None:
         auth = {"Authorization": f"Bearer {token}"}
         served = httpx.get(url + "/ludic/version", headers=auth, timeout=10).json()
         assert served["policy_version"] == 2
+        status = httpx.get(url + "/ludic/weights/status", headers=auth, timeout=10).json()
+        assert status["last_error"] is None  # the example closed its group: no lost trainer
+        assert "recvValueWithTimeout" not in (tmp_path / "server.log").read_text()
     finally:
         server.terminate()
         server.wait(timeout=30)

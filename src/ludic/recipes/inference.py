@@ -88,7 +88,12 @@ class Inference:
     publisher: PolicyPublisher
 
     async def aclose(self) -> None:
-        """Close the client (an HTTP connection pool, or the embedded engine's worker)."""
+        """Close the weight-sync group, if any (telling the servers: else they see the trainer
+        vanish and log it as a lost connection), then the client (an HTTP connection pool, or
+        the embedded engine's worker)."""
+        close_publisher = getattr(self.publisher, "close", None)
+        if close_publisher is not None:
+            close_publisher()
         await close_client(self.client)
 
 

@@ -277,11 +277,11 @@ async def _train(
     finally:
         if prefetch is not None:  # stop drawing; the client is closed on the loop it drew on
             prefetch.close(inference.client)
-        close_publisher = getattr(inference.publisher, "close", None)
-        if close_publisher is not None:  # tell the servers: else they see the trainer vanish
-            close_publisher()  # and log it as a lost connection (--server-url too)
-        if prefetch is None:
-            await inference.aclose()
+            close_publisher = getattr(inference.publisher, "close", None)
+            if close_publisher is not None:  # drop the weight-sync group before the server
+                close_publisher()
+        else:
+            await inference.aclose()  # the weight-sync group too
 
 
 def _rollout_source(run: _Run, algorithm: RLAlgorithm, client: ChatClient) -> RolloutBatchSource:
