@@ -384,6 +384,8 @@ def test_listener_stops_when_the_trainer_goes_away(rig: Rig) -> None:
     assert "lost the trainer's store" in status["last_error"]
     publisher.publish(rig.trainer_model, version=2)  # a new connection works
     assert rig.engine.policy_version == 2
+    status = rig.client.get("/ludic/weights/status", headers=AUTH).json()
+    assert status["last_error"] is None  # the old group's loss is not the new one's state
 
 
 def test_close_returns_once_the_listener_let_go_of_the_trainers_store(rig: Rig) -> None:

@@ -169,6 +169,7 @@ class WeightSyncReceiver:
         """Start joining the trainer's group in the background (replacing any older group)."""
         with self._lock:
             self._forget_link()
+            self.last_error = None  # the old group's failure is not this one's state
             self._join_timeout_s = req.timeout_s
             # A fresh worker: one still blocked on a dead trainer's push must not delay the join.
             self._worker.shutdown(wait=False)
