@@ -31,6 +31,7 @@ from ludic.training import (
     Trainer,
     TrainerConfig,
 )
+from ludic.training.checkpoint import complete_checkpoints
 from ludic.training.config import DType
 from ludic.training.schedule import LR_SCHEDULES, LRSchedule
 
@@ -125,8 +126,7 @@ def refuse_earlier_checkpoints(out_dir: Path, *, fix: str) -> None:
     mix its logs with that run's, and checkpoint retention (newest steps kept) would delete
     this run's own checkpoints, the final one included, keeping the earlier run's. `fix` is
     the sentence saying what to do instead."""
-    root = out_dir / CHECKPOINTS_DIR
-    steps = sorted(root.glob("step_*")) if root.is_dir() else []
+    steps = complete_checkpoints(out_dir / CHECKPOINTS_DIR)
     if steps:
         raise FileExistsError(
             f"{out_dir} holds an earlier run's checkpoints (newest: {steps[-1].name}); a new "

@@ -274,7 +274,7 @@ class CheckpointManager:
         keep = self.config.keep_last
         if keep is None:
             return
-        complete = [p for p in self.list() if (p / MANIFEST).is_file()]
+        complete = complete_checkpoints(self.root)
         for path in complete[:-keep]:
             if path != saved:
                 shutil.rmtree(path, ignore_errors=True)
@@ -379,7 +379,7 @@ def checkpoint_step(path: str | Path) -> int | None:
     its newest complete checkpoint; None when there is none to read (loading then says why)."""
     path = Path(path)
     if is_checkpoint_root(path):
-        complete = [p for p in _step_dirs(path) if (p / MANIFEST).is_file()]
+        complete = complete_checkpoints(path)
         if not complete:
             return None
         path = complete[-1]
@@ -392,11 +392,13 @@ def checkpoint_step(path: str | Path) -> int | None:
 def checkpoints_after(root: str | Path, step: int) -> list[Path]:
     """The complete checkpoints under `root` of steps after `step`, oldest first: what
     retention keeps over a run's own newer saves and what a later resume would pick."""
-    return [
-        p
-        for p in _step_dirs(Path(root))
-        if int(p.name.removeprefix("step_")) > step and (p / MANIFEST).is_file()
-    ]
+    return [p for p in complete_checkpoints(root) if int(p.name.removeprefix("step_")) > step]
+
+
+def complete_checkpoints(root: str | Path) -> list[Path]:
+    """The checkpoint directories under `root` that hold a manifest (a save that finished),
+    oldest first by step."""
+    return [p for p in _step_dirs(Path(root)) if (p / MANIFEST).is_file()]
 
 
 def _step_dirs(root: Path) -> list[Path]:
