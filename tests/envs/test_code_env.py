@@ -207,3 +207,28 @@ def test_factory_from_json_arguments() -> None:
     env = code_test_env(limit=3, scoring="all_or_nothing", compile_penalty=1.0)
     assert [p.id for p in env.problems] == [p.id for p in load_code_problems()[:3]]
     assert env.scoring == "all_or_nothing" and env.compile_penalty == 1.0
+
+
+GREEDY = "block = bytearray(200 * 2**20)\nprint(input())\n"  # 200 MiB, then the right answer
+
+
+async def test_the_env_runs_tests_under_its_pools_limits() -> None:
+    # The README's pattern: limits set once on the pool. The env must not swap in its own.
+    pool = SandboxPool(limits=SandboxLimits(wall_time_s=5, memory_bytes=128 * 2**20))
+    direct = await pool.run_python(GREEDY, stdin="hi\n")
+    env = CodeTestEnv([ECHO], pool=pool)
+    env.env_reset(seed=0)
+    outcome = await env.env_step(f"```python\n{GREEDY}```")
+    (test,) = outcome.info["tests"]
+    assert direct.limit_hit == "memory" and test["limit_hit"] == "memory", test
+    assert outcome.reward == 0.0 and env.run_limits() == pool.limits
+
+
+async def test_explicit_env_limits_win_over_the_pools() -> None:
+    pool = SandboxPool(limits=SandboxLimits(wall_time_s=5, memory_bytes=128 * 2**20))
+    roomy = SandboxLimits(wall_time_s=5, memory_bytes=512 * 2**20)
+    env = CodeTestEnv([ECHO], pool=pool, limits=roomy)
+    env.env_reset(seed=0)
+    outcome = await env.env_step(f"```python\n{GREEDY}```")
+    assert outcome.reward == 1.0, outcome.info["tests"]
+    assert CodeTestEnv([ECHO]).run_limits().cpu_time_s == 4  # shared pool: CODE_LIMITS

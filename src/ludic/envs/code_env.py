@@ -134,6 +134,9 @@ class CodeTestEnv(SingleAgentEnv):
     code that does not compile (or no code) gets `-compile_penalty` and is not run.
     `info["tests"]` holds one record per test. Without a `pool`, envs share the event loop's
     `shared_pool()` (one cache, one sandbox per CPU at a time).
+
+    Limits: an explicit `limits` wins; otherwise each test runs under the given `pool`'s own
+    limits, or `CODE_LIMITS` on the shared pool.
     """
 
     system_prompt = SYSTEM_PROMPT
@@ -145,7 +148,7 @@ class CodeTestEnv(SingleAgentEnv):
         pool: SandboxPool | None = None,
         scoring: Scoring = "fraction",
         compile_penalty: float = 0.5,
-        limits: SandboxLimits = CODE_LIMITS,
+        limits: SandboxLimits | None = None,
     ) -> None:
         if scoring not in ("fraction", "all_or_nothing"):
             raise ValueError(f"scoring must be 'fraction' or 'all_or_nothing', got {scoring!r}")
@@ -178,8 +181,9 @@ class CodeTestEnv(SingleAgentEnv):
             obs = f"Your code does not compile: {error}"
             return StepOutcome(obs=obs, reward=-self.compile_penalty, terminated=True, info=info)
         pool = self.pool or shared_pool()
+        limits = self.run_limits()
         results = await asyncio.gather(
-            *(pool.run_python(code, stdin=t.input, limits=self.limits) for t in problem.tests)
+            *(pool.run_python(code, stdin=t.input, limits=limits) for t in problem.tests)
         )
         tests = [
             _test_info(i, t, r) for i, (t, r) in enumerate(zip(problem.tests, results, strict=True))
@@ -194,6 +198,13 @@ class CodeTestEnv(SingleAgentEnv):
         info["success"] = passed == total  # solved: every test, whatever the scoring
         obs = f"Passed {passed}/{total} tests."
         return StepOutcome(obs=obs, reward=reward, terminated=True, info=info)
+
+    def run_limits(self) -> SandboxLimits:
+        """The limits each test runs under: `limits` if given, else the pool's, else
+        `CODE_LIMITS` (the shared pool's defaults are not tuned for test cases)."""
+        if self.limits is not None:
+            return self.limits
+        return self.pool.limits if self.pool is not None else CODE_LIMITS
 
     def env_state_key(self) -> Hashable | None:
         return None if self.problem is None else self.problem.id
