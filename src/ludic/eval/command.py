@@ -160,7 +160,33 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     if model_dir is not None:
         view += f" --tokenizer {model_dir}"
     console.print(f"records in [bold]{cfg.out_dir}[/bold]; browse the episodes with: {view}")
+    line = failure_line(result)
+    if line is not None:
+        console.print(line, style="bold red", markup=False, highlight=False)
+    if result.rollouts and all(r.failed for r in result.rollouts):
+        raise SystemExit(1)  # nothing was evaluated: a script must not read this as a result
     return result
+
+
+def failure_line(result: EvalResult) -> str | None:
+    """The closing line for failed episodes (None when none failed): how many, and the first
+    one's error, phase and type (each rollout's `meta["error"]` holds its own). When every
+    episode failed, the table above measures nothing and `ludic eval` exits 1."""
+    failed = [r for r in result.rollouts if r.failed]
+    if not failed:
+        return None
+    first = failed[0].meta
+    cause = (
+        f"the first error ({first.get('error_phase', '?')}, {first.get('error_type', '?')}): "
+        f"{first.get('error', '?')}"
+    )
+    total = len(result.rollouts)
+    if len(failed) == total:
+        return (
+            f"ludic eval: every one of the {total} episodes failed, so nothing was evaluated; "
+            f"{cause}. Fix the cause and run again"
+        )
+    return f"ludic eval: {len(failed)} of {total} episodes failed (counted as unsolved); {cause}"
 
 
 def eval_sampling(cfg: EvalConfig) -> SamplingConfig:
