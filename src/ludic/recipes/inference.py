@@ -131,7 +131,8 @@ def make_inference(
     prepacked_gemm: bool = False,
     server_ranks: int = 1,
 ) -> Inference:
-    """The embedded engine on a copy of `model` with an in-process publisher, or, with
+    """The embedded engine on a copy of `model` (a LoRA model, before or after `add_lora`:
+    its merged base model, as the Trainer publishes it) with an in-process publisher, or, with
     `server_url` (one URL or several), a client for those servers plus a
     `BroadcastPolicyPublisher` pushing weights to all of them in one broadcast (gloo from CPU,
     NCCL from a CUDA device). `served_model` None asks the first server which model it serves
@@ -146,13 +147,13 @@ def make_inference(
     )
     server_token = server_token or os.environ.get("LUDIC_SERVER_TOKEN")
     if not urls:
-        import copy
-
         from ludic.distributed import InProcessPublisher
         from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
+        from ludic.training.lora import merged_copy
 
         config = EngineConfig(batch_invariant=batch_invariant, prepacked_gemm=prepacked_gemm)
-        engine = EmbeddedEngine(copy.deepcopy(model), tokenizer, config=config)
+        served: Any = merged_copy(model)  # LoRA: merged, under the names the Trainer publishes
+        engine = EmbeddedEngine(served, tokenizer, config=config)
         return Inference(client=engine, publisher=InProcessPublisher(engine))
     if batch_invariant:
         raise ValueError(

@@ -28,7 +28,9 @@ def add_lora(
     target_modules: Sequence[str] = ("q_proj", "k_proj", "v_proj", "o_proj"),
 ) -> torch.nn.Module:
     """`model` wrapped by peft with LoRA adapters (B starts at zero, so outputs are unchanged);
-    only the adapters require gradients. Needs `pip install peft` (the `peft` extra)."""
+    only the adapters require gradients. Needs `pip install peft` (the `peft` extra). TypeError
+    for anything but a plain (not yet LoRA) module, e.g. `load_model`'s (model, tokenizer)."""
+    _check_lora_base(model)
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as e:
@@ -42,6 +44,38 @@ def add_lora(
         task_type="CAUSAL_LM",
     )
     return get_peft_model(model, config)  # type: ignore[arg-type]
+
+
+def _check_lora_base(model: object) -> None:
+    if isinstance(model, tuple):
+        kinds = ", ".join(type(part).__name__ for part in model)
+        raise TypeError(
+            f"add_lora takes the model, got a tuple ({kinds}): load_model and build_tiny_model "
+            "return (model, tokenizer); unpack it first: "
+            "`model, tokenizer = load_model(DIR); model = add_lora(model)`"
+        )
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(
+            f"add_lora takes a torch.nn.Module (a causal LM), got {type(model).__name__}"
+        )
+    if is_lora_model(model):
+        raise TypeError(
+            "add_lora: this model already has LoRA adapters (a peft model); call add_lora once, "
+            "on the base model"
+        )
+
+
+def merged_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A copy of `model` to serve: a LoRA model becomes its base model with the adapters folded
+    in (`merge_and_unload`), under the base model's parameter names, which are the names the
+    Trainer publishes (`inference_weights`); any other model is deep-copied as it is. The live
+    model is not touched."""
+    import copy
+
+    served = copy.deepcopy(model)
+    if not is_lora_model(served):
+        return served
+    return served.merge_and_unload()  # type: ignore[operator]
 
 
 def is_lora_model(model: torch.nn.Module) -> bool:
