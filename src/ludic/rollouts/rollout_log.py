@@ -1,7 +1,10 @@
 """Rollouts as JSON Lines: one `Rollout.to_dict()` per line, and the reader that inverts it.
 
 Deliberately plain: no compression, no schema versioning, no pickling (files may come from
-elsewhere). A truncated last line (a run killed mid-write) is reported, never silently skipped.
+elsewhere). A truncated last line (a run killed mid-write) is reported, never silently skipped,
+and so is a line that is not a rollout: naming the file and line, and, for Ludic's other JSONL
+files (samples.jsonl, metrics.jsonl, an eval's episodes/steps.jsonl), what the file is and what
+to do with it.
 Files are valid UTF-8: text is written as is, except a record holding a lone surrogate (code
 point U+D800 to U+DFFF, which model replies and env text can contain): that line is written
 with ASCII JSON escapes, which read back to the same string.
@@ -97,7 +100,53 @@ def iter_rollouts_jsonl(path: str | Path) -> Iterator[Rollout]:
                     f"{path}:{lineno}: not a JSON rollout record ({e}); the file may have been "
                     "cut off mid-write: drop the damaged line and read again"
                 ) from e
-            yield Rollout.from_dict(record)
+            yield _rollout_from_record(record, path, lineno)
+
+
+def _rollout_from_record(record: Any, path: str | Path, lineno: int) -> Rollout:
+    """`Rollout.from_dict(record)`, or a ValueError naming `path:lineno`, saying a rollouts
+    JSONL is expected and, for Ludic's other JSONL files (training samples, metrics, eval
+    summaries), what the file is and what to do with it instead."""
+    other = None if _is_rollout_record(record) else _other_file(record, Path(path))
+    if other is None:
+        try:
+            return Rollout.from_dict(record)
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            other = (f"a broken rollout record ({type(e).__name__}: {e})", "")
+    kind, advice = other
+    raise ValueError(
+        f"{path}:{lineno}: {kind}, but a rollouts JSONL is expected here (one Rollout.to_dict() "
+        "per line, with 'id' and 'steps': the rollouts.jsonl of `ludic train` or `ludic "
+        f"eval`, or a RolloutEngine jsonl_log){advice}"
+    )
+
+
+def _is_rollout_record(record: Any) -> bool:
+    return isinstance(record, dict) and "id" in record
+
+
+def _other_file(record: Any, path: Path) -> tuple[str, str]:
+    """(what a non-rollout line is, what to do instead), naming the other JSONL files Ludic
+    writes."""
+    if not isinstance(record, dict):
+        return f"not a JSON object (a {type(record).__name__})", ""
+    rollouts = path.parent / "rollouts.jsonl"
+    where = str(rollouts) if rollouts.is_file() else "ROLLOUTS.jsonl"
+    if "input_ids" in record and "action_mask" in record:
+        return "a training sample (SAWItem.to_dict(), as in samples.jsonl)", (
+            f". The rollouts these samples came from are in {where}; to show the samples' "
+            f"weights, give both to the viewer: `ludic view {where} --samples {path}`"
+        )
+    if "step" in record and "id" not in record and "steps" not in record:
+        return "a training metrics record (as in metrics.jsonl)", (
+            f". To see its curves, plot it: `ludic plot {path}`"
+        )
+    if "rollout_id" in record and ("total_reward" in record or "turn_index" in record):
+        return "an eval summary record (episodes.jsonl or steps.jsonl of `ludic eval`)", (
+            f". That eval's rollouts are in {where}"
+        )
+    keys = ", ".join(repr(k) for k in list(record)[:8])
+    return f"a record without an 'id' (keys: {keys or 'none'})", ""
 
 
 def read_rollouts_jsonl(path: str | Path) -> list[Rollout]:
