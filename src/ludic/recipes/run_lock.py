@@ -7,6 +7,11 @@ directory (`check_run_lock` asks the same before a command loads its model). The
 included), so a file a killed run left is taken over by the next run, which says whose it
 was. The file is removed when the run ends. It relies on POSIX `flock` (no-op where `fcntl`
 is missing, e.g. Windows), so it protects runs on one machine, not across an NFS mount.
+
+The commands that hold it (`ludic train`, `sft`, `quickstart`) are single-process: launched
+by `torchrun` with WORLD_SIZE > 1, every rank would be a separate run in one directory, so
+`check_single_process` refuses on every rank at once, naming what to use instead (the Trainer
+under torchrun, or the pipeline learner). It does not share a lock between ranks.
 """
 
 from __future__ import annotations
@@ -26,7 +31,15 @@ try:
 except ImportError:  # Windows: no flock
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LUDIC_RUN", "RUN_LOCK", "RunDirInUseError", "check_run_lock", "run_lock"]
+__all__ = [
+    "LUDIC_RUN",
+    "RUN_LOCK",
+    "MultiProcessLaunchError",
+    "RunDirInUseError",
+    "check_run_lock",
+    "check_single_process",
+    "run_lock",
+]
 
 RUN_LOCK = "run.lock"
 """The lock file of a `ludic train`, `sft` or `quickstart` run in its OUT_DIR."""
@@ -40,12 +53,35 @@ class RunDirInUseError(RuntimeError):
     """Another live run holds the run directory's lock."""
 
 
+class MultiProcessLaunchError(RuntimeError):
+    """A single-process command was launched as one of several processes (torchrun)."""
+
+
+def check_single_process(command: str = "this ludic command") -> None:
+    """Raise `MultiProcessLaunchError` when this process is one rank of several (torchrun's
+    WORLD_SIZE > 1): every rank would run `command` on its own, in the same directory."""
+    world_size = os.environ.get("WORLD_SIZE", "1").strip()
+    if not world_size.isdigit() or int(world_size) <= 1:
+        return
+    rank = os.environ.get("RANK", os.environ.get("LOCAL_RANK", "?"))
+    raise MultiProcessLaunchError(
+        f"{command} runs in one process, but this is rank {rank} of WORLD_SIZE={world_size} "
+        "(launched by torchrun?): each rank would be a separate run in the same --out-dir. "
+        "Run it without torchrun. For several training processes, write the loop with the "
+        'Trainer and launch that script with torchrun (FSDP2; README "Multi-process training '
+        '(FSDP2)"), or run the actor/learner pipeline with its learner under torchrun '
+        "(`torchrun --nproc_per_node N -m ludic.pipeline learner ...`)."
+    )
+
+
 @contextmanager
 def run_lock(
     path: Path, *, what: str, notice: Callable[[str], None] | None = None
 ) -> Iterator[None]:
     """Hold the lock file `path` while the block runs; `what` names the guarded run in the
-    refusal (e.g. "`ludic train --local-server`"). `notice` hears about a file a dead run left."""
+    refusal (e.g. "`ludic train --local-server`"). `notice` hears about a file a dead run left.
+    Refused under torchrun with WORLD_SIZE > 1 (`check_single_process`)."""
+    check_single_process()
     if fcntl is None:
         yield
         return
@@ -64,7 +100,9 @@ def run_lock(
 
 def check_run_lock(path: Path, *, what: str) -> None:
     """Raise `RunDirInUseError` now if a live run holds `path` (cheap: a command calls it
-    before loading a model; `run_lock` still decides, as another run may start meanwhile)."""
+    before loading a model; `run_lock` still decides, as another run may start meanwhile).
+    Refused under torchrun with WORLD_SIZE > 1 (`check_single_process`)."""
+    check_single_process()
     if fcntl is None or not path.exists():
         return
     try:
