@@ -38,6 +38,7 @@ import tyro
 from ludic.agents import Agent
 from ludic.distributed.inprocess import InProcessPublisher
 from ludic.envs.long_task import MemoryCorridorEnv
+from ludic.eval import stats
 from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
@@ -226,45 +227,14 @@ def run_one(cfg: BenchConfig, algorithm: str, seed: int) -> dict[str, Any]:
     }
 
 
-# Student t 0.975 quantiles by degrees of freedom (scipy is not a dependency).
-_T975 = {
-    1: 12.706,
-    2: 4.303,
-    3: 3.182,
-    4: 2.776,
-    5: 2.571,
-    6: 2.447,
-    7: 2.365,
-    8: 2.306,
-    9: 2.262,
-    10: 2.228,
-    12: 2.179,
-    15: 2.131,
-    20: 2.086,
-    30: 2.042,
-}
-
-
-def t975(df: int) -> float:
-    """The 0.975 quantile of Student's t with `df` degrees of freedom (the nearest tabled df at
-    or below; 1.96 beyond 30)."""
-    if df < 1:
-        raise ValueError(f"an interval needs at least 2 seeds (df >= 1), got df={df}")
-    if df > 30:
-        return 1.96
-    return _T975[max(d for d in _T975 if d <= df)]
-
-
 def mean_ci95(values: Sequence[float]) -> dict[str, float]:
     """Mean, sample std and the 95% t interval of the mean (half width and bounds)."""
-    mean = statistics.fmean(values)
+    mean, half = stats.mean_ci95(values)
     if len(values) < 2:
         return {"mean": mean, "std": 0.0, "ci95_half": float("nan"), "n": len(values)}
-    std = statistics.stdev(values)
-    half = t975(len(values) - 1) * std / len(values) ** 0.5
     return {
         "mean": mean,
-        "std": std,
+        "std": statistics.stdev(values),
         "ci95_half": half,
         "ci95_low": mean - half,
         "ci95_high": mean + half,

@@ -53,6 +53,7 @@ import tyro
 from rich.console import Console
 
 from ludic.envs.tictactoe_solver import EMPTY, side_to_move
+from ludic.eval.stats import mean_ci95
 from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
 from ludic.inference.sampling import SamplingConfig
 from ludic.models import TinyModelSpec, build_tiny_model, load_model, save_model
@@ -85,8 +86,6 @@ from ludic.types import Rollout, Turn
 
 METHODS: tuple[Literal["sft", "awr"], ...] = ("sft", "awr")
 MAX_TOKENS = 10  # as the quickstart
-# 0.975 quantiles of Student's t for 1..10 degrees of freedom (95% two-sided intervals).
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
 # The 8 symmetries of the board (rotations and reflections) as cell permutations: symmetry[i]
 # is the cell whose mark goes to cell i.
 _ROTATE = (6, 3, 0, 7, 4, 1, 8, 5, 2)
@@ -466,15 +465,9 @@ def run_seed(cfg: AWRConfig, seed: int) -> dict[str, Any]:
 
 
 def interval(values: Sequence[float]) -> dict[str, float]:
-    """Mean and the half-width of its 95% t-interval (0 for one value): t at n - 1 degrees
-    of freedom, the 10-d.o.f. value beyond 10 (slightly wider than exact)."""
-    n = len(values)
-    mean = statistics.mean(values)
-    if n < 2:
-        return {"mean": mean, "ci95": 0.0, "n": n}
-    t = T975[min(n - 1, len(T975)) - 1]  # T975[k - 1]: k degrees of freedom
-    half = t * statistics.stdev(values) / math.sqrt(n)
-    return {"mean": mean, "ci95": half, "n": n}
+    """Mean and the half-width of its 95% t-interval (0 for one value)."""
+    mean, half = mean_ci95(values)
+    return {"mean": mean, "ci95": half, "n": len(values)}
 
 
 def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -108,13 +108,13 @@ def test_awr_example_interval_uses_n_minus_1_degrees_of_freedom() -> None:
     # 3 values: stdev 1, t(2) = 4.303
     three = example.interval([1.0, 2.0, 3.0])
     assert three["ci95"] == pytest.approx(4.303 / math.sqrt(3))
-    # 11 values (10 d.o.f.) and 12 (11 d.o.f., the table's last, 10-d.o.f. value: wider)
+    # 11 values (10 d.o.f.) and 12 (11 d.o.f.: 2.201, not the 10-d.o.f. value)
     eleven = [float(i % 2) for i in range(11)]
     sd = statistics.stdev(eleven)
     assert example.interval(eleven)["ci95"] == pytest.approx(2.228 * sd / math.sqrt(11))
     twelve = [float(i % 2) for i in range(12)]
     sd = statistics.stdev(twelve)
-    assert example.interval(twelve)["ci95"] == pytest.approx(2.228 * sd / math.sqrt(12))
+    assert example.interval(twelve)["ci95"] == pytest.approx(2.201 * sd / math.sqrt(12))
     assert example.interval([5.0]) == {"mean": 5.0, "ci95": 0.0, "n": 1}
 
 
