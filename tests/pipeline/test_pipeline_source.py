@@ -94,7 +94,8 @@ async def test_stale_samples_are_dropped_and_counted(redis_server: RedisServer) 
     batch = await source.next_batch()
     assert _ids(batch.items) == ["id1", "id2"]
     assert batch.stats["pipeline/dropped_stale"] == 1.0
-    assert batch.stats["pipeline/lag_max"] == 3.0 and batch.stats["pipeline/lag_mean"] == 5 / 3
+    # the lag metrics describe the trained samples (lags 2 and 0), not the dropped one (lag 3)
+    assert batch.stats["pipeline/lag_max"] == 2.0 and batch.stats["pipeline/lag_mean"] == 1.0
     batch = await source.next_batch()  # only one sample left: a partial batch after max_wait_s
     assert _ids(batch.items) == ["id3"] and "pipeline/lag_max" not in batch.stats
     await source.commit()
@@ -119,6 +120,7 @@ async def test_stale_samples_can_be_downweighted(redis_server: RedisServer) -> N
     assert [item.weight for item in batch.items] == [0.25, 1.0]
     assert batch.items[0].meta["stale_weight_factor"] == 0.25
     assert batch.stats["pipeline/downweighted"] == 1.0
+    assert batch.stats["pipeline/lag_max"] == 3.0  # downweighted samples are trained
 
 
 async def test_a_restarted_learner_replays_exactly_the_uncommitted(

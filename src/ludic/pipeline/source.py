@@ -52,7 +52,9 @@ class PipelineBatchSource:
       versions behind `current_version()` (the trainer's policy version) is stale. `stale`:
       "drop" it, or "downweight" its weight by `stale_decay ** (lag - max_lag)`. Samples
       without recorded versions are never stale. With "downweight", leave the Trainer's own
-      `TrainerConfig.max_lag` at None (it would drop them).
+      `TrainerConfig.max_lag` at None (it would drop them). A batch's `pipeline/lag_mean`
+      and `pipeline/lag_max` describe the samples it serves (dropped ones are only counted,
+      in `pipeline/dropped_stale`), so with "drop" `lag_max` never exceeds `max_lag`.
     - `block_ms`: one wait on Redis; `max_wait_s`: after this long without a full batch,
       return what arrived; if nothing did, raise BatchSourceExhausted with one rank, or
       return an empty batch and set `timed_out` with several (a rank that raised would leave
@@ -364,12 +366,13 @@ class PipelineBatchSource:
         lag = self.current_version() - min(item.policy_versions)
         if lag < 0:
             self._warn_ahead(item, stats)
-        lags.append(lag)
         if self.max_lag is None or lag <= self.max_lag:
+            lags.append(lag)
             return item
-        if self.stale == "drop":
+        if self.stale == "drop":  # counted apart: the lag metrics describe trained samples
             stats["dropped_stale"] += 1
             return None
+        lags.append(lag)  # downweighted samples are trained, at their own lag
         stats["downweighted"] += 1
         factor = self.stale_decay ** (lag - self.max_lag)
         meta = {**item.meta, "stale_weight_factor": factor}
