@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 
 from ludic._aio import maybe_await
 from ludic.pipeline.codec import encode_sample
+from ludic.pipeline.credit_record import CREDIT_KEY
 from ludic.pipeline.stream import SampleStream
 from ludic.rollouts import (
     CreditAssigner,
@@ -66,7 +67,9 @@ class PipelineActor:
     full the actor logs that it waits, and why, every `wait_notice_s`. Sample ids are
     `<actor_id>:<batch>:<index>`; each batch index is reserved in Redis before the batch is
     generated, so a restart (or another actor with the same id) never reuses a batch's seeds or
-    ids; a batch that crashed midway is skipped, not redone.
+    ids; a batch that crashed midway is skipped, not redone. `credit_record` (see
+    `ludic.pipeline.credit_record`) is stamped into every sample's meta, so the learner can
+    refuse samples credited by another preset than it trains.
     """
 
     def __init__(
@@ -85,6 +88,7 @@ class PipelineActor:
         actor_id: str = "actor",
         poll_s: float = 0.1,
         wait_notice_s: float = 60.0,
+        credit_record: JSON | None = None,
     ) -> None:
         if max_backlog < 1:
             raise ValueError(f"max_backlog must be >= 1, got {max_backlog}")
@@ -103,6 +107,7 @@ class PipelineActor:
         self.actor_id = actor_id
         self.poll_s = poll_s
         self.wait_notice_s = wait_notice_s
+        self.credit_record = credit_record
         self.batch_index = -1  # the last batch generated (-1: none yet)
         self.samples_pushed = 0
 
@@ -127,6 +132,8 @@ class PipelineActor:
         versions = [v for s in result.samples for v in s.policy_versions]
         for i, sample in enumerate(result.samples):
             meta = {**sample.meta, "actor_id": self.actor_id, "actor_batch": self.batch_index}
+            if self.credit_record is not None:
+                meta[CREDIT_KEY] = self.credit_record
             tagged = dataclasses.replace(sample, meta=meta)
             sample_id = f"{self.actor_id}:{self.batch_index}:{i}"
             await self.stream.add(encode_sample(tagged, sample_id=sample_id), key=sample_id)

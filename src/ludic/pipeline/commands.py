@@ -21,6 +21,7 @@ import httpx
 
 from ludic.pipeline.actor import ActorBatchStats, PipelineActor
 from ludic.pipeline.config import ActorConfig, Algorithm, LearnerConfig
+from ludic.pipeline.credit_record import CreditCheck, credit_record
 from ludic.pipeline.stream import SampleStream
 from ludic.recipes.algorithms import GiGPOOptions
 from ludic.recipes.inference import engine_settings  # shared with `ludic eval`
@@ -158,6 +159,7 @@ async def _act(
         seed_sequencer=SeedSequencer(run_seed=cfg.seed),
         max_backlog=cfg.max_backlog,
         actor_id=cfg.actor_id,
+        credit_record=credit_record(cfg.algorithm, cfg.gigpo),  # the learner checks it
     )
     try:
         await stream.ensure_group()
@@ -279,6 +281,7 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         stale_decay=cfg.stale_decay,
         current_version=lambda: int(trainer.policy_version),
         max_wait_s=cfg.max_wait_s,
+        check_sample=CreditCheck(cfg.algorithm),  # refuses samples another preset credited
     )
     model, tokenizer = load_model(cfg.model or tiny_model_dir(), dtype="float32")
     # Only rank 0 pushes; the Trainer gathers the weights on every rank for it.

@@ -63,6 +63,8 @@ class PipelineBatchSource:
       many samples it has and why it may lack the rest (none arrive, or they arrive stale).
     - `claim_min_idle_ms`: entries of an unknown consumer idle this long are taken over by
       rank 0 at startup. One learner job per group.
+    - `check_sample`: called on each decoded sample before it is accepted (the learner's
+      `CreditCheck`); an exception it raises stops the read, leaving the entry unacked.
     """
 
     def __init__(
@@ -84,6 +86,7 @@ class PipelineBatchSource:
         dedupe_window: int = 100_000,
         warn_unacked: int = 10_000,
         wait_notice_s: float = 60.0,
+        check_sample: Callable[[SAWItem], None] | None = None,
     ) -> None:
         rank = int(os.environ.get("RANK", "0")) if rank is None else rank
         world_size = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
@@ -108,6 +111,7 @@ class PipelineBatchSource:
         self.dedupe_window = dedupe_window
         self.warn_unacked = warn_unacked
         self.wait_notice_s = wait_notice_s
+        self.check_sample = check_sample
         self.batches_served = 0
         self.timed_out = False
         self.totals: Counter[str] = Counter()
@@ -349,6 +353,8 @@ class PipelineBatchSource:
             await self.stream.dead_letter(entry, str(e))
             stats["invalid"] += 1
             return None
+        if self.check_sample is not None:  # raising leaves the entry pending, for a fixed learner
+            self.check_sample(decoded.item)
         if decoded.sample_id in self._seen:
             self._trained.append((entry.entry_id, f"duplicate:{decoded.sample_id}"))
             stats["duplicates"] += 1

@@ -1,0 +1,102 @@
+"""`ludic actor` records the preset that assigned credit; `ludic learner` refuses samples another
+preset credited (fails if the record is not written, not read, or a mismatch trains silently)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import pytest
+from pipeline_fakes import RedisServer, redis_server, sample
+
+from ludic.cli import main as ludic_main
+from ludic.pipeline.codec import encode_sample
+from ludic.pipeline.credit_record import CreditCheck, CreditMismatchError, credit_record
+from ludic.pipeline.stream import SampleStream
+from ludic.recipes.algorithms import GiGPOOptions
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(180)]
+__all__ = ["redis_server"]
+
+
+def _actor(redis: RedisServer, *extra: str) -> None:
+    args = ["actor", "--redis-url", redis.url, "--stream", "s", "--env", "pipeline_fakes:CountOEnv"]
+    args += ["--max-steps", "1", "--max-tokens", "8", "--problems-per-batch", "2"]
+    args += ["--group-size", "2", "--batches", "1", *extra]
+    ludic_main(args)
+
+
+def _learner(redis: RedisServer, out: Path, *extra: str) -> None:
+    args = ["learner", "--redis-url", redis.url, "--stream", "s", "--batch-size", "4"]
+    args += ["--steps", "1", "--max-wait-s", "5", "--out-dir", str(out), *extra]
+    ludic_main(args)
+
+
+def _pending(redis: RedisServer) -> int:
+    return int(redis.client().xpending("s", "ludic-learners")["pending"])
+
+
+@pytest.mark.slow
+def test_learner_refuses_samples_another_preset_credited(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    _actor(redis_server, "--algorithm", "rloo")
+    with pytest.raises(CreditMismatchError) as e:
+        _learner(redis_server, tmp_path / "l", "--algorithm", "gigpo")
+    message = str(e.value)
+    assert "--algorithm rloo" in message and "--algorithm gigpo" in message
+    assert "Restart the learner with --algorithm rloo" in message
+    assert (
+        not (tmp_path / "l" / "metrics.jsonl").exists()
+        or not (tmp_path / "l" / "metrics.jsonl").read_text()
+    )  # no step trained on the wrong credit
+    assert _pending(redis_server) > 0  # left unacked: a fixed learner trains them
+    _learner(redis_server, tmp_path / "l", "--algorithm", "rloo")
+    assert (tmp_path / "l" / "metrics.jsonl").read_text().count("\n") == 1
+
+
+@pytest.mark.slow
+def test_matching_gigpo_actor_and_learner_train(redis_server: RedisServer, tmp_path: Path) -> None:
+    _actor(redis_server, "--algorithm", "gigpo", "--gigpo.omega", "0.3")
+    _learner(redis_server, tmp_path / "l", "--algorithm", "gigpo")
+    assert (tmp_path / "l" / "metrics.jsonl").read_text().count("\n") == 1
+
+
+def test_stream_without_record_gets_one_notice(
+    redis_server: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def push() -> None:
+        stream = SampleStream(redis_server.url, stream="s", group="ludic-learners")
+        await stream.ensure_group()
+        for i in range(4):
+            await stream.add(encode_sample(sample(), sample_id=f"old:{i}"))
+        await stream.aclose()
+
+    asyncio.run(push())
+    with caplog.at_level(logging.WARNING, logger="ludic.pipeline.credit_record"):
+        _learner(redis_server, tmp_path / "l", "--algorithm", "gigpo")
+    notices = [r for r in caplog.records if "do not record which --algorithm" in r.message]
+    assert len(notices) == 1, notices
+    assert (tmp_path / "l" / "metrics.jsonl").read_text().count("\n") == 1
+
+
+def _stamped(record: dict[str, object], actor: str):  # type: ignore[no-untyped-def]
+    item = sample()
+    return type(item)(
+        input_ids=item.input_ids,
+        action_mask=item.action_mask,
+        weight=item.weight,
+        behavior_logprobs=item.behavior_logprobs,
+        meta={**item.meta, "credit": record, "actor_id": actor},
+    )
+
+
+def test_two_actors_with_different_gigpo_flags_are_refused() -> None:
+    check = CreditCheck("gigpo")
+    check(_stamped(credit_record("gigpo", GiGPOOptions(omega=0.3)), "a"))
+    check(_stamped(credit_record("gigpo", GiGPOOptions(omega=0.3)), "a2"))
+    with pytest.raises(
+        CreditMismatchError, match=r"'a' with --algorithm gigpo --gigpo.omega 0.3, 'b'"
+    ):
+        check(_stamped(credit_record("gigpo", GiGPOOptions(omega=0.5)), "b"))
