@@ -3,13 +3,17 @@ demonstrations, an earlier run's log) for SFT and offline RL.
 
 Credit is assigned once over all stored rollouts (so group baselines see whole groups), samples
 are built and filtered, then served in seeded-shuffled batches epoch after epoch. The data
-position (epoch, offset) is checkpointable. It does not re-tokenize unless given a retokenizer
-and never generates rollouts.
+position (epoch, offset) is checkpointable, with what it is a position in (the sample count, a
+digest of the samples' tokens, the shuffle seed), so a resume over other data, filters or seed is
+refused instead of training other samples than the interrupted run would have. It does not
+re-tokenize unless given a retokenizer and never generates rollouts.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
+from array import array
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,6 +40,8 @@ class OfflineBatchSource:
     - `num_epochs`: stop (raise `BatchSourceExhausted`) after this many passes; None cycles
       forever. `drop_last`: skip an epoch's final short batch.
     - Failed rollouts are skipped; `filters` drop samples after credit assignment.
+    - `state_dict()` is the position (epoch, samples served in it) and what identifies the
+      data; `load_state_dict` refuses a state saved over other samples or another shuffle.
     """
 
     def __init__(
@@ -87,6 +93,7 @@ class OfflineBatchSource:
         self.position = 0
         self._order_epoch = -1
         self._order: list[int] = []
+        self._digest: str | None = None
 
     def _epoch_order(self) -> list[int]:
         if self._order_epoch != self.epoch:
@@ -97,19 +104,71 @@ class OfflineBatchSource:
         return self._order
 
     async def next_batch(self) -> SAWBatch:
+        if self.exhausted():
+            raise BatchSourceExhausted(f"OfflineBatchSource: {self.num_epochs} epochs done")
         remaining = len(self.samples) - self.position
         if remaining <= 0 or (self.drop_last and remaining < self.batch_size):
             self.epoch, self.position = self.epoch + 1, 0
-        if self.num_epochs is not None and self.epoch >= self.num_epochs:
-            raise BatchSourceExhausted(f"OfflineBatchSource: {self.num_epochs} epochs done")
         rows = self._epoch_order()[self.position : self.position + self.batch_size]
         self.position += len(rows)
         items: list[SAWItem] = [self.samples[i] for i in rows]
         return SAWBatch(items=items, stats={"epoch": float(self.epoch)})
 
+    def exhausted(self) -> bool:
+        """Whether `num_epochs` are done, so `next_batch` raises `BatchSourceExhausted`."""
+        if self.num_epochs is None:
+            return False
+        remaining = len(self.samples) - self.position
+        ends_epoch = remaining <= 0 or (self.drop_last and remaining < self.batch_size)
+        return self.epoch + int(ends_epoch) >= self.num_epochs
+
+    def samples_digest(self) -> str:
+        """sha256 of the samples' token ids and action masks, in order: what the position
+        indexes (weights are left out: a refit value baseline may round them differently)."""
+        if self._digest is None:
+            h = hashlib.sha256()
+            for s in self.samples:
+                h.update(array("q", (len(s.input_ids),)).tobytes())
+                h.update(array("q", s.input_ids).tobytes())
+                h.update(array("b", s.action_mask).tobytes())
+            self._digest = h.hexdigest()
+        return self._digest
+
     def state_dict(self) -> JSON:
-        return {"epoch": self.epoch, "position": self.position}
+        return {
+            "epoch": self.epoch,
+            "position": self.position,
+            "num_samples": len(self.samples),
+            "samples_sha256": self.samples_digest(),
+            "shuffle_seed": self.seed if self.shuffle else None,
+        }
 
     def load_state_dict(self, state: JSON) -> None:
+        """Restore the position; a state that records other samples or another shuffle (a
+        changed data file, filter, tokenizer or seed) raises ValueError. States saved before
+        these were recorded load unchecked."""
+        problems = self._mismatches(state)
+        if problems:
+            raise ValueError(
+                "OfflineBatchSource: the checkpoint's data position belongs to other data: "
+                f"{'; '.join(problems)}. Resuming would train other samples than the run it "
+                "continues; resume with the same data file, filters, tokenizer and seed, or "
+                "start a new run"
+            )
         self.epoch = int(state.get("epoch", 0))
         self.position = int(state.get("position", 0))
+
+    def _mismatches(self, state: JSON) -> list[str]:
+        problems = []
+        if "num_samples" in state and state["num_samples"] != len(self.samples):
+            problems.append(
+                f"it has {state['num_samples']} samples, this source {len(self.samples)}"
+            )
+        elif "samples_sha256" in state and state["samples_sha256"] != self.samples_digest():
+            problems.append("its samples' tokens differ (another sha256)")
+        shuffle_seed = self.seed if self.shuffle else None
+        if "shuffle_seed" in state and state["shuffle_seed"] != shuffle_seed:
+            problems.append(
+                f"it was shuffled with seed {state['shuffle_seed']}, this source with {shuffle_seed}"
+            )
+        return problems
