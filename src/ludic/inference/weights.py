@@ -1,8 +1,11 @@
 """Copying a state dict into a live model in place, checked before anything is written, and
 laying parameters out back to back so a weight push can land in them without a copy.
 
-Names and shapes are validated up front, so a bad update leaves the model untouched. Tensors
-are cast to each parameter's dtype and device. It does not handle sharded (FSDP/DTensor) state.
+Names, shapes and values are validated up front, so a bad update leaves the model untouched:
+a tensor holding a nan or an inf is refused (`check_finite`, `NonFiniteWeightsError`, the one
+check every path that loads weights into a serving engine runs), as is a policy version that is
+not an int >= 0 (`check_policy_version`). Tensors are cast to each parameter's dtype and
+device. It does not handle sharded (FSDP/DTensor) state.
 """
 
 from __future__ import annotations
@@ -10,6 +13,41 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import torch
+
+from ludic.distributed.checksum import nonfinite
+
+
+class NonFiniteWeightsError(ValueError):
+    """A weight update holding a nan or an inf (`names`: the tensors), refused before loading."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = list(names)
+        shown = ", ".join(self.names[:5]) + (" ..." if len(self.names) > 5 else "")
+        super().__init__(
+            f"update_weights: refused: {len(self.names)} tensor(s) hold nan or inf ({shown}); "
+            "the served weights were left as they were. The trainer's weights diverged: fix "
+            "the training step (learning rate, loss scale) or publish from a finite checkpoint"
+        )
+
+
+def check_finite(state: Mapping[str, torch.Tensor]) -> None:
+    """Raise `NonFiniteWeightsError` naming every floating tensor of `state` that holds a nan
+    or an inf. Cheap: one float sum per tensor and one device sync per device
+    (`ludic.distributed.checksum.nonfinite`); only suspects are read element by element."""
+    bad = nonfinite(state)
+    if bad:
+        raise NonFiniteWeightsError(bad)
+
+
+def check_policy_version(version: object) -> None:
+    """Raise ValueError unless `version` is None (the old one plus one) or an int >= 0."""
+    if version is None:
+        return
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise ValueError(
+            f"update_weights: version must be an int >= 0 (or left out: the old one plus one), "
+            f"got {version!r}"
+        )
 
 
 @torch.no_grad()
@@ -20,7 +58,8 @@ def copy_weights_(
 
     `strict` also requires every parameter of the model to be present (a full update); with
     `strict=False` a partial update (e.g. one broadcast bucket) is fine. Unknown names and shape
-    mismatches always raise ValueError before any tensor is written.
+    mismatches always raise ValueError, and a tensor holding a nan or an inf
+    `NonFiniteWeightsError` (a ValueError), before any tensor is written.
     """
     targets = model.state_dict()
     unknown = sorted(set(state) - set(targets))
@@ -42,6 +81,7 @@ def copy_weights_(
                 f"update_weights: {name} has shape {tuple(tensor.shape)}, the model expects "
                 f"{tuple(targets[name].shape)}"
             )
+    check_finite(state)
     for name, tensor in state.items():
         target = targets[name]
         target.copy_(tensor.to(device=target.device, dtype=target.dtype))

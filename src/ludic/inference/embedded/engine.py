@@ -44,7 +44,7 @@ from ludic.inference.embedded.engine_stream import CompletionStream, call_on_loo
 from ludic.inference.embedded.prompts import build_sequence
 from ludic.inference.embedded.sequence import SequenceState, TextCodec
 from ludic.inference.template_check import warn_if_not_append_only
-from ludic.inference.weights import copy_weights_
+from ludic.inference.weights import check_policy_version, copy_weights_
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -220,8 +220,11 @@ class EmbeddedEngine:
 
         In-flight requests continue with the new weights (their response reports the version
         they started with, and `extra["policy_version_end"]`). Returns the new policy version:
-        `version` if given, else the old one plus one. Blocks until applied.
+        `version` if given (an int >= 0), else the old one plus one. Blocks until applied.
+        Unknown names, wrong shapes and tensors holding a nan or an inf raise ValueError
+        (`NonFiniteWeightsError` for those) before any weight is written.
         """
+        check_policy_version(version)
         state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
 
         def apply() -> int:
@@ -243,7 +246,10 @@ class EmbeddedEngine:
 
         Same semantics as `update_weights`: in-flight requests continue with the new weights,
         the prefix cache is dropped, and the new policy version is returned. Blocks until done.
+        Whatever `fill` writes is served as it lands: checking it (e.g. for nan) is the
+        caller's, inside `fill` (a `fill` that raises leaves the version as it was).
         """
+        check_policy_version(version)
 
         def apply() -> int:
             # Before the fill too: what the forward keeps from the old weights (fused views)

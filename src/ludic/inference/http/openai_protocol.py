@@ -5,13 +5,16 @@ chat, per-choice `token_ids`, `logprobs.content[i].logprob`, `stop_reason`), plu
 `policy_version` and `max_think`, so one client speaks to both. `stream=true` sends the same
 fields as server-sent-event chunks (`chat.completion.chunk` / `text_completion`, the prompt ids
 in the first chunk, `stream_options.include_usage`). Deliberately unsupported (a 400 says so):
-n > 1, top_logprobs, logit_bias, penalties.
+n > 1, top_logprobs, logit_bias, penalties. A nan or inf logprob (a model whose weights hold
+nan or inf) is encoded as an error, never as a number: `NonFiniteLogprobs`, a 500 (an error
+event mid-stream), since JSON has no nan and a clamped value would be a silent lie.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
 import time
 import uuid
 from typing import Any
@@ -121,9 +124,23 @@ def _token_texts(tokenizer: PreTrainedTokenizerBase, ids: tuple[int, ...]) -> li
     return [str(tokenizer.decode([t])) for t in ids]
 
 
+class NonFiniteLogprobs(RuntimeError):
+    """A sampled token's logprob is nan or inf: the response is failed, not encoded."""
+
+
+def _finite(logprobs: tuple[float, ...]) -> tuple[float, ...]:
+    if not all(math.isfinite(lp) for lp in logprobs):
+        raise NonFiniteLogprobs(
+            "the model gave a nan or inf logprob for a sampled token, which JSON cannot carry: "
+            "its weights likely hold nan or inf (see /ludic/weights/status); push finite weights"
+        )
+    return logprobs
+
+
 def _chat_logprobs(
     tokenizer: PreTrainedTokenizerBase, ids: tuple[int, ...], logprobs: tuple[float, ...]
 ) -> dict[str, Any]:
+    logprobs = _finite(logprobs)
     texts = _token_texts(tokenizer, ids)
     return {
         "content": [
@@ -140,6 +157,7 @@ def _text_logprobs(
     offset: int = 0,
 ) -> dict[str, Any]:
     """Completions-style logprobs; `text_offset` counts from `offset` (the text already sent)."""
+    logprobs = _finite(logprobs)
     texts = _token_texts(tokenizer, ids)
     return {
         "tokens": texts,

@@ -18,6 +18,14 @@ verified one) carries exact checksums of what the served model holds after loadi
 (`ludic.distributed.checksum`; received in place, each piece of each bucket is checksummed as it
 lands, while the next arrives, and a tensor touched since is checksummed again after the load),
 and the status its dtype; it serves no inference and does not verify pushes (the trainer compares).
+
+A push holding a nan or an inf is refused (422, naming the tensors; `ludic.inference.weights.
+check_finite`): received into buffers, before anything is loaded (the served model stays as it
+was); received in place, once the buckets have landed, before the new version is served (the
+served model then holds them: the reply and `last_error` say so, and the next finite push
+repairs it). The group stays joined. A join that has not completed `timeout_s` after
+`/init` gives up, with the reason in `join_error` and `last_error`; joins and pushes run on
+daemon threads, so a join blocked on an unreachable trainer never delays the server's exit.
 """
 
 from __future__ import annotations
@@ -25,9 +33,9 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 from pydantic import BaseModel, Field
@@ -49,6 +57,9 @@ from ludic.distributed.transfer import (
     receive_buckets,
     receive_into,
 )
+from ludic.inference.weights import NonFiniteWeightsError, check_finite
+
+T = TypeVar("T")
 
 # load(state, version, strict) installs the weights and returns the served policy version.
 LoadFn = Callable[[dict[str, torch.Tensor], int, bool], int]
@@ -153,7 +164,6 @@ class WeightSyncReceiver:
         self.targets = targets
         self.load_in_place = load_in_place if targets is not None else None
         self._pool = BufferPool(device)
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ludic-weights")
         self._lock = threading.Lock()
         self._link: Future[_Link] | None = None
         self._control: Literal["http", "store"] = "http"
@@ -171,9 +181,6 @@ class WeightSyncReceiver:
             self._forget_link()
             self.last_error = None  # the old group's failure is not this one's state
             self._join_timeout_s = req.timeout_s
-            # A fresh worker: one still blocked on a dead trainer's push must not delay the join.
-            self._worker.shutdown(wait=False)
-            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ludic-weights")
 
             def join() -> _Link:
                 store = join_store(
@@ -188,7 +195,17 @@ class WeightSyncReceiver:
                 )
                 return _Link(group, store)
 
-            self._link = self._worker.submit(join)
+            where = f"the trainer's store at {req.host}:{req.port}"
+            self._link = _in_background(
+                join,
+                name="ludic-weights-join",
+                timeout_s=req.timeout_s,
+                timeout=lambda: TimeoutError(
+                    f"the join did not complete within timeout_s={req.timeout_s:g} s ({where} "
+                    "is unreachable, or the trainer never opened its group)"
+                ),
+            )
+            self._link.add_done_callback(lambda joining: self._join_ended(joining, where))
             self._control = req.control
             if req.control == "store":
                 self._stop_listening = threading.Event()
@@ -199,6 +216,15 @@ class WeightSyncReceiver:
                     daemon=True,
                 )
                 self._listener.start()
+
+    def _join_ended(self, joining: Future[_Link], where: str) -> None:
+        """Record why a join failed in `last_error` (while it is still the current one)."""
+        error = joining.exception()
+        if error is not None and self._link is joining:  # may run inside `init`: no lock
+            self.last_error = (
+                f"could not join the trainer's process group via {where} "
+                f"({type(error).__name__}: {error}); POST /ludic/weights/init again"
+            )
 
     def start(self, manifest: WeightManifest) -> None:
         """Validate `manifest` and start receiving its buckets in the background."""
@@ -214,7 +240,9 @@ class WeightSyncReceiver:
                 raise WeightSyncError("a push is already in progress: finish it first")
             self._check(manifest)
             link = self._joined(self._link)
-            self._push = self._worker.submit(self._receive, link.group, manifest)
+            self._push = _in_background(
+                lambda: self._receive(link.group, manifest), name="ludic-weights-push"
+            )
 
     def _check(self, manifest: WeightManifest) -> None:
         try:
@@ -245,10 +273,18 @@ class WeightSyncReceiver:
                 receive_into(
                     group, manifest, live, pool=self._pool, on_landed=take if landed else None
                 )
+                try:  # before the engine serves the new version
+                    check_finite({e.name: live[e.name] for e in manifest.tensors})
+                except NonFiniteWeightsError as e:
+                    raise _Refused(e, landed_in_place=True) from e
 
             version = self.load_in_place(fill, manifest.version)
         else:
             state = receive_buckets(group, manifest, pool=self._pool)
+            try:  # the engine's own load may not check
+                check_finite(state)
+            except NonFiniteWeightsError as e:
+                raise _Refused(e, landed_in_place=False) from e
             version = self.load(state, manifest.version, manifest.full)
         checksums, held_dtypes = self._held_checksums(manifest, landed)
         return SyncResult(
@@ -319,6 +355,10 @@ class WeightSyncReceiver:
                     self._push = Future()  # `status()` shows a push in progress
                 try:
                     result = self._receive(link.group, manifest)
+                except _Refused as e:  # every byte arrived: the group is still usable
+                    self.last_error = str(e)
+                    channel.reply("done", {"error": str(e), "status": e.status})
+                    continue
                 except Exception as e:
                     if stop.is_set():  # a newer group replaced this one: leave it alone
                         return
@@ -373,6 +413,9 @@ class WeightSyncReceiver:
             push, self._push = self._push, None
         try:
             self.last = push.result()
+        except _Refused as e:  # every byte arrived: the group is still usable
+            self.last_error = str(e)
+            raise
         except Exception as e:  # a failed collective leaves the group unusable
             raise self._failed(e) from e
         return self.last
@@ -434,6 +477,65 @@ class WeightSyncReceiver:
             return None
         floating = [t.dtype for t in self.targets().values() if t.is_floating_point()]
         return None if not floating else dtype_name(max(set(floating), key=floating.count))
+
+
+class _Refused(WeightSyncError):
+    """A push received whole but refused for its values (nan or inf): 422."""
+
+    def __init__(self, error: NonFiniteWeightsError, *, landed_in_place: bool) -> None:
+        shown = ", ".join(error.names[:5]) + (" ..." if len(error.names) > 5 else "")
+        where = (
+            "they were received in place, so the served model holds them now (its policy "
+            "version is unchanged) until a finite push replaces them"
+            if landed_in_place
+            else "nothing was loaded: the served model is as it was"
+        )
+        super().__init__(
+            f"refused weight push: {len(error.names)} tensor(s) hold nan or inf ({shown}); "
+            f"{where}. The trainer's weights diverged: fix the training step or push from a "
+            "finite checkpoint",
+            status=422,
+        )
+
+
+def _in_background(
+    fn: Callable[[], T],
+    *,
+    name: str,
+    timeout_s: float | None = None,
+    timeout: Callable[[], Exception] | None = None,
+) -> Future[T]:
+    """`fn()` on a daemon thread (one blocked in c10d on an unreachable trainer must not keep
+    the process from exiting). With `timeout_s`, the future fails with `timeout()` then if
+    `fn` has not returned (`fn` is abandoned; what it returns later is dropped)."""
+    future: Future[T] = Future()
+    lock = threading.Lock()
+
+    def settle(result: Any = None, error: BaseException | None = None) -> None:
+        with lock:
+            if future.done():
+                return
+            if error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
+
+    def run() -> None:
+        try:
+            result = fn()
+        except BaseException as e:  # handed to whoever waits on the future
+            settle(error=e)
+        else:
+            settle(result=result)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    if timeout_s is not None:
+        make = timeout or (lambda: TimeoutError(f"{name} did not finish in {timeout_s:g} s"))
+        timer = threading.Timer(timeout_s, lambda: settle(error=make()))
+        timer.daemon = True
+        timer.start()
+        future.add_done_callback(lambda _: timer.cancel())
+    return future
 
 
 def _version(value: Any) -> int:
