@@ -9,7 +9,10 @@ written to a temporary sibling directory, fsynced and renamed, so a crash mid-sa
 previous checkpoint intact; the temporary directories a killed save leaves are removed later
 (`checkpoint_scratch`). A checkpoint without a manifest, or whose files do not match it, is
 refused with a message naming the problem; given the checkpoint root, loading picks the newest
-checkpoint that verifies. Nothing here is sharded: distributed training hands in full states
+checkpoint that verifies. A newer one that loading (`resolve`, hence every resume) skipped as
+corrupt is renamed `step_N.corrupt`: retention never counts it (it would otherwise keep it and
+delete the good one resumed from) and later runs never consider it; it is kept for inspection,
+never deleted here. Nothing here is sharded: distributed training hands in full states
 gathered on rank 0 (see `ludic.training.parallel`), so any world size can resume.
 """
 
@@ -313,32 +316,40 @@ class CheckpointManager:
         """The newest checkpoint that verifies; broken ones are skipped with a warning."""
         return self._newest_good(self.root)[0]
 
-    def _newest_good(self, root: Path) -> tuple[Path | None, tuple[str, ...]]:
-        """(newest checkpoint under `root` that verifies, why each newer one was refused)."""
-        refused: tuple[str, ...] = ()
+    def _newest_good(
+        self, root: Path, *, quarantine: bool = False
+    ) -> tuple[Path | None, tuple[str, ...]]:
+        """(newest checkpoint under `root` that verifies, why each newer one was refused).
+        With `quarantine`, once a good one is found the refused newer ones are renamed
+        `step_N.corrupt` (see `quarantine_checkpoint`)."""
+        refused: list[tuple[Path, str]] = []
         for path in reversed(_step_dirs(root)):
             try:
                 self.verify(path)
             except CorruptCheckpointError as e:
                 logger.warning("skipping checkpoint %s: %s", path.name, e)
-                refused += (str(e),)
+                refused.append((path, str(e)))
                 continue
             if refused:
                 logger.warning("using %s, the newest complete checkpoint", path)
-            return path, refused
-        return None, refused
+                if quarantine:
+                    for bad, _ in refused:
+                        quarantine_checkpoint(bad)
+            return path, tuple(why for _, why in refused)
+        return None, tuple(why for _, why in refused)
 
     def resolve(self, path: str | Path | None = None) -> Path:
         """The checkpoint to load: `path` once it verifies; given a checkpoint root (a directory
         of `step_*` directories) or None (this manager's root), the newest one that verifies,
-        skipping partial or corrupt ones with a warning. Raises naming the problem otherwise."""
+        skipping partial or corrupt ones with a warning and renaming them `step_N.corrupt` (so
+        retention and later resumes skip them). Raises naming the problem otherwise."""
         if path is None and not self.root.exists():
             raise FileNotFoundError(f"no complete checkpoint under {self.root}: it does not exist")
         path = self.root if path is None else Path(path)
         if not path.exists():
             raise FileNotFoundError(f"{path}: no such checkpoint or checkpoint directory")
         if is_checkpoint_root(path):
-            found, refused = self._newest_good(path)
+            found, refused = self._newest_good(path, quarantine=True)
             if found is None:
                 why = "; ".join(refused) if refused else "it holds no step_* directory"
                 raise FileNotFoundError(f"no complete checkpoint under {path}: {why}")
@@ -358,6 +369,24 @@ class CheckpointManager:
     def load(self, path: str | Path | None = None) -> LoadedCheckpoint:
         """Read checkpoint `path` (default: `latest()`) after verifying it."""
         return read_checkpoint(self.resolve(path))
+
+
+def quarantine_checkpoint(path: Path) -> Path:
+    """Rename corrupt checkpoint `path` to `step_N.corrupt` (`.corrupt-2`, ... if taken), out
+    of what listing, retention and resume consider; returns the new path."""
+    target = path.with_name(f"{path.name}.corrupt")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.corrupt-{n}")
+    os.replace(path, target)
+    logger.warning(
+        "renamed corrupt checkpoint %s to %s: retention and later resumes skip it (delete it "
+        "once inspected)",
+        path,
+        target.name,
+    )
+    return target
 
 
 def has_checkpoints(path: str | Path) -> bool:
