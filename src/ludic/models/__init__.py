@@ -1,7 +1,7 @@
 """Local models: tiny Llama-style LMs with a trained BPE tokenizer, and loading of any local
 Hugging Face model directory. Importing this package imports torch and transformers."""
 
-from ludic.models.loading import load_model, load_tokenizer, save_model
+from ludic.models.loading import load_model, load_tokenizer, model_directory, save_model
 from ludic.models.tiny import (
     TinyModelSpec,
     build_tiny_model,
@@ -19,6 +19,7 @@ __all__ = [
     "load_model",
     "load_tiny_model",
     "load_tokenizer",
+    "model_directory",
     "save_model",
     "tiny_model_dir",
     "train_tiny_tokenizer",

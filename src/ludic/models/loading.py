@@ -3,7 +3,9 @@
 transformers 5 may swap a tokenizer's class on reload based on the model type (for example a
 Llama config pulls in a Metaspace `LlamaTokenizer`), which silently changes ids. Saving pins the
 class to the plain `tokenizer.json` backend, and loading checks the loaded tokenizer against
-`tokenizer.json` itself. Nothing here downloads from a model hub.
+`tokenizer.json` itself. A checkpoint step folder (`.../checkpoints/step_N`, the path a run
+prints as its last checkpoint) loads from its `model/` subfolder; a run folder is refused naming
+its latest checkpoint. Nothing here downloads from a model hub.
 """
 
 from __future__ import annotations
@@ -65,33 +67,70 @@ def resolve_dtype(dtype: DTypeLike) -> torch.dtype | str:
     return resolved
 
 
+def model_directory(path: str | os.PathLike[str]) -> Path:
+    """The model directory `path` names: itself, or the `model/` subfolder of a checkpoint step
+    folder (`.../checkpoints/step_N`, which holds `model/` beside the optimizer state)."""
+    directory = Path(path).expanduser()
+    if (
+        not (directory / "config.json").is_file()
+        and (directory / "model" / "config.json").is_file()
+    ):
+        return directory / "model"
+    return directory
+
+
 def load_model(
     path: str | os.PathLike[str],
     dtype: DTypeLike = None,
     device: str | torch.device = "cpu",
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a local model directory as (model in eval mode on `device`, tokenizer)."""
-    directory = Path(path)
+    """Load a local model directory (or a checkpoint step folder: its `model/`) as (model in
+    eval mode on `device`, tokenizer)."""
+    directory = model_directory(path)
     if not (directory / "config.json").is_file():
-        raise FileNotFoundError(
-            f"{directory} is not a local model directory (no config.json). Ludic never downloads "
-            "from a model hub: download the model yourself, or build one with "
-            "ludic.models.tiny_model_dir()."
-        )
+        raise FileNotFoundError(_not_a_model_directory(Path(path)))
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=resolve_dtype(dtype))
     model.to(device)  # type: ignore[arg-type]  # transformers' decorated `to` confuses mypy
     return model.eval(), load_tokenizer(directory)
 
 
-def load_tokenizer(path: str | os.PathLike[str]) -> PreTrainedTokenizerBase:
-    """AutoTokenizer, replaced by the plain `tokenizer.json` backend if the two disagree on ids."""
-    directory = Path(path)
-    if not any((directory / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")):
-        raise FileNotFoundError(
-            f"{directory} holds no tokenizer (no tokenizer.json or tokenizer_config.json): it "
-            "was saved without one (a Trainer without tokenizer=...). Copy the tokenizer of the "
-            "model it was trained from: load_tokenizer(SOURCE_DIR).save_pretrained(DIR)"
+def _not_a_model_directory(path: Path) -> str:
+    """Why `path` (which holds no config.json, nor a `model/` that does) is not a model, and
+    which path to pass instead."""
+    if not path.expanduser().exists():
+        return (
+            f"no model directory at {path}: check the path (a run saves models under "
+            "RUN/checkpoints/step_N/model)"
         )
+    latest = _latest_checkpoint_model(path.expanduser())
+    if latest is not None:
+        return (
+            f"{path} holds checkpoints, not one model: pass one of them, e.g. the latest, {latest}"
+        )
+    return (
+        f"{path} is not a model directory (no config.json): pass the folder that holds "
+        "config.json and the weights (for a run's checkpoint, .../checkpoints/step_N/model), "
+        "or build a tiny one with ludic.models.tiny_model_dir()"
+    )
+
+
+def _latest_checkpoint_model(path: Path) -> Path | None:
+    """The `model/` of the highest checkpoint step under a run folder or its `checkpoints/`."""
+    for root in (path / "checkpoints", path):
+        steps = [p for p in root.glob("step_*") if (p / "model" / "config.json").is_file()]
+        if steps:
+            return max(steps, key=_step_number) / "model"
+    return None
+
+
+def load_tokenizer(path: str | os.PathLike[str]) -> PreTrainedTokenizerBase:
+    """AutoTokenizer, replaced by the plain `tokenizer.json` backend if the two disagree on ids
+    (`path`: a tokenizer or model directory, or a checkpoint step folder: its `model/`)."""
+    directory = Path(path).expanduser()
+    if not _has_tokenizer(directory) and (directory / "model").is_dir():
+        directory = directory / "model"
+    if not _has_tokenizer(directory):
+        raise FileNotFoundError(_no_tokenizer(Path(path), directory))
     tokenizer = AutoTokenizer.from_pretrained(directory)
     raw_file = directory / "tokenizer.json"
     if not raw_file.is_file():
@@ -106,3 +145,31 @@ def load_tokenizer(path: str | os.PathLike[str]) -> PreTrainedTokenizerBase:
         type(tokenizer).__name__,
     )
     return PreTrainedTokenizerFast.from_pretrained(directory)
+
+
+def _no_tokenizer(path: Path, directory: Path) -> str:
+    """Why `directory` (what `path` resolved to) gives no tokenizer, and what to pass."""
+    if not directory.exists():
+        return f"no tokenizer directory at {path}: check the path"
+    latest = _latest_checkpoint_model(directory)
+    if latest is not None:
+        return f"{path} holds checkpoints, not one tokenizer: pass one of them, e.g. {latest}"
+    if (directory / "config.json").is_file():
+        return (
+            f"{directory} holds no tokenizer (no tokenizer.json or tokenizer_config.json): it "
+            "was saved without one (a Trainer without tokenizer=...). Copy the tokenizer of the "
+            "model it was trained from: load_tokenizer(SOURCE_DIR).save_pretrained(DIR)"
+        )
+    return (
+        f"{directory} holds no tokenizer (no tokenizer.json or tokenizer_config.json): pass a "
+        "tokenizer or model directory (for a run's checkpoint, .../checkpoints/step_N/model)"
+    )
+
+
+def _step_number(step_dir: Path) -> int:
+    digits = step_dir.name.removeprefix("step_")
+    return int(digits) if digits.isdigit() else -1
+
+
+def _has_tokenizer(directory: Path) -> bool:
+    return any((directory / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json"))

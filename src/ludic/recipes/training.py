@@ -169,25 +169,46 @@ def plural(count: int, noun: str, nouns: str | None = None) -> str:
 
 
 def load_policy(model: str | None, *, seed: int = 0, device: str = "cpu") -> tuple[Any, Any]:
-    """(model in fp32, tokenizer): a fresh tiny model (None), a local model directory, or a
-    Hugging Face hub id such as "Qwen/Qwen2.5-0.5B-Instruct" (downloaded by transformers, so
-    it needs network; Ludic itself never fetches anything)."""
+    """(model in fp32, tokenizer): a fresh tiny model (None), a local model directory (or a
+    checkpoint step folder: its `model/`), or a Hugging Face hub id such as
+    "Qwen/Qwen2.5-0.5B-Instruct" (downloaded by transformers, so it needs network; Ludic itself
+    never fetches anything). A path that looks local (`local_path_reason`) and is not
+    there is refused at once, never tried on the hub."""
     from ludic.models import build_tiny_model, load_model
 
     if model is None:
         return build_tiny_model(seed=seed)
-    if Path(model).is_dir():
+    local = local_path_reason(model)
+    if local is not None:
+        if not Path(model).expanduser().exists():
+            raise FileNotFoundError(
+                f"no model directory at {model} (read as a local path: {local}); check the "
+                "path, or pass a hub id as 'org/name'"
+            )
         return load_model(model, dtype=torch.float32, device=device)
-    if Path(model).exists() or model.count("/") != 1:
-        raise ValueError(
-            f"--model {model!r} is neither a local model directory nor a hub id like "
-            "'org/name'; pass the directory that holds config.json"
-        )
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     loaded = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
     loaded.to(device)  # type: ignore[arg-type]  # transformers' decorated `to` confuses mypy
     return loaded.eval(), AutoTokenizer.from_pretrained(model)
+
+
+def local_path_reason(model: str) -> str | None:
+    """None when `--model` reads as a hub id ("org/name"), else why it is a local path: it
+    exists, starts with `/`, `.` or `~`, has no `/` or more than one, or its first component
+    is a local directory (so a mistyped `runs/x` is not sent to the hub)."""
+    if Path(model).expanduser().exists():
+        return "it exists"
+    if model.startswith(("/", ".", "~")) or "\\" in model:
+        return f"it starts with {model[0]!r}" if model[0] in "/.~" else "it holds a backslash"
+    if model.count("/") != 1:
+        return "a hub id has exactly one '/'"
+    org, name = model.split("/")
+    if not org or not name:
+        return "a hub id is 'org/name'"
+    if Path(org).is_dir():
+        return f"{org}/ is a local directory"
+    return None
 
 
 def plot_curve(metrics_jsonl: Path, png: Path, key: str, *, smooth: float = 0.6) -> Path:
@@ -234,6 +255,7 @@ __all__ = [
     "SampleLog",
     "finish",
     "load_policy",
+    "local_path_reason",
     "log_samples",
     "make_inference",
     "make_trainer",

@@ -85,9 +85,13 @@ def check_serve_config(config: ServeConfig) -> None:
 
 
 def _saved_dtype(model_dir: str) -> str | None:
-    """The dtype a model directory's config.json records (None when it records none)."""
+    """The dtype a model directory's config.json records (None when it records none); a
+    checkpoint step folder's is its `model/`'s (as `ludic.models.model_directory`)."""
+    config_file = Path(model_dir) / "config.json"
+    if not config_file.is_file():
+        config_file = Path(model_dir) / "model" / "config.json"
     try:
-        saved = json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+        saved = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None  # loading the model reports a missing or broken directory
     dtype = saved.get("torch_dtype") or saved.get("dtype") if isinstance(saved, dict) else None
