@@ -133,11 +133,17 @@ def test_resume_in_a_new_process_equals_the_uninterrupted_run(
     from ludic.recipes.configs import TrainConfig
     from ludic.recipes.train import train_command
 
-    done = TrainConfig(  # the run's own --lr: a changed one is refused first
+    temperature = (
+        float(flags[flags.index("--temperature") + 1]) if "--temperature" in flags else 1.0
+    )
+    done = TrainConfig(  # the run's own --lr and run flags: changed ones are refused first
         env="resume_envs:SayOTwiceEnv",
         model=str(model),
         steps=4,
         lr=3e-2,
+        group_size=3,
+        max_tokens=8,
+        temperature=temperature,
         out_dir=split,
         resume="latest",
     )

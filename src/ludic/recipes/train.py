@@ -9,9 +9,10 @@ verified). When most episodes of a batch end by overflowing the model's context,
 once, with the flags that fix it.
 `--resume` continues a run from its checkpoint: the restored weights are pushed before the
 first rollout and the seeds go on where they stopped, so a resumed run equals an
-uninterrupted one. Every training sample is written to `samples.jsonl` for
-`ludic view --samples`. Single-seat envs only (multi-agent self-play:
-`examples/tictactoe/selfplay.py`).
+uninterrupted one; a different env, algorithm, group size or sampling is refused before the
+model loads (`ludic.recipes.train_checks`, which also refuses counts that cannot train).
+Every training sample is written to `samples.jsonl` for `ludic view --samples`. Single-seat
+envs only (multi-agent self-play: `examples/tictactoe/selfplay.py`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,13 @@ from ludic.recipes.run_lock import (
     check_run_lock,
     check_single_process,
     run_lock,
+)
+from ludic.recipes.train_checks import (
+    RUN_SETTINGS_KEY,
+    check_counts,
+    check_group_size,
+    check_resume_settings,
+    run_settings,
 )
 from ludic.recipes.train_local_server import local_server, served_version, trainer_max_lag
 from ludic.recipes.training import (
@@ -120,6 +128,7 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
     """Train `cfg.model` (default: a fresh tiny model) on `cfg.env`; see `TrainConfig`."""
     console = console or Console()
     check_single_process("`ludic train`")  # under torchrun: refused on every rank, up front
+    check_counts(cfg)  # --steps / --problems-per-step / --group-size below 1: nothing trains
     env_factory = resolve_env_factory(cfg.env)
     env_kwargs = parse_env_kwargs(cfg.env_kwargs)
     suggested = _inspect_env(env_factory, env_kwargs, cfg.env)
@@ -157,6 +166,10 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
     check_new_run_dir(cfg)  # an earlier run's checkpoints in OUT_DIR without --resume
     check_resume_dir(cfg)  # --resume PATH older than checkpoints already in OUT_DIR
     algorithm = make_algorithm(cfg.algorithm, cfg)
+    check_group_size(cfg, algorithm)  # a group baseline over groups of one: every advantage 0
+    check_resume_settings(  # --resume with another env, algorithm, group or sampling: refused
+        cfg, env_kwargs, lambda text: console.print(f"[yellow]note[/yellow]: --resume: {text}")
+    )
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
     run = _Run(cfg, env_factory, env_kwargs, parser, context, max_lag, console)
     notes: list[str] = []
@@ -272,6 +285,7 @@ async def _train(
             dtype=cfg.dtype,
             batch_invariant=cfg.batch_invariant,
         )
+        trainer.checkpoint_extra[RUN_SETTINGS_KEY] = run_settings(cfg, run.env_kwargs)
         if cfg.resume is not None:
             _resume(trainer, cfg, console)
         console.print(

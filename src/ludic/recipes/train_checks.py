@@ -1,0 +1,144 @@
+"""`ludic train`'s up-front refusals of flags that cannot train, and the run settings a
+checkpoint records so that `--resume` continues the same run.
+
+Counts (`--steps`, `--problems-per-step`, `--group-size`) must be >= 1, and a preset whose
+baseline is its group's mean (GRPO and its variants, RLOO, GiGPO, REINFORCE with a group
+baseline, AWR's group baseline) needs `--group-size` >= 2: with one episode per group every
+advantage is 0. `run_settings` is what each checkpoint's state.json `extra` holds under
+`RUN_SETTINGS_KEY` (the env, its kwargs, the algorithm, the group size and the sampling), and
+`check_resume_settings` refuses a `--resume` whose flags differ from them before the model
+loads. It does not check the LR flags (the trainer does: `ludic.training.lr_resume`) nor the
+flags that only change speed or bookkeeping (`--problems-per-step`, `--concurrency`, ...).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from ludic.recipes.configs import RESUME_LATEST, TrainConfig
+from ludic.recipes.training import CHECKPOINTS_DIR
+from ludic.training.algorithm_types import RLAlgorithm
+from ludic.training.checkpoint import STATE, complete_checkpoints, is_checkpoint_root
+
+RUN_SETTINGS_KEY = "run_settings"
+"""Key of `run_settings` in a checkpoint's state.json `extra`."""
+
+
+def check_counts(cfg: TrainConfig) -> None:
+    """Refuse `--steps`, `--problems-per-step` or `--group-size` below 1, naming the flag."""
+    counts = (
+        ("--steps", cfg.steps, "optimizer steps of the whole run, e.g. --steps 50"),
+        ("--problems-per-step", cfg.problems_per_step, "problems per step, e.g. 4"),
+        ("--group-size", cfg.group_size, "episodes per problem, e.g. 8"),
+    )
+    for flag, value, fix in counts:
+        if value < 1:
+            raise ValueError(f"{flag} is {value}, so nothing would train: pass {flag} >= 1 ({fix})")
+
+
+def group_baseline(algorithm: RLAlgorithm) -> bool:
+    """Whether the preset's advantage compares each episode with the others of its group, so
+    that a group of one gives every sample an advantage of 0."""
+    from ludic.training.credit import (
+        AWRCredit,
+        GiGPO,
+        GroupNormalizedReturn,
+        LeaveOneOutReturn,
+        ReinforcePlusPlus,
+    )
+
+    credit = algorithm.credit_assigner
+    if isinstance(credit, GroupNormalizedReturn | LeaveOneOutReturn | GiGPO):
+        return True
+    if isinstance(credit, ReinforcePlusPlus):
+        return bool(credit.group_baseline)
+    return isinstance(credit, AWRCredit) and credit.baseline == "group"
+
+
+def check_group_size(cfg: TrainConfig, algorithm: RLAlgorithm) -> None:
+    """Refuse `--group-size 1` for a preset that needs a group to compare episodes."""
+    if cfg.group_size == 1 and group_baseline(algorithm):
+        raise ValueError(
+            f"--group-size 1 with --algorithm {cfg.algorithm}: its baseline is the mean reward "
+            "of each group's episodes, so with one episode per group every advantage is 0 and "
+            "nothing trains. Pass --group-size 2 or more (e.g. 8), or an algorithm without a "
+            "group baseline (--algorithm reinforce or reinforce_pp)"
+        )
+
+
+def run_settings(cfg: TrainConfig, env_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The flags that decide what a run trains, by flag name, as JSON values."""
+    settings: dict[str, Any] = {
+        "--env": cfg.env,
+        "--env-kwargs": dict(env_kwargs),
+        "--algorithm": cfg.algorithm,
+        "--group-size": cfg.group_size,
+        "--temperature": cfg.temperature,
+        "--top-p": cfg.top_p,
+        "--max-tokens": cfg.max_tokens,
+    }
+    if cfg.algorithm == "gigpo":
+        for name, value in asdict(cfg.gigpo).items():
+            settings[f"--gigpo.{name.replace('_', '-')}"] = value
+    return dict(json.loads(json.dumps(settings)))  # as state.json gives them back
+
+
+def resume_checkpoint(cfg: TrainConfig) -> Path | None:
+    """The checkpoint `--resume` names (a bare `--resume`: OUT_DIR's newest complete one; a
+    directory of checkpoints: its newest), or None when there is none (the trainer then says
+    so)."""
+    if cfg.resume is None:
+        return None
+    path = cfg.out_dir / CHECKPOINTS_DIR if cfg.resume == RESUME_LATEST else Path(cfg.resume)
+    if is_checkpoint_root(path):
+        found = complete_checkpoints(path)
+        return found[-1] if found else None
+    return path if (path / STATE).is_file() else None
+
+
+def _value(flag: str, value: Any) -> str:
+    return f"'{json.dumps(value)}'" if flag == "--env-kwargs" else str(value)
+
+
+def _flag_text(flag: str, value: Any) -> str:
+    return f"{flag} {_value(flag, value)}"
+
+
+def check_resume_settings(
+    cfg: TrainConfig, env_kwargs: Mapping[str, Any], notice: Callable[[str], None]
+) -> None:
+    """Refuse `--resume` when this launch's `run_settings` differ from the checkpoint's,
+    naming each flag, the checkpoint's value and this launch's, and the fix. A checkpoint
+    saved before runs recorded them resumes unchecked, with a one-line `notice`."""
+    path = resume_checkpoint(cfg)
+    if path is None:
+        return
+    try:
+        extra = json.loads((path / STATE).read_text()).get("extra", {})
+    except (OSError, ValueError, AttributeError):
+        return  # a broken checkpoint: the trainer refuses it with its own message
+    saved = extra.get(RUN_SETTINGS_KEY)
+    if not isinstance(saved, dict):
+        notice(
+            f"{path} does not record its run's --env/--algorithm/group and sampling flags "
+            "(saved by an older ludic): resuming without checking that they match"
+        )
+        return
+    given = run_settings(cfg, env_kwargs)
+    # flags one side does not record (--gigpo.* of another algorithm) are not compared
+    differ = [f for f in given if f in saved and saved[f] != given[f]]
+    if not differ:
+        return
+    parts = [
+        f"{f} is {_value(f, given[f])}, the checkpoint's {_value(f, saved[f])}" for f in differ
+    ]
+    keep = " ".join(_flag_text(f, saved[f]) for f in differ)
+    raise ValueError(
+        f"--resume: {path} was trained with other settings: {'; '.join(parts)}. Resuming would "
+        f"train a different run into the same logs. Pass the checkpoint's flags ({keep}) to "
+        f"continue it, or another --out-dir to start a new run."
+    )
