@@ -166,6 +166,9 @@ class Trainer:
         self.eval_fn = eval_fn
         self.reducers = default_sample_reducers() if reducers is None else dict(reducers)
         self.tokenizer = tokenizer
+        self.checkpoint_extra: dict[str, Any] = {}
+        """More entries for every checkpoint's state.json `extra` (e.g. `ludic train`'s run flags,
+        which its `--resume` checks), JSON-serialisable."""
         self._lay_out_parameters(config.contiguous_parameters)
         self.optimizer = optimizer or torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],
@@ -410,7 +413,7 @@ class Trainer:
                 data_state=rank_states[0].data_state,
                 rank_states=rank_states,
                 tokenizer=self.tokenizer,
-                extra={RECORD_KEY: lr_settings(self.config)},
+                extra={**self.checkpoint_extra, RECORD_KEY: lr_settings(self.config)},
             ),
         )
 
