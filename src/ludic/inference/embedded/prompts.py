@@ -5,12 +5,14 @@ adding special tokens, as vLLM does; token-in requests use their ids verbatim. S
 the engine does not implement are refused rather than silently ignored. `build_sequence` is the
 one admission check both the in-process and the HTTP path go through: every length within the
 context, ids within the vocabulary, stop rules bounded (the field ranges are `SamplingConfig`'s),
-so a request that passes cannot fail the batch it joins. It does not tokenize cheaply: callers
-run it off the event loop.
+so a request that passes cannot fail the batch it joins. Text with a lone surrogate is refused
+naming where it is, and a text far over the context is refused from the tokens of its head (never
+tokenized whole). It does not tokenize cheaply: callers run it off the event loop.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence, Sized
 from typing import Any
 
@@ -20,6 +22,7 @@ from transformers import PreTrainedTokenizerBase
 from ludic.inference.client import ChatRequest
 from ludic.inference.embedded.sequence import SequenceState
 from ludic.inference.sampling import SamplingConfig
+from ludic.inference.unicode_check import check_text
 from ludic.types import Message
 
 SUPPORTED_EXTRAS = ("stop_token_ids", "ignore_eos", "chat_template_kwargs")
@@ -30,6 +33,12 @@ MAX_STOP_TOKEN_IDS = 1024
 RESERVED_TEMPLATE_KWARGS = frozenset(
     {"chat_template", "conversation", "tools", "add_generation_prompt", "tokenize"}
 )
+# Tokens a cut through a word may add to a text's head over what the whole text has there.
+HEAD_SLACK_TOKENS = 16
+_CUT_WINDOW_CHARS = 4096  # how far past the head's end a space to cut at is looked for
+_chars_per_token: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, int] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def render_prompt_ids(
@@ -37,10 +46,17 @@ def render_prompt_ids(
     messages: Sequence[Message],
     tools: Sequence[Mapping[str, Any]] | None = None,
     chat_template_kwargs: Mapping[str, Any] | None = None,
+    *,
+    max_model_len: int | None = None,
 ) -> list[int]:
-    """Prompt ids for `messages` with the assistant generation prompt appended."""
+    """Prompt ids for `messages` with the assistant generation prompt appended. With
+    `max_model_len`, a rendered prompt far over it is refused without tokenizing it whole
+    (`encode_prompt_text`)."""
     if not messages:
         raise ValueError("a chat request needs at least one message (or prompt_token_ids)")
+    check_text(list(messages), "messages")
+    check_text(list(tools or ()), "tools")
+    check_text(dict(chat_template_kwargs or {}), "chat_template_kwargs")
     try:
         text = tokenizer.apply_chat_template(
             [dict(m) for m in messages],
@@ -51,7 +67,49 @@ def render_prompt_ids(
         )
     except Exception as e:
         raise ValueError(f"the chat template failed on these messages: {e}") from e
-    return list(tokenizer.encode(str(text), add_special_tokens=False))
+    return encode_prompt_text(tokenizer, str(text), max_model_len, where="the rendered prompt")
+
+
+def encode_prompt_text(
+    tokenizer: PreTrainedTokenizerBase,
+    text: str,
+    max_model_len: int | None = None,
+    *,
+    where: str = "the prompt",
+) -> list[int]:
+    """`text`'s ids (no special tokens added); ValueError for a lone surrogate in it, and, with
+    `max_model_len`, for a text whose head alone holds the context's worth of tokens.
+
+    The head is the first `(max_model_len + HEAD_SLACK_TOKENS) * max_chars_per_token` characters
+    (cut at a space): unless the tokenizer drops or merges characters, it holds more tokens than
+    the context, so a multi-megabyte prompt costs one context's worth of tokenizing to refuse. A
+    tokenizer that packs more characters into a token than its vocabulary shows only loses the
+    shortcut: its text is tokenized whole and checked as before."""
+    check_text(text, where)
+    if max_model_len is not None:
+        _refuse_a_head_over(tokenizer, text, max_model_len)
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+def max_chars_per_token(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The most characters one token of `tokenizer` spells out (cached per tokenizer): its
+    longest vocabulary entry, which for byte-level BPE counts bytes, at least the characters."""
+    cached = _chars_per_token.get(tokenizer)
+    if cached is None:
+        cached = max((len(token) for token in tokenizer.get_vocab()), default=1)
+        _chars_per_token[tokenizer] = cached
+    return max(cached, 1)
+
+
+def _refuse_a_head_over(tokenizer: PreTrainedTokenizerBase, text: str, max_model_len: int) -> None:
+    head_chars = (max_model_len + HEAD_SLACK_TOKENS) * max_chars_per_token(tokenizer)
+    if len(text) <= head_chars:
+        return
+    space = text.find(" ", head_chars, head_chars + _CUT_WINDOW_CHARS)
+    head = text[: head_chars if space < 0 else space]  # a cut before a space splits no word
+    at_least = len(tokenizer.encode(head, add_special_tokens=False)) - HEAD_SLACK_TOKENS
+    if at_least >= max_model_len:
+        raise _too_long(at_least, max_model_len, counted=(len(head), len(text)))
 
 
 def build_sequence(
@@ -75,7 +133,11 @@ def build_sequence(
         prompt_ids = _checked_ids(request.prompt_token_ids, vocab_size, "prompt_token_ids")
     else:
         prompt_ids = render_prompt_ids(
-            tokenizer, request.messages, request.tools, cfg.extras.get("chat_template_kwargs")
+            tokenizer,
+            request.messages,
+            request.tools,
+            cfg.extras.get("chat_template_kwargs"),
+            max_model_len=max_model_len,
         )
     room = max_model_len - len(prompt_ids)
     if room <= 0:
@@ -132,9 +194,18 @@ def _check_limits(cfg: SamplingConfig, max_model_len: int) -> None:
         raise ValueError(f"chat_template_kwargs may not set {reserved}: the engine sets them")
 
 
-def _too_long(n: int, max_model_len: int) -> ValueError:
+def _too_long(n: int, max_model_len: int, *, counted: tuple[int, int] | None = None) -> ValueError:
+    """`counted`: (characters tokenized, characters in all) when only the head was counted."""
+    has = (
+        f"{n} tokens"
+        if counted is None
+        else (
+            f"at least {n} tokens (counted in its first {counted[0]:,} of {counted[1]:,} "
+            "characters; the rest was not tokenized)"
+        )
+    )
     return ValueError(
-        f"the prompt has {n} tokens but the model's context is {max_model_len} "
+        f"the prompt has {has} but the model's context is {max_model_len} "
         "tokens; shorten the conversation (or raise EngineConfig.max_model_len)"
     )
 

@@ -1,8 +1,10 @@
 """OpenAICompatibleClient: a ChatClient over HTTP for the embedded server, vLLM and SGLang.
 
 It asks for token ids (`return_token_ids`) and sampled-token logprobs, uses `/v1/completions`
-with a token-id prompt in token-in mode, retries connection errors and 5xx with exponential
-backoff, and turns a 4xx into `InferenceRequestError` carrying the server's message. It does
+with a token-id prompt in token-in mode, retries connection errors, 429 and 5xx with exponential
+backoff, and turns another 4xx into `InferenceRequestError` carrying the server's message. It
+never resends a request the server may still be generating: a read timeout is
+`InferenceTimeoutError` at once. Text with a lone surrogate is refused before sending. It does
 not stream and sends n=1 only. Servers that return no ids give responses with empty ids (no
 token trace); mismatched ids and logprobs are an error.
 """
@@ -18,6 +20,7 @@ import httpx
 
 from ludic.inference.client import ChatRequest, ChatResponse
 from ludic.inference.sampling import resolve_sampling_args
+from ludic.inference.unicode_check import check_text
 from ludic.types import ToolCall
 
 # Servers that cannot put the policy version in the body (vLLM) send it as a header.
@@ -35,6 +38,11 @@ class InferenceRequestError(ValueError):
 
 class InferenceUnavailableError(ConnectionError):
     """The server could not be reached, or kept failing (5xx), after all retries."""
+
+
+class InferenceTimeoutError(TimeoutError):
+    """The server sent no reply within the client's read timeout. Never retried: the server may
+    still be generating the reply, and a resend would generate it again."""
 
 
 class OpenAICompatibleClient:
@@ -105,10 +113,16 @@ class OpenAICompatibleClient:
                 await asyncio.sleep(delay * (0.5 + random.random() / 2))
             try:
                 response = await self._http.post(path, json=body)
-            except httpx.TransportError as e:
+            except UnicodeEncodeError:  # a lone surrogate: say where
+                for field, value in body.items():
+                    check_text(value, field)
+                raise
+            except httpx.ReadTimeout as e:
+                raise self._timed_out(path) from e
+            except httpx.TransportError as e:  # not sent, or the connection was lost
                 last_problem = f"{type(e).__name__}: {e}"
                 continue
-            if response.status_code >= 500:
+            if response.status_code >= 500 or response.status_code == 429:
                 last_problem = f"{response.status_code}: {_server_message(response)}"
                 continue
             if response.status_code >= 400:
@@ -117,6 +131,14 @@ class OpenAICompatibleClient:
             return result, response.headers
         raise InferenceUnavailableError(
             f"{self.base_url}{path} failed after {self.max_retries + 1} attempts: {last_problem}"
+        )
+
+    def _timed_out(self, path: str) -> InferenceTimeoutError:
+        return InferenceTimeoutError(
+            f"{self.base_url}{path} sent no reply within the client's read timeout of "
+            f"{self._http.timeout.read} s; not resent, since the server may still be generating "
+            "it and a resend would generate it twice. Raise OpenAICompatibleClient(timeout=...) "
+            "for generations this long, or lower max_tokens"
         )
 
     async def healthy(self, timeout: float = 2.0) -> bool:

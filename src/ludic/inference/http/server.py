@@ -7,17 +7,19 @@ receiver `/ludic/weights/*` (`ludic.inference.http.weight_receiver`, driven by
 `ludic.distributed.BroadcastPolicyPublisher`). Both completion endpoints stream with
 `stream=true` (server-sent events, as vLLM and OpenAI send them). Binds 127.0.0.1 by default.
 Request bodies are capped (413 beyond `max_body_bytes`; the weight upload is exempt) and prompts
-are tokenized off the event loop, so one huge request cannot stall `/health` or other requests.
-It does not batch several choices per request or serve more than one model.
+are tokenized off the event loop (a text far over the context only by its head), so one huge
+request cannot stall `/health` or other requests. A client that disconnects cancels its request,
+streamed or not. It does not batch several choices per request or serve more than one model.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -31,6 +33,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ludic.inference.client import ChatRequest, ChatResponse
 from ludic.inference.embedded.engine import CompletionStream, EmbeddedEngine, EngineConfig
+from ludic.inference.embedded.prompts import encode_prompt_text
 from ludic.inference.embedded.streaming import TextStream
 from ludic.inference.http.auth import resolve_token, token_matches
 from ludic.inference.http.openai_client import VERSION_HEADER
@@ -45,7 +48,9 @@ from ludic.inference.http.openai_protocol import (
 from ludic.inference.http.serve_config import ServeConfig, check_serve_config
 from ludic.inference.http.weight_routes import install_weight_sync_routes
 
+T = TypeVar("T")
 logger = logging.getLogger(__name__)
+CLIENT_GONE = 499  # nginx's status for a request whose client closed the connection first
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20
 UNCAPPED_PATHS = frozenset({"/ludic/update_weights"})  # a whole model's weights, token-guarded
 
@@ -102,6 +107,7 @@ def create_app(
         )
 
     async def generate(
+        http: Request,
         request: ChatRequest,
         req: ChatCompletionRequest | CompletionRequest,
         body: Callable[[ChatResponse], dict[str, Any]],
@@ -116,7 +122,7 @@ def create_app(
                 deltas = await engine.open_stream(request)
                 writer = ChunkWriter(req, model_name, engine.tokenizer)
                 return _ClosingStream(_events(deltas, writer, request), deltas)
-            return body(await engine.complete(request))
+            return body(await _unless_the_client_leaves(http, engine.complete(request)))
         except ValueError as e:
             raise HTTPException(400, str(e)) from e
         except RuntimeError as e:
@@ -139,22 +145,33 @@ def create_app(
         yield writer.done()
 
     @app.post("/v1/chat/completions", response_model=None)
-    async def chat_completions(req: ChatCompletionRequest) -> dict[str, Any] | StreamingResponse:
+    async def chat_completions(
+        req: ChatCompletionRequest, http: Request
+    ) -> dict[str, Any] | StreamingResponse:
         chat = _sampling_errors_as_400(lambda: req.to_chat_request(engine.max_model_len))
         return await generate(
-            chat, req, lambda r: chat_completion_body(r, req, model_name, engine.tokenizer)
+            http, chat, req, lambda r: chat_completion_body(r, req, model_name, engine.tokenizer)
         )
 
     @app.post("/v1/completions", response_model=None)
-    async def completions(req: CompletionRequest) -> dict[str, Any] | StreamingResponse:
+    async def completions(
+        req: CompletionRequest, http: Request
+    ) -> dict[str, Any] | StreamingResponse:
         sampling = _sampling_errors_as_400(lambda: req.sampling(engine.max_model_len))
         if isinstance(req.prompt, list):
             ids = req.prompt
         else:  # off the event loop: a long text must not stall other requests
-            ids = await asyncio.to_thread(engine.tokenizer.encode, req.prompt)
+            encode = functools.partial(
+                encode_prompt_text,
+                engine.tokenizer,
+                req.prompt,
+                engine.max_model_len,
+                where="prompt",
+            )
+            ids = await asyncio.to_thread(_sampling_errors_as_400, encode)
         chat = ChatRequest(messages=[], sampling=sampling, prompt_token_ids=list(ids))
         return await generate(
-            chat, req, lambda r: completion_body(r, req, model_name, engine.tokenizer)
+            http, chat, req, lambda r: completion_body(r, req, model_name, engine.tokenizer)
         )
 
     @app.get("/v1/models")
@@ -260,6 +277,31 @@ class _ClosingStream(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             await self.deltas.aclose()
+
+
+async def _unless_the_client_leaves(http: Request, work: Awaitable[T]) -> T:
+    """`work`'s result, or its cancellation (and a 499 nobody reads) once the client has
+    disconnected: a reply nobody waits for is not worth generating, and a client that timed out
+    and resent would otherwise have the server generate both."""
+    task = asyncio.ensure_future(work)
+    gone = asyncio.ensure_future(_disconnected(http))
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    if task.cancelled():
+        raise HTTPException(CLIENT_GONE, "the client disconnected; its request was cancelled")
+    return task.result()
+
+
+async def _disconnected(http: Request) -> None:
+    """Returns when the client has gone (the body is read: what arrives next is the end)."""
+    while (await http.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _failure_status(error: RuntimeError) -> int:
