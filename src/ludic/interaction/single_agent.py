@@ -5,7 +5,9 @@ out of `max_steps` marks the last step `truncated` with `truncation_reason="max_
 termination rules (`ludic.interaction.termination`) may end it earlier, and why it ended is
 recorded by `record_termination`. Parse failures never reach the env: they become a synthetic
 EnvironmentStep (state unchanged, feedback as next observation, followed by the env's
-`current_observation` when it offers one). External tool calls go to
+`current_observation` when it offers one), and the agent replies again; an env that takes one
+reply per episode (`parse_failure_ends_episode = True` on its class) ends the episode there
+instead (`termination_reason` "parse_error"). External tool calls go to
 `external_tool_handler`. It does not retry or time out episodes (the RolloutEngine does).
 """
 
@@ -143,7 +145,11 @@ class SingleAgentProtocol:
             if act.action is not None:
                 obs = env_step.next_obs or ""
             view = TurnView(phase="env", act=act, env_step=env_step, env_steps=(*history, env_step))
-            stop = env_ended(env_step) or self.termination.check(view)
+            stop = (
+                env_ended(env_step)
+                or parse_failure_end(env, env_step)
+                or self.termination.check(view)
+            )
             if stop is not None:
                 return stop
         return self.termination.out_of_steps()
@@ -185,6 +191,15 @@ class SingleAgentProtocol:
             agent_step_ids=agent_step_ids,
             info=dict(outcome.info),
         )
+
+
+def parse_failure_end(env: LudicEnv, step: EnvironmentStep) -> Termination | None:
+    """End the episode at a parse failure when the env takes one reply per episode
+    (`parse_failure_ends_episode = True`, e.g. a one-question QA env): the failure stays
+    recorded as such, with the parser's penalty, and no second reply is asked for."""
+    if step.info.get("parse_error") and getattr(env, "parse_failure_ends_episode", False):
+        return Termination(reason="parse_error", detail="the env takes one reply per episode")
+    return None
 
 
 def synthetic_failure_step(

@@ -4,14 +4,17 @@
 --env-kwargs '{"level": 2}'`. The prompt is the dataset's question under reasoning-gym's own
 default system prompt (answer inside `<answer>...</answer>`, which the suggested parser
 extracts); the reward is the dataset's `score_answer(answer, entry)`, partial credit included.
-It deliberately adds no answer extraction of its own and no multi-turn feedback.
+One question, one answer: a reply without a parseable answer ends the episode as a recorded
+parse failure with the parser's penalty (`parse_failure_ends_episode`), so pass@1 counts
+first answers only. It deliberately adds no answer extraction of its own and no multi-turn
+feedback.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import fields, is_dataclass
-from typing import Any, overload
+from typing import Any, ClassVar, overload
 
 from ludic.envs.adapters._common import require
 from ludic.envs.dataset_qa import DatasetQAEnv, Sample
@@ -88,8 +91,12 @@ class ReasoningGymEnv(DatasetQAEnv):
 
     `level` picks a curriculum difficulty; other keyword arguments are the dataset's config
     fields (e.g. countdown's `min_numbers`), passed through to reasoning-gym unchanged.
-    `info` adds `score` (reasoning-gym's) and `source_dataset`.
+    `info` adds `score` (reasoning-gym's) and `source_dataset`. An unparseable reply ends the
+    episode (`SingleAgentProtocol` asks for no second one), whatever `--max-steps` allows.
     """
+
+    parse_failure_ends_episode: ClassVar[bool] = True
+    """One reply per episode: a parse failure is the episode's answer, not a retry."""
 
     def __init__(
         self,
