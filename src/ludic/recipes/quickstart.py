@@ -44,6 +44,7 @@ from ludic.recipes.tictactoe import (
     evaluate_stage,
     expert_policy,
     print_results,
+    quickstart_env_kwargs,
     rollout_engine,
     task_tokenizer,
 )
@@ -124,12 +125,7 @@ async def _run(cfg: QuickstartConfig, console: Console) -> QuickstartResult:
     out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
     _clear_earlier_run(out, console)
-    env_kwargs: dict[str, Any] = {
-        "opponent": cfg.opponent,
-        "epsilon": cfg.opponent_epsilon,
-        "illegal_move": cfg.illegal_move,
-        "observation": cfg.observation,
-    }
+    env_kwargs = quickstart_env_kwargs(cfg)  # examples/tictactoe/eval.py plays by these too
     console.rule(f"[bold]ludic quickstart[/bold]: tic-tac-toe vs a {cfg.opponent} opponent")
     model, tokenizer = build_policy(cfg, env_kwargs, console)
 

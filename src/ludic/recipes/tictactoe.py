@@ -27,6 +27,7 @@ from ludic.inference.client import ChatClient
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import xml_tag_parser
+from ludic.recipes.configs import QuickstartConfig
 from ludic.rollouts import ComponentSpec, RolloutEngine, SAWItem
 from ludic.types import JSON, Message
 
@@ -43,6 +44,19 @@ MAX_EPISODE_STEPS = 12
 SYSTEM_PROMPT = ""
 EVAL_SEED = 1_000_000
 STAGE_COLUMNS = ("win", "draw", "loss", "illegal")  # StageResult fields shown as percentages
+
+
+def quickstart_env_kwargs(cfg: QuickstartConfig | None = None) -> dict[str, Any]:
+    """The `TicTacToeEnv` kwargs of a quickstart run with `cfg` (default: `ludic quickstart`'s
+    defaults): its opponent, the mixed opponent's epsilon, its illegal-move rule and its
+    observation text, so that other programs evaluate its checkpoints by the same rules."""
+    cfg = cfg or QuickstartConfig()
+    return {
+        "opponent": cfg.opponent,
+        "epsilon": cfg.opponent_epsilon,
+        "illegal_move": cfg.illegal_move,
+        "observation": cfg.observation,
+    }
 
 
 def task_corpus(env_kwargs: Mapping[str, Any], *, games: int = 300, seed: int = 0) -> str:
