@@ -10,19 +10,23 @@ from __future__ import annotations
 import datetime
 import html
 import json
-from collections.abc import Iterable
+import warnings
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import tyro
 from rich.console import Console
+from rich.markup import escape
 
+from ludic.inference.scripted import decode_ids
 from ludic.rollouts import SAWItem, read_rollouts_jsonl
+from ludic.rollouts.token_check import TextDecoder, foreign_token_ids
 from ludic.types import JSON, Rollout
 from ludic.viz._viewer_js import JS
 from ludic.viz._viewer_page import CSS, PAGE_TEMPLATE
-from ludic.viz.tokens import TokenizerLike, resolve_decoder
+from ludic.viz.tokens import TokenDecoder, TokenizerLike, resolve_decoder
 from ludic.viz.view_model import build_view
 
 RolloutSource = str | Path | Iterable[Rollout]
@@ -37,6 +41,7 @@ def write_viewer(
     *,
     title: str | None = None,
     max_episodes: int | None = None,
+    on_warning: Callable[[str], None] | None = None,
 ) -> Path:
     """Write the viewer page for `rollouts` (a JSONL path or Rollout objects) to `out_html`.
 
@@ -46,6 +51,9 @@ def write_viewer(
     - `tokenizer`: decodes token ids (an HF tokenizer, a tokenizer directory, "bytes" for
       ScriptedClient ids, or "ids"); None auto-detects byte-level ids, else shows ids.
     - `max_episodes`: keep only the first N episodes (large files make large pages).
+    - `on_warning`: called with the warning when the token ids are not `tokenizer`'s (the
+      check `ludic sft` makes, `ludic.rollouts.token_check`); default: `warnings.warn`. The
+      page is still written, its "tokens shown as" saying so.
     """
     source = str(rollouts) if isinstance(rollouts, str | Path) else None
     episodes = _load_rollouts(rollouts)
@@ -53,6 +61,10 @@ def write_viewer(
         episodes = episodes[:max_episodes]
     items = None if samples is None else _load_samples(samples)
     decode, decoder_name = resolve_decoder(tokenizer, episodes)
+    mismatch = tokenizer_mismatch(tokenizer, decode, decoder_name, episodes, source)
+    if mismatch is not None:
+        (on_warning or _warn)(mismatch)
+        decoder_name = f"{decoder_name} (NOT these rollouts' tokenizer)"
     data: JSON = {
         "title": title or "",
         "source": source,
@@ -64,6 +76,51 @@ def write_viewer(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_html(data, title=title or "ludic rollouts"), encoding="utf-8")
     return out
+
+
+class TokenizerMismatchWarning(UserWarning):
+    """The viewer's tokenizer is not the one that produced the rollouts' token ids."""
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, TokenizerMismatchWarning, stacklevel=3)
+
+
+def tokenizer_mismatch(
+    tokenizer: TokenizerLike | str | Path | None,
+    decode: TokenDecoder,
+    decoder_name: str,
+    episodes: Sequence[Rollout],
+    source: str | None,
+) -> str | None:
+    """A warning naming the mismatch when the first completions' ids do not decode, with
+    the chosen tokenizer, to their recorded text (`foreign_token_ids`); None when they do, or
+    when the page shows plain ids."""
+    decoders = _text_decoders(tokenizer, decode)
+    foreign = foreign_token_ids(episodes, decoders) if decoders else None
+    if foreign is None:
+        return None
+    return (
+        f"{foreign.describe(source or 'these rollouts', f'those of {decoder_name}')}: the "
+        "page's tokens show the wrong text (the messages are right). Pass --tokenizer with the "
+        "model directory that generated them (a run's checkpoint folder), or --tokenizer ids"
+    )
+
+
+def _text_decoders(
+    tokenizer: TokenizerLike | str | Path | None, decode: TokenDecoder
+) -> list[TextDecoder]:
+    """Whole-text decoders for the check: the tokenizer's own decode where there is one, and
+    the page's per-token strings joined."""
+    if tokenizer is None or str(tokenizer) == "ids":
+        return []  # auto-detection already checked byte ids; plain ids decode to nothing
+    if str(tokenizer) == "bytes":
+        return [decode_ids]
+    joined: TextDecoder = lambda ids: "".join(decode(ids))  # noqa: E731
+    if isinstance(tokenizer, TokenizerLike) and not isinstance(tokenizer, str | Path):
+        tok = tokenizer
+        return [lambda ids: str(tok.decode(list(ids))), joined]
+    return [joined]
 
 
 def render_html(data: JSON, *, title: str) -> str:
@@ -144,6 +201,7 @@ class ViewConfig:
 def view_command(cfg: ViewConfig, *, console: Console | None = None) -> Path:
     """`ludic view`: write the page and print where it is."""
     out = cfg.out or cfg.rollouts.with_suffix(".html")
+    console = console or Console()
     path = write_viewer(
         cfg.rollouts,
         out,
@@ -151,6 +209,7 @@ def view_command(cfg: ViewConfig, *, console: Console | None = None) -> Path:
         tokenizer=cfg.tokenizer,
         title=cfg.title,
         max_episodes=cfg.max_episodes,
+        on_warning=lambda text: console.print(f"[yellow]warning[/yellow]: {escape(text)}"),
     )
-    (console or Console()).print(f"wrote [bold]{path}[/bold] (open it in a browser)")
+    console.print(f"wrote [bold]{path}[/bold] (open it in a browser)")
     return path
