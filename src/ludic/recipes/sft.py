@@ -33,6 +33,7 @@ from ludic.recipes.training import (
     refuse_earlier_checkpoints,
 )
 from ludic.rollouts import ChatTemplateRetokenizer, SampleFilter, SAWItem, iter_rollouts_jsonl
+from ludic.rollouts.token_check import foreign_token_ids
 from ludic.training import (
     OfflineBatchSource,
     RLAlgorithm,
@@ -212,27 +213,18 @@ def _check_token_ids(
     """Ids from a smaller tokenizer pass `_check_vocab` and train on nonsense: refuse data
     whose first completions (up to `max_checked`) none decode, with this model's tokenizer,
     to text containing what the rollout recorded (a stop string may be cut from the text)."""
-    checked: list[tuple[str, str]] = []
-    for rollout in iter_rollouts_jsonl(data):
-        for step in rollout.agent_steps:
-            text = step.completion.strip()
-            if step.trace is None or not text or not step.trace.completion_token_ids:
-                continue
-            ids = list(step.trace.completion_token_ids)
-            decoded = str(tokenizer.decode(ids, skip_special_tokens=True))
-            if text in decoded or text in str(tokenizer.decode(ids)):  # special tokens kept
-                return
-            checked.append((text, decoded))
-            if len(checked) >= max_checked:
-                break
-        if len(checked) >= max_checked:
-            break
-    if checked:
-        text, decoded = checked[0]
+    foreign = foreign_token_ids(  # the check `ludic view --tokenizer` makes too
+        iter_rollouts_jsonl(data),
+        [
+            lambda ids: str(tokenizer.decode(list(ids), skip_special_tokens=True)),
+            lambda ids: str(tokenizer.decode(list(ids))),  # special tokens kept
+        ],
+        max_checked=max_checked,
+    )
+    if foreign is not None:
+        whose = "this model's tokenizer's"
         raise ValueError(
-            f"the token ids in {data} are not this model's tokenizer's: none of the first "
-            f"{len(checked)} completions decodes to its recorded text (e.g. {text!r} decodes "
-            f"to {decoded!r}), so the rollouts were tokenized by another tokenizer. Pass "
+            f"{foreign.describe(str(data), whose)}. Pass "
             "--model with the model directory whose tokenizer made them, or --retokenize to "
             "rebuild the ids from the messages with this model's chat template"
         )
