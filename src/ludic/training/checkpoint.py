@@ -9,8 +9,8 @@ written to a temporary sibling directory, fsynced and renamed, so a crash mid-sa
 previous checkpoint intact; the temporary directories a killed save leaves are removed later
 (`checkpoint_scratch`). A checkpoint without a manifest, or whose files do not match it, is
 refused with a message naming the problem; given the checkpoint root, loading picks the newest
-checkpoint that verifies. A newer one that loading (`resolve`, hence every resume) skipped as
-corrupt is renamed `step_N.corrupt`: retention never counts it (it would otherwise keep it and
+checkpoint that verifies. A newer one in the manager's own root that loading (`resolve`, hence
+every resume) skipped as corrupt is renamed `step_N.corrupt`: retention never counts it (it would otherwise keep it and
 delete the good one resumed from) and later runs never consider it; it is kept for inspection,
 never deleted here. Nothing here is sharded: distributed training hands in full states
 gathered on rank 0 (see `ludic.training.parallel`), so any world size can resume.
@@ -320,8 +320,8 @@ class CheckpointManager:
         self, root: Path, *, quarantine: bool = False
     ) -> tuple[Path | None, tuple[str, ...]]:
         """(newest checkpoint under `root` that verifies, why each newer one was refused).
-        With `quarantine`, once a good one is found the refused newer ones are renamed
-        `step_N.corrupt` (see `quarantine_checkpoint`)."""
+        With `quarantine`, once a good one is found the refused newer ones that hold a
+        manifest (corrupt, not partial) are renamed `step_N.corrupt` (`quarantine_checkpoint`)."""
         refused: list[tuple[Path, str]] = []
         for path in reversed(_step_dirs(root)):
             try:
@@ -332,24 +332,27 @@ class CheckpointManager:
                 continue
             if refused:
                 logger.warning("using %s, the newest complete checkpoint", path)
-                if quarantine:
+                if quarantine:  # a partial one (no manifest) is never counted anyway
                     for bad, _ in refused:
-                        quarantine_checkpoint(bad)
+                        if (bad / MANIFEST).is_file():
+                            quarantine_checkpoint(bad)
             return path, tuple(why for _, why in refused)
         return None, tuple(why for _, why in refused)
 
     def resolve(self, path: str | Path | None = None) -> Path:
         """The checkpoint to load: `path` once it verifies; given a checkpoint root (a directory
         of `step_*` directories) or None (this manager's root), the newest one that verifies,
-        skipping partial or corrupt ones with a warning and renaming them `step_N.corrupt` (so
-        retention and later resumes skip them). Raises naming the problem otherwise."""
+        skipping partial or corrupt ones with a warning; under this manager's own root the
+        corrupt ones are renamed `step_N.corrupt` (so retention and later resumes skip them).
+        Raises naming the problem otherwise."""
         if path is None and not self.root.exists():
             raise FileNotFoundError(f"no complete checkpoint under {self.root}: it does not exist")
         path = self.root if path is None else Path(path)
         if not path.exists():
             raise FileNotFoundError(f"{path}: no such checkpoint or checkpoint directory")
         if is_checkpoint_root(path):
-            found, refused = self._newest_good(path, quarantine=True)
+            own = path.resolve() == self.root.resolve()  # another run's directory is left as is
+            found, refused = self._newest_good(path, quarantine=own)
             if found is None:
                 why = "; ".join(refused) if refused else "it holds no step_* directory"
                 raise FileNotFoundError(f"no complete checkpoint under {path}: {why}")
@@ -469,6 +472,40 @@ def read_checkpoint(path: str | Path, *, with_weights: bool = True) -> LoadedChe
         extra=dict(state.get("extra", {})),
         rank_states=None if ranks is None else [RankState(**r) for r in ranks],
     )
+
+
+class CheckpointModelMismatchError(ValueError):
+    """A checkpoint's weights do not fit the model it is loaded into (another architecture or
+    size): the message names the checkpoint, the model and the first differing tensor."""
+
+
+def check_checkpoint_fits(
+    model: torch.nn.Module, state: Mapping[str, torch.Tensor], checkpoint: Path
+) -> None:
+    """Raise `CheckpointModelMismatchError` unless `state` (checkpoint `checkpoint`'s weights)
+    has the keys and shapes of `model`'s (global shapes, also when sharded). Resuming needs the
+    model the run started from; the message says so instead of torch's state-dict dump."""
+    source = getattr(getattr(model, "config", None), "_name_or_path", "") or "the model given"
+    fix = (
+        f"Resume with the model the run started from (`ludic train --model`, or the model "
+        f"passed to the Trainer; this one is {source}), or start a new run without --resume "
+        f"(another --out-dir)"
+    )
+    try:
+        fitted, _ = fit_state_to_model(model, state)
+    except ValueError as e:
+        raise CheckpointModelMismatchError(
+            f"{checkpoint} does not fit the model: {e}. {fix}"
+        ) from e
+    own = model.state_dict()
+    differ = [k for k, v in own.items() if k in fitted and fitted[k].shape != v.shape]
+    if differ:
+        first = differ[0]
+        raise CheckpointModelMismatchError(
+            f"{checkpoint} does not fit the model: {first} is {list(fitted[first].shape)} in "
+            f"the checkpoint but {list(own[first].shape)} in the model ({len(differ)} of "
+            f"{len(fitted)} tensors differ in shape). {fix}"
+        )
 
 
 def restore_into(

@@ -44,6 +44,7 @@ from ludic.training.batching.types import (
 from ludic.training.checkpoint import (
     CheckpointManager,
     capture_rank_state,
+    check_checkpoint_fits,
     checkpoint_tokenizer,
     has_checkpoints,
     rank_state_for,
@@ -160,6 +161,13 @@ class Trainer:
         )
         if ref_model is not None:
             check_reference_model(self.model, ref_model)
+        elif algorithm.loss.needs_ref_logprobs:  # refused here, not after the first batch
+            raise ValueError(
+                f"algorithm {algorithm.name!r}: its loss needs reference-model logprobs (a KL "
+                "term, e.g. make_grpo(kl_beta=...)) but no ref_model was given: pass "
+                "Trainer(..., ref_model=<a frozen copy of the starting model>), or drop the "
+                "KL term (kl_beta=0)"
+            )
         # frozen, on the device; under FSDP2 sharded like the policy unless it already is
         self.ref_model = None if ref_model is None else runtime.prepare_reference_model(ref_model)
         self.logger = logger
@@ -375,6 +383,11 @@ class Trainer:
 
     async def train(self, num_steps: int, *, progress: bool = True) -> list[dict[str, float]]:
         """Run `num_steps` steps (fewer if the source runs out); returns each step's metrics."""
+        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:
+            raise ValueError(
+                f"num_steps must be an int >= 0, got {num_steps!r} (to continue a resumed run "
+                "to `total` steps: run(total - trainer.step), checking it is not negative)"
+            )
         history: list[dict[str, float]] = []
         with tqdm(total=num_steps, desc="train", disable=not progress) as bar:
             for _ in range(num_steps):
@@ -453,6 +466,9 @@ class Trainer:
         changes = lr_changes(checkpoint.extra.get(RECORD_KEY), self.config)
         if changes and not override_lr_schedule:
             raise LRScheduleMismatchError(str(chosen), changes)
+        run_on_main(  # a model of another shape: named, not torch's state-dict dump
+            runtime, lambda: check_checkpoint_fits(self.model, checkpoint.model_state, chosen)
+        )
         runtime.load_model_state(self.model, checkpoint.model_state)
         kernels = optimizer_kernels(self.optimizer)  # this run's (fused=...), not the saved run's
         runtime.load_optimizer_state(self.model, self.optimizer, checkpoint.optimizer_state)
