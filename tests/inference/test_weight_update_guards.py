@@ -274,6 +274,7 @@ def test_a_pushed_nan_is_refused_and_never_sent_as_json(server: Server) -> None:
         assert _version(server) == version
         status = httpx.get(server.url + "/ludic/weights/status", headers=AUTH).json()
         assert status["connected"] and NORM in status["last_error"]
+        assert NORM in httpx.get(server.url + "/health").json()["last_error"]
         for reply in (_chat(server), _completion(server)):
             assert reply.status_code == 500
             assert "nan or inf logprob" in reply.json()["error"]["message"]

@@ -247,7 +247,8 @@ class EmbeddedEngine:
         Same semantics as `update_weights`: in-flight requests continue with the new weights,
         the prefix cache is dropped, and the new policy version is returned. Blocks until done.
         Whatever `fill` writes is served as it lands: checking it (e.g. for nan) is the
-        caller's, inside `fill` (a `fill` that raises leaves the version as it was).
+        caller's, inside `fill`; a `fill` that raises leaves the version as it was and its
+        error in `status().last_error`.
         """
         check_policy_version(version)
 
@@ -258,6 +259,9 @@ class EmbeddedEngine:
             try:
                 with torch.no_grad():
                     fill(self.model)
+            except Exception as e:  # in `status()` (and /health): what the model may hold now
+                self._last_error = f"a weight update in place failed (weights may be new): {e}"
+                raise
             finally:  # a fill that failed half-way changed weights too
                 self._batch.weights_changed()
             self._batch.prefix_cache.clear()  # its KV came from the old weights
