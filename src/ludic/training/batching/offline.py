@@ -76,7 +76,7 @@ class OfflineBatchSource:
             raise ValueError(
                 f"OfflineBatchSource: no samples from {[str(f) for f in files]} "
                 f"({len(rollouts)} rollouts, {len(rollouts) - len(ok)} failed, "
-                f"{self.num_filtered_out} samples filtered out)"
+                f"{len(built)} samples built{_filtered_line(built, filters)})"
             )
         if drop_last and batch_size > len(self.samples):
             raise ValueError(
@@ -172,3 +172,41 @@ class OfflineBatchSource:
                 f"it was shuffled with seed {state['shuffle_seed']}, this source with {shuffle_seed}"
             )
         return problems
+
+
+_FILTER_ADVICE = {
+    "drop_parse_errors": "their actions failed the env's parser (meta 'parse_error'; see them "
+    "with `ludic view`): store rollouts whose actions parse, or check the parser they were "
+    "recorded with",
+    "drop_truncated": "their episodes were cut by max_steps, the env or max_seq_len: store "
+    "finished episodes, or keep them with drop_truncated(include_seq_len=False)",
+    "drop_incomplete_completions": "their completions hit the token limit: store rollouts "
+    "generated with a larger max_tokens",
+    "drop_stale": "their policy versions are older than max_lag allows: raise max_lag",
+}
+
+
+def _filtered_line(built: Sequence[SAWItem], filters: Sequence[SampleFilter]) -> str:
+    """', all N dropped by filters: drop_parse_errors dropped K (why; what to do); ...': each
+    filter's own count (a sample two filters reject counts under both), named by the function
+    that made it."""
+    counts: dict[str, int] = {}
+    for f in filters:
+        name = _filter_name(f)
+        dropped = sum(1 for item in built if not f(item))
+        if dropped:
+            counts[name] = counts.get(name, 0) + dropped
+    if not counts:
+        return ""
+    parts = [
+        f"{name} dropped {n} ({_FILTER_ADVICE.get(name, 'loosen or remove that filter')})"
+        for name, n in counts.items()
+    ]
+    return f", all {len(built)} dropped by filters: " + "; ".join(parts)
+
+
+def _filter_name(f: SampleFilter) -> str:
+    """`drop_parse_errors` for the `keep` closure `drop_parse_errors()` returns (the factories
+    in `ludic.training.filters` name theirs so), else the callable's own name."""
+    outer, _, inner = getattr(f, "__qualname__", type(f).__name__).rpartition(".<locals>.")
+    return outer.rpartition(".")[2] if outer and inner == "keep" else inner
