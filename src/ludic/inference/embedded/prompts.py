@@ -36,6 +36,7 @@ RESERVED_TEMPLATE_KWARGS = frozenset(
 # Tokens a cut through a word may add to a text's head over what the whole text has there.
 HEAD_SLACK_TOKENS = 16
 _CUT_WINDOW_CHARS = 4096  # how far past the head's end a space to cut at is looked for
+_FIRST_HEAD_CHARS_PER_TOKEN = 8  # twice typical text's: one head refuses most long prompts
 _chars_per_token: weakref.WeakKeyDictionary[PreTrainedTokenizerBase, int] = (
     weakref.WeakKeyDictionary()
 )
@@ -80,11 +81,11 @@ def encode_prompt_text(
     """`text`'s ids (no special tokens added); ValueError for a lone surrogate in it, and, with
     `max_model_len`, for a text whose head alone holds the context's worth of tokens.
 
-    The head is the first `(max_model_len + HEAD_SLACK_TOKENS) * max_chars_per_token` characters
-    (cut at a space): unless the tokenizer drops or merges characters, it holds more tokens than
-    the context, so a multi-megabyte prompt costs one context's worth of tokenizing to refuse. A
-    tokenizer that packs more characters into a token than its vocabulary shows only loses the
-    shortcut: its text is tokenized whole and checked as before."""
+    Heads are cut at a space, from 8 characters a token up to `max_chars_per_token`: unless
+    the tokenizer drops or merges characters, the last holds more tokens than the context, so
+    refusing a multi-megabyte prompt tokenizes at most twice `max_chars_per_token` characters
+    for each token of context (typical text: one head). A tokenizer that packs more characters
+    into a token than its vocabulary shows only loses the shortcut: its text is tokenized whole, as before."""
     check_text(text, where)
     if max_model_len is not None:
         _refuse_a_head_over(tokenizer, text, max_model_len)
@@ -102,14 +103,21 @@ def max_chars_per_token(tokenizer: PreTrainedTokenizerBase) -> int:
 
 
 def _refuse_a_head_over(tokenizer: PreTrainedTokenizerBase, text: str, max_model_len: int) -> None:
-    head_chars = (max_model_len + HEAD_SLACK_TOKENS) * max_chars_per_token(tokenizer)
-    if len(text) <= head_chars:
-        return
-    space = text.find(" ", head_chars, head_chars + _CUT_WINDOW_CHARS)
-    head = text[: head_chars if space < 0 else space]  # a cut before a space splits no word
-    at_least = len(tokenizer.encode(head, add_special_tokens=False)) - HEAD_SLACK_TOKENS
-    if at_least >= max_model_len:
-        raise _too_long(at_least, max_model_len, counted=(len(head), len(text)))
+    """Tokenize heads of `text` twice as long each time, from `_FIRST_HEAD_CHARS_PER_TOKEN`
+    characters a token (so typical text is refused from one short head) up to the most a token
+    can spell; a text no longer than that is left to be tokenized whole."""
+    tokens = max_model_len + HEAD_SLACK_TOKENS
+    most_chars = tokens * max_chars_per_token(tokenizer)
+    size = min(tokens * _FIRST_HEAD_CHARS_PER_TOKEN, most_chars)
+    while size < len(text):
+        space = text.find(" ", size, size + _CUT_WINDOW_CHARS)
+        head = text[: size if space < 0 else space]  # a cut before a space splits no word
+        at_least = len(tokenizer.encode(head, add_special_tokens=False)) - HEAD_SLACK_TOKENS
+        if at_least >= max_model_len:
+            raise _too_long(at_least, max_model_len, counted=(len(head), len(text)))
+        if size >= most_chars:  # it packs more characters in a token than its vocabulary shows
+            return
+        size = min(2 * size, most_chars)
 
 
 def build_sequence(
