@@ -85,7 +85,8 @@ def encode_prompt_text(
     the tokenizer drops or merges characters, the last holds more tokens than the context, so
     refusing a multi-megabyte prompt tokenizes at most twice `max_chars_per_token` characters
     for each token of context (typical text: one head). A tokenizer that packs more characters
-    into a token than its vocabulary shows only loses the shortcut: its text is tokenized whole, as before."""
+    into a token than its vocabulary shows only loses the shortcut: its text is tokenized whole.
+    """
     check_text(text, where)
     if max_model_len is not None:
         _refuse_a_head_over(tokenizer, text, max_model_len)
