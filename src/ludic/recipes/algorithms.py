@@ -90,6 +90,7 @@ class GiGPOOptions:
         fn = import_object(self.state_key)
         if not callable(fn):
             raise ValueError(f"--gigpo.state-key {self.state_key!r} is not callable")
+        _check_one_argument(fn, self.state_key)
         return fn  # type: ignore[no-any-return]
 
     def _credit_kwargs(self) -> dict[str, Any]:
@@ -102,6 +103,26 @@ class GiGPOOptions:
             "default_step_reward": self.default_step_reward,
             "episode_stat": self.episode_stat,
         }
+
+
+def _check_one_argument(fn: Callable[..., Any], spec: str) -> None:
+    """Refuse a --gigpo.state-key callable that cannot be called with one turn, now rather
+    than as a bare TypeError after the first batch is generated."""
+    import inspect
+
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without a signature: cannot tell, let it run
+        return
+    try:
+        signature.bind(object())
+    except TypeError as e:
+        raise ValueError(
+            f"--gigpo.state-key {spec}: {getattr(fn, '__name__', spec)}{signature} cannot be "
+            f"called with one turn ({e}); it must be `def state_key(turn: ludic.types.Turn) -> "
+            "Hashable | None` (one positional argument, returning the turn's anchor state or "
+            "None)"
+        ) from e
 
 
 def observation_anchor_key(turn: Any) -> Any:

@@ -46,7 +46,7 @@ def make_trainer(
     algorithm: RLAlgorithm,
     source: BatchSource,
     *,
-    out: Path,
+    out: str | Path,
     lr: float,
     lr_schedule: LRSchedule = "constant",
     warmup_steps: int = 0,
@@ -74,6 +74,7 @@ def make_trainer(
     `publisher`, samples more than `max_lag` policy versions old are dropped (0: on-policy;
     1 or more when the next batch is generated during the optimizer step)."""
     check_lr_schedule(lr_schedule, warmup_steps, schedule_steps, min_lr_ratio)
+    out = Path(out)  # "runs/x" works as well as Path("runs/x")
     out.mkdir(parents=True, exist_ok=True)
     config = TrainerConfig(
         lr=lr,
