@@ -31,9 +31,13 @@ def check_text(value: object, where: str) -> None:
 def _message(text: str, at: int, where: str) -> str:
     before = text[max(0, at - _CONTEXT_CHARS) : at]
     after = text[at + 1 : at + 1 + _CONTEXT_CHARS]
+    around = ", ".join(
+        f"{side} {part!r}" for side, part in (("after", before), ("before", after)) if part
+    )
     return (
-        f"{where} holds a lone surrogate {text[at]!r} at character {at} (after {before!r}, "
-        f"before {after!r}): not valid Unicode, so it cannot be tokenized; fix the code that "
+        f"{where} holds a lone surrogate {text[at]!r} at character {at}"
+        f"{f' ({around})' if around else ''}: not valid Unicode, so it cannot be tokenized; "
+        "fix the code that "
         "produced it (surrogates come from a JSON '\\ud800'-style escape of half a character, "
         "or from bytes decoded with errors='surrogateescape'), or replace it, e.g. with "
         "text.encode('utf-8', 'replace').decode('utf-8')"
