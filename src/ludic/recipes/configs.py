@@ -362,6 +362,18 @@ class SFTConfig:
     """Token budget of one forward/backward (padding counts): a larger batch runs in several
     micro-batches whose gradients accumulate (equal to one pass up to float rounding), so
     memory stays bounded. None: the whole batch in one pass (memory grows with the batch)."""
+    checkpoint_every: int | None = None
+    """Save a checkpoint every N steps (a final one is always saved), for --resume."""
+    keep_checkpoints: int | None = 2
+    """Checkpoints kept under OUT_DIR/checkpoints: the newest K complete ones (the one just
+    saved always stays); None keeps every one."""
+    resume: Annotated[str | None, _RESUME_ARG] = None
+    """Continue a run (give it the same flags): bare `--resume` takes the newest complete
+    checkpoint under OUT_DIR/checkpoints, `--resume DIR` a checkpoint directory or one step_*
+    checkpoint in it. Weights, optimizer, RNG and the data position (epoch and shuffled order)
+    are restored; --steps counts the whole run, so only the steps left are trained. A change
+    of --data, --algorithm and its --awr-* flags, --batch-size, --seed, --min-reward,
+    --retokenize or --lr is refused. None: a new run."""
     seed: int = 0
     """Seeds shuffling and training."""
     device: str = "cpu"

@@ -6,16 +6,19 @@ tokens only) or `make_awr()` (the same NLL, each turn weighted by exp(A / beta))
 saves checkpoints whose `model/` directory is a loadable model, and plots the loss curve. AWR's
 weights are computed on every episode of the file before `--min-reward` drops episodes, so
 `--algorithm awr --min-reward R` is rejection sampling reweighted by AWR (filter then
-reweight). It holds OUT_DIR's run lock (`ludic.recipes.run_lock`, the one `ludic train` and
-`ludic quickstart` hold) for the whole run, so a second run into the same directory is refused
-before its model loads. It does not generate data: see `examples/rejection_sampling.py`.
+reweight); the `--awr-*` flags with `--algorithm sft` are refused, not ignored. It holds
+OUT_DIR's run lock (`ludic.recipes.run_lock`, the one `ludic train` and `ludic quickstart`
+hold) for the whole run, so a second run into the same directory is refused before its model
+loads. `--checkpoint-every N` saves checkpoints that `--resume` continues from, to the same
+final weights as an uninterrupted run (`ludic.recipes.sft_resume`). It does not generate data:
+see `examples/rejection_sampling.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -24,13 +27,21 @@ from transformers import PreTrainedTokenizerBase
 
 from ludic.recipes.configs import SFTConfig
 from ludic.recipes.run_lock import LUDIC_RUN, RUN_LOCK, check_run_lock, run_lock
+from ludic.recipes.sft_resume import (
+    SFT_SETTINGS_KEY,
+    check_sft_counts,
+    check_sft_resume_settings,
+    check_sft_run_dir,
+    keep_checkpoints,
+    resume_sft,
+    sft_settings,
+)
 from ludic.recipes.training import (
     finish,
     load_policy,
     make_trainer,
     plot_curve,
     plural,
-    refuse_earlier_checkpoints,
 )
 from ludic.rollouts import ChatTemplateRetokenizer, SampleFilter, SAWItem, iter_rollouts_jsonl
 from ludic.rollouts.token_check import foreign_token_ids
@@ -91,13 +102,15 @@ def turn_has_parse_error(turn: Turn) -> bool:
 def sft_command(cfg: SFTConfig, *, console: Console | None = None) -> SFTResult:
     """Fine-tune `cfg.model` (default: a fresh tiny model) on `cfg.data`; see `SFTConfig`."""
     console = console or Console()
+    check_sft_counts(cfg)
     if not cfg.data.is_file():
         raise FileNotFoundError(f"--data {cfg.data} is not a file (expected a rollouts JSONL)")
-    algorithm = offline_algorithm(cfg)
+    algorithm = offline_algorithm(cfg)  # --awr-* flags with --algorithm sft: refused
     lock = cfg.out_dir / RUN_LOCK
     check_run_lock(lock, what=LUDIC_RUN)  # another live run in OUT_DIR: before the model loads
-    refuse_earlier_checkpoints(
-        cfg.out_dir, fix=f"Pass another --out-dir (or delete {cfg.out_dir})."
+    check_sft_run_dir(cfg)  # earlier checkpoints without --resume; --resume PATH behind them
+    check_sft_resume_settings(  # --resume with other flags than the checkpoint's: refused
+        cfg, lambda text: console.print(f"[yellow]note[/yellow]: --resume: {text}")
     )
     with run_lock(  # one run per OUT_DIR: a second one is refused, naming this one
         lock, what=LUDIC_RUN, notice=lambda text: console.print(f"run directory: {text}")
@@ -108,6 +121,59 @@ def sft_command(cfg: SFTConfig, *, console: Console | None = None) -> SFTResult:
 def _fine_tune(cfg: SFTConfig, algorithm: RLAlgorithm, console: Console) -> SFTResult:
     """`sft_command`'s run, under OUT_DIR's lock."""
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
+    source = _offline_source(cfg, algorithm, model, tokenizer, console)
+    trainer = make_trainer(
+        model,
+        tokenizer,
+        algorithm,
+        source,
+        out=cfg.out_dir,
+        lr=cfg.lr,
+        seed=cfg.seed,
+        checkpoint_every=cfg.checkpoint_every,
+        micro_batch_tokens=cfg.micro_batch_tokens,
+        device=cfg.device,
+    )
+    keep_checkpoints(trainer, cfg.keep_checkpoints)
+    trainer.checkpoint_extra[SFT_SETTINGS_KEY] = sft_settings(cfg)
+    if cfg.resume is not None:
+        resume_sft(trainer, source, cfg)
+        console.print(
+            f"resumed at step {trainer.step} (epoch {source.epoch}, {source.position} of its "
+            f"{len(source.samples)} samples served): {plural(cfg.steps - trainer.step, 'step')} "
+            "left"
+        )
+    resumed_at = trainer.step
+    history = asyncio.run(trainer.train(cfg.steps - resumed_at, progress=cfg.progress))
+    checkpoint = finish(trainer)
+    if not history:
+        raise RuntimeError("SFT ran no step: the data gave no batch")
+    metrics = cfg.out_dir / "metrics.jsonl"
+    curve = plot_curve(metrics, cfg.out_dir / "loss_curve.png", "loss")
+    first, last = float(history[0]["loss"]), float(history[-1]["loss"])
+    console.print(
+        f"{algorithm.name.upper()} done: loss {first:.3f} -> {last:.3f} over "
+        f"{plural(len(history), 'step')}{_launch(resumed_at, len(history))}. Model: "
+        f"[bold]{checkpoint / 'model'}[/bold]; curve: {curve}"
+    )
+    return SFTResult(
+        checkpoint=checkpoint,
+        metrics_jsonl=metrics,
+        first_loss=first,
+        last_loss=last,
+        steps=len(history),
+    )
+
+
+def _offline_source(
+    cfg: SFTConfig,
+    algorithm: RLAlgorithm,
+    model: torch.nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    console: Console,
+) -> OfflineBatchSource:
+    """The data, filtered (`drop_parse_errors`, `--min-reward`) and credited, checked against
+    the model's tokenizer, with a line saying how much of it trains."""
     filters: list[SampleFilter] = [drop_parse_errors()]
     if cfg.min_reward is not None:
         filters.append(min_episode_return(cfg.min_reward))
@@ -125,42 +191,31 @@ def _fine_tune(cfg: SFTConfig, algorithm: RLAlgorithm, console: Console) -> SFTR
         _check_token_ids(cfg.data, tokenizer)
     _report_weights(source, algorithm, console)
     console.print(
-        f"{algorithm.name.upper()} on {len(source.samples)} samples from {source.num_rollouts} rollouts "
-        f"({source.num_filtered_out} filtered out)"
+        f"{algorithm.name.upper()} on {len(source.samples)} samples from {source.num_rollouts} "
+        f"rollouts ({source.num_filtered_out} filtered out)"
     )
-    trainer = make_trainer(
-        model,
-        tokenizer,
-        algorithm,
-        source,
-        out=cfg.out_dir,
-        lr=cfg.lr,
-        seed=cfg.seed,
-        micro_batch_tokens=cfg.micro_batch_tokens,
-        device=cfg.device,
-    )
-    history = asyncio.run(trainer.train(cfg.steps, progress=cfg.progress))
-    checkpoint = finish(trainer)
-    metrics = cfg.out_dir / "metrics.jsonl"
-    if not history:
-        raise RuntimeError("SFT ran no step: the data gave no batch")
-    curve = plot_curve(metrics, cfg.out_dir / "loss_curve.png", "loss")
-    console.print(
-        f"{algorithm.name.upper()} done: loss {history[0]['loss']:.3f} -> {history[-1]['loss']:.3f} over "
-        f"{plural(len(history), 'step')}. Model: [bold]{checkpoint / 'model'}[/bold]; curve: {curve}"
-    )
-    return SFTResult(
-        checkpoint=checkpoint,
-        metrics_jsonl=metrics,
-        first_loss=float(history[0]["loss"]),
-        last_loss=float(history[-1]["loss"]),
-        steps=len(history),
-    )
+    return source
+
+
+def _launch(resumed_at: int, launched: int) -> str:
+    """After a resume, which steps this launch trained: ", steps 21-30 of this launch
+    (resumed at step 20)"; nothing for a run from step 0."""
+    if resumed_at == 0:
+        return ""
+    end = resumed_at + launched
+    steps = f"step {end}" if launched == 1 else f"steps {resumed_at + 1}-{end}"
+    return f", {steps} of this launch (resumed at step {resumed_at})"
 
 
 def offline_algorithm(cfg: SFTConfig) -> RLAlgorithm:
     """The preset `--algorithm` names: `make_sft()` or `make_awr(...)` with the AWR flags."""
     if cfg.algorithm == "sft":
+        given = awr_flags_given(cfg)
+        if given:
+            raise ValueError(
+                f"{' '.join(given)} apply only to --algorithm awr, not 'sft' (which would "
+                "ignore them): drop them or pass --algorithm awr"
+            )
         return make_sft()
     if cfg.algorithm == "awr":
         normalizes = cfg.awr_state_normalize or cfg.awr_normalize_mean or cfg.awr_min_weight > 0
@@ -176,6 +231,16 @@ def offline_algorithm(cfg: SFTConfig) -> RLAlgorithm:
             min_weight=cfg.awr_min_weight,
         )
     raise ValueError(f"--algorithm must be 'sft' or 'awr', got {cfg.algorithm!r}")
+
+
+def awr_flags_given(cfg: SFTConfig) -> list[str]:
+    """The `--awr-*` flags whose value differs from the default, as `--flag value`."""
+    given = []
+    for f in fields(SFTConfig):
+        value = getattr(cfg, f.name)
+        if f.name.startswith("awr_") and value != f.default:
+            given.append(f"--{f.name.replace('_', '-')} {value}")
+    return given
 
 
 def _report_weights(source: OfflineBatchSource, algorithm: RLAlgorithm, console: Console) -> None:

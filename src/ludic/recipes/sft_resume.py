@@ -1,0 +1,193 @@
+"""`ludic sft`'s checkpoint flags and `--resume`: the up-front refusals and the restore.
+
+Before the model loads: counts that cannot train (`--steps`, `--batch-size`,
+`--checkpoint-every`, `--keep-checkpoints` below 1), an OUT_DIR holding an earlier run's
+checkpoints without `--resume`, `--resume PATH` older than checkpoints already in OUT_DIR, and a
+`--resume` whose flags differ from the ones its checkpoint recorded (`sft_settings`, in every
+checkpoint's state.json `extra` under `SFT_SETTINGS_KEY`). Then `resume_sft` restores the run
+with `Trainer.resume` (weights, optimizer, schedule, RNG and `OfflineBatchSource`'s position,
+which refuses other data itself) and refuses a checkpoint with nothing left to train.
+
+The restore itself is the Trainer's, and the dropping of the discarded steps' metrics rows is
+`JsonlLogger`'s; this module only decides what `ludic sft` accepts. It does not compare
+`--model`, `--epochs`, `--steps`, `--micro-batch-tokens` or `--device` (the checkpoint's
+weights are loaded; more epochs or steps extend a run; the rest changes speed or placement).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from ludic.recipes.configs import RESUME_LATEST, SFTConfig
+from ludic.recipes.training import CHECKPOINTS_DIR, refuse_earlier_checkpoints
+from ludic.training import OfflineBatchSource, Trainer
+from ludic.training.checkpoint import (
+    STATE,
+    CheckpointManager,
+    checkpoint_step,
+    checkpoints_after,
+    complete_checkpoints,
+    is_checkpoint_root,
+)
+from ludic.training.lr_resume import LRScheduleMismatchError
+
+SFT_SETTINGS_KEY = "sft_settings"
+"""Key of `sft_settings` in a checkpoint's state.json `extra`."""
+
+_TRAIN_SETTINGS_KEY = "run_settings"  # what a `ludic train` checkpoint records instead
+
+
+def check_sft_counts(cfg: SFTConfig) -> None:
+    """Refuse a count below 1, naming the flag and a value that works."""
+    counts = (
+        ("--steps", cfg.steps, "optimizer steps of the whole run, e.g. --steps 100"),
+        ("--batch-size", cfg.batch_size, "samples per step, e.g. 32"),
+        ("--checkpoint-every", cfg.checkpoint_every, "or leave it out: only a final one"),
+        ("--keep-checkpoints", cfg.keep_checkpoints, "or None: keep every one"),
+    )
+    for flag, value, fix in counts:
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} is {value}: pass {flag} >= 1 ({fix})")
+
+
+def sft_settings(cfg: SFTConfig) -> dict[str, Any]:
+    """The flags that decide what an SFT run trains, by flag name, as JSON values (the data's
+    contents are checked by `OfflineBatchSource` itself)."""
+    settings: dict[str, Any] = {
+        "--algorithm": cfg.algorithm,
+        "--batch-size": cfg.batch_size,
+        "--seed": cfg.seed,
+        "--lr": cfg.lr,
+        "--min-reward": cfg.min_reward,
+        "--retokenize": cfg.retokenize,
+    }
+    if cfg.algorithm == "awr":
+        for name, value in asdict(cfg).items():
+            if name.startswith("awr_"):
+                settings[f"--{name.replace('_', '-')}"] = value
+    return dict(json.loads(json.dumps(settings)))  # as state.json gives them back
+
+
+def check_sft_run_dir(cfg: SFTConfig) -> None:
+    """Without --resume: refuse an OUT_DIR with an earlier run's checkpoints. With `--resume
+    PATH`: refuse one older than complete checkpoints in OUT_DIR (they would outlive this run
+    and win a later bare --resume); a bare --resume takes the newest, so it never is."""
+    if cfg.resume is None:
+        refuse_earlier_checkpoints(
+            cfg.out_dir,
+            fix=f"Pass --resume to continue that run (--steps counts the whole run), or another "
+            f"--out-dir for a new one (or delete {cfg.out_dir}).",
+        )
+        return
+    if cfg.resume == RESUME_LATEST or (step := checkpoint_step(cfg.resume)) is None:
+        return
+    root = cfg.out_dir / CHECKPOINTS_DIR
+    stale = checkpoints_after(root, step)
+    if stale:
+        raise FileExistsError(
+            f"--resume {cfg.resume} is at step {step}, but {root} holds newer checkpoints "
+            f"({', '.join(p.name for p in stale)}), from another run or the stretch this resume "
+            f"discards: a later --resume would pick {stale[-1].name} over this run's own steps. "
+            f"Delete them (rm -r {' '.join(str(p) for p in stale)}) to continue from step "
+            f"{step} here, or pass another --out-dir."
+        )
+
+
+def resume_path(cfg: SFTConfig) -> Path | None:
+    """The checkpoint `--resume` names, to read its settings (None: none readable; the
+    trainer's resume then says why)."""
+    if cfg.resume is None:
+        return None
+    path = cfg.out_dir / CHECKPOINTS_DIR if cfg.resume == RESUME_LATEST else Path(cfg.resume)
+    if is_checkpoint_root(path):
+        found = complete_checkpoints(path)
+        return found[-1] if found else None
+    return path if (path / STATE).is_file() else None
+
+
+def check_sft_resume_settings(cfg: SFTConfig, notice: Callable[[str], None]) -> None:
+    """Refuse `--resume` when this launch's `sft_settings` differ from the checkpoint's (each
+    flag named with both values), or when the checkpoint is a `ludic train` one. A checkpoint
+    saved before `ludic sft` recorded them resumes unchecked, with a one-line `notice`."""
+    path = resume_path(cfg)
+    if path is None:
+        return
+    try:
+        extra = json.loads((path / STATE).read_text()).get("extra", {})
+    except (OSError, ValueError, AttributeError):
+        return  # a broken checkpoint: the trainer refuses it with its own message
+    saved = extra.get(SFT_SETTINGS_KEY)
+    if not isinstance(saved, dict):
+        if _TRAIN_SETTINGS_KEY in extra:
+            raise ValueError(
+                f"--resume: {path} is a `ludic train` checkpoint; `ludic sft --resume` continues "
+                "an SFT run. To fine-tune from its weights, start a new run with --model "
+                f"{path / 'model'} and another --out-dir"
+            )
+        notice(f"{path} does not record its run's flags (an older ludic): resuming unchecked")
+        return
+    given = sft_settings(cfg)
+    # flags one side does not record (--awr-* of another --algorithm) are not compared
+    differ = [f for f in given if f in saved and saved[f] != given[f]]
+    if not differ:
+        return
+    parts = [f"{f} is {given[f]}, the checkpoint's {saved[f]}" for f in differ]
+    keep = " ".join(_flag_text(f, saved[f]) for f in differ)
+    raise ValueError(
+        f"--resume: {path} was trained with other settings: {'; '.join(parts)}. Resuming would "
+        f"train a different run into the same logs. Pass the checkpoint's flags ({keep}) to "
+        "continue it, or another --out-dir to start a new run."
+    )
+
+
+def _flag_text(flag: str, value: Any) -> str:
+    """How to pass `value` for `flag`: a bool as `--flag` / `--no-flag`."""
+    if isinstance(value, bool):
+        return flag if value else f"--no-{flag.removeprefix('--')}"
+    return f"{flag} {value}"
+
+
+def keep_checkpoints(trainer: Trainer, keep: int | None) -> None:
+    """Keep the newest `keep` checkpoints (None: all) instead of `make_trainer`'s two."""
+    assert trainer.checkpoints is not None
+    config = replace(trainer.checkpoints.config, keep_last=keep)
+    trainer.checkpoints = CheckpointManager(config)
+
+
+def resume_sft(trainer: Trainer, source: OfflineBatchSource, cfg: SFTConfig) -> None:
+    """Restore the checkpoint `cfg.resume` names into `trainer` (and `source`'s position);
+    closes the trainer and raises, naming the fix, when it cannot continue."""
+    path = None if cfg.resume == RESUME_LATEST else Path(cfg.resume or "")
+    try:
+        trainer.resume(path)
+        _check_left(trainer, source, cfg)
+    except FileNotFoundError as e:
+        trainer.close()
+        raise FileNotFoundError(f"--resume: {e}; run without --resume to start a new run") from e
+    except LRScheduleMismatchError as e:
+        trainer.close()
+        old = e.changes.get("lr", (None, None))[0]
+        raise ValueError(
+            f"--resume: --lr is {cfg.lr}, the checkpoint's is {old}: pass --lr {old} to "
+            "continue that run, or another --out-dir to start a new one"
+        ) from e
+    except BaseException:
+        trainer.close()
+        raise
+
+
+def _check_left(trainer: Trainer, source: OfflineBatchSource, cfg: SFTConfig) -> None:
+    if trainer.step >= cfg.steps:
+        raise ValueError(
+            f"--resume: the checkpoint is at step {trainer.step} and --steps is {cfg.steps}, so "
+            "nothing is left to train; raise --steps to train further"
+        )
+    if source.exhausted():
+        raise ValueError(
+            f"--resume: the checkpoint at step {trainer.step} has finished --epochs "
+            f"{cfg.epochs}, so nothing is left to train; raise --epochs to train further"
+        )
