@@ -12,7 +12,7 @@ from pipeline_fakes import RedisServer, redis_server, sample
 
 from ludic.cli import main as ludic_main
 from ludic.pipeline.codec import encode_sample
-from ludic.pipeline.credit_record import CreditCheck, CreditMismatchError, credit_record
+from ludic.pipeline.credit_check import CreditCheck, CreditMismatchError, credit_record
 from ludic.pipeline.stream import SampleStream
 from ludic.recipes.algorithms import GiGPOOptions
 
@@ -74,7 +74,7 @@ def test_stream_without_record_gets_one_notice(
         await stream.aclose()
 
     asyncio.run(push())
-    with caplog.at_level(logging.WARNING, logger="ludic.pipeline.credit_record"):
+    with caplog.at_level(logging.WARNING, logger="ludic.pipeline.credit_check"):
         _learner(redis_server, tmp_path / "l", "--algorithm", "gigpo")
     notices = [r for r in caplog.records if "do not record which --algorithm" in r.message]
     assert len(notices) == 1, notices

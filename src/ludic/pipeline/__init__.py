@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ludic.pipeline.actor import ActorBatchStats, PipelineActor
     from ludic.pipeline.codec import DecodedSample, PayloadError, decode_sample, encode_sample
     from ludic.pipeline.commands import run_actor, run_learner
+    from ludic.pipeline.credit_check import CreditCheck, CreditMismatchError, credit_record
     from ludic.pipeline.source import PipelineBatchSource
     from ludic.pipeline.stream import RedisUnavailableError, SampleStream, StreamEntry
 
@@ -28,6 +29,9 @@ _LAZY = {
     "encode_sample": "ludic.pipeline.codec",
     "run_actor": "ludic.pipeline.commands",
     "run_learner": "ludic.pipeline.commands",
+    "CreditCheck": "ludic.pipeline.credit_check",
+    "CreditMismatchError": "ludic.pipeline.credit_check",
+    "credit_record": "ludic.pipeline.credit_check",
     "PipelineBatchSource": "ludic.pipeline.source",
     "RedisUnavailableError": "ludic.pipeline.stream",
     "SampleStream": "ludic.pipeline.stream",
@@ -37,6 +41,8 @@ _LAZY = {
 __all__ = [
     "ActorBatchStats",
     "ActorConfig",
+    "CreditCheck",
+    "CreditMismatchError",
     "DecodedSample",
     "LearnerConfig",
     "PayloadError",
@@ -45,6 +51,7 @@ __all__ = [
     "RedisUnavailableError",
     "SampleStream",
     "StreamEntry",
+    "credit_record",
     "decode_sample",
     "encode_sample",
     "run_actor",

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 from ludic._aio import maybe_await
 from ludic.pipeline.codec import encode_sample
-from ludic.pipeline.credit_record import CREDIT_KEY
+from ludic.pipeline.credit_check import CREDIT_KEY
 from ludic.pipeline.stream import SampleStream
 from ludic.rollouts import (
     CreditAssigner,
@@ -68,7 +68,7 @@ class PipelineActor:
     `<actor_id>:<batch>:<index>`; each batch index is reserved in Redis before the batch is
     generated, so a restart (or another actor with the same id) never reuses a batch's seeds or
     ids; a batch that crashed midway is skipped, not redone. `credit_record` (see
-    `ludic.pipeline.credit_record`) is stamped into every sample's meta, so the learner can
+    `ludic.pipeline.credit_check`) is stamped into every sample's meta, so the learner can
     refuse samples credited by another preset than it trains.
     """
 

@@ -21,7 +21,7 @@ import httpx
 
 from ludic.pipeline.actor import ActorBatchStats, PipelineActor
 from ludic.pipeline.config import ActorConfig, Algorithm, LearnerConfig
-from ludic.pipeline.credit_record import CreditCheck, credit_record
+from ludic.pipeline.credit_check import CreditCheck, credit_record
 from ludic.pipeline.stream import SampleStream
 from ludic.recipes.algorithms import GiGPOOptions
 from ludic.recipes.inference import engine_settings  # shared with `ludic eval`
