@@ -9,7 +9,13 @@ Ctrl-C (SIGINT) or SIGTERM stops a command through its cleanup (`finally` blocks
 exits run: servers stop, files close) and ends it with one line naming the newest checkpoint
 this run saved (or the one it resumed from; never one an earlier run left in the same
 directory), where the command saves them, and exit code 130 or 143, instead of a traceback.
-Any other error keeps its traceback.
+
+A refusal (bad input or setup whose message says what to do: `ludic.errors.is_refusal`, e.g. a
+model path that does not exist, a metrics file given to `ludic view`) ends the command with one
+block, `ludic <command>: error: <message>` and `(LUDIC_TRACEBACK=1 shows the traceback)`, and
+exit code 1; with LUDIC_TRACEBACK=1 in the environment its traceback prints as for any error.
+Any other error (a bug) keeps its traceback, exit code 1. Called from Python with `argv`,
+`main` raises every error unless `report_refusals=True`.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from types import FrameType
 from typing import Any
 
 import tyro
+
+from ludic.errors import is_refusal
 
 DESCRIPTION = (
     "Ludic: train LLM agents with reinforcement learning. Start with `ludic quickstart`: it "
@@ -117,31 +125,70 @@ def _import(spec: str) -> Any:
     return getattr(importlib.import_module(module), name)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Parse `argv` (default: the process arguments) and run the chosen command."""
+def main(argv: Sequence[str] | None = None, *, report_refusals: bool | None = None) -> None:
+    """Parse `argv` (default: the process arguments) and run the chosen command.
+
+    `report_refusals` (default: True when `argv` is None, i.e. run as the `ludic` command) prints
+    a refusal as one `ludic <command>: error: ...` block and exits with `EXIT_REFUSED`, instead
+    of raising it (see the module docstring)."""
     args = list(sys.argv[1:] if argv is None else argv)
     _import_from_cwd()
     if args and args[0] in COMMANDS:
-        name, command = args[0], COMMANDS[args[0]]
-        config_type = command.load_config()
-        cfg = tyro.cli(config_type, args=args[1:], prog=f"ludic {name}")
-        received: list[int] = []
-        started = time.time()
+        report = argv is None if report_refusals is None else report_refusals
         try:
-            with _signals_interrupt(received):
-                command.execute(cfg)
-        except KeyboardInterrupt as e:
-            received.append(signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
-        if received:  # also when a library caught the signal and returned (uvicorn does)
-            terminated = received[0] == signal.SIGTERM
-            line = _interrupted_line(name, command, cfg, terminated, started=started)
-            print(line, file=sys.stderr, flush=True)
-            raise SystemExit(143 if terminated else 130)
+            _run_command(args[0], args[1:])
+        except Exception as e:
+            if not report or not is_refusal(e) or traceback_wanted():
+                raise
+            _report_refusal(args[0], e)
+            raise SystemExit(EXIT_REFUSED) from None
         return
     # No command named (or an unknown one): tyro lists the commands, or says what is wrong.
     # Any valid command took the branch above, so the listing needs only the summaries.
     listing = {name: _listed(command.summary) for name, command in COMMANDS.items()}
     tyro.extras.subcommand_cli_from_dict(listing, description=DESCRIPTION, args=args, prog="ludic")
+
+
+def _run_command(name: str, args: list[str]) -> None:
+    command = COMMANDS[name]
+    config_type = command.load_config()
+    cfg = tyro.cli(config_type, args=args, prog=f"ludic {name}")
+    received: list[int] = []
+    started = time.time()
+    try:
+        with _signals_interrupt(received):
+            command.execute(cfg)
+    except KeyboardInterrupt as e:
+        received.append(signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
+    if received:  # also when a library caught the signal and returned (uvicorn does)
+        terminated = received[0] == signal.SIGTERM
+        line = _interrupted_line(name, command, cfg, terminated, started=started)
+        print(line, file=sys.stderr, flush=True)
+        raise SystemExit(143 if terminated else 130)
+
+
+EXIT_REFUSED = 1
+"""The exit code of a refused command (as before refusals were reported; tyro's own parse
+errors exit with 2)."""
+
+TRACEBACK_ENV = "LUDIC_TRACEBACK"
+TRACEBACK_HINT = f"({TRACEBACK_ENV}=1 shows the traceback)"
+
+
+def traceback_wanted() -> bool:
+    """True when LUDIC_TRACEBACK is set to anything but empty or 0: refusals then raise."""
+    return os.environ.get(TRACEBACK_ENV, "").strip() not in ("", "0")
+
+
+def refusal_block(name: str, exc: BaseException) -> str:
+    """The lines a refused `ludic <name>` prints: its message (every line of it) and the hint."""
+    message = str(exc).strip() or type(exc).__name__
+    return f"ludic {name}: error: {message}\n{TRACEBACK_HINT}"
+
+
+def _report_refusal(name: str, exc: BaseException) -> None:
+    sys.stdout.flush()  # what the command printed comes before its error
+    print(refusal_block(name, exc), file=sys.stderr, flush=True)
 
 
 class Terminated(KeyboardInterrupt):

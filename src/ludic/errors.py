@@ -1,0 +1,80 @@
+"""Which errors are refusals: bad input or setup that the message alone explains.
+
+The `ludic` command prints a refusal as one `ludic <command>: error: <message>` block instead of
+a traceback (`ludic.cli`); every other error is a bug, and keeps its traceback. `is_refusal`
+decides, and this is its rule:
+
+- `LudicUsageError` (a ValueError), raised anywhere: the explicit marker for a refusal.
+- ludic's own refusal classes that are not ValueErrors (`REFUSAL_CLASSES`: another run holds the
+  run directory, a single-process command under torchrun, a corrupt checkpoint, a child server
+  that exited before serving (its message holds the child's output), Redis or every inference
+  server unreachable, a training run that stalled: its message names the cause and the fix).
+- a ValueError or a file error (FileNotFoundError, PermissionError, IsADirectoryError,
+  NotADirectoryError, FileExistsError) raised by ludic's own code: its innermost traceback frame
+  is in the `ludic` package. That is where the refusal sites raise, naming the problem and the
+  fix; it holds for an error raised on a worker thread and re-raised by the caller too (the
+  exception keeps the traceback of where it was raised).
+- a file error from anywhere that names its file (`filename` set: the OS's message says which).
+
+Not refusals: TypeError, AttributeError, KeyError, any RuntimeError from torch, a ValueError
+raised inside torch, transformers or the standard library (`json`'s "Expecting value"), and
+any error raised by the user's own code (an env factory): those keep their traceback. This
+module does not print, exit or change what any function raises.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["REFUSAL_CLASSES", "LudicUsageError", "is_refusal", "raised_by_ludic"]
+
+
+class LudicUsageError(ValueError):
+    """A refusal of the user's input or setup whose message says what is wrong and how to fix
+    it. A ValueError, so callers that catch ValueError keep working."""
+
+
+REFUSAL_CLASSES: frozenset[str] = frozenset(
+    {
+        "ludic.recipes.run_lock.RunDirInUseError",
+        "ludic.recipes.run_lock.MultiProcessLaunchError",
+        "ludic.training.weights_io.CorruptCheckpointError",
+        "ludic.inference.http.local_server._ExitedEarly",
+        "ludic.pipeline.stream.RedisUnavailableError",
+        "ludic.inference.http.openai_client.InferenceUnavailableError",
+        "ludic.training.stall.TrainingStalledError",
+    }
+)
+"""ludic's refusal classes that are not ValueErrors, as `module.QualName` (matched against
+each class an error inherits from, so none of these modules is imported to check)."""
+
+_FILE_ERRORS = (
+    FileNotFoundError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+    FileExistsError,
+)
+_PACKAGE_DIR = os.path.dirname(os.path.realpath(__file__)) + os.sep
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """True when `exc` is a refusal by the rule in this module's docstring."""
+    if isinstance(exc, LudicUsageError):
+        return True
+    if any(f"{cls.__module__}.{cls.__qualname__}" in REFUSAL_CLASSES for cls in type(exc).__mro__):
+        return True
+    if isinstance(exc, _FILE_ERRORS) and exc.filename is not None:
+        return True
+    return isinstance(exc, (ValueError, *_FILE_ERRORS)) and raised_by_ludic(exc)
+
+
+def raised_by_ludic(exc: BaseException) -> bool:
+    """True when the innermost frame of `exc`'s traceback is in the `ludic` package (ludic's
+    code raised it, or a builtin it called directly did); False without a traceback."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return os.path.realpath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR)
