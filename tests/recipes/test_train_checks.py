@@ -97,7 +97,7 @@ def test_cli_refuses_group_size_one_with_grpo_before_training(tmp_path: Path) ->
     args = ["--env", "checks_env:Once", "--steps", "3", "--out-dir", "run", *SMALL]
     done = ludic_train(tmp_path, *args, "--group-size", "1")
     assert done.returncode == 1
-    assert "ValueError: --group-size 1 with --algorithm grpo:" in done.stderr
+    assert "--group-size 1 with --algorithm grpo:" in done.stderr  # a traceback or one block
     assert "Pass --group-size 2 or more" in done.stderr and "--algorithm reinforce" in done.stderr
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
@@ -134,7 +134,7 @@ def test_resume_with_another_env_or_algorithm_is_refused_naming_each_flag(
     other = ["--env", "checks_env:Twice", "--algorithm", "rloo", "--out-dir", "run", *SMALL]
     done = ludic_train(tmp_path, *other, "--env-kwargs", '{"x": 1}', "--steps", "3", "--resume")
     assert done.returncode == 1, done.stderr
-    error = done.stderr.strip().splitlines()[-1]
+    (error,) = [line for line in done.stderr.splitlines() if "with other settings" in line]
     assert "--env is checks_env:Twice, the checkpoint's checks_env:Once" in error
     assert "--algorithm is rloo, the checkpoint's gigpo" in error
     assert """--env-kwargs is '{"x": 1}', the checkpoint's '{}'""" in error
