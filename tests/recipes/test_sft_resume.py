@@ -115,7 +115,9 @@ def test_awr_flags_with_algorithm_sft_are_refused(tmp_path: Path) -> None:
         offline_algorithm(cfg)
     data = tmp_path / "d.jsonl"
     data.write_text("")
-    with pytest.raises(ValueError, match="--awr-baseline mean apply only to --algorithm awr"):
+    with pytest.raises(
+        ValueError, match=r"--awr-baseline mean applies only to --algorithm awr.*drop it"
+    ):
         sft_command(SFTConfig(data=data, awr_baseline="mean", out_dir=tmp_path / "o"))
     assert not (tmp_path / "o").exists()  # refused before anything ran
     assert offline_algorithm(replace(cfg, algorithm="awr")).name == "awr"

@@ -212,9 +212,10 @@ def offline_algorithm(cfg: SFTConfig) -> RLAlgorithm:
     if cfg.algorithm == "sft":
         given = awr_flags_given(cfg)
         if given:
+            them, apply = ("it", "applies") if len(given) == 1 else ("them", "apply")
             raise ValueError(
-                f"{' '.join(given)} apply only to --algorithm awr, not 'sft' (which would "
-                "ignore them): drop them or pass --algorithm awr"
+                f"{' '.join(given)} {apply} only to --algorithm awr, not 'sft' (which would "
+                f"ignore {them}): drop {them} or pass --algorithm awr"
             )
         return make_sft()
     if cfg.algorithm == "awr":
