@@ -104,11 +104,17 @@ def ludic(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def error_line(stderr: str, command: str) -> str:
+    """The line of `stderr` holding the command's refusal (`ludic <command>: error: ...`)."""
+    (line,) = [x for x in stderr.splitlines() if x.startswith(f"ludic {command}: error: ")]
+    return line
+
+
 def test_ludic_view_of_samples_jsonl_says_to_pass_it_as_samples(tmp_path) -> None:
     run = run_dir(tmp_path)
     result = ludic("view", run / "samples.jsonl", cwd=tmp_path)
     assert result.returncode != 0
-    last = result.stderr.strip().splitlines()[-1]
+    last = error_line(result.stderr, "view")
     assert "KeyError" not in last
     assert f"{run / 'samples.jsonl'}:1: a training sample" in last
     assert f"--samples {run / 'samples.jsonl'}" in last
@@ -119,7 +125,7 @@ def test_ludic_view_of_metrics_jsonl_says_ludic_plot(tmp_path) -> None:
     run = run_dir(tmp_path)
     result = ludic("view", run / "metrics.jsonl", cwd=tmp_path)
     assert result.returncode != 0
-    last = result.stderr.strip().splitlines()[-1]
+    last = error_line(result.stderr, "view")
     assert "KeyError" not in last
     assert f"ludic plot {run / 'metrics.jsonl'}" in last
 
@@ -131,7 +137,7 @@ def test_ludic_sft_on_samples_jsonl_names_the_rollouts_file(tmp_path) -> None:
         "sft", "--data", run / "samples.jsonl", "--out-dir", tmp_path / "o", cwd=tmp_path
     )
     assert result.returncode != 0
-    last = result.stderr.strip().splitlines()[-1]
+    last = error_line(result.stderr, "sft")
     assert "KeyError" not in last
     assert f"{run / 'samples.jsonl'}:1: a training sample" in last
     assert f"rollouts these samples came from are in {run / 'rollouts.jsonl'}" in last

@@ -11,7 +11,7 @@ from ludic import cli
 def main() -> None:
     if len(sys.argv) < 2 or sys.argv[1] not in ("actor", "learner"):
         sys.exit("usage: python -m ludic.pipeline {actor|learner} [--help]")
-    cli.main(sys.argv[1:])
+    cli.main(sys.argv[1:], report_refusals=True)  # refusals as `ludic` reports them
 
 
 if __name__ == "__main__":
