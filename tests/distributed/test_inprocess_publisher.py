@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from ludic.distributed import InProcessPublisher, PolicyPublisher, PublishVerificationError
+from ludic.inference import NonFiniteWeightsError
 from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.models import TinyModelSpec, build_tiny_model
 
@@ -138,15 +139,17 @@ def test_non_finite_served_logprobs_fail(mode: str) -> None:
         _publish(SabotagedEngine(served, mode), trainer_model, atol=1e9)
 
 
-def test_non_finite_published_weights_fail_on_every_push() -> None:
+def test_non_finite_published_weights_are_refused_on_every_push() -> None:
     trainer_model, served = _pair()
     publisher = InProcessPublisher(SabotagedEngine(served, "none"), probe_token_ids=PROBE)
     publisher.publish(trainer_model, version=1)  # probed
     with torch.no_grad():
         trainer_model.model.norm.weight[0] = math.nan
-    # The second push is not probed (probe_every=10), and it still fails, naming the tensor.
-    with pytest.raises(PublishVerificationError, match=r"nan or inf in 1 tensors .*norm"):
+    # The second push is not probed (probe_every=10): it is still refused, naming the tensor,
+    # before the engine gets anything.
+    with pytest.raises(NonFiniteWeightsError, match=r"nan or inf \(model\.norm\.weight\)"):
         publisher.publish(trainer_model, version=2)
+    assert bool(torch.isfinite(served.model.norm.weight).all())
 
 
 def test_the_probe_runs_on_the_first_push_and_every_nth() -> None:

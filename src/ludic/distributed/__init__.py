@@ -3,7 +3,11 @@ servers that sample from them. The `PolicyPublisher` seam and its
 implementations (in-process, and HTTP + torch.distributed broadcast), each verified with exact
 checksums of what the receiver holds and a logprob probe. A custom publisher or receiver plans
 its buckets with `plan_manifest`; `fused_groups` names the tensors a Llama-family server runs as
-one GEMM (its default `together`), to extend with another model family's groups."""
+one GEMM (its default `together`), to extend with another model family's groups. Every
+publisher refuses weights holding a nan or an inf before sending them
+(`NonFiniteWeightsError`, from `ludic.inference.weights`)."""
+
+from typing import Any
 
 from ludic.distributed.broadcast import BroadcastPolicyPublisher, PushStats, WeightPushError
 from ludic.distributed.checksum import checksums, tensor_checksum
@@ -26,6 +30,7 @@ __all__ = [
     "HttpPolicyProbe",
     "InProcessPublisher",
     "ManifestError",
+    "NonFiniteWeightsError",
     "PolicyProbe",
     "PolicyPublisher",
     "PublishVerificationError",
@@ -45,3 +50,11 @@ __all__ = [
     "reference_logprobs_from_state",
     "tensor_checksum",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "NonFiniteWeightsError":  # lazily: `ludic.inference.weights` imports this package
+        from ludic.inference.weights import NonFiniteWeightsError
+
+        return NonFiniteWeightsError
+    raise AttributeError(f"module 'ludic.distributed' has no attribute {name!r}")

@@ -18,7 +18,11 @@ is redone at once over a fresh group of the servers still there, and a server th
 version. Under FSDP either call `publish` with the sharded model on every rank (the full state
 dict is gathered, a collective; rank 0 pushes, the other ranks return) or, as the Trainer
 does, gather first and call it on rank 0 with the state dict; verification never runs a
-collective. It does not balance or route inference requests (`ludic.inference.http.pool`).
+collective. Weights holding a nan or an inf are never sent: `publish` raises
+`NonFiniteWeightsError` first (one float sum per tensor), since `ludic serve` receives in place
+and could only refuse them once they had landed. A server's refusal of a push (a 4xx) raises
+`WeightPushError` and is not retried. It does not balance or route inference requests
+(`ludic.inference.http.pool`).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ import torch.distributed as dist
 from ludic.distributed.checksum import RunningChecksums
 from ludic.distributed.control import StoreControl
 from ludic.distributed.held_check import compare_held
-from ludic.distributed.interfaces import PublishVerificationError, Weights
+from ludic.distributed.interfaces import PublishVerificationError, Weights, check_publishable
 from ludic.distributed.live_state import LiveStateDict
 from ludic.distributed.manifest import WeightManifest, follows, plan_manifest
 from ludic.distributed.push_records import (
@@ -80,8 +84,8 @@ class BroadcastPolicyPublisher:
     - `wire_dtype`: cast floating tensors before sending (e.g. bfloat16 for a bf16 server).
     - `verify`: after each push, check on every server the version it reports, exact
       checksums of every tensor it holds after loading against the sent ones (a skipped
-      tensor, a load that never happened, a dropped tiny update), and that the sent weights
-      are finite. With `probe`, also on the first push of each connection and every
+      tensor, a load that never happened, a dropped tiny update). (Whether the weights are
+      finite is checked before every push, verified or not: see `publish`.) With `probe`, also on the first push of each connection and every
       `probe_every`-th push: the server's `/ludic/logprobs` on `probe_token_ids` (default: 16
       fixed pseudo-random ids) against the trainer's within `atol` for a full-precision
       server, widened for a half-precision one (`verification.PROBE_ATOL`: 0.05 float16, 0.2
@@ -225,8 +229,10 @@ class BroadcastPolicyPublisher:
 
     def publish(self, weights: Weights, *, version: int) -> None:
         """Push `weights` as policy `version` to every server and verify each; raises
-        PublishVerificationError if a server does not serve them, WeightPushError if one
-        refused the push or fewer than `min_servers` took it (naming each server)."""
+        NonFiniteWeightsError, before contacting any server, if a tensor holds a nan or an inf
+        (the policy diverged), PublishVerificationError if a server does not serve them,
+        WeightPushError if one refused the push (not retried) or fewer than `min_servers` took
+        it (naming each server)."""
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise ValueError(f"publish: version must be an int >= 0, got {version!r}")
         model = weights if isinstance(weights, torch.nn.Module) else self.probe_model
@@ -241,6 +247,7 @@ class BroadcastPolicyPublisher:
             self._warned_no_probe = True
         started = time.perf_counter()
         tensors = self._wire_tensors(state)
+        check_publishable(tensors, version=version)  # as sent (a cast may overflow), before a byte
         new_group = self.fleet.group is None or (bool(self.missed) and self.fleet.rejoin_due())
         if new_group:
             self.connect()
@@ -290,7 +297,7 @@ class BroadcastPolicyPublisher:
         """One push to the current group; each server's reply by URL. Raises PushFailed (the
         group is dropped) when a server failed during it."""
         check = PushCheck()
-        running = RunningChecksums(find_nonfinite=True)
+        running = RunningChecksums()  # finite: checked before sending
         casts = self._expected_casts(tensors)  # dtype -> the tensors a server holds in it
         cast_running = {dtype: RunningChecksums() for dtype in casts}
 
@@ -312,7 +319,7 @@ class BroadcastPolicyPublisher:
         try:
             self.fleet.request_push(manifest)
             self.fleet.send(manifest, tensors, self._pool, on_sent if self.verify else None)
-            check.sent, check.nonfinite = running.finish()
+            check.sent = running.finish()[0]
             check.sent_cast = {dtype: r.finish()[0] for dtype, r in cast_running.items()}
             while_the_servers_load()
             return check, self.fleet.replies()
@@ -386,7 +393,6 @@ class BroadcastPolicyPublisher:
             atol=probe_atol(server.served_dtype, default=self.atol),
             mismatched_tensors=held.mismatched,
             unverified=held.unverified,
-            nonfinite_tensors=check.nonfinite,
         )
 
     def _expected_casts(self, tensors: Mapping[str, torch.Tensor]) -> dict[torch.dtype, set[str]]:

@@ -1,6 +1,8 @@
 """`InProcessPublisher`: pushes weights into an inference engine living in the same process
 (`ludic.inference.EmbeddedEngine`, or anything with its `update_weights` method), then checks
-the push took effect. No serialisation or network: tensors are copied in place.
+the push took effect. No serialisation or network: tensors are copied in place. Weights holding
+a nan or an inf are refused before the engine is called (`NonFiniteWeightsError`: the policy
+diverged), whatever the engine checks itself.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ from typing import Protocol
 
 import torch
 
-from ludic.distributed.checksum import Checksum, cast_for, checksums, mismatched, nonfinite
-from ludic.distributed.interfaces import Weights
+from ludic.distributed.checksum import Checksum, cast_for, checksums, mismatched
+from ludic.distributed.interfaces import Weights, check_publishable
 from ludic.distributed.manifest import dtype_name
 from ludic.distributed.verification import (
     check_served_policy,
@@ -39,7 +41,8 @@ class InProcessPublisher:
     With `verify` (default), after every push: the engine must report back `version`; every
     tensor the engine's model holds afterwards must have the checksum of the one published (an
     engine that reports the version but skipped the load, or one tensor, or a tiny update, is
-    caught); the published weights must be finite. On the first push and every
+    caught). Whether the published weights are finite is checked before every push (verified
+    or not). On the first push and every
     `probe_every`-th: the engine's logprobs on `probe_token_ids` (default: 16 fixed ids) must
     be finite and match the published model's (or `probe_model`'s, when a state dict is
     published) within `atol` (for a full-precision engine; a half-precision one widens it to
@@ -78,6 +81,7 @@ class InProcessPublisher:
 
     def publish(self, weights: Weights, *, version: int) -> None:
         state = weights.state_dict() if isinstance(weights, torch.nn.Module) else weights
+        check_publishable(state, version=version)  # before the engine holds any of it
         sent = checksums(state) if self.verify else None
         served_version = self.engine.update_weights(state, version=version)
         if sent is not None:
@@ -111,5 +115,4 @@ class InProcessPublisher:
             served_logprobs=self.engine.logprobs(ids) if probe_due else None,
             atol=probe_atol(dtype_name(served_dtype), default=self.atol),
             mismatched_tensors=mismatched(sent, checksums(held)),
-            nonfinite_tensors=nonfinite(state),
         )

@@ -1,6 +1,6 @@
 """What one push of `BroadcastPolicyPublisher` records and is checked against: `PushStats`
-(timings, sizes, which servers took it), `PushCheck` (the sender's checksums, casts, non-finite
-tensors and probe, computed while the servers load), the casts each server is expected to hold,
+(timings, sizes, which servers took it), `PushCheck` (the sender's checksums, casts and probe,
+computed while the servers load), the casts each server is expected to hold,
 and the FSDP2 full-state gather. Plain data and pure functions; it contacts nothing.
 """
 
@@ -48,7 +48,6 @@ class PushCheck:
     sent: dict[str, Checksum] = dataclasses.field(default_factory=dict)
     sent_cast: dict[torch.dtype, dict[str, Checksum]] = dataclasses.field(default_factory=dict)
     """Checksums of the tensors cast to a server's dtype, taken beside the send."""
-    nonfinite: list[str] = dataclasses.field(default_factory=list)
     probe_ids: list[int] | None = None
     expected: list[float] | None = None
 

@@ -2,8 +2,10 @@
 are in it (`members`) and which are left out (`missed`, with why), building the group on a
 fresh trainer-hosted store, and driving one push through it (manifest or `/start` to each,
 the bucket broadcast, each server's reply). A server that cannot be reached, dies or fails
-mid-push raises `PushFailed` naming it; the group is then unusable and is dropped. It does not
-verify what the servers hold (the publisher does).
+mid-push raises `PushFailed` naming it; the group is then unusable and is dropped. A server
+that refuses a push it received whole (a 4xx: e.g. 422, weights holding nan) raises
+`WeightPushError`, not retried, once every member has answered (the group stays usable). It
+does not verify what the servers hold (the publisher does).
 """
 
 from __future__ import annotations
@@ -182,8 +184,11 @@ class ServerGroup:
                 )
 
     def replies(self) -> dict[str, dict[str, Any]]:
-        """Each member's reply once it has loaded the push; PushFailed names the first that failed."""
-        replies = {}
+        """Each member's reply once it has loaded the push; PushFailed names the first that
+        failed. Servers that refused the push (a 4xx: they received it whole, the group still
+        works) raise WeightPushError naming them once every member has answered (so each
+        one's push is over: the next one starts in step); a refusal is not retried."""
+        replies, refused = {}, []
         for server in self.members:
             try:
                 if server.channel is None:
@@ -194,12 +199,25 @@ class ServerGroup:
                     )
             except PushFailed:
                 raise  # the push is redone over a fresh group: waiting for the rest is moot
+            except WeightPushError as e:  # /finish answered with a 4xx
+                refused.append(str(e))
+                continue
             except (ServerGone, RuntimeError) as e:  # RuntimeError: the store itself failed
                 raise PushFailed({server.url: str(e)}) from e
             if "error" in reply:
-                why = f"server {server.url}: push failed ({reply.get('status')}): {reply['error']}"
+                status = reply.get("status")
+                if isinstance(status, int) and 400 <= status < 500:
+                    refused.append(
+                        f"server {server.url}: push refused ({status}): {reply['error']}"
+                    )
+                    continue
+                why = f"server {server.url}: push failed ({status}): {reply['error']}"
                 raise PushFailed({server.url: why})
             replies[server.url] = reply
+        if refused:
+            raise WeightPushError(
+                "; ".join(refused) + " (a refusal is not retried: fix what it names)"
+            )
         return replies
 
     def _call(self, server: ServerLink, method: str, path: str, json: Any = None) -> dict[str, Any]:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from ludic.inference.http.serve_config import ServeConfig
     from ludic.inference.http.server import create_app, serve
     from ludic.inference.template_check import TemplateBreak, TemplateReport, check_append_only
+    from ludic.inference.weights import NonFiniteWeightsError
 
 # Public name -> module that defines it; imported on first access.
 _LAZY = {
@@ -36,6 +37,7 @@ _LAZY = {
     "EngineStatus": "ludic.inference.embedded.engine",
     "InferenceRequestError": "ludic.inference.http.openai_client",
     "InferenceUnavailableError": "ludic.inference.http.openai_client",
+    "NonFiniteWeightsError": "ludic.inference.weights",
     "OpenAICompatibleClient": "ludic.inference.http.openai_client",
     "ServeConfig": "ludic.inference.http.serve_config",
     "create_app": "ludic.inference.http.server",
@@ -54,6 +56,7 @@ __all__ = [
     "EngineStatus",
     "InferenceRequestError",
     "InferenceUnavailableError",
+    "NonFiniteWeightsError",
     "OpenAICompatibleClient",
     "SamplingConfig",
     "ScriptedClient",

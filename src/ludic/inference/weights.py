@@ -18,13 +18,15 @@ from ludic.distributed.checksum import nonfinite
 
 
 class NonFiniteWeightsError(ValueError):
-    """A weight update holding a nan or an inf (`names`: the tensors), refused before loading."""
+    """A weight update holding a nan or an inf (`names`: the tensors), refused before loading
+    (by a server) or before sending (by a publisher, whose `message` says so)."""
 
-    def __init__(self, names: Sequence[str]) -> None:
+    def __init__(self, names: Sequence[str], message: str | None = None) -> None:
         self.names = list(names)
         shown = ", ".join(self.names[:5]) + (" ..." if len(self.names) > 5 else "")
         super().__init__(
-            f"update_weights: refused: {len(self.names)} tensor(s) hold nan or inf ({shown}); "
+            message
+            or f"update_weights: refused: {len(self.names)} tensor(s) hold nan or inf ({shown}); "
             "the served weights were left as they were. The trainer's weights diverged: fix "
             "the training step (learning rate, loss scale) or publish from a finite checkpoint"
         )

@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from ludic._aio import maybe_await
 from ludic.distributed.interfaces import PolicyPublisher
+from ludic.inference.weights import NonFiniteWeightsError
 from ludic.rollouts.samples import SAWItem
 from ludic.training.algorithm_types import RLAlgorithm
 from ludic.training.batching.prefetch import PrefetchBatchSource
@@ -246,7 +247,10 @@ class Trainer:
             if self.runtime.world_size > 1:
                 cause = replace(cause, text=f"on rank {self.runtime.rank}, {cause.text}")
             logger.warning("step %d skipped: %s", self.step, cause.text)
-        metrics.update(await self._after_step(applied=cause is None))
+        try:
+            metrics.update(await self._after_step(applied=cause is None))
+        except NonFiniteWeightsError as e:  # the policy diverged: the run stops here
+            raise self._diverged(e, metrics) from e
         metrics["policy_version"] = float(self.policy_version)
         metrics["time/batch_seconds"] = batch_seconds
         metrics["step_seconds"] = time.perf_counter() - started
@@ -367,6 +371,35 @@ class Trainer:
             self.publisher.publish(weights, version=self.policy_version)
         return time.perf_counter() - started
 
+    def _diverged(
+        self, error: NonFiniteWeightsError, metrics: Mapping[str, float]
+    ) -> NonFiniteWeightsError:
+        """The publisher's refusal of non-finite weights, with where the run stopped (this
+        step's loss and grad_norm) and the checkpoint to resume from. Raised, never retried:
+        every later step would start from the same weights."""
+        shown = "".join(
+            f", {k}={metrics[k]:.4g}" for k in ("loss", "grad_norm", "lr") if k in metrics
+        )
+        return NonFiniteWeightsError(
+            error.names,
+            f"{error}. The run stopped at step {self.step} (policy version {self.policy_version}"
+            f"{shown}); {self._resume_hint()}",
+        )
+
+    def _resume_hint(self) -> str:
+        if self.checkpoints is None:
+            return "this run saves no checkpoints (TrainerConfig.checkpoint): start it again"
+        latest = self.checkpoints.latest()
+        if latest is None:
+            return "no checkpoint was saved yet: start the run again"
+        hint = f"the last checkpoint is {latest} (Trainer.resume, ludic train --resume)"
+        if self.config.publish_every > 1:
+            hint += (
+                f"; with publish_every={self.config.publish_every} it may have been saved "
+                "after the weights diverged: then resume from an older one"
+            )
+        return hint
+
     async def _after_step(self, *, applied: bool) -> dict[str, float]:
         config, metrics = self.config, {}
         updates = self.policy_version - config.initial_policy_version
@@ -486,7 +519,12 @@ class Trainer:
         self.step = checkpoint.step
         self.policy_version = checkpoint.policy_version
         self._skips = SkipTracker(self.config.max_skipped_steps)
-        seconds = self.publish_weights()
+        try:
+            seconds = self.publish_weights()
+        except NonFiniteWeightsError as e:  # the checkpoint itself holds them
+            raise NonFiniteWeightsError(
+                e.names, f"{e}. They come from the checkpoint {chosen}: resume from an older one"
+            ) from e
         if runtime.is_main:
             logger.info(
                 "resumed %s: step %d, policy version %d%s",
