@@ -21,8 +21,11 @@ does, gather first and call it on rank 0 with the state dict; verification never
 collective. Weights holding a nan or an inf are never sent: `publish` raises
 `NonFiniteWeightsError` first (one float sum per tensor), since `ludic serve` receives in place
 and could only refuse them once they had landed. A server's refusal of a push (a 4xx) raises
-`WeightPushError` and is not retried. It does not balance or route inference requests
-(`ludic.inference.http.pool`).
+`WeightPushError` and is not retried, except one saying it has no communicator (it left this
+trainer's group: another trainer joined it and closed the group, or it restarted): the
+publisher then rejoins (a new `/init` and join for every server, as its first connect) and
+retries that push once, logging one line that says so; failing again raises `WeightPushError`
+naming why. It does not balance or route inference requests (`ludic.inference.http.pool`).
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from ludic.distributed.push_records import (
     expected_casts,
     gather_full_state_dict,
 )
-from ludic.distributed.server_group import PushFailed, ServerGroup, links
+from ludic.distributed.server_group import PushFailed, ServerGroup, ServerLeftGroup, links
 from ludic.distributed.server_link import ServerLink, WeightPushError
 from ludic.distributed.transfer import (
     Backend,
@@ -231,8 +234,9 @@ class BroadcastPolicyPublisher:
         """Push `weights` as policy `version` to every server and verify each; raises
         NonFiniteWeightsError, before contacting any server, if a tensor holds a nan or an inf
         (the policy diverged), PublishVerificationError if a server does not serve them,
-        WeightPushError if one refused the push (not retried) or fewer than `min_servers` took
-        it (naming each server)."""
+        WeightPushError if one refused the push (not retried, unless it said it is not in the
+        group: then rejoined and retried once) or fewer than `min_servers` took it (naming each
+        server)."""
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise ValueError(f"publish: version must be an int >= 0, got {version!r}")
         model = weights if isinstance(weights, torch.nn.Module) else self.probe_model
@@ -257,14 +261,29 @@ class BroadcastPolicyPublisher:
         try:
             check, replies = self._attempt(manifest, tensors, state, model, probe_due)
         except PushFailed as failure:  # a server died or broke the group: redo it over a fresh one
-            logger.warning("weight push of version %d failed on %s; retrying", version, failure)
+            left = isinstance(failure, ServerLeftGroup)
+            if not left:
+                logger.warning("weight push of version %d failed on %s; retrying", version, failure)
             self.connect()
+            if left:
+                logger.warning(
+                    "weight push of version %d: rejoined %s to the weight-sync group (a new "
+                    "/init and join) and retrying the push once, because %s",
+                    version,
+                    ", ".join(failure.failed),
+                    failure,
+                )
             retried = True
             manifest = self._plan(tensors, version)
             try:
                 check, replies = self._attempt(manifest, tensors, state, model, True)
             except PushFailed as again:
                 self.missed.update(again.failed)
+                if left:
+                    raise WeightPushError(
+                        f"weight push of version {version} failed again after rejoining the "
+                        f"weight-sync group once (first: {failure}): {again}"
+                    ) from again
                 self.fleet.require(0, "take the push")
                 raise  # unreachable: require raised (min_servers >= 1)
         transferred = time.perf_counter()

@@ -4,8 +4,11 @@ fresh trainer-hosted store, and driving one push through it (manifest or `/start
 the bucket broadcast, each server's reply). A server that cannot be reached, dies or fails
 mid-push raises `PushFailed` naming it; the group is then unusable and is dropped. A server
 that refuses a push it received whole (a 4xx: e.g. 422, weights holding nan) raises
-`WeightPushError`, not retried, once every member has answered (the group stays usable). It
-does not verify what the servers hold (the publisher does).
+`WeightPushError`, not retried, once every member has answered (the group stays usable). A
+server that answers `/start` with a 4xx saying it has no communicator (it is not in this
+trainer's group any more: another trainer joined it and closed the group, or it restarted
+and forgot it) raises `ServerLeftGroup`, a `PushFailed`: the publisher rejoins and retries
+once. It does not verify what the servers hold (the publisher does).
 """
 
 from __future__ import annotations
@@ -39,6 +42,16 @@ class PushFailed(Exception):
     def __init__(self, failed: dict[str, str]) -> None:
         super().__init__("; ".join(failed.values()))
         self.failed = failed
+
+
+class ServerLeftGroup(PushFailed):
+    """Servers that answered a push saying they are not in this trainer's group (URL -> why):
+    rebuilding the group (a new /init and join to each) brings them back."""
+
+
+# What a server's refusal of /start says when it holds no group (the embedded server and the
+# vLLM extension: "no communicator: POST /ludic/weights/init first").
+_NOT_IN_GROUP = ("no communicator", "not joined")
 
 
 class ServerGroup:
@@ -165,7 +178,7 @@ class ServerGroup:
         awaiting = []
         for server in self.members:
             if server.channel is None:
-                self._call(server, "POST", "/ludic/weights/start", manifest.to_json())
+                self._start(server, manifest)
             elif server.channel.send_manifest(manifest):  # a new layout: wait for the ack
                 awaiting.append(server)
         for server in awaiting:
@@ -182,6 +195,26 @@ class ServerGroup:
                 raise WeightPushError(
                     f"server {server.url}: push refused ({ack.get('status')}): {ack['error']}"
                 )
+
+    def _start(self, server: ServerLink, manifest: WeightManifest) -> None:
+        """`POST /ludic/weights/start`; a server that refuses it because it holds no group
+        (or, asked, says it is not in one) raises ServerLeftGroup, any other refusal
+        WeightPushError."""
+        try:
+            self._call(server, "POST", "/ludic/weights/start", manifest.to_json())
+        except PushFailed:
+            raise
+        except WeightPushError as e:
+            said = str(e)
+            left = any(m in said.lower() for m in _NOT_IN_GROUP) or server.why_gone() is not None
+            if not left:
+                raise
+            raise ServerLeftGroup(
+                {
+                    server.url: f"{said} (it is no longer in this trainer's weight-sync group: "
+                    "another trainer joined it and closed the group, or it restarted)"
+                }
+            ) from e
 
     def replies(self) -> dict[str, dict[str, Any]]:
         """Each member's reply once it has loaded the push; PushFailed names the first that

@@ -1,0 +1,121 @@
+"""A publisher whose server left its weight-sync group rejoins once and retries the push.
+
+The embedded server (`ludic serve`'s app with the weight-sync routes) in a subprocess, pushes
+driven over HTTP (`control="http"`, as to vLLM). A second trainer that joins the server and then
+closes its group leaves the first one's server without a communicator: its next `/start` is
+refused ("no communicator"), which the first publisher answers with a new `/init` + join and
+one retry (one log line). A server that refuses again is named in a `WeightPushError`; other
+refusals are not retried.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import httpx
+import pytest
+import torch
+from distributed_fakes import SPEC, TOKEN, ServerProcess, nudge_, start_weight_server
+
+from ludic.distributed import BroadcastPolicyPublisher, WeightPushError
+from ludic.models import load_model, tiny_model_dir
+
+pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+REJOINED = "rejoined"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    log = tmp_path_factory.mktemp("weight-server") / "server.log"
+    srv = start_weight_server(tiny_model_dir(spec=SPEC), log)
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture()
+def model() -> torch.nn.Module:
+    loaded, _ = load_model(tiny_model_dir(spec=SPEC), dtype=torch.float32)
+    return loaded
+
+
+def _served_version(server: ServerProcess) -> int:
+    return int(httpx.get(server.url + "/ludic/version", headers=AUTH).json()["policy_version"])
+
+
+class _RefusingStart(httpx.HTTPTransport):
+    """Forwards to the real server, except that every `/ludic/weights/start` is refused with
+    `message` (counts the `/init` requests that went through)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__()
+        self.status, self.message, self.inits = status, message, 0
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/ludic/weights/init":
+            self.inits += 1
+        if request.url.path == "/ludic/weights/start":
+            return httpx.Response(self.status, json={"error": {"message": self.message}})
+        return super().handle_request(request)
+
+
+def _publisher(server: ServerProcess, **kwargs: object) -> BroadcastPolicyPublisher:
+    return BroadcastPolicyPublisher(
+        server.url, TOKEN, control="http", bucket_mb=0.02, timeout_s=30, **kwargs
+    )
+
+
+def test_a_second_trainer_that_closes_the_server_does_not_stop_the_first(
+    server: ServerProcess, model: torch.nn.Module, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = _publisher(server)
+    first.publish(model, version=1)
+    second = _publisher(server)  # e.g. an example run against the same --server-url
+    nudge_(model, 0.01)
+    second.publish(model, version=2)
+    second.close()  # the server forgets its group: it holds none now
+    status = httpx.get(server.url + "/ludic/weights/status", headers=AUTH).json()
+    assert not status["connected"] and not status["joining"]
+    nudge_(model, 0.01)
+    with caplog.at_level(logging.WARNING, logger="ludic.distributed.broadcast"):
+        first.publish(model, version=3)  # verified: checksums and probe on the rejoined group
+    assert _served_version(server) == 3
+    assert first.last_push is not None and first.last_push.retried
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and REJOINED in said[0] and "no communicator" in said[0], said
+    nudge_(model, 0.01)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="ludic.distributed.broadcast"):
+        first.publish(model, version=4)  # the rejoined group keeps working, no retry
+    assert _served_version(server) == 4 and not first.last_push.retried
+    assert not caplog.records
+    first.close()
+
+
+def test_a_server_that_refuses_again_after_the_rejoin_is_named(
+    server: ServerProcess, model: torch.nn.Module
+) -> None:
+    transport = _RefusingStart(409, "no communicator: POST /ludic/weights/init first")
+    http = httpx.Client(base_url=server.url, transport=transport, timeout=30)
+    publisher = _publisher(server, http=http)
+    with pytest.raises(WeightPushError) as caught:
+        publisher.publish(model, version=5)
+    said = str(caught.value)
+    assert "failed again after rejoining" in said and "no communicator" in said, said
+    assert server.url in said
+    assert transport.inits == 2  # the first connect and one rejoin, no more
+    publisher.close()
+
+
+def test_a_refusal_that_is_not_about_the_group_is_not_retried(
+    server: ServerProcess, model: torch.nn.Module
+) -> None:
+    transport = _RefusingStart(400, "refused weight manifest: a shape differs")
+    http = httpx.Client(base_url=server.url, transport=transport, timeout=30)
+    publisher = _publisher(server, http=http)
+    with pytest.raises(WeightPushError, match="refused weight manifest") as caught:
+        publisher.publish(model, version=6)
+    assert "rejoin" not in str(caught.value)
+    assert transport.inits == 1  # the server is in the group: no rejoin
+    publisher.close()
