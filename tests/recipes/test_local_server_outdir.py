@@ -69,7 +69,7 @@ def test_a_second_run_is_refused_then_takes_over_a_killed_one(tmp_path: Path) ->
         second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
         refusal = " ".join((second.stdout + second.stderr).split())
         assert second.returncode != 0, refusal
-        assert "RunDirInUseError" in refusal, refusal[-3000:]
+        assert f"ludic train: error: {run} is in use" in refusal, refusal[-3000:]
         assert f"{run} is in use by another ludic run (pid {first.pid}" in (refusal)
         assert "--steps 500" in refusal  # the first run's command line
         assert "local server:" not in refusal  # refused before it started a server

@@ -84,7 +84,7 @@ def refused(command: list[str], holder_pid: int, run: Path) -> str:
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     text = " ".join((done.stdout + done.stderr).split())
     assert done.returncode != 0, text[-3000:]
-    assert "RunDirInUseError" in text, text[-3000:]
+    assert f": error: {run} is in use" in text, text[-3000:]  # the refusal block
     assert f"{run} is in use by another" in text and f"run (pid {holder_pid} " in text, text
     return text
 
