@@ -11,6 +11,9 @@
     python examples/awr_tictactoe.py --expert-epsilons 0 1 1 1 1 1 1 1 --baseline q_value \
         --features board --beta 0.5 --max-weight 3 --awr-games kept --normalize-mean \
         --min-weight 0.5 --seeds 12              # 1/8 minimax games: AWR wins more (README)
+    python examples/awr_tictactoe.py --expert-epsilons 0 1 1 1 1 1 1 1 --baseline q_value \
+        --features board --beta 0.5 --max-weight 3 --awr-games kept --normalize-mean \
+        --min-weight 0.5 --steps 600 --seeds 12  # and 600 steps: no more illegal moves (README)
 
 Everything is the quickstart's (`ludic quickstart`): the tiny model with the task tokenizer, the
 compact board, an illegal move costs -1 and the agent tries again, SFT at lr 3e-3 on batches of
