@@ -150,6 +150,22 @@ def test_ludic_train_under_torchrun_and_in_a_directory_another_run_holds(tmp_pat
     assert "in use by another ludic run" in refusal_of(busy, "train")
 
 
+@pytest.mark.slow
+def test_python_m_ludic_pipeline_reports_a_refusal_as_ludic_does(tmp_path: Path) -> None:
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "HF_HUB_OFFLINE": "1"}
+    environ.pop("LUDIC_TRACEBACK", None)
+    result = subprocess.run(
+        [sys.executable, "-m", "ludic.pipeline", "learner", "--model", "/nonexist"],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert refusal_of(result, "learner").startswith("no model directory at /nonexist")
+
+
 def test_a_refusal_raised_on_a_worker_thread_and_re_raised_is_reported_the_same(
     tmp_path: Path,
 ) -> None:
