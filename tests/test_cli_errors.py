@@ -221,6 +221,101 @@ def test_a_bug_keeps_its_traceback(tmp_path: Path, body: str, last_line: str) ->
     assert "error:" not in result.stderr.replace(last_line, "") and HINT not in result.stderr
 
 
+LUDIC_DIR = Path(cli.__file__).resolve().parent
+
+
+def in_ludic(source: str, name: str = "_probe") -> dict[str, object]:
+    """The namespace of `source` compiled as if it were a module file inside the `ludic`
+    package (nothing is written there), so its frames count as ludic's own code."""
+    namespace: dict[str, object] = {"__name__": f"ludic.{name}"}
+    exec(compile(textwrap.dedent(source), str(LUDIC_DIR / f"{name}.py"), "exec"), namespace)
+    return namespace
+
+
+LUDIC_BUGS = {
+    "unpacking": "a, b = (1, 2, 3)",
+    "zip_strict": "list(zip([1], [1, 2], strict=True))",
+    "zip_strict_loop": "for _ in zip([1], [1, 2], strict=True):\n        pass",
+    "int": "int('x')",
+    "bare_reraise": "try:\n        int('x')\n    except ValueError:\n        raise",
+    "in_raise_args": "raise ValueError(f'{int(\"x\")}')",
+}
+
+
+@pytest.mark.parametrize("name", sorted(LUDIC_BUGS))
+def test_a_value_error_a_builtin_raised_inside_ludic_is_a_bug(name: str) -> None:
+    bug = in_ludic(f"def bug():\n    {LUDIC_BUGS[name]}\n")["bug"]
+    with pytest.raises(ValueError) as caught:
+        bug()  # type: ignore[operator]
+    assert not raised_by_ludic(caught.value) and not is_refusal(caught.value)
+    assert Path(caught.traceback[-1].path).is_relative_to(LUDIC_DIR)  # innermost frame: ludic
+
+
+def test_an_explicit_raise_in_ludic_is_a_refusal(tmp_path: Path) -> None:
+    module = in_ludic(
+        """
+        def one_line():
+            raise ValueError("bad input; pass --x instead")
+
+        def multi_line(value):
+            raise ValueError(
+                f"bad input {value!r}; "
+                "pass --x instead"
+            )
+
+        def chained():
+            try:
+                int("x")
+            except ValueError as e:
+                raise ValueError("not a number; pass an int") from e
+
+        def file_error(path):
+            raise FileNotFoundError(
+                f"no model directory at {path}; pass --model DIR"
+            )
+
+        def opened(path):
+            with open(path) as f:
+                return f.read()
+        """
+    )
+    calls = [("one_line",), ("multi_line", 3), ("chained",), ("file_error", "/nonexist")]
+    for name, *args in calls:
+        with pytest.raises((ValueError, FileNotFoundError)) as caught:
+            module[name](*args)  # type: ignore[operator]
+        assert raised_by_ludic(caught.value) and is_refusal(caught.value), name
+    with pytest.raises(FileNotFoundError) as opened:
+        module["opened"](tmp_path / "absent.txt")  # type: ignore[operator]
+    assert not raised_by_ludic(opened.value)  # open() raised it, not a `raise` ...
+    assert is_refusal(opened.value)  # ... but the OS's message names the file
+
+
+def test_ludic_keeps_the_traceback_of_a_value_error_a_builtin_raised_in_ludic(
+    tmp_path: Path,
+) -> None:
+    result = script(
+        f"""
+        import sys
+        from ludic import cli
+        from ludic.viz import viewer
+
+        source = "def view_command(cfg):\\n    a, b = (1, 2, 3)\\n"
+        namespace = {{}}
+        exec(compile(source, {str(LUDIC_DIR / "viz" / "_probe.py")!r}, "exec"), namespace)
+        viewer.view_command = namespace["view_command"]
+        sys.argv = ["ludic", "view", "x.jsonl"]
+        cli.main()
+        """,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("Traceback (most recent call last):"), result.stderr
+    assert "_probe.py" in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == "ValueError: too many values to unpack (expected 2)", result.stderr
+    assert "error:" not in result.stderr and HINT not in result.stderr
+
+
 def test_a_value_error_from_the_users_own_env_keeps_its_traceback(tmp_path: Path) -> None:
     (tmp_path / "my_env.py").write_text(
         "def make(**kwargs):\n    raise ValueError('my own env is broken')\n"

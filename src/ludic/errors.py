@@ -10,10 +10,14 @@ decides, and this is its rule:
   that exited before serving (its message holds the child's output), Redis or every inference
   server unreachable, a training run that stalled: its message names the cause and the fix).
 - a ValueError or a file error (FileNotFoundError, PermissionError, IsADirectoryError,
-  NotADirectoryError, FileExistsError) raised by ludic's own code: its innermost traceback frame
-  is in the `ludic` package. That is where the refusal sites raise, naming the problem and the
+  NotADirectoryError, FileExistsError) that ludic's own code raised explicitly: its innermost
+  traceback frame is in the `ludic` package and stopped at a `raise` statement (the bytecode
+  instruction the frame was at is RAISE_VARARGS, so a `raise` spanning several lines counts and
+  no source file is needed). That is where the refusal sites raise, naming the problem and the
   fix; it holds for an error raised on a worker thread and re-raised by the caller too (the
-  exception keeps the traceback of where it was raised).
+  exception keeps the traceback of where it was raised). A ValueError that a builtin raised
+  inside ludic's code (`a, b = (1, 2, 3)`, `zip(..., strict=True)`, `int("x")`, also when a
+  bare `raise` re-raises it) is a bug: its innermost frame stopped at the unpacking or the call.
 - a file error from anywhere that names its file (`filename` set: the OS's message says which).
 
 Not refusals: TypeError, AttributeError, KeyError, any RuntimeError from torch, a ValueError
@@ -24,7 +28,9 @@ module does not print, exit or change what any function raises.
 
 from __future__ import annotations
 
+import dis
 import os
+from types import TracebackType
 
 __all__ = ["REFUSAL_CLASSES", "LudicUsageError", "is_refusal", "raised_by_ludic"]
 
@@ -70,11 +76,22 @@ def is_refusal(exc: BaseException) -> bool:
 
 
 def raised_by_ludic(exc: BaseException) -> bool:
-    """True when the innermost frame of `exc`'s traceback is in the `ludic` package (ludic's
-    code raised it, or a builtin it called directly did); False without a traceback."""
+    """True when the innermost frame of `exc`'s traceback is in the `ludic` package and stopped
+    at a `raise` statement: ludic's code raised `exc` explicitly, not a builtin it called (an
+    unpacking, `int("x")`). False without a traceback."""
     tb = exc.__traceback__
     if tb is None:
         return False
     while tb.tb_next is not None:
         tb = tb.tb_next
-    return os.path.realpath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR)
+    in_ludic = os.path.realpath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR)
+    return in_ludic and _stopped_at_raise(tb)
+
+
+def _stopped_at_raise(tb: TracebackType) -> bool:
+    """True when `tb`'s frame was at a RAISE_VARARGS instruction (`raise X`, `raise X from Y`)
+    when the exception passed through it."""
+    return any(
+        ins.offset == tb.tb_lasti and ins.opname == "RAISE_VARARGS"
+        for ins in dis.get_instructions(tb.tb_frame.f_code)
+    )
