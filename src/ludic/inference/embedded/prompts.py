@@ -1,7 +1,8 @@
 """Turning a ChatRequest into prompt ids and a validated SequenceState for the embedded engine.
 
 The chat template is rendered once to text (with the request's tools) and tokenized without
-adding special tokens, as vLLM does; token-in requests use their ids verbatim. Sampling extras
+adding special tokens, as vLLM does (a text completion prompt gets them: `encode_prompt_text`'s
+`add_special_tokens`); token-in requests use their ids verbatim. Sampling extras
 the engine does not implement are refused rather than silently ignored. `build_sequence` is the
 one admission check both the in-process and the HTTP path go through: every length within the
 context, ids within the vocabulary, stop rules bounded (the field ranges are `SamplingConfig`'s),
@@ -77,9 +78,12 @@ def encode_prompt_text(
     max_model_len: int | None = None,
     *,
     where: str = "the prompt",
+    add_special_tokens: bool = False,
 ) -> list[int]:
-    """`text`'s ids (no special tokens added); ValueError for a lone surrogate in it, and, with
-    `max_model_len`, for a text whose head alone holds the context's worth of tokens.
+    """`text`'s ids; ValueError for a lone surrogate in it, and, with `max_model_len`, for a
+    text whose head alone holds the context's worth of tokens. `add_special_tokens`: add the
+    tokenizer's own (a Llama-style BOS) as `tokenizer.encode(text)` and vLLM do for a text
+    completion prompt; a rendered chat template keeps the default False (it holds its BOS).
 
     Heads are cut at a space, from 8 characters a token up to `max_chars_per_token`: unless
     the tokenizer drops or merges characters, the last holds more tokens than the context, so
@@ -89,8 +93,8 @@ def encode_prompt_text(
     """
     check_text(text, where)
     if max_model_len is not None:
-        _refuse_a_head_over(tokenizer, text, max_model_len)
-    return list(tokenizer.encode(text, add_special_tokens=False))
+        _refuse_a_head_over(tokenizer, text, max_model_len, add_special_tokens)
+    return list(tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
 
 def max_chars_per_token(tokenizer: PreTrainedTokenizerBase) -> int:
@@ -103,17 +107,24 @@ def max_chars_per_token(tokenizer: PreTrainedTokenizerBase) -> int:
     return max(cached, 1)
 
 
-def _refuse_a_head_over(tokenizer: PreTrainedTokenizerBase, text: str, max_model_len: int) -> None:
+def _refuse_a_head_over(
+    tokenizer: PreTrainedTokenizerBase,
+    text: str,
+    max_model_len: int,
+    add_special_tokens: bool = False,
+) -> None:
     """Tokenize heads of `text` twice as long each time, from `_FIRST_HEAD_CHARS_PER_TOKEN`
     characters a token (so typical text is refused from one short head) up to the most a token
-    can spell; a text no longer than that is left to be tokenized whole."""
+    can spell; a text no longer than that is left to be tokenized whole. Heads get the special
+    tokens the whole text would, so the count includes them."""
     tokens = max_model_len + HEAD_SLACK_TOKENS
     most_chars = tokens * max_chars_per_token(tokenizer)
     size = min(tokens * _FIRST_HEAD_CHARS_PER_TOKEN, most_chars)
     while size < len(text):
         space = text.find(" ", size, size + _CUT_WINDOW_CHARS)
         head = text[: size if space < 0 else space]  # a cut before a space splits no word
-        at_least = len(tokenizer.encode(head, add_special_tokens=False)) - HEAD_SLACK_TOKENS
+        head_ids = tokenizer.encode(head, add_special_tokens=add_special_tokens)
+        at_least = len(head_ids) - HEAD_SLACK_TOKENS
         if at_least >= max_model_len:
             raise _too_long(at_least, max_model_len, counted=(len(head), len(text)))
         if size >= most_chars:  # it packs more characters in a token than its vocabulary shows

@@ -4,9 +4,11 @@ It asks for token ids (`return_token_ids`) and sampled-token logprobs, uses `/v1
 with a token-id prompt in token-in mode, retries connection errors, 429 and 5xx with exponential
 backoff, and turns another 4xx into `InferenceRequestError` carrying the server's message. It
 never resends a request the server may still be generating: a read timeout is
-`InferenceTimeoutError` at once. Text with a lone surrogate is refused before sending. It does
-not stream and sends n=1 only. Servers that return no ids give responses with empty ids (no
-token trace); mismatched ids and logprobs are an error.
+`InferenceTimeoutError` at once (a `ServerPool` moves that call to another server once; the
+timed-out connection is closed, and `ludic serve` cancels a request whose client went away).
+Text with a lone surrogate is refused before sending. It does not stream and sends n=1 only.
+Servers that return no ids give responses with empty ids (no token trace); mismatched ids and
+logprobs are an error.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ class InferenceUnavailableError(ConnectionError):
 
 class InferenceTimeoutError(TimeoutError):
     """The server sent no reply within the client's read timeout. Never retried: the server may
-    still be generating the reply, and a resend would generate it again."""
+    still be generating the reply, and a resend would generate it again. A `ServerPool` marks
+    the server down and sends the call once to another server."""
 
 
 class OpenAICompatibleClient:

@@ -3,12 +3,15 @@
 A call goes to the server with the fewest requests in flight (ties in turn), except that every
 call of one conversation (`ludic.inference.http.affinity.conversation`; the RolloutEngine opens
 one per episode) stays on the server that took its first call, where its prefix is cached. A server that
-cannot be reached (or keeps failing with 5xx) is marked down and the call is retried on another
-one at once; the conversation moves there, the response records it (`extra["failed_over_from"]`)
+cannot be reached, keeps failing with 5xx or sends no reply within the client's read timeout (a
+hung server; it cancels the request when the client drops the connection) is marked down and the
+call is sent once to another one at once; the conversation moves there, the response records it (`extra["failed_over_from"]`)
 and the pool counts it (`stats()`). A down server is asked `GET /health` again after
 `recheck_s` before it takes calls again. Each response keeps the policy version of the server
 that produced it. It does not publish weights (`BroadcastPolicyPublisher` does, to the same
-URLs) and it never retries a call the server refused (4xx).
+URLs) and it never retries a call the server refused (4xx). With no server left, a call every
+server timed out raises `InferenceTimeoutError` (the one server's own, with one server), any
+other failure `InferenceUnavailableError` naming each server's problem.
 """
 
 from __future__ import annotations
@@ -26,7 +29,11 @@ import httpx
 
 from ludic.inference.client import ChatRequest, ChatResponse
 from ludic.inference.http.affinity import current_conversation
-from ludic.inference.http.openai_client import InferenceUnavailableError, OpenAICompatibleClient
+from ludic.inference.http.openai_client import (
+    InferenceTimeoutError,
+    InferenceUnavailableError,
+    OpenAICompatibleClient,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -95,19 +102,18 @@ class ServerPool:
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         tried: list[_Server] = []
+        errors: list[Exception] = []
         failed_over: list[Failover] = []
         while True:
             server = await self._choose(exclude=tried)
             if server is None:
-                problems = "; ".join(f"{s.url}: {s.last_error}" for s in tried) or "none up"
-                raise InferenceUnavailableError(
-                    f"no inference server could take the call ({problems})"
-                )
+                raise _none_left(tried, errors)
             self._pin(server)
             try:
                 response = await self._call(server, request)
-            except (InferenceUnavailableError, httpx.TransportError) as e:
+            except (InferenceUnavailableError, InferenceTimeoutError, httpx.TransportError) as e:
                 tried.append(server)
+                errors.append(e)
                 self._mark_down(server, e)
                 continue
             finally:
@@ -199,6 +205,18 @@ class ServerPool:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _none_left(tried: list[_Server], errors: list[Exception]) -> Exception:
+    """The error for a call no server could take: a lone server's timeout as it was, every
+    server timing out as a timeout, anything else as unavailable, naming each server."""
+    if len(errors) == 1 and isinstance(errors[0], InferenceTimeoutError):
+        return errors[0]
+    problems = "; ".join(f"{s.url}: {s.last_error}" for s in tried) or "none up"
+    message = f"no inference server could take the call ({problems})"
+    if errors and all(isinstance(e, InferenceTimeoutError) for e in errors):
+        return InferenceTimeoutError(message)
+    return InferenceUnavailableError(message)
 
 
 def _recorded(response: ChatResponse, server: _Server, moves: list[Failover]) -> ChatResponse:

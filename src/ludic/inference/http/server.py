@@ -167,6 +167,7 @@ def create_app(
                 req.prompt,
                 engine.max_model_len,
                 where="prompt",
+                add_special_tokens=True,  # a BOS, as vLLM and tokenizer.encode(prompt) add
             )
             ids = await asyncio.to_thread(_sampling_errors_as_400, encode)
         chat = ChatRequest(messages=[], sampling=sampling, prompt_token_ids=list(ids))
