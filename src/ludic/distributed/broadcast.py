@@ -251,7 +251,9 @@ class BroadcastPolicyPublisher:
             self._warned_no_probe = True
         started = time.perf_counter()
         tensors = self._wire_tensors(state)
-        check_publishable(tensors, version=version)  # as sent (a cast may overflow), before a byte
+        # as sent (a cast may overflow), before a byte; within finite_checked() (the Trainer
+        # checked every rank's shards) only the tensors a cast narrowed
+        check_publishable(tensors, version=version, cast_from=state)
         new_group = self.fleet.group is None or (bool(self.missed) and self.fleet.rejoin_due())
         if new_group:
             self.connect()

@@ -4,12 +4,16 @@ A publisher pushes a model (or its state dict) tagged with a policy version; whe
 go (an in-process engine, a vLLM server over NCCL, ...) is the implementation's business. The
 Trainer never knows which one it has. Every publisher refuses weights holding a nan or an inf
 before any byte leaves (`check_publishable`): a diverged policy stops the run, and the servers
-keep serving the last good weights.
+keep serving the last good weights. A caller that has just checked them itself (the Trainer,
+over every rank's local shards before the gather) publishes within `finite_checked()`, and the
+publisher skips its own pass over the gathered state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
@@ -31,16 +35,53 @@ class PublishVerificationError(RuntimeError):
     """After a push, the served policy is not the one that was published."""
 
 
-def check_publishable(state: Mapping[str, torch.Tensor], *, version: int) -> None:
+_FINITE_CHECKED: ContextVar[bool] = ContextVar("ludic_finite_checked", default=False)
+
+
+@contextmanager
+def finite_checked() -> Iterator[None]:
+    """Publish within it when the weights were just checked to be finite (the Trainer does,
+    over every rank's local shards, before gathering): `check_publishable` then skips its pass,
+    but for tensors a wire cast narrowed. Outside it every publisher checks."""
+    token = _FINITE_CHECKED.set(True)
+    try:
+        yield
+    finally:
+        _FINITE_CHECKED.reset(token)
+
+
+def check_publishable(
+    state: Mapping[str, torch.Tensor],
+    *,
+    version: int,
+    cast_from: Mapping[str, torch.Tensor] | None = None,
+) -> None:
     """Raise `NonFiniteWeightsError` (`diverged_error`) when a floating tensor of `state` holds
     a nan or an inf (`ludic.inference.weights.check_finite`: one float sum per tensor). Called
-    by a publisher before any byte leaves."""
+    by a publisher before any byte leaves. Within `finite_checked()` only the tensors cast to a
+    narrower range than they have in `cast_from` (the state before a wire cast: e.g. float32
+    to float16 can overflow to inf) are checked, and none without it."""
     from ludic.inference.weights import NonFiniteWeightsError, check_finite  # imports us back
 
+    if _FINITE_CHECKED.get():
+        state = {k: t for k, t in state.items() if _narrowed(cast_from, k, t)}
+        if not state:
+            return
     try:
         check_finite(state)
     except NonFiniteWeightsError as e:
         raise diverged_error(e.names, version=version) from None
+
+
+def _narrowed(before: Mapping[str, torch.Tensor] | None, name: str, after: torch.Tensor) -> bool:
+    """Whether `after` was cast from `before[name]` to a float type with a clearly smaller
+    range (float32 to bfloat16 is not: the same exponent range)."""
+    if before is None or name not in before or not after.is_floating_point():
+        return False
+    source = before[name]
+    if not source.is_floating_point() or source.dtype == after.dtype:
+        return False
+    return torch.finfo(after.dtype).max < torch.finfo(source.dtype).max / 2
 
 
 def diverged_error(names: Sequence[str], *, version: int) -> NonFiniteWeightsError:

@@ -31,7 +31,7 @@ import torch
 from tqdm import tqdm
 
 from ludic._aio import maybe_await
-from ludic.distributed.interfaces import PolicyPublisher
+from ludic.distributed.interfaces import PolicyPublisher, diverged_error, finite_checked
 from ludic.inference.weights import NonFiniteWeightsError
 from ludic.rollouts.samples import SAWItem
 from ludic.training.algorithm_types import RLAlgorithm
@@ -82,6 +82,7 @@ from ludic.training.parallel.runtime import (
     check_reference_model,
     check_same_on_every_rank,
     next_batch_together,
+    nonfinite_on_any_rank,
     run_on_main,
 )
 from ludic.training.parallel.state import optimizer_param_names
@@ -362,13 +363,22 @@ class Trainer:
     def publish_weights(self) -> float | None:
         """Push the current weights and `policy_version` to the publisher; returns the seconds
         it took (None without a publisher on any rank). Under FSDP the weights are gathered
-        on every rank, so every rank must call it; the rank holding the publisher pushes."""
+        on every rank, so every rank must call it; the rank holding the publisher pushes.
+
+        First every rank checks its own shards for a nan or an inf and the ranks agree: if any
+        has one, every rank raises the same `NonFiniteWeightsError` (naming the tensors) before
+        the gather, so none is left waiting in a collective; the publisher then skips its own
+        pass over the gathered state (`finite_checked`)."""
         if not self._publishes:
             return None
         started = time.perf_counter()
+        bad = nonfinite_on_any_rank(self.runtime, self.model)
+        if bad:
+            raise diverged_error(bad, version=self.policy_version)
         weights = self.runtime.inference_weights(self.model)  # gathers on every rank
         if self.publisher is not None and weights is not None:
-            self.publisher.publish(weights, version=self.policy_version)
+            with finite_checked():
+                self.publisher.publish(weights, version=self.policy_version)
         return time.perf_counter() - started
 
     def _diverged(

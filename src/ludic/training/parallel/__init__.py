@@ -14,6 +14,7 @@ from ludic.training.parallel.runtime import (
     check_reference_model,
     check_same_on_every_rank,
     next_batch_together,
+    nonfinite_on_any_rank,
     run_on_main,
 )
 from ludic.training.parallel.state import (
@@ -56,6 +57,7 @@ __all__ = [
     "launched_world_size",
     "named_optimizer_state",
     "next_batch_together",
+    "nonfinite_on_any_rank",
     "optimizer_param_names",
     "run_on_main",
     "shard_model",

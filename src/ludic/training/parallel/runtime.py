@@ -194,6 +194,25 @@ def check_reference_model(model: torch.nn.Module, ref_model: torch.nn.Module) ->
         )
 
 
+def nonfinite_on_any_rank(runtime: TrainingRuntime, model: torch.nn.Module) -> list[str]:
+    """The names of `model`'s floating tensors holding a nan or an inf on any rank (sorted; []
+    when every rank's are finite). Each rank checks only its own local shards, where they live
+    (`checksum.nonfinite`: one float sum per tensor), before any gather; the ranks then agree
+    (`any_rank`) and, only if one found any, gather the names, so every rank returns the same
+    list and can raise the same error (none is left waiting in a collective). Every rank must
+    call it. In one process: no collectives, the model's own tensors."""
+    from ludic.distributed.checksum import nonfinite
+
+    local = {}
+    for name, tensor in model.state_dict().items():
+        to_local = getattr(tensor, "to_local", None)  # a DTensor shard (FSDP2): this rank's part
+        local[name] = to_local() if callable(to_local) else tensor
+    found = nonfinite(local)
+    if not runtime.any_rank(bool(found)):
+        return []
+    return sorted({name for names in runtime.all_gather_object(found) for name in names})
+
+
 def run_on_main(runtime: TrainingRuntime, fn: Callable[[], T]) -> T:
     """Run `fn` on the main rank and hand its result to every rank; if it raises there, every
     rank raises (so no rank is left waiting in a collective)."""
