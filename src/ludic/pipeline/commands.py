@@ -73,6 +73,7 @@ def run_actor(cfg: ActorConfig) -> list[ActorBatchStats]:
     from ludic.recipes.inference import check_engine_flags
 
     sampling = actor_sampling(cfg)  # a bad --temperature / --top-p fails before any work
+    check_actor_preset(cfg)  # --group-size 1 or --temperature 0 where the preset cannot learn
     check_engine_flags(  # as `ludic train` and `ludic eval` refuse them, before any model loads
         batch_invariant=cfg.batch_invariant,
         prepacked_gemm=cfg.prepacked_gemm,
@@ -85,6 +86,17 @@ def run_actor(cfg: ActorConfig) -> list[ActorBatchStats]:
     parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
     context = actor_context(cfg, env_factory, env_kwargs)
     return asyncio.run(_act(cfg, env_factory, env_kwargs, parser, context, sampling))
+
+
+def check_actor_preset(cfg: ActorConfig) -> None:
+    """Refuse, as `ludic train` does, flags with which `--algorithm`'s preset cannot learn:
+    `--group-size 1` with a group baseline (every advantage 0), `--temperature 0` with a group
+    baseline or a ratio loss (`ludic.recipes.train_checks`)."""
+    from ludic.recipes.train_checks import check_greedy, check_group_size
+
+    algorithm = make_algorithm(cfg.algorithm, max_tokens=cfg.max_tokens, gigpo=cfg.gigpo)
+    check_group_size(cfg, algorithm)
+    check_greedy(cfg, algorithm)
 
 
 def actor_context(

@@ -6,7 +6,9 @@ names, or by a `ludic serve` child process with `--local-server`, which draws th
 during the optimizer step), assigns credit with the chosen preset, takes one optimizer step and
 pushes the new weights to inference (`InProcessPublisher` or `BroadcastPolicyPublisher`,
 verified). When most episodes of a batch end by overflowing the model's context, it says so
-once, with the flags that fix it.
+once, with the flags that fix it. With `--server-url` the starting weights are pushed as policy
+version 0 before the first rollout, so step 1 is on-policy whatever the server held (a server
+of another architecture refuses the push before any episode).
 `--resume` continues a run from its checkpoint: the restored weights are pushed before the
 first rollout and the seeds go on where they stopped, so a resumed run equals an
 uninterrupted one; a different env, algorithm, group size or sampling is refused before the
@@ -28,6 +30,8 @@ from rich.console import Console
 
 from ludic.agents import Agent
 from ludic.context import ContextStrategy, FullDialog, LatestObservationContext
+from ludic.distributed.server_link import ServerUnreachable, WeightPushError
+from ludic.errors import LudicUsageError
 from ludic.eval.command import resolve_env_factory, resolve_parser, with_env
 from ludic.inference.client import ChatClient
 from ludic.inference.sampling import SamplingConfig
@@ -58,6 +62,7 @@ from ludic.recipes.run_lock import (
 from ludic.recipes.train_checks import (
     RUN_SETTINGS_KEY,
     check_counts,
+    check_greedy,
     check_group_size,
     check_resume_settings,
     run_settings,
@@ -167,6 +172,7 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
     check_resume_dir(cfg)  # --resume PATH older than checkpoints already in OUT_DIR
     algorithm = make_algorithm(cfg.algorithm, cfg)
     check_group_size(cfg, algorithm)  # a group baseline over groups of one: every advantage 0
+    check_greedy(cfg, algorithm)  # --temperature 0 with a group baseline or a ratio loss
     check_resume_settings(  # --resume with another env, algorithm, group or sampling: refused
         cfg, env_kwargs, lambda text: console.print(f"[yellow]note[/yellow]: --resume: {text}")
     )
@@ -288,6 +294,8 @@ async def _train(
         trainer.checkpoint_extra[RUN_SETTINGS_KEY] = run_settings(cfg, run.env_kwargs)
         if cfg.resume is not None:
             _resume(trainer, cfg, console)
+        elif server is None and cfg.server_url:
+            _publish_start(trainer, cfg, console)
         console.print(
             f"{algorithm.name} on {cfg.env}: {plural(cfg.steps - trainer.step, 'step')} of "
             f"{cfg.problems_per_step} x {cfg.group_size} episodes"
@@ -417,6 +425,37 @@ def _resume(trainer: Trainer, cfg: TrainConfig, console: Console) -> None:
     console.print(
         f"resumed at step {trainer.step} (policy version {trainer.policy_version}), "
         "its weights now served for the first rollout"
+    )
+
+
+class StartingWeightsRefused(WeightPushError, LudicUsageError):
+    """The server refused `ludic train`'s starting weights (another architecture than
+    `--model`): a WeightPushError, and a refusal the CLI prints without a traceback."""
+
+
+def _publish_start(trainer: Trainer, cfg: TrainConfig, console: Console) -> None:
+    """Push the starting weights (`--model`) to `--server-url` as policy version 0 before the
+    first rollout, as `--resume` pushes its checkpoint's: a server that an earlier run pushed
+    to, or that loaded another model, would otherwise sample step 1 off-policy. A server of
+    another architecture refuses the push (WeightPushError naming `--model`) before any
+    episode."""
+    start = f"--model {cfg.model}" if cfg.model else "a fresh tiny model"
+    try:
+        seconds = trainer.publish_weights()
+    except WeightPushError as e:
+        trainer.close()
+        if isinstance(e, ServerUnreachable):
+            raise
+        raise StartingWeightsRefused(
+            f"--server-url refused this run's starting weights ({start}) before any episode: {e}"
+        ) from e
+    except BaseException:
+        trainer.close()
+        raise
+    took = "" if seconds is None else f" in {seconds:.2f}s"
+    console.print(
+        f"server: this run's starting weights ({start}) pushed as policy version "
+        f"{trainer.policy_version}{took}, served for the first rollout"
     )
 
 

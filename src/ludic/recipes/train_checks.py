@@ -4,7 +4,10 @@ checkpoint records so that `--resume` continues the same run.
 Counts (`--steps`, `--problems-per-step`, `--group-size`) must be >= 1, and a preset whose
 baseline is its group's mean (GRPO and its variants, RLOO, GiGPO, REINFORCE with a group
 baseline, AWR's group baseline) needs `--group-size` >= 2: with one episode per group every
-advantage is 0. `run_settings` is what each checkpoint's state.json `extra` holds under
+advantage is 0. `--temperature 0` (greedy) is refused with such a preset (every episode of a
+group is the same completion, so again every advantage is 0) and with a ratio loss (the
+importance ratio assumes sampled completions; a greedy one is not). `ludic actor` runs the
+same two checks (`check_group_size`, `check_greedy`) on its flags. `run_settings` is what each checkpoint's state.json `extra` holds under
 `RUN_SETTINGS_KEY` (the env, its kwargs, the algorithm, the group size and the sampling), and
 `check_resume_settings` refuses a `--resume` whose flags differ from them before the model
 loads. It does not check the LR flags (the trainer does: `ludic.training.lr_resume`) nor the
@@ -17,7 +20,7 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ludic.recipes.configs import RESUME_LATEST, TrainConfig
 from ludic.recipes.training import CHECKPOINTS_DIR
@@ -59,7 +62,73 @@ def group_baseline(algorithm: RLAlgorithm) -> bool:
     return isinstance(credit, AWRCredit) and credit.baseline == "group"
 
 
-def check_group_size(cfg: TrainConfig, algorithm: RLAlgorithm) -> None:
+class RolloutFlags(Protocol):
+    """The flags of `ludic train` and `ludic actor` that decide whether a preset can learn."""
+
+    @property
+    def algorithm(self) -> str: ...
+
+    @property
+    def group_size(self) -> int: ...
+
+    @property
+    def temperature(self) -> float: ...
+
+
+def ratio_loss(algorithm: RLAlgorithm) -> bool:
+    """Whether the preset's loss weighs tokens by the importance ratio pi / mu against the
+    behaviour policy (clipped surrogates, CISPO, GMPO, a truncated-IS REINFORCE or a rollout
+    correction), looking through composite losses."""
+    from ludic.training.losses import (
+        CISPOLoss,
+        CompositeLoss,
+        GMPOLoss,
+        ReinforceLoss,
+        RolloutCorrection,
+        SequenceClippedSurrogateLoss,
+        TokenClippedSurrogateLoss,
+    )
+
+    ratios = (TokenClippedSurrogateLoss, SequenceClippedSurrogateLoss, CISPOLoss, GMPOLoss)
+    pending: list[Any] = [algorithm.loss]
+    while pending:
+        loss = pending.pop()
+        if isinstance(loss, (*ratios, RolloutCorrection)):
+            return True
+        if isinstance(loss, ReinforceLoss) and loss.truncated_is_cap is not None:
+            return True
+        if isinstance(loss, CompositeLoss):
+            pending.extend(term for _, term in loss.terms)
+    return False
+
+
+def check_greedy(cfg: RolloutFlags, algorithm: RLAlgorithm) -> None:
+    """Refuse `--temperature 0` for a preset that cannot learn from greedy rollouts: a group
+    baseline (every episode of a group is the same completion, so every advantage is 0) or a
+    ratio loss (it assumes completions sampled from the policy)."""
+    if cfg.temperature != 0:
+        return
+    groups, ratios = group_baseline(algorithm), ratio_loss(algorithm)
+    if not (groups or ratios):
+        return
+    why = []
+    if groups:
+        why.append(
+            "every episode of a group is the same greedy completion, so each reward equals its "
+            "group's baseline and every advantage is 0: nothing trains"
+        )
+    if ratios:
+        why.append(
+            "its loss weighs tokens by the importance ratio pi/mu, which assumes completions "
+            "sampled from the policy, and a greedy completion is not one"
+        )
+    raise ValueError(
+        f"--temperature 0 with --algorithm {cfg.algorithm}: {'; and '.join(why)}. Pass "
+        "--temperature above 0 (e.g. 1.0, the default, or 0.7), or --algorithm reinforce"
+    )
+
+
+def check_group_size(cfg: RolloutFlags, algorithm: RLAlgorithm) -> None:
     """Refuse `--group-size 1` for a preset that needs a group to compare episodes."""
     if cfg.group_size == 1 and group_baseline(algorithm):
         raise ValueError(
