@@ -399,7 +399,9 @@ def _protocol(
 
 
 def _resume(trainer: Trainer, cfg: TrainConfig, console: Console) -> None:
-    """Restore the checkpoint `cfg.resume` names (publishing its weights into the engine)."""
+    """Restore the checkpoint `cfg.resume` names (publishing its weights into the engine);
+    closes the trainer (its logger files, its runtime) and raises when it cannot continue,
+    whatever the error (a checkpoint of another model, non-finite weights, a failed push)."""
     path = None if cfg.resume == RESUME_LATEST else Path(cfg.resume or "")
     try:
         trainer.resume(path, override_lr_schedule=cfg.override_lr_schedule)
@@ -409,6 +411,9 @@ def _resume(trainer: Trainer, cfg: TrainConfig, console: Console) -> None:
     except LRScheduleMismatchError as e:
         trainer.close()
         raise ValueError(_lr_mismatch_message(e, cfg)) from e
+    except BaseException:
+        trainer.close()
+        raise
     if trainer.step >= cfg.steps:
         trainer.close()
         raise ValueError(
