@@ -10,7 +10,8 @@ importance ratio assumes sampled completions; a greedy one is not). `ludic actor
 same two checks (`check_group_size`, `check_greedy`) on its flags. `run_settings` is what each checkpoint's state.json `extra` holds under
 `RUN_SETTINGS_KEY` (the env, its kwargs, the algorithm, the group size and the sampling), and
 `check_resume_settings` refuses a `--resume` whose flags differ from them before the model
-loads. It does not check the LR flags (the trainer does: `ludic.training.lr_resume`) nor the
+loads, but for `--max-tokens` (it only moves truncation; a notice names the change), which
+dr_grpo's loss divides by and so keeps. It does not check the LR flags (the trainer does: `ludic.training.lr_resume`) nor the
 flags that only change speed or bookkeeping (`--problems-per-step`, `--concurrency`, ...).
 """
 
@@ -169,6 +170,13 @@ def resume_checkpoint(cfg: TrainConfig) -> Path | None:
     return path if (path / STATE).is_file() else None
 
 
+def _truncation_only(cfg: TrainConfig) -> frozenset[str]:
+    """The recorded flags a `--resume` may change: `--max-tokens` only moves where completions
+    are cut off (the fix the context-overflow warning advises), except under dr_grpo, whose
+    loss divides by it."""
+    return frozenset() if cfg.algorithm == "dr_grpo" else frozenset({"--max-tokens"})
+
+
 def _value(flag: str, value: Any) -> str:
     return f"'{json.dumps(value)}'" if flag == "--env-kwargs" else str(value)
 
@@ -181,8 +189,10 @@ def check_resume_settings(
     cfg: TrainConfig, env_kwargs: Mapping[str, Any], notice: Callable[[str], None]
 ) -> None:
     """Refuse `--resume` when this launch's `run_settings` differ from the checkpoint's,
-    naming each flag, the checkpoint's value and this launch's, and the fix. A checkpoint
-    saved before runs recorded them resumes unchecked, with a one-line `notice`."""
+    naming each flag, the checkpoint's value and this launch's, and the fix. Another
+    `--max-tokens` (truncation only; not under dr_grpo, whose loss divides by it) resumes with
+    a one-line `notice` naming both values, as does a checkpoint saved before runs recorded
+    their settings (unchecked)."""
     path = resume_checkpoint(cfg)
     if path is None:
         return
@@ -199,11 +209,20 @@ def check_resume_settings(
         return
     given = run_settings(cfg, env_kwargs)
     # flags one side does not record (--gigpo.* of another algorithm) are not compared
-    differ = [f for f in given if f in saved and saved[f] != given[f]]
+    changed = [f for f in given if f in saved and saved[f] != given[f]]
+    free = _truncation_only(cfg)
+    differ = [f for f in changed if f not in free]
     if not differ:
+        for f in changed:
+            notice(
+                f"{f} is {given[f]}, the checkpoint's {saved[f]}: continuing with {given[f]} "
+                "(it only changes where completions are cut off)"
+            )
         return
     parts = [
-        f"{f} is {_value(f, given[f])}, the checkpoint's {_value(f, saved[f])}" for f in differ
+        f"{f} is {_value(f, given[f])}, the checkpoint's {_value(f, saved[f])}"
+        + (" (dr_grpo's loss normaliser)" if f == "--max-tokens" else "")
+        for f in differ
     ]
     keep = " ".join(_flag_text(f, saved[f]) for f in differ)
     raise ValueError(

@@ -1,0 +1,73 @@
+"""`check_resume_settings`, the check `ludic train --resume` runs before the model loads:
+another `--max-tokens` (the fix the context-overflow warning advises) resumes with a notice
+naming both values; the flags that change the trained objective are still refused, and so is
+`--max-tokens` under dr_grpo, whose loss divides by it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import tyro
+
+from ludic.recipes.configs import TrainConfig
+from ludic.recipes.train_checks import RUN_SETTINGS_KEY, check_resume_settings, run_settings
+
+BASE = ["--env", "some_env:Env", "--max-tokens", "64", "--group-size", "4"]
+
+
+def config(*args: str) -> TrainConfig:
+    return tyro.cli(TrainConfig, args=list(args))
+
+
+def checkpoint(tmp_path: Path, *args: str) -> Path:
+    """A checkpoint whose state.json records the run settings of `ludic train *args`."""
+    path = tmp_path / "run" / "checkpoints" / "step_00000002"
+    path.mkdir(parents=True)
+    extra = {RUN_SETTINGS_KEY: run_settings(config(*args), {})}
+    (path / "state.json").write_text(json.dumps({"step": 2, "extra": extra}))
+    return path
+
+
+def resume(tmp_path: Path, saved: Path, *args: str) -> list[str]:
+    notices: list[str] = []
+    cfg = config(*args, "--out-dir", str(tmp_path / "run"), "--resume", str(saved))
+    check_resume_settings(cfg, {}, notices.append)
+    return notices
+
+
+def test_another_max_tokens_resumes_with_a_notice_naming_both_values(tmp_path: Path) -> None:
+    saved = checkpoint(tmp_path, *BASE)
+    (note,) = resume(tmp_path, saved, *BASE, "--max-tokens", "32")
+    assert "--max-tokens is 32, the checkpoint's 64: continuing with 32" in note
+    assert resume(tmp_path, saved, *BASE) == []  # the same flags: nothing to say
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--algorithm", "rloo"),
+        ("--group-size", "8"),
+        ("--temperature", "0.7"),
+        ("--top-p", "0.9"),
+        ("--env", "other_env:Env"),
+    ],
+)
+def test_flags_that_change_the_objective_are_still_refused(
+    tmp_path: Path, flag: str, value: str
+) -> None:
+    saved = checkpoint(tmp_path, *BASE)
+    with pytest.raises(ValueError, match="with other settings") as refused:
+        resume(tmp_path, saved, *BASE, "--max-tokens", "32", flag, value)
+    assert f"{flag} is {value}" in str(refused.value)
+    assert "--max-tokens" not in str(refused.value)  # allowed, so not named as the problem
+
+
+def test_another_max_tokens_is_refused_under_dr_grpo(tmp_path: Path) -> None:
+    saved = checkpoint(tmp_path, *BASE, "--algorithm", "dr_grpo")
+    with pytest.raises(ValueError, match="with other settings") as refused:
+        resume(tmp_path, saved, *BASE, "--algorithm", "dr_grpo", "--max-tokens", "32")
+    message = str(refused.value)
+    assert "--max-tokens is 32, the checkpoint's 64 (dr_grpo's loss normaliser)" in message
+    assert "(--max-tokens 64) to continue it" in message
