@@ -1,7 +1,7 @@
 """`check_resume_settings`, the check `ludic train --resume` runs before the model loads:
 another `--max-tokens` (the fix the context-overflow warning advises) resumes with a notice
 naming both values; the flags that change the trained objective are still refused, and so is
-`--max-tokens` under dr_grpo, whose loss divides by it."""
+`--max-tokens` under dr_grpo, whose loss divides by it, and a `ludic sft` checkpoint."""
 
 from __future__ import annotations
 
@@ -71,3 +71,28 @@ def test_another_max_tokens_is_refused_under_dr_grpo(tmp_path: Path) -> None:
     message = str(refused.value)
     assert "--max-tokens is 32, the checkpoint's 64 (dr_grpo's loss normaliser)" in message
     assert "(--max-tokens 64) to continue it" in message
+
+
+def test_a_ludic_sft_checkpoint_is_refused_naming_the_command_and_the_fix(tmp_path: Path) -> None:
+    from ludic.recipes.configs import SFTConfig
+    from ludic.recipes.sft_resume import SFT_SETTINGS_KEY, sft_settings
+
+    path = tmp_path / "run" / "checkpoints" / "step_00000002"
+    path.mkdir(parents=True)
+    extra = {SFT_SETTINGS_KEY: sft_settings(tyro.cli(SFTConfig, args=["--data", "d.jsonl"]))}
+    (path / "state.json").write_text(json.dumps({"step": 2, "extra": extra}))
+    with pytest.raises(ValueError, match="is a `ludic sft` checkpoint") as refused:
+        resume(tmp_path, path, *BASE)
+    assert f"start a new run with --model {path / 'model'} and another --out-dir" in str(
+        refused.value
+    )
+
+
+def test_a_checkpoint_recording_no_settings_resumes_unchecked_with_a_notice(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "run" / "checkpoints" / "step_00000002"
+    path.mkdir(parents=True)
+    (path / "state.json").write_text(json.dumps({"step": 2, "extra": {}}))
+    (note,) = resume(tmp_path, path, *BASE)
+    assert "saved by an older ludic" in note

@@ -11,8 +11,9 @@ same two checks (`check_group_size`, `check_greedy`) on its flags. `run_settings
 `RUN_SETTINGS_KEY` (the env, its kwargs, the algorithm, the group size and the sampling), and
 `check_resume_settings` refuses a `--resume` whose flags differ from them before the model
 loads, but for `--max-tokens` (it only moves truncation; a notice names the change), which
-dr_grpo's loss divides by and so keeps. It does not check the LR flags (the trainer does: `ludic.training.lr_resume`) nor the
-flags that only change speed or bookkeeping (`--problems-per-step`, `--concurrency`, ...).
+dr_grpo's loss divides by and so keeps; it refuses a `ludic sft` checkpoint, naming the fix.
+It does not check the LR flags (the trainer does: `ludic.training.lr_resume`) nor the flags
+that only change speed or bookkeeping (`--problems-per-step`, `--concurrency`, ...).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ludic.recipes.configs import RESUME_LATEST, TrainConfig
+from ludic.recipes.sft_resume import SFT_SETTINGS_KEY
 from ludic.recipes.training import CHECKPOINTS_DIR
 from ludic.training.algorithm_types import RLAlgorithm
 from ludic.training.checkpoint import STATE, complete_checkpoints, is_checkpoint_root
@@ -202,6 +204,12 @@ def check_resume_settings(
         return  # a broken checkpoint: the trainer refuses it with its own message
     saved = extra.get(RUN_SETTINGS_KEY)
     if not isinstance(saved, dict):
+        if SFT_SETTINGS_KEY in extra:
+            raise ValueError(
+                f"--resume: {path} is a `ludic sft` checkpoint; `ludic train --resume` continues "
+                "a `ludic train` run. To train with RL from its weights, start a new run with "
+                f"--model {path / 'model'} and another --out-dir"
+            )
         notice(
             f"{path} does not record its run's --env/--algorithm/group and sampling flags "
             "(saved by an older ludic): resuming without checking that they match"
