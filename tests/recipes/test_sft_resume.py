@@ -230,7 +230,7 @@ def test_a_train_checkpoint_or_an_old_one_is_told_apart(tmp_path: Path) -> None:
     notes: list[str] = []
     write({})
     check_sft_resume_settings(cfg, notes.append)
-    assert notes and "resuming unchecked" in notes[0]
+    assert notes and "resuming without checking" in notes[0]
     write({SFT_SETTINGS_KEY: {"--awr-beta": 3.0, "--algorithm": "sft"}})  # not given: skipped
     check_sft_resume_settings(cfg, notes.append)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from ludic.recipes.configs import RESUME_LATEST, TrainConfig
-from ludic.recipes.train import check_resume_dir
+from ludic.recipes.training import check_resume_dir
 
 ENV = """
 from ludic.envs import SingleAgentEnv
@@ -102,7 +102,8 @@ def test_only_a_resume_older_than_the_out_dirs_checkpoints_is_refused(tmp_path: 
     newer = _checkpoint(tmp_path / "later" / "checkpoints", 5)
 
     def check(resume: str | None) -> None:
-        check_resume_dir(TrainConfig(out_dir=tmp_path / "run", resume=resume))
+        cfg = TrainConfig(out_dir=tmp_path / "run", resume=resume)
+        check_resume_dir(cfg.out_dir, cfg.resume)
 
     with pytest.raises(FileExistsError, match="step_00000003, step_00000004"):
         check(str(older))

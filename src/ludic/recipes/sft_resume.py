@@ -23,22 +23,18 @@ from pathlib import Path
 from typing import Any
 
 from ludic.recipes.configs import RESUME_LATEST, SFTConfig
-from ludic.recipes.training import CHECKPOINTS_DIR, refuse_earlier_checkpoints
-from ludic.training import OfflineBatchSource, Trainer
-from ludic.training.checkpoint import (
-    STATE,
-    CheckpointManager,
-    checkpoint_step,
-    checkpoints_after,
-    complete_checkpoints,
-    is_checkpoint_root,
+from ludic.recipes.training import (
+    SETTINGS_KEYS,
+    check_run_dir,
+    recorded_settings,
+    refuse_other_settings,
 )
+from ludic.training import OfflineBatchSource, Trainer
+from ludic.training.checkpoint import CheckpointManager
 from ludic.training.lr_resume import LRScheduleMismatchError
 
-SFT_SETTINGS_KEY = "sft_settings"
+SFT_SETTINGS_KEY = SETTINGS_KEYS["ludic sft"]
 """Key of `sft_settings` in a checkpoint's state.json `extra`."""
-
-_TRAIN_SETTINGS_KEY = "run_settings"  # what a `ludic train` checkpoint records instead
 
 
 def check_sft_counts(cfg: SFTConfig) -> None:
@@ -75,73 +71,28 @@ def sft_settings(cfg: SFTConfig) -> dict[str, Any]:
 def check_sft_run_dir(cfg: SFTConfig) -> None:
     """Without --resume: refuse an OUT_DIR with an earlier run's checkpoints. With `--resume
     PATH`: refuse one older than complete checkpoints in OUT_DIR (they would outlive this run
-    and win a later bare --resume); a bare --resume takes the newest, so it never is."""
-    if cfg.resume is None:
-        refuse_earlier_checkpoints(
-            cfg.out_dir,
-            fix=f"Pass --resume to continue that run (--steps counts the whole run), or another "
-            f"--out-dir for a new one (or delete {cfg.out_dir}).",
-        )
-        return
-    if cfg.resume == RESUME_LATEST or (step := checkpoint_step(cfg.resume)) is None:
-        return
-    root = cfg.out_dir / CHECKPOINTS_DIR
-    stale = checkpoints_after(root, step)
-    if stale:
-        raise FileExistsError(
-            f"--resume {cfg.resume} is at step {step}, but {root} holds newer checkpoints "
-            f"({', '.join(p.name for p in stale)}), from another run or the stretch this resume "
-            f"discards: a later --resume would pick {stale[-1].name} over this run's own steps. "
-            f"Delete them (rm -r {' '.join(str(p) for p in stale)}) to continue from step "
-            f"{step} here, or pass another --out-dir."
-        )
-
-
-def resume_path(cfg: SFTConfig) -> Path | None:
-    """The checkpoint `--resume` names, to read its settings (None: none readable; the
-    trainer's resume then says why)."""
-    if cfg.resume is None:
-        return None
-    path = cfg.out_dir / CHECKPOINTS_DIR if cfg.resume == RESUME_LATEST else Path(cfg.resume)
-    if is_checkpoint_root(path):
-        found = complete_checkpoints(path)
-        return found[-1] if found else None
-    return path if (path / STATE).is_file() else None
+    and win a later bare --resume); a bare --resume takes the newest, so it never is. The
+    check `ludic train` runs too (`ludic.recipes.training.check_run_dir`)."""
+    check_run_dir(cfg.out_dir, cfg.resume)
 
 
 def check_sft_resume_settings(cfg: SFTConfig, notice: Callable[[str], None]) -> None:
     """Refuse `--resume` when this launch's `sft_settings` differ from the checkpoint's (each
     flag named with both values), or when the checkpoint is a `ludic train` one. A checkpoint
     saved before `ludic sft` recorded them resumes unchecked, with a one-line `notice`."""
-    path = resume_path(cfg)
-    if path is None:
+    found = recorded_settings(
+        cfg.out_dir, cfg.resume, command="ludic sft", flags="flags", notice=notice
+    )
+    if found is None:
         return
-    try:
-        extra = json.loads((path / STATE).read_text()).get("extra", {})
-    except (OSError, ValueError, AttributeError):
-        return  # a broken checkpoint: the trainer refuses it with its own message
-    saved = extra.get(SFT_SETTINGS_KEY)
-    if not isinstance(saved, dict):
-        if _TRAIN_SETTINGS_KEY in extra:
-            raise ValueError(
-                f"--resume: {path} is a `ludic train` checkpoint; `ludic sft --resume` continues "
-                "an SFT run. To fine-tune from its weights, start a new run with --model "
-                f"{path / 'model'} and another --out-dir"
-            )
-        notice(f"{path} does not record its run's flags (an older ludic): resuming unchecked")
-        return
+    path, saved = found
     given = sft_settings(cfg)
     # flags one side does not record (--awr-* of another --algorithm) are not compared
     differ = [f for f in given if f in saved and saved[f] != given[f]]
     if not differ:
         return
     parts = [f"{f} is {given[f]}, the checkpoint's {saved[f]}" for f in differ]
-    keep = " ".join(_flag_text(f, saved[f]) for f in differ)
-    raise ValueError(
-        f"--resume: {path} was trained with other settings: {'; '.join(parts)}. Resuming would "
-        f"train a different run into the same logs. Pass the checkpoint's flags ({keep}) to "
-        "continue it, or another --out-dir to start a new run."
-    )
+    refuse_other_settings(path, parts, " ".join(_flag_text(f, saved[f]) for f in differ))
 
 
 def _flag_text(flag: str, value: Any) -> str:

@@ -69,9 +69,9 @@ from ludic.recipes.train_checks import (
 )
 from ludic.recipes.train_local_server import local_server, served_version, trainer_max_lag
 from ludic.recipes.training import (
-    CHECKPOINTS_DIR,
     SAMPLES_FILE,
     check_lr_schedule,
+    check_run_dir,
     finish,
     launch_rewards,
     load_policy,
@@ -80,7 +80,6 @@ from ludic.recipes.training import (
     make_trainer,
     plot_curve,
     plural,
-    refuse_earlier_checkpoints,
 )
 from ludic.rollouts import (
     ComponentSpec,
@@ -96,7 +95,6 @@ from ludic.training import (
     RolloutBatchSource,
     Trainer,
 )
-from ludic.training.checkpoint import checkpoint_step, checkpoints_after
 from ludic.training.lr_resume import LRScheduleMismatchError
 from ludic.training.stall import was_skipped
 
@@ -168,8 +166,7 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
         )
     rollout_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
     check_run_lock(cfg.out_dir / RUN_LOCK, what=LUDIC_RUN)  # another live run in OUT_DIR
-    check_new_run_dir(cfg)  # an earlier run's checkpoints in OUT_DIR without --resume
-    check_resume_dir(cfg)  # --resume PATH older than checkpoints already in OUT_DIR
+    check_run_dir(cfg.out_dir, cfg.resume)  # earlier checkpoints without --resume, or behind it
     algorithm = make_algorithm(cfg.algorithm, cfg)
     check_group_size(cfg, algorithm)  # a group baseline over groups of one: every advantage 0
     check_greedy(cfg, algorithm)  # --temperature 0 with a group baseline or a ratio loss
@@ -201,36 +198,6 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
             "the model's context[/bold yellow] (see the warning above)"
         )
     return _report(cfg, history, checkpoint, console, notes=notes)
-
-
-def check_new_run_dir(cfg: TrainConfig) -> None:
-    """Refuse a run without --resume in an OUT_DIR that holds an earlier run's checkpoints."""
-    if cfg.resume is None:
-        refuse_earlier_checkpoints(
-            cfg.out_dir,
-            fix=f"Pass --resume to continue that run (--steps counts the whole run), or another "
-            f"--out-dir for a new one (or delete {cfg.out_dir}).",
-        )
-
-
-def check_resume_dir(cfg: TrainConfig) -> None:
-    """Refuse `--resume PATH` whose checkpoint is older than complete ones in OUT_DIR (another
-    run's, or the stretch this resume discards): this run's saves would land among them,
-    retention would keep those, and a later `--resume` would pick them. A bare `--resume`
-    takes OUT_DIR's newest, so it never is."""
-    if cfg.resume in (None, RESUME_LATEST) or (step := checkpoint_step(cfg.resume)) is None:
-        return
-    root = cfg.out_dir / CHECKPOINTS_DIR
-    stale = checkpoints_after(root, step)
-    if stale:
-        names = ", ".join(p.name for p in stale)
-        raise FileExistsError(
-            f"--resume {cfg.resume} is at step {step}, but {root} holds newer checkpoints "
-            f"({names}), from another run or the stretch this resume discards: a later "
-            f"--resume would pick {stale[-1].name} over this run's own steps. Delete them "
-            f"(rm -r {' '.join(str(p) for p in stale)}) to continue from step {step} here, "
-            f"or pass another --out-dir."
-        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,16 +21,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
-from pathlib import Path
 from typing import Any, Protocol
 
-from ludic.recipes.configs import RESUME_LATEST, TrainConfig
-from ludic.recipes.sft_resume import SFT_SETTINGS_KEY
-from ludic.recipes.training import CHECKPOINTS_DIR
+from ludic.recipes.configs import TrainConfig
+from ludic.recipes.training import SETTINGS_KEYS, recorded_settings, refuse_other_settings
 from ludic.training.algorithm_types import RLAlgorithm
-from ludic.training.checkpoint import STATE, complete_checkpoints, is_checkpoint_root
 
-RUN_SETTINGS_KEY = "run_settings"
+RUN_SETTINGS_KEY = SETTINGS_KEYS["ludic train"]
 """Key of `run_settings` in a checkpoint's state.json `extra`."""
 
 
@@ -159,19 +156,6 @@ def run_settings(cfg: TrainConfig, env_kwargs: Mapping[str, Any]) -> dict[str, A
     return dict(json.loads(json.dumps(settings)))  # as state.json gives them back
 
 
-def resume_checkpoint(cfg: TrainConfig) -> Path | None:
-    """The checkpoint `--resume` names (a bare `--resume`: OUT_DIR's newest complete one; a
-    directory of checkpoints: its newest), or None when there is none (the trainer then says
-    so)."""
-    if cfg.resume is None:
-        return None
-    path = cfg.out_dir / CHECKPOINTS_DIR if cfg.resume == RESUME_LATEST else Path(cfg.resume)
-    if is_checkpoint_root(path):
-        found = complete_checkpoints(path)
-        return found[-1] if found else None
-    return path if (path / STATE).is_file() else None
-
-
 def _truncation_only(cfg: TrainConfig) -> frozenset[str]:
     """The recorded flags a `--resume` may change: `--max-tokens` only moves where completions
     are cut off (the fix the context-overflow warning advises), except under dr_grpo, whose
@@ -195,26 +179,16 @@ def check_resume_settings(
     `--max-tokens` (truncation only; not under dr_grpo, whose loss divides by it) resumes with
     a one-line `notice` naming both values, as does a checkpoint saved before runs recorded
     their settings (unchecked)."""
-    path = resume_checkpoint(cfg)
-    if path is None:
+    found = recorded_settings(
+        cfg.out_dir,
+        cfg.resume,
+        command="ludic train",
+        flags="--env/--algorithm/group and sampling flags",
+        notice=notice,
+    )
+    if found is None:
         return
-    try:
-        extra = json.loads((path / STATE).read_text()).get("extra", {})
-    except (OSError, ValueError, AttributeError):
-        return  # a broken checkpoint: the trainer refuses it with its own message
-    saved = extra.get(RUN_SETTINGS_KEY)
-    if not isinstance(saved, dict):
-        if SFT_SETTINGS_KEY in extra:
-            raise ValueError(
-                f"--resume: {path} is a `ludic sft` checkpoint; `ludic train --resume` continues "
-                "a `ludic train` run. To train with RL from its weights, start a new run with "
-                f"--model {path / 'model'} and another --out-dir"
-            )
-        notice(
-            f"{path} does not record its run's --env/--algorithm/group and sampling flags "
-            "(saved by an older ludic): resuming without checking that they match"
-        )
-        return
+    path, saved = found
     given = run_settings(cfg, env_kwargs)
     # flags one side does not record (--gigpo.* of another algorithm) are not compared
     changed = [f for f in given if f in saved and saved[f] != given[f]]
@@ -232,9 +206,4 @@ def check_resume_settings(
         + (" (dr_grpo's loss normaliser)" if f == "--max-tokens" else "")
         for f in differ
     ]
-    keep = " ".join(_flag_text(f, saved[f]) for f in differ)
-    raise ValueError(
-        f"--resume: {path} was trained with other settings: {'; '.join(parts)}. Resuming would "
-        f"train a different run into the same logs. Pass the checkpoint's flags ({keep}) to "
-        f"continue it, or another --out-dir to start a new run."
-    )
+    refuse_other_settings(path, parts, " ".join(_flag_text(f, saved[f]) for f in differ))

@@ -4,6 +4,9 @@ weight publisher (`make_inference`, from `ludic.recipes.inference`), a Trainer w
 hold the tokenizer in one output directory (`make_trainer`), the training samples written
 for `ludic view --samples` (`log_samples`), a final checkpoint (`finish`), the closing
 line's rewards by step (`launch_rewards`) and a curve (`plot_curve`). `ludic train` and the examples use them.
+`ludic train` and `ludic sft` share their `--out-dir` / `--resume` checks here
+(`check_run_dir`, `resume_target`, `recorded_settings`, `refuse_other_settings`); each
+command compares its own recorded flags.
 
 Plain functions over public components; they add no behaviour of their own and hide no loop:
 `trainer.train(steps)` is the loop.
@@ -12,13 +15,15 @@ Plain functions over public components; they add no behaviour of their own and h
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
 from ludic._resumed_log import ResumedLog, batch_index_of, meta_batch_index
 from ludic.distributed import PolicyPublisher
+from ludic.recipes.configs import RESUME_LATEST
 from ludic.recipes.inference import Inference as Inference  # re-exported from its module
 from ludic.recipes.inference import make_inference as make_inference
 from ludic.recipes.wrapped_source import WrappedSource
@@ -31,7 +36,13 @@ from ludic.training import (
     Trainer,
     TrainerConfig,
 )
-from ludic.training.checkpoint import complete_checkpoints
+from ludic.training.checkpoint import (
+    STATE,
+    checkpoint_step,
+    checkpoints_after,
+    complete_checkpoints,
+    is_checkpoint_root,
+)
 from ludic.training.config import DType
 from ludic.training.schedule import LR_SCHEDULES, LRSchedule
 
@@ -134,6 +145,107 @@ def refuse_earlier_checkpoints(out_dir: Path, *, fix: str) -> None:
             f"run there would mix its metrics.jsonl and rollouts.jsonl with that run's, and "
             f"keeping the newest checkpoints would delete this run's own. {fix}"
         )
+
+
+SETTINGS_KEYS: dict[str, str] = {"ludic train": "run_settings", "ludic sft": "sft_settings"}
+"""Per command, the key of a checkpoint's state.json `extra` under which it records the flags
+that decide what its run trains, so that `--resume` can refuse other ones (and another
+command's checkpoint)."""
+
+
+def check_run_dir(out_dir: Path, resume: str | None) -> None:
+    """`--out-dir` / `--resume` before the model loads, as `ludic train` and `ludic sft` run
+    it: without `resume`, an OUT_DIR holding an earlier run's checkpoints is refused
+    (`refuse_earlier_checkpoints`); with `--resume PATH`, `check_resume_dir`."""
+    if resume is None:
+        refuse_earlier_checkpoints(
+            out_dir,
+            fix=f"Pass --resume to continue that run (--steps counts the whole run), or another "
+            f"--out-dir for a new one (or delete {out_dir}).",
+        )
+        return
+    check_resume_dir(out_dir, resume)
+
+
+def check_resume_dir(out_dir: Path, resume: str | None) -> None:
+    """Refuse `--resume PATH` whose checkpoint is older than complete ones in OUT_DIR (another
+    run's, or the stretch this resume discards): this run's saves would land among them,
+    retention would keep those, and a later `--resume` would pick them. A bare `--resume`
+    takes OUT_DIR's newest, so it never is; no `--resume` is not checked here."""
+    if resume in (None, RESUME_LATEST) or (step := checkpoint_step(resume)) is None:
+        return
+    root = out_dir / CHECKPOINTS_DIR
+    stale = checkpoints_after(root, step)
+    if stale:
+        names = ", ".join(p.name for p in stale)
+        raise FileExistsError(
+            f"--resume {resume} is at step {step}, but {root} holds newer checkpoints "
+            f"({names}), from another run or the stretch this resume discards: a later "
+            f"--resume would pick {stale[-1].name} over this run's own steps. Delete them "
+            f"(rm -r {' '.join(str(p) for p in stale)}) to continue from step {step} here, "
+            f"or pass another --out-dir."
+        )
+
+
+def resume_target(out_dir: Path, resume: str | None) -> Path | None:
+    """The checkpoint `--resume` names (a bare `--resume`: OUT_DIR's newest complete one; a
+    directory of checkpoints: its newest), or None when there is none readable (the
+    trainer's resume then says why)."""
+    if resume is None:
+        return None
+    path = out_dir / CHECKPOINTS_DIR if resume == RESUME_LATEST else Path(resume)
+    if is_checkpoint_root(path):
+        found = complete_checkpoints(path)
+        return found[-1] if found else None
+    return path if (path / STATE).is_file() else None
+
+
+def recorded_settings(
+    out_dir: Path,
+    resume: str | None,
+    *,
+    command: str,
+    flags: str,
+    notice: Callable[[str], None],
+) -> tuple[Path, dict[str, Any]] | None:
+    """The checkpoint `--resume` names and the settings `command` recorded in it (under
+    `SETTINGS_KEYS[command]`), to compare with this launch's. None when there is nothing to
+    compare: no checkpoint or a broken one (the trainer refuses it with its own message), or
+    one saved before the record existed (a one-line `notice` says so; `flags` names what
+    goes unchecked). Another command's checkpoint raises ValueError naming that command and
+    the fix."""
+    path = resume_target(out_dir, resume)
+    if path is None:
+        return None
+    try:
+        extra = json.loads((path / STATE).read_text()).get("extra", {})
+    except (OSError, ValueError, AttributeError):
+        return None  # a broken checkpoint: the trainer refuses it with its own message
+    saved = extra.get(SETTINGS_KEYS[command])
+    if isinstance(saved, dict):
+        return path, saved
+    for other, key in SETTINGS_KEYS.items():
+        if other != command and key in extra:
+            raise ValueError(
+                f"--resume: {path} is a `{other}` checkpoint; `{command} --resume` continues a "
+                f"`{command}` run. To train from its weights with `{command}`, start a new run "
+                f"with --model {path / 'model'} and another --out-dir"
+            )
+    notice(
+        f"{path} does not record its run's {flags} (saved by an older ludic): resuming "
+        "without checking that they match"
+    )
+    return None
+
+
+def refuse_other_settings(path: Path, parts: list[str], keep: str) -> NoReturn:
+    """Raise the `--resume` refusal of a checkpoint trained with other flags: `parts` says
+    each flag's two values, `keep` is the checkpoint's flags to pass instead."""
+    raise ValueError(
+        f"--resume: {path} was trained with other settings: {'; '.join(parts)}. Resuming would "
+        f"train a different run into the same logs. Pass the checkpoint's flags ({keep}) to "
+        "continue it, or another --out-dir to start a new run."
+    )
 
 
 def finish(trainer: Trainer) -> Path:
@@ -252,8 +364,11 @@ __all__ = [
     "CHECKPOINTS_DIR",
     "METRICS_FILE",
     "SAMPLES_FILE",
+    "SETTINGS_KEYS",
     "Inference",
     "SampleLog",
+    "check_resume_dir",
+    "check_run_dir",
     "finish",
     "load_policy",
     "local_path_reason",
@@ -262,5 +377,8 @@ __all__ = [
     "make_trainer",
     "plot_curve",
     "plural",
+    "recorded_settings",
     "refuse_earlier_checkpoints",
+    "refuse_other_settings",
+    "resume_target",
 ]
