@@ -31,7 +31,7 @@ import torch
 from tqdm import tqdm
 
 from ludic._aio import maybe_await
-from ludic.distributed.interfaces import PolicyPublisher, diverged_error, finite_checked
+from ludic.distributed.interfaces import PolicyPublisher
 from ludic.inference.weights import NonFiniteWeightsError
 from ludic.rollouts.samples import SAWItem
 from ludic.training.algorithm_types import RLAlgorithm
@@ -61,7 +61,6 @@ from ludic.training.collate import (
 )
 from ludic.training.compiled import compile_trainer_model
 from ludic.training.config import TrainerConfig
-from ludic.training.contiguous_params import contiguous_problem, make_contiguous_
 from ludic.training.filters import drop_stale
 from ludic.training.gradients import BatchTotals, accumulate_gradients, local_shared_passes
 from ludic.training.loggers import TrainingLogger
@@ -79,10 +78,7 @@ from ludic.training.mismatch import policy_lag_metrics
 from ludic.training.parallel.auto import auto_runtime
 from ludic.training.parallel.runtime import (
     TrainingRuntime,
-    check_reference_model,
-    check_same_on_every_rank,
     next_batch_together,
-    nonfinite_on_any_rank,
     run_on_main,
 )
 from ludic.training.parallel.state import optimizer_param_names
@@ -90,6 +86,14 @@ from ludic.training.schedule import build_scheduler
 from ludic.training.shared_prefix import shared_prefix_min_tokens
 from ludic.training.stall import NoSignalWatch, SkipTracker, skip_cause, was_skipped
 from ludic.training.stats import Reducer, aggregate_stats, default_sample_reducers
+from ludic.training.trainer_guards import (
+    check_inputs,
+    check_num_steps,
+    diverged,
+    from_checkpoint,
+    lay_out_parameters,
+    publish_finite,
+)
 from ludic.types import JSON
 
 logger = logging.getLogger(__name__)
@@ -155,21 +159,8 @@ class Trainer:
             batch_source.watch_model(self.model)
         self.publisher = publisher
         self._publishes = runtime.any_rank(publisher is not None)
-        check_same_on_every_rank(  # all ranks meet in what these do: on some only, a hang
-            runtime,
-            ref_model=ref_model is not None,
-            eval_fn=eval_fn is not None,
-            checkpoint_manager=checkpoint_manager is not None or config.checkpoint is not None,
-        )
-        if ref_model is not None:
-            check_reference_model(self.model, ref_model)
-        elif algorithm.loss.needs_ref_logprobs:  # refused here, not after the first batch
-            raise ValueError(
-                f"algorithm {algorithm.name!r}: its loss needs reference-model logprobs (a KL "
-                "term, e.g. make_grpo(kl_beta=...)) but no ref_model was given: pass "
-                "Trainer(..., ref_model=<a frozen copy of the starting model>), or drop the "
-                "KL term (kl_beta=0)"
-            )
+        # refused here, not after the first batch (or in a hang between ranks)
+        check_inputs(runtime, self.model, algorithm, ref_model, eval_fn, checkpoint_manager, config)
         # frozen, on the device; under FSDP2 sharded like the policy unless it already is
         self.ref_model = None if ref_model is None else runtime.prepare_reference_model(ref_model)
         self.logger = logger
@@ -179,7 +170,12 @@ class Trainer:
         self.checkpoint_extra: dict[str, Any] = {}
         """More entries for every checkpoint's state.json `extra` (e.g. `ludic train`'s run flags,
         which its `--resume` checks), JSON-serialisable."""
-        self._lay_out_parameters(config.contiguous_parameters)
+        lay_out_parameters(  # before the optimizer is built
+            self.model,
+            config.contiguous_parameters,
+            publishes=self._publishes,
+            log=logging.getLogger(__name__),
+        )
         self.optimizer = optimizer or torch.optim.AdamW(
             [p for p in self.model.parameters() if p.requires_grad],
             lr=config.lr,
@@ -212,23 +208,6 @@ class Trainer:
         self._skips = SkipTracker(config.max_skipped_steps)
         self._no_signal = NoSignalWatch()
 
-    def _lay_out_parameters(self, wanted: bool | None) -> None:
-        """`config.contiguous_parameters`: the parameters back to back, one storage per dtype
-        (`ludic.training.contiguous_params`), before the optimizer is built."""
-        if wanted is False or (wanted is None and not self._publishes):
-            return
-        problem = contiguous_problem(self.model)
-        if problem is not None:
-            if wanted:
-                raise ValueError(
-                    f"TrainerConfig(contiguous_parameters=True) cannot apply: {problem}; "
-                    "leave it at None (applies where it can) or set it to False"
-                )
-            logger.info("parameters keep their layout: %s", problem)
-            return
-        moved = make_contiguous_(self.model)
-        logger.debug("parameters laid out back to back (%d bytes moved)", moved)
-
     # -- one step ---------------------------------------------------------------------------
 
     async def train_step(self) -> dict[str, float]:
@@ -251,7 +230,7 @@ class Trainer:
         try:
             metrics.update(await self._after_step(applied=cause is None))
         except NonFiniteWeightsError as e:  # the policy diverged: the run stops here
-            raise self._diverged(e, metrics) from e
+            raise diverged(e, metrics, self) from e
         metrics["policy_version"] = float(self.policy_version)
         metrics["time/batch_seconds"] = batch_seconds
         metrics["step_seconds"] = time.perf_counter() - started
@@ -365,50 +344,13 @@ class Trainer:
         it took (None without a publisher on any rank). Under FSDP the weights are gathered
         on every rank, so every rank must call it; the rank holding the publisher pushes.
 
-        First every rank checks its own shards for a nan or an inf and the ranks agree: if any
-        has one, every rank raises the same `NonFiniteWeightsError` (naming the tensors) before
-        the gather, so none is left waiting in a collective; the publisher then skips its own
-        pass over the gathered state (`finite_checked`)."""
+        Non-finite weights on any rank raise the same `NonFiniteWeightsError` on every rank
+        before the gather (`trainer_guards.publish_finite`)."""
         if not self._publishes:
             return None
         started = time.perf_counter()
-        bad = nonfinite_on_any_rank(self.runtime, self.model)
-        if bad:
-            raise diverged_error(bad, version=self.policy_version)
-        weights = self.runtime.inference_weights(self.model)  # gathers on every rank
-        if self.publisher is not None and weights is not None:
-            with finite_checked():
-                self.publisher.publish(weights, version=self.policy_version)
+        publish_finite(self.runtime, self.model, self.publisher, version=self.policy_version)
         return time.perf_counter() - started
-
-    def _diverged(
-        self, error: NonFiniteWeightsError, metrics: Mapping[str, float]
-    ) -> NonFiniteWeightsError:
-        """The publisher's refusal of non-finite weights, with where the run stopped (this
-        step's loss and grad_norm) and the checkpoint to resume from. Raised, never retried:
-        every later step would start from the same weights."""
-        shown = "".join(
-            f", {k}={metrics[k]:.4g}" for k in ("loss", "grad_norm", "lr") if k in metrics
-        )
-        return NonFiniteWeightsError(
-            error.names,
-            f"{error}. The run stopped at step {self.step} (policy version {self.policy_version}"
-            f"{shown}); {self._resume_hint()}",
-        )
-
-    def _resume_hint(self) -> str:
-        if self.checkpoints is None:
-            return "this run saves no checkpoints (TrainerConfig.checkpoint): start it again"
-        latest = self.checkpoints.latest()
-        if latest is None:
-            return "no checkpoint was saved yet: start the run again"
-        hint = f"the last checkpoint is {latest} (Trainer.resume, ludic train --resume)"
-        if self.config.publish_every > 1:
-            hint += (
-                f"; with publish_every={self.config.publish_every} it may have been saved "
-                "after the weights diverged: then resume from an older one"
-            )
-        return hint
 
     async def _after_step(self, *, applied: bool) -> dict[str, float]:
         config, metrics = self.config, {}
@@ -426,11 +368,7 @@ class Trainer:
 
     async def train(self, num_steps: int, *, progress: bool = True) -> list[dict[str, float]]:
         """Run `num_steps` steps (fewer if the source runs out); returns each step's metrics."""
-        if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:
-            raise ValueError(
-                f"num_steps must be an int >= 0, got {num_steps!r} (to continue a resumed run "
-                "to `total` steps: run(total - trainer.step), checking it is not negative)"
-            )
+        check_num_steps(num_steps)
         history: list[dict[str, float]] = []
         with tqdm(total=num_steps, desc="train", disable=not progress) as bar:
             for _ in range(num_steps):
@@ -532,9 +470,7 @@ class Trainer:
         try:
             seconds = self.publish_weights()
         except NonFiniteWeightsError as e:  # the checkpoint itself holds them
-            raise NonFiniteWeightsError(
-                e.names, f"{e}. They come from the checkpoint {chosen}: resume from an older one"
-            ) from e
+            raise from_checkpoint(e, chosen) from e
         if runtime.is_main:
             logger.info(
                 "resumed %s: step %d, policy version %d%s",

@@ -1,0 +1,184 @@
+"""The Trainer's refusals: the checks it makes before it starts, and its non-finite weights.
+
+Early refusals (`check_inputs`, `check_num_steps`, `lay_out_parameters`'s refusal of
+`contiguous_parameters=True`) raise naming the problem and the fix, at construction or at
+`train(...)`, not after the first batch (or in a hang between ranks). The publish step's guard
+(`publish_finite`) checks every rank's own shards for nan/inf, the ranks agreeing, before the
+gather, and publishes inside `finite_checked()`; `diverged` and `from_checkpoint` re-raise the
+resulting `NonFiniteWeightsError` with where the run stopped and which checkpoint to resume
+from.
+
+What it does not do: decide when to publish, retry, skip a step, or touch the optimizer; the
+Trainer (`ludic.training.trainer`) owns the loop and calls these. Plain functions over the
+Trainer's parts, so they hold no state of their own.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from ludic.distributed.interfaces import PolicyPublisher, diverged_error, finite_checked
+from ludic.inference.weights import NonFiniteWeightsError
+from ludic.training.algorithm_types import RLAlgorithm
+from ludic.training.checkpoint import CheckpointManager
+from ludic.training.config import TrainerConfig
+from ludic.training.contiguous_params import contiguous_problem, make_contiguous_
+from ludic.training.parallel.runtime import (
+    TrainingRuntime,
+    check_reference_model,
+    check_same_on_every_rank,
+    nonfinite_on_any_rank,
+)
+
+if TYPE_CHECKING:
+    from ludic.training.trainer import EvalFn, Trainer
+
+__all__ = [
+    "check_inputs",
+    "check_num_steps",
+    "check_ref_logprobs",
+    "diverged",
+    "from_checkpoint",
+    "lay_out_parameters",
+    "publish_finite",
+    "resume_hint",
+]
+
+
+# -- early refusals -----------------------------------------------------------------------------
+
+
+def check_inputs(
+    runtime: TrainingRuntime,
+    model: torch.nn.Module,
+    algorithm: RLAlgorithm,
+    ref_model: torch.nn.Module | None,
+    eval_fn: EvalFn | None,
+    checkpoint_manager: CheckpointManager | None,
+    config: TrainerConfig,
+) -> None:
+    """The Trainer's constructor checks, in this order: every rank was handed the same kinds of
+    things that make all ranks meet (a reference model, an `eval_fn`, a checkpoint manager or
+    `config.checkpoint`: on some only, a hang), a `ref_model` shares no parameters with the (prepared) `model`, and a loss
+    that needs reference logprobs has one."""
+    check_same_on_every_rank(  # all ranks meet in what these do: on some only, a hang
+        runtime,
+        ref_model=ref_model is not None,
+        eval_fn=eval_fn is not None,
+        checkpoint_manager=checkpoint_manager is not None or config.checkpoint is not None,
+    )
+    if ref_model is not None:
+        check_reference_model(model, ref_model)
+    check_ref_logprobs(algorithm, ref_model)
+
+
+def check_ref_logprobs(algorithm: RLAlgorithm, ref_model: torch.nn.Module | None) -> None:
+    """Refuse a loss that needs reference-model logprobs without a `ref_model` (here, not
+    after the first batch)."""
+    if ref_model is None and algorithm.loss.needs_ref_logprobs:
+        raise ValueError(
+            f"algorithm {algorithm.name!r}: its loss needs reference-model logprobs (a KL "
+            "term, e.g. make_grpo(kl_beta=...)) but no ref_model was given: pass "
+            "Trainer(..., ref_model=<a frozen copy of the starting model>), or drop the "
+            "KL term (kl_beta=0)"
+        )
+
+
+def check_num_steps(num_steps: object) -> None:
+    """Refuse a `train(num_steps)` that is not an int >= 0 (a bool included)."""
+    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 0:
+        raise ValueError(
+            f"num_steps must be an int >= 0, got {num_steps!r} (to continue a resumed run "
+            "to `total` steps: run(total - trainer.step), checking it is not negative)"
+        )
+
+
+def lay_out_parameters(
+    model: torch.nn.Module, wanted: bool | None, *, publishes: bool, log: logging.Logger
+) -> None:
+    """`config.contiguous_parameters`: the parameters back to back, one storage per dtype
+    (`ludic.training.contiguous_params`), before the optimizer is built. `None` applies it
+    where it can when the Trainer publishes; `True` refuses a model it cannot apply to.
+    Logs to `log` (the Trainer's logger)."""
+    if wanted is False or (wanted is None and not publishes):
+        return
+    problem = contiguous_problem(model)
+    if problem is not None:
+        if wanted:
+            raise ValueError(
+                f"TrainerConfig(contiguous_parameters=True) cannot apply: {problem}; "
+                "leave it at None (applies where it can) or set it to False"
+            )
+        log.info("parameters keep their layout: %s", problem)
+        return
+    moved = make_contiguous_(model)
+    log.debug("parameters laid out back to back (%d bytes moved)", moved)
+
+
+# -- non-finite weights ---------------------------------------------------------------------------
+
+
+def publish_finite(
+    runtime: TrainingRuntime,
+    model: torch.nn.Module,
+    publisher: PolicyPublisher | None,
+    *,
+    version: int,
+) -> None:
+    """Check, gather and publish `model`'s weights at `version`; every rank must call it.
+
+    First every rank checks its own shards for a nan or an inf and the ranks agree: if any has
+    one, every rank raises the same `NonFiniteWeightsError` (naming the tensors) before the
+    gather, so none is left waiting in a collective; the publisher then skips its own pass over
+    the gathered state (`finite_checked`)."""
+    bad = nonfinite_on_any_rank(runtime, model)
+    if bad:
+        raise diverged_error(bad, version=version)
+    weights = runtime.inference_weights(model)  # gathers on every rank
+    if publisher is not None and weights is not None:
+        with finite_checked():
+            publisher.publish(weights, version=version)
+
+
+def diverged(
+    error: NonFiniteWeightsError, metrics: Mapping[str, float], trainer: Trainer
+) -> NonFiniteWeightsError:
+    """The publisher's refusal of non-finite weights, with where `trainer`'s run stopped (this
+    step's loss and grad_norm) and the checkpoint to resume from. Raised, never retried: every
+    later step would start from the same weights."""
+    shown = "".join(f", {k}={metrics[k]:.4g}" for k in ("loss", "grad_norm", "lr") if k in metrics)
+    hint = resume_hint(trainer.checkpoints, trainer.config.publish_every)
+    return NonFiniteWeightsError(
+        error.names,
+        f"{error}. The run stopped at step {trainer.step} (policy version "
+        f"{trainer.policy_version}{shown}); {hint}",
+    )
+
+
+def resume_hint(checkpoints: CheckpointManager | None, publish_every: int) -> str:
+    """Which checkpoint to resume a diverged run from (or that there is none)."""
+    if checkpoints is None:
+        return "this run saves no checkpoints (TrainerConfig.checkpoint): start it again"
+    latest = checkpoints.latest()
+    if latest is None:
+        return "no checkpoint was saved yet: start the run again"
+    hint = f"the last checkpoint is {latest} (Trainer.resume, ludic train --resume)"
+    if publish_every > 1:
+        hint += (
+            f"; with publish_every={publish_every} it may have been saved "
+            "after the weights diverged: then resume from an older one"
+        )
+    return hint
+
+
+def from_checkpoint(error: NonFiniteWeightsError, chosen: Path) -> NonFiniteWeightsError:
+    """`error` raised when publishing weights just resumed from `chosen`: the checkpoint itself
+    holds them."""
+    return NonFiniteWeightsError(
+        error.names, f"{error}. They come from the checkpoint {chosen}: resume from an older one"
+    )
