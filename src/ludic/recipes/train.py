@@ -8,7 +8,8 @@ pushes the new weights to inference (`InProcessPublisher` or `BroadcastPolicyPub
 verified). When most episodes of a batch end by overflowing the model's context, it says so
 once, with the flags that fix it. With `--server-url` the starting weights are pushed as policy
 version 0 before the first rollout, so step 1 is on-policy whatever the server held (a server
-of another architecture refuses the push before any episode).
+of another architecture refuses the push before any episode; both starts:
+`ludic.recipes.train_start`).
 `--resume` continues a run from its checkpoint: the restored weights are pushed before the
 first rollout and the seeds go on where they stopped, so a resumed run equals an
 uninterrupted one; a different env, algorithm, group size or sampling is refused before the
@@ -30,8 +31,6 @@ from rich.console import Console
 
 from ludic.agents import Agent
 from ludic.context import ContextStrategy, FullDialog, LatestObservationContext
-from ludic.distributed.server_link import ServerUnreachable, WeightPushError
-from ludic.errors import LudicUsageError
 from ludic.eval.command import resolve_env_factory, resolve_parser, with_env
 from ludic.inference.client import ChatClient
 from ludic.inference.sampling import SamplingConfig
@@ -40,7 +39,6 @@ from ludic.parsers import Parser, identity_parser, parser_name
 from ludic.recipes import algorithms
 from ludic.recipes.algorithms import PRESETS
 from ludic.recipes.configs import (
-    RESUME_LATEST,
     Algorithm,
     ContextChoice,
     TrainConfig,
@@ -68,6 +66,12 @@ from ludic.recipes.train_checks import (
     run_settings,
 )
 from ludic.recipes.train_local_server import local_server, served_version, trainer_max_lag
+from ludic.recipes.train_start import (  # re-exported: their names stay importable from here
+    StartingWeightsRefused,
+    _publish_start,
+    _resume,
+    schedule_steps_of,
+)
 from ludic.recipes.training import (
     SAMPLES_FILE,
     check_lr_schedule,
@@ -93,13 +97,12 @@ from ludic.training import (
     PrefetchBatchSource,
     RLAlgorithm,
     RolloutBatchSource,
-    Trainer,
 )
-from ludic.training.lr_resume import LRScheduleMismatchError
 from ludic.training.stall import was_skipped
 
 __all__ = [
     "PRESETS",
+    "StartingWeightsRefused",
     "TrainResult",
     "context_of",
     "make_algorithm",
@@ -338,11 +341,6 @@ def _served_note(served: int | None, trainer_version: int, max_lag: int) -> str:
     )
 
 
-def schedule_steps_of(cfg: TrainConfig) -> int:
-    """Optimizer steps the LR decay spans: --schedule-steps, or --steps when it is left out."""
-    return cfg.steps if cfg.schedule_steps is None else cfg.schedule_steps
-
-
 def rollout_sampling(cfg: TrainConfig) -> SamplingConfig:
     """The rollouts' sampling (--temperature, --top-p, --max-tokens); it travels with every
     sample, so the trainer recomputes logprobs under the same transform. A value out of range
@@ -363,105 +361,6 @@ def _protocol(
         reject_incomplete_completions=cfg.reject_incomplete,
     )
     return SingleAgentProtocol(agent, max_steps=cfg.max_steps)
-
-
-def _resume(trainer: Trainer, cfg: TrainConfig, console: Console) -> None:
-    """Restore the checkpoint `cfg.resume` names (publishing its weights into the engine);
-    closes the trainer (its logger files, its runtime) and raises when it cannot continue,
-    whatever the error (a checkpoint of another model, non-finite weights, a failed push)."""
-    path = None if cfg.resume == RESUME_LATEST else Path(cfg.resume or "")
-    try:
-        trainer.resume(path, override_lr_schedule=cfg.override_lr_schedule)
-    except FileNotFoundError as e:
-        trainer.close()
-        raise FileNotFoundError(f"--resume: {e}; run without --resume to start a new run") from e
-    except LRScheduleMismatchError as e:
-        trainer.close()
-        raise ValueError(_lr_mismatch_message(e, cfg)) from e
-    except BaseException:
-        trainer.close()
-        raise
-    if trainer.step >= cfg.steps:
-        trainer.close()
-        raise ValueError(
-            f"--resume: the checkpoint is at step {trainer.step} and --steps is {cfg.steps}, so "
-            "nothing is left to train; raise --steps to train further"
-        )
-    if cfg.override_lr_schedule:
-        console.print(
-            "[bold yellow]warning[/bold yellow]: --override-lr-schedule: this launch's "
-            f"--lr {cfg.lr} --lr-schedule {cfg.lr_schedule} --warmup-steps {cfg.warmup_steps} "
-            f"--schedule-steps {schedule_steps_of(cfg)} --min-lr-ratio {cfg.min_lr_ratio} "
-            f"win over the checkpoint's from step {trainer.step} on"
-        )
-    console.print(
-        f"resumed at step {trainer.step} (policy version {trainer.policy_version}), "
-        "its weights now served for the first rollout"
-    )
-
-
-class StartingWeightsRefused(WeightPushError, LudicUsageError):
-    """The server refused `ludic train`'s starting weights (another architecture than
-    `--model`): a WeightPushError, and a refusal the CLI prints without a traceback."""
-
-
-def _publish_start(trainer: Trainer, cfg: TrainConfig, console: Console) -> None:
-    """Push the starting weights (`--model`) to `--server-url` as policy version 0 before the
-    first rollout, as `--resume` pushes its checkpoint's: a server that an earlier run pushed
-    to, or that loaded another model, would otherwise sample step 1 off-policy. A server of
-    another architecture refuses the push (WeightPushError naming `--model`) before any
-    episode."""
-    start = f"--model {cfg.model}" if cfg.model else "a fresh tiny model"
-    try:
-        seconds = trainer.publish_weights()
-    except WeightPushError as e:
-        trainer.close()
-        if isinstance(e, ServerUnreachable):
-            raise
-        raise StartingWeightsRefused(
-            f"--server-url refused this run's starting weights ({start}) before any episode: {e}"
-        ) from e
-    except BaseException:
-        trainer.close()
-        raise
-    took = "" if seconds is None else f" in {seconds:.2f}s"
-    console.print(
-        f"server: this run's starting weights ({start}) pushed as policy version "
-        f"{trainer.policy_version}{took}, served for the first rollout"
-    )
-
-
-_FLAGS = {
-    "lr": "--lr",
-    "lr_schedule": "--lr-schedule",
-    "warmup_steps": "--warmup-steps",
-    "total_steps": "--schedule-steps",
-    "min_lr_ratio": "--min-lr-ratio",
-}
-
-
-def _lr_mismatch_message(error: LRScheduleMismatchError, cfg: TrainConfig) -> str:
-    """Name each changed flag, the checkpoint's value and how to go on either way."""
-    parts = []
-    for field, (old, new) in error.changes.items():
-        flag = _FLAGS[field]
-        if field == "total_steps" and cfg.schedule_steps is None:
-            flag = "--schedule-steps (default: --steps)"
-        parts.append(f"{flag} is {new}, the checkpoint's is {old}")
-    keep = " ".join(
-        f"{_FLAGS[f]} {old}" for f, (old, _) in error.changes.items() if old is not None
-    )
-    stretch = ""
-    if "total_steps" in error.changes:
-        stretch = (
-            " (a longer decay climbs back up from where the checkpoint's ended; with the "
-            "checkpoint's --schedule-steps the LR stays at its floor past it)"
-        )
-    return (
-        f"--resume: the LR settings differ from the checkpoint's: {'; '.join(parts)}. "
-        f"Pass {keep} to continue its schedule, or add --override-lr-schedule to apply "
-        f"this launch's from the checkpoint's step on{stretch}"
-    )
 
 
 def _report(
