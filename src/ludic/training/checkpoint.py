@@ -9,11 +9,10 @@ written to a temporary sibling directory, fsynced and renamed, so a crash mid-sa
 previous checkpoint intact; the temporary directories a killed save leaves are removed later
 (`checkpoint_scratch`). A checkpoint without a manifest, or whose files do not match it, is
 refused with a message naming the problem; given the checkpoint root, loading picks the newest
-checkpoint that verifies. A newer one in the manager's own root that loading (`resolve`, hence
-every resume) skipped as corrupt is renamed `step_N.corrupt`: retention never counts it (it would otherwise keep it and
-delete the good one resumed from) and later runs never consider it; it is kept for inspection,
-never deleted here. Nothing here is sharded: distributed training hands in full states
-gathered on rank 0 (see `ludic.training.parallel`), so any world size can resume.
+checkpoint that verifies; a newer one under the manager's own root that it skipped as corrupt
+is renamed `step_N.corrupt`, so retention and later resumes skip it (`checkpoint_faults`).
+Nothing here is sharded: distributed training hands in full states gathered on rank 0 (see
+`ludic.training.parallel`), so any world size can resume.
 """
 
 from __future__ import annotations
@@ -33,6 +32,11 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from ludic.training.checkpoint_faults import (  # the first two re-exported: their old home
+    CheckpointModelMismatchError,  # noqa: F401
+    check_checkpoint_fits,  # noqa: F401
+    quarantine_checkpoint,
+)
 from ludic.training.checkpoint_scratch import remove_stale_scratch, scratch_name
 from ludic.training.parallel.state import fit_state_to_model
 from ludic.training.weights_io import CorruptCheckpointError, read_state_dict, save_weights
@@ -374,24 +378,6 @@ class CheckpointManager:
         return read_checkpoint(self.resolve(path))
 
 
-def quarantine_checkpoint(path: Path) -> Path:
-    """Rename corrupt checkpoint `path` to `step_N.corrupt` (`.corrupt-2`, ... if taken), out
-    of what listing, retention and resume consider; returns the new path."""
-    target = path.with_name(f"{path.name}.corrupt")
-    n = 1
-    while target.exists():
-        n += 1
-        target = path.with_name(f"{path.name}.corrupt-{n}")
-    os.replace(path, target)
-    logger.warning(
-        "renamed corrupt checkpoint %s to %s: retention and later resumes skip it (delete it "
-        "once inspected)",
-        path,
-        target.name,
-    )
-    return target
-
-
 def has_checkpoints(path: str | Path) -> bool:
     """Whether `path` is a checkpoint, or a directory holding `step_*` ones (complete or not)."""
     path = Path(path)
@@ -472,40 +458,6 @@ def read_checkpoint(path: str | Path, *, with_weights: bool = True) -> LoadedChe
         extra=dict(state.get("extra", {})),
         rank_states=None if ranks is None else [RankState(**r) for r in ranks],
     )
-
-
-class CheckpointModelMismatchError(ValueError):
-    """A checkpoint's weights do not fit the model it is loaded into (another architecture or
-    size): the message names the checkpoint, the model and the first differing tensor."""
-
-
-def check_checkpoint_fits(
-    model: torch.nn.Module, state: Mapping[str, torch.Tensor], checkpoint: Path
-) -> None:
-    """Raise `CheckpointModelMismatchError` unless `state` (checkpoint `checkpoint`'s weights)
-    has the keys and shapes of `model`'s (global shapes, also when sharded). Resuming needs the
-    model the run started from; the message says so instead of torch's state-dict dump."""
-    source = getattr(getattr(model, "config", None), "_name_or_path", "") or "the model given"
-    fix = (
-        f"Resume with the model the run started from (`ludic train --model`, or the model "
-        f"passed to the Trainer; this one is {source}), or start a new run without --resume "
-        f"(another --out-dir)"
-    )
-    try:
-        fitted, _ = fit_state_to_model(model, state)
-    except ValueError as e:
-        raise CheckpointModelMismatchError(
-            f"{checkpoint} does not fit the model: {e}. {fix}"
-        ) from e
-    own = model.state_dict()
-    differ = [k for k, v in own.items() if k in fitted and fitted[k].shape != v.shape]
-    if differ:
-        first = differ[0]
-        raise CheckpointModelMismatchError(
-            f"{checkpoint} does not fit the model: {first} is {list(fitted[first].shape)} in "
-            f"the checkpoint but {list(own[first].shape)} in the model ({len(differ)} of "
-            f"{len(fitted)} tensors differ in shape). {fix}"
-        )
 
 
 def restore_into(

@@ -1,0 +1,77 @@
+"""Checkpoints that cannot be used as they are: renaming a corrupt one out of the way
+(`quarantine_checkpoint`) and refusing weights that do not fit the model being resumed
+(`check_checkpoint_fits`, raising `CheckpointModelMismatchError`). A corrupt checkpoint newer
+than the one a run resumes from must leave the `step_*` names: retention would otherwise count it,
+keep it and delete the good one resumed from, and every later resume would skip it again.
+
+It does not decide which checkpoint is corrupt (`CheckpointManager.verify` does, and
+`CheckpointManager.resolve` calls `quarantine_checkpoint` only under the manager's own root), never
+deletes anything (a quarantined checkpoint is kept for inspection), and does not load or restore
+weights (`ludic.training.checkpoint.restore_into`). All names are re-exported by
+`ludic.training.checkpoint`; warnings go to that module's logger, as before the split.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import torch
+
+from ludic.training.parallel.state import fit_state_to_model
+
+logger = logging.getLogger("ludic.training.checkpoint")
+
+
+def quarantine_checkpoint(path: Path) -> Path:
+    """Rename corrupt checkpoint `path` to `step_N.corrupt` (`.corrupt-2`, ... if taken), out
+    of what listing, retention and resume consider; returns the new path."""
+    target = path.with_name(f"{path.name}.corrupt")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.corrupt-{n}")
+    os.replace(path, target)
+    logger.warning(
+        "renamed corrupt checkpoint %s to %s: retention and later resumes skip it (delete it "
+        "once inspected)",
+        path,
+        target.name,
+    )
+    return target
+
+
+class CheckpointModelMismatchError(ValueError):
+    """A checkpoint's weights do not fit the model it is loaded into (another architecture or
+    size): the message names the checkpoint, the model and the first differing tensor."""
+
+
+def check_checkpoint_fits(
+    model: torch.nn.Module, state: Mapping[str, torch.Tensor], checkpoint: Path
+) -> None:
+    """Raise `CheckpointModelMismatchError` unless `state` (checkpoint `checkpoint`'s weights)
+    has the keys and shapes of `model`'s (global shapes, also when sharded). Resuming needs the
+    model the run started from; the message says so instead of torch's state-dict dump."""
+    source = getattr(getattr(model, "config", None), "_name_or_path", "") or "the model given"
+    fix = (
+        f"Resume with the model the run started from (`ludic train --model`, or the model "
+        f"passed to the Trainer; this one is {source}), or start a new run without --resume "
+        f"(another --out-dir)"
+    )
+    try:
+        fitted, _ = fit_state_to_model(model, state)
+    except ValueError as e:
+        raise CheckpointModelMismatchError(
+            f"{checkpoint} does not fit the model: {e}. {fix}"
+        ) from e
+    own = model.state_dict()
+    differ = [k for k, v in own.items() if k in fitted and fitted[k].shape != v.shape]
+    if differ:
+        first = differ[0]
+        raise CheckpointModelMismatchError(
+            f"{checkpoint} does not fit the model: {first} is {list(fitted[first].shape)} in "
+            f"the checkpoint but {list(own[first].shape)} in the model ({len(differ)} of "
+            f"{len(fitted)} tensors differ in shape). {fix}"
+        )
