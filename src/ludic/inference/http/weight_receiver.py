@@ -25,7 +25,8 @@ was); received in place, once the buckets have landed, before the new version is
 served model then holds them: the reply and `last_error` say so, and the next finite push
 repairs it). The group stays joined. A join that has not completed `timeout_s` after
 `/init` gives up, with the reason in `join_error` and `last_error`; joins and pushes run on
-daemon threads, so a join blocked on an unreachable trainer never delays the server's exit.
+daemon threads (`weight_join`), so a join blocked on an unreachable trainer never delays
+the server's exit.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, Field
@@ -53,13 +54,16 @@ from ludic.distributed.transfer import (
     Collective,
     adjacent_view,
     join_store,
-    open_group,
     receive_buckets,
     receive_into,
 )
+from ludic.inference.http.weight_join import (
+    Link,
+    describe_store,
+    in_background,
+    join_in_background,
+)
 from ludic.inference.weights import NonFiniteWeightsError, check_finite
-
-T = TypeVar("T")
 
 # load(state, version, strict) installs the weights and returns the served policy version.
 LoadFn = Callable[[dict[str, torch.Tensor], int, bool], int]
@@ -111,14 +115,6 @@ class SyncResult:
         return body
 
 
-@dataclass(frozen=True, slots=True)
-class _Link:
-    """A joined group and the trainer's store it was built on."""
-
-    group: Collective
-    store: Any
-
-
 class WeightSyncError(RuntimeError):
     """A push could not be received or loaded (`status` is the HTTP status to answer with)."""
 
@@ -165,7 +161,7 @@ class WeightSyncReceiver:
         self.load_in_place = load_in_place if targets is not None else None
         self._pool = BufferPool(device)
         self._lock = threading.Lock()
-        self._link: Future[_Link] | None = None
+        self._link: Future[Link] | None = None
         self._control: Literal["http", "store"] = "http"
         self._stop_listening = threading.Event()
         self._listening: StoreControl | None = None  # the listener's channel, to wake it
@@ -181,30 +177,8 @@ class WeightSyncReceiver:
             self._forget_link()
             self.last_error = None  # the old group's failure is not this one's state
             self._join_timeout_s = req.timeout_s
-
-            def join() -> _Link:
-                store = join_store(
-                    req.host, req.port, world_size=req.world_size, timeout_s=req.timeout_s
-                )
-                group = open_group(
-                    store,
-                    rank=req.rank,
-                    world_size=req.world_size,
-                    backend=req.backend,
-                    timeout_s=req.timeout_s,
-                )
-                return _Link(group, store)
-
-            where = f"the trainer's store at {req.host}:{req.port}"
-            self._link = _in_background(
-                join,
-                name="ludic-weights-join",
-                timeout_s=req.timeout_s,
-                timeout=lambda: TimeoutError(
-                    f"the join did not complete within timeout_s={req.timeout_s:g} s ({where} "
-                    "is unreachable, or the trainer never opened its group)"
-                ),
-            )
+            self._link = join_in_background(req)  # weight_join: a daemon thread, a deadline
+            where = describe_store(req)
             self._link.add_done_callback(lambda joining: self._join_ended(joining, where))
             self._control = req.control
             if req.control == "store":
@@ -217,7 +191,7 @@ class WeightSyncReceiver:
                 )
                 self._listener.start()
 
-    def _join_ended(self, joining: Future[_Link], where: str) -> None:
+    def _join_ended(self, joining: Future[Link], where: str) -> None:
         """Record why a join failed in `last_error` (while it is still the current one)."""
         error = joining.exception()
         if error is not None and self._link is joining:  # may run inside `init`: no lock
@@ -240,7 +214,7 @@ class WeightSyncReceiver:
                 raise WeightSyncError("a push is already in progress: finish it first")
             self._check(manifest)
             link = self._joined(self._link)
-            self._push = _in_background(
+            self._push = in_background(
                 lambda: self._receive(link.group, manifest), name="ludic-weights-push"
             )
 
@@ -321,7 +295,7 @@ class WeightSyncReceiver:
         }
         return landed.held(held), dtypes
 
-    def _listen(self, joining: Future[_Link], stop: threading.Event, req: InitRequest) -> None:
+    def _listen(self, joining: Future[Link], stop: threading.Event, req: InitRequest) -> None:
         """Serve store-driven pushes until the trainer closes the channel or goes away."""
         timeout_s = req.timeout_s
         try:
@@ -395,7 +369,7 @@ class WeightSyncReceiver:
         channel.reply("ack", {"ok": True})
         return manifest
 
-    def _joined(self, joining: Future[_Link]) -> _Link:
+    def _joined(self, joining: Future[Link]) -> Link:
         try:
             return joining.result(timeout=self._join_timeout_s)
         except Exception as e:
@@ -496,46 +470,6 @@ class _Refused(WeightSyncError):
             "finite checkpoint",
             status=422,
         )
-
-
-def _in_background(
-    fn: Callable[[], T],
-    *,
-    name: str,
-    timeout_s: float | None = None,
-    timeout: Callable[[], Exception] | None = None,
-) -> Future[T]:
-    """`fn()` on a daemon thread (one blocked in c10d on an unreachable trainer must not keep
-    the process from exiting). With `timeout_s`, the future fails with `timeout()` then if
-    `fn` has not returned (`fn` is abandoned; what it returns later is dropped)."""
-    future: Future[T] = Future()
-    lock = threading.Lock()
-
-    def settle(result: Any = None, error: BaseException | None = None) -> None:
-        with lock:
-            if future.done():
-                return
-            if error is None:
-                future.set_result(result)
-            else:
-                future.set_exception(error)
-
-    def run() -> None:
-        try:
-            result = fn()
-        except BaseException as e:  # handed to whoever waits on the future
-            settle(error=e)
-        else:
-            settle(result=result)
-
-    threading.Thread(target=run, name=name, daemon=True).start()
-    if timeout_s is not None:
-        make = timeout or (lambda: TimeoutError(f"{name} did not finish in {timeout_s:g} s"))
-        timer = threading.Timer(timeout_s, lambda: settle(error=make()))
-        timer.daemon = True
-        timer.start()
-        future.add_done_callback(lambda _: timer.cancel())
-    return future
 
 
 def _version(value: Any) -> int:

@@ -1,0 +1,105 @@
+"""How the weight receiver (`weight_receiver.WeightSyncReceiver`) joins the trainer's process
+group: `join_in_background(req)` starts the join (the trainer's TCPStore, then the group) on a
+daemon thread and returns a future of the `Link`, failed with a `TimeoutError` naming the store
+if the join has not completed `req.timeout_s` after it started; `in_background(fn, ...)` is
+the daemon-thread future (with an optional deadline) it is built on, also used for pushes.
+
+Daemon threads, so a join blocked in c10d on an unreachable trainer never delays the server's
+exit. It does not cancel a join that ran past its deadline (c10d offers no way to: the thread
+is abandoned, and what it returns later is dropped), retry a join, record errors for
+`/ludic/weights/status` (the receiver does), or receive any weights.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ludic.distributed.transfer import Collective, join_store, open_group
+
+if TYPE_CHECKING:
+    from ludic.inference.http.weight_receiver import InitRequest
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """A joined group and the trainer's store it was built on."""
+
+    group: Collective
+    store: Any
+
+
+def join_in_background(req: InitRequest) -> Future[Link]:
+    """Join the group `req` names on a daemon thread; the future fails with a `TimeoutError`
+    naming the trainer's store if that takes longer than `req.timeout_s`."""
+
+    def join() -> Link:
+        store = join_store(req.host, req.port, world_size=req.world_size, timeout_s=req.timeout_s)
+        group = open_group(
+            store,
+            rank=req.rank,
+            world_size=req.world_size,
+            backend=req.backend,
+            timeout_s=req.timeout_s,
+        )
+        return Link(group, store)
+
+    return in_background(
+        join,
+        name="ludic-weights-join",
+        timeout_s=req.timeout_s,
+        timeout=lambda: TimeoutError(
+            f"the join did not complete within timeout_s={req.timeout_s:g} s "
+            f"({describe_store(req)} is unreachable, or the trainer never opened its group)"
+        ),
+    )
+
+
+def describe_store(req: InitRequest) -> str:
+    """The trainer's store `req` joins, for error messages."""
+    return f"the trainer's store at {req.host}:{req.port}"
+
+
+def in_background(
+    fn: Callable[[], T],
+    *,
+    name: str,
+    timeout_s: float | None = None,
+    timeout: Callable[[], Exception] | None = None,
+) -> Future[T]:
+    """`fn()` on a daemon thread (one blocked in c10d on an unreachable trainer must not keep
+    the process from exiting). With `timeout_s`, the future fails with `timeout()` then if
+    `fn` has not returned (`fn` is abandoned; what it returns later is dropped)."""
+    future: Future[T] = Future()
+    lock = threading.Lock()
+
+    def settle(result: Any = None, error: BaseException | None = None) -> None:
+        with lock:
+            if future.done():
+                return
+            if error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
+
+    def run() -> None:
+        try:
+            result = fn()
+        except BaseException as e:  # handed to whoever waits on the future
+            settle(error=e)
+        else:
+            settle(result=result)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    if timeout_s is not None:
+        make = timeout or (lambda: TimeoutError(f"{name} did not finish in {timeout_s:g} s"))
+        timer = threading.Timer(timeout_s, lambda: settle(error=make()))
+        timer.daemon = True
+        timer.start()
+        future.add_done_callback(lambda _: timer.cancel())
+    return future
