@@ -86,6 +86,7 @@ def _first_observation_in_every_sample(server: RedisServer, env: str, *flags: st
     args = ["actor", "--redis-url", server.url, "--stream", stream]
     args += ["--env", f"context_envs:{env}", "--max-steps", "2", "--max-tokens", "3"]
     args += ["--problems-per-batch", "1", "--group-size", "1", "--batches", "1", *flags]
+    args += ["--algorithm", "reinforce"]  # one episode per group: a group baseline is refused
     ludic_main(args)
     items = asyncio.run(_items(server, stream))
     tokenizer = load_tokenizer(tiny_model_dir())
