@@ -10,7 +10,6 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -19,38 +18,9 @@ from rich.console import Console
 from ludic.recipes.configs import QuickstartConfig
 from ludic.recipes.quickstart import run_quickstart
 from ludic.recipes.tictactoe import quickstart_env_kwargs
+from quickstart_games import BUDGET, games
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tictactoe" / "eval.py"
-# As tests/recipes/test_quickstart_eval.py: after RL the model wins some games and makes some
-# illegal moves, so the rule for an illegal move changes the games.
-BUDGET: dict[str, Any] = {
-    "expert_episodes": 64,
-    "sft_steps": 120,
-    "sft_batch_size": 32,
-    "rl_steps": 2,
-    "rl_groups": 2,
-    "group_size": 2,
-    "eval_episodes": 8,
-    "hidden_size": 64,
-}
-
-
-def games(rollouts_jsonl: Path) -> dict[int, list[tuple[Any, ...]]]:
-    """Per opponent seed: every model call's prompt, reply, tokens and logprobs."""
-    by_seed = {}
-    for line in rollouts_jsonl.read_text().splitlines():
-        rollout = json.loads(line)
-        calls = [s for s in rollout["steps"] if s.get("kind", "agent") == "agent"]
-        by_seed[rollout["meta"]["env_seed"]] = [
-            (
-                json.dumps(s["prompt_messages"]),
-                s["completion"],
-                tuple(s["trace"]["completion_token_ids"]),
-                tuple(s["trace"]["completion_logprobs"]),
-            )
-            for s in calls
-        ]
-    return by_seed
 
 
 def run(*argv: str) -> str:

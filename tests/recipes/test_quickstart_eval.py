@@ -9,7 +9,6 @@ import json
 import shlex
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -20,37 +19,7 @@ from ludic.eval.command import EvalConfig, run_eval_command
 from ludic.recipes.configs import QuickstartConfig
 from ludic.recipes.quickstart import run_quickstart
 from ludic.recipes.tictactoe import stage_result
-
-# Small enough for a test (~30 s), large enough that the model plays: after RL it wins some
-# games and makes some illegal moves, so the numbers compared are not all 0% or 100%.
-BUDGET: dict[str, Any] = {
-    "expert_episodes": 64,
-    "sft_steps": 120,
-    "sft_batch_size": 32,
-    "rl_steps": 2,
-    "rl_groups": 2,
-    "group_size": 2,
-    "eval_episodes": 8,
-    "hidden_size": 64,
-}
-
-
-def games(rollouts_jsonl: Path) -> dict[int, list[tuple[Any, ...]]]:
-    """Per opponent seed: every model call's prompt, reply, tokens and logprobs."""
-    by_seed = {}
-    for line in rollouts_jsonl.read_text().splitlines():
-        rollout = json.loads(line)
-        calls = [s for s in rollout["steps"] if s.get("kind", "agent") == "agent"]
-        by_seed[rollout["meta"]["env_seed"]] = [
-            (
-                json.dumps(s["prompt_messages"]),
-                s["completion"],
-                tuple(s["trace"]["completion_token_ids"]),
-                tuple(s["trace"]["completion_logprobs"]),
-            )
-            for s in calls
-        ]
-    return by_seed
+from quickstart_games import BUDGET, games
 
 
 @pytest.mark.slow
