@@ -11,12 +11,13 @@ from __future__ import annotations
 import copy
 import sys
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 import torch
 from distributed_fakes import SPEC, TOKEN
 from fastapi.testclient import TestClient
+from fixed_samples import Samples
 
 import ludic.inference.weights as weights_module
 from ludic.distributed import BroadcastPolicyPublisher
@@ -25,27 +26,10 @@ from ludic.inference import NonFiniteWeightsError
 from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.inference.http.server import create_app
 from ludic.models import build_tiny_model
-from ludic.rollouts.samples import SAWItem
-from ludic.training import SAWBatch, Trainer, TrainerConfig, make_reinforce
+from ludic.training import Trainer, TrainerConfig, make_reinforce
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(240)]
 NORM = "model.norm.weight"
-
-
-class Samples:
-    """The same batch of hand-made samples every step (token ids within SPEC's vocabulary)."""
-
-    items: ClassVar[list[SAWItem]] = [
-        SAWItem(
-            input_ids=tuple(3 + (7 * i + 11 * j) % 250 for j in range(12)),
-            action_mask=(0,) * 4 + (1,) * 8,
-            weight=1.0 if i % 2 else -1.0,
-        )
-        for i in range(4)
-    ]
-
-    async def next_batch(self) -> SAWBatch:
-        return SAWBatch(items=self.items, stats={})
 
 
 class Passes:

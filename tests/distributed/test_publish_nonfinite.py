@@ -27,6 +27,7 @@ import pytest
 import torch
 from distributed_fakes import SPEC, TOKEN, ServerProcess, free_port
 from fastapi.testclient import TestClient
+from fixed_samples import Samples
 
 import ludic.distributed.broadcast as broadcast_module
 from ludic.distributed import BroadcastPolicyPublisher, InProcessPublisher, WeightPushError
@@ -35,8 +36,7 @@ from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.inference.http.server import create_app
 from ludic.models import build_tiny_model, load_model, tiny_model_dir
 from ludic.recipes.inference import make_inference
-from ludic.rollouts.samples import SAWItem
-from ludic.training import CheckpointConfig, SAWBatch, Trainer, TrainerConfig, make_reinforce
+from ludic.training import CheckpointConfig, Trainer, TrainerConfig, make_reinforce
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(240)]
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -79,23 +79,6 @@ def _wait_healthy(server: ServerProcess) -> None:
             pass
         time.sleep(0.2)
     raise RuntimeError(f"ludic serve did not become healthy:\n{server.log.read_text()[-3000:]}")
-
-
-class Samples:
-    """The same batch of hand-made samples every step (token ids within SPEC's vocabulary)."""
-
-    def __init__(self) -> None:
-        self.items = [
-            SAWItem(
-                input_ids=tuple(3 + (7 * i + 11 * j) % 250 for j in range(12)),
-                action_mask=(0,) * 4 + (1,) * 8,
-                weight=1.0 if i % 2 else -1.0,
-            )
-            for i in range(4)
-        ]
-
-    async def next_batch(self) -> SAWBatch:
-        return SAWBatch(items=self.items, stats={})
 
 
 def _served(server: ServerProcess) -> tuple[int, list[float], dict[str, Any]]:
