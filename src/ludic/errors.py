@@ -5,8 +5,8 @@ a traceback (`ludic.cli`); every other error is a bug, and keeps its traceback. 
 decides, and this is its rule:
 
 - `LudicUsageError` (a ValueError), raised anywhere: the explicit marker for a refusal.
-- ludic's own refusal classes that are not ValueErrors (`REFUSAL_CLASSES`: another run holds the
-  run directory, a single-process command under torchrun, a corrupt checkpoint, a child server
+- ludic's own refusal classes that are not ValueErrors (subclasses of `Refusal`: another run
+  holds the run directory, a single-process command under torchrun, a corrupt checkpoint, a child server
   that exited before serving (its message holds the child's output), Redis or every inference
   server unreachable, a training run that stalled: its message names the cause and the fix).
 - a ValueError or a file error (FileNotFoundError, PermissionError, IsADirectoryError,
@@ -32,7 +32,7 @@ import dis
 import os
 from types import TracebackType
 
-__all__ = ["REFUSAL_CLASSES", "LudicUsageError", "is_refusal", "raised_by_ludic"]
+__all__ = ["LudicUsageError", "Refusal", "is_refusal", "raised_by_ludic"]
 
 
 class LudicUsageError(ValueError):
@@ -40,19 +40,10 @@ class LudicUsageError(ValueError):
     it. A ValueError, so callers that catch ValueError keep working."""
 
 
-REFUSAL_CLASSES: frozenset[str] = frozenset(
-    {
-        "ludic.recipes.run_lock.RunDirInUseError",
-        "ludic.recipes.run_lock.MultiProcessLaunchError",
-        "ludic.training.weights_io.CorruptCheckpointError",
-        "ludic.inference.http.local_server._ExitedEarly",
-        "ludic.pipeline.stream.RedisUnavailableError",
-        "ludic.inference.http.openai_client.InferenceUnavailableError",
-        "ludic.training.stall.TrainingStalledError",
-    }
-)
-"""ludic's refusal classes that are not ValueErrors, as `module.QualName` (matched against
-each class an error inherits from, so none of these modules is imported to check)."""
+class Refusal(Exception):
+    """Marks one of ludic's refusal classes that is not a ValueError (a second base, e.g.
+    `class RunDirInUseError(Refusal, RuntimeError)`): its message names the problem and the fix."""
+
 
 _FILE_ERRORS = (
     FileNotFoundError,
@@ -68,7 +59,7 @@ def is_refusal(exc: BaseException) -> bool:
     """True when `exc` is a refusal by the rule in this module's docstring."""
     if isinstance(exc, LudicUsageError):
         return True
-    if any(f"{cls.__module__}.{cls.__qualname__}" in REFUSAL_CLASSES for cls in type(exc).__mro__):
+    if isinstance(exc, Refusal):
         return True
     if isinstance(exc, _FILE_ERRORS) and exc.filename is not None:
         return True

@@ -25,6 +25,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from ludic.errors import Refusal
+
 try:
     import redis.asyncio as aioredis
     from redis.asyncio.retry import Retry
@@ -76,7 +78,7 @@ return redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(fields))
 """
 
 
-class RedisUnavailableError(ConnectionError):
+class RedisUnavailableError(Refusal, ConnectionError):
     """Redis stayed unreachable for longer than `give_up_after_s`."""
 
 

@@ -26,6 +26,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from ludic.errors import Refusal
+
 try:
     import fcntl
 except ImportError:  # Windows: no flock
@@ -49,11 +51,11 @@ LUDIC_RUN = "ludic"
 `ludic train` refused by a `ludic sft` reads "in use by another ludic run (...: ludic sft ...)"."""
 
 
-class RunDirInUseError(RuntimeError):
+class RunDirInUseError(Refusal, RuntimeError):
     """Another live run holds the run directory's lock."""
 
 
-class MultiProcessLaunchError(RuntimeError):
+class MultiProcessLaunchError(Refusal, RuntimeError):
     """A single-process command was launched as one of several processes (torchrun)."""
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from ludic.errors import Refusal
 from ludic.training.batching.types import SAWBatch
 from ludic.training.config import TrainerConfig
 
@@ -39,7 +40,7 @@ _ADVICE: dict[SkipKind, str] = {
 }
 
 
-class TrainingStalledError(RuntimeError):
+class TrainingStalledError(Refusal, RuntimeError):
     """Too many steps in a row trained nothing; the message names the cause and the fix."""
 
 

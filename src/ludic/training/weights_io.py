@@ -17,6 +17,8 @@ from pathlib import Path
 import safetensors.torch
 import torch
 
+from ludic.errors import Refusal
+
 SAFETENSORS_INDEX = "model.safetensors.index.json"
 SAFETENSORS_SINGLE = "model.safetensors"
 TORCH_INDEX = "pytorch_model.bin.index.json"
@@ -24,7 +26,7 @@ TORCH_SINGLE = ("pytorch_model.bin", "pytorch_model.pt")
 ADAPTER_SAFETENSORS = "adapter_model.safetensors"
 
 
-class CorruptCheckpointError(RuntimeError):
+class CorruptCheckpointError(Refusal, RuntimeError):
     """A checkpoint or weights directory that is incomplete or damaged."""
 
 

@@ -38,6 +38,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from ludic.errors import Refusal
 from ludic.inference.http.auth import TOKEN_ENV
 from ludic.inference.http.health import ServerExited, wait_for_health
 
@@ -209,7 +210,7 @@ class LocalServer:
         self.close()
 
 
-class _ExitedEarly(RuntimeError):
+class _ExitedEarly(Refusal, RuntimeError):
     def __init__(self, message: str, log: str) -> None:
         super().__init__(message)
         self.log = log

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from ludic.errors import Refusal
 from ludic.inference.client import ChatRequest, ChatResponse
 from ludic.inference.sampling import resolve_sampling_args
 from ludic.inference.unicode_check import check_text
@@ -38,7 +39,7 @@ class InferenceRequestError(ValueError):
         self.message = message
 
 
-class InferenceUnavailableError(ConnectionError):
+class InferenceUnavailableError(Refusal, ConnectionError):
     """The server could not be reached, or kept failing (5xx), after all retries."""
 
 
