@@ -50,12 +50,12 @@ def same_model_server(tmp_path: Path) -> Iterator[Server]:
     yield from _serve(tiny_model_dir(), tmp_path / "server.log")
 
 
-def _train(server: Server, cwd: Path, out: str, model: Path | str, steps: int) -> Any:
+def _train(server: Server, cwd: Path, out: str, model: Path | str, steps: int, *extra: str) -> Any:
     (cwd / "say_o.py").write_text(USER_ENV)
     args = ["--env", "say_o:SayO", "--server-url", server.url, "--server-token", TOKEN]
     args += ["--model", str(model), "--steps", str(steps), "--problems-per-step", "2"]
     args += ["--group-size", "4", "--max-tokens", "8", "--max-steps", "1", "--lr", "1e-2"]
-    args += ["--out-dir", str(cwd / out), "--no-progress"]
+    args += ["--out-dir", str(cwd / out), "--no-progress", *extra]
     return subprocess.run(
         [sys.executable, "-m", "ludic.cli", "train", *args],
         capture_output=True,
@@ -67,9 +67,12 @@ def _train(server: Server, cwd: Path, out: str, model: Path | str, steps: int) -
     )
 
 
+def _steps(out_dir: Path) -> list[dict[str, float]]:
+    return [dict(json.loads(line)) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+
+
 def _first_step(out_dir: Path) -> dict[str, float]:
-    lines = (out_dir / "metrics.jsonl").read_text().splitlines()
-    return dict(json.loads(lines[0]))
+    return _steps(out_dir)[0]
 
 
 def _assert_on_policy(step: dict[str, float]) -> None:
@@ -124,3 +127,23 @@ def test_a_server_of_another_architecture_is_refused_before_any_episode(tmp_path
         metrics = tmp_path / "run" / "metrics.jsonl"
         assert not metrics.exists() or not metrics.read_text().strip()  # nor any step
         assert server.served_version() == 0  # the server kept its own weights
+
+
+def test_a_ratio_loss_at_temperature_07_stays_on_policy_across_a_resume(
+    same_model_server: Server, tmp_path: Path
+) -> None:
+    """The neighbours a real run combines: a user's env through the CLI, a served policy,
+    sampling at temperature 0.7 with a ratio loss, then `--resume` against the same server."""
+    from ludic.models import tiny_model_dir
+
+    flags = ("--temperature", "0.7", "--algorithm", "gspo")
+    first = _train(same_model_server, tmp_path, "run", tiny_model_dir(), 2, *flags)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    resumed = _train(same_model_server, tmp_path, "run", tiny_model_dir(), 3, *flags, "--resume")
+    assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
+    assert "pushed as policy version 0" not in resumed.stdout  # the checkpoint's weights instead
+    steps = _steps(tmp_path / "run")
+    assert [int(step["step"]) for step in steps] == [1, 2, 3]
+    for step in steps:
+        _assert_on_policy(step)
+    assert same_model_server.served_version() == 3
