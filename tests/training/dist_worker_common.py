@@ -129,7 +129,14 @@ def torchrun(script: str, *args: str, timeout_s: float = 300.0) -> str:
         str(HERE / script),
         *args,
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    # PYTHONFAULTHANDLER: a rank killed by a C++ abort (SIGABRT, seen once in CI as "terminate
+    # called without an active exception") prints the Python stack it was in
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONFAULTHANDLER": "1",
+    }
     proc = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
