@@ -38,6 +38,8 @@ class LudicEnv(ABC):
     - `system_prompt`: an optional suggested system prompt for agents.
     - `current_observation(agent_id)`: optional; the current observation again (shown after a
       reply that failed to parse). None: not offered.
+    - `parse_failure_ends_episode`: whether a reply that fails to parse ends the episode
+      (one-answer envs) or is retried.
 
     `reset`, `step` and `close` may be `async def` in subclasses. Protocols run a synchronous
     `reset` / `step` / `close` on a worker thread, so a blocking one neither stalls the other
@@ -55,6 +57,12 @@ class LudicEnv(ABC):
     has its own (`Agent(system_prompt=...)` wins); None: no system message."""
     close_timeout_s: float = 10.0
     inline_sync_calls: bool = False
+    parse_failure_ends_episode: bool = False
+    """True for an env that takes one reply per episode (one question, one answer): a reply
+    that fails to parse is that agent's answer, so every protocol ends the episode there
+    (`termination_reason` "parse_error", the parser's penalty as its reward) instead of
+    asking again. False (the default): the agent sees the parser's feedback and replies
+    again, up to the protocol's `max_steps`."""
 
     @property
     @abstractmethod

@@ -3,7 +3,9 @@ stdin/stdout test cases in a `ludic.sandbox` sandbox; the reward is the fraction
 passed (or all-or-nothing), with a penalty for code that does not compile. `info["success"]`
 says whether every test passed (what `ludic eval` counts as solved, whatever the scoring).
 
-One step per episode. It deliberately compiles the code on the host only to check syntax
+One step per episode: a reply that fails to parse (e.g. cut off at the token limit under
+`--reject-incomplete`) ends it as a recorded parse failure (`parse_failure_ends_episode`),
+unless `parse_failure_ends_episode=False` allows retries. It deliberately compiles the code on the host only to check syntax
 (`compile()` executes nothing); the code itself runs only in the sandbox. It does not
 download datasets: bring your own problems as `CodeProblem`s or a JSONL file.
 """
@@ -149,7 +151,13 @@ class CodeTestEnv(SingleAgentEnv):
         scoring: Scoring = "fraction",
         compile_penalty: float = 0.5,
         limits: SandboxLimits | None = None,
+        parse_failure_ends_episode: bool = True,
     ) -> None:
+        if not isinstance(parse_failure_ends_episode, bool):
+            raise TypeError(
+                "parse_failure_ends_episode must be true or false, got "
+                f"{parse_failure_ends_episode!r}"
+            )
         if scoring not in ("fraction", "all_or_nothing"):
             raise ValueError(f"scoring must be 'fraction' or 'all_or_nothing', got {scoring!r}")
         self.problems = list(problems) if problems is not None else load_code_problems()
@@ -159,6 +167,7 @@ class CodeTestEnv(SingleAgentEnv):
         self.scoring = scoring
         self.compile_penalty = compile_penalty
         self.limits = limits
+        self.parse_failure_ends_episode = parse_failure_ends_episode
         self.problem: CodeProblem | None = None
 
     def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
@@ -216,6 +225,7 @@ def code_test_env(
     limit: int | None = None,
     scoring: Scoring = "fraction",
     compile_penalty: float = 0.5,
+    parse_failure_ends_episode: bool = True,
 ) -> CodeTestEnv:
     """CodeTestEnv from JSON-friendly arguments (for registries and the CLI): the bundled
     problems, or a local JSONL at `path`; the first `limit` problems if given."""
@@ -224,4 +234,5 @@ def code_test_env(
         problems[:limit] if limit is not None else problems,
         scoring=scoring,
         compile_penalty=compile_penalty,
+        parse_failure_ends_episode=parse_failure_ends_episode,
     )

@@ -1,7 +1,9 @@
 """DatasetQAEnv: one-shot question answering over one sample of a dataset, scored by a verifier.
 
 The env receives the already-extracted answer (the agent's parser pulls it out of `\\boxed{}`
-or a tag); it deliberately does no answer extraction and no multi-turn feedback.
+or a tag); it deliberately does no answer extraction and no multi-turn feedback. One
+question, one answer: by default a reply that fails to parse is the episode's answer (a
+recorded parse failure with the parser's penalty), not a retry.
 """
 
 from __future__ import annotations
@@ -55,6 +57,11 @@ class DatasetQAEnv(SingleAgentEnv):
     value as a float; `info["correct"]` is True for True or a score >= 1 (`ludic eval`'s success,
     whatever a parser's rewards or a partial score add up to). The episode always
     terminates after that step. `info` holds `target`, `prediction`, `correct`, `sample_index`.
+
+    `parse_failure_ends_episode` (default True): a reply the parser rejects ends the episode
+    as a recorded parse failure with the parser's penalty, whatever `max_steps` allows, so
+    pass@1 counts first answers. False: format retries; the agent sees the parser's feedback
+    and answers again (each retry counts toward the episode's parse failures).
     """
 
     def __init__(
@@ -66,7 +73,13 @@ class DatasetQAEnv(SingleAgentEnv):
         verifier: Verifier = exact_match,
         system_prompt: str | None = None,
         sample_index: int | None = None,
+        parse_failure_ends_episode: bool = True,
     ) -> None:
+        if not isinstance(parse_failure_ends_episode, bool):
+            raise TypeError(
+                "parse_failure_ends_episode must be true or false, got "
+                f"{parse_failure_ends_episode!r}"
+            )
         if isinstance(dataset, (str, bytes)) or not isinstance(dataset, Sequence):
             raise TypeError(
                 f"dataset must be a sequence of dicts (e.g. a list), got {type(dataset).__name__}"
@@ -81,6 +94,7 @@ class DatasetQAEnv(SingleAgentEnv):
         self.verifier = verifier
         self.system_prompt = system_prompt
         self.sample_index = sample_index
+        self.parse_failure_ends_episode = parse_failure_ends_episode
         self.index: int | None = None
         self.target = ""
         self.done = False

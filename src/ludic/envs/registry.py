@@ -50,8 +50,12 @@ def math_qa_env(
     limit: int | None = None,
     verifier: Literal["numeric", "exact"] = "numeric",
     sample_index: int | None = None,
+    parse_failure_ends_episode: bool = True,
 ) -> DatasetQAEnv:
-    """DatasetQAEnv over the bundled math sample, or a local GSM8K-style JSONL at `path`."""
+    """DatasetQAEnv over the bundled math sample, or a local GSM8K-style JSONL at `path`.
+    One question, one answer: a reply without a `\\boxed{}` answer ends the episode as a
+    parse failure; `parse_failure_ends_episode=False` (`--env-kwargs
+    '{"parse_failure_ends_episode": false}'`) allows format retries up to `--max-steps`."""
     if verifier not in ("numeric", "exact"):
         raise ValueError(f"verifier must be 'numeric' or 'exact', got {verifier!r}")
     dataset = load_math_sample() if path is None else load_jsonl_dataset(path)
@@ -60,6 +64,7 @@ def math_qa_env(
         verifier=numeric_match if verifier == "numeric" else exact_match,
         system_prompt=MATH_SYSTEM_PROMPT,
         sample_index=sample_index,
+        parse_failure_ends_episode=parse_failure_ends_episode,
     )
 
 

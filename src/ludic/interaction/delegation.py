@@ -57,12 +57,22 @@ _DELEGATE_SCHEMA = tool_from_callable(delegate)
 class TaskEnv(SingleAgentEnv):
     """A one-step env for sub-agents: the observation is the task, the action the answer.
 
-    `judge(task, answer) -> reward` scores the answer (default: no reward).
+    `judge(task, answer) -> reward` scores the answer (default: no reward). One task, one
+    answer: a reply that fails to parse ends the child episode as a recorded parse failure
+    (its raw completion goes back to the parent, see `final_answer`);
+    `parse_failure_ends_episode=False` lets the sub-agent retry up to its spec's `max_steps`.
     """
 
-    def __init__(self, task: str, judge: Callable[[str, str], float] | None = None) -> None:
+    def __init__(
+        self,
+        task: str,
+        judge: Callable[[str, str], float] | None = None,
+        *,
+        parse_failure_ends_episode: bool = True,
+    ) -> None:
         self.task = task
         self.judge = judge
+        self.parse_failure_ends_episode = parse_failure_ends_episode
 
     def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
         return self.task, {}

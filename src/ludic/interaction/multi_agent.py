@@ -5,7 +5,11 @@ did not act (an opponent's move), and its terminal reward. Agents act concurrent
 makes several active at once. An agent whose reply fails to parse gets a synthetic step and
 acts again; the env is stepped only once every active agent has a valid action (valid actions
 wait; one still waiting when the episode ends closes its turn with an unexecuted step,
-`info["action_not_executed"]`). It does not schedule turns itself: `env.active_agents` does.
+`info["action_not_executed"]`). On an env that takes one reply per episode
+(`parse_failure_ends_episode`) a parse failure instead ends the episode, recorded on the
+failing agent's step as in SingleAgentProtocol (`termination_reason` "parse_error"), and for
+every seat still playing, since the env cannot step without that agent's action. It does not
+schedule turns itself: `env.active_agents` does.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ExternalToolHandler, act_with_tools
 from ludic.interaction.collector import TraceCollector
 from ludic.interaction.info import merge_step_info
-from ludic.interaction.single_agent import synthetic_failure_step
+from ludic.interaction.single_agent import parse_failure_end, synthetic_failure_step
 from ludic.interaction.termination import (
     Termination,
     TerminationRule,
@@ -227,7 +231,7 @@ class MultiAgentProtocol:
             self.agents[aid].on_after_step(step.next_obs, step.info)
             if stop is None:
                 history = collector.env_steps(aid)
-                stop = self.termination.check(
+                stop = parse_failure_end(env, step) or self.termination.check(
                     TurnView(phase="env", act=act, env_step=step, env_steps=history)
                 )
         return stop

@@ -6,7 +6,7 @@ termination rules (`ludic.interaction.termination`) may end it earlier, and why 
 recorded by `record_termination`. Parse failures never reach the env: they become a synthetic
 EnvironmentStep (state unchanged, feedback as next observation, followed by the env's
 `current_observation` when it offers one), and the agent replies again; an env that takes one
-reply per episode (`parse_failure_ends_episode = True` on its class) ends the episode there
+reply per episode (`env.parse_failure_ends_episode`, e.g. `DatasetQAEnv`) ends the episode there
 instead (`termination_reason` "parse_error"). External tool calls go to
 `external_tool_handler`. It does not retry or time out episodes (the RolloutEngine does).
 """
@@ -27,6 +27,7 @@ from ludic.interaction.termination import (
     TerminationRules,
     TurnView,
     env_ended,
+    parse_failure_info,
     record_termination,
     unexecuted_step,
 )
@@ -194,11 +195,13 @@ class SingleAgentProtocol:
 
 
 def parse_failure_end(env: LudicEnv, step: EnvironmentStep) -> Termination | None:
-    """End the episode at a parse failure when the env takes one reply per episode
-    (`parse_failure_ends_episode = True`, e.g. a one-question QA env): the failure stays
-    recorded as such, with the parser's penalty, and no second reply is asked for."""
+    """End the episode at `step`'s parse failure when the env takes one reply per episode
+    (`env.parse_failure_ends_episode`, e.g. a one-question QA env): the failure stays
+    recorded as such, with the parser's penalty, and no second reply is asked for. Every
+    protocol ends episodes this way (in a multi-agent env, for every seat still playing)."""
     if step.info.get("parse_error") and getattr(env, "parse_failure_ends_episode", False):
-        return Termination(reason="parse_error", detail="the env takes one reply per episode")
+        detail = f"{step.agent_id}'s reply did not parse; {type(env).__name__} takes one reply"
+        return Termination(reason="parse_error", detail=detail)
     return None
 
 
@@ -217,9 +220,7 @@ def synthetic_failure_step(
     feedback = pr.obs if pr is not None and pr.obs is not None else "Invalid reply."
     if current_obs is not None:
         feedback = f"{feedback}\n{current_obs}"
-    info: Info = {"parse_error": True, "synthetic": True}
-    if act.final_step.info.get("incomplete_completion"):
-        info["incomplete_completion"] = True
+    info: Info = {**parse_failure_info(act), "synthetic": True}
     return EnvironmentStep(
         index=index,
         turn_id=act.final_step.turn_id,

@@ -255,12 +255,24 @@ def env_ended(step: EnvironmentStep) -> Termination | None:
     return None
 
 
+def parse_failure_info(act: AgentAct) -> Info:
+    """The step info that records `act` as a parse failure (`parse_error`, and
+    `incomplete_completion` for a reply cut off at the token limit); {} for a parsed act."""
+    if act.action is not None:
+        return {}
+    info: Info = {"parse_error": True}
+    if act.final_step.info.get("incomplete_completion"):
+        info["incomplete_completion"] = True
+    return info
+
+
 def unexecuted_step(
     act: AgentAct, obs: str, *, index: int, agent_id: str, info: Info
 ) -> EnvironmentStep:
     """Close a turn whose action the env never saw (a rule ended the episode first, or other
-    seats were still retrying): state unchanged, no reward, no next observation. Flags for the
-    episode's end come from `record_termination`."""
+    seats were still retrying): state unchanged, no reward, no next observation. A reply that
+    did not parse is still recorded as a parse failure (`parse_failure_info`), so every count
+    of parse failures sees it. Flags for the episode's end come from `record_termination`."""
     return EnvironmentStep(
         index=index,
         turn_id=act.final_step.turn_id,
@@ -270,7 +282,7 @@ def unexecuted_step(
         next_obs=None,
         state_key=act.final_step.info.get("state_key"),
         agent_step_ids=tuple(s.id for s in act.steps),
-        info=info,
+        info=merge_step_info(info, parse_failure_info(act)),
     )
 
 
@@ -317,6 +329,7 @@ __all__ = [
     "TurnView",
     "env_ended",
     "max_steps_termination",
+    "parse_failure_info",
     "record_termination",
     "unexecuted_step",
 ]

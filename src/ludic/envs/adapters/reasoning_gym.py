@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import fields, is_dataclass
-from typing import Any, ClassVar, overload
+from typing import Any, overload
 
 from ludic.envs.adapters._common import require
 from ludic.envs.dataset_qa import DatasetQAEnv, Sample
@@ -92,11 +92,9 @@ class ReasoningGymEnv(DatasetQAEnv):
     `level` picks a curriculum difficulty; other keyword arguments are the dataset's config
     fields (e.g. countdown's `min_numbers`), passed through to reasoning-gym unchanged.
     `info` adds `score` (reasoning-gym's) and `source_dataset`. An unparseable reply ends the
-    episode (`SingleAgentProtocol` asks for no second one), whatever `--max-steps` allows.
+    episode (no protocol asks for a second one), whatever `--max-steps` allows, unless
+    `parse_failure_ends_episode=False` (format retries, as in `DatasetQAEnv`).
     """
-
-    parse_failure_ends_episode: ClassVar[bool] = True
-    """One reply per episode: a parse failure is the episode's answer, not a retry."""
 
     def __init__(
         self,
@@ -107,6 +105,7 @@ class ReasoningGymEnv(DatasetQAEnv):
         level: int | None = None,
         system_prompt: str | None = None,
         sample_index: int | None = None,
+        parse_failure_ends_episode: bool = True,
         **config: Any,
     ) -> None:
         self.rg_dataset = make_dataset(
@@ -120,6 +119,7 @@ class ReasoningGymEnv(DatasetQAEnv):
             verifier=self._score,
             system_prompt=system_prompt,
             sample_index=sample_index,
+            parse_failure_ends_episode=parse_failure_ends_episode,
         )
         self.name = name
 
