@@ -1,6 +1,7 @@
 """Tiny envs for protocol tests: a step-counting single-agent env, a tape env for termination
-rules, a two-seat turn-based coin game and a simultaneous rock-paper-scissors round. They
-count `step` calls so tests can check that parse failures never reach the env."""
+rules, a two-seat turn-based coin game and a simultaneous rock-paper-scissors round (each of
+the last three also as a one-reply env, `parse_failure_ends_episode`). They count `step` calls
+so tests can check that parse failures never reach the env."""
 
 from __future__ import annotations
 
@@ -83,6 +84,12 @@ class TapeEnv(SingleAgentEnv):
         return len(self.seen)
 
 
+class OneReplyTapeEnv(TapeEnv):
+    """A TapeEnv that takes one reply per episode: a parse failure ends it."""
+
+    parse_failure_ends_episode = True
+
+
 class CoinDuelEnv(LudicEnv):
     """Two seats take turns removing 1 or 2 coins from a pile; whoever takes the last coin
     wins (+1), the other loses (-1). Each step reports to both seats. Sync reset and step."""
@@ -163,3 +170,15 @@ class RockPaperScissorsEnv(LudicEnv):
             "a": StepOutcome(obs=f"they played {b}", reward=score, terminated=True),
             "b": StepOutcome(obs=f"they played {a}", reward=-score, terminated=True),
         }
+
+
+class OneReplyCoinDuelEnv(CoinDuelEnv):
+    """The coin game, but a reply that fails to parse ends the episode."""
+
+    parse_failure_ends_episode = True
+
+
+class OneReplyRockPaperScissorsEnv(RockPaperScissorsEnv):
+    """The round, but a reply that fails to parse is that seat's answer: the episode ends."""
+
+    parse_failure_ends_episode = True

@@ -1,5 +1,6 @@
 """MultiAgentProtocol: a turn-based game between two LLM agents gives two correct rollouts;
-simultaneous moves; parse failures wait without stepping the env."""
+simultaneous moves; parse failures wait without stepping the env, or, on an env that takes
+one reply per episode, end it for every seat."""
 
 from __future__ import annotations
 
@@ -7,9 +8,15 @@ import dataclasses
 import json
 
 import pytest
-from interaction_fakes import CoinDuelEnv, RockPaperScissorsEnv
+from interaction_fakes import (
+    CoinDuelEnv,
+    OneReplyCoinDuelEnv,
+    OneReplyRockPaperScissorsEnv,
+    RockPaperScissorsEnv,
+)
 
 from ludic.agents import Agent
+from ludic.eval import episode_record
 from ludic.inference.sampling import SamplingConfig
 from ludic.inference.scripted import ScriptedClient
 from ludic.interaction import MultiAgentProtocol
@@ -178,3 +185,44 @@ async def test_a_valid_action_still_waiting_at_max_steps_closes_its_turn_unexecu
     b_steps = r["b"].env_steps
     assert len(b_steps) == 2 and all(s.info["parse_error"] for s in b_steps)
     assert b_steps[-1].truncated and r["b"].meta["truncation_reason"] == "max_steps"
+
+
+async def test_a_one_reply_env_ends_the_round_at_a_seats_parse_failure() -> None:
+    env = OneReplyRockPaperScissorsEnv()
+    a = player("paper, I think", "<move>paper</move>")
+    b = player("<move>rock</move>")
+    r = by_agent(await MultiAgentProtocol({"a": a, "b": b}, max_steps=10).run(env, env_seed=0))
+    assert env.steps == []  # the round is never played: a's answer was its parse failure
+    (fail,) = r["a"].env_steps
+    assert fail.action is None and fail.info["parse_error"] and fail.terminated
+    assert fail.info["termination_reason"] == "parse_error"
+    assert len(r["a"].agent_steps) == 1 and r["a"].total_reward == -1.0
+    (waiting,) = r["b"].env_steps  # b's valid move closes its turn unexecuted
+    assert waiting.action == "rock" and waiting.info["action_not_executed"] and waiting.terminated
+    detail = "a's reply did not parse; OneReplyRockPaperScissorsEnv takes one reply"
+    for rollout in r.values():
+        assert rollout.meta["termination_reason"] == "parse_error"
+        assert rollout.meta["termination_detail"] == detail
+    assert [episode_record(r[s]).num_parse_errors for s in "ab"] == [1, 0]
+
+
+async def test_a_one_reply_turn_based_env_ends_for_the_seat_that_already_moved() -> None:
+    env = OneReplyCoinDuelEnv(coins=3)
+    first, second = player("<move>1</move>"), player("junk", "<move>1</move>")
+    protocol = MultiAgentProtocol({"first": first, "second": second}, max_steps=10)
+    r = by_agent(await protocol.run(env, env_seed=0))
+    assert env.steps == [{"first": "1"}]
+    (fail,) = r["second"].env_steps[1:]  # after the move it observed
+    assert fail.info["parse_error"] and fail.info["termination_reason"] == "parse_error"
+    assert len(r["second"].agent_steps) == 1
+    assert r["first"].env_steps[-1].terminated
+    assert {x.meta["termination_reason"] for x in r.values()} == {"parse_error"}
+
+
+async def test_format_retries_stay_the_default_for_multi_seat_games() -> None:
+    env = RockPaperScissorsEnv()
+    a = player("paper, I think", "<move>paper</move>")
+    b = player("<move>rock</move>")
+    r = by_agent(await MultiAgentProtocol({"a": a, "b": b}, max_steps=10).run(env, env_seed=0))
+    assert env.steps == [{"a": "paper", "b": "rock"}]
+    assert r["a"].meta["termination_reason"] == "env_terminated"

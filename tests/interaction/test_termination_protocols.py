@@ -10,9 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
-from interaction_fakes import CoinDuelEnv, RockPaperScissorsEnv, TapeEnv
+from interaction_fakes import CoinDuelEnv, OneReplyTapeEnv, RockPaperScissorsEnv, TapeEnv
 
 from ludic.agents import Agent, ToolAgent
+from ludic.eval import episode_record, step_records
 from ludic.inference.scripted import ScriptedClient
 from ludic.interaction import (
     ContextBudget,
@@ -128,6 +129,22 @@ CASES = {
         ("go", "go"),
         env=lambda: TapeEnv(end_at=2),
     ),
+    "parse_failure_on_a_one_reply_env": Case(
+        ("junk", "<move>1</move>"),
+        (MaxSteps(max_steps=9),),
+        (
+            "parse_error",
+            "agent_0's reply did not parse; OneReplyTapeEnv takes one reply",
+            True,
+            False,
+            None,
+            None,
+            None,
+        ),
+        (),
+        env=OneReplyTapeEnv,
+        parser=True,
+    ),
     "env_truncated": Case(
         ("go",),
         (),
@@ -209,6 +226,48 @@ async def test_the_three_protocols_give_the_same_timeline_for_the_same_episode()
         )
     assert timelines[0] == timelines[1] == timelines[2]
     assert [step[0] for step in timelines[0]] == ["1", None, None]
+
+
+async def test_a_one_reply_env_records_a_parse_failure_alike_in_every_protocol() -> None:
+    """The failing step, the rollout meta and eval's episode record are the same whichever
+    protocol ran the episode: one parse failure, the parser's penalty, the episode ended."""
+    case = CASES["parse_failure_on_a_one_reply_env"]
+    seen = []
+    for kind in PROTOCOLS:
+        (rollout,) = await make_protocol(kind, case).run(case.env(), env_seed=0)
+        (step,) = rollout.env_steps
+        (call,) = rollout.agent_steps
+        record = episode_record(rollout)
+        seen.append(
+            (
+                step.info,
+                step.reward,
+                call.reward,
+                rollout.total_reward,
+                {k: v for k, v in rollout.meta.items() if k.startswith("termination")},
+                (record.num_parse_errors, record.terminated, record.success, record.outcome),
+            )
+        )
+    assert seen[0] == seen[1] == seen[2]
+    info, _, _, total, _, (parse_errors, terminated, _, _) = seen[0]
+    assert info["parse_error"] and info["termination_reason"] == "parse_error"
+    assert total == -1.0 and parse_errors == 1 and terminated
+
+
+@pytest.mark.parametrize("kind", PROTOCOLS)
+async def test_a_reply_a_rule_stops_before_the_env_is_still_a_parse_failure(kind: str) -> None:
+    """An act-phase rule closing a turn whose reply did not parse keeps the parse failure on
+    the step, so eval's per-episode count agrees with its per-turn record."""
+    rules = (OutputRegex(pattern="give up", before_env=True),)
+    case = Case(("no move, I give up",), rules, (), (), parser=True)
+    env = TapeEnv()
+    (rollout,) = await make_protocol(kind, case).run(env, env_seed=0)
+    (step,) = rollout.env_steps
+    assert env.seen == [] and step.action is None
+    assert step.info["parse_error"] is True and step.info["synthetic"] is True
+    assert rollout.meta["termination_reason"] == "output_regex"
+    (turn,) = step_records(rollout)
+    assert turn.parse_error and episode_record(rollout).num_parse_errors == 1
 
 
 @pytest.mark.parametrize("kind", PROTOCOLS)
