@@ -57,10 +57,37 @@ def test_learner_refuses_samples_another_preset_credited(
 
 
 @pytest.mark.slow
-def test_matching_gigpo_actor_and_learner_train(redis_server: RedisServer, tmp_path: Path) -> None:
+def test_learner_refuses_samples_of_another_dr_grpo_budget(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """dr_grpo's loss divides by --max-tokens: a learner dividing by another budget than the
+    actors generated with is refused, naming both values, before any step."""
+    _actor(redis_server, "--algorithm", "dr_grpo")  # generated with --max-tokens 8
+    with pytest.raises(CreditMismatchError) as e:
+        _learner(redis_server, tmp_path / "l", "--algorithm", "dr_grpo", "--max-tokens", "128")
+    message = str(e.value)
+    assert "actor 'actor' generated with --max-tokens 8" in message
+    assert "--algorithm dr_grpo with --max-tokens 128" in message
+    assert "Restart the learner with --max-tokens 8" in message
+    metrics = tmp_path / "l" / "metrics.jsonl"
+    assert not metrics.exists() or not metrics.read_text()  # no step on the wrong normaliser
+    assert _pending(redis_server) > 0
+    _learner(redis_server, tmp_path / "l", "--algorithm", "dr_grpo", "--max-tokens", "8")
+    assert metrics.read_text().count("\n") == 1
+
+
+@pytest.mark.slow
+def test_matching_gigpo_actor_and_learner_train(
+    redis_server: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     _actor(redis_server, "--algorithm", "gigpo", "--gigpo.omega", "0.3")
-    _learner(redis_server, tmp_path / "l", "--algorithm", "gigpo")
+    with caplog.at_level(logging.INFO, logger="ludic.pipeline.credit_check"):
+        _learner(redis_server, tmp_path / "l", "--algorithm", "gigpo")
     assert (tmp_path / "l" / "metrics.jsonl").read_text().count("\n") == 1
+    # the learner takes no --gigpo.* flags (credit ran on the actor): it says which it trains on
+    [line] = [r.getMessage() for r in caplog.records if "credit assigned with" in r.getMessage()]
+    assert line.startswith("samples from actor 'actor': credit assigned with --algorithm gigpo")
+    assert "--gigpo.omega 0.3" in line and "--gigpo.default-step-reward 0.0" in line
 
 
 def test_stream_without_record_gets_one_notice(
@@ -100,3 +127,30 @@ def test_two_actors_with_different_gigpo_flags_are_refused() -> None:
         CreditMismatchError, match=r"'a' with --algorithm gigpo --gigpo.omega 0.3, 'b'"
     ):
         check(_stamped(credit_record("gigpo", GiGPOOptions(omega=0.5)), "b"))
+
+
+def test_two_dr_grpo_actors_with_other_budgets_are_refused() -> None:
+    check = CreditCheck("dr_grpo", max_tokens=64)
+    check(_stamped(credit_record("dr_grpo", max_tokens=64), "a"))
+    with pytest.raises(
+        CreditMismatchError, match=r"'b' generated with --max-tokens 128 .* --max-tokens 64"
+    ):
+        check(_stamped(credit_record("dr_grpo", max_tokens=128), "b"))
+
+
+def test_only_dr_grpo_records_the_budget() -> None:
+    assert credit_record("grpo", max_tokens=64) == {"algorithm": "grpo", "flags": {}}
+    assert credit_record("dr_grpo", max_tokens=64)["flags"] == {"max_tokens": 64}
+    check = CreditCheck("grpo")  # actors of another budget are fine where no loss divides by it
+    check(_stamped(credit_record("grpo", max_tokens=64), "a"))
+    check(_stamped(credit_record("grpo", max_tokens=128), "b"))
+
+
+def test_dr_grpo_record_without_budget_gets_one_notice(caplog: pytest.LogCaptureFixture) -> None:
+    old = {"algorithm": "dr_grpo", "flags": {}}  # an actor from before the budget was recorded
+    check = CreditCheck("dr_grpo", max_tokens=64)
+    with caplog.at_level(logging.WARNING, logger="ludic.pipeline.credit_check"):
+        check(_stamped(old, "a"))
+        check(_stamped(old, "a"))
+    notices = [r for r in caplog.records if "do not record the --max-tokens" in r.getMessage()]
+    assert len(notices) == 1

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
-from pipeline_fakes import RedisServer, redis_server
+from pipeline_fakes import RedisServer, free_port, redis_server
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ludic.pipeline.stream import RedisUnavailableError, SampleStream
@@ -103,9 +104,40 @@ async def test_lost_group_is_recreated(redis_server: RedisServer) -> None:
 
 async def test_gives_up_after_the_deadline(redis_server: RedisServer) -> None:
     stream = _stream(redis_server, give_up_after_s=0.3)
+    await stream.ensure_group()
     redis_server.stop()
-    with pytest.raises(RedisUnavailableError, match="unreachable"):
+    with pytest.raises(RedisUnavailableError, match="unreachable for"):
         await stream.add({b"h": b"x", b"b": b""})
+    await stream.aclose()
+
+
+async def test_nothing_listening_at_startup_fails_in_seconds() -> None:
+    """A wrong URL or a Redis not started is named at once, not retried for give_up_after_s."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    stream = SampleStream(url, stream="s", group="g", first_connect_s=1.0)
+    started = time.monotonic()
+    with pytest.raises(RedisUnavailableError) as e:
+        await stream.ensure_group()
+    assert time.monotonic() - started < 10
+    message = str(e.value)
+    assert f"redis at {url} unreachable since startup (XGROUP CREATE failed for 1s" in message
+    assert "Start it (e.g. `redis-server --port 6379" in message and "--redis-url" in message
+    assert stream.reconnect_attempts > 1  # it did retry, for first_connect_s
+    await stream.aclose()
+
+
+async def test_once_connected_an_outage_longer_than_first_connect_is_waited_out(
+    redis_server: RedisServer,
+) -> None:
+    stream = _stream(redis_server, first_connect_s=0.2)
+    await stream.ensure_group()
+    restart = asyncio.create_task(asyncio.to_thread(redis_server.restart, 1.5))
+    await asyncio.sleep(0.2)
+    await stream.add({b"h": b"during", b"b": b""})  # down 1.5 s > first_connect_s: retried
+    await restart
+    got = await stream.read("c", count=10, block_ms=200)
+    assert [e.fields[b"h"] for e in got if e.fields] == [b"during"]
+    assert stream.reconnect_attempts > 0
     await stream.aclose()
 
 

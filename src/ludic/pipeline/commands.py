@@ -22,6 +22,7 @@ import httpx
 from ludic.pipeline.actor import ActorBatchStats, PipelineActor
 from ludic.pipeline.config import ActorConfig, Algorithm, LearnerConfig
 from ludic.pipeline.credit_check import CreditCheck, credit_record
+from ludic.pipeline.flag_checks import check_actor_counts, check_learner_flags
 from ludic.pipeline.stream import SampleStream
 from ludic.recipes.algorithms import GiGPOOptions
 from ludic.recipes.inference import engine_settings  # shared with `ludic eval`
@@ -72,6 +73,7 @@ def run_actor(cfg: ActorConfig) -> list[ActorBatchStats]:
     from ludic.recipes.configs import parse_env_kwargs
     from ludic.recipes.inference import check_engine_flags
 
+    check_actor_counts(cfg)  # --group-size 0, --problems-per-batch 0, ...: nothing would train
     sampling = actor_sampling(cfg)  # a bad --temperature / --top-p fails before any work
     check_actor_preset(cfg)  # --group-size 1 or --temperature 0 where the preset cannot learn
     check_engine_flags(  # as `ludic train` and `ludic eval` refuse them, before any model loads
@@ -141,8 +143,13 @@ async def _act(
         SeedSequencer,
     )
 
-    client = await _actor_client(cfg)
     stream = SampleStream(cfg.redis_url, stream=cfg.stream, max_len=cfg.max_stream_len)
+    try:  # Redis first: a wrong --redis-url fails in seconds, before a model loads
+        await stream.ensure_group()
+        client = await _actor_client(cfg)
+    except BaseException:
+        await stream.aclose()
+        raise
 
     def protocol() -> SingleAgentProtocol:
         memory = LatestObservationContext() if context == "latest" else FullDialog()
@@ -171,10 +178,10 @@ async def _act(
         seed_sequencer=SeedSequencer(run_seed=cfg.seed),
         max_backlog=cfg.max_backlog,
         actor_id=cfg.actor_id,
-        credit_record=credit_record(cfg.algorithm, cfg.gigpo),  # the learner checks it
+        # the learner checks it
+        credit_record=credit_record(cfg.algorithm, cfg.gigpo, max_tokens=cfg.max_tokens),
     )
     try:
-        await stream.ensure_group()
         history: list[ActorBatchStats] = []
         while cfg.batches is None or len(history) < cfg.batches:
             stats = await actor.step()
@@ -268,6 +275,7 @@ async def _close(client: Any) -> None:
 
 def run_learner(cfg: LearnerConfig) -> list[dict[str, float]]:
     """Train `cfg.steps` steps on samples from the stream; returns each step's metrics."""
+    check_learner_flags(cfg)  # before Redis or the model: --steps 0, dr_grpo without --max-tokens
     return asyncio.run(_learn(cfg))
 
 
@@ -282,6 +290,11 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         group=cfg.group,
         ledger=f"{cfg.stream}:ledger" if cfg.ledger else None,
     )
+    try:  # Redis first: a wrong --redis-url fails in seconds, before the model loads
+        await stream.ensure_group()
+    except BaseException:
+        await stream.aclose()
+        raise
     trainer: Any = None
     source = PipelineBatchSource(
         stream,
@@ -293,7 +306,8 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         stale_decay=cfg.stale_decay,
         current_version=lambda: int(trainer.policy_version),
         max_wait_s=cfg.max_wait_s,
-        check_sample=CreditCheck(cfg.algorithm),  # refuses samples another preset credited
+        # refuses samples another preset credited, or generated with another dr_grpo budget
+        check_sample=CreditCheck(cfg.algorithm, max_tokens=cfg.max_tokens),
     )
     model, tokenizer = load_model(cfg.model or tiny_model_dir(), dtype="float32")
     # Only rank 0 pushes; the Trainer gathers the weights on every rank for it.

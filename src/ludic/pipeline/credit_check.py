@@ -2,11 +2,14 @@
 
 The actor assigns credit (GRPO baselines, RLOO, GiGPO anchors...) before samples leave it; the
 learner runs only the loss. `credit_record` is what the actor stamps into every sample's meta
-under `CREDIT_KEY`: its `--algorithm` and the flags that change credit (`--gigpo.*`).
-`CreditCheck` refuses, on the first sample that shows it, a learner whose `--algorithm` differs
-from the actor's (or two actors on one stream that assign credit differently), naming both
-sides and the fix. Samples from actors older than the record get one notice, not an error.
-It does not build presets or read Redis.
+under `CREDIT_KEY`: its `--algorithm`, the flags that change credit (`--gigpo.*`) and, for a
+preset whose loss divides by it (dr_grpo), the `--max-tokens` the samples were generated with.
+`CreditCheck` refuses, on the first sample that shows it, a learner whose `--algorithm` or
+dr_grpo `--max-tokens` differs from the actor's (or two actors on one stream that record
+different settings), naming both sides and the fix, and logs the settings of the first recorded
+sample (the `--gigpo.*` knobs the learner trains under are the actors'). Samples from actors
+older than the record, or than its `--max-tokens`, get one notice, not an error. It does not
+build presets or read Redis.
 """
 
 from __future__ import annotations
@@ -21,32 +24,44 @@ from ludic.types import JSON
 
 logger = logging.getLogger(__name__)
 CREDIT_KEY = "credit"
+MAX_TOKENS = "max_tokens"  # the record's key of --max-tokens
+MAX_TOKENS_PRESETS = frozenset({"dr_grpo"})
+"""Presets whose loss divides by the generation budget (`--max-tokens`)."""
 
 
 class CreditMismatchError(ValueError):
     """Samples on the stream were credited by another preset than the learner trains."""
 
 
-def credit_record(algorithm: str, gigpo: GiGPOOptions | None = None) -> JSON:
+def credit_record(
+    algorithm: str, gigpo: GiGPOOptions | None = None, *, max_tokens: int | None = None
+) -> JSON:
     """What the actor stamps into each sample: `{"algorithm": name, "flags": {...}}`, the
-    flags being the `--gigpo.*` knobs for gigpo (empty for the other presets)."""
+    flags being the `--gigpo.*` knobs for gigpo and `max_tokens` for a preset whose loss
+    divides by it (empty for the other presets)."""
     flags: dict[str, Any] = {}
     if algorithm == "gigpo":
         flags = {f"gigpo.{k}": v for k, v in dataclasses.asdict(gigpo or GiGPOOptions()).items()}
+    if algorithm in MAX_TOKENS_PRESETS:
+        flags[MAX_TOKENS] = max_tokens
     return {"algorithm": algorithm, "flags": flags}
 
 
 class CreditCheck:
-    """Checks each sample's credit record against the learner's `--algorithm`.
+    """Checks each sample's credit record against the learner's `--algorithm` and, for a
+    preset whose loss divides by it, its `--max-tokens` (`max_tokens`).
 
-    Raises `CreditMismatchError` on the first sample credited by another preset, or credited
-    with other flags than the first recorded sample (two actors disagreeing). A sample without
-    a record (an actor older than the record) is accepted; the first one logs one notice."""
+    Raises `CreditMismatchError` on the first sample credited by another preset, generated
+    with another dr_grpo `--max-tokens`, or recorded with other flags than the first recorded
+    sample (two actors disagreeing). The first recorded sample's settings are logged once. A
+    sample without a record (an actor older than the record) is accepted; the first one logs
+    one notice, as does the first dr_grpo record without `--max-tokens`."""
 
-    def __init__(self, algorithm: str) -> None:
+    def __init__(self, algorithm: str, *, max_tokens: int | None = None) -> None:
         self.algorithm = algorithm
+        self.max_tokens = max_tokens
         self._first: tuple[JSON, str] | None = None  # (record, actor) of the first recorded
-        self._noticed = False
+        self._noticed: set[str] = set()
 
     def __call__(self, item: SAWItem) -> None:
         record = item.meta.get(CREDIT_KEY)
@@ -62,8 +77,15 @@ class CreditCheck:
                 f"{record.get('algorithm')}, or the actors with --algorithm {self.algorithm} "
                 "and a new --stream (samples already queued carry the old credit)"
             )
+        if self.algorithm in MAX_TOKENS_PRESETS:
+            self._check_max_tokens(record, actor)
         if self._first is None:
             self._first = (record, actor)
+            logger.info(
+                "samples from actor %r: credit assigned with %s",
+                actor,
+                _flags_line(record, {}) or "--algorithm ?",
+            )
         elif record != self._first[0]:
             first, first_actor = self._first
             raise CreditMismatchError(
@@ -73,21 +95,52 @@ class CreditCheck:
                 "of a stream with the same --algorithm and --gigpo.* flags"
             )
 
-    def _notice_unrecorded(self, actor: str) -> None:
-        if self._noticed:
+    def _check_max_tokens(self, record: JSON, actor: str) -> None:
+        flags = record.get("flags") or {}
+        if MAX_TOKENS not in flags:
+            self._notice_once(
+                MAX_TOKENS,
+                "samples from actor %r do not record the --max-tokens they were generated with "
+                "(an older ludic actor): this learner cannot check that %s's loss normaliser, "
+                "its --max-tokens %s, is the actors' generation budget",
+                actor,
+                self.algorithm,
+                self.max_tokens,
+            )
             return
-        self._noticed = True
-        logger.warning(
+        if flags[MAX_TOKENS] != self.max_tokens:
+            raise CreditMismatchError(
+                f"actor {actor!r} generated with --max-tokens {flags[MAX_TOKENS]} but this "
+                f"learner trains --algorithm {self.algorithm} with --max-tokens "
+                f"{self.max_tokens}: its loss divides by the generation budget, so every "
+                f"gradient would be scaled by {flags[MAX_TOKENS]}/{self.max_tokens} of what "
+                f"the actors' budget gives. Restart the learner with --max-tokens "
+                f"{flags[MAX_TOKENS]}, or the actors with --max-tokens {self.max_tokens} and a "
+                "new --stream (samples already queued carry the old budget)"
+            )
+
+    def _notice_unrecorded(self, actor: str) -> None:
+        self._notice_once(
+            CREDIT_KEY,
             "samples from actor %r do not record which --algorithm assigned their credit (an "
             "older ludic actor): this learner cannot check it matches its --algorithm %s",
             actor,
             self.algorithm,
         )
 
+    def _notice_once(self, what: str, message: str, *args: Any) -> None:
+        if what not in self._noticed:
+            self._noticed.add(what)
+            logger.warning(message, *args)
+
 
 def _flags_line(record: JSON, other: JSON) -> str:
-    """`record`'s --algorithm and the flags whose value differs from `other`'s."""
+    """`record`'s --algorithm and the flags whose value differs from `other`'s, as flags."""
     flags, other_flags = record.get("flags") or {}, other.get("flags") or {}
     words = [f"--algorithm {record.get('algorithm')}"]
-    words += [f"--{k} {v}" for k, v in sorted(flags.items()) if other_flags.get(k) != v]
+    words += [
+        f"--{k.replace('_', '-')} {v}"
+        for k, v in sorted(flags.items())
+        if k not in other_flags or other_flags[k] != v
+    ]
     return " ".join(words)

@@ -13,7 +13,10 @@ gone and actors ignore the backlog, the oldest entries are trimmed rather than R
 of memory. Crashed consumers' entries are claimed per named consumer (never XAUTOCLAIM, which
 would also take a live sibling's). Actors reserve batch indices from a counter per actor id.
 Every command retries connection failures with jittered exponential backoff, and a
-group lost with Redis's data is recreated. It does not decode payloads.
+group lost with Redis's data is recreated; until a first command has reached Redis, though,
+the stream gives up after `first_connect_s` (a few seconds) with an error naming the URL and
+the fix, since nothing listening there at startup is a wrong URL or a Redis not started, not
+an outage to wait out. It does not decode payloads.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ try:
     import redis.asyncio as aioredis
     from redis.asyncio.retry import Retry
     from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+    from redis.exceptions import BusyLoadingError, ResponseError
     from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import ResponseError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 except ImportError as e:  # an optional extra
     raise ImportError("the Redis pipeline needs redis-py: pip install 'ludic[redis]'") from e
@@ -98,6 +101,8 @@ class SampleStream:
       retry, `give_up_after_s`).
     - `retry_base_s`, `retry_cap_s`: backoff between reconnection attempts;
       `give_up_after_s`: raise RedisUnavailableError after failing this long (None: never).
+    - `first_connect_s`: before any command has reached Redis, raise RedisUnavailableError
+      (naming the URL, and redis-server or the URL as the fix) after failing this long.
     """
 
     def __init__(
@@ -111,6 +116,7 @@ class SampleStream:
         retry_base_s: float = 0.05,
         retry_cap_s: float = 2.0,
         give_up_after_s: float | None = 600.0,
+        first_connect_s: float = 5.0,
         socket_timeout_s: float = 30.0,
         dedupe_ttl_s: int = 3600,
     ) -> None:
@@ -126,6 +132,8 @@ class SampleStream:
         self.max_len = max_len
         self.ledger = ledger
         self.give_up_after_s = give_up_after_s
+        self.first_connect_s = first_connect_s
+        self.reached = False  # whether a command has reached Redis yet
         self.socket_timeout_s = socket_timeout_s
         self.redis = aioredis.from_url(
             url,
@@ -310,8 +318,11 @@ class SampleStream:
                 if need_group:
                     await self._create_group()
                     need_group = False
-                return await command()
+                result = await command()
+                self.reached = True
+                return result
             except ResponseError as e:
+                self.reached = True
                 if "NOGROUP" not in str(e) or recreated:
                     raise
                 logger.warning("redis lost group %r (data lost?): recreating it", self.group)
@@ -319,7 +330,11 @@ class SampleStream:
             except (RedisConnectionError, RedisTimeoutError, OSError) as e:
                 failures += 1
                 self.reconnect_attempts += 1
+                if isinstance(e, BusyLoadingError):  # Redis answers, still loading its data
+                    self.reached = True
                 waited = time.monotonic() - started
+                if not self.reached and waited > self.first_connect_s:
+                    raise RedisUnavailableError(self._not_reached(what, e)) from e
                 if self.give_up_after_s is not None and waited > self.give_up_after_s:
                     raise RedisUnavailableError(
                         f"redis at {self.url} unreachable for {waited:.0f}s ({what}: {e})"
@@ -327,6 +342,14 @@ class SampleStream:
                 delay = self._backoff.compute(failures)
                 logger.warning("redis %s failed (%s); retry %d in %.2fs", what, e, failures, delay)
                 await asyncio.sleep(delay)
+
+    def _not_reached(self, what: str, error: Exception) -> str:
+        return (
+            f"redis at {self.url} unreachable since startup ({what} failed for "
+            f"{self.first_connect_s:g}s: {error}). Is Redis running there? Start it (e.g. "
+            "`redis-server --port 6379 --appendonly yes --appendfsync always`), or check "
+            "--redis-url (host, port, database, password)"
+        )
 
 
 def _text(value: Any) -> str:

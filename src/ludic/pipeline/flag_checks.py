@@ -1,0 +1,68 @@
+"""Up-front refusals of `ludic actor` and `ludic learner` flags that cannot run, before Redis,
+a server or a model is touched, in the words of `ludic train` (`ludic.recipes.train_checks`).
+
+Counts must be >= 1: the actor's `--problems-per-batch`, `--group-size`, `--max-steps`,
+`--concurrency`, `--batches`, `--max-backlog`, `--max-stream-len`; the learner's `--steps`,
+`--batch-size`, `--publish-every`, `--checkpoint-every`, `--server-ranks`,
+`--micro-batch-tokens`, `--max-tokens` (None turns the optional ones off), and its `--max-lag`
+must be >= 0. The learner under dr_grpo needs `--max-tokens` (its loss divides by the actors'
+generation budget; `CreditCheck` then refuses samples generated with another one); under any
+other preset a given `--max-tokens` is unused and a warning says so. The actor's preset checks
+(`--group-size 1`, `--temperature 0`) stay in `ludic.pipeline.commands.check_actor_preset`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ludic.pipeline.config import ActorConfig, LearnerConfig
+from ludic.pipeline.credit_check import MAX_TOKENS_PRESETS
+from ludic.recipes.train_checks import check_count_flags
+
+logger = logging.getLogger(__name__)
+
+
+def check_actor_counts(cfg: ActorConfig) -> None:
+    """Refuse any of the actor's counts below 1, naming the flag."""
+    check_count_flags(
+        ("--problems-per-batch", cfg.problems_per_batch, "problems per batch, e.g. 4"),
+        ("--group-size", cfg.group_size, "episodes per problem, e.g. 8"),
+        ("--max-steps", cfg.max_steps, "env steps per episode, e.g. 10"),
+        ("--concurrency", cfg.concurrency, "episodes in flight at once, e.g. 32"),
+        ("--batches", cfg.batches, "batches before stopping, or None to run until stopped"),
+        ("--max-backlog", cfg.max_backlog, "undelivered samples before waiting, e.g. 256"),
+        ("--max-stream-len", cfg.max_stream_len, "the stream's safety cap, e.g. 100000"),
+    )
+
+
+def check_learner_flags(cfg: LearnerConfig) -> None:
+    """Refuse the learner's counts below 1, a negative `--max-lag`, and dr_grpo without
+    `--max-tokens`; warn about a `--max-tokens` its preset does not use."""
+    check_count_flags(
+        ("--steps", cfg.steps, "optimizer steps of the whole run, e.g. --steps 100"),
+        ("--batch-size", cfg.batch_size, "samples per optimizer step on each rank, e.g. 32"),
+        ("--publish-every", cfg.publish_every, "optimizer steps between weight pushes, e.g. 1"),
+        ("--checkpoint-every", cfg.checkpoint_every, "steps between checkpoints, or None"),
+        ("--server-ranks", cfg.server_ranks, "weight-receiving ranks per server, e.g. 1"),
+        ("--micro-batch-tokens", cfg.micro_batch_tokens, "tokens per forward, or None"),
+        ("--max-tokens", cfg.max_tokens, "the actors' --max-tokens, e.g. 128"),
+    )
+    if cfg.max_lag is not None and cfg.max_lag < 0:
+        raise ValueError(
+            f"--max-lag is {cfg.max_lag}: pass --max-lag >= 0 (0: train only on samples of the "
+            "current policy, 4 by default) or --max-lag None (never stale)"
+        )
+    if cfg.algorithm in MAX_TOKENS_PRESETS and cfg.max_tokens is None:
+        raise ValueError(
+            f"--algorithm {cfg.algorithm} divides its loss by the actors' generation budget: "
+            "pass --max-tokens with the value the actors run with (`ludic actor --max-tokens`, "
+            "128 by default); the learner refuses samples generated with another"
+        )
+    if cfg.algorithm not in MAX_TOKENS_PRESETS and cfg.max_tokens is not None:
+        logger.warning(
+            "--max-tokens %d is unused: only %s's loss divides by the generation budget, "
+            "and this learner trains --algorithm %s",
+            cfg.max_tokens,
+            "/".join(sorted(MAX_TOKENS_PRESETS)),
+            cfg.algorithm,
+        )
