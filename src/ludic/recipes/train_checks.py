@@ -33,13 +33,18 @@ RUN_SETTINGS_KEY = SETTINGS_KEYS["ludic train"]
 
 def check_counts(cfg: TrainConfig) -> None:
     """Refuse `--steps`, `--problems-per-step` or `--group-size` below 1, naming the flag."""
-    counts = (
+    check_count_flags(
         ("--steps", cfg.steps, "optimizer steps of the whole run, e.g. --steps 50"),
         ("--problems-per-step", cfg.problems_per_step, "problems per step, e.g. 4"),
         ("--group-size", cfg.group_size, "episodes per problem, e.g. 8"),
     )
+
+
+def check_count_flags(*counts: tuple[str, int | None, str]) -> None:
+    """Refuse the first `(flag, value, what it counts)` whose value is below 1 (None: the
+    flag is off), naming the flag and the fix; `ludic actor` and `ludic learner` use it too."""
     for flag, value, fix in counts:
-        if value < 1:
+        if value is not None and value < 1:
             raise ValueError(f"{flag} is {value}, so nothing would train: pass {flag} >= 1 ({fix})")
 
 
