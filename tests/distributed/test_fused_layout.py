@@ -71,11 +71,15 @@ def pinned_old_bytes(old: set[int], model: torch.nn.Module) -> int:
         warnings.simplefilter("ignore")
         tensors = [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor)]
     for obj in tensors:
-        if obj.device.type == "cpu":
+        if obj.device.type != "cpu":
+            continue
+        try:  # tensors left on the heap by earlier tests may have no valid storage any more
             storage = obj.untyped_storage()
             ptr = storage.data_ptr()
-            if ptr in old and ptr not in current:
-                held[ptr] = storage.nbytes()
+        except RuntimeError:
+            continue
+        if ptr in old and ptr not in current:
+            held[ptr] = storage.nbytes()
     return sum(held.values())
 
 
