@@ -127,6 +127,7 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     sampling = eval_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
     env_factory = resolve_env_factory(cfg.env)
     env_kwargs = parse_env_kwargs(cfg.env_kwargs)
+    check_env_kwargs(env_factory, env_kwargs)  # also when no flag builds the env up front
     parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
     suggested = None
     if cfg.context == "auto":
@@ -352,9 +353,34 @@ def _declared_parser(env_factory: EnvFactory, env_kwargs: dict[str, Any]) -> Any
     return with_env(env_factory, env_kwargs, lambda env: getattr(type(env), "parser", None))
 
 
+def check_env_kwargs(env_factory: EnvFactory, env_kwargs: dict[str, Any]) -> None:
+    """Refuse `--env-kwargs` that the env factory's signature cannot take (an unknown or a
+    missing keyword), naming the factory and the keywords it takes, before anything is built.
+    A factory whose signature cannot be read, or that takes `**kwargs`, is not checked here."""
+    from ludic.envs.registry import EnvSpec
+
+    target = env_factory.factory if isinstance(env_factory, EnvSpec) else env_factory
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(**env_kwargs)
+    except TypeError as e:
+        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        takes = [n for n, p in signature.parameters.items() if p.kind in named]
+        what = getattr(env_factory, "name", None) or getattr(target, "__qualname__", repr(target))
+        raise ValueError(
+            f"--env-kwargs {json.dumps(env_kwargs)} does not fit env {what!r}: {e}; it takes "
+            + (", ".join(takes) if takes else "no keyword arguments (pass --env-kwargs '{}')")
+        ) from None
+
+
 def with_env(env_factory: EnvFactory, env_kwargs: dict[str, Any], read: Callable[[Any], T]) -> T:
     """`read` applied to one env built by `env_factory`, which is then closed (an async
-    `close()` is awaited); what train, eval and the actor use to ask an env about itself."""
+    `close()` is awaited); what train, eval and the actor use to ask an env about itself.
+    Keywords the factory does not take are refused first (`check_env_kwargs`)."""
+    check_env_kwargs(env_factory, env_kwargs)
     env = env_factory(**env_kwargs)
     try:
         return read(env)
