@@ -53,10 +53,14 @@ def assert_one_recorded_parse_failure(rollout: Rollout) -> None:
     assert rollout.total_reward == pytest.approx(DEFAULT_PENALTY)
 
 
-async def test_a_format_slip_ends_a_qa_episode_as_one_parse_failure() -> None:
+@pytest.mark.parametrize("max_steps", [1, 10])
+async def test_a_format_slip_ends_a_qa_episode_as_one_parse_failure(max_steps: int) -> None:
+    """Recorded the same whatever the step bound (at 1 it is not a max_steps truncation)."""
     agent = Agent(slip_then_right(), parser=boxed_parser())
-    (rollout,) = await SingleAgentProtocol(agent, max_steps=10).run(DatasetQAEnv(SUMS), env_seed=0)
+    protocol = SingleAgentProtocol(agent, max_steps=max_steps)
+    (rollout,) = await protocol.run(DatasetQAEnv(SUMS), env_seed=0)
     assert_one_recorded_parse_failure(rollout)
+    assert not rollout.env_steps[0].truncated
 
 
 async def test_format_retries_are_an_explicit_option() -> None:
