@@ -119,6 +119,15 @@ def _descendants(pid: int) -> list[int]:
 def torchrun(script: str, *args: str, timeout_s: float = 300.0) -> str:
     """Run tests/training/`script` on 2 gloo ranks on 127.0.0.1; fails the test on a non-zero
     exit or when it runs past `timeout_s` (a hung collective), killing the process group."""
+    returncode, output = torchrun_exit(script, *args, timeout_s=timeout_s)
+    if returncode != 0:
+        pytest.fail(f"torchrun {script} exited with {returncode}:\n{output[-8000:]}")
+    return output
+
+
+def torchrun_exit(script: str, *args: str, timeout_s: float = 300.0) -> tuple[int, str]:
+    """`torchrun`, for a script expected to fail: its exit status and output; fails the test
+    only when it runs past `timeout_s` (a hung collective)."""
     command = [
         sys.executable,
         "-m",
@@ -155,6 +164,4 @@ def torchrun(script: str, *args: str, timeout_s: float = 300.0) -> str:
                 os.kill(pid, signal.SIGKILL)
         output, _ = proc.communicate(timeout=30)
         pytest.fail(f"torchrun {script} hung for over {timeout_s}s:\n{output[-6000:]}")
-    if proc.returncode != 0:
-        pytest.fail(f"torchrun {script} exited with {proc.returncode}:\n{output[-8000:]}")
-    return output
+    return proc.returncode, output

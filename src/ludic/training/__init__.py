@@ -94,7 +94,12 @@ from ludic.training.losses import (
     TokenClippedSurrogateLoss,
     TruncatedIS,
 )
-from ludic.training.parallel import LocalRuntime, TrainingRuntime, auto_runtime
+from ludic.training.parallel import (
+    LocalRuntime,
+    RankFailedError,
+    TrainingRuntime,
+    auto_runtime,
+)
 from ludic.training.schedule import build_scheduler, lr_multiplier
 from ludic.training.shared_prefix import shared_prefix_logprobs
 from ludic.training.stall import TrainingStalledError
@@ -143,6 +148,7 @@ __all__ = [
     "PerStepReward",
     "PrefetchBatchSource",
     "RLAlgorithm",
+    "RankFailedError",
     "RankState",
     "Reducer",
     "ReinforceLoss",

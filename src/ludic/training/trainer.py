@@ -80,6 +80,7 @@ from ludic.training.parallel.runtime import (
     TrainingRuntime,
     next_batch_together,
     run_on_main,
+    run_together,
 )
 from ludic.training.parallel.state import optimizer_param_names
 from ludic.training.schedule import build_scheduler
@@ -90,8 +91,10 @@ from ludic.training.trainer_guards import (
     check_inputs,
     check_num_steps,
     diverged,
+    evaluate_together,
     from_checkpoint,
     lay_out_parameters,
+    log_together,
     publish_finite,
 )
 from ludic.types import JSON
@@ -125,7 +128,9 @@ class Trainer:
     publisher or logger only where it should act, e.g. rank 0; `ref_model`, `eval_fn` and
     checkpoints on every rank or none); rank 0 writes checkpoints and publishes; `eval_fn` runs
     on every rank (a sharded forward needs them all); sample stats are per rank, loss,
-    grad_norm and token counts global.
+    grad_norm and token counts global. An error in what one rank alone does (its publish,
+    checkpoint write, logger or share of `eval_fn`) stops every rank at that step: that rank
+    raises its own error, the others `RankFailedError` naming it and the cause.
     """
 
     def __init__(
@@ -159,6 +164,7 @@ class Trainer:
             batch_source.watch_model(self.model)
         self.publisher = publisher
         self._publishes = runtime.any_rank(publisher is not None)
+        self._logs = runtime.any_rank(logger is not None)  # then every rank agrees on each log
         # refused here, not after the first batch (or in a hang between ranks)
         check_inputs(runtime, self.model, algorithm, ref_model, eval_fn, checkpoint_manager, config)
         # frozen, on the device; under FSDP2 sharded like the policy unless it already is
@@ -234,8 +240,8 @@ class Trainer:
         metrics["policy_version"] = float(self.policy_version)
         metrics["time/batch_seconds"] = batch_seconds
         metrics["step_seconds"] = time.perf_counter() - started
-        if self.logger is not None:
-            self.logger.log(metrics, self.step)
+        if self._logs:  # a logger's error on its rank stops every rank
+            log_together(self.runtime, self.logger, metrics, self.step)
         if self.checkpoints is not None and self.checkpoints.due(self.step):
             self.save_checkpoint()  # after the step's row: a resume from it never lacks that row
         if (no_signal := self._no_signal.record(self.step, metrics)) and self.runtime.is_main:
@@ -360,8 +366,7 @@ class Trainer:
             if seconds is not None:
                 metrics["time/publish_seconds"] = seconds
         if self.eval_fn is not None and config.eval_every and self.step % config.eval_every == 0:
-            results = await maybe_await(self.eval_fn(self))
-            metrics.update({f"eval/{k}": float(v) for k, v in results.items()})
+            metrics.update(await evaluate_together(self))  # fails on one rank: all raise
         return metrics
 
     # -- loops --------------------------------------------------------------------------------
@@ -409,6 +414,7 @@ class Trainer:
                 tokenizer=self.tokenizer,
                 extra={**self.checkpoint_extra, RECORD_KEY: lr_settings(self.config)},
             ),
+            f"saving the checkpoint of step {self.step}",
         )
 
     def resume(
@@ -443,7 +449,11 @@ class Trainer:
                     "no checkpoint under %s: starting at step %d", path or manager.root, self.step
                 )
             return self.step
-        checkpoint = read_checkpoint(chosen, with_weights=runtime.is_main)
+        checkpoint = run_together(  # rank 0 reads the weights: its error stops every rank
+            runtime,
+            lambda: read_checkpoint(chosen, with_weights=runtime.is_main),
+            f"reading the checkpoint {chosen}",
+        )
         changes = lr_changes(checkpoint.extra.get(RECORD_KEY), self.config)
         if changes and not override_lr_schedule:
             raise LRScheduleMismatchError(str(chosen), changes)
@@ -492,7 +502,9 @@ class Trainer:
 
     def close(self) -> None:
         """Close the logger, and the runtime when the Trainer created it."""
-        if self.logger is not None:
-            self.logger.close()
-        if self._owns_runtime:
-            self.runtime.close()
+        try:
+            if self.logger is not None:
+                self.logger.close()
+        finally:  # every rank reaches the runtime's closing barrier
+            if self._owns_runtime:
+                self.runtime.close()

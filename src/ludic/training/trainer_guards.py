@@ -6,7 +6,10 @@ Early refusals (`check_inputs`, `check_num_steps`, `lay_out_parameters`'s refusa
 (`publish_finite`) checks every rank's own shards for nan/inf, the ranks agreeing, before the
 gather, and publishes inside `finite_checked()`; `diverged` and `from_checkpoint` re-raise the
 resulting `NonFiniteWeightsError` with where the run stopped and which checkpoint to resume
-from.
+from. What one rank alone does in a step (the publish, its logger, its share of `eval_fn`) goes
+through `run_together` (`publish_finite`, `log_together`, `evaluate_together`): an error there
+(a `WeightPushError` on the publishing rank) stops every rank, the others with a
+`RankFailedError` naming that rank and the cause, instead of a hang in the next collective.
 
 What it does not do: decide when to publish, retry, skip a step, or touch the optimizer; the
 Trainer (`ludic.training.trainer`) owns the loop and calls these. Plain functions over the
@@ -22,17 +25,21 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ludic._aio import maybe_await
 from ludic.distributed.interfaces import PolicyPublisher, diverged_error, finite_checked
 from ludic.inference.weights import NonFiniteWeightsError
 from ludic.training.algorithm_types import RLAlgorithm
 from ludic.training.checkpoint import CheckpointManager
 from ludic.training.config import TrainerConfig
 from ludic.training.contiguous_params import contiguous_problem, make_contiguous_
+from ludic.training.loggers import Metrics, TrainingLogger
 from ludic.training.parallel.runtime import (
     TrainingRuntime,
     check_reference_model,
     check_same_on_every_rank,
     nonfinite_on_any_rank,
+    run_together,
+    run_together_async,
 )
 
 if TYPE_CHECKING:
@@ -43,8 +50,10 @@ __all__ = [
     "check_num_steps",
     "check_ref_logprobs",
     "diverged",
+    "evaluate_together",
     "from_checkpoint",
     "lay_out_parameters",
+    "log_together",
     "publish_finite",
     "resume_hint",
 ]
@@ -140,9 +149,41 @@ def publish_finite(
     if bad:
         raise diverged_error(bad, version=version)
     weights = runtime.inference_weights(model)  # gathers on every rank
-    if publisher is not None and weights is not None:
-        with finite_checked():
-            publisher.publish(weights, version=version)
+
+    def push() -> None:  # on the rank holding the publisher (rank 0 under FSDP)
+        if publisher is not None and weights is not None:
+            with finite_checked():
+                publisher.publish(weights, version=version)
+
+    run_together(runtime, push, f"publishing policy version {version}")
+
+
+def log_together(
+    runtime: TrainingRuntime, logger: TrainingLogger | None, metrics: Metrics, step: int
+) -> None:
+    """`logger.log(metrics, step)` on the ranks that hold a logger; every rank must call it
+    when any rank holds one. A logger that raises (a full disk, a lost tracking server) makes
+    every rank raise (`run_together`: one all-reduce per step under FSDP, none in one process)."""
+
+    def log() -> None:
+        if logger is not None:
+            logger.log(metrics, step)
+
+    run_together(runtime, log, f"logging step {step}")
+
+
+async def evaluate_together(trainer: Trainer) -> dict[str, float]:
+    """`trainer.eval_fn(trainer)`'s metrics as `eval/<name>` floats; every rank calls it. When
+    it raised on any rank (e.g. only rank 0 evaluates, against an inference server that is
+    down), every rank raises (`run_together_async`), none waits alone in the next step."""
+    eval_fn = trainer.eval_fn
+    assert eval_fn is not None
+
+    async def run() -> dict[str, float]:
+        results = await maybe_await(eval_fn(trainer))
+        return {f"eval/{k}": float(v) for k, v in results.items()}
+
+    return await run_together_async(trainer.runtime, run, f"evaluating at step {trainer.step}")
 
 
 def diverged(

@@ -10,12 +10,16 @@ from typing import TYPE_CHECKING, Any
 from ludic.training.parallel.auto import auto_runtime, launched_world_size
 from ludic.training.parallel.runtime import (
     LocalRuntime,
+    RankFailedError,
     TrainingRuntime,
     check_reference_model,
     check_same_on_every_rank,
     next_batch_together,
     nonfinite_on_any_rank,
+    raise_together,
     run_on_main,
+    run_together,
+    run_together_async,
 )
 from ludic.training.parallel.state import (
     fit_state_to_model,
@@ -46,6 +50,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "FSDPRuntime",
     "LocalRuntime",
+    "RankFailedError",
     "TrainingRuntime",
     "auto_runtime",
     "check_reference_model",
@@ -59,6 +64,9 @@ __all__ = [
     "next_batch_together",
     "nonfinite_on_any_rank",
     "optimizer_param_names",
+    "raise_together",
     "run_on_main",
+    "run_together",
+    "run_together_async",
     "shard_model",
 ]

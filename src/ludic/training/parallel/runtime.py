@@ -4,6 +4,11 @@ The Trainer asks its runtime to place the model, agree on counts and decisions a
 clip gradients and move full (unsharded) model and optimizer states in and out. It never
 branches on which runtime it has: in one process every agreement is the identity. FSDP2 lives
 in `fsdp.py`; `auto.auto_runtime` picks it under torchrun. Nothing here launches processes.
+
+What one rank alone does inside a step (its publisher's push, writing a checkpoint, its logger,
+its share of an eval) runs through `run_on_main` / `run_together`: when it raises on one rank,
+every rank raises (`RankFailedError` on the others, naming the rank and the cause) instead of
+going on alone into the next collective and waiting there until the process group times out.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
+from ludic._aio import maybe_await
 from ludic.distributed.interfaces import Weights
 from ludic.training.batching.types import BatchSourceExhausted
 from ludic.training.lora import inference_weights, is_lora_model
@@ -213,21 +219,88 @@ def nonfinite_on_any_rank(runtime: TrainingRuntime, model: torch.nn.Module) -> l
     return sorted({name for names in runtime.all_gather_object(found) for name in names})
 
 
-def run_on_main(runtime: TrainingRuntime, fn: Callable[[], T]) -> T:
+class RankFailedError(RuntimeError):
+    """Raised on every other rank when one rank's part of a step failed where all ranks meet
+    (its publish, the checkpoint it writes, its logger, its share of `eval_fn`): this rank
+    stops with it instead of waiting for it in the next collective. The failed rank raises
+    its own error (type kept); this one names it (`failed_rank`, `doing`, `cause`:
+    "ErrorType: message")."""
+
+    def __init__(self, *, rank: int, failed_rank: int, doing: str, cause: str) -> None:
+        self.failed_rank, self.doing, self.cause = failed_rank, doing, cause
+        super().__init__(
+            f"rank {failed_rank} failed while {doing}: {cause}; rank {rank} stops with it "
+            f"(rank {failed_rank}'s output has the traceback)"
+        )
+
+
+def _cause(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def raise_together(runtime: TrainingRuntime, error: Exception | None, doing: str) -> None:
+    """Every rank calls this after its own part of `doing` (`error`: what that part raised,
+    or None). If any rank failed, every rank raises: a failed rank its own `error` (type and
+    traceback kept), the others a `RankFailedError` naming the first failed rank and its
+    cause. One all-reduce of one number when all went well (the causes are gathered only
+    after a failure); in one process, none: `error` is raised as it is."""
+    if runtime.world_size == 1:
+        if error is not None:
+            raise error
+        return
+    if not runtime.any_rank(error is not None):
+        return
+    causes = runtime.all_gather_object(None if error is None else _cause(error))
+    if error is not None:
+        raise error
+    failed = next(rank for rank, cause in enumerate(causes) if cause is not None)
+    raise RankFailedError(
+        rank=runtime.rank, failed_rank=failed, doing=doing, cause=str(causes[failed])
+    )
+
+
+def run_together(runtime: TrainingRuntime, fn: Callable[[], T], doing: str) -> T:
+    """`fn()` on every rank (each its own part of `doing`, e.g. a publish only the rank
+    holding the publisher does), then `raise_together`: if it raised on any rank, every rank
+    raises, so none goes on alone into the next collective. Returns this rank's result."""
+    try:
+        result = fn()
+    except Exception as e:
+        raise_together(runtime, e, doing)
+        raise  # unreachable: raise_together re-raised `e`
+    raise_together(runtime, None, doing)
+    return result
+
+
+async def run_together_async(
+    runtime: TrainingRuntime, fn: Callable[[], T | Awaitable[T]], doing: str
+) -> T:
+    """`run_together` for a function that may return an awaitable (an async `eval_fn`)."""
+    try:
+        result = await maybe_await(fn())
+    except Exception as e:
+        raise_together(runtime, e, doing)
+        raise  # unreachable: raise_together re-raised `e`
+    raise_together(runtime, None, doing)
+    return result
+
+
+def run_on_main(runtime: TrainingRuntime, fn: Callable[[], T], doing: str = "its part") -> T:
     """Run `fn` on the main rank and hand its result to every rank; if it raises there, every
-    rank raises (so no rank is left waiting in a collective)."""
+    rank raises (rank 0 its own error; the others a `RankFailedError` naming rank 0, `doing`
+    and the cause), so no rank is left waiting in a collective. One broadcast."""
     result: tuple[bool, Any] = (True, None)
     error: BaseException | None = None
     if runtime.is_main:
         try:
             result = (True, fn())
         except Exception as e:
-            error, result = e, (False, f"{type(e).__name__}: {e}")
+            error, result = e, (False, _cause(e))
     ok, value = runtime.broadcast_object(result)
     if error is not None:
         raise error
     if not ok:
-        raise RuntimeError(f"rank 0 failed: {value}")
+        raise RankFailedError(rank=runtime.rank, failed_rank=0, doing=doing, cause=str(value))
     return value  # type: ignore[no-any-return]
 
 

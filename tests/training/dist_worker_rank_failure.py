@@ -1,0 +1,131 @@
+"""Launched by test_fsdp_rank_failures.py under torchrun (2 gloo ranks). Usage:
+`dist_worker_rank_failure.py OUT_DIR MODE`
+
+Every rank trains the tiny Llama sharded with FSDP2 for 4 steps, as a user's script does (the
+Trainer in `try/finally: trainer.close()`); something that only rank 0 holds fails there and
+nowhere else:
+
+- `publish`: rank 0's publisher raises `WeightPushError` (the server refuses) at version 2;
+- `checkpoint`: checkpoints every 2 steps (every rank has the manager); rank 0's disk "fills
+  up" while it writes step 4's optimizer state (`torch.save` raises ENOSPC there);
+- `logger`: rank 0's logger raises ENOSPC at step 2;
+- `eval`: `eval_fn` (every rank, every step) calls an eval server on rank 0 only, which is
+  unreachable at step 2 (rank 1's returns {}).
+
+Each rank writes OUT_DIR/rank{R}.json with the error it raised (type, its classes, message, the
+trainer's step) and re-raises it, so both exit non-zero; a rank left waiting in a collective
+writes nothing and the test's timeout fails it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+from dist_worker_common import ALGORITHM, batches_for, trainer_config
+from training_fakes import ListSource, tiny_llama
+
+import ludic.training.checkpoint as checkpoint_module
+from ludic.distributed import WeightPushError
+from ludic.distributed.interfaces import Weights
+from ludic.training import Trainer, TrainerConfig
+from ludic.training.parallel import FSDPRuntime
+
+FAIL_AT = 2
+"""The step (and policy version) at which rank 0's part fails."""
+
+
+class RefusedPublisher:
+    """Records each version; the server refuses version `FAIL_AT`."""
+
+    def __init__(self) -> None:
+        self.versions: list[int] = []
+
+    def publish(self, weights: Weights, *, version: int) -> None:
+        if version == FAIL_AT:
+            raise WeightPushError(
+                f"server http://127.0.0.1:8000 refused the push of version {version}: "
+                "409 version conflict"
+            )
+        self.versions.append(version)
+
+
+class FullDiskLogger:
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        if step == FAIL_AT:
+            raise OSError(errno.ENOSPC, "No space left on device", "metrics.jsonl")
+
+    def close(self) -> None:
+        return None
+
+
+def _fill_disk_at_step_4() -> None:
+    """Rank 0's `torch.save` of step 4's optimizer state fails as on a full disk."""
+    real_save = torch.save
+
+    def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
+        path = Path(str(f))
+        if path.name == "optimizer.pt" and re.search(r"step_0*4(?!\d)", path.parent.name):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real_save(obj, f, *args, **kwargs)
+
+    checkpoint_module.torch.save = save  # type: ignore[assignment]
+
+
+def _trainer(out_dir: Path, mode: str, rank: int, world: int) -> Trainer:
+    source = ListSource(batches_for(rank, world))
+    config = TrainerConfig(lr=5e-3, micro_batch_tokens=32, seed=11)
+    kwargs: dict[str, Any] = {}
+    if mode == "publish":
+        kwargs["publisher"] = RefusedPublisher() if rank == 0 else None
+    elif mode == "checkpoint":
+        config = trainer_config(out_dir / "checkpoints", every_n_steps=2)
+        if rank == 0:
+            _fill_disk_at_step_4()
+    elif mode == "logger":
+        kwargs["logger"] = FullDiskLogger() if rank == 0 else None
+    elif mode == "eval":
+        config = TrainerConfig(lr=5e-3, micro_batch_tokens=32, seed=11, eval_every=1)
+
+        def eval_fn(trainer: Trainer) -> dict[str, float]:
+            if not trainer.runtime.is_main:
+                return {}
+            if trainer.step == FAIL_AT:
+                raise ConnectionError("eval server http://127.0.0.1:8001 unreachable")
+            return {"accuracy": 0.5}
+
+        kwargs["eval_fn"] = eval_fn
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+    return Trainer(tiny_llama(seed=0), ALGORITHM, source, config, **kwargs)
+
+
+def main() -> None:
+    out_dir, mode = Path(sys.argv[1]), sys.argv[2]
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    trainer = _trainer(out_dir, mode, rank, world)
+    assert isinstance(trainer.runtime, FSDPRuntime)
+    result: dict[str, Any] = {"raised": None}
+    try:
+        trainer.run(4, progress=False)
+    except Exception as e:
+        result["raised"] = {
+            "type": type(e).__name__,
+            "classes": [c.__name__ for c in type(e).__mro__],
+            "message": str(e),
+            "step": trainer.step,
+        }
+        raise
+    finally:
+        (out_dir / f"rank{rank}.json").write_text(json.dumps(result))
+        trainer.close()
+
+
+if __name__ == "__main__":
+    main()
