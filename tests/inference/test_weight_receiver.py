@@ -64,6 +64,7 @@ def test_routes_need_the_token() -> None:
         "last_error": None,
         "control": "http",
         "controls": ["http", "store"],
+        "store": None,  # the trainer store of the group it holds (none yet)
         "dtype": "float32",  # the served dtype: the publisher's probe tolerance follows it
         "pieces": True,  # it receives buckets in pieces: the publisher may send them so
         "device": "cpu",  # where it serves: a CUDA trainer picks NCCL or gloo by it

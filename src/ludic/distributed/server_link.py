@@ -48,6 +48,7 @@ class ServerLink:
         self.http = http or httpx.Client(base_url=self.url, timeout=timeout_s)
         self.http.headers["Authorization"] = f"Bearer {token}"
         self.first_rank = 0  # set when the group is built (0: not in a group)
+        self.store_at: str | None = None  # "host:port" of the trainer store it was asked to join
         self.control: Control = "http"
         self.channel: StoreControl | None = None
         self.served_dtype: str | None = None  # from its status: sets the probe atol
@@ -91,6 +92,7 @@ class ServerLink:
             body["control"] = "store"
         self.request("POST", "/ludic/weights/init", json=body)
         self.first_rank, self.control = first_rank, chosen  # type: ignore[assignment]
+        self.store_at = f"{host}:{port}"
 
     def why_gone(self) -> str | None:
         """Why the server cannot take part in the push now (None: it is there and joined)."""
@@ -98,6 +100,12 @@ class ServerLink:
             status = self.status(timeout_s=_ALIVE_TIMEOUT_S)
         except WeightPushError as e:
             return str(e)
+        held = status.get("store")  # absent on servers that do not say (vLLM)
+        if held and self.store_at and held != self.store_at:
+            return (
+                f"server {self.url} is in another trainer's weight-sync group now (store at "
+                f"{held}, not this trainer's {self.store_at}): it joined and replaced this one"
+            )
         if status.get("join_error"):
             return f"server {self.url} could not join the group: {status['join_error']}"
         if not status.get("connected") and not status.get("joining"):
@@ -108,7 +116,7 @@ class ServerLink:
         return None
 
     def leave(self) -> None:
-        self.first_rank, self.channel = 0, None
+        self.first_rank, self.channel, self.store_at = 0, None, None
 
     def request(
         self, method: str, path: str, json: Any = None, *, timeout_s: float | None = None

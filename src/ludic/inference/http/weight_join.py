@@ -26,12 +26,26 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Link:
-    """A joined group and the trainer's store it was built on."""
+    """A joined group and the trainer's store it was built on. `release()` drops the group."""
 
-    group: Collective
+    group: Collective | None
     store: Any
+
+    def release(self) -> None:
+        """Drop this process's reference to the group. c10d closes a group's connections
+        only when the object is freed (`abort()` and `shutdown()` leave them open), so the
+        trainer that built it then fails its next broadcast at once instead of at its
+        timeout. A receive in flight holds its own reference: that group is freed when the
+        receive ends."""
+        self.group = None
+
+    def joined(self) -> Collective:
+        """The group; raises RuntimeError once released."""
+        if self.group is None:
+            raise RuntimeError("this weight-sync group was left (a newer one replaced it)")
+        return self.group
 
 
 def join_in_background(req: InitRequest) -> Future[Link]:

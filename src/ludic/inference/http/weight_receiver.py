@@ -26,7 +26,9 @@ served model then holds them: the reply and `last_error` say so, and the next fi
 repairs it). The group stays joined. A join that has not completed `timeout_s` after
 `/init` gives up, with the reason in `join_error` and `last_error`; joins and pushes run on
 daemon threads (`weight_join`), so a join blocked on an unreachable trainer never delays
-the server's exit.
+the server's exit. A newer `/init` (another trainer) or `/close` frees the old group, closing
+its connections: the trainer that built it fails its next push at once and rejoins. The status
+names the trainer store of the group held (`store`), so a trainer can tell it was replaced.
 """
 
 from __future__ import annotations
@@ -162,6 +164,7 @@ class WeightSyncReceiver:
         self._pool = BufferPool(device)
         self._lock = threading.Lock()
         self._link: Future[Link] | None = None
+        self._store_at: str | None = None  # "host:port" of the trainer store of `_link`
         self._control: Literal["http", "store"] = "http"
         self._stop_listening = threading.Event()
         self._listening: StoreControl | None = None  # the listener's channel, to wake it
@@ -178,6 +181,7 @@ class WeightSyncReceiver:
             self.last_error = None  # the old group's failure is not this one's state
             self._join_timeout_s = req.timeout_s
             self._link = join_in_background(req)  # weight_join: a daemon thread, a deadline
+            self._store_at = f"{req.host}:{req.port}"
             where = describe_store(req)
             self._link.add_done_callback(lambda joining: self._join_ended(joining, where))
             self._control = req.control
@@ -213,9 +217,9 @@ class WeightSyncReceiver:
             if self._push is not None:
                 raise WeightSyncError("a push is already in progress: finish it first")
             self._check(manifest)
-            link = self._joined(self._link)
+            group = self._joined(self._link).joined()
             self._push = in_background(
-                lambda: self._receive(link.group, manifest), name="ludic-weights-push"
+                lambda: self._receive(group, manifest), name="ludic-weights-push"
             )
 
     def _check(self, manifest: WeightManifest) -> None:
@@ -328,7 +332,7 @@ class WeightSyncReceiver:
                         return
                     self._push = Future()  # `status()` shows a push in progress
                 try:
-                    result = self._receive(link.group, manifest)
+                    result = self._receive(link.joined(), manifest)
                 except _Refused as e:  # every byte arrived: the group is still usable
                     self.last_error = str(e)
                     channel.reply("done", {"error": str(e), "status": e.status})
@@ -408,11 +412,17 @@ class WeightSyncReceiver:
         return error
 
     def _forget_link(self) -> None:
+        """Leave the current group: stop its listener and close its connections, so that
+        the trainer that built it fails its next push at once (and rejoins) instead of
+        broadcasting into a group nobody receives from until its timeout."""
         self._stop_listening.set()
         if self._listening is not None:
             self._listening.wake()
             self._listening = None
-        self._link, self._push = None, None
+        link = self._link
+        if link is not None and link.done() and link.exception() is None:
+            link.result().release()
+        self._link, self._push, self._store_at = None, None, None
 
     def close(self) -> None:
         """Leave the group. A store-driven listener is woken and waited for (a few seconds
@@ -441,6 +451,7 @@ class WeightSyncReceiver:
                 "last_error": self.last_error,
                 "control": self._control,
                 "controls": list(CONTROLS),
+                "store": self._store_at,  # whose group this is (a trainer tells its own)
                 "dtype": self._served_dtype(),
                 "pieces": True,  # buckets may come in several broadcasts (`piece_bytes`)
             }
