@@ -5,8 +5,10 @@ The rollout records each completion both as text and as the ids the server sampl
 another tokenizer still decode, to nonsense (" looks4 good" for "<move>4</move>"). The check
 decodes the first few completions and passes when one of them decodes to text containing the
 recorded text (a stop string may be cut from the text; whitespace is ignored, so a tokenizer
-decoded one token at a time still matches). It reads ids and text only: it neither loads a
-tokenizer nor rebuilds ids (that is `ChatTemplateRetokenizer`).
+decoded one token at a time still matches). Completions that are empty or nothing but U+FFFD
+(a cut-off byte sequence: another tokenizer's decode shows it too) are no evidence and are
+skipped. It reads ids and text only: it neither loads a tokenizer nor rebuilds ids (that is
+`ChatTemplateRetokenizer`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from ludic.types import Rollout
+
+REPLACEMENT_CHAR = "\ufffd"
 
 TextDecoder = Callable[[Sequence[int]], str]
 """Token ids -> text (e.g. `lambda ids: tokenizer.decode(ids)`)."""
@@ -49,7 +53,7 @@ def foreign_token_ids(
     for rollout in rollouts:
         for step in rollout.agent_steps:
             text = step.completion.strip()
-            if step.trace is None or not text or not step.trace.completion_token_ids:
+            if step.trace is None or not _informative(text) or not step.trace.completion_token_ids:
                 continue
             ids = list(step.trace.completion_token_ids)
             decoded = [str(decode(ids)) for decode in decoders]
@@ -59,6 +63,12 @@ def foreign_token_ids(
             if len(checked) >= max_checked:
                 return ForeignTokenIds(len(checked), *checked[0])
     return ForeignTokenIds(len(checked), *checked[0]) if checked else None
+
+
+def _informative(text: str) -> bool:
+    """Whether `text` can tell tokenizers apart: not empty, and not only U+FFFD (a cut-off
+    byte sequence, which nearly any byte-level tokenizer's decode also contains)."""
+    return bool(text.replace(REPLACEMENT_CHAR, "").strip())
 
 
 def _contains(decoded: str, text: str) -> bool:
