@@ -1,11 +1,13 @@
 """`check_resume_settings`, the check `ludic train --resume` runs before the model loads:
 another `--max-tokens` (the fix the context-overflow warning advises) resumes with a notice
-naming both values; the flags that change the trained objective are still refused, and so is
+naming both values, as does another `--max-steps`; the flags that change the trained objective
+(the prompt and parser flags included) are still refused, and so is
 `--max-tokens` under dr_grpo, whose loss divides by it, and a `ludic sft` checkpoint."""
 
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
@@ -45,23 +47,57 @@ def test_another_max_tokens_resumes_with_a_notice_naming_both_values(tmp_path: P
 
 
 @pytest.mark.parametrize(
-    ("flag", "value"),
+    ("flag", "value", "saved"),
     [
-        ("--algorithm", "rloo"),
-        ("--group-size", "8"),
-        ("--temperature", "0.7"),
-        ("--top-p", "0.9"),
-        ("--env", "other_env:Env"),
+        ("--algorithm", "rloo", "grpo"),
+        ("--group-size", "8", "4"),
+        ("--temperature", "0.7", "1.0"),
+        ("--top-p", "0.9", "1.0"),
+        ("--env", "other_env:Env", "some_env:Env"),
+        ("--context", "full", "auto"),  # what the model sees in its prompt
+        ("--parser", "identity", "auto"),  # which replies are actions, and the parse penalties
+        ("--system-prompt", "Be brief.", "None"),
     ],
 )
 def test_flags_that_change_the_objective_are_still_refused(
-    tmp_path: Path, flag: str, value: str
+    tmp_path: Path, flag: str, value: str, saved: str
 ) -> None:
-    saved = checkpoint(tmp_path, *BASE)
+    checkpoint_dir = checkpoint(tmp_path, *BASE)
     with pytest.raises(ValueError, match="with other settings") as refused:
-        resume(tmp_path, saved, *BASE, "--max-tokens", "32", flag, value)
-    assert f"{flag} is {value}" in str(refused.value)
-    assert "--max-tokens" not in str(refused.value)  # allowed, so not named as the problem
+        resume(tmp_path, checkpoint_dir, *BASE, "--max-tokens", "32", flag, value)
+    message = str(refused.value)
+    assert f"{flag} is {shlex.quote(value)}" in message  # typed back: --system-prompt 'Be brief.'
+    assert f"flags ({flag} {saved}) to continue it" in message
+    assert "--max-tokens" not in message  # allowed, so not named as the problem
+
+
+def test_another_max_steps_resumes_with_a_notice_naming_both_values(tmp_path: Path) -> None:
+    """Like --max-tokens, --max-steps only moves where episodes are cut off; it was not
+    recorded, so a resume with another one went on without a word."""
+    saved = checkpoint(tmp_path, *BASE, "--max-steps", "6")
+    (note,) = resume(tmp_path, saved, *BASE, "--max-steps", "3")
+    assert "--max-steps is 3, the checkpoint's 6: continuing with 3" in note
+
+
+def test_another_reject_incomplete_is_refused(tmp_path: Path) -> None:
+    """--reject-incomplete turns a cut-off reply into a parse failure with a penalty: another
+    reward, so another run; it was not recorded, so a resume switched it silently."""
+    saved = checkpoint(tmp_path, *BASE, "--reject-incomplete")
+    with pytest.raises(ValueError, match="with other settings") as refused:
+        resume(tmp_path, saved, *BASE)
+    assert "--reject-incomplete is False, the checkpoint's True" in str(refused.value)
+    assert "flags (--reject-incomplete) to continue it" in str(refused.value)  # as typed
+    assert resume(tmp_path, saved, *BASE, "--reject-incomplete") == []
+
+
+def test_a_boolean_gigpo_knob_is_named_as_typed_in_the_fix(tmp_path: Path) -> None:
+    """The fix named `--gigpo.normalize-std False`, which the command line does not take."""
+    gigpo = [*BASE, "--algorithm", "gigpo"]
+    saved = checkpoint(tmp_path, *gigpo, "--gigpo.no-normalize-std")
+    with pytest.raises(ValueError, match="with other settings") as refused:
+        resume(tmp_path, saved, *gigpo)
+    assert "flags (--gigpo.no-normalize-std) to continue it" in str(refused.value)
+    assert resume(tmp_path, saved, *gigpo, "--gigpo.no-normalize-std") == []
 
 
 def test_another_max_tokens_is_refused_under_dr_grpo(tmp_path: Path) -> None:

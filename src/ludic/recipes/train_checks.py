@@ -8,10 +8,12 @@ advantage is 0. `--temperature 0` (greedy) is refused with such a preset (every 
 group is the same completion, so again every advantage is 0) and with a ratio loss (the
 importance ratio assumes sampled completions; a greedy one is not). `ludic actor` runs the
 same two checks (`check_group_size`, `check_greedy`) on its flags. `run_settings` is what each checkpoint's state.json `extra` holds under
-`RUN_SETTINGS_KEY` (the env, its kwargs, the algorithm, the group size and the sampling), and
+`RUN_SETTINGS_KEY` (the env, its kwargs, the algorithm, the group size, the sampling, and the
+prompt and parse flags `--context`, `--parser`, `--system-prompt`, `--reject-incomplete`), and
 `check_resume_settings` refuses a `--resume` whose flags differ from them before the model
-loads, but for `--max-tokens` (it only moves truncation; a notice names the change), which
-dr_grpo's loss divides by and so keeps; it refuses a `ludic sft` checkpoint, naming the fix.
+loads, but for `--max-tokens` and `--max-steps` (they only move truncation; a notice names the
+change; `--max-tokens` is kept under dr_grpo, whose loss divides by it); it refuses a `ludic
+sft` checkpoint, naming the fix.
 It does not check the LR flags (the trainer does: `ludic.training.lr_resume`) nor the flags
 that only change speed or bookkeeping (`--problems-per-step`, `--concurrency`, ...).
 """
@@ -19,6 +21,7 @@ that only change speed or bookkeeping (`--problems-per-step`, `--concurrency`, .
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any, Protocol
@@ -154,6 +157,11 @@ def run_settings(cfg: TrainConfig, env_kwargs: Mapping[str, Any]) -> dict[str, A
         "--temperature": cfg.temperature,
         "--top-p": cfg.top_p,
         "--max-tokens": cfg.max_tokens,
+        "--max-steps": cfg.max_steps,
+        "--context": cfg.context,
+        "--parser": cfg.parser,
+        "--system-prompt": cfg.system_prompt,
+        "--reject-incomplete": cfg.reject_incomplete,
     }
     if cfg.algorithm == "gigpo":
         for name, value in asdict(cfg.gigpo).items():
@@ -161,18 +169,28 @@ def run_settings(cfg: TrainConfig, env_kwargs: Mapping[str, Any]) -> dict[str, A
     return dict(json.loads(json.dumps(settings)))  # as state.json gives them back
 
 
+_CUTS = {"--max-tokens": "completions", "--max-steps": "episodes"}
+"""The truncation flags a `--resume` may change, and what each cuts off."""
+
+
 def _truncation_only(cfg: TrainConfig) -> frozenset[str]:
-    """The recorded flags a `--resume` may change: `--max-tokens` only moves where completions
-    are cut off (the fix the context-overflow warning advises), except under dr_grpo, whose
-    loss divides by it."""
-    return frozenset() if cfg.algorithm == "dr_grpo" else frozenset({"--max-tokens"})
+    """The recorded flags a `--resume` may change: `--max-tokens` and `--max-steps` only move
+    where completions and episodes are cut off (the fixes the context-overflow warning
+    advises), except `--max-tokens` under dr_grpo, whose loss divides by it."""
+    return frozenset(f for f in _CUTS if not (f == "--max-tokens" and cfg.algorithm == "dr_grpo"))
 
 
 def _value(flag: str, value: Any) -> str:
-    return f"'{json.dumps(value)}'" if flag == "--env-kwargs" else str(value)
+    if flag == "--env-kwargs":
+        return f"'{json.dumps(value)}'"
+    return shlex.quote(value) if isinstance(value, str) else str(value)
 
 
 def _flag_text(flag: str, value: Any) -> str:
+    """The flag as it is typed: a boolean as `--flag` / `--no-flag` (`--gigpo.no-flag`)."""
+    if isinstance(value, bool):
+        group, _, name = flag[2:].rpartition(".")
+        return flag if value else f"--{group + '.' if group else ''}no-{name}"
     return f"{flag} {_value(flag, value)}"
 
 
@@ -203,7 +221,7 @@ def check_resume_settings(
         for f in changed:
             notice(
                 f"{f} is {given[f]}, the checkpoint's {saved[f]}: continuing with {given[f]} "
-                "(it only changes where completions are cut off)"
+                f"(it only changes where {_CUTS[f]} are cut off)"
             )
         return
     parts = [
