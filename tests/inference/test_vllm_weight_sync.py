@@ -349,3 +349,57 @@ def test_the_probe_tolerance_follows_the_served_dtype(rig: SimpleNamespace) -> N
     with pytest.raises(PublishVerificationError, match=r"atol 0\.2"):
         rig.publisher.publish(rig.trainer, version=3)
     assert probe_atol("float16") == 0.05 and probe_atol(None) == 1e-3
+
+
+def test_a_push_holding_nan_is_refused_with_the_embedded_servers_words(
+    rig: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sender that does not check (ludic's publishers refuse nan before sending): the
+    worker loads the bytes as they land (no room for a copy), then the route refuses the push
+    with a 422 in the embedded server's words, keeps the policy version, and the group keeps
+    working: the next finite push repairs the model."""
+    from ludic.distributed import WeightPushError
+    from ludic.inference.http.weight_receiver import nonfinite_refusal
+
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    rig.publisher.publish(rig.trainer, version=1)
+    monkeypatch.setattr("ludic.distributed.broadcast.check_publishable", lambda *a, **k: None)
+    norm = "model.norm.weight"
+    with torch.no_grad():
+        rig.trainer.get_parameter(norm)[0] = float("nan")
+    with pytest.raises(WeightPushError, match=r"\(422\)") as caught:
+        rig.publisher.publish(rig.trainer, version=2)
+    assert nonfinite_refusal([norm], landed_in_place=True) in str(caught.value)
+    assert rig.client.get("/ludic/version", headers=auth).json()["policy_version"] == 1
+    status = rig.client.get("/ludic/weights/status", headers=auth).json()
+    assert status["connected"] and not status["in_progress"]
+    with torch.no_grad():
+        rig.trainer.get_parameter(norm)[0] = 1.0
+    rig.publisher.publish(rig.trainer, version=3)  # verified, over the same group
+    assert rig.client.get("/ludic/version", headers=auth).json()["policy_version"] == 3
+    assert rig.publisher.last_push is not None and not rig.publisher.last_push.retried
+
+
+@pytest.mark.parametrize("version", [-1, "3", True, 1.5])
+def test_a_push_with_a_bad_version_is_a_400_naming_it(rig: SimpleNamespace, version: Any) -> None:
+    rig.publisher.publish(rig.trainer, version=1)
+    manifest = rig.publisher._last_plan[1].to_json()
+    reply = rig.client.post(
+        "/ludic/weights/start",
+        json={**manifest, "version": version},
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    assert reply.status_code == 400 and "version must be an int >= 0" in reply.text, reply.text
+    assert vllm_routes._push.get("receive") is None  # nothing started: the group stays free
+
+
+def test_refuse_nonfinite_reads_every_workers_report() -> None:
+    """The check itself, as the route runs it on the workers' reports (one per TP rank)."""
+    from ludic.inference.http.weight_receiver import WeightSyncError
+
+    vllm_routes.refuse_nonfinite([{"num_tensors": 3, "nonfinite": []}, 3])  # an older worker
+    with pytest.raises(WeightSyncError) as caught:
+        vllm_routes.refuse_nonfinite(
+            [{"num_tensors": 3, "nonfinite": []}, {"num_tensors": 3, "nonfinite": ["a.w"]}]
+        )
+    assert caught.value.status == 422 and "1 tensor(s) hold nan or inf (a.w)" in str(caught.value)

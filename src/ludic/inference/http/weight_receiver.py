@@ -468,19 +468,26 @@ class _Refused(WeightSyncError):
     """A push received whole but refused for its values (nan or inf): 422."""
 
     def __init__(self, error: NonFiniteWeightsError, *, landed_in_place: bool) -> None:
-        shown = ", ".join(error.names[:5]) + (" ..." if len(error.names) > 5 else "")
-        where = (
-            "they were received in place, so the served model holds them now (its policy "
-            "version is unchanged) until a finite push replaces them"
-            if landed_in_place
-            else "nothing was loaded: the served model is as it was"
-        )
         super().__init__(
-            f"refused weight push: {len(error.names)} tensor(s) hold nan or inf ({shown}); "
-            f"{where}. The trainer's weights diverged: fix the training step or push from a "
-            "finite checkpoint",
-            status=422,
+            nonfinite_refusal(error.names, landed_in_place=landed_in_place), status=422
         )
+
+
+def nonfinite_refusal(names: list[str], *, landed_in_place: bool) -> str:
+    """What a server answers (with a 422) to a push whose tensors `names` hold nan or inf:
+    the embedded server's receiver and the vLLM extension's routes say the same."""
+    shown = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
+    where = (
+        "they were received in place, so the served model holds them now (its policy "
+        "version is unchanged) until a finite push replaces them"
+        if landed_in_place
+        else "nothing was loaded: the served model is as it was"
+    )
+    return (
+        f"refused weight push: {len(names)} tensor(s) hold nan or inf ({shown}); "
+        f"{where}. The trainer's weights diverged: fix the training step or push from a "
+        "finite checkpoint"
+    )
 
 
 def _version(value: Any) -> int:

@@ -54,8 +54,12 @@ async def _control(request: Any) -> Any:
     handler = _ROUTES.get(request.url.path)
     if handler is None:
         return JSONResponse(error_body(404, f"unknown control endpoint {request.url.path}"), 404)
+    from ludic.inference.http.weight_receiver import WeightSyncError
+
     try:
         return JSONResponse(await handler(request, request.app.state.engine_client))
+    except WeightSyncError as e:  # a push refused for its values: 422, as the embedded server
+        return JSONResponse(error_body(e.status, str(e)), status_code=e.status)
     except (ValueError, RuntimeError) as e:
         return JSONResponse(error_body(400, f"{type(e).__name__}: {e}"), status_code=400)
 
@@ -153,10 +157,11 @@ async def _weights_finish(request: Any, engine: Any) -> dict[str, Any]:
     receive = _push.pop("receive", None)
     if receive is None:
         raise RuntimeError("no push in progress: POST /ludic/weights/start first")
-    counts = await receive
+    received = await receive  # one report per worker (TP rank)
+    refuse_nonfinite(received)  # the version stays: the push is not served as new weights
     _state["policy_version"] = int(_push["version"])  # the new weights serve from now on
     await reset_prefix_cache(engine)  # cached KV came from the old weights
-    reply = {"policy_version": _state["policy_version"], "num_tensors": int(counts[0])}
+    reply = {"policy_version": _state["policy_version"], "num_tensors": _count(received[0])}
     if not _push.pop("verified", True):  # an unverified push: no pass over the weights
         return reply
     reports = await engine.collective_rpc("ludic_weights_held")
@@ -166,6 +171,24 @@ async def _weights_finish(request: Any, engine: Any) -> dict[str, Any]:
         "opaque": sorted({name for report in reports for name in report.get("opaque", [])}),
         "packed_modules_mapping": reports[0]["packed"],
     }
+
+
+def refuse_nonfinite(received: list[Any]) -> None:
+    """Raise a 422 `WeightSyncError` (the embedded server's words) if a worker's report of a
+    push names tensors holding nan or inf; they were loaded (vLLM receives in place)."""
+    from ludic.inference.http.weight_receiver import WeightSyncError, nonfinite_refusal
+
+    bad = sorted({n for r in received if isinstance(r, dict) for n in r.get("nonfinite", [])})
+    if bad:
+        _push.pop("verified", None)
+        message = nonfinite_refusal(bad, landed_in_place=True)
+        logger.error("%s", message)
+        raise WeightSyncError(message, status=422)
+
+
+def _count(report: Any) -> int:
+    """The number of tensors a worker received (an older worker reports only the count)."""
+    return int(report["num_tensors"] if isinstance(report, dict) else report)
 
 
 async def reset_prefix_cache(engine: Any, timeout_s: float = 60.0, poll_s: float = 0.05) -> None:

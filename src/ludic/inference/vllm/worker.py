@@ -39,12 +39,19 @@ class WeightSyncWorkerExtension:
             timeout_s=req.timeout_s,
         )
 
-    def ludic_weights_receive(self, manifest_json: dict[str, Any]) -> int:
+    def ludic_weights_receive(self, manifest_json: dict[str, Any]) -> dict[str, Any]:
         """Receive the push bucket by bucket and hand the tensors to `ludic_reload` as they
         land: only two buckets are received at a time (`bucket_mb` each, or one large tensor
         sent alone), never a copy of the whole model beside vLLM's reserved memory. Each
         tensor is copied out of the receive buffer as it is handed over, because vLLM's
-        layerwise reload keeps a layer's weights until the whole layer has arrived."""
+        layerwise reload keeps a layer's weights until the whole layer has arrived.
+
+        Returns {"num_tensors", "nonfinite"}: the names of the tensors that held a nan or an
+        inf (each bucket is checked as it lands, one device sync per bucket). With no room
+        for a copy, they are loaded like the rest: the route then refuses the push (422)
+        and keeps the served policy version, as the embedded server does for a push it
+        received in place."""
+        from ludic.distributed.checksum import nonfinite
         from ludic.distributed.manifest import WeightManifest
         from ludic.distributed.transfer import BufferPool, receive_each_bucket
 
@@ -56,10 +63,12 @@ class WeightSyncWorkerExtension:
             self._ludic_pool = BufferPool(worker.device)
         buckets = receive_each_bucket(self._ludic_group, manifest, pool=self._ludic_pool)
         count = 0
+        bad: list[str] = []
 
         def weights() -> Iterator[tuple[str, Any]]:
             nonlocal count
             for bucket in buckets:
+                bad.extend(nonfinite(bucket))
                 for name, view in bucket.items():
                     count += 1
                     yield name, view.clone()
@@ -68,7 +77,7 @@ class WeightSyncWorkerExtension:
         self.ludic_reload(stream)
         for _ in stream:  # every broadcast must be matched, whatever the loader took
             pass
-        return count
+        return {"num_tensors": count, "nonfinite": bad}
 
     def ludic_reload(self, weights: Iterator[tuple[str, Any]]) -> None:
         """Load the received tensors (Hugging Face names, full tensors) into the served model.
