@@ -145,6 +145,21 @@ class OpenAICompatibleClient:
             "for generations this long, or lower max_tokens"
         )
 
+    async def answers(self, timeout: float) -> str | None:
+        """Whether the server answers a real, cheap request (a one-token completion) within
+        `timeout` seconds: None if it does (any reply but a 5xx), else why not. A hung server
+        can still answer `GET /health`; this goes through its engine. No retries."""
+        body = {"model": self.model, "prompt": "Hi", "max_tokens": 1, "temperature": 0}
+        try:
+            response = await self._http.post("/v1/completions", json=body, timeout=timeout)
+        except httpx.TimeoutException:
+            return f"no reply to a one-token completion within {timeout:g} s"
+        except httpx.HTTPError as e:
+            return f"a one-token completion failed: {type(e).__name__}: {e}"
+        if response.status_code >= 500:
+            return f"a one-token completion failed ({response.status_code})"
+        return None
+
     async def healthy(self, timeout: float = 2.0) -> bool:
         """Whether the server answers `GET /health` with 200 (no retries)."""
         try:

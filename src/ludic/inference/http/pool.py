@@ -7,7 +7,11 @@ cannot be reached, keeps failing with 5xx or sends no reply within the client's 
 hung server; it cancels the request when the client drops the connection) is marked down and the
 call is sent once to another one at once; the conversation moves there, the response records it (`extra["failed_over_from"]`)
 and the pool counts it (`stats()`). A down server is asked `GET /health` again after
-`recheck_s` before it takes calls again. Each response keeps the policy version of the server
+`recheck_s` before it takes calls again; one that timed out (a hung server may still answer
+`/health`) must instead answer a real one-token completion within `probe_timeout_s`, probed
+in the background while other servers take the calls (a call waits for the probe only when
+no other server is up), so a hung server stalls at most the one call that found it hung.
+Each response keeps the policy version of the server
 that produced it. It does not publish weights (`BroadcastPolicyPublisher` does, to the same
 URLs) and it never retries a call the server refused (4xx). With no server left, a call every
 server timed out raises `InferenceTimeoutError` (the one server's own, with one server), any
@@ -16,6 +20,7 @@ other failure `InferenceUnavailableError` naming each server's problem.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import itertools
@@ -47,6 +52,8 @@ class _Server:
     requests: int = 0
     down_since: float | None = None
     last_error: str | None = None
+    timed_out: bool = False  # down for a read timeout: back only once a real request answers
+    probe: asyncio.Task[None] | None = None
 
     @property
     def url(self) -> str:
@@ -65,16 +72,27 @@ class Failover:
 
 class ServerPool:
     """A ChatClient over `clients` (one per server). `recheck_s`: how long a down server waits
-    before a health check may bring it back. Build it inside the event loop that uses it."""
+    before a check may bring it back; `probe_timeout_s`: how long a server that timed out has
+    to answer a one-token completion to come back. Build it inside the event loop that uses
+    it."""
 
-    def __init__(self, clients: Sequence[OpenAICompatibleClient], *, recheck_s: float = 2.0):
+    def __init__(
+        self,
+        clients: Sequence[OpenAICompatibleClient],
+        *,
+        recheck_s: float = 2.0,
+        probe_timeout_s: float = 10.0,
+    ):
         if not clients:
             raise ValueError("ServerPool needs at least one server")
         urls = [c.base_url for c in clients]
         if len(set(urls)) != len(urls):
             raise ValueError(f"a server URL is given twice: {urls}")
+        if probe_timeout_s <= 0:
+            raise ValueError(f"probe_timeout_s must be > 0, got {probe_timeout_s}")
         self.servers = [_Server(client) for client in clients]
         self.recheck_s = recheck_s
+        self.probe_timeout_s = probe_timeout_s
         self.failovers: list[Failover] = []
         self._turn = itertools.count()
         self._pinned: collections.OrderedDict[Hashable, _Server] = collections.OrderedDict()
@@ -88,17 +106,31 @@ class ServerPool:
         api_key: str | None = None,
         max_retries: int = 1,
         recheck_s: float = 2.0,
+        timeout_s: float = 120.0,
+        probe_timeout_s: float = 10.0,
         **client_kwargs: Any,
     ) -> ServerPool:
         """A pool of `OpenAICompatibleClient`s; each retries a failed call `max_retries`
-        times before the pool moves it to another server."""
+        times before the pool moves it to another server. `timeout_s`: how long a call may
+        wait for its reply before its server counts as hung (marked down, the call moved
+        once to another server; a timed-out call is never resent to the same one). Set it
+        above your longest generation on a loaded server: 120 s covers a few thousand tokens
+        on a busy GPU; the single-server client's default (300 s) would let one hung server
+        stall a call for five minutes."""
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         clients = [
             OpenAICompatibleClient(
-                url, model, api_key=api_key, max_retries=max_retries, **client_kwargs
+                url,
+                model,
+                api_key=api_key,
+                max_retries=max_retries,
+                timeout=timeout_s,
+                **client_kwargs,
             )
             for url in urls
         ]
-        return cls(clients, recheck_s=recheck_s)
+        return cls(clients, recheck_s=recheck_s, probe_timeout_s=probe_timeout_s)
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         tried: list[_Server] = []
@@ -107,7 +139,8 @@ class ServerPool:
         while True:
             server = await self._choose(exclude=tried)
             if server is None:
-                raise _none_left(tried, errors)
+                down = [s for s in self.servers if s.down_since is not None]
+                raise _none_left(tried or down, errors)
             self._pin(server)
             try:
                 response = await self._call(server, request)
@@ -143,6 +176,10 @@ class ServerPool:
         if pinned is not None and pinned not in exclude and await self._usable(pinned):
             return pinned
         candidates = [s for s in self.servers if s not in exclude and await self._usable(s)]
+        probes = {s.probe for s in self.servers if s not in exclude and s.probe is not None}
+        if not candidates and probes:  # nothing else is up: wait for the probes (bounded)
+            await asyncio.wait(probes)
+            candidates = [s for s in self.servers if s not in exclude and s.down_since is None]
         if not candidates:
             return None
         turn = next(self._turn)
@@ -152,10 +189,14 @@ class ServerPool:
         )
 
     async def _usable(self, server: _Server) -> bool:
-        """Up, or down long enough ago and healthy now (a `GET /health`)."""
+        """Up, or down long enough ago and healthy now (a `GET /health`). A server that timed
+        out is not: a probe starts in the background (`_probe`) and brings it back."""
         if server.down_since is None:
             return True
-        if time.monotonic() - server.down_since < self.recheck_s:
+        if server.probe is not None or time.monotonic() - server.down_since < self.recheck_s:
+            return False
+        if server.timed_out:
+            server.probe = asyncio.create_task(self._probe(server))
             return False
         if await server.client.healthy():
             logger.info("inference server %s is back", server.url)
@@ -164,9 +205,24 @@ class ServerPool:
         server.down_since = time.monotonic()
         return False
 
+    async def _probe(self, server: _Server) -> None:
+        """Bring a server that timed out back once it answers a one-token completion within
+        `probe_timeout_s`; else it stays down (probed again after `recheck_s`)."""
+        try:
+            why = await server.client.answers(self.probe_timeout_s)
+        finally:
+            server.probe = None
+        if why is None:
+            logger.info("inference server %s answers again", server.url)
+            server.down_since, server.last_error, server.timed_out = None, None, False
+        else:
+            logger.info("inference server %s stays down: %s", server.url, why)
+            server.down_since = time.monotonic()
+
     def _mark_down(self, server: _Server, error: Exception) -> None:
         server.down_since = time.monotonic()
         server.last_error = f"{type(error).__name__}: {error}"
+        server.timed_out = server.timed_out or isinstance(error, InferenceTimeoutError)
 
     def _pinned_server(self) -> _Server | None:
         key = current_conversation()
@@ -198,6 +254,8 @@ class ServerPool:
 
     async def aclose(self) -> None:
         for server in self.servers:
+            if server.probe is not None:
+                server.probe.cancel()
             await server.client.aclose()
 
     async def __aenter__(self) -> ServerPool:
@@ -207,14 +265,16 @@ class ServerPool:
         await self.aclose()
 
 
-def _none_left(tried: list[_Server], errors: list[Exception]) -> Exception:
-    """The error for a call no server could take: a lone server's timeout as it was, every
-    server timing out as a timeout, anything else as unavailable, naming each server."""
+def _none_left(servers: list[_Server], errors: list[Exception]) -> Exception:
+    """The error for a call no server could take (`servers`: those it tried, or else those
+    down): a lone server's timeout as it was, every server timing out as a timeout, anything
+    else as unavailable, naming each server's problem."""
     if len(errors) == 1 and isinstance(errors[0], InferenceTimeoutError):
         return errors[0]
-    problems = "; ".join(f"{s.url}: {s.last_error}" for s in tried) or "none up"
+    problems = "; ".join(f"{s.url}: {s.last_error}" for s in servers) or "none up"
     message = f"no inference server could take the call ({problems})"
-    if errors and all(isinstance(e, InferenceTimeoutError) for e in errors):
+    timed_out = all(isinstance(e, InferenceTimeoutError) for e in errors)
+    if (errors and timed_out) or (not errors and servers and all(s.timed_out for s in servers)):
         return InferenceTimeoutError(message)
     return InferenceUnavailableError(message)
 
