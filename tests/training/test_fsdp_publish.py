@@ -1,9 +1,13 @@
 """FSDP2 on 2 gloo ranks (torchrun) publishing to a `ludic serve` subprocess with verification
 on, as `ludic learner` does: nothing hangs, and the server ends up serving the trainer's
-version and exactly the trainer's weights (full fine-tuning, then LoRA merged)."""
+version and exactly the trainer's weights (full fine-tuning, then LoRA merged). When the
+server is stopped mid-run, the next push fails on rank 0 and both ranks stop with errors
+naming the cause (rank 1's naming rank 0), instead of rank 1 waiting in a collective."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import socket
 import subprocess
@@ -16,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 import torch
-from dist_worker_common import torchrun
+from dist_worker_common import torchrun, torchrun_exit
 
 from ludic.distributed.checksum import checksums
 from ludic.distributed.verification import default_probe_tokens, reference_logprobs
@@ -41,15 +45,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """`ludic serve --model DIR --token T` on a free port; yields its URL and DIR."""
+@contextlib.contextmanager
+def _serve(log_dir: Path) -> Iterator[tuple[str, Path, subprocess.Popen[bytes]]]:
+    """`ludic serve --model DIR --token T` on a free port; yields its URL, DIR and process."""
     model_dir = tiny_model_dir(spec=SPEC)
     port = _free_port()
     ludic = Path(sys.executable).with_name("ludic")
     command = [str(ludic)] if ludic.exists() else [sys.executable, "-m", "ludic.cli"]
     command += ["serve", "--model", str(model_dir), "--token", TOKEN, "--port", str(port)]
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    log = log_dir / "serve.log"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with log.open("ab") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -64,7 +68,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
                     break
             except httpx.TransportError:
                 time.sleep(0.2)
-        yield url, model_dir
+        yield url, model_dir, process
     finally:
         process.terminate()
         try:
@@ -72,6 +76,13 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """`ludic serve` for the module's tests; yields its URL and model directory."""
+    with _serve(tmp_path_factory.mktemp("serve")) as (url, model_dir, _):
+        yield url, model_dir
 
 
 @pytest.fixture(scope="module")
@@ -119,3 +130,32 @@ def test_the_server_serves_the_trainers_last_version_and_weights(
     served_lp = _served_logprobs(url, ids)
     assert torch.allclose(torch.tensor(served_lp), torch.tensor(expected), atol=1e-5)
     assert not torch.allclose(torch.tensor(served_lp), torch.tensor(untrained), atol=1e-3)
+
+
+def test_a_server_stopped_mid_run_stops_every_rank_naming_the_cause(tmp_path: Path) -> None:
+    with _serve(tmp_path) as (url, model_dir, server):
+        code, output = torchrun_exit(
+            "dist_worker_publish_server_down.py",
+            str(tmp_path),
+            url,
+            TOKEN,
+            str(model_dir),
+            str(server.pid),
+            timeout_s=240,
+        )
+        assert server.poll() is not None  # rank 0 stopped it after version 1
+    assert code != 0, output[-4000:]
+    raised = {}
+    for rank in (0, 1):
+        path = tmp_path / f"rank{rank}.json"
+        assert path.exists(), f"rank {rank} wrote nothing (killed, not stopped):\n{output[-4000:]}"
+        raised[rank] = json.loads(path.read_text())
+        assert raised[rank]["raised"] is not None, output[-4000:]
+    assert raised[0]["published"] == 1
+    own, other = raised[0]["raised"], raised[1]["raised"]
+    assert own["step"] == other["step"] == 2
+    # rank 0: the publisher's own error, still catchable as such (WeightPushError)
+    assert "WeightPushError" in own["classes"], own
+    assert other["type"] == "RankFailedError", other
+    assert "rank 0 failed while publishing policy version 2" in other["message"]
+    assert f"{own['type']}: {own['message']}" in other["message"]
