@@ -20,7 +20,8 @@ class ActorConfig:
     """Generate rollouts with the served policy and push training samples to a Redis stream."""
 
     redis_url: str = "redis://127.0.0.1:6379/0"
-    """Redis holding the sample stream."""
+    """Redis holding the sample stream (unreachable at startup: an error within seconds;
+    once reached, an outage is retried for up to ten minutes)."""
     stream: str = "ludic:samples"
     """Stream key (actors and the learner must use the same one)."""
     server_url: tuple[str, ...] | None = None
@@ -97,7 +98,8 @@ class LearnerConfig:
     """Train on samples from a Redis stream and publish weights to the inference server."""
 
     redis_url: str = "redis://127.0.0.1:6379/0"
-    """Redis holding the sample stream."""
+    """Redis holding the sample stream (unreachable at startup: an error within seconds;
+    once reached, an outage is retried for up to ten minutes)."""
     stream: str = "ludic:samples"
     """Stream key (actors and the learner must use the same one)."""
     group: str = "ludic-learners"
@@ -120,7 +122,8 @@ class LearnerConfig:
     """Algorithm preset (its loss runs here; its credit assignment ran on the actors)."""
     max_tokens: int | None = None
     """The actors' generation budget per call; needed only by dr_grpo (its constant
-    loss normaliser)."""
+    loss normaliser), and then it must be the actors' --max-tokens (each sample records it:
+    another value is refused)."""
     steps: int = 100
     """Optimizer steps (the run ends earlier if --max-wait-s passes without samples)."""
     batch_size: int = 32
