@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from ludic.training.lora import is_lora_model
 from ludic.training.parallel.state import fit_state_to_model
 
 logger = logging.getLogger("ludic.training.checkpoint")
@@ -55,7 +56,7 @@ def check_checkpoint_fits(
     has the keys and shapes of `model`'s (global shapes, also when sharded). Resuming needs the
     model the run started from; the message says so instead of torch's state-dict dump."""
     source = getattr(getattr(model, "config", None), "_name_or_path", "") or "the model given"
-    fix = (
+    fix = _lora_fix(model, state) or (
         f"Resume with the model the run started from (`ludic train --model`, or the model "
         f"passed to the Trainer; this one is {source}), or start a new run without --resume "
         f"(another --out-dir)"
@@ -75,3 +76,23 @@ def check_checkpoint_fits(
             f"the checkpoint but {list(own[first].shape)} in the model ({len(differ)} of "
             f"{len(fitted)} tensors differ in shape). {fix}"
         )
+
+
+def _lora_fix(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> str | None:
+    """The fix when only LoRA differs: a full-parameter checkpoint into a LoRA-wrapped model, or
+    a LoRA adapter checkpoint into a plain one (`add_lora` added or dropped between runs)."""
+    saved_lora = any("lora_" in key for key in state)
+    if is_lora_model(model) and not saved_lora:
+        return (
+            "The checkpoint holds a full-parameter run's weights but this model is LoRA-wrapped "
+            "(add_lora): resume it without add_lora, as that run trained, or start a LoRA run "
+            "from its weights in another checkpoint directory (load_model on the checkpoint's "
+            "model/ folder, then add_lora)"
+        )
+    if saved_lora and not is_lora_model(model):
+        return (
+            "The checkpoint holds a LoRA adapter but this model is not LoRA-wrapped: wrap the "
+            "base model with add_lora (same rank, alpha and target modules) before resuming, as "
+            "that run did"
+        )
+    return None
