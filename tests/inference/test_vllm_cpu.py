@@ -247,6 +247,31 @@ def test_a_server_that_ignores_the_push_is_caught(server: Server, publisher: Any
     push(publisher, ignored)  # the next push repairs it, and verifies
 
 
+def test_a_push_holding_nan_is_refused_with_a_422_and_the_version_stays(
+    server: Server, publisher: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the embedded server: a push whose tensors hold nan (from a sender that does not
+    check: ludic's publishers refuse it before sending) is refused with a 422 naming them, in
+    the embedded server's words; the version stays and the next finite push repairs it."""
+    from ludic.distributed import WeightPushError
+    from ludic.inference.http.weight_receiver import nonfinite_refusal
+
+    push(publisher, load_tiny_model(seed=0, spec=SPEC)[0])
+    version = server.version()
+    diverged, _ = load_tiny_model(seed=3, spec=SPEC)
+    norm = "model.norm.weight"
+    with torch.no_grad():
+        diverged.get_parameter(norm)[0] = float("nan")
+    monkeypatch.setattr("ludic.distributed.broadcast.check_publishable", lambda *a, **k: None)
+    with pytest.raises(WeightPushError, match=r"\(422\)") as caught:
+        push(publisher, diverged)
+    assert nonfinite_refusal([norm], landed_in_place=True) in str(caught.value)
+    assert server.version() == version
+    monkeypatch.undo()
+    repaired = push(publisher, load_tiny_model(seed=0, spec=SPEC)[0])  # verified, same group
+    assert server.version() == repaired and not publisher.last_push.retried
+
+
 def test_greedy_ids_and_behaviour_logprobs_match_the_embedded_engine(
     server: Server, publisher: Any
 ) -> None:

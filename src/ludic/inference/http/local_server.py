@@ -54,7 +54,8 @@ class LocalServer:
     - `threads`: the child's torch intra-op threads (and `OMP_NUM_THREADS`); 1 leaves the other
       cores to the trainer.
     - `port`: default a free one. `token`: the control token (default: a fresh random one).
-    - `served_model_name`: what `/v1/models` reports (default: the directory name).
+    - `served_model_name`: what `/v1/models` reports (default: the directory name; "ludic"
+      for a training checkpoint, `ludic.inference.http.serve_config.served_name`).
     - `args`: further `ludic serve` options, e.g. `("--max-batch-size", "32")`.
     - `log_path`: where the child's output goes (default: a temporary file, removed on close;
       its tail is in the error when the server does not start).

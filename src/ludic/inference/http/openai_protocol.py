@@ -292,4 +292,6 @@ def _event(body: dict[str, Any]) -> str:
 def error_body(status: int, message: str) -> dict[str, Any]:
     """OpenAI-style error payload."""
     kind = "BadRequestError" if status < 500 else "InternalServerError"
+    if status == 404:  # as vLLM's OpenAI server: an unknown model
+        kind = "NotFoundError"
     return {"error": {"message": message, "type": kind, "param": None, "code": status}}

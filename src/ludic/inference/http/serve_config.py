@@ -1,5 +1,6 @@
 """`ServeConfig`: the options of `ludic serve` (the embedded inference server), and
-`check_serve_config`, which refuses options that cannot go together before any model loads.
+`check_serve_config`, which refuses options that cannot go together before any model loads,
+and `served_name`, the model name the server answers to.
 
 Kept apart from `ludic.inference.http.server` so that building the CLI parser imports no torch.
 """
@@ -7,11 +8,13 @@ Kept apart from `ludic.inference.http.server` so that building the CLI parser im
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-__all__ = ["ServeConfig", "check_serve_config"]
+__all__ = ["CHECKPOINT_SERVED_NAME", "ServeConfig", "check_serve_config", "served_name"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -30,7 +33,8 @@ class ServeConfig:
     max_body_bytes: int = 8 * 2**20
     """Largest request body accepted (413 beyond it); the weight upload is exempt."""
     served_model_name: str | None = None
-    """Name reported by /v1/models and expected in requests (default: the directory name)."""
+    """Name reported by /v1/models and expected in requests (default: the directory name; a
+    training checkpoint, `.../step_N` or `.../step_N/model`, serves as "ludic")."""
     dtype: str = "auto"
     """Weight dtype: auto (as saved), float32, bfloat16 or float16."""
     device: str = "cpu"
@@ -57,6 +61,24 @@ class ServeConfig:
     """torch intra-op threads (default: torch's choice)."""
     log_level: str = "warning"
     """uvicorn log level."""
+
+
+CHECKPOINT_SERVED_NAME = "ludic"
+"""The name every training checkpoint serves under by default, whichever step it is."""
+_STEP = re.compile(r"^step_\d+$")
+
+
+def served_name(config: ServeConfig) -> str:
+    """The model name the server answers to: `--served-model-name`, else "ludic" for a
+    training checkpoint (a `step_N` folder or its `model/`, so clients need not know the
+    step), else the model directory's name."""
+    if config.served_model_name:
+        return config.served_model_name
+    path = Path(config.model).expanduser()
+    folder = path.resolve() if path.exists() else path
+    if _STEP.match(folder.name) or (folder.name == "model" and _STEP.match(folder.parent.name)):
+        return CHECKPOINT_SERVED_NAME
+    return os.path.basename(os.path.normpath(config.model))
 
 
 def check_serve_config(config: ServeConfig) -> None:

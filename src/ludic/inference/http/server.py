@@ -45,7 +45,7 @@ from ludic.inference.http.openai_protocol import (
     completion_body,
     error_body,
 )
-from ludic.inference.http.serve_config import ServeConfig, check_serve_config
+from ludic.inference.http.serve_config import ServeConfig, check_serve_config, served_name
 from ludic.inference.http.weight_routes import install_weight_sync_routes
 
 T = TypeVar("T")
@@ -116,7 +116,12 @@ def create_app(
         if problem is not None:
             raise HTTPException(400, problem)
         if req.model not in (None, model_name):
-            raise HTTPException(404, f"model {req.model!r} not found; serving {model_name!r}")
+            raise HTTPException(
+                404,
+                f"the model {req.model!r} does not exist: this server serves {model_name!r} "
+                f"(GET /v1/models lists it); send model={model_name!r}, or start `ludic serve` "
+                f"with --served-model-name {req.model}",
+            )
         try:
             if req.stream:  # validated and queued now: a bad request is a 400, not a stream
                 deltas = await engine.open_stream(request)
@@ -319,8 +324,6 @@ def _sampling_errors_as_400(build: Any) -> Any:
 
 def serve(config: ServeConfig) -> None:
     """Load the model, start the engine and serve until interrupted (blocks)."""
-    import os
-
     import torch
     import uvicorn
 
@@ -342,7 +345,7 @@ def serve(config: ServeConfig) -> None:
     engine = EmbeddedEngine.from_pretrained(
         config.model, dtype=config.dtype, device=config.device, config=engine_config
     )
-    name = config.served_model_name or os.path.basename(os.path.normpath(config.model))
+    name = served_name(config)  # "ludic" for a training checkpoint, whichever step
     app = create_app(engine, model_name=name, token=token, max_body_bytes=config.max_body_bytes)
     weights = next(engine.model.parameters())
     control = "need the token" if token else "disabled (no --token)"
