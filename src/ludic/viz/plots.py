@@ -53,6 +53,11 @@ class Panel:
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The records of a metrics JSONL; a record without "step" gets its line position."""
     records: list[dict[str, Any]] = []
+    if not Path(path).is_file():
+        raise ValueError(
+            f"no metrics file at {path}; `ludic train` writes <--out-dir>/metrics.jsonl (and the "
+            "quickstart <out-dir>/rl/metrics.jsonl)"
+        )
     with Path(path).open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
@@ -66,9 +71,25 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
                 ) from e
             if not isinstance(record, dict):
                 raise ValueError(f"{path}:{lineno}: expected a JSON object per line")
+            _refuse_other_run_file(record, path, lineno)
             record.setdefault("step", len(records))
             records.append(record)
     return records
+
+
+def _refuse_other_run_file(record: dict[str, Any], path: str | Path, lineno: int) -> None:
+    """Raise ValueError naming the file when `record` is a rollout or a training sample (the
+    other JSONL files of a run), not a metrics record."""
+    expected = "but a metrics JSONL is expected here (the metrics.jsonl of `ludic train`)"
+    if "id" in record and "steps" in record:
+        raise ValueError(
+            f"{path}:{lineno}: a rollout (as in rollouts.jsonl), {expected}. To browse the "
+            f"episodes, view it: `ludic view {path}`"
+        )
+    if "input_ids" in record and "action_mask" in record:
+        raise ValueError(
+            f"{path}:{lineno}: a training sample (as in samples.jsonl), {expected}, next to it"
+        )
 
 
 def metric_panels(records: Sequence[MetricRecord], keys: Sequence[str] = ()) -> list[Panel]:
