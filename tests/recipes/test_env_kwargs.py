@@ -4,6 +4,7 @@ each command before any work, naming the flag and showing the text."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,33 @@ def test_each_command_refuses_env_kwargs_a_builtin_env_does_not_take(
     with pytest.raises(ValueError, match=refusal):
         ludic_main([*command, "--out-dir", str(tmp_path), *bad])
     assert not any(tmp_path.iterdir())  # refused before anything was written
+
+
+def make_nothing(size: int = 3) -> None:
+    """A user's factory that forgot its `return`."""
+
+
+@pytest.mark.parametrize("command", [["train", "--no-progress"], ["eval", "--no-progress"]])
+@pytest.mark.parametrize("explicit", [False, True])  # eval: no --parser/--context auto lookup
+def test_a_factory_that_returns_no_env_is_refused_naming_what_it_returned(
+    command: list[str], explicit: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was an AttributeError traceback ('NoneType' object has no attribute 'close'), from
+    `ludic train` up front and from `ludic eval` after the model loaded."""
+    monkeypatch.setitem(sys.modules, "forgetful_env", sys.modules[__name__])
+    flags = ["--parser", "identity", "--context", "full"] if explicit else []
+    env = ["--env", "forgetful_env:make_nothing", "--env-kwargs", '{"size": 4}']
+    with pytest.raises(ValueError, match=r"make_nothing' returned None, not an env") as refused:
+        ludic_main([*command, *flags, "--out-dir", str(tmp_path), *env])
+    assert "return" in str(refused.value).split("not an env")[1]  # the likely fix
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_factory_missing_its_arguments_says_to_pass_them() -> None:
+    from ludic.eval.command import check_env_kwargs
+
+    def make_maze(size: int) -> None: ...
+
+    with pytest.raises(ValueError, match=r"missing a required argument: 'size'") as refused:
+        check_env_kwargs(make_maze, {})
+    assert "--env-kwargs '{\"size\": ...}'" in str(refused.value)

@@ -127,11 +127,13 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     sampling = eval_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
     env_factory = resolve_env_factory(cfg.env)
     env_kwargs = parse_env_kwargs(cfg.env_kwargs)
-    check_env_kwargs(env_factory, env_kwargs)  # also when no flag builds the env up front
+    # One env built up front (its kwargs checked, and that it is one), which also reads the
+    # context it suggests: --context auto needs it.
+    auto = cfg.context == "auto"
+    suggested = with_env(
+        env_factory, env_kwargs, lambda env: suggested_context(env, cfg.env) if auto else None
+    )
     parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
-    suggested = None
-    if cfg.context == "auto":
-        suggested = with_env(env_factory, env_kwargs, lambda env: suggested_context(env, cfg.env))
     context = context_of(cfg, suggested)
     console.print(context_line(cfg, suggested))
     model_dir = None if cfg.server_url else resolve_model_dir(cfg.model, console=console)
@@ -369,19 +371,56 @@ def check_env_kwargs(env_factory: EnvFactory, env_kwargs: dict[str, Any]) -> Non
     except TypeError as e:
         named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
         takes = [n for n, p in signature.parameters.items() if p.kind in named]
-        what = getattr(env_factory, "name", None) or getattr(target, "__qualname__", repr(target))
+        required = [
+            n
+            for n, p in signature.parameters.items()
+            if p.kind in named and p.default is inspect.Parameter.empty and n not in env_kwargs
+        ]
+        given = json.dumps(env_kwargs)
+        takes_text = ", ".join(takes) if takes else "no keyword arguments (pass --env-kwargs '{}')"
+        fix = ""
+        if required:  # e.g. (pass them: --env-kwargs '{"size": ...}')
+            fields = ", ".join(f"{json.dumps(n)}: ..." for n in required)
+            fix = f" (pass them: --env-kwargs '{{{fields}}}')"
         raise ValueError(
-            f"--env-kwargs {json.dumps(env_kwargs)} does not fit env {what!r}: {e}; it takes "
-            + (", ".join(takes) if takes else "no keyword arguments (pass --env-kwargs '{}')")
+            f"--env-kwargs {given} does not fit env {_factory_name(env_factory)!r}: {e}; it "
+            f"takes {takes_text}{fix}"
         ) from None
+
+
+def _factory_name(env_factory: EnvFactory) -> str:
+    from ludic.envs.registry import EnvSpec
+
+    if isinstance(env_factory, EnvSpec):
+        return env_factory.name
+    return str(getattr(env_factory, "__qualname__", env_factory))
+
+
+def _check_is_env(env: Any, env_factory: EnvFactory) -> None:
+    """Refuse what a factory returned when it is not an env (no `reset`, `step`, `agent_ids`
+    and `close`), e.g. None from a factory that forgot its `return`."""
+    if all(hasattr(env, name) for name in ("reset", "step", "agent_ids", "close")):
+        return
+    raise ValueError(
+        f"env factory {_factory_name(env_factory)!r} returned {_short_repr(env)}, not an env: "
+        "it must return a LudicEnv (e.g. an instance of your SingleAgentEnv subclass; a "
+        "function that builds one needs `return env`)"
+    )
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"a {type(value).__name__}"
 
 
 def with_env(env_factory: EnvFactory, env_kwargs: dict[str, Any], read: Callable[[Any], T]) -> T:
     """`read` applied to one env built by `env_factory`, which is then closed (an async
     `close()` is awaited); what train, eval and the actor use to ask an env about itself.
-    Keywords the factory does not take are refused first (`check_env_kwargs`)."""
+    Keywords the factory does not take are refused first (`check_env_kwargs`), and so is
+    anything it returns that is not an env."""
     check_env_kwargs(env_factory, env_kwargs)
     env = env_factory(**env_kwargs)
+    _check_is_env(env, env_factory)
     try:
         return read(env)
     finally:
