@@ -4,6 +4,7 @@ preset credited (fails if the record is not written, not read, or a mismatch tra
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from pathlib import Path
 
@@ -90,6 +91,30 @@ def test_matching_gigpo_actor_and_learner_train(
     assert "--gigpo.omega 0.3" in line and "--gigpo.default-step-reward 0.0" in line
 
 
+@pytest.mark.slow
+def test_resumed_learner_refuses_actors_restarted_with_other_gigpo_knobs(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """The learner takes no --gigpo.* flags, so a run whose actors are all restarted with other
+    knobs would mix two credit assignments across a learner restart: the first record travels
+    in the learner's checkpoint and the resumed learner refuses the new samples, as `ludic
+    train --resume` refuses other --gigpo.* flags."""
+    out = tmp_path / "l"
+    _actor(redis_server, "--algorithm", "gigpo", "--gigpo.omega", "0.3")
+    _learner(redis_server, out, "--algorithm", "gigpo", "--checkpoint-every", "1")
+    _actor(redis_server, "--algorithm", "gigpo", "--gigpo.omega", "0.5")
+    with pytest.raises(CreditMismatchError) as e:
+        _learner(redis_server, out, "--algorithm", "gigpo", "--steps", "2")
+    message = str(e.value)
+    assert "resumed a checkpoint trained on samples of actor 'actor' credited with " in message
+    assert "--algorithm gigpo --gigpo.omega 0.3, but actor 'actor' credits with " in message
+    assert "--algorithm gigpo --gigpo.omega 0.5: the run would mix" in message
+    assert (out / "metrics.jsonl").read_text().count("\n") == 1  # no step on the new credit
+    assert _pending(redis_server) > 0  # kept for a run with the right flags
+    _learner(redis_server, tmp_path / "new", "--algorithm", "gigpo")  # a new run trains them
+    assert (tmp_path / "new" / "metrics.jsonl").read_text().count("\n") == 1
+
+
 def test_stream_without_record_gets_one_notice(
     redis_server: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -154,3 +179,14 @@ def test_dr_grpo_record_without_budget_gets_one_notice(caplog: pytest.LogCapture
         check(_stamped(old, "a"))
     notices = [r for r in caplog.records if "do not record the --max-tokens" in r.getMessage()]
     assert len(notices) == 1
+
+
+def test_the_first_record_travels_in_checkpoints() -> None:
+    first = CreditCheck("gigpo")
+    assert first.state_dict() is None  # nothing recorded yet
+    first(_stamped(credit_record("gigpo", GiGPOOptions(omega=0.3)), "a"))
+    resumed = CreditCheck("gigpo")
+    resumed.load_state_dict(json.loads(json.dumps(first.state_dict())))  # as state.json holds it
+    resumed(_stamped(credit_record("gigpo", GiGPOOptions(omega=0.3)), "a"))
+    with pytest.raises(CreditMismatchError, match=r"resumed a checkpoint .* --gigpo.omega 0.3"):
+        resumed(_stamped(credit_record("gigpo", GiGPOOptions(omega=0.5)), "a"))

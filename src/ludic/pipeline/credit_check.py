@@ -7,9 +7,11 @@ preset whose loss divides by it (dr_grpo), the `--max-tokens` the samples were g
 `CreditCheck` refuses, on the first sample that shows it, a learner whose `--algorithm` or
 dr_grpo `--max-tokens` differs from the actor's (or two actors on one stream that record
 different settings), naming both sides and the fix, and logs the settings of the first recorded
-sample (the `--gigpo.*` knobs the learner trains under are the actors'). Samples from actors
-older than the record, or than its `--max-tokens`, get one notice, not an error. It does not
-build presets or read Redis.
+sample (the `--gigpo.*` knobs the learner trains under are the actors'). That first record
+travels in the learner's checkpoints (`state_dict`), so a resumed learner also refuses samples
+recorded with other settings than those it trained on before the restart, as `ludic train
+--resume` refuses other flags. Samples from actors older than the record, or than its
+`--max-tokens`, get one notice, not an error. It does not build presets or read Redis.
 """
 
 from __future__ import annotations
@@ -61,7 +63,20 @@ class CreditCheck:
         self.algorithm = algorithm
         self.max_tokens = max_tokens
         self._first: tuple[JSON, str] | None = None  # (record, actor) of the first recorded
+        self._resumed = False  # whether `_first` came from a checkpoint
         self._noticed: set[str] = set()
+
+    def state_dict(self) -> JSON | None:
+        """The first recorded sample's record and actor (None before one), for a checkpoint."""
+        if self._first is None:
+            return None
+        record, actor = self._first
+        return {"record": record, "actor": actor}
+
+    def load_state_dict(self, state: JSON) -> None:
+        """Check the samples of a resumed run against the record its checkpoint trained on."""
+        self._first = (dict(state["record"]), str(state["actor"]))
+        self._resumed = True
 
     def __call__(self, item: SAWItem) -> None:
         record = item.meta.get(CREDIT_KEY)
@@ -85,6 +100,15 @@ class CreditCheck:
                 "samples from actor %r: credit assigned with %s",
                 actor,
                 _flags_line(record, {}) or "--algorithm ?",
+            )
+        elif record != self._first[0] and self._resumed:
+            first, first_actor = self._first
+            raise CreditMismatchError(
+                f"this learner resumed a checkpoint trained on samples of actor {first_actor!r} "
+                f"credited with {_flags_line(first, record)}, but actor {actor!r} credits with "
+                f"{_flags_line(record, first)}: the run would mix two credit assignments. "
+                "Restart the actors with the checkpoint's flags, or train the new ones in a new "
+                "run (another --out-dir, or --no-resume)"
             )
         elif record != self._first[0]:
             first, first_actor = self._first

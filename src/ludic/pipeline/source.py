@@ -64,7 +64,9 @@ class PipelineBatchSource:
     - `claim_min_idle_ms`: entries of an unknown consumer idle this long are taken over by
       rank 0 at startup. One learner job per group.
     - `check_sample`: called on each decoded sample before it is accepted (the learner's
-      `CreditCheck`); an exception it raises stops the read, leaving the entry unacked.
+      `CreditCheck`); an exception it raises stops the read, leaving the entry unacked. If it
+      has `state_dict()` / `load_state_dict(state)`, its state travels in checkpoints (under
+      "check"), so a resumed learner keeps checking against what it trained on before.
     """
 
     def __init__(
@@ -200,6 +202,7 @@ class PipelineBatchSource:
             "world_size": self.world_size,
             "batches_served": self.batches_served,
             "trained": [list(pair) for pair in self._captured],
+            "check": getattr(self.check_sample, "state_dict", lambda: None)(),
         }
 
     def load_state_dict(self, state: JSON) -> None:
@@ -217,6 +220,9 @@ class PipelineBatchSource:
                 f"the checkpoint was trained by consumer {state['consumer']!r} of the group, "
                 f"this learner is {self.consumer!r}: resume with --consumer {state['consumer']}"
             )
+        load_check = getattr(self.check_sample, "load_state_dict", None)
+        if load_check is not None and state.get("check") is not None:
+            load_check(state["check"])
         self._resume = state
         self.batches_served = int(state["batches_served"])
         self._trained, self._captured, self._captured_at = [], [], None
