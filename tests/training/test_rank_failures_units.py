@@ -21,7 +21,7 @@ from ludic.training import (
     TrainerConfig,
 )
 from ludic.training.parallel import raise_together, run_on_main, run_together
-from ludic.training.trainer_guards import publish_finite
+from ludic.training.trainer_guards import check_publisher_rank, publish_finite
 
 
 class CountingRuntime(LocalRuntime):
@@ -41,9 +41,10 @@ class CountingRuntime(LocalRuntime):
 
 
 class PeerRuntime(CountingRuntime):
-    """This process as rank `rank` of 2; the other rank's outcome is `peer_cause` (None: fine)."""
+    """This process as rank `rank` of 2; what the other rank contributes to agreements is
+    `peer_cause` (its failure's cause, None when it did fine; or any object it gathers)."""
 
-    def __init__(self, rank: int, peer_cause: str | None = None) -> None:
+    def __init__(self, rank: int, peer_cause: Any = None) -> None:
         super().__init__()
         self._rank, self.peer_cause = rank, peer_cause
 
@@ -129,7 +130,7 @@ class RefusingPublisher:
 def test_publish_finite_keeps_the_publishers_error_type_in_one_process() -> None:
     runtime = CountingRuntime()
     with pytest.raises(WeightPushError, match="refused version 3"):
-        publish_finite(runtime, tiny_llama(), RefusingPublisher(), version=3)  # type: ignore[arg-type]
+        publish_finite(runtime, tiny_llama(), RefusingPublisher(), version=3)
 
 
 class FullDiskLogger:
@@ -152,3 +153,14 @@ def test_a_trainers_logger_error_reaches_the_caller_unchanged() -> None:
     with pytest.raises(OSError, match="No space left") as caught:
         trainer.run(1, progress=False)
     assert caught.value.filename == "metrics.jsonl"
+
+
+def test_a_publisher_on_another_rank_but_not_rank_0_is_refused() -> None:
+    publisher = RefusingPublisher()
+    with pytest.raises(
+        ValueError, match=r"publisher was given on rank\(s\) \[1\] but not on rank 0"
+    ):
+        check_publisher_rank(PeerRuntime(rank=1, peer_cause=False), publisher)
+    assert check_publisher_rank(PeerRuntime(rank=1, peer_cause=True), None)
+    assert not check_publisher_rank(PeerRuntime(rank=0, peer_cause=False), None)
+    assert check_publisher_rank(CountingRuntime(), publisher)

@@ -90,6 +90,7 @@ from ludic.training.stats import Reducer, aggregate_stats, default_sample_reduce
 from ludic.training.trainer_guards import (
     check_inputs,
     check_num_steps,
+    check_publisher_rank,
     diverged,
     evaluate_together,
     from_checkpoint,
@@ -163,7 +164,7 @@ class Trainer:
         if isinstance(batch_source, PrefetchBatchSource):  # lend_idle_threads looks between layers
             batch_source.watch_model(self.model)
         self.publisher = publisher
-        self._publishes = runtime.any_rank(publisher is not None)
+        self._publishes = check_publisher_rank(runtime, publisher)  # rank 0 holds it if any
         self._logs = runtime.any_rank(logger is not None)  # then every rank agrees on each log
         # refused here, not after the first batch (or in a hang between ranks)
         check_inputs(runtime, self.model, algorithm, ref_model, eval_fn, checkpoint_manager, config)

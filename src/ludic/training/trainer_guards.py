@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = [
     "check_inputs",
     "check_num_steps",
+    "check_publisher_rank",
     "check_ref_logprobs",
     "diverged",
     "evaluate_together",
@@ -84,6 +85,23 @@ def check_inputs(
     if ref_model is not None:
         check_reference_model(model, ref_model)
     check_ref_logprobs(algorithm, ref_model)
+
+
+def check_publisher_rank(runtime: TrainingRuntime, publisher: PolicyPublisher | None) -> bool:
+    """Whether any rank holds a publisher (every rank calls it; one all-gather under FSDP).
+    The gathered weights land on the main rank only (`inference_weights`), so a publisher
+    given on other ranks but not on rank 0 would never push: refused on every rank."""
+    if runtime.world_size == 1:
+        return publisher is not None
+    held = runtime.all_gather_object(publisher is not None)
+    if any(held) and not held[0]:
+        ranks = [rank for rank, has in enumerate(held) if has]
+        raise ValueError(
+            f"a publisher was given on rank(s) {ranks} but not on rank 0: the Trainer gathers "
+            "the full weights to rank 0, which pushes them, so it would never publish; give "
+            "rank 0 the publisher (the other ranks may have none)"
+        )
+    return any(held)
 
 
 def check_ref_logprobs(algorithm: RLAlgorithm, ref_model: torch.nn.Module | None) -> None:
