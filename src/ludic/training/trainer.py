@@ -443,7 +443,7 @@ class Trainer:
                 return None
             return manager.resolve(path)
 
-        chosen = run_on_main(runtime, choose)
+        chosen = run_on_main(runtime, choose, "choosing the checkpoint to resume from")
         if chosen is None:
             if runtime.is_main:
                 logger.info(
@@ -459,7 +459,9 @@ class Trainer:
         if changes and not override_lr_schedule:
             raise LRScheduleMismatchError(str(chosen), changes)
         run_on_main(  # a model of another shape: named, not torch's state-dict dump
-            runtime, lambda: check_checkpoint_fits(self.model, checkpoint.model_state, chosen)
+            runtime,
+            lambda: check_checkpoint_fits(self.model, checkpoint.model_state, chosen),
+            f"checking that the checkpoint {chosen} fits the model",
         )
         runtime.load_model_state(self.model, checkpoint.model_state)
         kernels = optimizer_kernels(self.optimizer)  # this run's (fused=...), not the saved run's

@@ -190,7 +190,7 @@ class FSDPRuntime:
             fitted, partial = fit_state_to_model(model, state)
             return partial
 
-        partial = run_on_main(self, fit)
+        partial = run_on_main(self, fit, "fitting the loaded state to the model")
         options = StateDictOptions(
             full_state_dict=True, broadcast_from_rank0=True, strict=not partial
         )
@@ -218,7 +218,7 @@ class FSDPRuntime:
             assert state is not None
             named = named_optimizer_state(state, names)
 
-        run_on_main(self, convert)
+        run_on_main(self, convert, "converting the loaded optimizer state")
         options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
         set_optimizer_state_dict(model, optimizer, named, options=options)
 

@@ -285,7 +285,9 @@ async def run_together_async(
     return result
 
 
-def run_on_main(runtime: TrainingRuntime, fn: Callable[[], T], doing: str = "its part") -> T:
+def run_on_main(
+    runtime: TrainingRuntime, fn: Callable[[], T], doing: str = "running its part alone"
+) -> T:
     """Run `fn` on the main rank and hand its result to every rank; if it raises there, every
     rank raises (rank 0 its own error; the others a `RankFailedError` naming rank 0, `doing`
     and the cause), so no rank is left waiting in a collective. One broadcast."""
