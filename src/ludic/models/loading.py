@@ -5,7 +5,8 @@ Llama config pulls in a Metaspace `LlamaTokenizer`), which silently changes ids.
 class to the plain `tokenizer.json` backend, and loading checks the loaded tokenizer against
 `tokenizer.json` itself. A checkpoint step folder (`.../checkpoints/step_N`, the path a run
 prints as its last checkpoint) loads from its `model/` subfolder; a run folder is refused naming
-its latest checkpoint. Nothing here downloads from a model hub.
+its latest checkpoint. A LoRA run's checkpoint (a peft adapter directory) loads as its base model
+with the adapter merged in. Nothing here downloads from a model hub.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ _PROBE_TEXT = (
     '<tool_call>\n{"name": "f", "arguments": {}}\n</tool_call> ünïcödé 日本語'
 )
 _PLAIN_BACKENDS = ("PreTrainedTokenizerFast", "TokenizersBackend")
+ADAPTER_CONFIG = "adapter_config.json"
 
 
 def save_model(
@@ -71,12 +73,15 @@ def model_directory(path: str | os.PathLike[str]) -> Path:
     """The model directory `path` names: itself, or the `model/` subfolder of a checkpoint step
     folder (`.../checkpoints/step_N`, which holds `model/` beside the optimizer state)."""
     directory = Path(path).expanduser()
-    if (
-        not (directory / "config.json").is_file()
-        and (directory / "model" / "config.json").is_file()
-    ):
+    if not _holds_model(directory) and _holds_model(directory / "model"):
         return directory / "model"
     return directory
+
+
+def _holds_model(directory: Path) -> bool:
+    """A full model (config.json) or a LoRA adapter (adapter_config.json, a LoRA run's
+    checkpoint) is saved in `directory`."""
+    return (directory / "config.json").is_file() or (directory / ADAPTER_CONFIG).is_file()
 
 
 def load_model(
@@ -87,11 +92,36 @@ def load_model(
     """Load a local model directory (or a checkpoint step folder: its `model/`) as (model in
     eval mode on `device`, tokenizer)."""
     directory = model_directory(path)
+    if (directory / ADAPTER_CONFIG).is_file() and not (directory / "config.json").is_file():
+        return _load_merged_adapter(directory, dtype, device)
     if not (directory / "config.json").is_file():
         raise FileNotFoundError(_not_a_model_directory(Path(path)))
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=resolve_dtype(dtype))
     model.to(device)  # type: ignore[arg-type]  # transformers' decorated `to` confuses mypy
     return model.eval(), load_tokenizer(directory)
+
+
+def _load_merged_adapter(
+    directory: Path, dtype: DTypeLike, device: str | torch.device
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The base model `directory`'s LoRA adapter names (`base_model_name_or_path`, as the run
+    saved it: absolute, or relative to the directory the run ran in) with the adapter merged in:
+    a plain model, as the LoRA run's policy computes. Tokenizer from the adapter directory."""
+    config = json.loads((directory / ADAPTER_CONFIG).read_text())
+    base = Path(str(config.get("base_model_name_or_path") or "")).expanduser()
+    if not str(base) or not _holds_model(model_directory(base)):
+        raise FileNotFoundError(
+            f"{directory} holds a LoRA adapter; its base model (base_model_name_or_path in "
+            f"{ADAPTER_CONFIG}: {str(base) or 'none'}) is not a model directory from here. Set "
+            "it to the base model's folder (the --model the LoRA run started from), or run from "
+            "the directory that run ran in"
+        )
+    from peft import PeftModel  # the LoRA run had peft: its adapter is peft's format
+
+    model, _ = load_model(base, dtype=dtype, device=device)
+    merged = PeftModel.from_pretrained(model, str(directory)).merge_and_unload()
+    logger.info("loaded %s: LoRA adapter merged into its base model %s", directory, base)
+    return merged.eval(), load_tokenizer(directory)
 
 
 def _not_a_model_directory(path: Path) -> str:
