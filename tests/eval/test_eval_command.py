@@ -165,3 +165,23 @@ def test_engine_only_flags_are_refused_with_a_server_url() -> None:
         run_eval_command(EvalConfig(env="eval_fakes:QuizEnv", server_url=url, threads=2))
     with pytest.raises(ValueError, match="--batch-invariant applies to the embedded engine"):
         run_eval_command(EvalConfig(env="eval_fakes:QuizEnv", server_url=url, batch_invariant=True))
+
+
+def test_a_user_module_not_found_says_where_it_was_looked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--env lights:LightsEnv` run from another folder than lights.py's: the refusal names the
+    working directory (importable, as with `python -m`) and the file it looked for."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="cannot import module 'no_such_env_xyz'") as refused:
+        resolve_env_factory("no_such_env_xyz:LightsEnv")
+    assert f"no_such_env_xyz.py in {tmp_path}" in str(refused.value)
+    assert "run from the folder that holds it" in str(refused.value)
+    with pytest.raises(ValueError, match=r"cannot import module 'pkg_xyz\.envs'") as refused:
+        resolve_env_factory("pkg_xyz.envs:Env")
+    assert "pkg_xyz/envs.py" in str(refused.value)
+
+
+def test_xml_parser_without_a_tag_names_the_form() -> None:
+    with pytest.raises(ValueError, match=r"--parser xml: needs a tag, e.g. xml:move"):
+        resolve_parser("xml:")

@@ -289,13 +289,28 @@ def import_object(spec: str) -> Any:
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as e:
-        raise ValueError(f"cannot import module {module_name!r} from {spec!r}: {e}") from e
+        raise ValueError(
+            f"cannot import module {module_name!r} from {spec!r}: {e}{_not_found_hint(e, module_name)}"
+        ) from e
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
             raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None
     return obj
+
+
+def _not_found_hint(error: ImportError, module_name: str) -> str:
+    """Where a missing user module was looked for, when the module itself (not one it
+    imports) is what is missing: the usual slip is running from another folder."""
+    missing = error.name if isinstance(error, ModuleNotFoundError) else None
+    if missing is None or not (module_name == missing or module_name.startswith(missing + ".")):
+        return ""
+    return (
+        f"; looked for {module_name.replace('.', '/')}.py in {Path.cwd()} (the working "
+        "directory is importable, as with `python -m`): run from the folder that holds it, or "
+        "add that folder to PYTHONPATH"
+    )
 
 
 def resolve_env_factory(name: str) -> EnvFactory:
@@ -339,7 +354,9 @@ def resolve_parser(
         return identity_parser
     if spec == "boxed":
         return boxed_parser()
-    if spec.startswith("xml:") and len(spec) > 4:
+    if spec == "xml:":
+        raise ValueError("--parser xml: needs a tag, e.g. xml:move (the text inside <move>...)")
+    if spec.startswith("xml:"):
         return xml_tag_parser(spec[4:])
     if ":" in spec:
         parser = import_object(spec)
