@@ -6,6 +6,7 @@ process. The 2-rank runs are in test_fsdp_rank_failures.py."""
 from __future__ import annotations
 
 import errno
+import pickle
 from typing import Any
 
 import pytest
@@ -102,6 +103,8 @@ def test_the_other_rank_raises_naming_the_failed_rank_and_the_cause() -> None:
         "rank 0 failed while publishing policy version 2: WeightPushError: server refused"
     )
     assert "rank 1 stops with it" in str(error)
+    copied = pickle.loads(pickle.dumps(error))  # e.g. sent back from a worker process
+    assert (str(copied), copied.failed_rank, copied.cause) == (str(error), 0, error.cause)
     assert runtime.calls == ["any_rank", "all_gather_object"]
 
 

@@ -13,6 +13,7 @@ going on alone into the next collective and waiting there until the process grou
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -227,11 +228,21 @@ class RankFailedError(RuntimeError):
     "ErrorType: message")."""
 
     def __init__(self, *, rank: int, failed_rank: int, doing: str, cause: str) -> None:
-        self.failed_rank, self.doing, self.cause = failed_rank, doing, cause
+        self.rank, self.failed_rank, self.doing, self.cause = rank, failed_rank, doing, cause
         super().__init__(
             f"rank {failed_rank} failed while {doing}: {cause}; rank {rank} stops with it "
             f"(rank {failed_rank}'s output has the traceback)"
         )
+
+    def __reduce__(self) -> tuple[Any, ...]:  # keyword-only arguments: pickled by name
+        rebuild = functools.partial(
+            RankFailedError,
+            rank=self.rank,
+            failed_rank=self.failed_rank,
+            doing=self.doing,
+            cause=self.cause,
+        )
+        return (rebuild, ())
 
 
 def _cause(error: BaseException) -> str:
