@@ -90,7 +90,7 @@ def test_every_episode_failing_exits_1_naming_the_first_error(
     assert done.returncode == 1, out
     last = done.stdout.strip().splitlines()[-1]
     assert "every one of the 4 episodes failed" in out and "nothing was evaluated" in out, out
-    assert "no-such-model" in out and "not found" in out, out  # the server's 404, as it said
+    assert "no-such-model" in out and "does not exist" in out, out  # the server's 404, as it said
     assert "ludic eval:" in out and last.endswith("run again"), last
     assert (tmp_path / "eval" / "rollouts.jsonl").exists()  # the failures are still recorded
 
