@@ -201,7 +201,10 @@ class ServerGroup:
         (or, asked, says it is not in one) raises ServerLeftGroup, any other refusal
         WeightPushError."""
         try:
-            self._call(server, "POST", "/ludic/weights/start", manifest.to_json())
+            body = manifest.to_json()
+            if server.store_at is not None:  # the server refuses it if it holds another group
+                body["store"] = server.store_at
+            self._call(server, "POST", "/ludic/weights/start", body)
         except PushFailed:
             raise
         except WeightPushError as e:

@@ -204,11 +204,19 @@ class WeightSyncReceiver:
                 f"({type(error).__name__}: {error}); POST /ludic/weights/init again"
             )
 
-    def start(self, manifest: WeightManifest) -> None:
-        """Validate `manifest` and start receiving its buckets in the background."""
+    def start(self, manifest: WeightManifest, store: str | None = None) -> None:
+        """Validate `manifest` and start receiving its buckets in the background. `store`:
+        the "host:port" of the sender's group; a push from another group than the one held
+        is refused (409), so it never waits on bytes that will not come."""
         with self._lock:
             if self._link is None:
                 raise WeightSyncError("no communicator: POST /ludic/weights/init first")
+            if store is not None and self._store_at is not None and store != self._store_at:
+                raise WeightSyncError(
+                    f"no communicator for the trainer at {store}: this server is in another "
+                    f"trainer's weight-sync group now (store at {self._store_at}); POST "
+                    "/ludic/weights/init to rejoin"
+                )
             if self._control == "store":
                 raise WeightSyncError(
                     "this communicator's pushes are driven through the trainer's store "

@@ -50,7 +50,8 @@ def weight_sync_router(receiver: WeightSyncReceiver, token: str | None) -> APIRo
             manifest = WeightManifest.from_json(body)
         except ManifestError as e:
             raise HTTPException(400, str(e)) from e
-        await _call(receiver.start, manifest)
+        store = body.get("store")  # the sender's group (absent from older trainers)
+        await _call(receiver.start, manifest, None if store is None else str(store))
         return {"status": "receiving"}
 
     @router.post("/finish")

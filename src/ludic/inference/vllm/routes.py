@@ -111,6 +111,7 @@ async def _weights_init(request: Any, engine: Any) -> dict[str, Any]:
     if req.control != "http":
         raise ValueError("the vLLM extension drives pushes over HTTP only: use control='http'")
     _forget_receive()
+    _push["store"] = f"{req.host}:{req.port}"  # whose group this is (status, /start)
     # The join completes only once the trainer builds its side: do not wait for it here.
     _push["join"] = asyncio.ensure_future(
         engine.collective_rpc("ludic_weights_init", args=(req.model_dump(),))
@@ -144,6 +145,13 @@ async def _weights_start(request: Any, engine: Any) -> dict[str, Any]:
     join = _push.get("join")
     if join is None:
         raise RuntimeError("no communicator: POST /ludic/weights/init first")
+    held, sender = _push.get("store"), body.get("store")
+    if sender is not None and held is not None and sender != held:  # another trainer's push
+        raise RuntimeError(
+            f"no communicator for the trainer at {sender}: this server is in another "
+            f"trainer's weight-sync group now (store at {held}); POST /ludic/weights/init "
+            "to rejoin"
+        )
     await join
     _push["version"] = manifest.version
     _push["verified"] = manifest.checksums  # False (unverified): no held totals asked
@@ -223,6 +231,7 @@ async def _weights_status(request: Any, engine: Any) -> dict[str, Any]:
         "in_progress": _push.get("receive") is not None,
         "last_version": _state["policy_version"],
         "controls": ["http"],
+        "store": _push.get("store"),  # the trainer store of the group held
         "dtype": served_dtype(engine),
         "pieces": True,  # the workers receive buckets in several broadcasts (`piece_bytes`)
     }
