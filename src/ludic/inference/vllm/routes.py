@@ -2,7 +2,9 @@
 token-guarded `/ludic/*` control endpoints (version, logprobs probe, weight push) and stamps
 every response with the policy version admitted. It drives the workers through
 `collective_rpc` (`ludic.inference.vllm.worker`); launching vLLM lives in
-`ludic.inference.vllm.server`.
+`ludic.inference.vllm.server`. As the embedded server, it refuses a push holding nan or inf
+(422, in the same words; the version stays) and a `/start` from a trainer whose group another
+one replaced (409 "no communicator ...": that trainer rejoins).
 """
 
 from __future__ import annotations
