@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-from rollout_overhead import TenStepEnv, credit_assigner, timed_batch
+from rollout_overhead import TenStepEnv, add_size_args, credit_assigner, timed_batch
 
 from ludic.agents import Agent
 
@@ -54,9 +54,7 @@ async def measure(episodes: int, steps: int, repeats: int) -> dict[str, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=1000)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=3, help="report the median run")
+    add_size_args(parser)
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})

@@ -175,11 +175,36 @@ async def measure(episodes: int, steps: int, repeats: int) -> dict[str, object]:
     }
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an int >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def episodes_arg(text: str) -> int:
+    """An argparse type: a positive multiple of GROUP_SIZE (whole groups are what runs)."""
+    value = int(text)
+    if value < GROUP_SIZE or value % GROUP_SIZE:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive multiple of the group size {GROUP_SIZE}, got {value}"
+        )
+    return value
+
+
+def add_size_args(parser: argparse.ArgumentParser) -> None:
+    """--episodes, --steps and --repeats, as both overhead benches take them."""
+    parser.add_argument(
+        "--episodes", type=episodes_arg, default=1000, help=f"a multiple of {GROUP_SIZE}"
+    )
+    parser.add_argument("--steps", type=positive_int, default=10)
+    parser.add_argument("--repeats", type=positive_int, default=3, help="report the median run")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=1000)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=3, help="report the median run")
+    add_size_args(parser)
     parser.add_argument("--profile", action="store_true", help="print a cProfile to stderr")
     args = parser.parse_args()
     if hasattr(os, "sched_setaffinity"):
