@@ -48,3 +48,20 @@ def test_state_key_signatures_checked_when_resolved(keys_module: Path) -> None:
         make_algorithm("gigpo", gigpo=GiGPOOptions(state_key="my_keys:no_args"))
     key = GiGPOOptions(state_key="my_keys:one_arg").anchor_key()  # extra defaulted args are fine
     assert key.__name__ == "one_arg"
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [("my_keys:missing", "has no attribute 'missing'"), ("no_such_keys:fn", "cannot import")],
+)
+def test_a_state_key_that_does_not_resolve_names_the_flag(
+    keys_module: Path, spec: str, why: str
+) -> None:
+    # `ludic train`, `ludic actor` and `ludic eval --credit gigpo` all resolve it here: the
+    # error must say which flag held the bad import string, not only which module lacked it.
+    with pytest.raises(ValueError) as e:
+        make_algorithm("gigpo", gigpo=GiGPOOptions(state_key=spec))
+    message = str(e.value)
+    assert message.startswith(f"--gigpo.state-key {spec}: ")
+    assert why in message
+    assert "env, observation or a 'module:function'" in message  # the values it takes

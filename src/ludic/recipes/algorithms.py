@@ -87,7 +87,13 @@ class GiGPOOptions:
             return observation_anchor_key
         from ludic.eval.command import import_object
 
-        fn = import_object(self.state_key)
+        try:
+            fn = import_object(self.state_key)
+        except ValueError as e:  # name the flag: the bare message names only the module
+            raise ValueError(
+                f"--gigpo.state-key {self.state_key}: {e}; it takes env, observation or a "
+                "'module:function' taking a Turn and returning a hashable key"
+            ) from e
         if not callable(fn):
             raise ValueError(f"--gigpo.state-key {self.state_key!r} is not callable")
         _check_one_argument(fn, self.state_key)
