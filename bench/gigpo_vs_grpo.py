@@ -328,8 +328,26 @@ def machine() -> dict[str, Any]:
     }
 
 
+MERGE_USAGE = "usage: python bench/gigpo_vs_grpo.py merge A.json B.json ... (files of --out)"
+
+
+def merge_paths(args: Sequence[str]) -> list[Path]:
+    """The JSON files `merge` was given; exits 2 with the usage line when there are none, one is
+    a flag, or one is missing."""
+    problem = "no files given" if not args else None
+    for arg in args:
+        if problem is None and arg.startswith("-"):
+            problem = f"{arg} is not a file"
+        elif problem is None and not Path(arg).is_file():
+            problem = f"no file {arg}"
+    if problem is not None:
+        print(f"{MERGE_USAGE}\nerror: {problem}", file=sys.stderr)
+        raise SystemExit(2)
+    return [Path(arg) for arg in args]
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["merge"]:  # python bench/gigpo_vs_grpo.py merge a.json b.json ...
-        print(json.dumps(merge([Path(p) for p in sys.argv[2:]]), indent=2))
+        print(json.dumps(merge(merge_paths(sys.argv[2:])), indent=2))
     else:
         print(json.dumps(main(tyro.cli(BenchConfig)), indent=2))
