@@ -11,7 +11,7 @@ import threading
 import httpx
 import pytest
 import torch
-from training_fakes import item
+from training_fakes import item, tiny_llama
 
 from ludic.agents import Agent
 from ludic.distributed import InProcessPublisher
@@ -270,3 +270,19 @@ def test_generation_in_a_server_process_trains_one_version_off_policy() -> None:
     lags = [m["policy_lag/mean"] for m in history[1:]]
     assert all(0 <= lag <= 1 for lag in lags) and max(lags) == 1, lags  # overlapped
     assert all(m["batch/prefetch_draw_seconds"] > 0 for m in history)
+
+
+def test_trainer_refuses_prefetch_with_max_lag_0_before_drawing() -> None:
+    """Every prefetched batch is one version old when it arrives: with max_lag=0 every second
+    step would drop its batch as stale, forever. Refused at construction, naming the fix."""
+    source = CountingSource()
+    prefetch = PrefetchBatchSource(source)
+    try:
+        with pytest.raises(
+            ValueError, match=r"max_lag=0\) with a PrefetchBatchSource.*Set max_lag=1"
+        ):
+            Trainer(tiny_llama(), make_grpo(), prefetch, TrainerConfig(max_lag=0))
+        assert source.drawn == 0
+        Trainer(tiny_llama(), make_grpo(), prefetch, TrainerConfig(max_lag=1)).close()
+    finally:
+        prefetch.close()

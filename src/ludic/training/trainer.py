@@ -90,6 +90,7 @@ from ludic.training.stats import Reducer, aggregate_stats, default_sample_reduce
 from ludic.training.trainer_guards import (
     check_inputs,
     check_num_steps,
+    check_prefetch_lag,
     check_publisher_rank,
     diverged,
     evaluate_together,
@@ -152,6 +153,7 @@ class Trainer:
         runtime: TrainingRuntime | None = None,
     ) -> None:
         self.config = config = config or TrainerConfig()
+        check_prefetch_lag(batch_source, config)
         seed_everything(config.seed)
         self._owns_runtime = runtime is None
         self.runtime = runtime = runtime or auto_runtime(config.device)

@@ -29,6 +29,7 @@ from ludic._aio import maybe_await
 from ludic.distributed.interfaces import PolicyPublisher, diverged_error, finite_checked
 from ludic.inference.weights import NonFiniteWeightsError
 from ludic.training.algorithm_types import RLAlgorithm
+from ludic.training.batching.prefetch import PrefetchBatchSource
 from ludic.training.checkpoint import CheckpointManager
 from ludic.training.config import TrainerConfig
 from ludic.training.contiguous_params import contiguous_problem, make_contiguous_
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = [
     "check_inputs",
     "check_num_steps",
+    "check_prefetch_lag",
     "check_publisher_rank",
     "check_ref_logprobs",
     "diverged",
@@ -61,6 +63,20 @@ __all__ = [
 
 
 # -- early refusals -----------------------------------------------------------------------------
+
+
+def check_prefetch_lag(batch_source: object, config: TrainerConfig) -> None:
+    """A `PrefetchBatchSource` draws each batch while the step before it trains, so its samples
+    are one policy version old when they arrive: with `max_lag=0` every second step would drop
+    its whole batch as stale, forever (half the generation thrown away, no error)."""
+    if isinstance(batch_source, PrefetchBatchSource) and config.max_lag == 0:
+        raise ValueError(
+            "TrainerConfig(max_lag=0) with a PrefetchBatchSource: the prefetched batch is drawn "
+            "while the previous step trains, so it is always one policy version old and would be "
+            "dropped as stale every other step. Set max_lag=1 (or more; the ratio losses correct "
+            "for the lag), or use the batch source without PrefetchBatchSource for on-policy "
+            "training"
+        )
 
 
 def check_inputs(
