@@ -28,6 +28,7 @@ from ludic.interaction import SingleAgentProtocol
 from ludic.recipes import (
     InferenceArgs,
     InferenceFlags,
+    check_run_dir,
     close_client,
     finish,
     launch_rewards,
@@ -100,6 +101,10 @@ def make_protocol(client: ChatClient, cfg: LightsConfig) -> SingleAgentProtocol:
 
 async def train(cfg: LightsConfig) -> tuple[list[dict[str, float]], Path]:
     """Train with cfg.algorithm; returns the metrics of each step and the final checkpoint."""
+    # As `ludic train`: without --resume, an out_dir holding an earlier run's checkpoints is
+    # refused (a new run would overwrite its first steps and leave its later ones to win a
+    # later --resume).
+    check_run_dir(cfg.out_dir, "latest" if cfg.resume else None)
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed)
     inference = cfg.inference.make(model, tokenizer)  # default: the engine on a model copy
     algorithm = make_gigpo() if cfg.algorithm == "gigpo" else make_grpo()
@@ -171,7 +176,11 @@ def main(cfg: LightsConfig) -> dict[str, float]:
         print(f"{cfg.algorithm}: mean episode reward {rewards}")  # as `ludic train` says it
     result = asyncio.run(evaluate(checkpoint / "model", cfg))
     k = cfg.eval_k
-    metrics = {key: result.metrics[key] for key in ("success_rate", "pass@1", f"pass@{k}")}
+    # pass@k is reported with several episodes per pattern; with one, pass@1 is the success rate
+    metrics = {
+        key: result.metrics.get(key, result.metrics["success_rate"])
+        for key in ("success_rate", "pass@1", f"pass@{k}")
+    }
     print(f"eval: pass@1 {metrics['pass@1']:.0%}, pass@{k} {metrics[f'pass@{k}']:.0%}")
     page = write_viewer(
         cfg.out_dir / "rollouts.jsonl",

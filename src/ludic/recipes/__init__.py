@@ -1,6 +1,6 @@
 """Recipes: the programs behind `ludic quickstart`, `ludic train` and `ludic sft`, as functions
 with one config dataclass each, and the wiring helpers they and the examples share
-(`load_policy`, `InferenceArgs` / `make_inference` / `make_client`, `make_trainer`, `log_samples`, `finish`, `launch_rewards`, `plot_curve`).
+(`load_policy`, `InferenceArgs` / `make_inference` / `make_client`, `make_trainer`, `log_samples`, `finish`, `launch_rewards`, `plot_curve`, `check_run_dir`).
 Importing this package is light; torch loads when a recipe or helper is first used."""
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from ludic.recipes.train import train_command
     from ludic.recipes.training import (
         SampleLog,
+        check_run_dir,
         finish,
         launch_rewards,
         load_policy,
@@ -40,6 +41,7 @@ _LAZY = {
     "make_client": "ludic.recipes.inference",
     "close_client": "ludic.recipes.inference",
     "SampleLog": "ludic.recipes.training",
+    "check_run_dir": "ludic.recipes.training",
     "finish": "ludic.recipes.training",
     "launch_rewards": "ludic.recipes.training",
     "load_policy": "ludic.recipes.training",
@@ -64,6 +66,7 @@ __all__ = [
     "SFTConfig",
     "SampleLog",
     "TrainConfig",
+    "check_run_dir",
     "close_client",
     "finish",
     "launch_rewards",
