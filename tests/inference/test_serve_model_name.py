@@ -42,7 +42,8 @@ def test_a_checkpoint_serves_as_ludic_whichever_step_and_path(tmp_path: Path) ->
 @pytest.mark.slow
 def test_serving_a_checkpoint_answers_to_ludic_and_a_wrong_name_is_a_404(tmp_path: Path) -> None:
     folder = _checkpoint(tmp_path, 7)
-    with LocalServer(folder / "model") as server:
+    # the step folder `ludic train` prints, as `ludic serve` takes it
+    with LocalServer(folder) as server:
         models = httpx.get(server.url + "/v1/models", timeout=30).json()
         assert [card["id"] for card in models["data"]] == ["ludic"]
 

@@ -41,6 +41,7 @@ from pathlib import Path
 from ludic.errors import Refusal
 from ludic.inference.http.auth import TOKEN_ENV
 from ludic.inference.http.health import ServerExited, wait_for_health
+from ludic.models.loading import ADAPTER_CONFIG, model_directory
 
 _PORT_ATTEMPTS = 3  # a free port can be taken between choosing it and the child binding it
 PARENT_PID_ENV = "LUDIC_SERVE_PARENT_PID"
@@ -74,10 +75,12 @@ class LocalServer:
         startup_timeout_s: float = 180.0,
     ) -> None:
         model_path = Path(model_dir)
-        if not (model_path / "config.json").is_file():
+        saved = model_directory(model_path)  # a checkpoint step folder serves its model/
+        if not any((saved / name).is_file() for name in ("config.json", ADAPTER_CONFIG)):
             raise ValueError(
-                f"LocalServer: {model_path} is not a model directory (no config.json); save the "
-                "policy first, e.g. ludic.models.save_model(model, tokenizer, path)"
+                f"LocalServer: {model_path} is not a model directory or checkpoint step folder "
+                "(no config.json); save the policy first, e.g. "
+                "ludic.models.save_model(model, tokenizer, path)"
             )
         if threads is not None and threads < 1:
             raise ValueError(f"LocalServer: threads must be >= 1 (or None), got {threads}")
