@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from tokenizers import Tokenizer
 from transformers import (
     AutoModelForCausalLM,
@@ -96,7 +97,14 @@ def load_model(
         return _load_merged_adapter(directory, dtype, device)
     if not (directory / "config.json").is_file():
         raise FileNotFoundError(_not_a_model_directory(Path(path)))
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=resolve_dtype(dtype))
+    _check_manifest_sizes(directory)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=resolve_dtype(dtype))
+    except (OSError, SafetensorError) as e:
+        raise ValueError(
+            f"{directory}: the model's weights are missing or damaged ({e}); copy the folder "
+            "again, or load another checkpoint"
+        ) from e
     model.to(device)  # type: ignore[arg-type]  # transformers' decorated `to` confuses mypy
     return model.eval(), load_tokenizer(directory)
 
@@ -122,6 +130,31 @@ def _load_merged_adapter(
     merged = PeftModel.from_pretrained(model, str(directory)).merge_and_unload()
     logger.info("loaded %s: LoRA adapter merged into its base model %s", directory, base)
     return merged.eval(), load_tokenizer(directory)
+
+
+def _check_manifest_sizes(directory: Path) -> None:
+    """ValueError naming the first file of a checkpoint's `model/` that its step folder's
+    MANIFEST.json lists but that is missing or of another size (a copy in part, a full disk).
+    Sizes only: the checkpoint's own verify hashes them when a run resumes."""
+    manifest = directory.parent / "MANIFEST.json"
+    if directory.name != "model" or not manifest.is_file():
+        return
+    try:
+        files = json.loads(manifest.read_text()).get("files", {})
+    except (OSError, ValueError, AttributeError):
+        return  # not ours to judge: loading says what is wrong with the weights themselves
+    for name, entry in files.items():
+        if not name.startswith("model/") or not isinstance(entry, dict):
+            continue
+        file = directory.parent / name
+        size = file.stat().st_size if file.is_file() else None
+        if size != entry.get("size"):
+            found = "missing" if size is None else f"{size} bytes"
+            raise ValueError(
+                f"{directory.parent} is damaged or incomplete: {name} is {found}, its "
+                f"MANIFEST.json says {entry.get('size')} bytes; copy it again, or load another "
+                "checkpoint (e.g. the previous step_N)"
+            )
 
 
 def _not_a_model_directory(path: Path) -> str:
