@@ -60,6 +60,8 @@ def write_viewer(
     if max_episodes is not None:
         episodes = episodes[:max_episodes]
     items = None if samples is None else _load_samples(samples)
+    if items and (unmatched := samples_not_shown(items, episodes, samples, source)) is not None:
+        (on_warning or _warn)(unmatched)
     decode, decoder_name = resolve_decoder(tokenizer, episodes)
     mismatch = tokenizer_mismatch(tokenizer, decode, decoder_name, episodes, source)
     if mismatch is not None:
@@ -76,6 +78,26 @@ def write_viewer(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_html(data, title=title or "ludic rollouts"), encoding="utf-8")
     return out
+
+
+def samples_not_shown(
+    items: Sequence[SAWItem],
+    episodes: Sequence[Rollout],
+    samples: object,
+    source: str | None,
+) -> str | None:
+    """A warning when no sample belongs to an episode shown (their `rollout_id`s differ: the
+    samples of another run), which would leave the page without sample tokens or weights."""
+    shown = {str(r.id) for r in episodes}
+    if any(str(s.meta.get("rollout_id")) in shown for s in items):
+        return None
+    where = str(samples) if isinstance(samples, str | Path) else "the samples given"
+    return (
+        f"none of the {len(items)} samples in {where} belongs to the {len(episodes)} episodes "
+        f"shown from {source or 'these rollouts'} (no sample's rollout_id is among theirs), so "
+        "the page shows no sample tokens or weights. Pass the samples.jsonl written beside "
+        "these rollouts (the same run's --out-dir)"
+    )
 
 
 class TokenizerMismatchWarning(UserWarning):
