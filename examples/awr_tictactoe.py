@@ -467,10 +467,15 @@ def run_seed(cfg: AWRConfig, seed: int) -> dict[str, Any]:
     return record
 
 
-def interval(values: Sequence[float]) -> dict[str, float]:
-    """Mean and the half-width of its 95% t-interval (0 for one value)."""
+def interval(values: Sequence[float]) -> dict[str, float | None]:
+    """Mean and the half-width of its 95% t-interval (None for one value: no interval)."""
     mean, half = mean_ci95(values)
-    return {"mean": mean, "ci95": half, "n": len(values)}
+    return {"mean": mean, "ci95": None if math.isnan(half) else half, "n": len(values)}
+
+
+def _plus_minus(half: float | None) -> str:
+    """The " +- half" of a printed interval, or a note that one seed gives none."""
+    return " (one seed: no interval)" if half is None else f" +- {half:.3f}"
 
 
 def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -501,7 +506,7 @@ def main(cfg: AWRConfig) -> dict[str, list[StageResult]]:
     summary = summarise(records)
     console = Console()
     for name, stats in summary.items():
-        cells = ", ".join(f"{k} {v['mean']:+.3f} +- {v['ci95']:.3f}" for k, v in stats.items())
+        cells = ", ".join(f"{k} {v['mean']:+.3f}{_plus_minus(v['ci95'])}" for k, v in stats.items())
         console.print(f"{name}: {cells}")
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     result = {

@@ -43,6 +43,7 @@ def test_mean_ci95() -> None:
     mean, half = mean_ci95(values)
     assert mean == 0.5
     assert half == pytest.approx(2.201 * statistics.stdev(values) / math.sqrt(12))
-    assert mean_ci95([3.0]) == (3.0, 0.0)
+    mean, half = mean_ci95([3.0])  # one value: no interval, not a zero-width one
+    assert mean == 3.0 and math.isnan(half)
     with pytest.raises(ValueError, match="at least one"):
         mean_ci95([])

@@ -115,7 +115,7 @@ def test_awr_example_interval_uses_n_minus_1_degrees_of_freedom() -> None:
     twelve = [float(i % 2) for i in range(12)]
     sd = statistics.stdev(twelve)
     assert example.interval(twelve)["ci95"] == pytest.approx(2.201 * sd / math.sqrt(12))
-    assert example.interval([5.0]) == {"mean": 5.0, "ci95": 0.0, "n": 1}
+    assert example.interval([5.0]) == {"mean": 5.0, "ci95": None, "n": 1}  # no interval
 
 
 def test_awr_example_plays_every_expert_game_and_refuses_no_players() -> None:

@@ -38,12 +38,12 @@ def t975(df: int) -> float:
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
-    """(mean, half-width of the two-sided 95% t interval of the mean); the half-width is 0 for
-    a single value (no spread to estimate)."""
+    """(mean, half-width of the two-sided 95% t interval of the mean); the half-width is nan
+    for a single value (no spread to estimate: there is no interval, not a zero-width one)."""
     if not values:
         raise ValueError("mean_ci95 needs at least one value")
     mean = statistics.fmean(values)
     n = len(values)
     if n < 2:
-        return mean, 0.0
+        return mean, math.nan
     return mean, t975(n - 1) * statistics.stdev(values) / math.sqrt(n)
