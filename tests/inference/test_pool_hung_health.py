@@ -125,9 +125,11 @@ async def test_from_urls_sets_the_read_timeout_and_refuses_a_bad_one() -> None:
     pool = ServerPool.from_urls(["http://a:1", "http://b:2"], "tiny", timeout_s=7.5)
     assert all(s.client._http.timeout.read == 7.5 for s in pool.servers)
     default = ServerPool.from_urls(["http://a:1"], "tiny")
-    assert default.servers[0].client._http.timeout.read == 120.0  # not the client's 300 s
-    await pool.aclose()
-    await default.aclose()
+    assert default.servers[0].client._http.timeout.read == 300.0  # the single client's
+    alias = ServerPool.from_urls(["http://a:1"], "tiny", timeout=600)  # the client's name
+    assert alias.servers[0].client._http.timeout.read == 600.0
+    for made in (pool, default, alias):
+        await made.aclose()
     with pytest.raises(ValueError, match="timeout_s must be > 0"):
         ServerPool.from_urls(["http://a:1"], "tiny", timeout_s=0)
     with pytest.raises(ValueError, match="probe_timeout_s must be > 0"):

@@ -41,7 +41,6 @@ from pathlib import Path
 from ludic.errors import Refusal
 from ludic.inference.http.auth import TOKEN_ENV
 from ludic.inference.http.health import ServerExited, wait_for_health
-from ludic.models.loading import ADAPTER_CONFIG, model_directory
 
 _PORT_ATTEMPTS = 3  # a free port can be taken between choosing it and the child binding it
 PARENT_PID_ENV = "LUDIC_SERVE_PARENT_PID"
@@ -74,6 +73,8 @@ class LocalServer:
         log_path: str | os.PathLike[str] | None = None,
         startup_timeout_s: float = 180.0,
     ) -> None:
+        from ludic.models.loading import ADAPTER_CONFIG, model_directory  # torch: not at import
+
         model_path = Path(model_dir)
         saved = model_directory(model_path)  # a checkpoint step folder serves its model/
         if not any((saved / name).is_file() for name in ("config.json", ADAPTER_CONFIG)):

@@ -142,7 +142,7 @@ class OpenAICompatibleClient:
             f"{self.base_url}{path} sent no reply within the client's read timeout of "
             f"{self._http.timeout.read} s; not resent, since the server may still be generating "
             "it and a resend would generate it twice. Raise OpenAICompatibleClient(timeout=...) "
-            "for generations this long, or lower max_tokens"
+            "(ServerPool.from_urls(timeout_s=...)) for generations this long, or lower max_tokens"
         )
 
     async def answers(self, timeout: float) -> str | None:

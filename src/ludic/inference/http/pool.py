@@ -106,17 +106,19 @@ class ServerPool:
         api_key: str | None = None,
         max_retries: int = 1,
         recheck_s: float = 2.0,
-        timeout_s: float = 120.0,
+        timeout_s: float = 300.0,
         probe_timeout_s: float = 10.0,
         **client_kwargs: Any,
     ) -> ServerPool:
         """A pool of `OpenAICompatibleClient`s; each retries a failed call `max_retries`
-        times before the pool moves it to another server. `timeout_s`: how long a call may
-        wait for its reply before its server counts as hung (marked down, the call moved
-        once to another server; a timed-out call is never resent to the same one). Set it
-        above your longest generation on a loaded server: 120 s covers a few thousand tokens
-        on a busy GPU; the single-server client's default (300 s) would let one hung server
-        stall a call for five minutes."""
+        times before the pool moves it to another server. `timeout_s` (the client's
+        `timeout`, also accepted under that name): how long a call may wait for its reply
+        before its server counts as hung (marked down, the call moved once to another server;
+        a timed-out call is never resent to the same one). The default is the single client's
+        300 s, so a long generation on a loaded CPU server is not cut off; lower it when a hung
+        server should be left sooner, keeping it above your longest generation."""
+        if "timeout" in client_kwargs:  # the client's own name for it
+            timeout_s = float(client_kwargs.pop("timeout"))
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
         clients = [
