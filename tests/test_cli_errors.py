@@ -106,7 +106,24 @@ def test_ludic_eval_with_an_unknown_or_missing_env(tmp_path: Path) -> None:
 
 
 def test_a_missing_file_named_by_the_os_is_a_refusal(tmp_path: Path) -> None:
-    message = refusal_of(ludic("plot", tmp_path / "absent.jsonl", cwd=tmp_path), "plot")
+    """An OS file error that names its file (here from `open` inside a command) reads as a
+    refusal, not a traceback: the commands' own checks say more, but not every open has one."""
+    result = script(
+        """
+        import sys
+        from ludic import cli
+        from ludic.viz import viewer
+
+        def view_command(cfg):
+            open("absent.jsonl", encoding="utf-8")
+
+        viewer.view_command = view_command
+        sys.argv = ["ludic", "view", "x.jsonl"]
+        cli.main()
+        """,
+        cwd=tmp_path,
+    )
+    message = refusal_of(result, "view")
     assert "No such file or directory" in message and "absent.jsonl" in message
 
 
