@@ -157,3 +157,31 @@ async def test_a_sub_agent_answers_its_task_once() -> None:
         TaskEnv("boss task"), env_seed=0
     )
     assert [s.action for s in child.env_steps] == [None, "4"]
+
+
+def test_a_subclass_sets_the_flag_as_a_class_attribute_and_the_argument_wins() -> None:
+    """LudicEnv documents `parse_failure_ends_episode` as a class attribute: a subclass of a
+    one-answer env that sets it False keeps it (the constructor used to overwrite it with
+    True); an explicit argument still wins, and a non-bool is refused."""
+
+    class RetryingQA(DatasetQAEnv):
+        parse_failure_ends_episode = False
+
+    class RetryingCode(CodeTestEnv):
+        parse_failure_ends_episode = False
+
+    class RetryingTask(TaskEnv):
+        parse_failure_ends_episode = False
+
+    problem = ECHO
+    data = [{"question": "1+1?", "answer": "2"}]
+    assert RetryingQA(data).parse_failure_ends_episode is False
+    assert RetryingCode([problem]).parse_failure_ends_episode is False
+    assert RetryingTask("t").parse_failure_ends_episode is False
+    assert DatasetQAEnv(data).parse_failure_ends_episode is True
+    assert CodeTestEnv([problem]).parse_failure_ends_episode is True
+    assert TaskEnv("t").parse_failure_ends_episode is True
+    assert RetryingQA(data, parse_failure_ends_episode=True).parse_failure_ends_episode is True
+    assert DatasetQAEnv(data, parse_failure_ends_episode=False).parse_failure_ends_episode is False
+    with pytest.raises(TypeError, match="must be true or false"):
+        DatasetQAEnv(data, parse_failure_ends_episode="false")  # type: ignore[arg-type]

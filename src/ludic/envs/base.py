@@ -24,6 +24,17 @@ ResetResult = dict[str, tuple[str, Info]]
 StepResult = dict[str, StepOutcome]
 
 
+def set_parse_failure_ends_episode(env: object, value: bool | None) -> None:
+    """Set `env.parse_failure_ends_episode` from a constructor argument: None keeps the class's
+    value (so a subclass may set it as a class attribute); anything but a bool is refused (a
+    JSON string from --env-kwargs, say)."""
+    if value is None:
+        return
+    if not isinstance(value, bool):
+        raise TypeError(f"parse_failure_ends_episode must be true or false, got {value!r}")
+    env.parse_failure_ends_episode = value  # type: ignore[attr-defined]
+
+
 class LudicEnv(ABC):
     """Base for all environments.
 

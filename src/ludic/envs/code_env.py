@@ -21,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+from ludic.envs.base import set_parse_failure_ends_episode
 from ludic.envs.qa_data import load_jsonl_dataset
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.sandbox import SandboxLimits, SandboxPool, SandboxResult, shared_pool
@@ -141,6 +142,8 @@ class CodeTestEnv(SingleAgentEnv):
     limits, or `CODE_LIMITS` on the shared pool.
     """
 
+    parse_failure_ends_episode = True  # one answer per episode (see __init__)
+
     system_prompt = SYSTEM_PROMPT
 
     def __init__(
@@ -151,13 +154,9 @@ class CodeTestEnv(SingleAgentEnv):
         scoring: Scoring = "fraction",
         compile_penalty: float = 0.5,
         limits: SandboxLimits | None = None,
-        parse_failure_ends_episode: bool = True,
+        parse_failure_ends_episode: bool | None = None,
     ) -> None:
-        if not isinstance(parse_failure_ends_episode, bool):
-            raise TypeError(
-                "parse_failure_ends_episode must be true or false, got "
-                f"{parse_failure_ends_episode!r}"
-            )
+        set_parse_failure_ends_episode(self, parse_failure_ends_episode)
         if scoring not in ("fraction", "all_or_nothing"):
             raise ValueError(f"scoring must be 'fraction' or 'all_or_nothing', got {scoring!r}")
         self.problems = list(problems) if problems is not None else load_code_problems()
@@ -167,7 +166,6 @@ class CodeTestEnv(SingleAgentEnv):
         self.scoring = scoring
         self.compile_penalty = compile_penalty
         self.limits = limits
-        self.parse_failure_ends_episode = parse_failure_ends_episode
         self.problem: CodeProblem | None = None
 
     def env_reset(self, seed: int | None = None) -> tuple[str, Info]:

@@ -12,6 +12,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ludic.envs.base import set_parse_failure_ends_episode
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.envs.verifiers import Verifier, exact_match
 from ludic.types import Info, StepOutcome
@@ -64,6 +65,8 @@ class DatasetQAEnv(SingleAgentEnv):
     and answers again (each retry counts toward the episode's parse failures).
     """
 
+    parse_failure_ends_episode = True  # one answer per episode (see __init__)
+
     def __init__(
         self,
         dataset: Sequence[Sample],
@@ -73,13 +76,9 @@ class DatasetQAEnv(SingleAgentEnv):
         verifier: Verifier = exact_match,
         system_prompt: str | None = None,
         sample_index: int | None = None,
-        parse_failure_ends_episode: bool = True,
+        parse_failure_ends_episode: bool | None = None,
     ) -> None:
-        if not isinstance(parse_failure_ends_episode, bool):
-            raise TypeError(
-                "parse_failure_ends_episode must be true or false, got "
-                f"{parse_failure_ends_episode!r}"
-            )
+        set_parse_failure_ends_episode(self, parse_failure_ends_episode)
         if isinstance(dataset, (str, bytes)) or not isinstance(dataset, Sequence):
             raise TypeError(
                 f"dataset must be a sequence of dicts (e.g. a list), got {type(dataset).__name__}"
@@ -94,7 +93,6 @@ class DatasetQAEnv(SingleAgentEnv):
         self.verifier = verifier
         self.system_prompt = system_prompt
         self.sample_index = sample_index
-        self.parse_failure_ends_episode = parse_failure_ends_episode
         self.index: int | None = None
         self.target = ""
         self.done = False

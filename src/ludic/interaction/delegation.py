@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ludic.agents.base import Agent, derive_call_seed
 from ludic.agents.tools import tool_from_callable, validate_arguments
-from ludic.envs.base import LudicEnv
+from ludic.envs.base import LudicEnv, set_parse_failure_ends_episode
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ToolCallContext
@@ -63,16 +63,18 @@ class TaskEnv(SingleAgentEnv):
     `parse_failure_ends_episode=False` lets the sub-agent retry up to its spec's `max_steps`.
     """
 
+    parse_failure_ends_episode = True  # one answer per episode (see __init__)
+
     def __init__(
         self,
         task: str,
         judge: Callable[[str, str], float] | None = None,
         *,
-        parse_failure_ends_episode: bool = True,
+        parse_failure_ends_episode: bool | None = None,
     ) -> None:
         self.task = task
         self.judge = judge
-        self.parse_failure_ends_episode = parse_failure_ends_episode
+        set_parse_failure_ends_episode(self, parse_failure_ends_episode)
 
     def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
         return self.task, {}

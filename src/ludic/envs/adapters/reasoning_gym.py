@@ -105,7 +105,7 @@ class ReasoningGymEnv(DatasetQAEnv):
         level: int | None = None,
         system_prompt: str | None = None,
         sample_index: int | None = None,
-        parse_failure_ends_episode: bool = True,
+        parse_failure_ends_episode: bool | None = None,
         **config: Any,
     ) -> None:
         self.rg_dataset = make_dataset(
