@@ -403,3 +403,22 @@ def test_refuse_nonfinite_reads_every_workers_report() -> None:
             [{"num_tensors": 3, "nonfinite": []}, {"num_tensors": 3, "nonfinite": ["a.w"]}]
         )
     assert caught.value.status == 422 and "1 tensor(s) hold nan or inf (a.w)" in str(caught.value)
+
+
+def test_a_start_from_a_trainer_outside_the_group_is_a_409_and_that_trainer_rejoins(
+    rig: SimpleNamespace,
+) -> None:
+    """As the embedded server: a `/start` naming another trainer's store (or with no group at
+    all) is a 409 "no communicator ...", the answer the publisher rejoins on."""
+    rig.publisher.publish(rig.trainer, version=1)
+    manifest = rig.publisher._last_plan[1].to_json()
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    vllm_routes._push["store"] = "10.0.0.9:29500"  # another trainer joined meanwhile
+    refused = rig.client.post(
+        "/ludic/weights/start", json={**manifest, "store": "me:1"}, headers=headers
+    )
+    assert refused.status_code == 409, refused.text
+    assert "no communicator for the trainer at me:1" in refused.text
+    rig.publisher.publish(rig.trainer, version=2)  # its own /start is refused: it rejoins
+    version = rig.client.get("/ludic/version", headers=headers)
+    assert version.json()["policy_version"] == 2

@@ -60,7 +60,7 @@ async def _control(request: Any) -> Any:
 
     try:
         return JSONResponse(await handler(request, request.app.state.engine_client))
-    except WeightSyncError as e:  # a push refused for its values: 422, as the embedded server
+    except WeightSyncError as e:  # 422 (its values) or 409 (no group), as the embedded server
         return JSONResponse(error_body(e.status, str(e)), status_code=e.status)
     except (ValueError, RuntimeError) as e:
         return JSONResponse(error_body(400, f"{type(e).__name__}: {e}"), status_code=400)
@@ -144,12 +144,14 @@ async def _weights_start(request: Any, engine: Any) -> dict[str, Any]:
     manifest = WeightManifest.from_json(body)  # ManifestError is a ValueError -> 400
     if _push.get("receive") is not None:
         raise RuntimeError("a push is already in progress: finish it first")
+    from ludic.inference.http.weight_receiver import WeightSyncError  # 409: the trainer rejoins
+
     join = _push.get("join")
     if join is None:
-        raise RuntimeError("no communicator: POST /ludic/weights/init first")
+        raise WeightSyncError("no communicator: POST /ludic/weights/init first")
     held, sender = _push.get("store"), body.get("store")
     if sender is not None and held is not None and sender != held:  # another trainer's push
-        raise RuntimeError(
+        raise WeightSyncError(
             f"no communicator for the trainer at {sender}: this server is in another "
             f"trainer's weight-sync group now (store at {held}); POST /ludic/weights/init "
             "to rejoin"
