@@ -209,7 +209,9 @@ def log_together(
 async def evaluate_together(trainer: Trainer) -> dict[str, float]:
     """`trainer.eval_fn(trainer)`'s metrics as `eval/<name>` floats; every rank calls it. When
     it raised on any rank (e.g. only rank 0 evaluates, against an inference server that is
-    down), every rank raises (`run_together_async`), none waits alone in the next step."""
+    down), every rank raises (`run_together_async`), none waits alone in the next step. Not
+    covered: an `eval_fn` that fails on one rank while the others are inside a forward of the
+    sharded model: their all-gathers wait for it until the group's timeout."""
     eval_fn = trainer.eval_fn
     assert eval_fn is not None
 
