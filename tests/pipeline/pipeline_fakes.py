@@ -17,6 +17,7 @@ import pytest
 import redis
 
 from ludic.envs.single_agent import SingleAgentEnv
+from ludic.pipeline.source import PipelineBatchSource
 from ludic.rollouts.samples import SAWItem
 from ludic.types import Info, StepOutcome
 
@@ -121,3 +122,12 @@ def spawn(args: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [sys.executable, *args], stdout=out, stderr=subprocess.STDOUT, env=env
         )
+
+
+def expire_leases(*sources: PipelineBatchSource) -> None:
+    """In-process stand-in for a killed learner: its consumer leases stop being renewed and
+    are gone (as one ttl after SIGKILL), while its read entries stay pending."""
+    for source in sources:
+        lease, source._lease = source._lease, None
+        if lease is not None:
+            lease.release()

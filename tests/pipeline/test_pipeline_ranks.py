@@ -10,7 +10,7 @@ import logging
 from collections import Counter
 
 import pytest
-from pipeline_fakes import RedisServer, redis_server, sample
+from pipeline_fakes import RedisServer, expire_leases, redis_server, sample
 
 from ludic.pipeline.codec import encode_sample
 from ludic.pipeline.source import PipelineBatchSource
@@ -90,6 +90,7 @@ async def test_exactly_once_with_checkpoints_when_every_rank_crashes(
     await _step(ranks)  # step 4: trained, in no checkpoint; then both ranks are killed
     killed_acks = len(_ledger(redis_server))
     assert killed_acks == 12
+    expire_leases(*ranks)
     resumed = [_source(redis_server, r, 2) for r in range(2)]
     for r, state in zip(resumed, states, strict=True):
         r.load_state_dict(state)
@@ -123,6 +124,7 @@ async def test_an_earlier_runs_extra_rank_is_taken_over_at_once(
     await _push(redis_server, 6)
     old = [_source(redis_server, r, 3, batch_size=2) for r in range(3)]
     read = await _step(old)  # then the 3-rank run dies before any checkpoint
+    expire_leases(*old)
     fresh = [_source(redis_server, r, 2, batch_size=2) for r in range(2)]
     trained = await _drain(fresh)
     assert Counter(trained[0] + trained[1]) == Counter(f"id{i}" for i in range(6))
@@ -136,16 +138,19 @@ async def test_a_world_size_change_is_refused_until_the_checkpoint_is_acked(
     ranks = [_source(redis_server, r, 2, batch_size=2) for r in range(2)]
     await _step(ranks)
     states = [r.state_dict() for r in ranks]  # checkpoint at step 1, then the run dies
+    expire_leases(*ranks)
     one = _source(redis_server, 0, 1, batch_size=2)
     one.load_state_dict(states[0])  # another world size: every rank gets rank 0's state
     with pytest.raises(RuntimeError, match="Resume once with 2 ranks"):
         await one.next_batch()
+    expire_leases(one)
     again = [_source(redis_server, r, 2, batch_size=2) for r in range(2)]
     for r, state in zip(again, states, strict=True):
         r.load_state_dict(state)
     await _step(again)  # the 2-rank resume acks the checkpoint's entries on each rank
     later = [r.state_dict() for r in again]  # checkpoint at step 2
     await _step(again)  # step 3 acks it, trains on more, and the run dies again
+    expire_leases(*again)
     now_one = _source(redis_server, 0, 1, batch_size=2)
     now_one.load_state_dict(later[0])
     [rest] = await _drain([now_one])  # old rank 1's unacked entries are taken over

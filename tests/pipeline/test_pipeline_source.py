@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 import redis
-from pipeline_fakes import RedisServer, redis_server, sample
+from pipeline_fakes import RedisServer, expire_leases, redis_server, sample
 
 from ludic.pipeline.codec import encode_sample
 from ludic.pipeline.source import PipelineBatchSource
@@ -131,6 +131,7 @@ async def test_a_restarted_learner_replays_exactly_the_uncommitted(
     crashed = PipelineBatchSource(stream, batch_size=2, ack="step", block_ms=100)
     await crashed.next_batch()
     await crashed.next_batch()  # commits id0, id1; id2, id3 were read then the process died
+    expire_leases(crashed)
     restarted = PipelineBatchSource(_stream(redis_server), batch_size=3, ack="step")
     batch = await restarted.next_batch()
     assert _ids(batch.items) == ["id2", "id3", "id4"]  # replayed first, then new ones
@@ -144,6 +145,7 @@ async def test_entries_of_a_dead_consumer_are_claimed(redis_server: RedisServer)
     await _push(stream, 2)
     dead = PipelineBatchSource(stream, batch_size=2, consumer="old-name", block_ms=100)
     await dead.next_batch()
+    expire_leases(dead)
     await asyncio.sleep(0.05)
     new = PipelineBatchSource(
         _stream(redis_server), batch_size=2, consumer="new-name", claim_min_idle_ms=10
@@ -159,6 +161,7 @@ async def test_checkpointed_entries_are_acked_on_resume(redis_server: RedisServe
     state = source.state_dict()  # saved in a checkpoint after the step on id0, id1
     assert [pair[1] for pair in state["trained"]] == ["id0", "id1"]
     # crash before the ack; the resumed learner loads the checkpoint's state
+    expire_leases(source)
     resumed = PipelineBatchSource(_stream(redis_server), batch_size=2)
     resumed.load_state_dict(state)
     batch = await resumed.next_batch()

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from pipeline_fakes import RedisServer, redis_server, sample
+from pipeline_fakes import RedisServer, expire_leases, redis_server, sample
 
 from ludic.models import TinyModelSpec, load_model, tiny_model_dir
 from ludic.pipeline.codec import encode_sample
@@ -52,6 +52,8 @@ async def test_trainer_acks_what_its_checkpoints_hold_and_resumes_the_rest(
     await first.train(3, progress=False)  # checkpoint at step 2; step 3 reads id4, id5
     assert _ledger(redis_server) == ["id0", "id1", "id2", "id3"]  # only what step 2 holds
     # the process dies here: id4, id5 were trained, but no checkpoint holds them
+    assert isinstance(first.batch_source, PipelineBatchSource)
+    expire_leases(first.batch_source)
     resumed = _trainer(redis_server, tmp_path)
     assert resumed.resume() == 2
     history = await resumed.train(100, progress=False)  # until no sample arrives

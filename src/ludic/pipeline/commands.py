@@ -282,7 +282,6 @@ def run_learner(cfg: LearnerConfig) -> list[dict[str, float]]:
 async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
     from ludic.models import load_model, tiny_model_dir
     from ludic.pipeline.source import PipelineBatchSource
-    from ludic.training import BatchSourceExhausted
 
     stream = SampleStream(
         cfg.redis_url,
@@ -308,11 +307,30 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         max_wait_s=cfg.max_wait_s,
         # refuses samples another preset credited, or generated with another dr_grpo budget
         check_sample=CreditCheck(cfg.algorithm, max_tokens=cfg.max_tokens),
+        lease_ttl_s=cfg.lease_ttl_s,
     )
-    model, tokenizer = load_model(cfg.model or tiny_model_dir(), dtype="float32")
-    # Only rank 0 pushes; the Trainer gathers the weights on every rank for it.
-    publisher = None if not cfg.server_url or source.rank != 0 else _publisher(cfg, model)
-    trainer = _trainer(cfg, source, model, tokenizer, publisher)
+    publisher = None
+    try:
+        # before the model loads: a second learner under this consumer name is refused in
+        # seconds (after waiting out a killed holder's lease), not after it read samples
+        await source.hold_lease()
+        model, tokenizer = load_model(cfg.model or tiny_model_dir(), dtype="float32")
+        # Only rank 0 pushes; the Trainer gathers the weights on every rank for it.
+        publisher = None if not cfg.server_url or source.rank != 0 else _publisher(cfg, model)
+        trainer = _trainer(cfg, source, model, tokenizer, publisher)
+        return await _train(cfg, source, trainer)
+    finally:
+        if trainer is not None:
+            trainer.close()
+        if publisher is not None:
+            publisher.close()
+        await source.aclose()
+
+
+async def _train(cfg: LearnerConfig, source: Any, trainer: Any) -> list[dict[str, float]]:
+    """The step loop; step and closing lines count what all ranks trained."""
+    from ludic.training import BatchSourceExhausted
+
     runtime = trainer.runtime
     if (runtime.rank, runtime.world_size) != (source.rank, source.world_size):
         raise RuntimeError(
@@ -320,72 +338,87 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
             f"WORLD_SIZE say {source.rank} of {source.world_size}: launch with torchrun"
         )
     history: list[dict[str, float]] = []
-    try:
-        if trainer.step == 0:  # the server starts from the learner's weights (resume has
-            trainer.publish_weights()  # published the restored ones); every rank calls it
-        while trainer.step < cfg.steps:
-            try:
-                history.append(await trainer.train_step())
-            except BatchSourceExhausted as e:
-                logger.info("learner stops: %s", e)
-                break
-            if source.rank == 0:
-                _log_step(trainer.step, history[-1])
-            if _every_rank_timed_out(runtime, source.timed_out):
-                logger.info("learner stops: no samples arrived for %ss on any rank", cfg.max_wait_s)
-                break
-        if trainer.checkpoints is None:
-            await source.commit()
-        else:  # the last checkpoint must hold every step before its samples are acked
-            if not trainer.checkpoints.due(trainer.step):
-                trainer.save_checkpoint()
-            await source.ack_checkpointed()
+    if trainer.step == 0:  # the server starts from the learner's weights (resume has
+        trainer.publish_weights()  # published the restored ones); every rank calls it
+    while trainer.step < cfg.steps:
+        try:
+            history.append(await trainer.train_step())
+        except BatchSourceExhausted as e:  # one rank only: the others would wait in a collective
+            logger.info("learner stops: %s", e)
+            break
+        timed_out, samples = _across_ranks(
+            runtime, [float(source.timed_out), history[-1].get("num_samples", 0.0)]
+        )
         if source.rank == 0:
-            logger.info(_done_line(trainer, dict(source.totals)))
-        return history
-    finally:
-        trainer.close()
-        if publisher is not None:
-            publisher.close()
-        await source.aclose()
+            _log_step(trainer.step, history[-1], samples, runtime.world_size)
+        if timed_out == runtime.world_size:  # every rank's last batch came back empty
+            logger.info("learner stops: no samples arrived for %ss on any rank", cfg.max_wait_s)
+            break
+    if trainer.checkpoints is None:
+        await source.commit()
+    else:  # the last checkpoint must hold every step before its samples are acked
+        if not trainer.checkpoints.due(trainer.step):
+            trainer.save_checkpoint()
+        await source.ack_checkpointed()
+    totals = _across_ranks(runtime, [float(source.totals[k]) for k in TOTAL_KEYS])
+    if source.rank == 0:
+        counts = {k: int(v) for k, v in zip(TOTAL_KEYS, totals, strict=True) if v}
+        logger.info(_done_line(trainer, counts, runtime.world_size))
+    return history
 
 
-def _done_line(trainer: Any, totals: dict[str, int]) -> str:
-    """The closing line: the step reached, what was read, and where the model is."""
+# what `PipelineBatchSource.totals` counts, summed over ranks for the closing line
+TOTAL_KEYS = (
+    "samples",
+    "redelivered",
+    "duplicates",
+    "dropped_stale",
+    "downweighted",
+    "ahead",
+    "invalid",
+    "trimmed",
+    "timed_out",
+)
+
+
+def _across_ranks(runtime: Any, values: list[float]) -> list[float]:
+    """`values` summed over the learner ranks (a collective: every rank calls it)."""
+    return list(values) if runtime.world_size == 1 else list(runtime.all_reduce_sum(values))
+
+
+def _done_line(trainer: Any, totals: dict[str, int], world_size: int = 1) -> str:
+    """The closing line: the step reached, what all ranks read, and where the model is."""
     newest = None if trainer.checkpoints is None else trainer.checkpoints.path_for(trainer.step)
     where = (
         f"model: {newest / 'model'}"
         if newest is not None and newest.is_dir()
         else "no checkpoint kept (--checkpoint-every None), so the trained weights are gone"
     )
-    return f"learner done at step {trainer.step}: {totals}; {where}"
+    ranks = f" (all {world_size} ranks)" if world_size > 1 else ""
+    return f"learner done at step {trainer.step}: {totals}{ranks}; {where}"
 
 
-def _log_step(step: int, metrics: dict[str, float]) -> None:
-    """One INFO line per step (a step that changed no weight is warned about by the Trainer:
-    `ludic.training.stall.NoSignalWatch`)."""
+def _log_step(
+    step: int, metrics: dict[str, float], samples: float | None = None, world_size: int = 1
+) -> None:
+    """Log `step_line` (`samples`: all ranks' count, default this rank's `num_samples`)."""
+    samples = metrics.get("num_samples", 0.0) if samples is None else samples
+    logger.info(step_line(step, metrics, samples, world_size))
+
+
+def step_line(step: int, metrics: dict[str, float], samples: float, world_size: int) -> str:
+    """One INFO line per step: `samples` trained by all ranks; with several ranks the lag and
+    reward are rank 0's and say so (a step that changed no weight is warned about by the
+    Trainer: `ludic.training.stall.NoSignalWatch`)."""
     get = metrics.get
-    logger.info(
-        "learner step %d: %d samples (policy lag max %d), mean reward per sample %+.3f, "
-        "loss %.4g, grad norm %.3g, policy version %d, %.1fs",
-        step,
-        int(get("num_samples", 0)),
-        int(get("batch/pipeline/lag_max", 0)),
-        get("reward_mean", math.nan),
-        get("loss", math.nan),
-        get("grad_norm", math.nan),
-        int(get("policy_version", 0)),
-        get("step_seconds", math.nan),
+    ranks, rank0 = (f" on {world_size} ranks", " on rank 0") if world_size > 1 else ("", "")
+    return (
+        f"learner step {step}: {int(samples)} samples{ranks} (policy lag max "
+        f"{int(get('batch/pipeline/lag_max', 0))}{rank0}), mean reward per sample{rank0} "
+        f"{get('reward_mean', math.nan):+.3f}, loss {get('loss', math.nan):.4g}, grad norm "
+        f"{get('grad_norm', math.nan):.3g}, policy version {int(get('policy_version', 0))}, "
+        f"{get('step_seconds', math.nan):.1f}s"
     )
-
-
-def _every_rank_timed_out(runtime: Any, timed_out: bool) -> bool:
-    """Whether every rank's last batch came back empty after max_wait_s (a collective, so all
-    ranks stop at the same step)."""
-    if runtime.world_size == 1:
-        return timed_out
-    [count] = runtime.all_reduce_sum([float(timed_out)])
-    return bool(count == runtime.world_size)
 
 
 def _publisher(cfg: LearnerConfig, model: Any) -> Any:

@@ -106,7 +106,12 @@ class LearnerConfig:
     """Consumer group of the stream."""
     consumer: str = "learner"
     """This learner job's name in the consumer group (rank r reads as `<consumer>-r<r>`); keep
-    it across restarts so each rank replays its own samples read after the last checkpoint."""
+    it across restarts so each rank replays its own samples read after the last checkpoint.
+    One live learner per name: a second one is refused (see --lease-ttl-s)."""
+    lease_ttl_s: float = 15.0
+    """Each rank holds a lease on its consumer name in Redis, renewed every third of this; a
+    learner started under a name still leased waits this long (a killed learner's lease
+    expires by then) and is otherwise refused, naming the holder."""
     server_url: tuple[str, ...] | None = None
     """Inference servers to publish weights to, all in one broadcast (None: do not publish);
     a server that is down is named each step and rejoins when it is back."""

@@ -17,6 +17,7 @@ retries) are skipped. It does not generate rollouts or train.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import os
@@ -26,6 +27,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from ludic.pipeline.codec import PayloadError, decode_sample
+from ludic.pipeline.lease import ConsumerLease
 from ludic.pipeline.stream import SampleStream, StreamEntry
 from ludic.rollouts.samples import SAWItem
 from ludic.training.batching.types import BatchSourceExhausted, SAWBatch
@@ -62,7 +64,11 @@ class PipelineBatchSource:
     - `wait_notice_s`: while a batch is not full, a warning every this many seconds says how
       many samples it has and why it may lack the rest (none arrive, or they arrive stale).
     - `claim_min_idle_ms`: entries of an unknown consumer idle this long are taken over by
-      rank 0 at startup. One learner job per group.
+      rank 0 at startup, unless a live learner holds that consumer's lease.
+    - `lease_ttl_s`: each rank holds a lease on its consumer name (`ConsumerLease`, taken by
+      `hold_lease()` or the first `next_batch()`), so a second learner under the same name is
+      refused instead of training the same samples; a killed learner's lease is free after
+      this long. None: no lease (the caller guarantees one reader per name).
     - `check_sample`: called on each decoded sample before it is accepted (the learner's
       `CreditCheck`); an exception it raises stops the read, leaving the entry unacked. If it
       has `state_dict()` / `load_state_dict(state)`, its state travels in checkpoints (under
@@ -89,6 +95,7 @@ class PipelineBatchSource:
         warn_unacked: int = 10_000,
         wait_notice_s: float = 60.0,
         check_sample: Callable[[SAWItem], None] | None = None,
+        lease_ttl_s: float | None = 15.0,
     ) -> None:
         rank = int(os.environ.get("RANK", "0")) if rank is None else rank
         world_size = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
@@ -114,6 +121,8 @@ class PipelineBatchSource:
         self.warn_unacked = warn_unacked
         self.wait_notice_s = wait_notice_s
         self.check_sample = check_sample
+        self.lease_ttl_s = lease_ttl_s
+        self._lease: ConsumerLease | None = None
         self.batches_served = 0
         self.timed_out = False
         self.totals: Counter[str] = Counter()
@@ -130,6 +139,7 @@ class PipelineBatchSource:
     # -- BatchSource ----------------------------------------------------------------------
 
     async def next_batch(self) -> SAWBatch:
+        self._check_lease()
         if not self._recovered:
             await self._recover()
         elif self.ack == "step":
@@ -230,13 +240,39 @@ class PipelineBatchSource:
         self._seen.clear()
         self._recovered = False
 
+    async def hold_lease(self) -> None:
+        """Take this rank's lease on its consumer name (waiting up to one ttl for a killed
+        holder's to expire); raises ConsumerInUseError if a live learner holds it."""
+        if self.lease_ttl_s is None or self._lease is not None:
+            return
+        lease = ConsumerLease(
+            self.stream.url,
+            stream=self.stream.stream,
+            group=self.stream.group,
+            consumer=self.consumer_name,
+            ttl_s=self.lease_ttl_s,
+        )
+        try:
+            await asyncio.to_thread(lease.acquire)
+        except BaseException:
+            lease.release()
+            raise
+        self._lease = lease
+
     async def aclose(self) -> None:
-        await self.stream.aclose()
+        """Release the lease and close the stream."""
+        lease, self._lease = self._lease, None
+        try:
+            if lease is not None:
+                await asyncio.to_thread(lease.release)
+        finally:
+            await self.stream.aclose()
 
     # -- acks and recovery ------------------------------------------------------------------
 
     async def _ack(self, pairs: list[Pair], *, step: int) -> int:
         """Ack `pairs` and record that this consumer acked everything it trained up to `step`."""
+        self._check_lease()  # another learner may be training these: never ack for it
         done = await self.stream.commit(pairs, step=step, consumer=self.consumer_name)
         self._warned_unacked = False
         return done
@@ -253,12 +289,18 @@ class PipelineBatchSource:
             )
             self._warned_unacked = True
 
+    def _check_lease(self) -> None:
+        if self._lease is not None:
+            self._lease.check()
+
     async def _recover(self) -> None:
         await self.stream.ensure_group()
+        await self.hold_lease()
         resume, self._resume = self._resume, None
         if resume is not None:
             await self._check_world(resume)
             pairs = [(str(e), str(s)) for e, s in resume["trained"]]
+            self._check_lease()
             done = await self.stream.commit(
                 pairs, step=self.batches_served, consumer=self.consumer_name
             )
@@ -306,6 +348,10 @@ class PipelineBatchSource:
         claimed: list[StreamEntry] = []
         for owner in await self.stream.pending_consumers():
             if owner in siblings:
+                continue
+            holder = await self.stream.lease_holder(owner)
+            if holder is not None:  # a live learner (another job) is training them
+                logger.info("consumer %s is held by a live learner (%s): not taken", owner, holder)
                 continue
             idle = 0 if _is_rank_name(self.consumer, owner) else self.claim_min_idle_ms
             taken = await self.stream.claim_from(owner, self.consumer_name, min_idle_ms=idle)

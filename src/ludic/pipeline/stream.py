@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ludic.errors import Refusal
+from ludic.pipeline.lease import describe_holder, lease_key
 
 try:
     import redis.asyncio as aioredis
@@ -289,6 +290,13 @@ class SampleStream:
         key = f"{self.stream}:actor:{actor_id}:batches"
         reserved = await self._call("INCR", lambda: self.redis.incr(key))
         return int(reserved) - 1
+
+    async def lease_holder(self, consumer: str) -> str | None:
+        """Who holds the live learner lease on `consumer` (`ConsumerLease`), or None."""
+        raw = await self._call(
+            "GET lease", lambda: self.redis.get(lease_key(self.stream, self.group, consumer))
+        )
+        return None if raw is None else describe_holder(raw)
 
     @property
     def _acked_key(self) -> str:

@@ -1,0 +1,205 @@
+"""`ConsumerLease`: one live learner per consumer name of a group, enforced through Redis.
+
+A lease is a key `<stream>:lease:<group>:<consumer>` taken with `SET NX PX ttl` and holding
+who took it (host, pid, a random token). A daemon thread with its own synchronous Redis client
+renews it every `ttl/3`, so it stays held while a training step blocks the event loop, and
+stops renewing once the lease is released or the main thread is gone. A second learner finding
+it held waits up to one ttl (a killed holder's lease expires by then) and otherwise refuses,
+naming the holder. A renewal that fails (Redis restarting) is retried at the next tick; if the
+lease expired meanwhile it is taken again, and if someone else took it, the lease is lost and
+`check()` raises. It does not read or ack samples.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+
+import redis
+
+from ludic.errors import Refusal
+
+logger = logging.getLogger(__name__)
+
+# KEYS: lease. ARGV: token, ttl (ms). Renew our lease, or take it again if it expired (an
+# outage longer than the ttl, or Redis lost it); 0 when another holder has it.
+_RENEW = """
+local value = redis.call('GET', KEYS[1])
+if value == false then
+  redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
+  return 2
+end
+if cjson.decode(value)['token'] == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+# KEYS: lease. ARGV: token. Delete the lease only if it is still ours.
+_RELEASE = """
+local value = redis.call('GET', KEYS[1])
+if value ~= false and cjson.decode(value)['token'] == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+class ConsumerInUseError(Refusal, RuntimeError):
+    """Another live learner holds this consumer name of the group."""
+
+
+class ConsumerLeaseLostError(Refusal, RuntimeError):
+    """This learner's lease was taken by another process (while Redis was unreachable)."""
+
+
+def lease_key(stream: str, group: str, consumer: str) -> str:
+    return f"{stream}:lease:{group}:{consumer}"
+
+
+def describe_holder(raw: bytes | str | None) -> str:
+    """`host H pid P` from a lease value (or what it holds if unreadable)."""
+    if raw is None:
+        return "nobody"
+    try:
+        value = json.loads(raw)
+        return f"host {value['host']} pid {value['pid']}"
+    except (ValueError, KeyError, TypeError):
+        return repr(raw)
+
+
+class ConsumerLease:
+    """The lease on consumer `consumer` of `group` on `stream` at `url`, renewed while held.
+
+    - `ttl_s`: how long a lease outlives its holder's last renewal (a crashed learner's name
+      is free after at most this; a restart waits that long at worst).
+    - `wait_s`: how long `acquire` waits for a held lease to expire before refusing
+      (default: one ttl, so a holder killed just before is waited out).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        stream: str,
+        group: str,
+        consumer: str,
+        ttl_s: float = 15.0,
+        wait_s: float | None = None,
+    ) -> None:
+        if ttl_s <= 0:
+            raise ValueError(f"the lease ttl must be > 0 seconds, got {ttl_s}")
+        self.url, self.stream, self.group, self.consumer = url, stream, group, consumer
+        self.key = lease_key(stream, group, consumer)
+        self.ttl_ms = max(1, int(ttl_s * 1000))
+        self.wait_s = ttl_s if wait_s is None else wait_s
+        self.value = json.dumps(
+            {"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex}
+        )
+        self.token = json.loads(self.value)["token"]
+        self.redis = redis.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=5.0)
+        self._renew = self.redis.register_script(_RENEW)
+        self._release = self.redis.register_script(_RELEASE)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.lost_to: str | None = None  # the holder that took the lease from us
+
+    @property
+    def held(self) -> bool:
+        return self._thread is not None and not self._stop.is_set()
+
+    def acquire(self) -> None:
+        """Take the lease (waiting up to `wait_s` for a previous holder's to expire) and start
+        renewing it; raise ConsumerInUseError if another learner still holds it."""
+        deadline = time.monotonic() + self.wait_s
+        announced = False
+        while not self.redis.set(self.key, self.value, nx=True, px=self.ttl_ms):
+            holder = describe_holder(self.redis.get(self.key))
+            if time.monotonic() >= deadline:
+                raise ConsumerInUseError(self._in_use(holder))
+            if not announced:
+                logger.info(
+                    "consumer %s of group %s is leased by %s: waiting up to %.0fs for the "
+                    "previous holder's lease to expire (a learner stopped without releasing it)",
+                    self.consumer,
+                    self.group,
+                    holder,
+                    self.wait_s,
+                )
+                announced = True
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())) or 0.01)
+        self._thread = threading.Thread(
+            target=self._heartbeat, name=f"lease-{self.consumer}", daemon=True
+        )
+        self._thread.start()
+
+    def check(self) -> None:
+        """Raise ConsumerLeaseLostError if another process took the lease from this one."""
+        if self.lost_to is not None:
+            raise ConsumerLeaseLostError(
+                f"learner consumer {self.consumer!r} of group {self.group!r} on stream "
+                f"{self.stream!r} is now leased by {self.lost_to} (this learner's lease expired "
+                "while Redis was unreachable): two learners under one consumer name train the "
+                "same samples. Stopping this one; keep one learner per --consumer name"
+            )
+
+    def release(self) -> None:
+        """Stop renewing and delete the lease if it is still this process's."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+            try:
+                self._release(keys=[self.key], args=[self.token])
+            except redis.RedisError as e:  # it expires after one ttl anyway
+                logger.warning("could not release the lease on %s (%s)", self.consumer, e)
+        self.redis.close()
+
+    def _heartbeat(self) -> None:
+        failing = False
+        main = threading.main_thread()
+        while not self._stop.wait(self.ttl_ms / 3000):
+            if not main.is_alive():
+                return  # the process is ending without a release: let the lease expire
+            try:
+                renewed = self._renew(keys=[self.key], args=[self.token, self.ttl_ms, self.value])
+            except redis.RedisError as e:
+                if not failing:
+                    logger.warning(
+                        "renewing the lease on %s failed (%s); retrying", self.consumer, e
+                    )
+                failing = True
+                continue
+            if failing:
+                logger.info("lease on consumer %s renewed after a Redis outage", self.consumer)
+            failing = False
+            if int(renewed) == 0:
+                self._lost()
+                return
+
+    def _lost(self) -> None:
+        try:
+            self.lost_to = describe_holder(self.redis.get(self.key))
+        except redis.RedisError:
+            self.lost_to = "another learner"
+        self._stop.set()
+        logger.error(
+            "the lease on consumer %s was taken by %s: this learner stops at its next batch",
+            self.consumer,
+            self.lost_to,
+        )
+
+    def _in_use(self, holder: str) -> str:
+        return (
+            f"learner consumer {self.consumer!r} of group {self.group!r} on stream "
+            f"{self.stream!r} is held by a running learner ({holder}; its lease did not expire "
+            f"in {self.wait_s:.0f}s): two learners under one consumer name would train the same "
+            "samples. Start this one with another --consumer name (a second learner job reads "
+            "its own share of the stream), or stop the other one first"
+        )
