@@ -109,3 +109,26 @@ def test_a_factory_missing_its_arguments_says_to_pass_them() -> None:
     with pytest.raises(ValueError, match=r"missing a required argument: 'size'") as refused:
         check_env_kwargs(make_maze, {})
     assert "--env-kwargs '{\"size\": ...}'" in str(refused.value)
+
+
+def test_an_env_whose_agent_ids_answer_only_after_reset_is_an_env() -> None:
+    """The not-an-env check looks at the type: a property that needs `reset` first (raising
+    AttributeError before) must not make a real env read as 'not an env'."""
+    from ludic.envs import SingleAgentEnv
+    from ludic.eval.command import _check_is_env
+
+    class LateIds(SingleAgentEnv):
+        @property
+        def agent_ids(self) -> list[str]:
+            return list(self._ids)  # set by reset
+
+        def env_reset(self, seed: int | None = None) -> tuple[str, dict[str, object]]:
+            self._ids = ["agent_0"]
+            return "obs", {}
+
+        def env_step(self, action: str) -> object:
+            raise NotImplementedError
+
+    _check_is_env(LateIds(), LateIds)
+    with pytest.raises(ValueError, match="not an env"):
+        _check_is_env(None, make_nothing)

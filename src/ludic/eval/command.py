@@ -416,7 +416,8 @@ def _factory_name(env_factory: EnvFactory) -> str:
 def _check_is_env(env: Any, env_factory: EnvFactory) -> None:
     """Refuse what a factory returned when it is not an env (no `reset`, `step`, `agent_ids`
     and `close`), e.g. None from a factory that forgot its `return`."""
-    if all(hasattr(env, name) for name in ("reset", "step", "agent_ids", "close")):
+    # looked up on the type: an env's `agent_ids` property may not answer before `reset`
+    if all(hasattr(type(env), name) for name in ("reset", "step", "agent_ids", "close")):
         return
     raise ValueError(
         f"env factory {_factory_name(env_factory)!r} returned {_short_repr(env)}, not an env: "
