@@ -344,12 +344,7 @@ def resolve_parser(
     factory), then `default_parser`; with `env_kwargs`, a factory function's env is built
     once to read its class's `parser`; else `identity_parser`."""
     if spec == "auto":
-        suggested = getattr(env_factory, "parser", None) or getattr(
-            env_factory, "default_parser", None
-        )
-        if suggested is None and env_factory is not None and env_kwargs is not None:
-            suggested = _declared_parser(env_factory, env_kwargs)
-        return suggested if callable(suggested) else identity_parser
+        return declared_parser(env_factory, env_kwargs) or identity_parser
     if spec == "identity":
         return identity_parser
     if spec == "boxed":
@@ -367,9 +362,19 @@ def resolve_parser(
     )
 
 
-def _declared_parser(env_factory: EnvFactory, env_kwargs: dict[str, Any]) -> Any:
-    """The `parser` class attribute of the env `env_factory` builds (None if it has none)."""
-    return with_env(env_factory, env_kwargs, lambda env: getattr(type(env), "parser", None))
+def declared_parser(
+    env_factory: EnvFactory | None, env_kwargs: dict[str, Any] | None = None
+) -> Parser | None:
+    """The parser the env declares (what `--parser auto` takes), or None: the factory's
+    `parser` attribute (an `EnvSpec`'s, or a class attribute of an env class used as its own
+    factory), then its `default_parser`; with `env_kwargs`, a factory function's env is built
+    once to read its class's `parser`."""
+    suggested = getattr(env_factory, "parser", None) or getattr(env_factory, "default_parser", None)
+    if suggested is None and env_factory is not None and env_kwargs is not None:
+        suggested = with_env(
+            env_factory, env_kwargs, lambda env: getattr(type(env), "parser", None)
+        )
+    return suggested if callable(suggested) else None
 
 
 def check_env_kwargs(env_factory: EnvFactory, env_kwargs: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from rich.console import Console
 
 from ludic.agents import Agent
 from ludic.context import ContextStrategy, FullDialog, LatestObservationContext
-from ludic.eval.command import resolve_env_factory, resolve_parser, with_env
+from ludic.eval.command import declared_parser, resolve_env_factory, resolve_parser, with_env
 from ludic.inference.client import ChatClient
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
@@ -153,9 +153,13 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
     max_lag = trainer_max_lag(cfg)  # a bad --local-server combination fails before loading
     schedule_steps = schedule_steps_of(cfg)
     check_lr_schedule(cfg.lr_schedule, cfg.warmup_steps, schedule_steps, cfg.min_lr_ratio)
-    parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
+    if cfg.parser == "auto":  # the env's own parser, else the whole reply (identity)
+        declared = declared_parser(env_factory, env_kwargs)
+        parser = declared or identity_parser
+    else:
+        declared, parser = None, resolve_parser(cfg.parser)
     console.print(f"parser: {parser_name(parser)} (--parser {cfg.parser})")
-    if cfg.parser == "auto" and parser is identity_parser:
+    if cfg.parser == "auto" and declared is None:
         console.print(
             "[yellow]note[/yellow]: the env declares no parser, so the whole reply is the "
             "action; declare one on the env class (`parser = xml_tag_parser('move')`) or "

@@ -18,6 +18,7 @@ from ludic.envs.adapters.textarena import TextArenaEnv, random_move_opponent
 from ludic.eval.command import resolve_env_factory
 from ludic.inference import ScriptedClient
 from ludic.interaction import MultiAgentProtocol, SingleAgentProtocol
+from ludic.parsers import identity_parser
 from ludic.types import Message
 
 pytest.importorskip("textarena", reason="needs textarena: pip install 'ludic[textarena]'")
@@ -111,7 +112,8 @@ def test_bad_seats_ids_and_opponents_are_clear_errors() -> None:
 
 def test_cli_resolves_textarena_ids_as_single_seat_envs() -> None:
     factory = resolve_env_factory("textarena:TicTacToe-v0")
-    assert getattr(factory, "parser", "unset") is None  # the reply is the action, as in TextArena
+    # the reply is the action, as in TextArena: declared, so `ludic train` does not suggest one
+    assert getattr(factory, "parser", "unset") is identity_parser
     assert factory().agent_ids == ("player_0",)
 
 
@@ -122,7 +124,9 @@ def test_missing_textarena_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 @pytest.mark.slow
-def test_ludic_train_runs_grpo_on_textarena_tictactoe(tmp_path: Path) -> None:
+def test_ludic_train_runs_grpo_on_textarena_tictactoe(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from ludic.recipes.configs import TrainConfig
     from ludic.recipes.train import train_command
 
@@ -141,3 +145,5 @@ def test_ludic_train_runs_grpo_on_textarena_tictactoe(tmp_path: Path) -> None:
     result = train_command(cfg)
     assert result.steps == 2 and (result.checkpoint / "model" / "config.json").is_file()
     assert len((tmp_path / "rollouts.jsonl").read_text().splitlines()) == 2 * 1 * 2
+    printed = capsys.readouterr().out
+    assert "parser: identity_parser" in printed and "declares no parser" not in printed

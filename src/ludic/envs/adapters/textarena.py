@@ -24,6 +24,7 @@ from typing import Any
 from ludic.envs.adapters._common import require
 from ludic.envs.base import LudicEnv, ResetResult, StepResult
 from ludic.envs.registry import EnvSpec
+from ludic.parsers import identity_parser
 from ludic.types import Info, StepOutcome
 
 Opponent = Callable[[str], str]
@@ -240,11 +241,12 @@ def _jsonable(value: Mapping[Any, Any]) -> Info:
 
 
 def env_spec(env_id: str) -> EnvSpec:
-    """The registry entry for `textarena:ENV_ID`: the raw reply is the action (no parser)."""
+    """The registry entry for `textarena:ENV_ID`: the raw reply is the action (the identity
+    parser, declared so the CLI does not suggest declaring one)."""
     _check_id(_ta(), env_id)
     return EnvSpec(
         name=f"textarena:{env_id}",
         factory=lambda **kwargs: TextArenaEnv(env_id, **kwargs),
-        parser=None,
+        parser=identity_parser,
         description=f"TextArena game {env_id}",
     )
