@@ -22,7 +22,8 @@ Several servers in one group (`BroadcastPolicyPublisher` with many URLs) each ge
 their own, named by their first rank in the group (`channel_prefix`), so one store carries
 them all. Waiting for a reply can ask, every `slice_s`, whether the server is still there
 (`alive`), so a server that died mid-push is named within seconds instead of after the store's
-timeout.
+timeout. A server waiting for the next request sees a trainer that exited without a goodbye as
+`TrainerGone`, without c10d's C++ stack trace (`quiet_c10d`, around that wait only).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import Any
 import torch.distributed as dist
 
 from ludic.distributed.manifest import WeightManifest
+from ludic.distributed.quiet_c10d import quiet_c10_warnings
 
 
 def channel_prefix(rank: int) -> str:
@@ -55,6 +57,11 @@ def layout_id(manifest_json: dict[str, Any]) -> str:
 
 class ControlChannelClosed(RuntimeError):
     """The trainer's store went away (the trainer exited) or the channel was stopped."""
+
+
+class TrainerGone(ControlChannelClosed):
+    """The trainer's store closed its connection while the server waited for a request: the
+    trainer exited (normally without `close()`, or killed)."""
 
 
 class ServerGone(RuntimeError):
@@ -135,19 +142,24 @@ class StoreControl:
     def next_request(self, stop: threading.Event, slice_s: float = 3600.0) -> dict[str, Any]:
         """Block until the trainer sends the next push request; `wake()` ends the wait.
 
-        Raises ControlChannelClosed once `stop` is set or the store is unreachable (the
-        trainer exited). Waits in `slice_s` slices (each timeout logs a c10d warning).
+        Raises TrainerGone if the store closes its connection (the trainer exited), else
+        ControlChannelClosed once `stop` is set or the store fails. Waits in `slice_s` slices
+        (each timeout logs a c10d warning). c10d's C++ warnings are silenced during the wait:
+        the store closing under it is the expected end of a trainer's run.
         """
         key = f"push/{self.seq}"
         while not stop.is_set():
             started = time.monotonic()
             try:
-                self.store.wait([key], timedelta(seconds=slice_s))
-            except RuntimeError as e:  # DistStoreError on a timeout, DistNetworkError, ...
+                with quiet_c10_warnings():
+                    self.store.wait([key], timedelta(seconds=slice_s))
+                    body = self._take(key)
+            except dist.DistNetworkError as e:  # the socket closed: the trainer exited
+                raise TrainerGone(f"lost the trainer's store ({_first_line(e)})") from e
+            except RuntimeError as e:  # DistStoreError on a timeout, ...
                 if time.monotonic() - started < slice_s / 2:  # failed, did not time out
                     raise ControlChannelClosed(f"lost the trainer's store: {e}") from e
                 continue
-            body = self._take(key)
             if stop.is_set():
                 break
             return body
@@ -157,8 +169,8 @@ class StoreControl:
         """End a `next_request` wait from another thread (set `stop` first). Best effort."""
         if self._waker is None:
             raise RuntimeError("StoreControl.wake needs a waker store (a second client)")
-        with contextlib.suppress(RuntimeError):  # the store is gone: the wait fails by itself
-            self._waker.set(f"push/{self.seq}", json.dumps({"close": True}))
+        with contextlib.suppress(RuntimeError), quiet_c10_warnings():  # a closed store: the
+            self._waker.set(f"push/{self.seq}", json.dumps({"close": True}))  # wait fails too
 
     def reply(self, kind: str, body: dict[str, Any]) -> None:
         self.store.set(f"{kind}/{self.seq}", json.dumps(body))
@@ -176,3 +188,8 @@ class StoreControl:
         for key in self._consumed:
             self.store.delete_key(key)
         self._consumed.clear()
+
+
+def _first_line(error: BaseException) -> str:
+    """An error's message without the C++ frames c10 appends to some."""
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

@@ -34,6 +34,7 @@ names the trainer store of the group held (`store`), so a trainer can tell it wa
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
@@ -44,13 +45,14 @@ import torch
 from pydantic import BaseModel, Field
 
 from ludic.distributed.checksum import LandedChecksums
-from ludic.distributed.control import ControlChannelClosed, StoreControl
+from ludic.distributed.control import ControlChannelClosed, StoreControl, TrainerGone
 from ludic.distributed.manifest import (
     ManifestError,
     WeightManifest,
     check_against,
     dtype_name,
 )
+from ludic.distributed.quiet_c10d import quiet_c10_warnings
 from ludic.distributed.transfer import (
     BufferPool,
     Collective,
@@ -66,6 +68,8 @@ from ludic.inference.http.weight_join import (
     join_in_background,
 )
 from ludic.inference.weights import NonFiniteWeightsError, check_finite
+
+logger = logging.getLogger(__name__)
 
 # load(state, version, strict) installs the weights and returns the served policy version.
 LoadFn = Callable[[dict[str, torch.Tensor], int, bool], int]
@@ -327,40 +331,77 @@ class WeightSyncReceiver:
                 return
             self._listening = channel
         layouts: dict[str, WeightManifest] = {}  # accepted on this channel: no ack needed
+        trainer = f"weight-sync trainer at {req.host}:{req.port}"
         while True:
             try:
                 body = channel.next_request(stop)
                 if body.get("close"):
+                    if not stop.is_set():  # the trainer said goodbye (not our own wake-up)
+                        self._leave(stop, f"{trainer} closed its group")
                     return
                 manifest = self._accept(channel, body, layouts)
-                if manifest is None:
-                    continue
-                with self._lock:
-                    if stop.is_set():
-                        return
-                    self._push = Future()  # `status()` shows a push in progress
-                try:
-                    result = self._receive(link.joined(), manifest)
-                except _Refused as e:  # every byte arrived: the group is still usable
-                    self.last_error = str(e)
-                    channel.reply("done", {"error": str(e), "status": e.status})
-                    continue
-                except Exception as e:
-                    if stop.is_set():  # a newer group replaced this one: leave it alone
-                        return
-                    error = self._failed(e)
-                    channel.reply("done", {"error": str(error), "status": error.status})
+                if manifest is not None and not self._serve_push(channel, link, manifest, stop):
                     return
-                finally:
-                    with self._lock:
-                        if not stop.is_set():
-                            self._push = None
-                self.last = result
-                channel.reply("done", result.to_dict())
-            except RuntimeError as e:  # ControlChannelClosed, or the store failed mid-push
-                if not stop.is_set():
-                    self.last_error = f"weight-sync listener stopped: {e}"
+            except TrainerGone as e:  # exited without a goodbye, or killed
+                self._leave(stop, f"{trainer} went away (its store closed)", error=str(e))
                 return
+            except RuntimeError as e:  # ControlChannelClosed, or the store failed mid-push
+                self._leave(stop, f"{trainer}: weight-sync listener stopped", str(e), cause=e)
+                return
+
+    def _serve_push(
+        self, channel: StoreControl, link: Link, manifest: WeightManifest, stop: threading.Event
+    ) -> bool:
+        """Receive one store-driven push and reply; False once this group is done."""
+        with self._lock:
+            if stop.is_set():
+                return False
+            self._push = Future()  # `status()` shows a push in progress
+        try:
+            result = self._receive(link.joined(), manifest)
+        except _Refused as e:  # every byte arrived: the group is still usable
+            self.last_error = str(e)
+            channel.reply("done", {"error": str(e), "status": e.status})
+            return True
+        except Exception as e:
+            if stop.is_set():  # a newer group replaced this one: leave it alone
+                return False
+            error = self._failed(e)
+            logger.error("%s", error, exc_info=logger.isEnabledFor(logging.DEBUG))
+            with quiet_c10_warnings():  # the trainer may be gone: then so is its store
+                channel.reply("done", {"error": str(error), "status": error.status})
+            return False
+        finally:
+            with self._lock:
+                if not stop.is_set():
+                    self._push = None
+        self.last = result
+        channel.reply("done", result.to_dict())
+        return True
+
+    def _leave(
+        self,
+        stop: threading.Event,
+        what: str,
+        error: str | None = None,
+        cause: BaseException | None = None,
+    ) -> None:
+        """The listener's trainer is done: free its group (unless a newer one replaced it),
+        log one line (with `cause` when it is an unexpected error; its traceback at debug
+        level) and keep `error` in `last_error` (None after a goodbye)."""
+        with self._lock:
+            if stop.is_set():
+                return
+            self._listening = None  # the listener is ending: nothing to wake on a closed store
+            self._forget_link()
+            self._listener = None
+            if error is not None:
+                self.last_error = f"{what}: {error}"
+        if cause is None:
+            logger.warning("%s; waiting for a trainer to join", what)
+        else:
+            debug = logger.isEnabledFor(logging.DEBUG)
+            logger.error("%s (%s); waiting for a trainer to join", what, error, exc_info=debug)
 
     def _accept(
         self, channel: StoreControl, body: dict[str, Any], layouts: dict[str, WeightManifest]
