@@ -129,6 +129,30 @@ def test_continuous_actions_and_unknown_ids_are_refused_clearly() -> None:
         GymnasiumEnv("NoSuchEnv-v0")
 
 
+def test_a_misspelt_env_kwarg_names_the_keywords_the_env_takes(tmp_path: Path) -> None:
+    """A typo in --env-kwargs (the adapter's factory takes **kwargs, so it passes the up-front
+    signature check) was a TypeError traceback from `ludic eval`/`train`; now a refusal
+    naming the keyword and what the env takes."""
+    from ludic.cli import main as ludic_main
+
+    with pytest.raises(ValueError, match=r"did not take the keywords \['is_slipery'\]") as refused:
+        GymnasiumEnv("FrozenLake-v1", is_slipery=False)
+    assert "is_slippery" in str(refused.value).split("it takes")[1]
+    env_kwargs = ["--env-kwargs", '{"is_slipery": false}']
+    with pytest.raises(ValueError, match="is_slipery"):
+        ludic_main(
+            [
+                "eval",
+                "--env",
+                "gymnasium:FrozenLake-v1",
+                *env_kwargs,
+                "--no-progress",
+                "--out-dir",
+                str(tmp_path),
+            ]
+        )
+
+
 def test_cli_resolves_gymnasium_ids_and_still_imports_module_factories() -> None:
     factory = resolve_env_factory("gymnasium:FrozenLake-v1")
     assert getattr(factory, "parser", None) is not None

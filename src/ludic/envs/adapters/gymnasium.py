@@ -11,6 +11,7 @@ those are not text environments.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
@@ -142,11 +143,27 @@ def make_gym_env(env_id: str, **make_kwargs: Any) -> Any:
         spec = gym.spec(env_id)
     except Exception as e:  # gymnasium raises its own NameNotFound/VersionNotFound errors
         raise ValueError(f"unknown Gymnasium env {env_id!r}: {e}") from e
-    if "render_mode" not in make_kwargs:
-        creator = gym.envs.registration.load_env_creator(spec.entry_point)
-        if "ansi" in getattr(creator, "metadata", {}).get("render_modes", ()):
-            make_kwargs["render_mode"] = "ansi"
-    return gym.make(env_id, **make_kwargs)
+    creator = gym.envs.registration.load_env_creator(spec.entry_point)
+    given = sorted(make_kwargs)
+    offers_ansi = "ansi" in getattr(creator, "metadata", {}).get("render_modes", ())
+    if "render_mode" not in make_kwargs and offers_ansi:
+        make_kwargs["render_mode"] = "ansi"
+    try:
+        return gym.make(env_id, **make_kwargs)
+    except TypeError as e:  # a keyword the env's constructor does not take (--env-kwargs)
+        raise ValueError(
+            f"Gymnasium env {env_id!r} did not take the keywords {given} (--env-kwargs): {e}; "
+            f"it takes {_parameters(creator)}"
+        ) from e
+
+
+def _parameters(creator: Any) -> str:
+    """The keyword parameters of a Gymnasium env class or creator function, for an error."""
+    try:
+        names = [n for n in inspect.signature(creator).parameters if n not in ("self", "kwargs")]
+    except (TypeError, ValueError):
+        return "keywords its documentation lists"
+    return ", ".join(names) if names else "no keywords"
 
 
 def action_index(action: str, names: Sequence[str]) -> int | None:
