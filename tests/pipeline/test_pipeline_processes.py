@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -153,7 +154,7 @@ def test_killed_learner_restarts_and_consumes_each_sample_once(
 ) -> None:
     model = ["--model", str(tiny_model_dir(spec=SPEC))]
     actor = spawn(_actor(redis_server, tmp_path, batches=10, extra=model), tmp_path / "actor.log")
-    extra = ["--max-wait-s", "8", "--max-lag", "None"]
+    extra = ["--max-wait-s", "8", "--max-lag", "None", "--lease-ttl-s", "5"]
     extra += ["--checkpoint-every", str(checkpoint_every)]
     first = spawn(
         _learner(redis_server, tmp_path, extra=["--steps", "1000", *extra]),
@@ -178,6 +179,38 @@ def test_killed_learner_restarts_and_consumes_each_sample_once(
     assert len(produced) == 40 and killed_at < 40
     assert Counter(_sample_ids(redis_server)) == Counter(produced)  # none lost, none twice
     assert redis_server.client().xlen("ludic:samples") == 0
+    # restarted at once under the killed one's consumer name: it waited out the killed lease
+    assert (
+        "waiting up to 5s for the previous holder's lease"
+        in (tmp_path / "learner2.log").read_text()
+    )
+
+
+def test_a_second_learner_under_a_live_consumer_name_is_refused(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    model = ["--model", str(tiny_model_dir(spec=SPEC))]
+    actor = spawn(_actor(redis_server, tmp_path, batches=6, extra=model), tmp_path / "actor.log")
+    _wait(actor, tmp_path / "actor.log")
+    # 24 samples in batches of 4, and 7 steps: the first learner waits for a last batch
+    extra = ["--steps", "7", "--max-lag", "None", "--checkpoint-every", "2"]
+    first = spawn(_learner(redis_server, tmp_path, extra=extra), tmp_path / "learner1.log")
+    _until(lambda: len(_sample_ids(redis_server)) >= 4, "the first learner's first acks")
+    # the README's mistake: the same --redis-url, stream, group and default --consumer
+    other = _learner(redis_server, tmp_path / "other", extra=[*extra, "--lease-ttl-s", "2"])
+    second = spawn(other, tmp_path / "learner2.log")
+    assert second.wait(timeout=120) == 1
+    log = (tmp_path / "learner2.log").read_text()
+    assert "ludic learner: error: learner consumer 'learner-r0'" in log
+    assert f"pid {first.pid}" in log and "--consumer" in log
+    assert first.poll() is None  # refused while the first one runs
+    actor = spawn(_actor(redis_server, tmp_path, batches=1, extra=model), tmp_path / "actor.log")
+    _wait(actor, tmp_path / "actor.log")
+    _wait(first, tmp_path / "learner1.log")
+    assert len(_produced_ids(tmp_path)) == 28
+    assert Counter(_sample_ids(redis_server)) == Counter(_produced_ids(tmp_path))  # each once
+    assert set(_sample_ids(redis_server, "learner-r0")) == set(_produced_ids(tmp_path))
+    assert not (tmp_path / "other" / "learner" / "metrics.jsonl").exists()  # it trained nothing
 
 
 def _torchrun_learner(redis: RedisServer, out: Path, extra: list[str], log: Path) -> Any:
@@ -208,7 +241,7 @@ def test_two_learner_ranks_train_each_sample_once_across_a_kill(
     model = ["--model", str(tiny_model_dir(spec=SPEC))]
     actor = spawn(_actor(redis_server, tmp_path, batches=10, extra=model), tmp_path / "actor.log")
     extra = ["--max-wait-s", "8", "--max-lag", "None", "--batch-size", "2"]
-    extra += ["--checkpoint-every", "2"]
+    extra += ["--checkpoint-every", "2", "--lease-ttl-s", "5"]
     first = _torchrun_learner(
         redis_server, tmp_path, ["--steps", "1000", *extra], tmp_path / "learner1.log"
     )
@@ -231,7 +264,20 @@ def test_two_learner_ranks_train_each_sample_once_across_a_kill(
     assert Counter(_sample_ids(redis_server)) == Counter(produced)  # none lost, none twice
     assert _sample_ids(redis_server, "learner-r0") and _sample_ids(redis_server, "learner-r1")
     assert redis_server.client().xlen("ludic:samples") == 0
-    assert "resumed from step" in (tmp_path / "learner2.log").read_text()
+    log = (tmp_path / "learner2.log").read_text()
+    assert "resumed from step" in log
+    # the step and closing lines count both ranks' samples: 2 per rank per step, 40 in all
+    # (minus what the checkpoint already held, plus the replayed ones)
+    assert ": 4 samples on 2 ranks (policy lag max" in log
+    done = log.split("learner done at step 10: ", 1)[1].split("\n", 1)[0]
+    assert "(all 2 ranks)" in done
+    found = re.search(r"'samples': (\d+)", done)
+    assert found is not None
+    trained_after_resume = int(found.group(1))
+    resumed_steps = [json.loads(line) for line in (tmp_path / "learner" / "metrics.jsonl").open()]
+    resumed_at = int(log.split("resumed from step ", 1)[1].split(" ", 1)[0])
+    assert trained_after_resume == 4 * (10 - resumed_at)
+    assert resumed_steps[-1]["step"] == 10
 
 
 def test_both_sides_survive_a_redis_restart(redis_server: RedisServer, tmp_path: Path) -> None:

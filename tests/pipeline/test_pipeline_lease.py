@@ -1,0 +1,98 @@
+"""`ConsumerLease` on a real redis-server: a held lease refuses a second holder naming it, a
+holder that stopped renewing (killed) is waited out, a lease taken over by another process is
+reported lost (and the source then refuses to ack), a Redis restart is survived, and a clean
+release frees the name at once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import pytest
+from pipeline_fakes import RedisServer, redis_server, sample
+
+from ludic.pipeline.codec import encode_sample
+from ludic.pipeline.lease import ConsumerInUseError, ConsumerLease, ConsumerLeaseLostError
+from ludic.pipeline.source import PipelineBatchSource
+from ludic.pipeline.stream import SampleStream
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
+__all__ = ["redis_server"]
+
+
+def _lease(server: RedisServer, ttl_s: float = 1.0, **kwargs: float) -> ConsumerLease:
+    return ConsumerLease(
+        server.url, stream="s", group="g", consumer="learner-r0", ttl_s=ttl_s, **kwargs
+    )
+
+
+def test_a_held_lease_refuses_a_second_learner_naming_the_holder(
+    redis_server: RedisServer,
+) -> None:
+    first = _lease(redis_server)
+    first.acquire()
+    try:
+        second = _lease(redis_server)
+        started = time.monotonic()
+        with pytest.raises(ConsumerInUseError) as refused:
+            second.acquire()  # the holder renews every ttl/3: it never expires while it runs
+        assert time.monotonic() - started >= 1.0  # it waited one ttl for it to expire
+        holder = json.loads(first.value)
+        message = str(refused.value)
+        assert "'learner-r0'" in message and f"pid {holder['pid']}" in message
+        assert holder["host"] in message and "--consumer" in message and "stop the other" in message
+        second.release()
+    finally:
+        first.release()
+    third = _lease(redis_server, wait_s=0.0)
+    third.acquire()  # released cleanly: free at once
+    third.release()
+    assert redis_server.client().get(first.key) is None
+
+
+def test_a_killed_holders_lease_is_waited_out(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    killed = _lease(redis_server, ttl_s=1.0)
+    killed.acquire()
+    killed._stop.set()  # as after SIGKILL: no renewal, no release
+    restarted = _lease(redis_server, ttl_s=3.0)
+    with caplog.at_level(logging.INFO, logger="ludic.pipeline.lease"):
+        restarted.acquire()
+    assert "waiting up to 3s for the previous holder's lease" in caplog.text
+    stored = json.loads(redis_server.client().get(restarted.key) or b"{}")
+    assert stored["token"] == restarted.token
+    restarted.release()
+
+
+def test_a_lease_survives_a_redis_restart(redis_server: RedisServer) -> None:
+    lease = _lease(redis_server, ttl_s=1.0)
+    lease.acquire()
+    redis_server.restart(down_s=1.5)  # longer than the ttl: the key expired meanwhile
+    time.sleep(1.0)  # a few renewals after Redis is back
+    lease.check()  # not lost: nobody else took it, so it was taken again
+    stored = json.loads(redis_server.client().get(lease.key) or b"{}")
+    assert stored["token"] == lease.token
+    lease.release()
+
+
+async def test_a_lease_taken_by_another_stops_the_source_before_it_acks(
+    redis_server: RedisServer,
+) -> None:
+    stream = SampleStream(redis_server.url, stream="s", group="g", ledger="s:ledger")
+    await stream.ensure_group()
+    for i in range(4):
+        await stream.add(encode_sample(sample(), sample_id=f"id{i}"))
+    source = PipelineBatchSource(stream, batch_size=2, ack="step", block_ms=100, lease_ttl_s=0.6)
+    await source.next_batch()
+    assert source._lease is not None
+    other = json.dumps({"host": "elsewhere", "pid": 4242, "token": "theirs"})
+    redis_server.client().set(source._lease.key, other, px=10_000)  # as if it expired and was taken
+    time.sleep(0.5)  # the next renewal finds it
+    with pytest.raises(ConsumerLeaseLostError, match="host elsewhere pid 4242"):
+        await source.next_batch()
+    assert redis_server.client().xlen("s:ledger") == 0  # nothing acked for the other learner
+    assert redis_server.client().xpending("s", "g")["pending"] == 2
+    await source.aclose()
+    assert json.loads(redis_server.client().get("s:lease:g:learner-r0") or b"{}")["pid"] == 4242
