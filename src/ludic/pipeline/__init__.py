@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ludic.pipeline.codec import DecodedSample, PayloadError, decode_sample, encode_sample
     from ludic.pipeline.commands import run_actor, run_learner
     from ludic.pipeline.credit_check import CreditCheck, CreditMismatchError, credit_record
+    from ludic.pipeline.lease import ConsumerInUseError, ConsumerLease, ConsumerLeaseLostError
     from ludic.pipeline.source import PipelineBatchSource
     from ludic.pipeline.stream import RedisUnavailableError, SampleStream, StreamEntry
 
@@ -29,6 +30,9 @@ _LAZY = {
     "encode_sample": "ludic.pipeline.codec",
     "run_actor": "ludic.pipeline.commands",
     "run_learner": "ludic.pipeline.commands",
+    "ConsumerInUseError": "ludic.pipeline.lease",
+    "ConsumerLease": "ludic.pipeline.lease",
+    "ConsumerLeaseLostError": "ludic.pipeline.lease",
     "CreditCheck": "ludic.pipeline.credit_check",
     "CreditMismatchError": "ludic.pipeline.credit_check",
     "credit_record": "ludic.pipeline.credit_check",
@@ -41,6 +45,9 @@ _LAZY = {
 __all__ = [
     "ActorBatchStats",
     "ActorConfig",
+    "ConsumerInUseError",
+    "ConsumerLease",
+    "ConsumerLeaseLostError",
     "CreditCheck",
     "CreditMismatchError",
     "DecodedSample",
