@@ -5,7 +5,7 @@ group is built on it), so a push can be driven through it instead of two HTTP re
 store round trip costs ~0.1 ms on 127.0.0.1, an HTTP request to the embedded server ~2-6 ms,
 which is most of a small model's push. Each push `n` is three keys under `ludic-control/`:
 
-    trainer: push/n = manifest JSON (or {"close": true})
+    trainer: push/n = manifest JSON (or {"close": true}, acked once the server let go)
     server:  ack/n  = {"ok": true} or {"error": ..., "status": 400}   (before any bucket)
     trainer: broadcasts the buckets over the group
     server:  done/n = {"policy_version", "num_tensors", "num_bytes", "checksums" (of what it
@@ -91,6 +91,20 @@ class StoreControl:
     def send_request(self, body: dict[str, Any]) -> None:
         self.store.set(f"push/{self.seq}", json.dumps(body))
         self._delete_consumed()  # the last push's replies, while the server wakes up
+
+    def send_close(self, timeout_s: float = 5.0) -> bool:
+        """Say goodbye; True once the server acknowledged it (it then no longer waits on this
+        store, so closing the store right after is quiet on its side), False without a reply
+        within `timeout_s` (a server that is gone or busy)."""
+        self.send_request({"close": True})
+        key = f"ack/{self.seq}"
+        try:
+            with quiet_c10_warnings():  # a timeout here is a c10d warning: expected if gone
+                self.store.wait([key], timedelta(seconds=timeout_s))
+        except RuntimeError:
+            return False
+        self._consumed.append(key)
+        return True
 
     def send_manifest(self, manifest: WeightManifest) -> bool:
         """Request a push of `manifest`; True if the server must ack it first (a layout not yet

@@ -138,7 +138,7 @@ class ServerGroup:
             for server in self.members:
                 try:
                     if server.channel is not None:
-                        server.channel.send_request({"close": True})
+                        server.channel.send_close()  # the server stops waiting on our store
                     server.request("POST", "/ludic/weights/close")
                 except (httpx.HTTPError, WeightPushError, RuntimeError) as e:
                     logger.warning("could not close the server's weight-sync group: %s", e)

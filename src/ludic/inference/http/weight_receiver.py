@@ -33,6 +33,7 @@ names the trainer store of the group held (`store`), so a trainer can tell it wa
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -338,6 +339,8 @@ class WeightSyncReceiver:
                 if body.get("close"):
                     if not stop.is_set():  # the trainer said goodbye (not our own wake-up)
                         self._leave(stop, f"{trainer} closed its group")
+                        with contextlib.suppress(RuntimeError), quiet_c10_warnings():
+                            channel.reply("ack", {"ok": True})  # the last use of its store
                     return
                 manifest = self._accept(channel, body, layouts)
                 if manifest is not None and not self._serve_push(channel, link, manifest, stop):
