@@ -1,7 +1,7 @@
 """`ConsumerLease` on a real redis-server: a held lease refuses a second holder naming it, a
 holder that stopped renewing (killed) is waited out, a lease taken over by another process is
-reported lost (and the source then refuses to ack), a Redis restart is survived, and a clean
-release frees the name at once."""
+reported lost (and the source then refuses to ack), a Redis restart is survived, a clean
+release frees the name at once, and a live learner's entries are never claimed by another."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ import logging
 import time
 
 import pytest
-from pipeline_fakes import RedisServer, redis_server, sample
+from pipeline_fakes import RedisServer, expire_leases, redis_server, sample
 
 from ludic.pipeline.codec import encode_sample
 from ludic.pipeline.lease import ConsumerInUseError, ConsumerLease, ConsumerLeaseLostError
 from ludic.pipeline.source import PipelineBatchSource
 from ludic.pipeline.stream import SampleStream
+from ludic.training.batching.types import SAWBatch
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 __all__ = ["redis_server"]
@@ -96,3 +97,27 @@ async def test_a_lease_taken_by_another_stops_the_source_before_it_acks(
     assert redis_server.client().xpending("s", "g")["pending"] == 2
     await source.aclose()
     assert json.loads(redis_server.client().get("s:lease:g:learner-r0") or b"{}")["pid"] == 4242
+
+
+async def test_a_live_learner_of_another_name_keeps_its_entries(redis_server: RedisServer) -> None:
+    stream = SampleStream(redis_server.url, stream="s", group="g")
+    await stream.ensure_group()
+    for i in range(4):
+        await stream.add(encode_sample(sample(), sample_id=f"id{i}"))
+    other = PipelineBatchSource(stream, batch_size=2, consumer="other", block_ms=100)
+    await other.next_batch()  # id0, id1: trained, acked at its next checkpoint
+    fresh = SampleStream(redis_server.url, stream="s", group="g")
+    mine = PipelineBatchSource(fresh, batch_size=2, claim_min_idle_ms=0, block_ms=100)
+    assert _ids(await mine.next_batch()) == ["id2", "id3"]  # never the live one's
+    await mine.commit()
+    await mine.aclose()
+    expire_leases(other)  # it died: its entries are taken over
+    later = SampleStream(redis_server.url, stream="s", group="g")
+    mine = PipelineBatchSource(later, batch_size=2, claim_min_idle_ms=0, block_ms=100)
+    assert _ids(await mine.next_batch()) == ["id0", "id1"]
+    await mine.aclose()
+    await stream.aclose()
+
+
+def _ids(batch: SAWBatch) -> list[str]:
+    return [str(item.meta["sample_id"]) for item in batch.items]

@@ -154,7 +154,8 @@ def test_killed_learner_restarts_and_consumes_each_sample_once(
 ) -> None:
     model = ["--model", str(tiny_model_dir(spec=SPEC))]
     actor = spawn(_actor(redis_server, tmp_path, batches=10, extra=model), tmp_path / "actor.log")
-    extra = ["--max-wait-s", "8", "--max-lag", "None", "--lease-ttl-s", "5"]
+    # the lease outlives the restarted process's startup (imports), so it is seen and waited out
+    extra = ["--max-wait-s", "8", "--max-lag", "None", "--lease-ttl-s", "20"]
     extra += ["--checkpoint-every", str(checkpoint_every)]
     first = spawn(
         _learner(redis_server, tmp_path, extra=["--steps", "1000", *extra]),
@@ -181,7 +182,7 @@ def test_killed_learner_restarts_and_consumes_each_sample_once(
     assert redis_server.client().xlen("ludic:samples") == 0
     # restarted at once under the killed one's consumer name: it waited out the killed lease
     assert (
-        "waiting up to 5s for the previous holder's lease"
+        "waiting up to 20s for the previous holder's lease"
         in (tmp_path / "learner2.log").read_text()
     )
 

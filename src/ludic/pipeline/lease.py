@@ -26,7 +26,7 @@ from ludic.errors import Refusal
 
 logger = logging.getLogger(__name__)
 
-# KEYS: lease. ARGV: token, ttl (ms). Renew our lease, or take it again if it expired (an
+# KEYS: lease. ARGV: token (a random hex string inside the value), ttl (ms), value. Renew our lease, or take it again if it expired (an
 # outage longer than the ttl, or Redis lost it); 0 when another holder has it.
 _RENEW = """
 local value = redis.call('GET', KEYS[1])
@@ -34,7 +34,7 @@ if value == false then
   redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
   return 2
 end
-if cjson.decode(value)['token'] == ARGV[1] then
+if string.find(value, ARGV[1], 1, true) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 end
@@ -44,7 +44,7 @@ return 0
 # KEYS: lease. ARGV: token. Delete the lease only if it is still ours.
 _RELEASE = """
 local value = redis.call('GET', KEYS[1])
-if value ~= false and cjson.decode(value)['token'] == ARGV[1] then
+if value ~= false and string.find(value, ARGV[1], 1, true) then
   return redis.call('DEL', KEYS[1])
 end
 return 0

@@ -349,11 +349,13 @@ class PipelineBatchSource:
         for owner in await self.stream.pending_consumers():
             if owner in siblings:
                 continue
-            holder = await self.stream.lease_holder(owner)
-            if holder is not None:  # a live learner (another job) is training them
+            ours = _is_rank_name(self.consumer, owner)  # an earlier run's extra rank: dead,
+            # as this run holds rank 0's lease (its lease may not have expired yet)
+            holder = None if ours else await self.stream.lease_holder(owner)
+            if holder is not None:  # a live learner of another job is training them
                 logger.info("consumer %s is held by a live learner (%s): not taken", owner, holder)
                 continue
-            idle = 0 if _is_rank_name(self.consumer, owner) else self.claim_min_idle_ms
+            idle = 0 if ours else self.claim_min_idle_ms
             taken = await self.stream.claim_from(owner, self.consumer_name, min_idle_ms=idle)
             if taken:
                 logger.info("took over %d entries left by consumer %s", len(taken), owner)
