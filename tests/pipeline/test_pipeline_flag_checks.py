@@ -62,6 +62,13 @@ def test_learner_refuses_a_negative_max_lag() -> None:
         run_learner(LearnerConfig(redis_url=NO_REDIS, max_lag=-1))
 
 
+def test_learner_refuses_a_lease_ttl_of_zero_and_a_missing_model_before_redis() -> None:
+    with pytest.raises(ValueError, match=r"^--lease-ttl-s is 0: pass seconds > 0"):
+        run_learner(LearnerConfig(redis_url=NO_REDIS, lease_ttl_s=0))
+    with pytest.raises(FileNotFoundError, match=r"^no model directory at /nonexist"):
+        run_learner(LearnerConfig(redis_url=NO_REDIS, model="/nonexist"))
+
+
 def test_dr_grpo_learner_needs_the_actors_max_tokens() -> None:
     with pytest.raises(ValueError, match=r"^--algorithm dr_grpo divides its loss by the actors'"):
         run_learner(LearnerConfig(redis_url=NO_REDIS, algorithm="dr_grpo"))

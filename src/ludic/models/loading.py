@@ -85,6 +85,16 @@ def _holds_model(directory: Path) -> bool:
     return (directory / "config.json").is_file() or (directory / ADAPTER_CONFIG).is_file()
 
 
+def check_model_directory(path: str | os.PathLike[str]) -> Path:
+    """The model directory `path` names (as `load_model` reads it), or the FileNotFoundError
+    `load_model` would raise, without loading anything: for commands that check their flags
+    before slower work (connecting to Redis, building envs)."""
+    directory = model_directory(path)
+    if not _holds_model(directory):
+        raise FileNotFoundError(_not_a_model_directory(Path(path)))
+    return directory
+
+
 def load_model(
     path: str | os.PathLike[str],
     dtype: DTypeLike = None,
@@ -92,11 +102,9 @@ def load_model(
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a local model directory (or a checkpoint step folder: its `model/`) as (model in
     eval mode on `device`, tokenizer)."""
-    directory = model_directory(path)
-    if (directory / ADAPTER_CONFIG).is_file() and not (directory / "config.json").is_file():
+    directory = check_model_directory(path)
+    if not (directory / "config.json").is_file():  # a LoRA run's checkpoint: its adapter
         return _load_merged_adapter(directory, dtype, device)
-    if not (directory / "config.json").is_file():
-        raise FileNotFoundError(_not_a_model_directory(Path(path)))
     _check_manifest_sizes(directory)
     try:
         model = AutoModelForCausalLM.from_pretrained(directory, dtype=resolve_dtype(dtype))

@@ -36,8 +36,9 @@ def check_actor_counts(cfg: ActorConfig) -> None:
 
 
 def check_learner_flags(cfg: LearnerConfig) -> None:
-    """Refuse the learner's counts below 1, a negative `--max-lag`, and dr_grpo without
-    `--max-tokens`; warn about a `--max-tokens` its preset does not use."""
+    """Refuse the learner's counts below 1, a `--lease-ttl-s` <= 0, a `--model` that is no
+    model directory, a negative `--max-lag`, and dr_grpo without `--max-tokens`; warn about a
+    `--max-tokens` its preset does not use."""
     check_count_flags(
         ("--steps", cfg.steps, "optimizer steps of the whole run, e.g. --steps 100"),
         ("--batch-size", cfg.batch_size, "samples per optimizer step on each rank, e.g. 32"),
@@ -47,6 +48,15 @@ def check_learner_flags(cfg: LearnerConfig) -> None:
         ("--micro-batch-tokens", cfg.micro_batch_tokens, "tokens per forward, or None"),
         ("--max-tokens", cfg.max_tokens, "the actors' --max-tokens, e.g. 128"),
     )
+    if cfg.lease_ttl_s <= 0:
+        raise ValueError(
+            f"--lease-ttl-s is {cfg.lease_ttl_s}: pass seconds > 0 (how long a killed "
+            "learner's consumer name stays held; 15 by default)"
+        )
+    if cfg.model is not None:  # a wrong path fails here, not after the Redis checks
+        from ludic.models.loading import check_model_directory
+
+        check_model_directory(cfg.model)
     if cfg.max_lag is not None and cfg.max_lag < 0:
         raise ValueError(
             f"--max-lag is {cfg.max_lag}: pass --max-lag >= 0 (0: train only on samples of the "
