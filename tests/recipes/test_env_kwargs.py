@@ -85,18 +85,27 @@ def make_nothing(size: int = 3) -> None:
     """A user's factory that forgot its `return`."""
 
 
-@pytest.mark.parametrize("command", [["train", "--no-progress"], ["eval", "--no-progress"]])
-@pytest.mark.parametrize("explicit", [False, True])  # eval: no --parser/--context auto lookup
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["train", "--no-progress"],
+        ["eval", "--no-progress"],
+        ["actor", "--redis-url", "redis://127.0.0.1:1/0", "--batches", "1"],
+    ],
+)
+@pytest.mark.parametrize("explicit", [False, True])  # no --parser/--context auto lookup
 def test_a_factory_that_returns_no_env_is_refused_naming_what_it_returned(
     command: list[str], explicit: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Was an AttributeError traceback ('NoneType' object has no attribute 'close'), from
-    `ludic train` up front and from `ludic eval` after the model loaded."""
+    `ludic train` up front and from `ludic eval` after the model loaded; `ludic actor` with
+    explicit --parser and --context failed inside every episode instead."""
     monkeypatch.setitem(sys.modules, "forgetful_env", sys.modules[__name__])
     flags = ["--parser", "identity", "--context", "full"] if explicit else []
     env = ["--env", "forgetful_env:make_nothing", "--env-kwargs", '{"size": 4}']
+    out = [] if command[0] == "actor" else ["--out-dir", str(tmp_path)]
     with pytest.raises(ValueError, match=r"make_nothing' returned None, not an env") as refused:
-        ludic_main([*command, *flags, "--out-dir", str(tmp_path), *env])
+        ludic_main([*command, *flags, *out, *env])
     assert "return" in str(refused.value).split("not an env")[1]  # the likely fix
     assert not any(tmp_path.iterdir())
 

@@ -109,9 +109,10 @@ def actor_context(
     from ludic.eval.command import with_env
     from ludic.recipes.configs import context_line, context_of, suggested_context
 
-    suggested = None
-    if cfg.context == "auto":
-        suggested = with_env(env_factory, env_kwargs, lambda env: suggested_context(env, cfg.env))
+    # built once whatever --context, as `ludic eval` does: bad --env-kwargs or a factory that
+    # returns no env fail here, not in every episode
+    declared = with_env(env_factory, env_kwargs, lambda env: suggested_context(env, cfg.env))
+    suggested = declared if cfg.context == "auto" else None
     logger.info(context_line(cfg, suggested))
     return context_of(cfg, suggested)
 
