@@ -111,8 +111,10 @@ def actor_context(
 
     # built once whatever --context, as `ludic eval` does: bad --env-kwargs or a factory that
     # returns no env fail here, not in every episode
-    declared = with_env(env_factory, env_kwargs, lambda env: suggested_context(env, cfg.env))
-    suggested = declared if cfg.context == "auto" else None
+    auto = cfg.context == "auto"  # an explicit --context overrides what the env declares
+    suggested = with_env(
+        env_factory, env_kwargs, lambda env: suggested_context(env, cfg.env) if auto else None
+    )
     logger.info(context_line(cfg, suggested))
     return context_of(cfg, suggested)
 
