@@ -119,8 +119,15 @@ class ConsumerLease:
         renewing it; raise ConsumerInUseError if another learner still holds it."""
         deadline = time.monotonic() + self.wait_s
         announced = False
+        left_ms: int | None = None  # the held lease's time to live when last looked at
         while not self.redis.set(self.key, self.value, nx=True, px=self.ttl_ms):
             holder = describe_holder(self.redis.get(self.key))
+            pttl = int(self.redis.pttl(self.key))
+            if left_ms is not None and pttl > left_ms + 50:  # renewed: its holder is alive
+                raise ConsumerInUseError(self._in_use(holder))
+            if left_ms is None and pttl > 0:  # a holder with a longer ttl than ours: wait it out
+                deadline = max(deadline, time.monotonic() + pttl / 1000 + 0.5)
+            left_ms = pttl if pttl > 0 else left_ms
             if time.monotonic() >= deadline:
                 raise ConsumerInUseError(self._in_use(holder))
             if not announced:
@@ -148,6 +155,20 @@ class ConsumerLease:
                 "while Redis was unreachable): two learners under one consumer name train the "
                 "same samples. Stopping this one; keep one learner per --consumer name"
             )
+
+    def confirm(self) -> None:
+        """Renew the lease now, in one round trip, and raise ConsumerLeaseLostError if another
+        process holds it: called right before an ack, so a learner whose lease was taken
+        between two heartbeats never acks entries the new holder is replaying. A Redis error
+        is left to the ack's own retries."""
+        if self.lost_to is None:
+            try:
+                renewed = self._renew(keys=[self.key], args=[self.token, self.ttl_ms, self.value])
+            except redis.RedisError:
+                return
+            if int(renewed) == 0:
+                self._lost()
+        self.check()
 
     def release(self) -> None:
         """Stop renewing and delete the lease if it is still this process's."""

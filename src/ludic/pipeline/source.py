@@ -272,7 +272,8 @@ class PipelineBatchSource:
 
     async def _ack(self, pairs: list[Pair], *, step: int) -> int:
         """Ack `pairs` and record that this consumer acked everything it trained up to `step`."""
-        self._check_lease()  # another learner may be training these: never ack for it
+        if self._lease is not None:  # another learner may be training these: never ack for it
+            await asyncio.to_thread(self._lease.confirm)
         done = await self.stream.commit(pairs, step=step, consumer=self.consumer_name)
         self._warned_unacked = False
         return done
