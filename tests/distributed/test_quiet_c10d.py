@@ -4,6 +4,7 @@ is restored after, nested scopes included."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -42,12 +43,14 @@ WAIT_ON_A_VANISHING_STORE = textwrap.dedent(
 )
 
 
-def _wait_on_a_vanishing_store(how: str) -> subprocess.CompletedProcess[str]:
+def _wait_on_a_vanishing_store(how: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k != "TORCH_CPP_LOG_LEVEL"}
     return subprocess.run(
         [sys.executable, "-c", WAIT_ON_A_VANISHING_STORE, how],
         capture_output=True,
         text=True,
         timeout=90,
+        env={**environ, **env},
     )
 
 
@@ -58,7 +61,14 @@ def test_the_disconnect_warning_is_printed_only_outside_the_scope() -> None:
     assert "[c10d]" not in quiet.stderr and "frame #" not in quiet.stderr
 
 
-def test_the_log_level_is_restored_after_nested_scopes() -> None:
+def test_a_users_torch_cpp_log_level_wins() -> None:
+    """TORCH_CPP_LOG_LEVEL set by the user: the scope changes nothing (their level holds)."""
+    quiet = _wait_on_a_vanishing_store("quiet", TORCH_CPP_LOG_LEVEL="WARNING")
+    assert quiet.stdout.strip() == "closed" and "[c10d]" in quiet.stderr
+
+
+def test_the_log_level_is_restored_after_nested_scopes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TORCH_CPP_LOG_LEVEL", raising=False)
     flag = _log_level_flag()
     if flag is None:
         pytest.skip("this libc10 does not export FLAGS_caffe2_log_level")

@@ -5,12 +5,15 @@ prints a warning with ~20 C++ stack frames before Python sees the error: noise a
 trainer exit. `quiet_c10_warnings()` raises c10's minimum log level (`FLAGS_caffe2_log_level`,
 what `TORCH_CPP_LOG_LEVEL` sets at start-up) to ERROR while it is entered and restores it on
 exit; nested and concurrent scopes share one count. It does not touch Python warnings or
-logging, and is a no-op where libc10 does not export the flag.
+logging, and is a no-op where libc10 does not export the flag, or where the user set
+`TORCH_CPP_LOG_LEVEL` (their level wins). The level is process-wide: while a scope is open,
+C++ warnings of other threads are not printed either (errors still are).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
 import sys
 import threading
 from collections.abc import Iterator
@@ -47,7 +50,7 @@ def quiet_c10_warnings() -> Iterator[None]:
     """c10 logs only errors while inside (all threads of the process: keep the scope short,
     around the one call whose failure is expected)."""
     global _depth, _saved
-    flag = _log_level_flag()
+    flag = None if os.environ.get("TORCH_CPP_LOG_LEVEL") else _log_level_flag()
     if flag is None:
         yield
         return
