@@ -151,6 +151,8 @@ def make_gym_env(env_id: str, **make_kwargs: Any) -> Any:
     try:
         return gym.make(env_id, **make_kwargs)
     except TypeError as e:  # a keyword the env's constructor does not take (--env-kwargs)
+        if not given or "keyword argument" not in str(e):
+            raise  # another TypeError inside the env: not the user's keywords
         raise ValueError(
             f"Gymnasium env {env_id!r} did not take the keywords {given} (--env-kwargs): {e}; "
             f"it takes {_parameters(creator)}"
