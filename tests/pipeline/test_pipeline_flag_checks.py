@@ -63,8 +63,9 @@ def test_learner_refuses_a_negative_max_lag() -> None:
 
 
 def test_learner_refuses_a_lease_ttl_of_zero_and_a_missing_model_before_redis() -> None:
-    with pytest.raises(ValueError, match=r"^--lease-ttl-s is 0: pass seconds > 0"):
-        run_learner(LearnerConfig(redis_url=NO_REDIS, lease_ttl_s=0))
+    for ttl in (0, float("nan")):
+        with pytest.raises(ValueError, match=rf"^--lease-ttl-s is {ttl}: pass seconds > 0"):
+            run_learner(LearnerConfig(redis_url=NO_REDIS, lease_ttl_s=ttl))
     with pytest.raises(FileNotFoundError, match=r"^no model directory at /nonexist"):
         run_learner(LearnerConfig(redis_url=NO_REDIS, model="/nonexist"))
 

@@ -48,7 +48,7 @@ def check_learner_flags(cfg: LearnerConfig) -> None:
         ("--micro-batch-tokens", cfg.micro_batch_tokens, "tokens per forward, or None"),
         ("--max-tokens", cfg.max_tokens, "the actors' --max-tokens, e.g. 128"),
     )
-    if cfg.lease_ttl_s <= 0:
+    if not cfg.lease_ttl_s > 0:  # nan too
         raise ValueError(
             f"--lease-ttl-s is {cfg.lease_ttl_s}: pass seconds > 0 (how long a killed "
             "learner's consumer name stays held; 15 by default)"
