@@ -144,3 +144,22 @@ async def test_a_live_learner_of_another_name_keeps_its_entries(redis_server: Re
 
 def _ids(batch: SAWBatch) -> list[str]:
     return [str(item.meta["sample_id"]) for item in batch.items]
+
+
+def test_a_lease_released_while_waiting_never_takes_the_name(redis_server: RedisServer) -> None:
+    """Ctrl-C while a restarted learner waits out a killed holder's lease: the waiting thread
+    stops, and the name is not taken after the learner let go of it."""
+    import threading
+
+    killed = json.dumps({"host": "h", "pid": 1, "token": "old"})
+    redis_server.client().set("s:lease:g:learner-r0", killed, px=1_500)
+    waiting = _lease(redis_server, ttl_s=5.0)
+    thread = threading.Thread(target=waiting.acquire)
+    thread.start()
+    time.sleep(0.3)
+    waiting.release()  # as hold_lease does when its task is cancelled
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+    time.sleep(1.5)  # past the killed holder's expiry
+    assert redis_server.client().get(waiting.key) is None
+    assert waiting._thread is None

@@ -140,7 +140,11 @@ class ConsumerLease:
                     self.wait_s,
                 )
                 announced = True
-            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())) or 0.01)
+            if self._stop.wait(min(0.2, max(0.0, deadline - time.monotonic())) or 0.01):
+                return  # released meanwhile (the learner was interrupted while waiting)
+        if self._stop.is_set():  # released as the lease was taken: give it back
+            self._release(keys=[self.key], args=[self.token])
+            return
         self._thread = threading.Thread(
             target=self._heartbeat, name=f"lease-{self.consumer}", daemon=True
         )
