@@ -52,11 +52,12 @@ def lora_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.Tens
 def test_a_lora_checkpoint_loads_merged_into_its_base(lora_run: tuple[Path, torch.Tensor]) -> None:
     step_dir, expected = lora_run
     base, _ = load_tiny_model()
-    assert not torch.allclose(_logits(base), expected, atol=1e-4)  # the adapters matter
+    assert not torch.allclose(_logits(base), expected, atol=1e-2)  # the adapters matter
     for path in (step_dir, step_dir / "model"):
         model, tokenizer = load_model(path, dtype="float32")
         assert not hasattr(model, "peft_config")  # a plain model: engines and trainers take it
-        torch.testing.assert_close(_logits(model), expected, atol=1e-5, rtol=0)
+        # merged into W, the adapters' products round differently than applied beside it
+        torch.testing.assert_close(_logits(model), expected, atol=1e-4, rtol=0)
         assert tokenizer.encode("<move>4</move>") == load_tokenizer(step_dir).encode(
             "<move>4</move>"
         )
