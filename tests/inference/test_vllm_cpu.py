@@ -254,7 +254,7 @@ def test_a_push_holding_nan_is_refused_with_a_422_and_the_version_stays(
     check: ludic's publishers refuse it before sending) is refused with a 422 naming them, in
     the embedded server's words; the version stays and the next finite push repairs it."""
     from ludic.distributed import WeightPushError
-    from ludic.inference.http.weight_receiver import nonfinite_refusal
+    from ludic.inference.http.weight_outcomes import nonfinite_refusal
 
     push(publisher, load_tiny_model(seed=0, spec=SPEC)[0])
     version = server.version()

@@ -359,7 +359,7 @@ def test_a_push_holding_nan_is_refused_with_the_embedded_servers_words(
     with a 422 in the embedded server's words, keeps the policy version, and the group keeps
     working: the next finite push repairs the model."""
     from ludic.distributed import WeightPushError
-    from ludic.inference.http.weight_receiver import nonfinite_refusal
+    from ludic.inference.http.weight_outcomes import nonfinite_refusal
 
     auth = {"Authorization": f"Bearer {TOKEN}"}
     rig.publisher.publish(rig.trainer, version=1)
@@ -395,7 +395,7 @@ def test_a_push_with_a_bad_version_is_a_400_naming_it(rig: SimpleNamespace, vers
 
 def test_refuse_nonfinite_reads_every_workers_report() -> None:
     """The check itself, as the route runs it on the workers' reports (one per TP rank)."""
-    from ludic.inference.http.weight_receiver import WeightSyncError
+    from ludic.inference.http.weight_outcomes import WeightSyncError
 
     vllm_routes.refuse_nonfinite([{"num_tensors": 3, "nonfinite": []}, 3])  # an older worker
     with pytest.raises(WeightSyncError) as caught:

@@ -39,7 +39,6 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -67,6 +66,11 @@ from ludic.inference.http.weight_join import (
     describe_store,
     in_background,
     join_in_background,
+)
+from ludic.inference.http.weight_outcomes import (
+    NonfiniteRefusal,
+    SyncResult,
+    WeightSyncError,
 )
 from ludic.inference.weights import NonFiniteWeightsError, check_finite
 
@@ -96,38 +100,6 @@ class InitRequest(BaseModel):
 CONTROLS = ("http", "store")
 # How long `close()` waits for the store-driven listener to finish with the trainer's store.
 _CLOSE_WAIT_S = 5.0
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SyncResult:
-    """A loaded push. `checksums`: name -> (total, weighted) of each pushed tensor as the
-    served model holds it after loading (`ludic.distributed.checksum`); `held_dtypes`: the
-    served dtype of the tensors held in another dtype than they were sent in."""
-
-    policy_version: int
-    num_tensors: int
-    num_bytes: int
-    checksums: dict[str, tuple[int, int]] | None = None
-    held_dtypes: dict[str, str] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "policy_version": self.policy_version,
-            "num_tensors": self.num_tensors,
-            "num_bytes": self.num_bytes,
-        }
-        if self.checksums is not None:
-            body["checksums"] = {name: list(c) for name, c in self.checksums.items()}
-            body["held_dtypes"] = self.held_dtypes or {}
-        return body
-
-
-class WeightSyncError(RuntimeError):
-    """A push could not be received or loaded (`status` is the HTTP status to answer with)."""
-
-    def __init__(self, message: str, status: int = 409) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 class WeightSyncReceiver:
@@ -267,7 +239,7 @@ class WeightSyncReceiver:
                 try:  # before the engine serves the new version
                     check_finite({e.name: live[e.name] for e in manifest.tensors})
                 except NonFiniteWeightsError as e:
-                    raise _Refused(e, landed_in_place=True) from e
+                    raise NonfiniteRefusal(e, landed_in_place=True) from e
 
             version = self.load_in_place(fill, manifest.version)
         else:
@@ -275,7 +247,7 @@ class WeightSyncReceiver:
             try:  # the engine's own load may not check
                 check_finite(state)
             except NonFiniteWeightsError as e:
-                raise _Refused(e, landed_in_place=False) from e
+                raise NonfiniteRefusal(e, landed_in_place=False) from e
             version = self.load(state, manifest.version, manifest.full)
         checksums, held_dtypes = self._held_checksums(manifest, landed)
         return SyncResult(
@@ -362,7 +334,7 @@ class WeightSyncReceiver:
             self._push = Future()  # `status()` shows a push in progress
         try:
             result = self._receive(link.joined(), manifest)
-        except _Refused as e:  # every byte arrived: the group is still usable
+        except NonfiniteRefusal as e:  # every byte arrived: the group is still usable
             self.last_error = str(e)
             channel.reply("done", {"error": str(e), "status": e.status})
             return True
@@ -443,7 +415,7 @@ class WeightSyncReceiver:
             push, self._push = self._push, None
         try:
             self.last = push.result()
-        except _Refused as e:  # every byte arrived: the group is still usable
+        except NonfiniteRefusal as e:  # every byte arrived: the group is still usable
             self.last_error = str(e)
             raise
         except Exception as e:  # a failed collective leaves the group unusable
@@ -514,32 +486,6 @@ class WeightSyncReceiver:
             return None
         floating = [t.dtype for t in self.targets().values() if t.is_floating_point()]
         return None if not floating else dtype_name(max(set(floating), key=floating.count))
-
-
-class _Refused(WeightSyncError):
-    """A push received whole but refused for its values (nan or inf): 422."""
-
-    def __init__(self, error: NonFiniteWeightsError, *, landed_in_place: bool) -> None:
-        super().__init__(
-            nonfinite_refusal(error.names, landed_in_place=landed_in_place), status=422
-        )
-
-
-def nonfinite_refusal(names: list[str], *, landed_in_place: bool) -> str:
-    """What a server answers (with a 422) to a push whose tensors `names` hold nan or inf:
-    the embedded server's receiver and the vLLM extension's routes say the same."""
-    shown = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
-    where = (
-        "they were received in place, so the served model holds them now (its policy "
-        "version is unchanged) until a finite push replaces them"
-        if landed_in_place
-        else "nothing was loaded: the served model is as it was"
-    )
-    return (
-        f"refused weight push: {len(names)} tensor(s) hold nan or inf ({shown}); "
-        f"{where}. The trainer's weights diverged: fix the training step or push from a "
-        "finite checkpoint"
-    )
 
 
 def _version(value: Any) -> int:

@@ -16,12 +16,11 @@ from ludic.distributed.live_state import LiveStateDict
 from ludic.distributed.manifest import ManifestError, WeightManifest
 from ludic.distributed.push_backend import device_identity
 from ludic.inference.http.auth import token_matches
+from ludic.inference.http.weight_outcomes import SyncResult, WeightSyncError
 from ludic.inference.http.weight_receiver import (
     InitRequest,
     InPlaceLoadFn,
     LoadFn,
-    SyncResult,
-    WeightSyncError,
     WeightSyncReceiver,
 )
 from ludic.inference.weights import pack_parameters_

@@ -56,7 +56,7 @@ async def _control(request: Any) -> Any:
     handler = _ROUTES.get(request.url.path)
     if handler is None:
         return JSONResponse(error_body(404, f"unknown control endpoint {request.url.path}"), 404)
-    from ludic.inference.http.weight_receiver import WeightSyncError
+    from ludic.inference.http.weight_outcomes import WeightSyncError
 
     try:
         return JSONResponse(await handler(request, request.app.state.engine_client))
@@ -144,7 +144,7 @@ async def _weights_start(request: Any, engine: Any) -> dict[str, Any]:
     manifest = WeightManifest.from_json(body)  # ManifestError is a ValueError -> 400
     if _push.get("receive") is not None:
         raise RuntimeError("a push is already in progress: finish it first")
-    from ludic.inference.http.weight_receiver import WeightSyncError  # 409: the trainer rejoins
+    from ludic.inference.http.weight_outcomes import WeightSyncError  # 409: the trainer rejoins
 
     join = _push.get("join")
     if join is None:
@@ -188,7 +188,7 @@ async def _weights_finish(request: Any, engine: Any) -> dict[str, Any]:
 def refuse_nonfinite(received: list[Any]) -> None:
     """Raise a 422 `WeightSyncError` (the embedded server's words) if a worker's report of a
     push names tensors holding nan or inf; they were loaded (vLLM receives in place)."""
-    from ludic.inference.http.weight_receiver import WeightSyncError, nonfinite_refusal
+    from ludic.inference.http.weight_outcomes import WeightSyncError, nonfinite_refusal
 
     bad = sorted({n for r in received if isinstance(r, dict) for n in r.get("nonfinite", [])})
     if bad:

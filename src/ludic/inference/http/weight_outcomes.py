@@ -1,0 +1,72 @@
+"""What a weight push ends in, on the serving side: `SyncResult` (a loaded push, as the
+receiver reports it), `WeightSyncError` (a push refused or failed, with the HTTP status to
+answer), `NonfiniteRefusal` (a push refused for nan or inf, 422) and `nonfinite_refusal`, the
+words both the embedded server and the vLLM extension answer with. Split from
+`weight_receiver.py`, which receives and loads pushes; nothing here does I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ludic.inference.weights import NonFiniteWeightsError
+
+__all__ = ["NonfiniteRefusal", "SyncResult", "WeightSyncError", "nonfinite_refusal"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SyncResult:
+    """A loaded push. `checksums`: name -> (total, weighted) of each pushed tensor as the
+    served model holds it after loading (`ludic.distributed.checksum`); `held_dtypes`: the
+    served dtype of the tensors held in another dtype than they were sent in."""
+
+    policy_version: int
+    num_tensors: int
+    num_bytes: int
+    checksums: dict[str, tuple[int, int]] | None = None
+    held_dtypes: dict[str, str] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "policy_version": self.policy_version,
+            "num_tensors": self.num_tensors,
+            "num_bytes": self.num_bytes,
+        }
+        if self.checksums is not None:
+            body["checksums"] = {name: list(c) for name, c in self.checksums.items()}
+            body["held_dtypes"] = self.held_dtypes or {}
+        return body
+
+
+class WeightSyncError(RuntimeError):
+    """A push could not be received or loaded (`status` is the HTTP status to answer with)."""
+
+    def __init__(self, message: str, status: int = 409) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class NonfiniteRefusal(WeightSyncError):
+    """A push received whole but refused for its values (nan or inf): 422."""
+
+    def __init__(self, error: NonFiniteWeightsError, *, landed_in_place: bool) -> None:
+        super().__init__(
+            nonfinite_refusal(error.names, landed_in_place=landed_in_place), status=422
+        )
+
+
+def nonfinite_refusal(names: list[str], *, landed_in_place: bool) -> str:
+    """What a server answers (with a 422) to a push whose tensors `names` hold nan or inf:
+    the embedded server's receiver and the vLLM extension's routes say the same."""
+    shown = ", ".join(names[:5]) + (" ..." if len(names) > 5 else "")
+    where = (
+        "they were received in place, so the served model holds them now (its policy "
+        "version is unchanged) until a finite push replaces them"
+        if landed_in_place
+        else "nothing was loaded: the served model is as it was"
+    )
+    return (
+        f"refused weight push: {len(names)} tensor(s) hold nan or inf ({shown}); "
+        f"{where}. The trainer's weights diverged: fix the training step or push from a "
+        "finite checkpoint"
+    )
