@@ -36,22 +36,8 @@ from ludic.inference.weights import NonFiniteWeightsError
 from ludic.rollouts.samples import SAWItem
 from ludic.training.algorithm_types import RLAlgorithm
 from ludic.training.batching.prefetch import PrefetchBatchSource
-from ludic.training.batching.types import (
-    BatchSource,
-    BatchSourceExhausted,
-    SAWBatch,
-    StatefulBatchSource,
-)
-from ludic.training.checkpoint import (
-    CheckpointManager,
-    capture_rank_state,
-    check_checkpoint_fits,
-    checkpoint_tokenizer,
-    has_checkpoints,
-    rank_state_for,
-    read_checkpoint,
-    restore_rng_state,
-)
+from ludic.training.batching.types import BatchSource, BatchSourceExhausted, SAWBatch
+from ludic.training.checkpoint import CheckpointManager, checkpoint_tokenizer
 from ludic.training.collate import (
     cap_seq_len,
     collate,
@@ -65,28 +51,15 @@ from ludic.training.filters import drop_stale
 from ludic.training.gradients import BatchTotals, accumulate_gradients, local_shared_passes
 from ludic.training.loggers import TrainingLogger
 from ludic.training.losses import reduce_metrics
-from ludic.training.lr_resume import (
-    RECORD_KEY,
-    LRScheduleMismatchError,
-    apply_lr_settings,
-    lr_changes,
-    lr_settings,
-    optimizer_kernels,
-    restore_optimizer_kernels,
-)
 from ludic.training.mismatch import policy_lag_metrics
 from ludic.training.parallel.auto import auto_runtime
-from ludic.training.parallel.runtime import (
-    TrainingRuntime,
-    next_batch_together,
-    run_on_main,
-    run_together,
-)
+from ludic.training.parallel.runtime import TrainingRuntime, next_batch_together
 from ludic.training.parallel.state import optimizer_param_names
 from ludic.training.schedule import build_scheduler
 from ludic.training.shared_prefix import shared_prefix_min_tokens
 from ludic.training.stall import NoSignalWatch, SkipTracker, skip_cause, was_skipped
 from ludic.training.stats import Reducer, aggregate_stats, default_sample_reducers
+from ludic.training.trainer_checkpoints import restore_checkpoint, write_checkpoint
 from ludic.training.trainer_guards import (
     check_inputs,
     check_num_steps,
@@ -99,7 +72,6 @@ from ludic.training.trainer_guards import (
     log_together,
     publish_finite,
 )
-from ludic.types import JSON
 
 logger = logging.getLogger(__name__)
 
@@ -394,31 +366,12 @@ class Trainer:
         """Synchronous `train` (starts an event loop; use `await train(...)` inside one)."""
         return asyncio.run(self.train(num_steps, progress=progress))
 
-    # -- checkpoints --------------------------------------------------------------------------
+    # -- checkpoints (`ludic.training.trainer_checkpoints`) ------------------------------------
 
     def save_checkpoint(self) -> Path:
         """Save model, optimizer, schedule, RNG, step, version and the source's data position
         (full states gathered from every rank, written by rank 0)."""
-        manager, runtime = self._checkpoints(), self.runtime
-        model_state = runtime.full_model_state(self.model)
-        optimizer_state = runtime.full_optimizer_state(self.model, self.optimizer)
-        rank_states = runtime.all_gather_object(capture_rank_state(self._data_state()))
-        return run_on_main(
-            runtime,
-            lambda: manager.save(
-                step=self.step,
-                model=self.model,
-                model_state=model_state,
-                optimizer_state=optimizer_state,
-                scheduler=self.scheduler,
-                policy_version=self.policy_version,
-                data_state=rank_states[0].data_state,
-                rank_states=rank_states,
-                tokenizer=self.tokenizer,
-                extra={**self.checkpoint_extra, RECORD_KEY: lr_settings(self.config)},
-            ),
-            f"saving the checkpoint of step {self.step}",
-        )
+        return write_checkpoint(self)
 
     def resume(
         self,
@@ -438,55 +391,17 @@ class Trainer:
         LR settings (lr, schedule, warmup, total_steps, floor) that differ from the
         checkpoint's raise `LRScheduleMismatchError` before anything is loaded, unless
         `override_lr_schedule=True` applies the config's from the checkpoint's step on."""
-        manager, runtime = self._checkpoints(), self.runtime
-
-        def choose() -> Path | None:
-            if missing_ok and not has_checkpoints(manager.root if path is None else path):
-                return None
-            return manager.resolve(path)
-
-        chosen = run_on_main(runtime, choose, "choosing the checkpoint to resume from")
+        chosen = restore_checkpoint(
+            self, path, missing_ok=missing_ok, override_lr_schedule=override_lr_schedule
+        )
         if chosen is None:
-            if runtime.is_main:
-                logger.info(
-                    "no checkpoint under %s: starting at step %d", path or manager.root, self.step
-                )
             return self.step
-        checkpoint = run_together(  # rank 0 reads the weights: its error stops every rank
-            runtime,
-            lambda: read_checkpoint(chosen, with_weights=runtime.is_main),
-            f"reading the checkpoint {chosen}",
-        )
-        changes = lr_changes(checkpoint.extra.get(RECORD_KEY), self.config)
-        if changes and not override_lr_schedule:
-            raise LRScheduleMismatchError(str(chosen), changes)
-        run_on_main(  # a model of another shape: named, not torch's state-dict dump
-            runtime,
-            lambda: check_checkpoint_fits(self.model, checkpoint.model_state, chosen),
-            f"checking that the checkpoint {chosen} fits the model",
-        )
-        runtime.load_model_state(self.model, checkpoint.model_state)
-        kernels = optimizer_kernels(self.optimizer)  # this run's (fused=...), not the saved run's
-        runtime.load_optimizer_state(self.model, self.optimizer, checkpoint.optimizer_state)
-        restore_optimizer_kernels(self.optimizer, kernels)
-        if checkpoint.scheduler_state is not None:
-            self.scheduler.load_state_dict(checkpoint.scheduler_state)
-        if changes:
-            logger.warning("resuming %s with changed LR settings %s", chosen, changes)
-            apply_lr_settings(self.scheduler, self.optimizer, self.config.lr)
-        own = rank_state_for(checkpoint, runtime.rank, runtime.world_size)
-        if own.rng_json is not None:
-            restore_rng_state(own.rng_json, own.rng_tensors)
-        if isinstance(self.batch_source, StatefulBatchSource):
-            self.batch_source.load_state_dict(own.data_state)
-        self.step = checkpoint.step
-        self.policy_version = checkpoint.policy_version
         self._skips = SkipTracker(self.config.max_skipped_steps)
         try:
             seconds = self.publish_weights()
         except NonFiniteWeightsError as e:  # the checkpoint itself holds them
             raise from_checkpoint(e, chosen) from e
-        if runtime.is_main:
+        if self.runtime.is_main:
             logger.info(
                 "resumed %s: step %d, policy version %d%s",
                 chosen,
@@ -495,15 +410,6 @@ class Trainer:
                 "" if seconds is None else f", published in {seconds:.2f}s",
             )
         return self.step
-
-    def _checkpoints(self) -> CheckpointManager:
-        if self.checkpoints is None:
-            raise ValueError("no checkpoint manager: set TrainerConfig.checkpoint")
-        return self.checkpoints
-
-    def _data_state(self) -> JSON:
-        source = self.batch_source
-        return source.state_dict() if isinstance(source, StatefulBatchSource) else {}
 
     def close(self) -> None:
         """Close the logger, and the runtime when the Trainer created it."""
