@@ -68,6 +68,8 @@ def test_start_up_removes_dead_writers_only(
         CheckpointManager(CheckpointConfig(dir=str(root)))
 
     assert not dead.exists() and not old_swap.exists() and not reused.exists()
+    # the aside of a re-save killed between its renames, its step_N gone: renamed back
+    assert (root / "step_00000001" / "model" / "model.safetensors").is_file()
     assert not unowned_old.exists()
     assert live.exists() and foreign.exists() and unowned_recent.exists() and unrelated.exists()
     assert "another host" in caplog.text and foreign.name in caplog.text

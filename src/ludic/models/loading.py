@@ -4,9 +4,11 @@ transformers 5 may swap a tokenizer's class on reload based on the model type (f
 Llama config pulls in a Metaspace `LlamaTokenizer`), which silently changes ids. Saving pins the
 class to the plain `tokenizer.json` backend, and loading checks the loaded tokenizer against
 `tokenizer.json` itself. A checkpoint step folder (`.../checkpoints/step_N`, the path a run
-prints as its last checkpoint) loads from its `model/` subfolder; a run folder is refused naming
-its latest checkpoint. A LoRA run's checkpoint (a peft adapter directory) loads as its base model
-with the adapter merged in. Nothing here downloads from a model hub.
+prints as its last checkpoint) loads from its `model/` subfolder, once its files match the
+sizes and sha256 its MANIFEST.json recorded (a damaged one is refused naming the file and an
+earlier step that verifies); a run folder is refused naming its latest checkpoint. A LoRA run's
+checkpoint (a peft adapter directory) loads as its base model with the adapter merged in.
+Nothing here downloads from a model hub.
 """
 
 from __future__ import annotations
@@ -89,10 +91,22 @@ def check_model_directory(path: str | os.PathLike[str]) -> Path:
     """The model directory `path` names (as `load_model` reads it), or the FileNotFoundError
     `load_model` would raise, without loading anything: for commands that check their flags
     before slower work (connecting to Redis, building envs)."""
+    _restore_interrupted_resave(Path(path).expanduser())
     directory = model_directory(path)
     if not _holds_model(directory):
         raise FileNotFoundError(_not_a_model_directory(Path(path)))
     return directory
+
+
+def _restore_interrupted_resave(path: Path) -> None:
+    """A step folder `path` names (`.../step_N` or `.../step_N/model`) that is missing because a
+    re-save of it was killed between its renames is renamed back from its aside first."""
+    for step_dir in (path, path.parent):
+        if step_dir.name.startswith("step_") and not step_dir.exists():
+            from ludic.training.checkpoint_scratch import restore_interrupted_resaves
+
+            restore_interrupted_resaves(step_dir.parent)
+            return
 
 
 def load_model(
@@ -103,9 +117,9 @@ def load_model(
     """Load a local model directory (or a checkpoint step folder: its `model/`) as (model in
     eval mode on `device`, tokenizer)."""
     directory = check_model_directory(path)
+    _check_manifest(directory)
     if not (directory / "config.json").is_file():  # a LoRA run's checkpoint: its adapter
         return _load_merged_adapter(directory, dtype, device)
-    _check_manifest_sizes(directory)
     try:
         model = AutoModelForCausalLM.from_pretrained(directory, dtype=resolve_dtype(dtype))
     except (OSError, SafetensorError) as e:
@@ -120,17 +134,23 @@ def load_model(
 def _load_merged_adapter(
     directory: Path, dtype: DTypeLike, device: str | torch.device
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """The base model `directory`'s LoRA adapter names (`base_model_name_or_path`, as the run
-    saved it: absolute, or relative to the directory the run ran in) with the adapter merged in:
-    a plain model, as the LoRA run's policy computes. Tokenizer from the adapter directory."""
-    config = json.loads((directory / ADAPTER_CONFIG).read_text())
-    base = Path(str(config.get("base_model_name_or_path") or "")).expanduser()
-    if not str(base) or not _holds_model(model_directory(base)):
-        raise FileNotFoundError(
-            f"{directory} holds a LoRA adapter; its base model (base_model_name_or_path in "
-            f"{ADAPTER_CONFIG}: {str(base) or 'none'}) is not a model directory from here. Set "
-            "it to the base model's folder (the --model the LoRA run started from), or run from "
-            "the directory that run ran in"
+    """The base model `directory`'s LoRA adapter names (`base_model_name_or_path`: absolute as
+    ludic saves it; older checkpoints' relative paths are looked up from the current directory,
+    with a warning) with the adapter merged in: a plain model, as the LoRA run's policy computes.
+    Tokenizer from the adapter directory."""
+    config_file = directory / ADAPTER_CONFIG
+    recorded = str(json.loads(config_file.read_text()).get("base_model_name_or_path") or "")
+    base = Path(recorded).expanduser()
+    if not recorded or not _holds_model(model_directory(base)):
+        raise FileNotFoundError(_base_not_found(directory, recorded))
+    if not base.is_absolute():
+        logger.warning(
+            "%s names its base model by the relative path %r (saved before ludic recorded it "
+            "absolute): using %s, found from the current directory; if that is not the model "
+            "the LoRA run started from, run from the directory that run ran in",
+            directory,
+            recorded,
+            base.resolve(),
         )
     from peft import PeftModel  # the LoRA run had peft: its adapter is peft's format
 
@@ -140,29 +160,66 @@ def _load_merged_adapter(
     return merged.eval(), load_tokenizer(directory)
 
 
-def _check_manifest_sizes(directory: Path) -> None:
+def _base_not_found(directory: Path, recorded: str) -> str:
+    """Why LoRA adapter `directory`'s recorded base `recorded` is not loaded, and the fixes
+    that leave the checkpoint as saved (its MANIFEST.json records the adapter config's sha256,
+    so the config is edited in a copy)."""
+    base = Path(recorded).expanduser()
+    edit = (
+        f"or copy {directory} elsewhere and set base_model_name_or_path in its {ADAPTER_CONFIG} "
+        "to that folder's absolute path"
+    )
+    if not recorded:
+        return (
+            f"{directory} holds a LoRA adapter that names no base model: {edit.removeprefix('or ')}"
+        )
+    if base.is_absolute():
+        return (
+            f"{directory} holds a LoRA adapter whose base model is not found: "
+            f"base_model_name_or_path in {ADAPTER_CONFIG} is {recorded!r}, which is no local model "
+            "directory. Put the base model's folder (the --model the LoRA run started from) "
+            f"back at that path (a symlink will do), {edit}"
+        )
+    return (
+        f"{directory} holds a LoRA adapter whose base model is not found: "
+        f"base_model_name_or_path in {ADAPTER_CONFIG} is {recorded!r}, a relative path, looked "
+        f"up from the current directory {Path.cwd()}, where it is no model directory. Run from "
+        "the directory the LoRA run ran in, or put the base model's folder (the --model that "
+        f"run started from) at {Path.cwd() / base} (a symlink will do), {edit}"
+    )
+
+
+def _check_manifest(directory: Path) -> None:
     """ValueError naming the first file of a checkpoint's `model/` that its step folder's
-    MANIFEST.json lists but that is missing or of another size (a copy in part, a full disk).
-    Sizes only: the checkpoint's own verify hashes them when a run resumes."""
-    manifest = directory.parent / "MANIFEST.json"
-    if directory.name != "model" or not manifest.is_file():
+    MANIFEST.json lists but that is missing, of another size (a copy in part, a full disk) or of
+    other contents than its recorded sha256 (a bit flip: one streaming pass over the weights),
+    and the newest earlier step whose `model/` verifies. Files recorded without a sha256 (older
+    saves): sizes only. A folder without a readable manifest is left to loading to judge."""
+    from ludic.training.checkpoint_manifest import (
+        MANIFEST,
+        check_files,
+        earlier_good_checkpoint,
+        manifest_files,
+    )
+    from ludic.training.weights_io import CorruptCheckpointError
+
+    step_dir = directory.parent
+    if directory.name != "model" or not (step_dir / MANIFEST).is_file():
         return
     try:
-        files = json.loads(manifest.read_text()).get("files", {})
-    except (OSError, ValueError, AttributeError):
+        manifest_files(step_dir)
+    except CorruptCheckpointError:
         return  # not ours to judge: loading says what is wrong with the weights themselves
-    for name, entry in files.items():
-        if not name.startswith("model/") or not isinstance(entry, dict):
-            continue
-        file = directory.parent / name
-        size = file.stat().st_size if file.is_file() else None
-        if size != entry.get("size"):
-            found = "missing" if size is None else f"{size} bytes"
-            raise ValueError(
-                f"{directory.parent} is damaged or incomplete: {name} is {found}, its "
-                f"MANIFEST.json says {entry.get('size')} bytes; copy it again, or load another "
-                "checkpoint (e.g. the previous step_N)"
-            )
+    try:
+        check_files(step_dir, prefix="model/")
+    except CorruptCheckpointError as e:
+        earlier = earlier_good_checkpoint(step_dir, prefix="model/")
+        instead = (
+            f"load another checkpoint: the earlier step {earlier} verifies"
+            if earlier is not None
+            else "load another checkpoint (no earlier step beside it verifies)"
+        )
+        raise ValueError(f"{e}. Copy it again, or {instead}") from e
 
 
 def _not_a_model_directory(path: Path) -> str:

@@ -4,20 +4,21 @@ A checkpoint `step_00000042/` holds `model/` (Hugging Face format, loadable by `
 a peft adapter directory for LoRA), `optimizer.pt` (the single-process `optimizer.state_dict()`
 layout), `scheduler.pt`, `rng.pt` (torch RNG), `state.json` (step, policy version, data
 position, python/numpy RNG), with several ranks `rank_states.pt` (each rank's RNG and data
-position) and, written last, `MANIFEST.json` listing every file with its size and sha256. It is
-written to a temporary sibling directory, fsynced and renamed, so a crash mid-save leaves the
-previous checkpoint intact; the temporary directories a killed save leaves are removed later
-(`checkpoint_scratch`). A checkpoint without a manifest, or whose files do not match it, is
-refused with a message naming the problem; given the checkpoint root, loading picks the newest
-checkpoint that verifies; a newer one under the manager's own root that it skipped as corrupt
-is renamed `step_N.corrupt`, so retention and later resumes skip it (`checkpoint_faults`).
+position) and, written last, `MANIFEST.json` listing every file with its size and sha256
+(`checkpoint_manifest`). It is written to a temporary sibling directory, fsynced and renamed, so
+a crash mid-save leaves the previous checkpoint intact; re-saving a step moves the old one aside
+first, and a save killed between the two renames gets the old one back at the next listing
+(`checkpoint_scratch`), which also removes the temporary directories killed saves leave. A
+checkpoint without a manifest, or whose files do not match it, is refused with a message naming
+the damaged file and an earlier step that verifies; given the checkpoint root, loading picks the
+newest checkpoint that verifies; a newer one under the manager's own root that it skipped as
+corrupt is renamed `step_N.corrupt`, so retention and later resumes skip it (`checkpoint_faults`).
 Nothing here is sharded: distributed training hands in full states gathered on rank 0 (see
 `ludic.training.parallel`), so any world size can resume.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -37,14 +38,24 @@ from ludic.training.checkpoint_faults import (  # the first two re-exported: the
     check_checkpoint_fits,  # noqa: F401
     quarantine_checkpoint,
 )
-from ludic.training.checkpoint_scratch import remove_stale_scratch, scratch_name
+from ludic.training.checkpoint_manifest import (
+    MANIFEST,
+    check_files,
+    earlier_good_checkpoint,
+    fsync_path,
+    write_manifest,
+)
+from ludic.training.checkpoint_scratch import (
+    remove_stale_scratch,
+    restore_interrupted_resaves,
+    scratch_name,
+)
 from ludic.training.parallel.state import fit_state_to_model
 from ludic.training.weights_io import CorruptCheckpointError, read_state_dict, save_weights
 from ludic.types import JSON
 
 logger = logging.getLogger(__name__)
 
-MANIFEST = "MANIFEST.json"
 STATE = "state.json"
 RANK_STATES = "rank_states.pt"
 _FORMAT = 1
@@ -119,22 +130,6 @@ def rank_state_for(checkpoint: LoadedCheckpoint, rank: int, world_size: int) -> 
     return RankState(
         data_state=checkpoint.data_state, rng_json=rng.get("json"), rng_tensors=rng["tensors"]
     )
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def capture_rng_state() -> tuple[JSON, dict[str, Any]]:
@@ -252,25 +247,19 @@ class CheckpointManager:
         (tmp / STATE).write_text(json.dumps(state))
 
     def _write_manifest(self, tmp: Path, step: int) -> None:
-        files = {}
-        for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
-            _fsync(path)
-            files[path.relative_to(tmp).as_posix()] = {
-                "size": path.stat().st_size,
-                "sha256": _sha256(path),
-            }
-        manifest = tmp / MANIFEST
-        manifest.write_text(json.dumps({"format": _FORMAT, "step": step, "files": files}))
-        _fsync(manifest)
-        _fsync(tmp)
+        write_manifest(tmp, step)
 
     def _swap_in(self, tmp: Path, final: Path) -> None:
+        """Rename `tmp` to `final`. Re-saving a step moves the old one aside first and drops it
+        after: killed between the renames, the aside (named after this dead writer) is renamed
+        back by the next listing (`restore_interrupted_resaves`), so the step is never lost."""
         old = None
-        if final.exists():  # re-saving a step: move the old one aside, drop it after the swap
+        if final.exists():
             old = final.with_name(scratch_name("old", final.name))
             os.replace(final, old)
+            fsync_path(self.root)
         os.replace(tmp, final)
-        _fsync(self.root)
+        fsync_path(self.root)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
 
@@ -292,29 +281,10 @@ class CheckpointManager:
 
     def verify(self, path: str | Path, *, deep: bool | None = None) -> None:
         """Raise `CorruptCheckpointError` naming the problem unless `path` is complete and every
-        file matches the manifest (sizes; and sha256 when deep, default from config)."""
-        path = Path(path)
+        file matches the manifest (sizes; and sha256 when deep, default from config; files a
+        manifest lists without a sha256, as older saves did: size only)."""
         deep = self.config.verify == "sha256" if deep is None else deep
-        manifest = path / MANIFEST
-        if not manifest.is_file():
-            raise CorruptCheckpointError(
-                f"{path}: no {MANIFEST}, so the save did not complete (partial checkpoint)"
-            )
-        try:
-            files = json.loads(manifest.read_text())["files"]
-        except (ValueError, KeyError) as e:
-            raise CorruptCheckpointError(f"{manifest}: unreadable manifest ({e})") from e
-        for name, expected in files.items():
-            file = path / name
-            if not file.is_file():
-                raise CorruptCheckpointError(f"{path}: {name} is listed in {MANIFEST} but missing")
-            size = file.stat().st_size
-            if size != expected["size"]:
-                raise CorruptCheckpointError(
-                    f"{path}: {name} has {size} bytes, the manifest says {expected['size']}"
-                )
-            if deep and _sha256(file) != expected["sha256"]:
-                raise CorruptCheckpointError(f"{path}: {name} does not match its sha256 (corrupt)")
+        check_files(Path(path), deep=deep)
 
     def latest(self) -> Path | None:
         """The newest checkpoint that verifies; broken ones are skipped with a warning."""
@@ -364,14 +334,27 @@ class CheckpointManager:
         try:
             self.verify(path)
         except CorruptCheckpointError as e:
-            good = self._newest_good(path.parent)[0]
-            if good is None or good == path:
-                raise
-            raise CorruptCheckpointError(
-                f"{e}. The newest complete checkpoint is {good}: pass it, or the checkpoint root "
-                f"{path.parent} to pick it"
-            ) from e
+            raise CorruptCheckpointError(f"{e}. {self._instead_of(path)}") from e
         return path
+
+    def _instead_of(self, damaged: Path) -> str:
+        """Which checkpoint to load instead of `damaged`: the newest earlier step that verifies,
+        else the newest one beside it that does."""
+        deep = self.config.verify == "sha256"
+        earlier = earlier_good_checkpoint(damaged, deep=deep)
+        if earlier is not None:
+            return (
+                f"Use an earlier step: the newest complete checkpoint is {earlier} (of those "
+                f"before {damaged.name}); pass it, or the checkpoint root {damaged.parent} to "
+                "pick the newest that verifies"
+            )
+        good = self._newest_good(damaged.parent)[0]
+        if good is not None and good != damaged:
+            return f"No earlier step verifies; {good} does: pass it"
+        return (
+            f"No other checkpoint under {damaged.parent} verifies: copy this one again from "
+            "where it was saved, or start a new run"
+        )
 
     def load(self, path: str | Path | None = None) -> LoadedCheckpoint:
         """Read checkpoint `path` (default: `latest()`) after verifying it."""
@@ -422,6 +405,7 @@ def complete_checkpoints(root: str | Path) -> list[Path]:
 def _step_dirs(root: Path) -> list[Path]:
     if not root.is_dir():
         return []
+    restore_interrupted_resaves(root)
     found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _NAME.match(p.name))]
     return [p for _, p in sorted(found)]
 

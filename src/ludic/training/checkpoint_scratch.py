@@ -3,10 +3,12 @@ replaced): names that record their writer, and removal of those whose writer is 
 
 A save killed mid-write leaves its scratch directory behind. Its name carries the writer's pid,
 the process start time (so a reused pid is not mistaken for the writer) and host, so a later
-process removes it only when that writer is provably dead. It never removes a directory whose
+process removes it only when that writer is provably dead. A re-save of a step killed between
+its two renames leaves the old `step_N` aside as `.old-step_N-*` and no `step_N`: that aside is
+renamed back (`restore_interrupted_resaves`), never removed. It never touches a directory whose
 writer is alive, nor one written on another host (liveness cannot be checked from here: it is
-reported, not removed). Scratch directories named before owners were recorded are removed once
-nothing in them changed for `UNOWNED_GRACE_S`.
+reported, not removed). Scratch directories named before owners were recorded count as dead
+once nothing in them changed for `UNOWNED_GRACE_S`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ _OWNED = re.compile(
     r"^\.(?:tmp|old)-step_\d+-[0-9a-f]{8}-(?P<pid>\d+)-(?P<start>\d+)-(?P<host>[A-Za-z0-9._-]+)$"
 )
 _UNOWNED = re.compile(r"^\.(?:tmp|old)-step_\d+-[0-9a-f]{8}$")
+_ASIDE = re.compile(r"^\.old-(?P<step>step_\d+)-")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -99,8 +102,46 @@ def stale_scratch_dirs(root: Path, *, now: float | None = None) -> tuple[list[Pa
     return stale, foreign
 
 
+def restore_interrupted_resaves(root: Path) -> list[Path]:
+    """Rename back each `.old-step_N-*` aside of a dead writer under `root` whose `step_N` is
+    gone (a re-save killed between its renames); returns the restored `step_N` paths. Where the
+    rename fails (a read-only copy), it says which command restores the step."""
+    if not root.is_dir() or not any(_ASIDE.match(p.name) for p in root.iterdir()):
+        return []
+    restored = []
+    for aside in stale_scratch_dirs(root)[0]:
+        match = _ASIDE.match(aside.name)
+        if match is None:
+            continue
+        step_dir = root / match["step"]
+        if step_dir.exists():
+            continue  # killed after the second rename: the aside is an old copy to remove
+        try:
+            os.rename(aside, step_dir)
+        except OSError as e:
+            logger.warning(
+                "%s is missing: a re-save of it was killed mid-way and left the previous one as "
+                "%s, which cannot be renamed back (%s); restore it with: mv %s %s",
+                step_dir,
+                aside.name,
+                e,
+                aside,
+                step_dir,
+            )
+            continue
+        logger.warning(
+            "restored %s from %s: a re-save of that step was killed between its renames",
+            step_dir.name,
+            aside.name,
+        )
+        restored.append(step_dir)
+    return restored
+
+
 def remove_stale_scratch(root: Path, *, warn_foreign: bool = False) -> list[Path]:
-    """Remove the scratch directories of dead writers under `root`; returns what was removed."""
+    """Restore interrupted re-saves, then remove the scratch directories of dead writers under
+    `root`; returns what was removed."""
+    restore_interrupted_resaves(root)
     stale, foreign = stale_scratch_dirs(root)
     for path in stale:
         shutil.rmtree(path, ignore_errors=True)

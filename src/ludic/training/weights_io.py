@@ -24,6 +24,7 @@ SAFETENSORS_SINGLE = "model.safetensors"
 TORCH_INDEX = "pytorch_model.bin.index.json"
 TORCH_SINGLE = ("pytorch_model.bin", "pytorch_model.pt")
 ADAPTER_SAFETENSORS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
 
 
 class CorruptCheckpointError(Refusal, RuntimeError):
@@ -119,9 +120,10 @@ def save_weights(
     state_dict: Mapping[str, torch.Tensor] | None = None,
 ) -> None:
     """Write `model` to `directory`: HF `save_pretrained` (safetensors, sharded with an index
-    above `max_shard_size`; a peft model writes its adapter) when it has it, else one
-    `model.safetensors`. `state_dict` replaces the model's own tensors (e.g. a sharded model's
-    full state gathered on rank 0)."""
+    above `max_shard_size`; a peft model writes its adapter, naming its base model by an
+    absolute path when that is a local folder) when it has it, else one `model.safetensors`.
+    `state_dict` replaces the model's own tensors (e.g. a sharded model's full state gathered on
+    rank 0)."""
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
     save_pretrained = getattr(model, "save_pretrained", None)
@@ -131,6 +133,7 @@ def save_weights(
         extra = {} if state_dict is None else {"state_dict": _on_host(state_dict)}
         with _no_hf_progress_bar():  # one "Writing model shards" bar per checkpoint is noise
             save_pretrained(str(path), max_shard_size=max_shard_size, **extra)
+        _absolute_adapter_base(path)
         return
     if state_dict is None:
         state_dict = model.state_dict()
@@ -138,6 +141,24 @@ def save_weights(
     # parameter once `TrainerConfig.contiguous_parameters` laid them out in one storage)
     tensors = {k: v.detach().to("cpu", copy=True).contiguous() for k, v in state_dict.items()}
     safetensors.torch.save_file(tensors, str(path / SAFETENSORS_SINGLE))
+
+
+def _absolute_adapter_base(directory: Path) -> None:
+    """Rewrite a peft adapter's `base_model_name_or_path` as an absolute path when it names a
+    local folder relative to this process's working directory: loading the adapter from another
+    directory would otherwise miss its base, or find another folder of that name. Hub names
+    (no such local folder) are left as they are."""
+    config_file = directory / ADAPTER_CONFIG
+    if not config_file.is_file():
+        return
+    config = json.loads(config_file.read_text())
+    base = config.get("base_model_name_or_path")
+    if not isinstance(base, str) or not base or not Path(base).expanduser().is_dir():
+        return
+    absolute = str(Path(base).expanduser().resolve())
+    if absolute != base:
+        config["base_model_name_or_path"] = absolute
+        config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def _on_host(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -1,0 +1,120 @@
+"""A checkpoint's MANIFEST.json: every file's size and sha256, written last at save, checked when
+the checkpoint is loaded (resume, `ludic eval`, `ludic serve`), so a partial, truncated or
+bit-flipped checkpoint is refused naming the damaged file and an earlier step that verifies.
+
+sha256 (hashlib, streamed from the file in one pass) because it is the fastest of hashlib's
+digests on CPUs with SHA extensions and was already what manifests recorded. Entries written
+before checksums were recorded hold sizes only: those files are checked by size. It does not
+choose which checkpoint to load (`CheckpointManager.resolve`) nor rename broken ones
+(`checkpoint_faults`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from ludic.training.weights_io import CorruptCheckpointError
+
+MANIFEST = "MANIFEST.json"
+FORMAT = 1
+_STEP_NAME = re.compile(r"^step_(\d+)$")
+
+
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of `path`'s bytes, read once in blocks (never the whole file in memory)."""
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_manifest(directory: Path, step: int) -> None:
+    """fsync every file under `directory`, then write and fsync MANIFEST.json (each file's size
+    and sha256) and the directory itself: the manifest's presence marks a finished save."""
+    files = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        fsync_path(path)
+        files[path.relative_to(directory).as_posix()] = {
+            "size": path.stat().st_size,
+            "sha256": file_sha256(path),
+        }
+    manifest = directory / MANIFEST
+    manifest.write_text(json.dumps({"format": FORMAT, "step": step, "files": files}))
+    fsync_path(manifest)
+    fsync_path(directory)
+
+
+def manifest_files(directory: Path) -> dict[str, dict[str, Any]]:
+    """The `files` table of `directory`'s manifest; CorruptCheckpointError when there is none
+    (a save that did not finish) or it cannot be read."""
+    manifest = directory / MANIFEST
+    if not manifest.is_file():
+        raise CorruptCheckpointError(
+            f"{directory}: no {MANIFEST}, so the save did not complete (partial checkpoint)"
+        )
+    try:
+        files = json.loads(manifest.read_text())["files"]
+        if not isinstance(files, dict) or not all(isinstance(e, dict) for e in files.values()):
+            raise ValueError("'files' is not a table of file entries")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CorruptCheckpointError(f"{manifest}: unreadable manifest ({e})") from e
+    return files
+
+
+def check_files(directory: Path, *, deep: bool = True, prefix: str = "") -> None:
+    """Raise CorruptCheckpointError naming the first file (of those whose name starts with
+    `prefix`) that `directory`'s manifest lists but that is missing, of another size or, with
+    `deep`, of other contents than its recorded sha256 (entries without one: size only)."""
+    for name, expected in manifest_files(directory).items():
+        if not name.startswith(prefix):
+            continue
+        file = directory / name
+        if not file.is_file():
+            raise CorruptCheckpointError(
+                f"{directory} is damaged: {name} is listed in {MANIFEST} but missing"
+            )
+        size = file.stat().st_size
+        if size != expected.get("size"):
+            raise CorruptCheckpointError(
+                f"{directory} is damaged: {name} has {size} bytes, the manifest says "
+                f"{expected.get('size')}"
+            )
+        recorded = expected.get("sha256")
+        if deep and recorded is not None and file_sha256(file) != recorded:
+            raise CorruptCheckpointError(
+                f"{directory} is damaged: {name} does not match its sha256 in {MANIFEST} (its "
+                "contents changed after the save: a disk, memory or copy fault)"
+            )
+
+
+def earlier_good_checkpoint(path: Path, *, deep: bool = True, prefix: str = "") -> Path | None:
+    """The newest `step_N` beside checkpoint `path` (`step_M`) with N < M whose files (those
+    under `prefix`) verify: what to load instead of a damaged `path`. None when `path` is not
+    named `step_M` or no earlier one verifies. Only called once `path` was refused."""
+    match = _STEP_NAME.match(path.name)
+    if match is None or not path.parent.is_dir():
+        return None
+    step = int(match.group(1))
+    earlier = [
+        (int(m.group(1)), p)
+        for p in path.parent.iterdir()
+        if (m := _STEP_NAME.match(p.name)) and int(m.group(1)) < step
+    ]
+    for _, candidate in sorted(earlier, reverse=True):
+        try:
+            check_files(candidate, deep=deep, prefix=prefix)
+        except CorruptCheckpointError:
+            continue
+        return candidate
+    return None
