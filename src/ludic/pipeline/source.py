@@ -9,10 +9,10 @@ while checkpointing) lists the entries trained since the last ack, and the next 
 entries again (a no-op if done), then replays its own consumer's pending entries: exactly the
 ones read after the checkpoint. Rank 0 then claims the entries of consumers that are not ranks of
 this run (an earlier run's extra ranks at once, unknown names once idle `claim_min_idle_ms`);
-it never touches a live sibling's. `ack="step"` acks after every step (without checkpoints).
-Stale samples (more than `max_lag` versions behind `current_version()`) are dropped or
-down-weighted and counted, undecodable entries are dead-lettered, repeated sample ids (XADD
-retries) are skipped. It does not generate rollouts or train.
+it never touches a live sibling's (what is taken back: `ludic.pipeline.recovery`). `ack="step"`
+acks after every step (without checkpoints). Stale samples (more than `max_lag` versions
+behind `current_version()`) are dropped or down-weighted and counted, undecodable entries are
+dead-lettered, repeated sample ids (XADD retries) are skipped. It does not generate rollouts or train.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from typing import Literal
 
+from ludic.pipeline import recovery
 from ludic.pipeline.codec import PayloadError, decode_sample
 from ludic.pipeline.lease import ConsumerLease
 from ludic.pipeline.stream import SampleStream, StreamEntry
@@ -108,7 +109,7 @@ class PipelineBatchSource:
         self.batch_size = batch_size
         self.consumer = consumer
         self.rank, self.world_size = rank, world_size
-        self.consumer_name = _rank_name(consumer, rank)
+        self.consumer_name = recovery.rank_name(consumer, rank)
         self.ack: AckPolicy = ack
         self.max_lag = max_lag
         self.stale: StalePolicy = stale
@@ -268,7 +269,7 @@ class PipelineBatchSource:
         finally:
             await self.stream.aclose()
 
-    # -- acks and recovery ------------------------------------------------------------------
+    # -- acks and recovery (what is taken back: ludic.pipeline.recovery) ----------------
 
     async def _ack(self, pairs: list[Pair], *, step: int) -> int:
         """Ack `pairs` and record that this consumer acked everything it trained up to `step`."""
@@ -299,94 +300,48 @@ class PipelineBatchSource:
         await self.hold_lease()
         resume, self._resume = self._resume, None
         if resume is not None:
-            await self._check_world(resume)
+            await recovery.check_world(
+                self.stream,
+                resume,
+                consumer=self.consumer,
+                rank=self.rank,
+                world_size=self.world_size,
+            )
             pairs = [(str(e), str(s)) for e, s in resume["trained"]]
             self._check_lease()
             done = await self.stream.commit(
                 pairs, step=self.batches_served, consumer=self.consumer_name
             )
             logger.info("acked %d entries the checkpoint already holds", done)
-        after = "0"
-        while entries := await self.stream.read_pending(self.consumer_name, after=after, count=512):
-            self._replay.extend(entries)
-            after = entries[-1].entry_id
+        self._replay.extend(await recovery.read_pending(self.stream, self.consumer_name))
         if self.rank == 0:
-            self._replay.extend(await self._claim_orphans())
+            self._replay.extend(
+                await recovery.claim_orphans(
+                    self.stream,
+                    consumer=self.consumer,
+                    world_size=self.world_size,
+                    claimant=self.consumer_name,
+                    min_idle_ms=self.claim_min_idle_ms,
+                )
+            )
         if self._replay:
             logger.info("replaying %d entries read but not checkpointed", len(self._replay))
         self.totals["redelivered"] += len(self._replay)
         self._recovered = True
-
-    async def _check_world(self, resume: JSON) -> None:
-        """A checkpoint from another number of ranks lists only rank 0's entries: resuming is
-        safe only if every other old rank acked what the checkpoint holds before it stopped."""
-        saved = int(resume["world_size"])
-        if saved == self.world_size:
-            if int(resume["rank"]) != self.rank:
-                raise ValueError(f"rank {self.rank} was handed rank {resume['rank']}'s state")
-            return
-        step = int(resume["batches_served"])
-        acked = await self.stream.acked_steps()
-        behind = [
-            name
-            for name in (_rank_name(self.consumer, r) for r in range(1, saved))
-            if acked.get(name, -1) < step
-        ]
-        if behind:
-            raise RuntimeError(
-                f"the checkpoint at step {step} was written by {saved} learner ranks and "
-                f"{', '.join(behind)} had not acknowledged its samples when the run stopped; "
-                f"with {self.world_size} ranks they would be trained twice. Resume once with "
-                f"{saved} ranks (it acknowledges them at its first step), then change the number "
-                "of ranks"
-            )
-        logger.info("resuming a %d-rank checkpoint on %d ranks", saved, self.world_size)
-
-    async def _claim_orphans(self) -> list[StreamEntry]:
-        """Entries of consumers that are not ranks of this run: a previous run's extra ranks
-        (dead: claimed at once) and unknown names (claimed once idle `claim_min_idle_ms`)."""
-        siblings = {_rank_name(self.consumer, r) for r in range(self.world_size)}
-        claimed: list[StreamEntry] = []
-        for owner in await self.stream.pending_consumers():
-            if owner in siblings:
-                continue
-            ours = _is_rank_name(self.consumer, owner)  # an earlier run's extra rank: dead,
-            # as this run holds rank 0's lease (its lease may not have expired yet)
-            holder = None if ours else await self.stream.lease_holder(owner)
-            if holder is not None:  # a live learner of another job is training them
-                logger.info("consumer %s is held by a live learner (%s): not taken", owner, holder)
-                continue
-            idle = 0 if ours else self.claim_min_idle_ms
-            taken = await self.stream.claim_from(owner, self.consumer_name, min_idle_ms=idle)
-            if taken:
-                logger.info("took over %d entries left by consumer %s", len(taken), owner)
-            claimed += taken
-        return claimed
 
     async def _next_entries(self, count: int) -> list[StreamEntry]:
         if self._replay:
             return [self._replay.popleft() for _ in range(min(count, len(self._replay)))]
         failures = self.stream.reconnect_attempts
         entries = await self.stream.read(self.consumer_name, count=count, block_ms=self.block_ms)
-        if self.stream.reconnect_attempts != failures:
-            await self._take_back_lost_deliveries(entries)
-        return entries
-
-    async def _take_back_lost_deliveries(self, just_read: list[StreamEntry]) -> None:
-        """A read retried after a connection failure may have been served by redis with the
-        reply lost: its entries now sit in this consumer's pending list and `>` never returns
-        them again. Queue every pending entry this source does not already hold."""
-        held = {entry_id for entry_id, _ in self._trained + self._captured}
-        held.update(e.entry_id for e in just_read)
-        held.update(e.entry_id for e in self._replay)
-        after, lost = "0", []
-        while pending := await self.stream.read_pending(self.consumer_name, after=after, count=512):
-            lost += [e for e in pending if e.entry_id not in held]
-            after = pending[-1].entry_id
-        if lost:
-            logger.warning("taking back %d entries whose delivery reply was lost", len(lost))
+        if self.stream.reconnect_attempts != failures:  # a lost reply may have left entries
+            held = {entry_id for entry_id, _ in self._trained + self._captured}
+            held.update(e.entry_id for e in entries)
+            held.update(e.entry_id for e in self._replay)
+            lost = await recovery.lost_deliveries(self.stream, self.consumer_name, held)
             self._replay.extend(lost)
             self.totals["redelivered"] += len(lost)
+        return entries
 
     async def _accept(
         self, entry: StreamEntry, stats: Counter[str], lags: list[int]
@@ -485,15 +440,6 @@ class PipelineBatchSource:
 
     def _timed_out(self, started: float) -> bool:
         return self.max_wait_s is not None and time.monotonic() - started >= self.max_wait_s
-
-
-def _rank_name(consumer: str, rank: int) -> str:
-    return f"{consumer}-r{rank}"
-
-
-def _is_rank_name(consumer: str, name: str) -> bool:
-    prefix = f"{consumer}-r"
-    return name.startswith(prefix) and name[len(prefix) :].isdigit()
 
 
 def _check_settings(
