@@ -125,6 +125,8 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     console = console or Console()
     _check_engine_options(cfg)
     sampling = eval_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
+    if cfg.model is not None and not cfg.server_url:  # a bad --model: its error, and no more
+        check_model(cfg.model)
     env_factory = resolve_env_factory(cfg.env)
     env_kwargs = parse_env_kwargs(cfg.env_kwargs)
     # One env built up front (its kwargs checked, and that it is one), which also reads the
@@ -463,9 +465,19 @@ def resolve_model_dir(model: str | None, *, console: Console) -> str:
 
         model = str(tiny_model_dir())
         console.print(f"no --model given: using the tiny local model at {model}")
-    if not Path(model).is_dir():
-        raise ValueError(f"--model {model!r} is not a directory with a saved model")
+    check_model(model)
     return model
+
+
+def check_model(model: str) -> None:
+    """Refuse a `--model` that holds no saved model (a missing path, a run folder, a folder
+    without config.json), naming the path to pass instead, without loading anything."""
+    from ludic.models.loading import check_model_directory
+
+    try:
+        check_model_directory(model)
+    except FileNotFoundError as e:
+        raise ValueError(f"--model {model}: {e}") from None
 
 
 def build_client(cfg: EvalConfig, model_dir: str | None) -> ChatClient:
