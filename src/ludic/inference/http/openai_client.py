@@ -22,6 +22,7 @@ import httpx
 
 from ludic.errors import Refusal
 from ludic.inference.client import ChatRequest, ChatResponse
+from ludic.inference.http.aiohttp_transport import AiohttpTransport
 from ludic.inference.sampling import resolve_sampling_args
 from ludic.inference.unicode_check import check_text
 from ludic.types import ToolCall
@@ -74,7 +75,10 @@ class OpenAICompatibleClient:
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
+            base_url=self.base_url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport or AiohttpTransport(),
         )
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
