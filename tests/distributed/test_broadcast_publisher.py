@@ -536,7 +536,9 @@ def test_pieces_go_only_to_servers_that_say_they_take_them(
         monkeypatch.setattr(
             WeightSyncReceiver,
             "status",
-            lambda self: {k: v for k, v in status(self).items() if k != "pieces"},
+            lambda self, group=None: {
+                k: v for k, v in status(self, group).items() if k != "pieces"
+            },
         )
     publisher = rig.publisher(piece_mb=0.001)  # ~1 KiB pieces: every large bucket is split
     nudge_(rig.trainer_model, 0.01)

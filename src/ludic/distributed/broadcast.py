@@ -22,10 +22,14 @@ collective. Weights holding a nan or an inf are never sent: `publish` raises
 `NonFiniteWeightsError` first (one float sum per tensor), since `ludic serve` receives in place
 and could only refuse them once they had landed. A server's refusal of a push (a 4xx) raises
 `WeightPushError` and is not retried, except one saying it has no communicator (it left this
-trainer's group: another trainer joined it and closed the group, or it restarted): the
-publisher then rejoins (a new `/init` and join for every server, as its first connect) and
+trainer's group: it restarted): the publisher then rejoins (a new `/init` and join for every server, as its first connect) and
 retries that push once, logging one line that says so; failing again raises `WeightPushError`
-naming why. It does not balance or route inference requests (`ludic.inference.http.pool`).
+naming why. A server that says another trainer joined it and replaced this trainer's group
+raises `TrainerReplaced` naming that trainer (host, pid), now and at every later `publish`:
+the two trainers would otherwise take the server from each other at every push. With
+`take_over=True` the publisher instead takes the server back (rejoins and retries once,
+logging a warning naming the other trainer). It does not balance or route inference requests
+(`ludic.inference.http.pool`).
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ from ludic.distributed.push_records import (
     gather_full_state_dict,
 )
 from ludic.distributed.server_group import PushFailed, ServerGroup, ServerLeftGroup, links
-from ludic.distributed.server_link import ServerLink, WeightPushError
+from ludic.distributed.server_link import ServerLink, TrainerReplaced, WeightPushError
 from ludic.distributed.transfer import (
     Backend,
     BufferPool,
@@ -69,7 +73,7 @@ from ludic.distributed.verification import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["BroadcastPolicyPublisher", "PushStats", "WeightPushError"]
+__all__ = ["BroadcastPolicyPublisher", "PushStats", "TrainerReplaced", "WeightPushError"]
 
 
 class BroadcastPolicyPublisher:
@@ -112,6 +116,12 @@ class BroadcastPolicyPublisher:
       when fewer servers than this took it; the others are named in a warning and in
       `last_push.missed`, and rejoin when they answer again. Default 1: rollouts carry on on
       the servers left. `min_servers=len(urls)` makes every server mandatory.
+    - `take_over`: when another trainer has joined a server and replaced this one's group
+      there, take the server back (rejoin and retry the push once, with a warning naming the
+      other trainer) instead of raising `TrainerReplaced` (the default: two trainers on one
+      server would take it from each other at every push). Set it on a trainer meant to
+      replace one that may still be running (the other one then stops with the refusal,
+      unless it may take over too: then they alternate, each push logged on both sides).
     - `master_addr`: this trainer's address as the servers see it (it hosts the TCPStore).
     - `rank`: this process's trainer rank (default: the default group's rank, else 0).
     - `http`: the HTTP client of each server (tests: a FastAPI TestClient); default: httpx.
@@ -140,6 +150,7 @@ class BroadcastPolicyPublisher:
         server_ranks: int | Sequence[int] = 1,
         min_servers: int = 1,
         control: Literal["auto", "http", "store"] = "auto",
+        take_over: bool = False,
         http: httpx.Client | Sequence[httpx.Client] | None = None,
     ) -> None:
         if backend not in ("gloo", "nccl"):
@@ -185,6 +196,8 @@ class BroadcastPolicyPublisher:
         self._probe_always = False
         self.atol = atol
         self.rank = rank
+        self.take_over = take_over
+        self._replaced: TrainerReplaced | None = None  # raised again by every later publish
         self._last_plan: tuple[list[Any], WeightManifest] | None = None
         self._live: LiveStateDict | None = None  # the last published module's state dict
         self.last_push: PushStats | None = None
@@ -236,13 +249,16 @@ class BroadcastPolicyPublisher:
         (the policy diverged), PublishVerificationError if a server does not serve them,
         WeightPushError if one refused the push (not retried, unless it said it is not in the
         group: then rejoined and retried once) or fewer than `min_servers` took it (naming each
-        server)."""
+        server), TrainerReplaced (a WeightPushError) if another trainer replaced this one on a
+        server (again at every later call; unless `take_over`)."""
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise ValueError(f"publish: version must be an int >= 0, got {version!r}")
         model = weights if isinstance(weights, torch.nn.Module) else self.probe_model
         state = self._full_state_dict(weights)  # a collective under FSDP: every rank calls it
         if self._rank() != 0:
             return  # nothing below is a collective: the probe runs on a non-sharded twin
+        if self._replaced is not None:
+            raise TrainerReplaced(str(self._replaced))
         if self.verify and self.probe and model is None and not self._warned_no_probe:
             logger.warning(
                 "publishing a state dict without probe_model: the served weights are checked "
@@ -262,6 +278,20 @@ class BroadcastPolicyPublisher:
         retried = False
         try:
             check, replies = self._attempt(manifest, tensors, state, model, probe_due)
+        except TrainerReplaced as replaced:
+            if not self.take_over:
+                self._replaced = replaced
+                raise
+            logger.warning(
+                "weight push of version %d: taking the server(s) back from another trainer "
+                "(take_over=True): %s",
+                version,
+                replaced,
+            )
+            self.connect()
+            retried = True
+            manifest = self._plan(tensors, version)
+            check, replies = self._attempt(manifest, tensors, state, model, True)
         except PushFailed as failure:  # a server died or broke the group: redo it over a fresh one
             left = isinstance(failure, ServerLeftGroup)
             if not left:
@@ -344,7 +374,7 @@ class BroadcastPolicyPublisher:
             check.sent_cast = {dtype: r.finish()[0] for dtype, r in cast_running.items()}
             while_the_servers_load()
             return check, self.fleet.replies()
-        except PushFailed:
+        except (PushFailed, TrainerReplaced):
             self.fleet.drop()  # a failed collective leaves the group unusable
             raise
 

@@ -6,14 +6,22 @@ mid-push raises `PushFailed` naming it; the group is then unusable and is droppe
 that refuses a push it received whole (a 4xx: e.g. 422, weights holding nan) raises
 `WeightPushError`, not retried, once every member has answered (the group stays usable). A
 server that answers `/start` with a 4xx saying it has no communicator (it is not in this
-trainer's group any more: another trainer joined it and closed the group, or it restarted
-and forgot it) raises `ServerLeftGroup`, a `PushFailed`: the publisher rejoins and retries
-once. It does not verify what the servers hold (the publisher does).
+trainer's group any more: it restarted and forgot it) raises `ServerLeftGroup`, a
+`PushFailed`: the publisher rejoins and retries once. A server that says another trainer
+replaced this one's group (another trainer joined it) raises `TrainerReplaced`, a
+`WeightPushError` naming that trainer, and the group is dropped: rejoining would take the
+server back from the other trainer (only a publisher allowed to `take_over` does). Every
+request carries the trainer's identity (`/init`) or the group id the server gave it, so a
+close from this trainer never frees another trainer's group. It does not verify what the
+servers hold (the publisher does).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import uuid
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -22,7 +30,12 @@ import torch
 
 from ludic.distributed.control import ServerGone, StoreControl
 from ludic.distributed.manifest import WeightManifest
-from ludic.distributed.server_link import ServerLink, ServerUnreachable, WeightPushError
+from ludic.distributed.server_link import (
+    ServerLink,
+    ServerUnreachable,
+    TrainerReplaced,
+    WeightPushError,
+)
 from ludic.distributed.transfer import (
     Backend,
     BufferPool,
@@ -74,6 +87,9 @@ class ServerGroup:
                 f"({len(servers)}), got {min_servers}"
             )
         self.servers = list(servers)
+        trainer = {"id": uuid.uuid4().hex, "host": socket.gethostname(), "pid": os.getpid()}
+        for server in self.servers:  # one identity for this trainer on every server
+            server.trainer = trainer
         self.backend: Backend = backend
         self.master_addr = master_addr
         self.timeout_s = timeout_s
@@ -139,7 +155,7 @@ class ServerGroup:
                 try:
                     if server.channel is not None:
                         server.channel.send_close()  # the server stops waiting on our store
-                    server.request("POST", "/ludic/weights/close")
+                    server.request("POST", "/ludic/weights/close", json=server.scoped())
                 except (httpx.HTTPError, WeightPushError, RuntimeError) as e:
                     logger.warning("could not close the server's weight-sync group: %s", e)
         self.drop()
@@ -188,6 +204,7 @@ class ServerGroup:
                     "ack", alive=server.why_gone, timeout_s=self.timeout_s
                 )
             except (ServerGone, RuntimeError) as e:
+                self.raise_if_replaced()
                 raise PushFailed({server.url: str(e)}) from e
             if "error" in ack:  # refused before any byte
                 if len(self.members) > 1:  # the others wait for buckets that will not come
@@ -201,13 +218,15 @@ class ServerGroup:
         (or, asked, says it is not in one) raises ServerLeftGroup, any other refusal
         WeightPushError."""
         try:
-            body = manifest.to_json()
+            body = server.scoped(manifest.to_json())
             if server.store_at is not None:  # the server refuses it if it holds another group
                 body["store"] = server.store_at
             self._call(server, "POST", "/ludic/weights/start", body)
         except PushFailed:
             raise
         except WeightPushError as e:
+            if server.refused_as_replaced(e):
+                self.raise_if_replaced()
             said = str(e)
             left = any(m in said.lower() for m in _NOT_IN_GROUP) or server.why_gone() is not None
             if not left:
@@ -228,7 +247,7 @@ class ServerGroup:
         for server in self.members:
             try:
                 if server.channel is None:
-                    reply = self._call(server, "POST", "/ludic/weights/finish")
+                    reply = self._call(server, "POST", "/ludic/weights/finish", server.scoped())
                 else:
                     reply = server.channel.wait_reply(
                         "done", alive=server.why_gone, timeout_s=self.timeout_s
@@ -236,10 +255,15 @@ class ServerGroup:
             except PushFailed:
                 raise  # the push is redone over a fresh group: waiting for the rest is moot
             except WeightPushError as e:  # /finish answered with a 4xx
+                if server.refused_as_replaced(e):
+                    self.raise_if_replaced()
                 refused.append(str(e))
                 continue
             except (ServerGone, RuntimeError) as e:  # RuntimeError: the store itself failed
+                self.raise_if_replaced()
                 raise PushFailed({server.url: str(e)}) from e
+            if "error" in reply and server.refused_as_replaced(RuntimeError(reply["error"])):
+                self.raise_if_replaced()
             if "error" in reply:
                 status = reply.get("status")
                 if isinstance(status, int) and 400 <= status < 500:
@@ -282,7 +306,15 @@ class ServerGroup:
         # Raised out here, not from the except: its traceback would hold the group, and the
         # group must be freed for the servers still waiting on it to fail at once.
         gone = {s.url: r for s in self.members if (r := s.why_gone()) is not None}
+        self.raise_if_replaced()
         raise PushFailed(gone or {s.url: why for s in self.members})
+
+    def raise_if_replaced(self) -> None:
+        """Raise TrainerReplaced naming each member that said another trainer replaced this
+        one's group there."""
+        named = {s.url: s.replaced for s in self.members if s.replaced is not None}
+        if named:
+            raise TrainerReplaced("; ".join(f"server {url}: {why}" for url, why in named.items()))
 
 
 def links(

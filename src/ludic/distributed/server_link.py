@@ -2,8 +2,11 @@
 control requests, where it sits in the group (first rank, number of ranks), its store channel,
 and whether it is still there.
 
-Every error names the server's URL, so a push to many servers says which one failed. It does
-no broadcasting and no verification (the publisher does both).
+Every error names the server's URL, so a push to many servers says which one failed. The
+group id the server answers `/init` with travels on `/start`, `/finish`, `/close` and status
+requests, so the server can tell this trainer that another one replaced its group
+(`replaced`, then `TrainerReplaced`). It does no broadcasting and no verification (the
+publisher does both).
 """
 
 from __future__ import annotations
@@ -26,6 +29,15 @@ class WeightPushError(RuntimeError):
 
 class ServerUnreachable(WeightPushError):
     """The server could not be reached, or failed the request itself (5xx): it may be down."""
+
+
+class TrainerReplaced(WeightPushError):
+    """Another trainer joined a server and replaced this trainer's group there: the server
+    serves that trainer's weights now. Not retried (unless the publisher may `take_over`)."""
+
+
+# What the server's refusal says (`ludic.inference.http.weight_tenure.REPLACED`).
+REPLACED = "replaced by another trainer"
 
 
 class ServerLink:
@@ -53,10 +65,17 @@ class ServerLink:
         self.channel: StoreControl | None = None
         self.served_dtype: str | None = None  # from its status: sets the probe atol
         self.pieces = False  # its status says it receives buckets in pieces (`piece_bytes`)
+        self.group: str | None = None  # the id of the group it joined (from its /init reply)
+        self.trainer: dict[str, Any] | None = None  # who this trainer is, sent with /init
+        self.replaced: str | None = None  # why it refuses this trainer: another replaced it
 
     def status(self, *, timeout_s: float | None = None) -> dict[str, Any]:
-        """`GET /ludic/weights/status` (fails fast on a bad URL or token)."""
-        status = self.request("GET", "/ludic/weights/status", timeout_s=timeout_s)
+        """`GET /ludic/weights/status` (fails fast on a bad URL or token); asks whether the
+        group this trainer joined was replaced (`replaced`)."""
+        path = "/ludic/weights/status" + ("" if self.group is None else f"?group={self.group}")
+        status = self.request("GET", path, timeout_s=timeout_s)
+        if self.group is not None and status.get("replaced_by"):
+            self.replaced = str(status["replaced_by"])
         self.served_dtype = status.get("dtype")
         self.pieces = status.get("pieces") is True  # absent on an older server: whole buckets
         return status
@@ -90,9 +109,14 @@ class ServerLink:
             body["rank"] = first_rank
         if chosen == "store":  # likewise: HTTP-driven servers see the request as before
             body["control"] = "store"
-        self.request("POST", "/ludic/weights/init", json=body)
+        if self.trainer is not None:
+            body["trainer"] = self.trainer
+        reply = self.request("POST", "/ludic/weights/init", json=body)
         self.first_rank, self.control = first_rank, chosen  # type: ignore[assignment]
         self.store_at = f"{host}:{port}"
+        group = reply.get("group")  # absent from servers that do not mint one (older ones)
+        self.group = None if group is None else str(group)
+        self.replaced = None
 
     def why_gone(self) -> str | None:
         """Why the server cannot take part in the push now (None: it is there and joined)."""
@@ -100,6 +124,8 @@ class ServerLink:
             status = self.status(timeout_s=_ALIVE_TIMEOUT_S)
         except WeightPushError as e:
             return str(e)
+        if self.replaced is not None:
+            return f"server {self.url}: {self.replaced}"
         held = status.get("store")  # absent on servers that do not say (vLLM)
         if held and self.store_at and held != self.store_at:
             return (
@@ -117,6 +143,19 @@ class ServerLink:
 
     def leave(self) -> None:
         self.first_rank, self.channel, self.store_at = 0, None, None
+        self.group = None
+
+    def scoped(self, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """`body` with this trainer's group id (the server refuses a request for a group it
+        no longer holds), when the server gave one."""
+        return {**(body or {}), **({} if self.group is None else {"group": self.group})}
+
+    def refused_as_replaced(self, error: BaseException) -> bool:
+        """Whether `error` is this server saying another trainer replaced this one (noted)."""
+        if REPLACED not in str(error):
+            return False
+        self.replaced = self.replaced or str(error)
+        return True
 
     def request(
         self, method: str, path: str, json: Any = None, *, timeout_s: float | None = None

@@ -6,11 +6,16 @@ store; servers are ranks 1.. . Sending overlaps packing bucket k+1 with broadcas
 a bucket holding a single tensor is broadcast in place, and can be received in place into a
 live model. A bucket larger than the manifest's `piece_bytes` goes as several broadcasts, and
 each side is told as each piece is sent or lands (`Progress`), to read it while the next is
-on the wire. Buffers are reused across pushes. This module does no HTTP.
+on the wire. Buffers are reused across pushes. A receive given a `Cancel` waits in slices
+(gloo) and ends with `ReceiveCancelled` once it is set; the broadcasts it posted are left to
+finish on a daemon thread holding the group (c10d cannot withdraw them, and freeing a gloo
+group waits for them). This module does no HTTP.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
@@ -32,13 +37,63 @@ Backend = Literal["gloo", "nccl"]
 
 
 class Work(Protocol):
-    def wait(self) -> Any: ...
+    def wait(self, timeout: timedelta = ...) -> Any: ...
+
+    def is_completed(self) -> bool: ...
 
 
 class Collective(Protocol):
     """The one collective weight sync needs (a c10d ProcessGroupGloo / ProcessGroupNCCL)."""
 
     def broadcast(self, tensor: torch.Tensor, root: int) -> Work: ...
+
+
+class ReceiveCancelled(RuntimeError):
+    """A receive ended by its `Cancel` before its bytes arrived (the message says why)."""
+
+
+class Cancel:
+    """Set from another thread to end a receive in flight (`set(reason)`)."""
+
+    slice_s = 0.25  # how often a cancellable receive looks at it
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason = "the receive was cancelled"
+
+    def set(self, reason: str) -> None:
+        self.reason = reason
+        self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+
+def _wait(work: Work, cancel: Cancel | None) -> None:
+    """`work.wait()`; with `cancel`, in slices, raising ReceiveCancelled once it is set."""
+    while cancel is not None:
+        if cancel.is_set():
+            raise ReceiveCancelled(cancel.reason)
+        try:
+            work.wait(timedelta(seconds=cancel.slice_s))
+            return
+        except RuntimeError:
+            if work.is_completed():  # it failed, not a slice running out: its own error
+                raise
+    work.wait()
+
+
+def _left_to_finish(group: Collective, works: list[Work]) -> None:
+    """Hold `group` on a daemon thread until `works` (posted, then abandoned) have ended:
+    freeing a gloo group blocks until its pending work ends, which must not happen on a
+    server's request thread."""
+
+    def drain(held: Collective) -> None:  # `held`: the group, freed when this returns
+        for work in works:
+            with contextlib.suppress(RuntimeError):  # its sender went away or timed out
+                work.wait()
+
+    threading.Thread(target=drain, args=(group,), name="ludic-weights-drain", daemon=True).start()
 
 
 def host_store(host: str, port: int, *, world_size: int, timeout_s: float) -> dist.TCPStore:
@@ -174,19 +229,25 @@ def receive_buckets(
     *,
     pool: BufferPool | None = None,
     device: torch.device | str = "cpu",
+    cancel: Cancel | None = None,
 ) -> dict[str, torch.Tensor]:
     """Receive every bucket into `pool` buffers (default: a fresh pool on `device`); returns
-    name -> view. The views alias the pool: load them before the next push reuses it."""
+    name -> view. The views alias the pool: load them before the next push reuses it.
+    `cancel`: see the module docstring (ReceiveCancelled)."""
     pool = pool or BufferPool(device)
     received = []
     for bucket in manifest.buckets:
         flat_N = pool.get(f"bucket{bucket.index}", bucket.nbytes, bucket.dtype)
         received.append((_post(group, manifest, bucket, flat_N), flat_N))
     state: dict[str, torch.Tensor] = {}
-    for (works, flat_N), entries in zip(received, manifest.bucket_entries(), strict=True):
-        for work in works:
-            work.wait()
-        state.update(unflatten(flat_N, entries))
+    try:
+        for (works, flat_N), entries in zip(received, manifest.bucket_entries(), strict=True):
+            for work in works:
+                _wait(work, cancel)
+            state.update(unflatten(flat_N, entries))
+    except ReceiveCancelled:
+        _left_to_finish(group, [w for works, _ in received for w in works])
+        raise
     return state
 
 
@@ -238,6 +299,7 @@ def receive_into(
     *,
     pool: BufferPool,
     on_landed: Progress | None = None,
+    cancel: Cancel | None = None,
 ) -> None:
     """Receive every bucket straight into `targets` (live tensors, e.g. a model's state dict):
     a bucket whose targets are one tensor, or tensors back to back in one storage (see
@@ -246,7 +308,8 @@ def receive_into(
     (`check_against`). `on_landed(progress)` runs once each piece is in its targets (a bucket
     landing via a copy: once the whole bucket is), while the next ones are still arriving
     (work that overlaps the transfer, e.g. checksums of what landed; it must not write the
-    targets)."""
+    targets). `cancel`: see the module docstring (ReceiveCancelled; the broadcasts left to
+    finish still land in the targets if their sender goes on sending)."""
     received = []
     for bucket, entries in zip(manifest.buckets, manifest.bucket_entries(), strict=True):
         target = adjacent_view([targets[e.name] for e in entries])
@@ -256,12 +319,27 @@ def receive_into(
             flat_N = pool.get(f"bucket{bucket.index}", bucket.nbytes, bucket.dtype)
             copies = entries
         received.append((_post(group, manifest, bucket, flat_N), flat_N, copies))
+    try:
+        _land(received, manifest, targets, on_landed, cancel)
+    except ReceiveCancelled:
+        _left_to_finish(group, [w for works, _, _ in received for w in works])
+        raise
+
+
+def _land(
+    received: list[tuple[list[Work], torch.Tensor, list[TensorEntry]]],
+    manifest: WeightManifest,
+    targets: Mapping[str, torch.Tensor],
+    on_landed: Progress | None,
+    cancel: Cancel | None,
+) -> None:
+    """Wait for each posted piece of `receive_into` and put what landed in a buffer in place."""
     with torch.no_grad():
         for (works, flat_N, copies), bucket, entries in zip(
             received, manifest.buckets, manifest.bucket_entries(), strict=True
         ):
             for work, (start, end) in zip(works, manifest.pieces(bucket), strict=True):
-                work.wait()
+                _wait(work, cancel)
                 if on_landed is not None and not copies:
                     on_landed(_progress(entries, targets, start, end))
             for name, view in unflatten(flat_N, copies).items():

@@ -26,9 +26,13 @@ served model then holds them: the reply and `last_error` say so, and the next fi
 repairs it). The group stays joined. A join that has not completed `timeout_s` after
 `/init` gives up, with the reason in `join_error` and `last_error`; joins and pushes run on
 daemon threads (`weight_join`), so a join blocked on an unreachable trainer never delays
-the server's exit. A newer `/init` (another trainer) or `/close` frees the old group, closing
-its connections: the trainer that built it fails its next push at once and rejoins. The status
-names the trainer store of the group held (`store`), so a trainer can tell it was replaced.
+the server's exit. A newer `/init` or `/close` frees the old group, closing its connections,
+and ends a receive in flight on it (gloo: within a fraction of a second; its push fails naming
+why), so the trainer that built it fails its next push at once. Each `/init` answers with a
+group id that the trainer's `/start`, `/finish` and `/close` carry; a `/init` from another
+trainer replaces the group held (one log line), and the replaced trainer's next push or close
+is refused (409 naming the trainer that joined: `weight_tenure`), so a stray close never
+frees the newer group and two trainers never take the server from each other silently.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from concurrent.futures import Future
 from typing import Any, Literal
 
 import torch
+import torch.distributed as dist
 from pydantic import BaseModel, Field
 
 from ludic.distributed.checksum import LandedChecksums
@@ -55,7 +60,9 @@ from ludic.distributed.manifest import (
 from ludic.distributed.quiet_c10d import quiet_c10_warnings
 from ludic.distributed.transfer import (
     BufferPool,
+    Cancel,
     Collective,
+    ReceiveCancelled,
     adjacent_view,
     join_store,
     receive_buckets,
@@ -72,6 +79,7 @@ from ludic.inference.http.weight_outcomes import (
     SyncResult,
     WeightSyncError,
 )
+from ludic.inference.http.weight_tenure import Tenure, TrainerInfo
 from ludic.inference.weights import NonFiniteWeightsError, check_finite
 
 logger = logging.getLogger(__name__)
@@ -94,6 +102,7 @@ class InitRequest(BaseModel):
     rank: int = Field(default=1, ge=1)
     timeout_s: float = Field(default=120.0, gt=0)
     control: Literal["http", "store"] = "http"
+    trainer: TrainerInfo | None = None  # who joins (older trainers do not say)
 
 
 # What `GET /ludic/weights/status` offers under "controls"; the publisher picks from it.
@@ -148,13 +157,22 @@ class WeightSyncReceiver:
         self._listener: threading.Thread | None = None
         self._push: Future[SyncResult] | None = None
         self._join_timeout_s = 120.0
+        self._tenure = Tenure()  # the held group's id and trainer, and the groups replaced
+        self._cancel = Cancel()  # ends a receive in flight on the held group
         self.last: SyncResult | None = None
         self.last_error: str | None = None
 
-    def init(self, req: InitRequest) -> None:
-        """Start joining the trainer's group in the background (replacing any older group)."""
+    def init(self, req: InitRequest) -> str:
+        """Start joining the trainer's group in the background (replacing any older group);
+        returns the new group's id."""
         with self._lock:
-            self._forget_link()
+            old = self._tenure.current
+            holder, replaced = self._tenure.begin(f"{req.host}:{req.port}", req.trainer)
+            why = None if old is None else self._tenure.replaced_by(old.group)
+            self._forget_link(why or "a newer weight-sync group of the same trainer replaced it")
+            if replaced is not None:
+                logger.warning("%s", replaced)
+            self._cancel = Cancel()
             self.last_error = None  # the old group's failure is not this one's state
             self._join_timeout_s = req.timeout_s
             self._link = join_in_background(req)  # weight_join: a daemon thread, a deadline
@@ -166,11 +184,12 @@ class WeightSyncReceiver:
                 self._stop_listening = threading.Event()
                 self._listener = threading.Thread(
                     target=self._listen,
-                    args=(self._link, self._stop_listening, req),
+                    args=(self._link, self._stop_listening, req, self._cancel),
                     name="ludic-weights-listen",
                     daemon=True,
                 )
                 self._listener.start()
+            return holder.group
 
     def _join_ended(self, joining: Future[Link], where: str) -> None:
         """Record why a join failed in `last_error` (while it is still the current one)."""
@@ -181,11 +200,15 @@ class WeightSyncReceiver:
                 f"({type(error).__name__}: {error}); POST /ludic/weights/init again"
             )
 
-    def start(self, manifest: WeightManifest, store: str | None = None) -> None:
-        """Validate `manifest` and start receiving its buckets in the background. `store`:
-        the "host:port" of the sender's group; a push from another group than the one held
-        is refused (409), so it never waits on bytes that will not come."""
+    def start(
+        self, manifest: WeightManifest, store: str | None = None, group: str | None = None
+    ) -> None:
+        """Validate `manifest` and start receiving its buckets in the background. `group`
+        (the id `init` returned) or, from older trainers, `store` (the "host:port" of the
+        sender's group): a push from another group than the one held is refused (409), so it
+        never waits on bytes that will not come."""
         with self._lock:
+            self._tenure.check(group)
             if self._link is None:
                 raise WeightSyncError("no communicator: POST /ludic/weights/init first")
             if store is not None and self._store_at is not None and store != self._store_at:
@@ -202,9 +225,9 @@ class WeightSyncReceiver:
             if self._push is not None:
                 raise WeightSyncError("a push is already in progress: finish it first")
             self._check(manifest)
-            group = self._joined(self._link).joined()
+            joined, cancel = self._joined(self._link).joined(), self._cancel
             self._push = in_background(
-                lambda: self._receive(group, manifest), name="ludic-weights-push"
+                lambda: self._receive(joined, manifest, cancel), name="ludic-weights-push"
             )
 
     def _check(self, manifest: WeightManifest) -> None:
@@ -213,7 +236,11 @@ class WeightSyncReceiver:
         except ManifestError as e:
             raise WeightSyncError(f"refused weight manifest: {e}", status=400) from e
 
-    def _receive(self, group: Collective, manifest: WeightManifest) -> SyncResult:
+    def _receive(self, group: Collective, manifest: WeightManifest, cancel: Cancel) -> SyncResult:
+        """Receive and load one push; `cancel` ends it (ReceiveCancelled) if its group is
+        replaced or left first. Only gloo receives look at it: waiting on an NCCL work with a
+        timeout would abort the communicator."""
+        stop = cancel if isinstance(group, dist.ProcessGroupGloo) else None
         landed = LandedChecksums() if manifest.checksums else None
         if self.load_in_place is not None and self.targets is not None:
             targets = self.targets
@@ -234,7 +261,12 @@ class WeightSyncReceiver:
                         landed.advance(name, tensor, upto)
 
                 receive_into(
-                    group, manifest, live, pool=self._pool, on_landed=take if landed else None
+                    group,
+                    manifest,
+                    live,
+                    pool=self._pool,
+                    on_landed=take if landed else None,
+                    cancel=stop,
                 )
                 try:  # before the engine serves the new version
                     check_finite({e.name: live[e.name] for e in manifest.tensors})
@@ -243,7 +275,7 @@ class WeightSyncReceiver:
 
             version = self.load_in_place(fill, manifest.version)
         else:
-            state = receive_buckets(group, manifest, pool=self._pool)
+            state = receive_buckets(group, manifest, pool=self._pool, cancel=stop)
             try:  # the engine's own load may not check
                 check_finite(state)
             except NonFiniteWeightsError as e:
@@ -284,7 +316,9 @@ class WeightSyncReceiver:
         }
         return landed.held(held), dtypes
 
-    def _listen(self, joining: Future[Link], stop: threading.Event, req: InitRequest) -> None:
+    def _listen(
+        self, joining: Future[Link], stop: threading.Event, req: InitRequest, cancel: Cancel
+    ) -> None:
         """Serve store-driven pushes until the trainer closes the channel or goes away."""
         timeout_s = req.timeout_s
         try:
@@ -315,7 +349,8 @@ class WeightSyncReceiver:
                             channel.reply("ack", {"ok": True})  # the last use of its store
                     return
                 manifest = self._accept(channel, body, layouts)
-                if manifest is not None and not self._serve_push(channel, link, manifest, stop):
+                served = manifest is None or self._serve_push(channel, link, manifest, stop, cancel)
+                if not served:
                     return
             except TrainerGone as e:  # exited without a goodbye, or killed
                 self._leave(stop, f"{trainer} went away (its store closed)", error=str(e))
@@ -325,7 +360,12 @@ class WeightSyncReceiver:
                 return
 
     def _serve_push(
-        self, channel: StoreControl, link: Link, manifest: WeightManifest, stop: threading.Event
+        self,
+        channel: StoreControl,
+        link: Link,
+        manifest: WeightManifest,
+        stop: threading.Event,
+        cancel: Cancel,
     ) -> bool:
         """Receive one store-driven push and reply; False once this group is done."""
         with self._lock:
@@ -333,13 +373,16 @@ class WeightSyncReceiver:
                 return False
             self._push = Future()  # `status()` shows a push in progress
         try:
-            result = self._receive(link.joined(), manifest)
+            result = self._receive(link.joined(), manifest, cancel)
         except NonfiniteRefusal as e:  # every byte arrived: the group is still usable
             self.last_error = str(e)
             channel.reply("done", {"error": str(e), "status": e.status})
             return True
         except Exception as e:
             if stop.is_set():  # a newer group replaced this one: leave it alone
+                if isinstance(e, ReceiveCancelled):  # its trainer waits: say why (best effort)
+                    with contextlib.suppress(RuntimeError), quiet_c10_warnings():
+                        channel.reply("done", {"error": str(e), "status": 409})
                 return False
             error = self._failed(e)
             logger.error("%s", error, exc_info=logger.isEnabledFor(logging.DEBUG))
@@ -368,7 +411,8 @@ class WeightSyncReceiver:
             if stop.is_set():
                 return
             self._listening = None  # the listener is ending: nothing to wake on a closed store
-            self._forget_link()
+            self._forget_link(what)
+            self._tenure.end()
             self._listener = None
             if error is not None:
                 self.last_error = f"{what}: {error}"
@@ -407,9 +451,11 @@ class WeightSyncReceiver:
                 "POST /ludic/weights/init again"
             ) from e
 
-    def finish(self) -> SyncResult:
-        """Wait until the push is received and loaded; return the new version (blocks)."""
+    def finish(self, group: str | None = None) -> SyncResult:
+        """Wait until the push is received and loaded; return the new version (blocks).
+        `group`: as for `start`."""
         with self._lock:
+            self._tenure.check(group)
             if self._push is None or self._control == "store":
                 raise WeightSyncError("no push in progress: POST /ludic/weights/start first")
             push, self._push = self._push, None
@@ -418,6 +464,8 @@ class WeightSyncReceiver:
         except NonfiniteRefusal as e:  # every byte arrived: the group is still usable
             self.last_error = str(e)
             raise
+        except ReceiveCancelled as e:  # its group was replaced or left: not this one's failure
+            raise WeightSyncError(str(e)) from e
         except Exception as e:  # a failed collective leaves the group unusable
             raise self._failed(e) from e
         return self.last
@@ -425,7 +473,8 @@ class WeightSyncReceiver:
     def _failed(self, e: Exception) -> WeightSyncError:
         """Forget the group (a failed collective leaves it unusable); the error to report."""
         with self._lock:
-            self._forget_link()
+            self._forget_link(f"its receive failed ({type(e).__name__})")
+            self._tenure.end()
         partly = " (the served model may be partly updated: push again)"
         error = WeightSyncError(
             f"receiving weights failed ({type(e).__name__}: {e}); POST /init again"
@@ -435,10 +484,12 @@ class WeightSyncReceiver:
         self.last_error = str(error)
         return error
 
-    def _forget_link(self) -> None:
-        """Leave the current group: stop its listener and close its connections, so that
-        the trainer that built it fails its next push at once (and rejoins) instead of
-        broadcasting into a group nobody receives from until its timeout."""
+    def _forget_link(self, why: str) -> None:
+        """Leave the current group: stop its listener, end a receive in flight on it (its push
+        fails saying `why`) and close its connections, so that the trainer that built it
+        fails its next push at once instead of broadcasting into a group nobody receives from
+        until its timeout."""
+        self._cancel.set(f"the weight push was abandoned: {why}")
         self._stop_listening.set()
         if self._listening is not None:
             self._listening.wake()
@@ -448,18 +499,29 @@ class WeightSyncReceiver:
             link.result().release()
         self._link, self._push, self._store_at = None, None, None
 
-    def close(self) -> None:
-        """Leave the group. A store-driven listener is woken and waited for (a few seconds
-        at most), so that a trainer closing its store once this returns (the `/close` request)
-        does not fail the listener's last store call: that would log a c10d stack trace and
-        report a lost trainer in `last_error` after a normal end."""
+    def close(self, group: str | None = None) -> None:
+        """Leave the group. With `group` (the id `init` returned), only that group: a close for
+        one another trainer replaced is refused (409, `GroupReplaced`) and frees nothing; one
+        for a group no longer held while none is held does nothing. A store-driven listener is
+        woken and waited for (a few seconds at most), so that a trainer closing its store once
+        this returns (the `/close` request) does not fail the listener's last store call: that
+        would log a c10d stack trace and report a lost trainer in `last_error` after a normal
+        end."""
         with self._lock:
-            self._forget_link()
+            held = self._tenure.current
+            if group is not None and (held is None or held.group != group):
+                if held is None and self._tenure.replaced_by(group) is None:
+                    return  # already left (or the server restarted): nothing to free
+                self._tenure.check(group)  # raises: it names who holds the server now
+            self._forget_link("its trainer closed the group")
+            self._tenure.end()
             listener, self._listener = self._listener, None
         if listener is not None and listener is not threading.current_thread():
             listener.join(timeout=_CLOSE_WAIT_S)
 
-    def status(self) -> dict[str, Any]:
+    def status(self, group: str | None = None) -> dict[str, Any]:
+        """What `GET /ludic/weights/status` answers; with `group` (`?group=`), also whether
+        another trainer replaced that group (`replaced_by`: the refusal its pushes get)."""
         with self._lock:
             link = self._link
             connected = link is not None and link.done() and link.exception() is None
@@ -476,6 +538,7 @@ class WeightSyncReceiver:
                 "control": self._control,
                 "controls": list(CONTROLS),
                 "store": self._store_at,  # whose group this is (a trainer tells its own)
+                **self._tenure.report(group),
                 "dtype": self._served_dtype(),
                 "pieces": True,  # buckets may come in several broadcasts (`piece_bytes`)
             }

@@ -40,8 +40,9 @@ def weight_sync_router(receiver: WeightSyncReceiver, token: str | None) -> APIRo
 
     @router.post("/init")
     async def init(req: InitRequest) -> dict[str, str]:
-        receiver.init(req)
-        return {"status": "joining"}
+        group = await _call(receiver.init, req)  # may end a receive in flight: off the loop
+        # A trainer that says who it is carries the id back (an older one gets the old reply).
+        return {"status": "joining", **({} if req.trainer is None else {"group": group})}
 
     @router.post("/start")
     async def start(body: dict[str, Any]) -> dict[str, str]:
@@ -50,24 +51,24 @@ def weight_sync_router(receiver: WeightSyncReceiver, token: str | None) -> APIRo
         except ManifestError as e:
             raise HTTPException(400, str(e)) from e
         store = body.get("store")  # the sender's group (absent from older trainers)
-        await _call(receiver.start, manifest, None if store is None else str(store))
+        await _call(receiver.start, manifest, _text(store), _text(body.get("group")))
         return {"status": "receiving"}
 
     @router.post("/finish")
-    async def finish() -> dict[str, Any]:
-        result: SyncResult = await _call(receiver.finish)
+    async def finish(body: dict[str, Any] | None = None) -> dict[str, Any]:
+        result: SyncResult = await _call(receiver.finish, _group(body))
         return result.to_dict()
 
     @router.post("/close")
-    async def close() -> dict[str, str]:
-        await _call(receiver.close)  # waits for a store-driven listener to stop
+    async def close(body: dict[str, Any] | None = None) -> dict[str, str]:
+        await _call(receiver.close, _group(body))  # waits for a store-driven listener to stop
         return {"status": "closed"}
 
     served_on = device_identity(receiver.device)  # lets a CUDA trainer pick NCCL or gloo
 
     @router.get("/status")
-    async def status() -> dict[str, Any]:
-        return {**receiver.status(), **served_on}
+    async def status(group: str | None = None) -> dict[str, Any]:
+        return {**receiver.status(group), **served_on}
 
     return router
 
@@ -108,6 +109,15 @@ def install_weight_sync_routes(
     )
     app.include_router(weight_sync_router(receiver, token))
     return receiver
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _group(body: dict[str, Any] | None) -> str | None:
+    """The group id a request carries (None from older trainers, which send no body)."""
+    return None if body is None else _text(body.get("group"))
 
 
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:

@@ -3,8 +3,12 @@ token-guarded `/ludic/*` control endpoints (version, logprobs probe, weight push
 every response with the policy version admitted. It drives the workers through
 `collective_rpc` (`ludic.inference.vllm.worker`); launching vLLM lives in
 `ludic.inference.vllm.server`. As the embedded server, it refuses a push holding nan or inf
-(422, in the same words; the version stays) and a `/start` from a trainer whose group another
-one replaced (409 "no communicator ...": that trainer rejoins).
+(422, in the same words; the version stays), and it tells trainers apart the same way
+(`ludic.inference.http.weight_tenure`): `/init` answers with a group id that `/start`,
+`/finish` and `/close` carry; another trainer's `/init` replaces the group held (one log
+line) and the replaced trainer's push or close is refused (409 naming the trainer that
+joined), never freeing the newer group. Unlike the embedded server it cannot end a receive in
+flight on a replaced group early: the workers run one `collective_rpc` at a time.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ludic.inference.http.auth import token_matches
+from ludic.inference.http.weight_tenure import Tenure
 from ludic.inference.vllm.logits import require_vllm
 
 logger = logging.getLogger(__name__)
@@ -27,6 +32,7 @@ TOKEN_ENV = "LUDIC_SERVER_TOKEN"
 VERSION_HEADER = "X-Ludic-Policy-Version"
 _state = {"policy_version": 0}
 _push: dict[str, Any] = {}  # the join / receive tasks of the weight push in progress
+_tenure = Tenure()  # the held group's id and trainer, and the groups another one replaced
 
 
 async def ludic_middleware(request: Any, call_next: Callable[[Any], Awaitable[Any]]) -> Any:
@@ -112,13 +118,29 @@ async def _weights_init(request: Any, engine: Any) -> dict[str, Any]:
     req = InitRequest(**await request.json())
     if req.control != "http":
         raise ValueError("the vLLM extension drives pushes over HTTP only: use control='http'")
+    holder, replaced = _tenure.begin(f"{req.host}:{req.port}", req.trainer)
+    if replaced is not None:
+        logger.warning("%s", replaced)
     _forget_receive()
-    _push["store"] = f"{req.host}:{req.port}"  # whose group this is (status, /start)
+    _push["store"] = holder.store  # whose group this is (status, /start)
     # The join completes only once the trainer builds its side: do not wait for it here.
     _push["join"] = asyncio.ensure_future(
         engine.collective_rpc("ludic_weights_init", args=(req.model_dump(),))
     )
-    return {"status": "joining"}
+    # A trainer that says who it is carries the id back (an older one gets the old reply).
+    return {"status": "joining", **({} if req.trainer is None else {"group": holder.group})}
+
+
+async def _group(request: Any) -> str | None:
+    """The group id a request's JSON body carries (None: an older trainer, or no body)."""
+    raw = await request.body()
+    if not raw:
+        return None
+    import json
+
+    body = json.loads(raw)
+    group = body.get("group") if isinstance(body, dict) else None
+    return None if group is None else str(group)
 
 
 def _forget_receive() -> None:
@@ -142,6 +164,8 @@ async def _weights_start(request: Any, engine: Any) -> dict[str, Any]:
 
     body = await request.json()
     manifest = WeightManifest.from_json(body)  # ManifestError is a ValueError -> 400
+    group = body.get("group")
+    _tenure.check(None if group is None else str(group))  # 409: another group's push
     if _push.get("receive") is not None:
         raise RuntimeError("a push is already in progress: finish it first")
     from ludic.inference.http.weight_outcomes import WeightSyncError  # 409: the trainer rejoins
@@ -166,6 +190,7 @@ async def _weights_start(request: Any, engine: Any) -> dict[str, Any]:
 
 
 async def _weights_finish(request: Any, engine: Any) -> dict[str, Any]:
+    _tenure.check(await _group(request))  # 409: the push of a group another one replaced
     receive = _push.pop("receive", None)
     if receive is None:
         raise RuntimeError("no push in progress: POST /ludic/weights/start first")
@@ -222,14 +247,21 @@ async def reset_prefix_cache(engine: Any, timeout_s: float = 60.0, poll_s: float
 
 
 async def _weights_close(request: Any, engine: Any) -> dict[str, Any]:
+    group, held = await _group(request), _tenure.current
+    if group is not None and (held is None or held.group != group):
+        if held is None and _tenure.replaced_by(group) is None:
+            return {"status": "closed"}  # already left: nothing to free
+        _tenure.check(group)  # raises (409), naming who holds the server now
     await engine.collective_rpc("ludic_weights_close")
     _push.clear()
+    _tenure.end()
     return {"status": "closed"}
 
 
 async def _weights_status(request: Any, engine: Any) -> dict[str, Any]:
     join = _push.get("join")
     return {
+        **_tenure.report(request.query_params.get("group")),
         "connected": join is not None and join.done() and join.exception() is None,
         "joining": join is not None and not join.done(),
         "in_progress": _push.get("receive") is not None,
