@@ -57,6 +57,7 @@ def test_another_max_tokens_resumes_with_a_notice_naming_both_values(tmp_path: P
         ("--context", "full", "auto"),  # what the model sees in its prompt
         ("--parser", "identity", "auto"),  # which replies are actions, and the parse penalties
         ("--system-prompt", "Be brief.", "None"),
+        ("--seed", "1", "0"),  # every env and sampling seed of the batches after it
     ],
 )
 def test_flags_that_change_the_objective_are_still_refused(

@@ -278,7 +278,7 @@ class TrainConfig:
     default). Weights are pushed and verified after every step. Not with --server-url or
     --batch-invariant."""
     local_server_threads: int = 1
-    """torch threads of the --local-server process (the trainer keeps its own)."""
+    """torch threads of the --local-server process (the trainer's are --threads)."""
     max_lag: int | None = None
     """Train only on samples at most this many policy versions older than the trainer's
     (older ones are dropped). Default: 0 (on-policy), 1 with --local-server, which needs
@@ -289,9 +289,15 @@ class TrainConfig:
     checkpoint in it. The restored weights are served before the first rollout; --steps counts
     the whole run, so only the steps left are trained. None: a new run."""
     seed: int = 0
-    """Seeds training, env seeds and sampling."""
+    """Seeds training, env seeds and sampling (a --resume with another --seed is refused: the
+    batches after it would differ from the run's)."""
     device: str = "cpu"
     """Training device (the embedded engine shares the model's device)."""
+    threads: int | None = None
+    """torch CPU (intra-op) threads of this process: the trainer and the embedded engine
+    (None: torch's choice, one per core). A --local-server child takes --local-server-threads;
+    a --server-url server its own (`ludic serve --threads N`). A seeded batch-invariant run
+    repeats for a given thread count."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """Autocast dtype of the training forward pass (`TrainerConfig.dtype`): bfloat16 is the
     usual choice on a GPU. Weights and optimizer state stay float32, and the embedded engine

@@ -12,9 +12,11 @@ of another architecture refuses the push before any episode; both starts:
 `ludic.recipes.train_start`).
 `--resume` continues a run from its checkpoint: the restored weights are pushed before the
 first rollout and the seeds go on where they stopped, so a resumed run equals an
-uninterrupted one; a different env, algorithm, group size or sampling is refused before the
-model loads (`ludic.recipes.train_checks`, which also refuses counts that cannot train).
-Every training sample is written to `samples.jsonl` for `ludic view --samples`. Single-seat
+uninterrupted one; a different env, algorithm, group size, sampling or seed is refused before
+the model loads (`ludic.recipes.train_checks`, which also refuses counts that cannot train).
+Every training sample is written to `samples.jsonl` for `ludic view --samples`, and every
+episode of the trained batches to `rollouts.jsonl` (with `--local-server`, the batch drawn
+ahead that no step took is dropped from it when the run ends). Single-seat
 envs only (multi-agent self-play: `examples/tictactoe/selfplay.py`).
 """
 
@@ -27,8 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from rich.console import Console
 
+from ludic._resumed_log import BATCH_INDEX, batch_index_of, drop_from
 from ludic.agents import Agent
 from ludic.context import ContextStrategy, FullDialog, LatestObservationContext
 from ludic.eval.command import declared_parser, resolve_env_factory, resolve_parser, with_env
@@ -63,6 +67,7 @@ from ludic.recipes.train_checks import (
     check_greedy,
     check_group_size,
     check_resume_settings,
+    resume_resolvers,
     run_settings,
 )
 from ludic.recipes.train_local_server import local_server, served_version, trainer_max_lag
@@ -100,6 +105,9 @@ from ludic.training import (
 )
 from ludic.training.stall import was_skipped
 
+ROLLOUTS_FILE = "rollouts.jsonl"
+"""Every episode of the batches the run trained on, as it finished (`ludic view` reads it)."""
+
 __all__ = [
     "PRESETS",
     "StartingWeightsRefused",
@@ -135,6 +143,8 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
     console = console or Console()
     check_single_process("`ludic train`")  # under torchrun: refused on every rank, up front
     check_counts(cfg)  # --steps / --problems-per-step / --group-size below 1: nothing trains
+    if cfg.threads is not None and cfg.threads < 1:
+        raise ValueError(f"--threads must be >= 1 (or left out), got {cfg.threads}")
     env_factory = resolve_env_factory(cfg.env)
     env_kwargs = parse_env_kwargs(cfg.env_kwargs)
     suggested = _inspect_env(env_factory, env_kwargs, cfg.env)
@@ -177,9 +187,14 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
     algorithm = make_algorithm(cfg.algorithm, cfg)
     check_group_size(cfg, algorithm)  # a group baseline over groups of one: every advantage 0
     check_greedy(cfg, algorithm)  # --temperature 0 with a group baseline or a ratio loss
-    check_resume_settings(  # --resume with another env, algorithm, group or sampling: refused
-        cfg, env_kwargs, lambda text: console.print(f"[yellow]note[/yellow]: --resume: {text}")
+    check_resume_settings(  # --resume with another env, algorithm, group, sampling, seed: refused
+        cfg,
+        env_kwargs,
+        lambda text: console.print(f"[yellow]note[/yellow]: --resume: {text}"),
+        resolve=resume_resolvers(cfg, env_factory, env_kwargs, suggested, parser),
     )
+    if cfg.threads is not None:  # before the model loads: every thread started later takes it
+        torch.set_num_threads(cfg.threads)
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
     run = _Run(cfg, env_factory, env_kwargs, parser, context, max_lag, console)
     notes: list[str] = []
@@ -237,6 +252,7 @@ async def _train(
         server_ranks=cfg.server_ranks,
     )
     prefetch: PrefetchBatchSource | None = None
+    first_batch: int | None = None  # the batch index this process draws first
     try:
         rollout_source = _rollout_source(run, algorithm, inference.client)
         source: BatchSource = rollout_source
@@ -270,6 +286,7 @@ async def _train(
             _resume(trainer, cfg, console)
         elif server is None and cfg.server_url:
             _publish_start(trainer, cfg, console)
+        first_batch = rollout_source.batch_index
         console.print(
             f"{algorithm.name} on {cfg.env}: {plural(cfg.steps - trainer.step, 'step')} of "
             f"{cfg.problems_per_step} x {cfg.group_size} episodes"
@@ -279,12 +296,25 @@ async def _train(
         return history, finish(trainer), watch, trainer.policy_version
     finally:
         if prefetch is not None:  # stop drawing; the client is closed on the loop it drew on
-            prefetch.close(inference.client)
+            _close_prefetch(prefetch, inference.client, cfg.out_dir / ROLLOUTS_FILE, first_batch)
             close_publisher = getattr(inference.publisher, "close", None)
             if close_publisher is not None:  # drop the weight-sync group before the server
                 close_publisher()
         else:
             await inference.aclose()  # the weight-sync group too
+
+
+def _close_prefetch(
+    prefetch: PrefetchBatchSource, client: ChatClient, rollouts: Path, first_batch: int | None
+) -> None:
+    """Stop drawing, then drop from `rollouts` the episodes of the batch drawn ahead, which no
+    step trained, so the log holds the trained batches only, as without --local-server. Only
+    once this process handed out a batch: its first write already dropped what a resume
+    discards, and before that the file holds nothing of this process to drop."""
+    ahead = prefetch.state_dict().get(BATCH_INDEX)  # the batch in flight or drawn, untaken
+    prefetch.close(client)
+    if first_batch is not None and isinstance(ahead, int) and ahead > first_batch:
+        drop_from(rollouts, ahead, batch_index_of)
 
 
 def _rollout_source(run: _Run, algorithm: RLAlgorithm, client: ChatClient) -> RolloutBatchSource:
@@ -294,7 +324,7 @@ def _rollout_source(run: _Run, algorithm: RLAlgorithm, client: ChatClient) -> Ro
         env_registry={cfg.env: run.env_factory},  # records name the env as --env does
         protocol_registry={"agent": lambda: _protocol(cfg, run.context, client, run.parser)},
         concurrency=cfg.concurrency,
-        jsonl_log=cfg.out_dir / "rollouts.jsonl",
+        jsonl_log=cfg.out_dir / ROLLOUTS_FILE,
     )
     return RolloutBatchSource(
         engine=rollouts,

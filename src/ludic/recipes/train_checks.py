@@ -8,25 +8,29 @@ advantage is 0. `--temperature 0` (greedy) is refused with such a preset (every 
 group is the same completion, so again every advantage is 0) and with a ratio loss (the
 importance ratio assumes sampled completions; a greedy one is not). `ludic actor` runs the
 same two checks (`check_group_size`, `check_greedy`) on its flags. `run_settings` is what each checkpoint's state.json `extra` holds under
-`RUN_SETTINGS_KEY` (the env, its kwargs, the algorithm, the group size, the sampling, and the
-prompt and parse flags `--context`, `--parser`, `--system-prompt`, `--reject-incomplete`), and
+`RUN_SETTINGS_KEY` (the env, its kwargs, the algorithm, the group size, the sampling, the
+prompt and parse flags `--context`, `--parser`, `--system-prompt`, `--reject-incomplete`, and
+`--seed`, from which every env and sampling seed of a batch derives), and
 `check_resume_settings` refuses a `--resume` whose flags differ from them before the model
 loads, but for `--max-tokens` and `--max-steps` (they only move truncation; a notice names the
-change; `--max-tokens` is kept under dr_grpo, whose loss divides by it); it refuses a `ludic
-sft` checkpoint, naming the fix.
+change; `--max-tokens` is kept under dr_grpo, whose loss divides by it); `--context` and
+`--parser` compare what they resolve to on the env (`auto` and the name it resolves to are the
+same run). It refuses a `ludic sft` checkpoint, naming the fix.
 It does not check the LR flags (the trainer does: `ludic.training.lr_resume`) nor the flags
 that only change speed or bookkeeping (`--problems-per-step`, `--concurrency`, ...).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, Protocol
 
-from ludic.recipes.configs import TrainConfig
+from ludic.parsers import Parser, identity_parser, parser_name
+from ludic.recipes.configs import TrainConfig, context_of
 from ludic.recipes.training import SETTINGS_KEYS, recorded_settings, refuse_other_settings
 from ludic.training.algorithm_types import RLAlgorithm
 
@@ -162,6 +166,7 @@ def run_settings(cfg: TrainConfig, env_kwargs: Mapping[str, Any]) -> dict[str, A
         "--parser": cfg.parser,
         "--system-prompt": cfg.system_prompt,
         "--reject-incomplete": cfg.reject_incomplete,
+        "--seed": cfg.seed,
     }
     if cfg.algorithm == "gigpo":
         for name, value in asdict(cfg.gigpo).items():
@@ -194,14 +199,25 @@ def _flag_text(flag: str, value: Any) -> str:
     return f"{flag} {_value(flag, value)}"
 
 
+Resolve = Callable[[Any], tuple[str, str]]
+"""What a flag's value resolves to on this run's env: (what is compared, what a refusal shows),
+e.g. `--context auto` -> ("latest", "latest")."""
+
+
 def check_resume_settings(
-    cfg: TrainConfig, env_kwargs: Mapping[str, Any], notice: Callable[[str], None]
+    cfg: TrainConfig,
+    env_kwargs: Mapping[str, Any],
+    notice: Callable[[str], None],
+    *,
+    resolve: Mapping[str, Resolve] | None = None,
 ) -> None:
     """Refuse `--resume` when this launch's `run_settings` differ from the checkpoint's,
     naming each flag, the checkpoint's value and this launch's, and the fix. Another
     `--max-tokens` (truncation only; not under dr_grpo, whose loss divides by it) resumes with
     a one-line `notice` naming both values, as does a checkpoint saved before runs recorded
-    their settings (unchecked)."""
+    their settings (unchecked). A flag in `resolve` (by flag name) compares what both values
+    resolve to, so `--context auto` resumes a `--context latest` run when the env suggests
+    latest; a refusal names what each resolved to."""
     found = recorded_settings(
         cfg.out_dir,
         cfg.resume,
@@ -214,7 +230,15 @@ def check_resume_settings(
     path, saved = found
     given = run_settings(cfg, env_kwargs)
     # flags one side does not record (--gigpo.* of another algorithm) are not compared
-    changed = [f for f in given if f in saved and saved[f] != given[f]]
+    resolve = resolve or {}
+    resolved = {f: (resolve[f](saved[f]), resolve[f](given[f])) for f in resolve if f in saved}
+    changed = [
+        f
+        for f in given
+        if f in saved
+        and saved[f] != given[f]
+        and (f not in resolved or resolved[f][0][0] != resolved[f][1][0])
+    ]
     free = _truncation_only(cfg)
     differ = [f for f in changed if f not in free]
     if not differ:
@@ -227,6 +251,100 @@ def check_resume_settings(
     parts = [
         f"{f} is {_value(f, given[f])}, the checkpoint's {_value(f, saved[f])}"
         + (" (dr_grpo's loss normaliser)" if f == "--max-tokens" else "")
+        + (_resolved_text(saved[f], given[f], *resolved[f]) if f in resolved else "")
         for f in differ
     ]
     refuse_other_settings(path, parts, " ".join(_flag_text(f, saved[f]) for f in differ))
+
+
+def _resolved_text(
+    saved_flag: Any, given_flag: Any, saved: tuple[str, str], given: tuple[str, str]
+) -> str:
+    """What the two values resolved to, unless that is what was typed; one name with other
+    settings (another penalty) shows the settings."""
+    shown = 1 if saved[1] != given[1] else 0
+    if shown == 1 and (saved[1], given[1]) == (saved_flag, given_flag):
+        return ""
+    return f" (on this env: {given[shown]}, the checkpoint's {saved[shown]})"
+
+
+def parser_identity(parser: Any) -> str:
+    """What decides how `parser` parses, as text: its code and every setting it closes over
+    (`xml_tag_parser("move", penalty=-0.5)` is not `xml_tag_parser("move")`), a callable
+    object's type and attributes, a `functools.partial`'s function and arguments. Two parsers
+    with the same identity parse every reply alike."""
+    return _identity(parser, depth=0)
+
+
+def _identity(value: Any, *, depth: int) -> str:
+    if value is None or isinstance(value, str | int | float | bool):
+        return repr(value)
+    if depth > 8:  # a cycle, or nesting no parser needs
+        return f"<{type(value).__qualname__}>"
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(_identity(v, depth=depth + 1) for v in value) + "]"
+    if isinstance(value, functools.partial):
+        inner = [_identity(v, depth=depth + 1) for v in (value.func, *value.args)]
+        keywords = [
+            f"{k}={_identity(v, depth=depth + 1)}" for k, v in sorted(value.keywords.items())
+        ]
+        return f"partial({', '.join(inner + keywords)})"
+    code = getattr(value, "__code__", None)
+    if code is not None:  # a function: its code, and what it closes over
+        cells = zip(code.co_freevars, getattr(value, "__closure__", None) or (), strict=True)
+        bound = [f"{name}={_identity(_cell(cell), depth=depth + 1)}" for name, cell in cells]
+        where = f"{getattr(value, '__module__', '?')}:{code.co_qualname}"
+        return where + (f"[{', '.join(bound)}]" if bound else "")
+    kind = f"{type(value).__module__}:{type(value).__qualname__}"
+    attributes = getattr(value, "__dict__", None)
+    if not isinstance(attributes, dict) or not attributes:
+        text = repr(value)  # e.g. a compiled pattern names its regex
+        return kind if " at 0x" in text else f"{kind}({text})"
+    fields = [f"{k}={_identity(v, depth=depth + 1)}" for k, v in sorted(attributes.items())]
+    return f"{kind}({', '.join(fields)})"
+
+
+def _cell(cell: Any) -> Any:
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell (a name not yet bound when the function was made)
+        return None
+
+
+def resume_resolvers(
+    cfg: TrainConfig,
+    env_factory: Callable[..., Any],
+    env_kwargs: dict[str, Any],
+    suggested: str | None,
+    resolved_parser: Parser,
+) -> dict[str, Resolve]:
+    """For `check_resume_settings`: what a recorded --context or --parser resolves to on this
+    env (`suggested`: its suggested_context), so `auto` resumes a run given the name it
+    resolves to; `resolved_parser` is what this launch's --parser resolved to."""
+
+    def context(value: Any) -> tuple[str, str]:
+        kind = context_of(replace(cfg, context=value), suggested)
+        return kind, kind
+
+    def parser(value: Any) -> tuple[str, str]:
+        try:
+            found = (
+                resolved_parser
+                if value == cfg.parser
+                else _parser_of(value, env_factory, env_kwargs)
+            )
+        except ValueError:  # a module:function that no longer imports: compared as typed
+            return f"unresolved {value!r}", str(value)
+        return parser_identity(found), parser_name(found)
+
+    return {"--context": context, "--parser": parser}
+
+
+def _parser_of(spec: Any, env_factory: Callable[..., Any], env_kwargs: dict[str, Any]) -> Parser:
+    if not isinstance(spec, str):
+        raise ValueError(f"--parser {spec!r} is not a parser name")
+    from ludic.eval.command import declared_parser, resolve_parser
+
+    if spec == "auto":
+        return declared_parser(env_factory, env_kwargs) or identity_parser
+    return resolve_parser(spec)
