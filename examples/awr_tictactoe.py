@@ -49,7 +49,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import torch
 import tyro
@@ -268,7 +268,14 @@ def algorithm(cfg: AWRConfig, method: str) -> RLAlgorithm:
     )
 
 
-def board_featurizers(cfg: AWRConfig) -> dict[str, Callable[[Turn], list[Any]]]:
+class Featurizers(TypedDict, total=False):
+    """`make_awr`'s keyword arguments that pick the value baseline's features."""
+
+    featurize: Callable[[Turn], list[Any]]
+    featurize_action: Callable[[Turn], list[Any]]
+
+
+def board_featurizers(cfg: AWRConfig) -> Featurizers:
     """`make_awr`'s featurize / featurize_action for --features board (none for text)."""
     if cfg.features == "text":
         return {}

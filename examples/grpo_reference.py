@@ -26,6 +26,7 @@ from typing import Literal
 
 import torch
 import tyro
+from transformers import PreTrainedModel
 
 from ludic.agents import Agent
 from ludic.context import LatestObservationContext
@@ -143,6 +144,7 @@ def grpo_step(
 
 async def train(cfg: Config) -> tuple[float, float, list[float]]:
     seed_everything(cfg.seed)
+    model: PreTrainedModel
     if cfg.model is None:
         model, tokenizer = build_tiny_model(seed=cfg.seed)
     else:
