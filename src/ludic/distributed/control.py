@@ -29,6 +29,7 @@ timeout. A server waiting for the next request sees a trainer that exited withou
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import threading
@@ -186,6 +187,29 @@ class StoreControl:
         with contextlib.suppress(RuntimeError), quiet_c10_warnings():  # a closed store: the
             self._waker.set(f"push/{self.seq}", json.dumps({"close": True}))  # wait fails too
 
+    def accept(
+        self,
+        body: dict[str, Any],
+        layouts: dict[str, WeightManifest],
+        check: Callable[[WeightManifest], object],
+    ) -> WeightManifest | None:
+        """The manifest of push request `body`: a layout accepted before on this channel
+        (`layouts`; no ack: the buckets are already coming), or a new one, refused by
+        `check` (raising) or accepted, and acked either way; None if refused."""
+        layout = str(body.get("layout"))
+        known = layouts.get(layout)
+        if known is not None and "tensors" not in body:
+            return dataclasses.replace(known, version=_request_version(body.get("version")))
+        try:
+            manifest = WeightManifest.from_json(body)
+            check(manifest)
+        except (ValueError, RuntimeError) as e:  # malformed (ManifestError), or refused
+            self.reply("ack", {"error": str(e), "status": 400})
+            return None
+        layouts[layout] = manifest
+        self.reply("ack", {"ok": True})
+        return manifest
+
     def reply(self, kind: str, body: dict[str, Any]) -> None:
         self.store.set(f"{kind}/{self.seq}", json.dumps(body))
         if kind == "done" or "error" in body:
@@ -202,6 +226,12 @@ class StoreControl:
         for key in self._consumed:
             self.store.delete_key(key)
         self._consumed.clear()
+
+
+def _request_version(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ControlChannelClosed(f"a push request carries version {value!r}, not an int >= 0")
+    return value
 
 
 def _first_line(error: BaseException) -> str:

@@ -1,5 +1,5 @@
 """How the weight receiver (`weight_receiver.WeightSyncReceiver`) joins the trainer's process
-group: `join_in_background(req)` starts the join (the trainer's TCPStore, then the group) on a
+group: `InitRequest` (what `/ludic/weights/init` takes), `join_in_background(req)` starts the join (the trainer's TCPStore, then the group) on a
 daemon thread and returns a future of the `Link`, failed with a `TimeoutError` naming the store
 if the join has not completed `req.timeout_s` after it started; `in_background(fn, ...)` is
 the daemon-thread future (with an optional deadline) it is built on, also used for pushes.
@@ -16,14 +16,29 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, Field
 
 from ludic.distributed.transfer import Collective, join_store, open_group
-
-if TYPE_CHECKING:
-    from ludic.inference.http.weight_receiver import InitRequest
+from ludic.inference.http.weight_tenure import TrainerInfo
 
 T = TypeVar("T")
+
+
+class InitRequest(BaseModel):
+    """Where the trainer's TCPStore listens, how to build the group, and how pushes are driven:
+    `control` "http" (`/start` + `/finish` requests) or "store" (`ludic.distributed.control`:
+    the same steps as keys in the trainer's store, no HTTP per push)."""
+
+    host: str
+    port: int = Field(ge=1, le=65535)
+    backend: Literal["gloo", "nccl"] = "gloo"
+    world_size: int = Field(default=2, ge=2)
+    rank: int = Field(default=1, ge=1)
+    timeout_s: float = Field(default=120.0, gt=0)
+    control: Literal["http", "store"] = "http"
+    trainer: TrainerInfo | None = None  # who joins (older trainers do not say)
 
 
 @dataclass(slots=True)

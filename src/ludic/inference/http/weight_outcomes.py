@@ -2,16 +2,28 @@
 receiver reports it), `WeightSyncError` (a push refused or failed, with the HTTP status to
 answer), `NonfiniteRefusal` (a push refused for nan or inf, 422) and `nonfinite_refusal`, the
 words both the embedded server and the vLLM extension answer with. Split from
-`weight_receiver.py`, which receives and loads pushes; nothing here does I/O."""
+`weight_receiver.py`, which receives and loads pushes; nothing here does I/O. Also
+`held_checksums`, what a verified push's reply says the served model holds."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
+from ludic.distributed.checksum import LandedChecksums
+from ludic.distributed.manifest import WeightManifest, dtype_name
 from ludic.inference.weights import NonFiniteWeightsError
 
-__all__ = ["NonfiniteRefusal", "SyncResult", "WeightSyncError", "nonfinite_refusal"]
+__all__ = [
+    "NonfiniteRefusal",
+    "SyncResult",
+    "WeightSyncError",
+    "held_checksums",
+    "nonfinite_refusal",
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -70,3 +82,24 @@ def nonfinite_refusal(names: list[str], *, landed_in_place: bool) -> str:
         f"{where}. The trainer's weights diverged: fix the training step or push from a "
         "finite checkpoint"
     )
+
+
+def held_checksums(
+    manifest: WeightManifest,
+    landed: LandedChecksums | None,
+    live: Mapping[str, torch.Tensor] | None,
+) -> tuple[dict[str, tuple[int, int]] | None, dict[str, str] | None]:
+    """Checksums of what the served model (`live`) holds now under the pushed names, and the
+    served dtype of those held in another dtype than sent: checksums taken as the buckets
+    landed where nothing touched the tensor since, the rest computed now (`LandedChecksums`).
+    None when the push did not ask for them (unverified), or without `live` (the publisher
+    then cannot verify the load and says so)."""
+    if live is None or landed is None:
+        return None, None
+    held = {e.name: live[e.name] for e in manifest.tensors if e.name in live}
+    dtypes = {
+        e.name: dtype_name(held[e.name].dtype)
+        for e in manifest.tensors
+        if e.name in held and dtype_name(held[e.name].dtype) != e.dtype
+    }
+    return landed.held(held), dtypes

@@ -38,7 +38,6 @@ frees the newer group and two trainers never take the server from each other sil
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -47,10 +46,9 @@ from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
-from pydantic import BaseModel, Field
 
 from ludic.distributed.checksum import LandedChecksums
-from ludic.distributed.control import ControlChannelClosed, StoreControl, TrainerGone
+from ludic.distributed.control import StoreControl, TrainerGone
 from ludic.distributed.manifest import (
     ManifestError,
     WeightManifest,
@@ -69,6 +67,7 @@ from ludic.distributed.transfer import (
     receive_into,
 )
 from ludic.inference.http.weight_join import (
+    InitRequest,
     Link,
     describe_store,
     in_background,
@@ -78,8 +77,9 @@ from ludic.inference.http.weight_outcomes import (
     NonfiniteRefusal,
     SyncResult,
     WeightSyncError,
+    held_checksums,
 )
-from ludic.inference.http.weight_tenure import Tenure, TrainerInfo
+from ludic.inference.http.weight_tenure import Tenure
 from ludic.inference.weights import NonFiniteWeightsError, check_finite
 
 logger = logging.getLogger(__name__)
@@ -88,21 +88,6 @@ logger = logging.getLogger(__name__)
 LoadFn = Callable[[dict[str, torch.Tensor], int, bool], int]
 # load_in_place(fill, version) runs fill() with generation paused, then serves `version`.
 InPlaceLoadFn = Callable[[Callable[[], None], int], int]
-
-
-class InitRequest(BaseModel):
-    """Where the trainer's TCPStore listens, how to build the group, and how pushes are driven:
-    `control` "http" (`/start` + `/finish` requests) or "store" (`ludic.distributed.control`:
-    the same steps as keys in the trainer's store, no HTTP per push)."""
-
-    host: str
-    port: int = Field(ge=1, le=65535)
-    backend: Literal["gloo", "nccl"] = "gloo"
-    world_size: int = Field(default=2, ge=2)
-    rank: int = Field(default=1, ge=1)
-    timeout_s: float = Field(default=120.0, gt=0)
-    control: Literal["http", "store"] = "http"
-    trainer: TrainerInfo | None = None  # who joins (older trainers do not say)
 
 
 # What `GET /ludic/weights/status` offers under "controls"; the publisher picks from it.
@@ -281,7 +266,8 @@ class WeightSyncReceiver:
             except NonFiniteWeightsError as e:
                 raise NonfiniteRefusal(e, landed_in_place=False) from e
             version = self.load(state, manifest.version, manifest.full)
-        checksums, held_dtypes = self._held_checksums(manifest, landed)
+        live = None if self.targets is None else self.targets()
+        checksums, held_dtypes = held_checksums(manifest, landed, live)
         return SyncResult(
             policy_version=version,
             num_tensors=len(manifest.tensors),
@@ -297,24 +283,6 @@ class WeightSyncReceiver:
         assert self.targets is not None
         live = self.targets()
         return [names for names in packed if adjacent_view([live[n] for n in names]) is None]
-
-    def _held_checksums(
-        self, manifest: WeightManifest, landed: LandedChecksums | None
-    ) -> tuple[dict[str, tuple[int, int]] | None, dict[str, str] | None]:
-        """Checksums of what the served model holds now under the pushed names: those taken
-        as the buckets landed where nothing touched the tensor since, the rest computed now
-        (`LandedChecksums`). None when the push did not ask for them (unverified), or
-        without `targets` (the publisher then cannot verify the load and says so)."""
-        if self.targets is None or landed is None:
-            return None, None
-        live = self.targets()
-        held = {e.name: live[e.name] for e in manifest.tensors if e.name in live}
-        dtypes = {
-            e.name: dtype_name(held[e.name].dtype)
-            for e in manifest.tensors
-            if e.name in held and dtype_name(held[e.name].dtype) != e.dtype
-        }
-        return landed.held(held), dtypes
 
     def _listen(
         self, joining: Future[Link], stop: threading.Event, req: InitRequest, cancel: Cancel
@@ -348,7 +316,7 @@ class WeightSyncReceiver:
                         with contextlib.suppress(RuntimeError), quiet_c10_warnings():
                             channel.reply("ack", {"ok": True})  # the last use of its store
                     return
-                manifest = self._accept(channel, body, layouts)
+                manifest = channel.accept(body, layouts, self._check)
                 served = manifest is None or self._serve_push(channel, link, manifest, stop, cancel)
                 if not served:
                     return
@@ -421,25 +389,6 @@ class WeightSyncReceiver:
         else:
             debug = logger.isEnabledFor(logging.DEBUG)
             logger.error("%s (%s); waiting for a trainer to join", what, error, exc_info=debug)
-
-    def _accept(
-        self, channel: StoreControl, body: dict[str, Any], layouts: dict[str, WeightManifest]
-    ) -> WeightManifest | None:
-        """The manifest of a push request: a layout accepted before (no ack: the buckets are
-        already coming), or a new one, validated and acked; None if refused (nacked)."""
-        layout = str(body.get("layout"))
-        known = layouts.get(layout)
-        if known is not None and "tensors" not in body:
-            return dataclasses.replace(known, version=_version(body.get("version")))
-        try:
-            manifest = WeightManifest.from_json(body)
-            self._check(manifest)
-        except (ManifestError, WeightSyncError) as e:
-            channel.reply("ack", {"error": str(e), "status": 400})
-            return None
-        layouts[layout] = manifest
-        channel.reply("ack", {"ok": True})
-        return manifest
 
     def _joined(self, joining: Future[Link]) -> Link:
         try:
@@ -549,9 +498,3 @@ class WeightSyncReceiver:
             return None
         floating = [t.dtype for t in self.targets().values() if t.is_floating_point()]
         return None if not floating else dtype_name(max(set(floating), key=floating.count))
-
-
-def _version(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ControlChannelClosed(f"a push request carries version {value!r}, not an int >= 0")
-    return value

@@ -113,7 +113,7 @@ def probe_sampling_params() -> Any:
 
 
 async def _weights_init(request: Any, engine: Any) -> dict[str, Any]:
-    from ludic.inference.http.weight_receiver import InitRequest
+    from ludic.inference.http.weight_join import InitRequest
 
     req = InitRequest(**await request.json())
     if req.control != "http":

@@ -26,7 +26,7 @@ class WeightSyncWorkerExtension:
 
     def ludic_weights_init(self, request: dict[str, Any]) -> None:
         from ludic.distributed.transfer import join_store, open_group
-        from ludic.inference.http.weight_receiver import InitRequest
+        from ludic.inference.http.weight_join import InitRequest
 
         req = InitRequest(**request)
         store = join_store(req.host, req.port, world_size=req.world_size, timeout_s=req.timeout_s)
