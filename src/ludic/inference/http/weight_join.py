@@ -52,8 +52,8 @@ class Link:
         """Drop this process's reference to the group. c10d closes a group's connections
         only when the object is freed (`abort()` and `shutdown()` leave them open), so the
         trainer that built it then fails its next broadcast at once instead of at its
-        timeout. A receive in flight holds its own reference: that group is freed when the
-        receive ends."""
+        timeout. A receive in flight holds its own reference: the receiver ends it first
+        (`transfer.Cancel`), and what it posted drains on a thread that frees the group."""
         self.group = None
 
     def joined(self) -> Collective:
