@@ -12,11 +12,13 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import redis
 
 from ludic.envs.single_agent import SingleAgentEnv
+from ludic.pipeline.learner_report import report_step
 from ludic.pipeline.source import PipelineBatchSource
 from ludic.rollouts.samples import SAWItem
 from ludic.types import Info, StepOutcome
@@ -122,6 +124,12 @@ def spawn(args: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [sys.executable, *args], stdout=out, stderr=subprocess.STDOUT, env=env
         )
+
+
+def log_learner_step(metrics: dict[str, float], *, step: int = 1) -> bool:
+    """The learner's own step report (`report_step`) for a single rank at `step`."""
+    trainer = SimpleNamespace(step=step, runtime=SimpleNamespace(world_size=1))
+    return report_step(trainer, SimpleNamespace(rank=0, timed_out=False), metrics)
 
 
 def expire_leases(*sources: PipelineBatchSource) -> None:

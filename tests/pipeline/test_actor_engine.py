@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pipeline_fakes import RedisServer, redis_server
+from pipeline_fakes import RedisServer, log_learner_step, redis_server
 
 from ludic.models import TinyModelSpec, tiny_model_dir
 from ludic.pipeline import commands
-from ludic.pipeline.commands import _actor_client, _embedded_engine, _log_step, run_actor
+from ludic.pipeline.commands import _actor_client, _embedded_engine, run_actor
 from ludic.pipeline.config import ActorConfig
 
 __all__ = ["redis_server"]
@@ -145,8 +145,8 @@ def _metrics(**overrides: float) -> dict[str, float]:
 def test_a_learner_step_that_trained_gives_one_line(
     metrics: dict[str, float], caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="ludic.pipeline.commands"):
-        _log_step(1, metrics)
+    with caplog.at_level(logging.INFO, logger="ludic.pipeline.learner_report"):
+        log_learner_step(metrics)
     assert [r.levelno for r in caplog.records] == [logging.INFO]
 
 
@@ -163,8 +163,8 @@ def test_actor_and_learner_lines_say_which_mean_reward_they_give(
         generate_seconds=1.0,
     )  # fmt: skip
     assert "mean episode reward -10.000" in commands.batch_line(ActorConfig(), stats)
-    with caplog.at_level(logging.INFO, logger="ludic.pipeline.commands"):
-        _log_step(1, _metrics())
+    with caplog.at_level(logging.INFO, logger="ludic.pipeline.learner_report"):
+        log_learner_step(_metrics())
     assert "mean reward per sample -1.000" in caplog.text
 
 

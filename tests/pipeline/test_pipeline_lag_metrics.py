@@ -13,7 +13,7 @@ from pipeline_fakes import RedisServer, redis_server, sample
 
 from ludic.models import TinyModelSpec, load_model, tiny_model_dir
 from ludic.pipeline.codec import encode_sample
-from ludic.pipeline.commands import _log_step
+from ludic.pipeline.learner_report import report_step
 from ludic.pipeline.source import PipelineBatchSource
 from ludic.pipeline.stream import SampleStream
 from ludic.training import Trainer, TrainerConfig
@@ -49,7 +49,7 @@ async def test_lag_metrics_leave_out_dropped_samples(
     assert metrics["num_samples"] == 3 and metrics["batch/pipeline/dropped_stale"] == 1.0
     assert metrics["batch/pipeline/lag_max"] == 2.0  # never above --max-lag with "drop"
     assert metrics["batch/pipeline/lag_mean"] == 1.0
-    with caplog.at_level(logging.INFO, logger="ludic.pipeline.commands"):
-        _log_step(1, metrics)
+    with caplog.at_level(logging.INFO, logger="ludic.pipeline.learner_report"):
+        report_step(trainer, source, metrics)
     assert "3 samples (policy lag max 2)" in caplog.text, caplog.text
     await source.aclose()

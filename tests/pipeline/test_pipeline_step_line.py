@@ -1,14 +1,21 @@
-"""The learner's step and closing lines under several ranks: the sample counts are all ranks'
-(summed through the runtime's all-reduce), and what is rank 0's alone says so."""
+"""The learner's step and closing lines under several ranks, through the functions `ludic
+learner` calls after each step and at the end (`report_step`, `report_done`): the sample counts
+are all ranks' (summed through the runtime's all-reduce), what is rank 0's alone says so, only
+rank 0 logs, and the run stops once every rank's batch came back empty."""
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from collections.abc import Sequence
 from types import SimpleNamespace
 
-from ludic.pipeline.commands import TOTAL_KEYS, _across_ranks, _done_line, step_line
+import pytest
+
+from ludic.pipeline.learner_report import TOTAL_KEYS, report_done, report_step
 
 METRICS = {"num_samples": 16.0, "batch/pipeline/lag_max": 2.0, "reward_mean": 0.5, "loss": 0.1}
+LOGGER = "ludic.pipeline.learner_report"
 
 
 class _TwoRanks:
@@ -16,29 +23,67 @@ class _TwoRanks:
 
     world_size = 2
 
+    def __init__(self) -> None:
+        self.reduced: list[list[float]] = []
+
     def all_reduce_sum(self, values: Sequence[float]) -> list[float]:
+        self.reduced.append(list(values))
         return [2 * v for v in values]
 
 
-def test_two_ranks_count_both_ranks_samples_and_label_rank_0s_numbers() -> None:
-    [samples] = _across_ranks(_TwoRanks(), [METRICS["num_samples"]])
-    line = step_line(3, METRICS, samples, 2)
+def _learner(runtime: object, *, rank: int = 0, timed_out: bool = False) -> tuple[object, object]:
+    trainer = SimpleNamespace(step=3, runtime=runtime, checkpoints=None)
+    source = SimpleNamespace(
+        rank=rank, timed_out=timed_out, totals=Counter(samples=16, redelivered=2)
+    )
+    return trainer, source
+
+
+def _lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER]
+
+
+def test_two_ranks_count_both_ranks_samples_and_label_rank_0s_numbers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runtime = _TwoRanks()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        stop = report_step(*_learner(runtime), METRICS)
+    [line] = _lines(caplog)
     assert line.startswith("learner step 3: 32 samples on 2 ranks (policy lag max 2 on rank 0)")
     assert "mean reward per sample on rank 0 +0.500" in line
+    assert not stop and runtime.reduced == [[0.0, 16.0]]  # this rank's timed_out, samples
 
 
-def test_one_rank_says_nothing_about_ranks() -> None:
-    assert _across_ranks(SimpleNamespace(world_size=1), [16.0]) == [16.0]
-    line = step_line(3, METRICS, 16.0, 1)
+def test_one_rank_says_nothing_about_ranks_and_reduces_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        report_step(*_learner(SimpleNamespace(world_size=1)), METRICS)
+    [line] = _lines(caplog)
     assert line.startswith("learner step 3: 16 samples (policy lag max 2), mean reward per")
     assert "rank" not in line
 
 
-def test_the_done_line_names_the_ranks_its_totals_cover() -> None:
-    trainer = SimpleNamespace(step=2, checkpoints=None)
-    totals = _across_ranks(_TwoRanks(), [16.0 if k == "samples" else 0.0 for k in TOTAL_KEYS])
-    counts = {k: int(v) for k, v in zip(TOTAL_KEYS, totals, strict=True) if v}
-    assert _done_line(trainer, counts, 2).startswith(
-        "learner done at step 2: {'samples': 32} (all 2 ranks); no checkpoint kept"
+def test_only_rank_0_logs_and_every_rank_empty_stops_the_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runtime = _TwoRanks()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        stop = report_step(*_learner(runtime, rank=1, timed_out=True), {"num_samples": 0.0})
+        report_done(*_learner(runtime, rank=1))
+    assert stop  # both ranks (this one twice over) came back empty
+    assert not _lines(caplog) and len(runtime.reduced) == 2  # the collectives still ran
+
+
+def test_the_done_line_names_the_ranks_its_totals_cover(caplog: pytest.LogCaptureFixture) -> None:
+    runtime = _TwoRanks()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        report_done(*_learner(runtime))
+        report_done(*_learner(SimpleNamespace(world_size=1)))
+    two, one = _lines(caplog)
+    assert two.startswith(
+        "learner done at step 3: {'samples': 32, 'redelivered': 4} (all 2 ranks); no checkpoint"
     )
-    assert "ranks" not in _done_line(trainer, {"samples": 16}, 1)
+    assert one.startswith("learner done at step 3: {'samples': 16, 'redelivered': 2}; no ")
+    assert runtime.reduced == [[16.0, 2.0] + [0.0] * (len(TOTAL_KEYS) - 2)]

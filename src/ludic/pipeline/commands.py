@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ from ludic.pipeline.actor import ActorBatchStats, PipelineActor
 from ludic.pipeline.config import ActorConfig, Algorithm, LearnerConfig
 from ludic.pipeline.credit_check import CreditCheck, credit_record
 from ludic.pipeline.flag_checks import check_actor_counts, check_learner_flags
+from ludic.pipeline.learner_report import report_done, report_step
 from ludic.pipeline.stream import SampleStream
 from ludic.recipes.algorithms import GiGPOOptions
 from ludic.recipes.inference import engine_settings  # shared with `ludic eval`
@@ -349,12 +349,7 @@ async def _train(cfg: LearnerConfig, source: Any, trainer: Any) -> list[dict[str
         except BatchSourceExhausted as e:  # one rank only: the others would wait in a collective
             logger.info("learner stops: %s", e)
             break
-        timed_out, samples = _across_ranks(
-            runtime, [float(source.timed_out), history[-1].get("num_samples", 0.0)]
-        )
-        if source.rank == 0:
-            _log_step(trainer.step, history[-1], samples, runtime.world_size)
-        if timed_out == runtime.world_size:  # every rank's last batch came back empty
+        if report_step(trainer, source, history[-1]):  # every rank's batch came back empty
             logger.info("learner stops: no samples arrived for %ss on any rank", cfg.max_wait_s)
             break
     if trainer.checkpoints is None:
@@ -363,65 +358,8 @@ async def _train(cfg: LearnerConfig, source: Any, trainer: Any) -> list[dict[str
         if not trainer.checkpoints.due(trainer.step):
             trainer.save_checkpoint()
         await source.ack_checkpointed()
-    totals = _across_ranks(runtime, [float(source.totals[k]) for k in TOTAL_KEYS])
-    if source.rank == 0:
-        counts = {k: int(v) for k, v in zip(TOTAL_KEYS, totals, strict=True) if v}
-        logger.info(_done_line(trainer, counts, runtime.world_size))
+    report_done(trainer, source)
     return history
-
-
-# what `PipelineBatchSource.totals` counts, summed over ranks for the closing line
-TOTAL_KEYS = (
-    "samples",
-    "redelivered",
-    "duplicates",
-    "dropped_stale",
-    "downweighted",
-    "ahead",
-    "invalid",
-    "trimmed",
-    "timed_out",
-)
-
-
-def _across_ranks(runtime: Any, values: list[float]) -> list[float]:
-    """`values` summed over the learner ranks (a collective: every rank calls it)."""
-    return list(values) if runtime.world_size == 1 else list(runtime.all_reduce_sum(values))
-
-
-def _done_line(trainer: Any, totals: dict[str, int], world_size: int = 1) -> str:
-    """The closing line: the step reached, what all ranks read, and where the model is."""
-    newest = None if trainer.checkpoints is None else trainer.checkpoints.path_for(trainer.step)
-    where = (
-        f"model: {newest / 'model'}"
-        if newest is not None and newest.is_dir()
-        else "no checkpoint kept (--checkpoint-every None), so the trained weights are gone"
-    )
-    ranks = f" (all {world_size} ranks)" if world_size > 1 else ""
-    return f"learner done at step {trainer.step}: {totals}{ranks}; {where}"
-
-
-def _log_step(
-    step: int, metrics: dict[str, float], samples: float | None = None, world_size: int = 1
-) -> None:
-    """Log `step_line` (`samples`: all ranks' count, default this rank's `num_samples`)."""
-    samples = metrics.get("num_samples", 0.0) if samples is None else samples
-    logger.info(step_line(step, metrics, samples, world_size))
-
-
-def step_line(step: int, metrics: dict[str, float], samples: float, world_size: int) -> str:
-    """One INFO line per step: `samples` trained by all ranks; with several ranks the lag and
-    reward are rank 0's and say so (a step that changed no weight is warned about by the
-    Trainer: `ludic.training.stall.NoSignalWatch`)."""
-    get = metrics.get
-    ranks, rank0 = (f" on {world_size} ranks", " on rank 0") if world_size > 1 else ("", "")
-    return (
-        f"learner step {step}: {int(samples)} samples{ranks} (policy lag max "
-        f"{int(get('batch/pipeline/lag_max', 0))}{rank0}), mean reward per sample{rank0} "
-        f"{get('reward_mean', math.nan):+.3f}, loss {get('loss', math.nan):.4g}, grad norm "
-        f"{get('grad_norm', math.nan):.3g}, policy version {int(get('policy_version', 0))}, "
-        f"{get('step_seconds', math.nan):.1f}s"
-    )
 
 
 def _publisher(cfg: LearnerConfig, model: Any) -> Any:

@@ -1,0 +1,78 @@
+"""What `ludic learner` logs: one line per step (`report_step`) and a closing line
+(`report_done`), each counting what all ranks trained (summed through the runtime's
+all-reduce, a collective every rank calls) and logged by rank 0 alone. It does not train,
+checkpoint or warn about steps that changed no weight (`ludic.training.stall.NoSignalWatch`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+TOTAL_KEYS = (
+    "samples",
+    "redelivered",
+    "duplicates",
+    "dropped_stale",
+    "downweighted",
+    "ahead",
+    "invalid",
+    "trimmed",
+    "timed_out",
+)
+"""What `PipelineBatchSource.totals` counts, summed over ranks for the closing line."""
+
+
+def report_step(trainer: Any, source: Any, metrics: dict[str, float]) -> bool:
+    """After each step, on every rank: rank 0 logs `step_line` with all ranks' sample count.
+    Returns whether every rank's batch came back empty (`source.timed_out`)."""
+    runtime = trainer.runtime
+    timed_out, samples = across_ranks(
+        runtime, [float(source.timed_out), metrics.get("num_samples", 0.0)]
+    )
+    if source.rank == 0:
+        logger.info(step_line(trainer.step, metrics, samples, runtime.world_size))
+    return timed_out == runtime.world_size
+
+
+def report_done(trainer: Any, source: Any) -> None:
+    """At the end, on every rank: rank 0 logs `done_line` with all ranks' `source.totals`."""
+    runtime = trainer.runtime
+    totals = across_ranks(runtime, [float(source.totals[k]) for k in TOTAL_KEYS])
+    if source.rank == 0:
+        counts = {k: int(v) for k, v in zip(TOTAL_KEYS, totals, strict=True) if v}
+        logger.info(done_line(trainer, counts, runtime.world_size))
+
+
+def across_ranks(runtime: Any, values: list[float]) -> list[float]:
+    """`values` summed over the learner ranks (a collective: every rank calls it)."""
+    return list(values) if runtime.world_size == 1 else list(runtime.all_reduce_sum(values))
+
+
+def step_line(step: int, metrics: dict[str, float], samples: float, world_size: int) -> str:
+    """One INFO line per step: `samples` trained by all ranks; with several ranks the lag and
+    reward are rank 0's and say so."""
+    get = metrics.get
+    ranks, rank0 = (f" on {world_size} ranks", " on rank 0") if world_size > 1 else ("", "")
+    return (
+        f"learner step {step}: {int(samples)} samples{ranks} (policy lag max "
+        f"{int(get('batch/pipeline/lag_max', 0))}{rank0}), mean reward per sample{rank0} "
+        f"{get('reward_mean', math.nan):+.3f}, loss {get('loss', math.nan):.4g}, grad norm "
+        f"{get('grad_norm', math.nan):.3g}, policy version {int(get('policy_version', 0))}, "
+        f"{get('step_seconds', math.nan):.1f}s"
+    )
+
+
+def done_line(trainer: Any, totals: dict[str, int], world_size: int = 1) -> str:
+    """The closing line: the step reached, what all ranks read, and where the model is."""
+    newest = None if trainer.checkpoints is None else trainer.checkpoints.path_for(trainer.step)
+    where = (
+        f"model: {newest / 'model'}"
+        if newest is not None and newest.is_dir()
+        else "no checkpoint kept (--checkpoint-every None), so the trained weights are gone"
+    )
+    ranks = f" (all {world_size} ranks)" if world_size > 1 else ""
+    return f"learner done at step {trainer.step}: {totals}{ranks}; {where}"
