@@ -23,6 +23,12 @@ from ludic.pipeline.config import ActorConfig, Algorithm, LearnerConfig
 from ludic.pipeline.credit_check import CreditCheck, credit_record
 from ludic.pipeline.flag_checks import check_actor_counts, check_learner_flags
 from ludic.pipeline.learner_report import report_done, report_step
+from ludic.pipeline.learner_settings import (
+    CHECKPOINTS_DIR,
+    LEARNER_SETTINGS_KEY,
+    check_learner_resume,
+    learner_settings,
+)
 from ludic.pipeline.stream import SampleStream
 from ludic.recipes.algorithms import GiGPOOptions
 from ludic.recipes.inference import engine_settings  # shared with `ludic eval`
@@ -279,6 +285,7 @@ async def _close(client: Any) -> None:
 def run_learner(cfg: LearnerConfig) -> list[dict[str, float]]:
     """Train `cfg.steps` steps on samples from the stream; returns each step's metrics."""
     check_learner_flags(cfg)  # before Redis or the model: --steps 0, dr_grpo without --max-tokens
+    check_learner_resume(cfg)  # a resume with other --algorithm, --lr, --model, ...: refused
     return asyncio.run(_learn(cfg))
 
 
@@ -393,7 +400,7 @@ def _trainer(cfg: LearnerConfig, source: Any, model: Any, tokenizer: Any, publis
     checkpoint = None
     if cfg.checkpoint_every is not None:
         checkpoint = CheckpointConfig(
-            dir=str(out / "checkpoints"), every_n_steps=cfg.checkpoint_every, keep_last=2
+            dir=str(out / CHECKPOINTS_DIR), every_n_steps=cfg.checkpoint_every, keep_last=2
         )
     config = TrainerConfig(
         lr=cfg.lr,
@@ -414,6 +421,7 @@ def _trainer(cfg: LearnerConfig, source: Any, model: Any, tokenizer: Any, publis
         logger=JsonlLogger(out / "metrics.jsonl") if source.rank == 0 else None,
         tokenizer=tokenizer,
     )
+    trainer.checkpoint_extra[LEARNER_SETTINGS_KEY] = learner_settings(cfg)  # --resume checks it
     if cfg.resume and trainer.checkpoints is not None and trainer.checkpoints.latest():
         step = _resume_learner(trainer, cfg)
         logger.info("resumed from step %d (policy version %d)", step, trainer.policy_version)

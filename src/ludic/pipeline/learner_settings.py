@@ -1,0 +1,131 @@
+"""The flags that define a `ludic learner` run, recorded in each of its checkpoints, and the
+refusal of a resume whose flags differ, naming each changed flag before Redis or the model is
+touched (as `ludic train --resume` does: `ludic.recipes.train_checks`).
+
+Recorded: `--model`, `--algorithm` (and `--max-tokens` under dr_grpo, its loss normaliser),
+`--lr`, `--max-lag`, `--stale` (and `--stale-decay` when downweighting), `--seed` (the restored
+RNG state wins over it), and `--stream`, `--group`, `--consumer` (the checkpoint's data
+position is that consumer's place in that stream). Everything else may change on resume: the
+step count, batch and memory sizes (`--batch-size`, `--micro-batch-tokens`), intervals
+(`--checkpoint-every`, `--publish-every`), `--max-wait-s`, the Redis URL and lease ttl, the
+servers and how weights reach them, `--device`, `--ledger`. The samples' own credit settings
+are checked as they arrive (`ludic.pipeline.credit_check`), not here.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+from pathlib import Path
+from typing import Any
+
+from ludic.pipeline.config import LearnerConfig
+from ludic.pipeline.credit_check import MAX_TOKENS_PRESETS
+
+logger = logging.getLogger(__name__)
+LEARNER_SETTINGS_KEY = "learner_settings"
+"""Key of `learner_settings` in a checkpoint's state.json `extra`."""
+CHECKPOINTS_DIR = "checkpoints"
+"""The learner's checkpoints live in `<out_dir>/checkpoints`."""
+
+
+def learner_settings(cfg: LearnerConfig) -> dict[str, Any]:
+    """The flags that define the learner's run, by flag name, as JSON values."""
+    settings: dict[str, Any] = {
+        "--model": None if cfg.model is None else str(Path(cfg.model).resolve()),
+        "--algorithm": cfg.algorithm,
+        "--lr": cfg.lr,
+        "--max-lag": cfg.max_lag,
+        "--stale": cfg.stale,
+        "--seed": cfg.seed,
+        "--stream": cfg.stream,
+        "--group": cfg.group,
+        "--consumer": cfg.consumer,
+    }
+    if cfg.algorithm in MAX_TOKENS_PRESETS:
+        settings["--max-tokens"] = cfg.max_tokens
+    if cfg.stale == "downweight":
+        settings["--stale-decay"] = cfg.stale_decay
+    return dict(json.loads(json.dumps(settings)))  # as state.json gives them back
+
+
+def changed_settings(saved: dict[str, Any], given: dict[str, Any]) -> list[str]:
+    """The flags recorded on both sides whose values differ (a flag only one side records,
+    `--stale-decay` of a run that dropped stale samples, is not compared)."""
+    return [flag for flag in given if flag in saved and saved[flag] != given[flag]]
+
+
+def resume_refusal(path: Path, saved: dict[str, Any], given: dict[str, Any]) -> str | None:
+    """The error text for resuming the checkpoint at `path` (recorded `saved`) with this
+    launch's `given` settings: each changed flag with both values, and the two ways on. None
+    when nothing changed."""
+    changed = changed_settings(saved, given)
+    if not changed:
+        return None
+    parts = "; ".join(
+        f"{f} is {_value(given[f])}, the checkpoint's {_value(saved[f])}" for f in changed
+    )
+    keep = " ".join(f"{f} {_value(saved[f])}" for f in changed)
+    return (
+        f"resuming {path} (the newest checkpoint in --out-dir), which was trained with other "
+        f"settings: {parts}. "
+        f"Resuming would train a different run into the same checkpoints and logs. Pass the "
+        f"checkpoint's flags ({keep}) to continue it, or another --out-dir to start a new run "
+        f"(--model {path / 'model'} starts it from these weights)"
+    )
+
+
+def check_learner_resume(cfg: LearnerConfig) -> None:
+    """Refuse a resume (`--resume`, the default, with checkpoints in `--out-dir`) whose
+    `learner_settings` differ from those its newest checkpoint records, or whose checkpoint is
+    another command's. A checkpoint saved before learners recorded their settings resumes with
+    a warning (only `--lr` and `--consumer` are then checked, by the trainer and the source)."""
+    if not cfg.resume or cfg.checkpoint_every is None:
+        return  # nothing resumes: without checkpoints the learner starts from --model
+    found = _newest_extra(Path(cfg.out_dir) / CHECKPOINTS_DIR)
+    if found is None:
+        return
+    path, extra = found
+    saved = extra.get(LEARNER_SETTINGS_KEY)
+    if not isinstance(saved, dict):
+        _refuse_other_command(path, extra)
+        logger.warning(
+            "%s does not record its run's settings (saved by an older ludic): resuming without "
+            "checking that --model, --algorithm, --max-lag and the stream flags match",
+            path,
+        )
+        return
+    refusal = resume_refusal(path, saved, learner_settings(cfg))
+    if refusal is not None:
+        raise ValueError(refusal)
+
+
+def _newest_extra(root: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest complete checkpoint under `root` whose state.json reads, with its `extra`
+    (a broken one is skipped here: the trainer's resume refuses it with its own message)."""
+    from ludic.training.checkpoint import STATE, complete_checkpoints
+
+    for path in reversed(complete_checkpoints(root)):
+        try:
+            extra = json.loads((path / STATE).read_text()).get("extra", {})
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(extra, dict):
+            return path, extra
+    return None
+
+
+def _refuse_other_command(path: Path, extra: dict[str, Any]) -> None:
+    from ludic.recipes.training import SETTINGS_KEYS
+
+    for command, key in SETTINGS_KEYS.items():
+        if key in extra:
+            raise ValueError(
+                f"{path} is a `{command}` checkpoint; `ludic learner` resumes a learner's own. "
+                f"To train from its weights, pass --model {path / 'model'} and another --out-dir"
+            )
+
+
+def _value(value: Any) -> str:
+    return shlex.quote(value) if isinstance(value, str) else str(value)
