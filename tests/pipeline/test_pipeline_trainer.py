@@ -64,4 +64,5 @@ async def test_trainer_acks_what_its_checkpoints_hold_and_resumes_the_rest(
     resumed.save_checkpoint()
     await source.ack_checkpointed()
     assert sorted(_ledger(redis_server)) == sorted(f"id{i}" for i in range(10))  # each once
+    await source.aclose()  # its lease renewal would go on, warning once the server stops
     await stream.aclose()
