@@ -9,7 +9,12 @@ publisher refuses weights holding a nan or an inf before sending them
 
 from typing import Any
 
-from ludic.distributed.broadcast import BroadcastPolicyPublisher, PushStats, WeightPushError
+from ludic.distributed.broadcast import (
+    BroadcastPolicyPublisher,
+    PushStats,
+    TrainerReplaced,
+    WeightPushError,
+)
 from ludic.distributed.checksum import checksums, tensor_checksum
 from ludic.distributed.inprocess import InProcessPublisher, WeightTarget
 from ludic.distributed.interfaces import PolicyPublisher, PublishVerificationError, Weights
@@ -34,6 +39,7 @@ __all__ = [
     "PolicyProbe",
     "PolicyPublisher",
     "PublishVerificationError",
+    "TrainerReplaced",
     "PushStats",
     "WeightManifest",
     "WeightPushError",
