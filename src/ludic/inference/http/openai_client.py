@@ -69,6 +69,7 @@ class OpenAICompatibleClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        _check_base_url(base_url)
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
         self.model = model
         self.max_retries = max_retries
@@ -180,6 +181,22 @@ class OpenAICompatibleClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _check_base_url(base_url: str) -> None:
+    """Refuse a server URL no request could reach (no http(s) scheme, no host, a port out of
+    range) here: sent, it would fail every attempt with a transport error and be retried as if
+    the server were down."""
+    try:
+        url = httpx.URL(base_url)
+        port_ok = url.port is None or 0 < url.port < 65536
+    except httpx.InvalidURL as e:
+        raise ValueError(f"server URL {base_url!r} is not a valid URL ({e})") from None
+    if url.scheme not in ("http", "https") or not url.host or not port_ok:
+        raise ValueError(
+            f"server URL {base_url!r} is not an http(s) URL with a host and a port in 1..65535: "
+            "write it as http://HOST:PORT, e.g. http://127.0.0.1:8000"
+        )
 
 
 def _server_message(response: httpx.Response) -> str:

@@ -1,0 +1,39 @@
+"""OpenAICompatibleClient refuses a server URL no request could reach when it is built, naming
+the URL and the form to write, instead of retrying every request as if the server were down."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from ludic.inference.http.openai_client import OpenAICompatibleClient
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "127.0.0.1:8000",
+        "localhost:8000",
+        "htp://127.0.0.1:8000",
+        "http://127.0.0.1:99999",
+        "http://",
+    ],
+)
+def test_a_url_no_request_could_reach_is_refused_naming_it(url: str) -> None:
+    with pytest.raises(ValueError, match="http://HOST:PORT") as caught:
+        OpenAICompatibleClient(url, model="m")
+    assert repr(url) in str(caught.value)
+
+
+def test_an_unparsable_url_is_refused_as_a_value_error() -> None:
+    with pytest.raises(ValueError, match="not a valid URL"):
+        OpenAICompatibleClient("http://[::1:8000", model="m")
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8000", "https://example.org/v1", "HTTP://localhost:8000/"]
+)
+async def test_http_and_https_urls_are_accepted(url: str) -> None:
+    mock = httpx.MockTransport(lambda request: httpx.Response(200))
+    async with OpenAICompatibleClient(url, model="m", transport=mock) as client:
+        assert await client.healthy()
