@@ -23,6 +23,7 @@ import torch
 from distributed_fakes import SPEC, TOKEN, ServerProcess, nudge_, start_weight_server
 
 from ludic.distributed.broadcast import BroadcastPolicyPublisher, TrainerReplaced
+from ludic.errors import is_refusal
 from ludic.models import load_model, tiny_model_dir
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(240)]
@@ -89,6 +90,7 @@ def test_a_replaced_trainer_is_refused_naming_the_other(
     said = str(caught.value)
     assert "replaced by another trainer" in said and server.url in said, said
     assert f"pid {os.getpid()}" in said and "take_over=True" in said, said
+    assert is_refusal(caught.value)  # `ludic train` ends with this message, no traceback
     assert _served_version(server) == 3  # the first trainer did not take the server back
     with pytest.raises(TrainerReplaced):  # again, without rejoining
         first.publish(model, version=5)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import httpx
 
 from ludic.distributed.control import StoreControl
+from ludic.errors import Refusal
 
 Control = Literal["http", "store"]
 
@@ -31,9 +32,10 @@ class ServerUnreachable(WeightPushError):
     """The server could not be reached, or failed the request itself (5xx): it may be down."""
 
 
-class TrainerReplaced(WeightPushError):
+class TrainerReplaced(Refusal, WeightPushError):
     """Another trainer joined a server and replaced this trainer's group there: the server
-    serves that trainer's weights now. Not retried (unless the publisher may `take_over`)."""
+    serves that trainer's weights now. Not retried (unless the publisher may `take_over`). A
+    refusal: `ludic train` ends with its message (who joined, what to do), no traceback."""
 
 
 # What the server's refusal says (`ludic.inference.http.weight_tenure.REPLACED`).
