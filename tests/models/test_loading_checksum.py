@@ -111,3 +111,16 @@ def test_a_checkpoint_saved_without_checksums_still_loads_size_checked(
         load_model(second)
     with pytest.raises(CorruptCheckpointError, match=r"model\.safetensors has \d+ bytes"):
         manager.load(second)
+
+
+def test_a_quarantined_checkpoint_names_the_earlier_step_that_verifies(
+    checkpoints: tuple[CheckpointManager, Path, Path],
+) -> None:
+    """Resume renames a damaged step `step_N.corrupt`; loading it by that name still points at
+    the newest earlier step that verifies (it said none did)."""
+    _, first, second = checkpoints
+    _flip_a_bit(second / WEIGHTS)
+    quarantined = second.rename(second.with_name(second.name + ".corrupt"))
+    with pytest.raises(ValueError) as e:
+        load_model(quarantined)
+    assert f"the earlier step {first} verifies" in str(e.value), str(e.value)

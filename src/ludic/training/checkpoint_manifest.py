@@ -23,6 +23,8 @@ from ludic.training.weights_io import CorruptCheckpointError
 MANIFEST = "MANIFEST.json"
 FORMAT = 1
 _STEP_NAME = re.compile(r"^step_(\d+)$")
+# a damaged checkpoint may be asked about under its quarantined name too (`quarantine_checkpoint`)
+_DAMAGED_NAME = re.compile(r"^step_(\d+)(?:\.corrupt(?:-\d+)?)?$")
 
 
 def file_sha256(path: Path) -> str:
@@ -101,8 +103,9 @@ def check_files(directory: Path, *, deep: bool = True, prefix: str = "") -> None
 def earlier_good_checkpoint(path: Path, *, deep: bool = True, prefix: str = "") -> Path | None:
     """The newest `step_N` beside checkpoint `path` (`step_M`) with N < M whose files (those
     under `prefix`) verify: what to load instead of a damaged `path`. None when `path` is not
-    named `step_M` or no earlier one verifies. Only called once `path` was refused."""
-    match = _STEP_NAME.match(path.name)
+    named `step_M` (or `step_M.corrupt`) or no earlier one verifies. Only called once `path`
+    was refused."""
+    match = _DAMAGED_NAME.match(path.name)
     if match is None or not path.parent.is_dir():
         return None
     step = int(match.group(1))
