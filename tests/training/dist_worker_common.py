@@ -4,13 +4,16 @@ each rank trains on, the trainer config, and a torchrun launcher whose hang fail
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -23,6 +26,7 @@ from ludic.training import (
     LossInputs,
     LossOutput,
     RLAlgorithm,
+    Trainer,
     TrainerConfig,
     add_lora,
 )
@@ -90,6 +94,29 @@ def lora_model(seed: int = 0) -> torch.nn.Module:
             if "lora_B" in name:
                 torch.nn.init.normal_(param, std=0.02)
     return model
+
+
+def record_outcome(
+    out_dir: Path, rank: int, trainer: Trainer, run: Callable[[dict[str, Any]], None]
+) -> None:
+    """A worker's run as a user's script has it (`try/finally: trainer.close()`): `run(result)`,
+    then OUT_DIR/rank{R}.json holds `result` with what it raised under "raised" (type, its
+    classes, message, the trainer's step; None when nothing), written before the Trainer's
+    closing barrier. The error is re-raised, so the rank exits non-zero."""
+    result: dict[str, Any] = {"raised": None}
+    try:
+        run(result)
+    except Exception as e:
+        result["raised"] = {
+            "type": type(e).__name__,
+            "classes": [c.__name__ for c in type(e).__mro__],
+            "message": str(e),
+            "step": trainer.step,
+        }
+        raise
+    finally:
+        (out_dir / f"rank{rank}.json").write_text(json.dumps(result))
+        trainer.close()
 
 
 def _free_port() -> int:

@@ -9,8 +9,8 @@
    sit in its dummy pass's all-gather while the other failed).
 3. A checkpoint manager given to rank 0 only: a clear error on every rank.
 4. Rank 1's batch source fails (its Redis went away, say) on the second batch while rank 0's
-   has more: rank 1 raises its error, rank 0 a RuntimeError saying another rank's source
-   failed, instead of waiting in the step's all-reduce forever.
+   has more: rank 1 raises its error, rank 0 a RankFailedError naming rank 1 and the cause,
+   instead of waiting in the step's all-reduce forever.
 Rank 0 writes every rank's results to OUT_DIR/results.pt.
 """
 

@@ -11,7 +11,6 @@ re-raises it, so both exit non-zero.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from dist_worker_common import ALGORITHM, batches_for
+from dist_worker_common import ALGORITHM, batches_for, record_outcome
 from training_fakes import ListSource
 
 from ludic.distributed import BroadcastPolicyPublisher
@@ -56,25 +55,16 @@ def main() -> None:
     source = ListSource(batches_for(rank, world))
     trainer = Trainer(model, ALGORITHM, source, config, publisher=publisher)
     assert isinstance(trainer.runtime, FSDPRuntime)
-    result: dict[str, Any] = {"raised": None}
-    try:
+
+    def run(result: dict[str, Any]) -> None:
         trainer.run(1, progress=False)
         if publisher is not None:
             assert publisher.last_push is not None and publisher.last_push.version == 1
             result["published"] = publisher.last_push.version
             _stop(server_pid)
         trainer.run(2, progress=False)
-    except Exception as e:
-        result["raised"] = {
-            "type": type(e).__name__,
-            "classes": [c.__name__ for c in type(e).__mro__],
-            "message": str(e),
-            "step": trainer.step,
-        }
-        raise
-    finally:
-        (out_dir / f"rank{rank}.json").write_text(json.dumps(result))
-        trainer.close()
+
+    record_outcome(out_dir, rank, trainer, run)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,12 @@ nowhere else:
 - `eval`: `eval_fn` (every rank, every step) calls an eval server on rank 0 only, which is
   unreachable at step 2 (rank 1's returns {}).
 
+and in rank 1's own code in the third step (after `FAIL_AT` steps), nowhere else:
+
+- `source`: rank 1's batch source raises `ConnectionError` (its queue went away);
+- `loss`: rank 1's loss raises `ValueError` in its first micro-batch (rank 0's does fine and
+  goes on into the backward's collectives).
+
 Each rank writes OUT_DIR/rank{R}.json with the error it raised (type, its classes, message, the
 trainer's step) and re-raises it, so both exit non-zero; a rank left waiting in a collective
 writes nothing and the test's timeout fails it.
@@ -20,21 +26,23 @@ writes nothing and the test's timeout fails it.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from dist_worker_common import ALGORITHM, batches_for, trainer_config
-from training_fakes import ListSource, tiny_llama
+from dist_worker_common import ALGORITHM, batches_for, record_outcome, trainer_config
+from training_fakes import ListSource, WeightedNLL, tiny_llama
 
 import ludic.training.checkpoint as checkpoint_module
 from ludic.distributed import WeightPushError
 from ludic.distributed.interfaces import Weights
-from ludic.training import Trainer, TrainerConfig
+from ludic.training import LossInputs, LossOutput, RLAlgorithm, Trainer, TrainerConfig
+from ludic.training.batching.types import SAWBatch
 from ludic.training.parallel import FSDPRuntime
 
 FAIL_AT = 2
@@ -65,6 +73,27 @@ class FullDiskLogger:
         return None
 
 
+class LostQueueSource(ListSource):
+    """`ListSource` whose queue goes away after `FAIL_AT` batches."""
+
+    async def next_batch(self) -> SAWBatch:
+        if self.position == FAIL_AT:
+            raise ConnectionError("redis://127.0.0.1:6390 closed the connection")
+        return await super().next_batch()
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailingLoss(WeightedNLL):
+    """`WeightedNLL` that raises once `steps_done()` reaches `FAIL_AT`."""
+
+    steps_done: Callable[[], int]
+
+    def __call__(self, inputs: LossInputs) -> LossOutput:
+        if self.steps_done() == FAIL_AT:
+            raise ValueError("advantages_B holds a nan: the credit assigner divided by zero")
+        return WeightedNLL.__call__(self, inputs)
+
+
 def _fill_disk_at_step_4() -> None:
     """Rank 0's `torch.save` of step 4's optimizer state fails as on a full disk."""
     real_save = torch.save
@@ -79,10 +108,21 @@ def _fill_disk_at_step_4() -> None:
 
 
 def _trainer(out_dir: Path, mode: str, rank: int, world: int) -> Trainer:
-    source = ListSource(batches_for(rank, world))
+    batches = batches_for(rank, world)
+    source = ListSource(batches)
     config = TrainerConfig(lr=5e-3, micro_batch_tokens=32, seed=11)
+    algorithm = ALGORITHM
     kwargs: dict[str, Any] = {}
-    if mode == "publish":
+    trainers: list[Trainer] = []
+    if mode == "source":
+        source = LostQueueSource(batches) if rank == 1 else source
+    elif mode == "loss":
+        if rank == 1:
+            loss = FailingLoss(steps_done=lambda: trainers[0].step)
+            algorithm = RLAlgorithm(
+                name="test", credit_assigner=ALGORITHM.credit_assigner, loss=loss
+            )
+    elif mode == "publish":
         kwargs["publisher"] = RefusedPublisher() if rank == 0 else None
     elif mode == "checkpoint":
         config = trainer_config(out_dir / "checkpoints", every_n_steps=2)
@@ -103,7 +143,8 @@ def _trainer(out_dir: Path, mode: str, rank: int, world: int) -> Trainer:
         kwargs["eval_fn"] = eval_fn
     else:
         raise SystemExit(f"unknown mode {mode!r}")
-    return Trainer(tiny_llama(seed=0), ALGORITHM, source, config, **kwargs)
+    trainers.append(Trainer(tiny_llama(seed=0), algorithm, source, config, **kwargs))
+    return trainers[0]
 
 
 def main() -> None:
@@ -111,20 +152,11 @@ def main() -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     trainer = _trainer(out_dir, mode, rank, world)
     assert isinstance(trainer.runtime, FSDPRuntime)
-    result: dict[str, Any] = {"raised": None}
-    try:
+
+    def run(result: dict[str, Any]) -> None:
         trainer.run(4, progress=False)
-    except Exception as e:
-        result["raised"] = {
-            "type": type(e).__name__,
-            "classes": [c.__name__ for c in type(e).__mro__],
-            "message": str(e),
-            "step": trainer.step,
-        }
-        raise
-    finally:
-        (out_dir / f"rank{rank}.json").write_text(json.dumps(result))
-        trainer.close()
+
+    record_outcome(out_dir, rank, trainer, run)
 
 
 if __name__ == "__main__":

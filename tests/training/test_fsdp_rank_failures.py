@@ -1,7 +1,8 @@
 """FSDP2 on 2 gloo ranks (torchrun): an error raised by what only rank 0 holds (its publisher,
-the checkpoint it writes, its logger, its part of `eval_fn`) stops every rank at the same step:
-rank 0 raises its own error (type kept), rank 1 an error naming rank 0 and the cause, and
-neither is left waiting in a collective (the launcher's timeout fails the test)."""
+the checkpoint it writes, its logger, its part of `eval_fn`), or by rank 1's own code in a
+step (its batch source, its loss), stops every rank at the same step: the failed rank raises
+its own error (type kept), the other a `RankFailedError` naming it and the cause, and neither
+is left waiting in a collective (the launcher's timeout fails the test)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,12 @@ CASES = {
     "eval": ("ConnectionError", "evaluating at step 2", "unreachable", 2),
 }
 
+# mode: (rank 1's own error class, what rank 0's error says rank 1 was doing, the cause)
+ON_RANK_1 = {
+    "source": ("ConnectionError", "fetching the batch of step 3", "closed the connection"),
+    "loss": ("ValueError", "computing the loss of step 3", "advantages_B holds a nan"),
+}
+
 
 Outcome = tuple[Path, int, str, dict[int, dict[str, Any]]]
 
@@ -45,7 +52,7 @@ def outcome(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Outcome
 
 
 def _run(tmp_path: Path, mode: str) -> Outcome:
-    code, output = torchrun_exit("dist_worker_rank_failure.py", str(tmp_path), mode, timeout_s=150)
+    code, output = torchrun_exit("dist_worker_rank_failure.py", str(tmp_path), mode, timeout_s=120)
     raised = {}
     for rank in (0, 1):
         path = tmp_path / f"rank{rank}.json"
@@ -73,6 +80,21 @@ def test_a_failure_on_rank_0_stops_every_rank_naming_it(
     assert "rank 0" in other["message"] and doing in other["message"], other["message"]
     assert cause in other["message"] and own_type in other["message"], other["message"]
     assert raised[0]["step"] == raised[1]["step"] == step
+
+
+@pytest.mark.parametrize("mode", sorted(ON_RANK_1))
+def test_a_failure_in_rank_1s_own_step_stops_every_rank_naming_it(
+    outcome: Callable[[str], Outcome], mode: str
+) -> None:
+    own_type, doing, cause = ON_RANK_1[mode]
+    _, code, output, raised = outcome(mode)
+    assert code != 0, output[-4000:]
+    assert raised[1]["type"] == own_type and cause in raised[1]["message"], raised[1]
+    other = raised[0]
+    assert other["type"] == "RankFailedError", other
+    assert "rank 1 failed while " + doing in other["message"], other["message"]
+    assert f"{own_type}: " in other["message"] and cause in other["message"], other["message"]
+    assert raised[0]["step"] == raised[1]["step"] == 2  # two steps done, the third failed
 
 
 def test_a_failed_save_on_rank_0_leaves_the_last_good_checkpoint_loadable(

@@ -39,6 +39,7 @@ from ludic.training.batching.prefetch import PrefetchBatchSource
 from ludic.training.batching.types import BatchSource, BatchSourceExhausted, SAWBatch
 from ludic.training.checkpoint import CheckpointManager, checkpoint_tokenizer
 from ludic.training.collate import (
+    CollatedBatch,
     cap_seq_len,
     collate,
     plan_micro_batches,
@@ -53,7 +54,11 @@ from ludic.training.loggers import TrainingLogger
 from ludic.training.losses import reduce_metrics
 from ludic.training.mismatch import policy_lag_metrics
 from ludic.training.parallel.auto import auto_runtime
-from ludic.training.parallel.runtime import TrainingRuntime, next_batch_together
+from ludic.training.parallel.runtime import (
+    TrainingRuntime,
+    next_batch_together,
+    raise_if_any_failed,
+)
 from ludic.training.parallel.state import optimizer_param_names
 from ludic.training.schedule import build_scheduler
 from ludic.training.shared_prefix import shared_prefix_min_tokens
@@ -61,6 +66,7 @@ from ludic.training.stall import NoSignalWatch, SkipTracker, skip_cause, was_ski
 from ludic.training.stats import Reducer, aggregate_stats, default_sample_reducers
 from ludic.training.trainer_checkpoints import restore_checkpoint, write_checkpoint
 from ludic.training.trainer_guards import (
+    CaughtLoss,
     check_inputs,
     check_num_steps,
     check_prefetch_lag,
@@ -102,9 +108,12 @@ class Trainer:
     publisher or logger only where it should act, e.g. rank 0; `ref_model`, `eval_fn` and
     checkpoints on every rank or none); rank 0 writes checkpoints and publishes; `eval_fn` runs
     on every rank (a sharded forward needs them all); sample stats are per rank, loss,
-    grad_norm and token counts global. An error in what one rank alone does (its publish,
-    checkpoint write, logger or share of `eval_fn`) stops every rank at that step: that rank
-    raises its own error, the others `RankFailedError` naming it and the cause.
+    grad_norm and token counts global. An error in what one rank alone does (its batch
+    source, `reducers`, loss, publish, checkpoint write, logger or share of `eval_fn`) stops
+    every rank at that step: that rank raises its own error, the others `RankFailedError`
+    naming it and the cause. Not covered: an error inside the sharded model's forward or
+    backward, or the optimizer's step, on one rank (the others wait in FSDP's collectives
+    until the process group's timeout).
     """
 
     def __init__(
@@ -194,13 +203,20 @@ class Trainer:
     async def train_step(self) -> dict[str, float]:
         """One optimizer step on the next batch; returns its metrics."""
         started = time.perf_counter()
-        batch: SAWBatch = await next_batch_together(  # all ranks stop when one runs out
-            self.runtime, lambda: maybe_await(self.batch_source.next_batch())
+        batch: SAWBatch = await next_batch_together(  # all ranks stop when one runs out or fails
+            self.runtime,
+            lambda: maybe_await(self.batch_source.next_batch()),
+            f"fetching the batch of step {self.step + 1}",
         )
         batch_seconds = time.perf_counter() - started
         version = self.policy_version
-        items, metrics = self._select_items(batch)
-        metrics.update(self._optimize(items))
+        try:  # this rank's own work, reported in the step's first all-reduce (`_optimize`)
+            items, metrics = self._select_items(batch)
+            collated, plan = self._plan(items)
+            failed = None
+        except Exception as e:
+            metrics, collated, plan, failed = {}, None, [], e
+        metrics.update(self._optimize(collated, plan, failed))
         self.step += 1
         cause = None
         if was_skipped(metrics):
@@ -242,23 +258,32 @@ class Trainer:
         metrics.update(policy_lag_metrics(self.policy_version, trainable))
         return trainable, metrics
 
-    def _optimize(self, items: list[SAWItem]) -> dict[str, float]:
-        config, runtime = self.config, self.runtime
-        batch = collate(items, pad_token_id=config.pad_token_id) if items else None
-        plan: list[list[int]] = []
+    def _plan(self, items: list[SAWItem]) -> tuple[CollatedBatch | None, list[list[int]]]:
+        """The collated batch (None when empty) and its micro-batches (row indices)."""
+        config = self.config
+        if not items:
+            return None, []
+        batch = collate(items, pad_token_id=config.pad_token_id)
         min_shared = self._shared_prefix_min_tokens
-        if batch is not None:
-            groups = (
-                None if min_shared is None else shared_prefix_groups(batch, min_tokens=min_shared)
-            )
-            plan = plan_micro_batches(
-                batch.lengths_B.tolist(),
-                config.micro_batch_tokens,
-                packed=config.packing,
-                groups=groups,
-            )
+        groups = None if min_shared is None else shared_prefix_groups(batch, min_tokens=min_shared)
+        plan = plan_micro_batches(
+            batch.lengths_B.tolist(),
+            config.micro_batch_tokens,
+            packed=config.packing,
+            groups=groups,
+        )
+        return batch, plan
+
+    def _optimize(
+        self, batch: CollatedBatch | None, plan: list[list[int]], failed: Exception | None
+    ) -> dict[str, float]:
+        """Accumulate, clip and step; `failed`: what this rank's preparation of the batch raised
+        (every rank then raises here, after the first all-reduce)."""
+        config, runtime = self.config, self.runtime
+        min_shared = self._shared_prefix_min_tokens
         local = (0.0, 0.0) if batch is None else (batch.num_action_tokens, batch.num_sequences)
-        tokens, sequences = runtime.all_reduce_sum(local)
+        tokens, sequences, failures = runtime.all_reduce_sum([*local, float(failed is not None)])
+        raise_if_any_failed(runtime, failed, failures > 0, f"preparing step {self.step + 1}")
         passes = runtime.all_reduce_max(len(plan))
         if tokens == 0:
             return self._skip("skipped_empty")
@@ -270,9 +295,10 @@ class Trainer:
             shared_passes = [total > 0 for total in runtime.all_reduce_sum(flags)]
         self.optimizer.zero_grad(set_to_none=True)
         started = time.perf_counter()
+        caught = None if runtime.world_size == 1 else CaughtLoss(self.algorithm.loss)
         result = accumulate_gradients(
             self.model,
-            self.algorithm.loss,
+            self.algorithm.loss if caught is None else caught,
             batch,
             plan,
             totals=BatchTotals(action_tokens=tokens, sequences=sequences),
@@ -287,7 +313,13 @@ class Trainer:
             shared_prefix_min_tokens=min_shared,
             shared_passes=shared_passes,
         )
-        loss, nonfinite = runtime.all_reduce_sum([result.loss, float(not result.finite)])
+        error = None if caught is None else caught.error  # a loss that raised on this rank
+        loss, nonfinite, failures = runtime.all_reduce_sum(
+            [result.loss, float(not result.finite), float(error is not None)]
+        )
+        raise_if_any_failed(
+            runtime, error, failures > 0, f"computing the loss of step {self.step + 1}"
+        )
         metrics = {
             "loss": loss,
             "num_action_tokens": tokens,

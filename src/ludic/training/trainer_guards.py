@@ -10,15 +10,17 @@ from. What one rank alone does in a step (the publish, its logger, its share of 
 through `run_together` (`publish_finite`, `log_together`, `evaluate_together`): an error there
 (a `WeightPushError` on the publishing rank) stops every rank, the others with a
 `RankFailedError` naming that rank and the cause, instead of a hang in the next collective.
+`CaughtLoss` does the same for a loss that raises on one rank, in the middle of the passes.
 
 What it does not do: decide when to publish, retry, skip a step, or touch the optimizer; the
 Trainer (`ludic.training.trainer`) owns the loop and calls these. Plain functions over the
-Trainer's parts, so they hold no state of their own.
+Trainer's parts, holding no state of their own (`CaughtLoss` holds only the error it caught).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,7 +30,7 @@ import torch
 from ludic._aio import maybe_await
 from ludic.distributed.interfaces import PolicyPublisher, diverged_error, finite_checked
 from ludic.inference.weights import NonFiniteWeightsError
-from ludic.training.algorithm_types import RLAlgorithm
+from ludic.training.algorithm_types import Loss, LossInputs, LossOutput, RLAlgorithm
 from ludic.training.batching.prefetch import PrefetchBatchSource
 from ludic.training.checkpoint import CheckpointManager
 from ludic.training.config import TrainerConfig
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
     from ludic.training.trainer import EvalFn, Trainer
 
 __all__ = [
+    "CaughtLoss",
     "check_inputs",
     "check_num_steps",
     "check_prefetch_lag",
@@ -220,6 +223,35 @@ async def evaluate_together(trainer: Trainer) -> dict[str, float]:
         return {f"eval/{k}": float(v) for k, v in results.items()}
 
     return await run_together_async(trainer.runtime, run, f"evaluating at step {trainer.step}")
+
+
+class CaughtLoss:
+    """`loss` (a `Loss`) for one rank of several: an exception it raises is kept in `error`
+    (the first; later micro-batches are not computed) and the micro-batch gets a nan loss
+    instead, which `accumulate_gradients` in lockstep back-propagates as zero before running
+    the remaining passes. So this rank still makes every FSDP collective of the step, and the
+    Trainer raises `error` (the others `RankFailedError`) at the step's loss all-reduce,
+    which carries the failure (`raise_if_any_failed`)."""
+
+    def __init__(self, loss: Loss) -> None:
+        self.loss = loss
+        self.error: Exception | None = None
+
+    @property
+    def needs_ref_logprobs(self) -> bool:
+        return self.loss.needs_ref_logprobs
+
+    @property
+    def needs_entropy(self) -> bool:
+        return self.loss.needs_entropy
+
+    def __call__(self, inputs: LossInputs) -> LossOutput:
+        if self.error is None:
+            try:
+                return self.loss(inputs)
+            except Exception as e:
+                self.error = e
+        return LossOutput(loss=torch.tensor(math.nan))
 
 
 def diverged(

@@ -6,9 +6,11 @@ branches on which runtime it has: in one process every agreement is the identity
 in `fsdp.py`; `auto.auto_runtime` picks it under torchrun. Nothing here launches processes.
 
 What one rank alone does inside a step (its publisher's push, writing a checkpoint, its logger,
-its share of an eval) runs through `run_on_main` / `run_together`: when it raises on one rank,
-every rank raises (`RankFailedError` on the others, naming the rank and the cause) instead of
-going on alone into the next collective and waiting there until the process group times out.
+its share of an eval) runs through `run_on_main` / `run_together`, its batch fetch through
+`next_batch_together`, and its own work before an all-reduce the step makes anyway reports
+there (`raise_if_any_failed`): when it raises on one rank, every rank raises (`RankFailedError`
+on the others, naming the rank and the cause) instead of going on alone into the next
+collective and waiting there until the process group times out.
 """
 
 from __future__ import annotations
@@ -221,8 +223,8 @@ def nonfinite_on_any_rank(runtime: TrainingRuntime, model: torch.nn.Module) -> l
 
 
 class RankFailedError(RuntimeError):
-    """Raised on every other rank when one rank's part of a step failed where all ranks meet
-    (its publish, the checkpoint it writes, its logger, its share of `eval_fn`): this rank
+    """Raised on every other rank when one rank's part of a step failed (its batch source, its
+    loss, its publish, the checkpoint it writes, its logger, its share of `eval_fn`): this rank
     stops with it instead of waiting for it in the next collective. The failed rank raises
     its own error (type kept); this one names it (`failed_rank`, `doing`, `cause`:
     "ErrorType: message")."""
@@ -259,8 +261,21 @@ def raise_together(runtime: TrainingRuntime, error: Exception | None, doing: str
         if error is not None:
             raise error
         return
-    if not runtime.any_rank(error is not None):
+    raise_if_any_failed(runtime, error, runtime.any_rank(error is not None), doing)
+
+
+def raise_if_any_failed(
+    runtime: TrainingRuntime, error: Exception | None, any_failed: bool, doing: str
+) -> None:
+    """`raise_together` for a step that already agreed whether any rank failed (`any_failed`,
+    e.g. a failure count carried in an all-reduce the step makes anyway): when one did, every
+    rank gathers the causes (its only collective) and raises, this rank its own `error`, the
+    others a `RankFailedError` naming the first failed rank. Every rank must call it."""
+    if not any_failed:
         return
+    if runtime.world_size == 1:
+        assert error is not None, "any_failed in one process without an error"
+        raise error
     causes = runtime.all_gather_object(None if error is None else _cause(error))
     if error is not None:
         raise error
@@ -320,30 +335,33 @@ def run_on_main(
 _FETCHED, _EXHAUSTED, _FAILED = 0, 1, 2
 
 
-async def next_batch_together(runtime: TrainingRuntime, fetch: Callable[[], Awaitable[T]]) -> T:
+async def next_batch_together(
+    runtime: TrainingRuntime,
+    fetch: Callable[[], Awaitable[T]],
+    doing: str = "fetching the next batch",
+) -> T:
     """`await fetch()` (a batch source's next batch); with several ranks, every rank stops when
-    any rank's `fetch` raises (one all-reduce per call): `BatchSourceExhausted` when a rank's
-    data ran out, a `RuntimeError` naming the failing rank when its source failed (e.g. its
-    Redis went away), so the others never wait alone in the step's collectives forever."""
+    any rank's `fetch` raises (one all-reduce per call): when a rank's source failed (e.g. its
+    Redis went away, its credit assigner raised) it raises its own error and the others a
+    `RankFailedError` naming it, `doing` and the cause; otherwise, when a rank's data ran
+    out, every rank raises `BatchSourceExhausted`. None waits alone in the step's collectives."""
     if runtime.world_size == 1:
         return await fetch()
+    status = _FETCHED
+    error: Exception | None = None  # what this rank's fetch raised, re-raised as it is
     try:
         batch = await fetch()
-    except BatchSourceExhausted:
-        runtime.all_reduce_max(_EXHAUSTED)
-        raise
-    except Exception:
-        runtime.all_reduce_max(_FAILED)
-        raise
-    worst = runtime.all_reduce_max(_FETCHED)
+    except BatchSourceExhausted as exhausted:
+        status, error = _EXHAUSTED, exhausted
+    except Exception as e:
+        status, error = _FAILED, e
+    worst = runtime.all_reduce_max(status)
+    raise_if_any_failed(runtime, error if status == _FAILED else None, worst == _FAILED, doing)
+    if error is not None:
+        raise error
     if worst == _EXHAUSTED:
         raise BatchSourceExhausted(
             f"rank {runtime.rank} stops with the others: another rank's batch source is exhausted"
-        )
-    if worst == _FAILED:
-        raise RuntimeError(
-            f"rank {runtime.rank} stops with the others: another rank's batch source failed "
-            "(its log has the error)"
         )
     return batch
 
