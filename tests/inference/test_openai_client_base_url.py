@@ -37,3 +37,15 @@ async def test_http_and_https_urls_are_accepted(url: str) -> None:
     mock = httpx.MockTransport(lambda request: httpx.Response(200))
     async with OpenAICompatibleClient(url, model="m", transport=mock) as client:
         assert await client.healthy()
+
+
+def test_commands_refuse_such_a_url_before_asking_the_server_anything() -> None:
+    """`--server-url localhost:8001` (train, eval, actor) is named as a malformed URL, not
+    asked for its model and reported as a server that may be down."""
+    from ludic.recipes.inference import served_model_name, server_urls
+
+    with pytest.raises(ValueError, match="http://HOST:PORT"):
+        server_urls(["http://127.0.0.1:8000", "localhost:8001"])
+    with pytest.raises(ValueError, match="http://HOST:PORT") as caught:
+        served_model_name("localhost:8001")
+    assert "is the server up" not in str(caught.value)

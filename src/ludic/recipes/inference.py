@@ -110,10 +110,11 @@ async def close_client(client: Any) -> None:
 
 def server_urls(server_url: ServerUrls) -> list[str]:
     """The URLs as a list (empty: none), checked: no duplicates, each http(s)://."""
+    from ludic.inference.http.openai_client import check_server_url
+
     urls = [server_url] if isinstance(server_url, str) else list(server_url or ())
     for url in urls:
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"--server-url {url!r} is not an http(s):// URL")
+        check_server_url(url)
     if len(set(urls)) != len(urls):
         raise ValueError(f"--server-url names a server twice: {urls}")
     return urls
@@ -291,6 +292,9 @@ def served_model_name(server_url: str, token: str | None = None) -> str:
     """The one model an OpenAI-compatible server serves, from its `/v1/models`."""
     import httpx
 
+    from ludic.inference.http.openai_client import check_server_url
+
+    check_server_url(server_url)  # `localhost:8000` is no server that is down
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     url = server_url.rstrip("/").removesuffix("/v1") + "/v1/models"
     try:

@@ -69,7 +69,7 @@ class OpenAICompatibleClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        _check_base_url(base_url)
+        check_server_url(base_url)
         self.base_url = base_url.rstrip("/").removesuffix("/v1")
         self.model = model
         self.max_retries = max_retries
@@ -183,7 +183,7 @@ class OpenAICompatibleClient:
         await self.aclose()
 
 
-def _check_base_url(base_url: str) -> None:
+def check_server_url(base_url: str) -> None:
     """Refuse a server URL no request could reach (no http(s) scheme, no host, a port out of
     range) here: sent, it would fail every attempt with a transport error and be retried as if
     the server were down."""
