@@ -113,3 +113,16 @@ def test_parse_table_reads_the_rich_table() -> None:
     rows = parse_table(text)
     assert rows["after SFT"] == (0.25, 0.10, 0.40, 0.25, -0.31)
     assert rows["after RL"][4] == 0.30
+
+
+def test_threads_below_one_is_refused_naming_the_flag(tmp_path: Path) -> None:
+    """As `ludic train` and `ludic eval` refuse it: one line, no torch traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "ludic.cli", "quickstart", "--tiny", "--threads", "0"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    assert "--threads must be >= 1" in result.stderr and "Traceback" not in result.stderr

@@ -95,6 +95,8 @@ def run_quickstart(cfg: QuickstartConfig, *, console: Console | None = None) -> 
     if cfg.tiny:
         cfg = replace(cfg, **TINY_BUDGET)  # type: ignore[arg-type]
     if cfg.threads is not None:
+        if cfg.threads < 1:  # as ludic train and ludic eval refuse it
+            raise ValueError(f"--threads must be >= 1 (or left out), got {cfg.threads}")
         torch.set_num_threads(cfg.threads)
     lock = cfg.out_dir / RUN_LOCK
     check_run_lock(lock, what=LUDIC_RUN)  # another live run in OUT_DIR: before anything is built
