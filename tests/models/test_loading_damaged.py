@@ -62,3 +62,17 @@ def test_a_damaged_plain_model_folder_is_refused_naming_it(step_dir: Path, tmp_p
         load_model(plain)
     assert str(plain) in str(e.value) and "damaged" in str(e.value), str(e.value)
     assert is_refusal(e.value)
+
+
+def test_a_config_without_model_type_is_refused_naming_it(tmp_path: Path) -> None:
+    """A folder whose config.json transformers cannot build a model from (no model_type) is a
+    refusal naming the folder, not transformers' traceback."""
+    model, tokenizer = load_tiny_model()
+    folder = tmp_path / "m"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    config = folder / "config.json"
+    config.write_text(config.read_text().replace('"model_type"', '"not_model_type"'))
+    with pytest.raises(ValueError, match=r"cannot build a model from its config\.json") as e:
+        load_model(folder)
+    assert str(folder) in str(e.value) and is_refusal(e.value)

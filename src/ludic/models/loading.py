@@ -127,6 +127,12 @@ def load_model(
             f"{directory}: the model's weights are missing or damaged ({e}); copy the folder "
             "again, or load another checkpoint"
         ) from e
+    except ValueError as e:  # transformers' word for a config.json it cannot build a model from
+        raise ValueError(
+            f"{directory}: transformers cannot build a model from its config.json ({e}); a "
+            "model directory holds the config.json that `save_pretrained` writes (with its "
+            "model_type)"
+        ) from e
     model.to(device)  # type: ignore[arg-type]  # transformers' decorated `to` confuses mypy
     return model.eval(), load_tokenizer(directory)
 
