@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
@@ -155,3 +157,65 @@ def test_a_second_event_loop_is_refused_by_name() -> None:
         server.close()
     finally:
         loop.close()
+
+
+class ThreadServer:
+    """A raw HTTP/1.1 server on its own thread and event loop (so it runs while the test's loop
+    is blocked), answering 200 with the request line, and closing a connection idle for
+    `idle_close_s` as uvicorn does after 5 s."""
+
+    def __init__(self, idle_close_s: float = 60.0) -> None:
+        self.idle_close_s = idle_close_s
+        self.lines: list[str] = []
+        self.closed_idle = 0
+        self.ready = threading.Event()
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    line, _, _ = await asyncio.wait_for(read_request(reader), self.idle_close_s)
+                except TimeoutError:
+                    self.closed_idle += 1
+                    break
+                self.lines.append(line)
+                writer.write(reply(200, json.dumps({"line": line}).encode()))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        start = asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.server = asyncio.run_coroutine_threadsafe(start, self.loop).result(10)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self.server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+async def test_a_connection_the_server_closed_while_the_loop_was_busy_is_not_reused() -> None:
+    """uvicorn (`ludic serve`) and vLLM close a connection idle for 5 s; a training step that
+    holds the event loop longer must not leave the next requests on dead connections."""
+    with ThreadServer(idle_close_s=5.0) as url:
+        async with OpenAICompatibleClient(url, "m", max_retries=0) as client:
+            await asyncio.gather(*(client._http.post("/x", json={}) for _ in range(4)))
+            time.sleep(5.5)  # a step holding the loop: the server closes the idle connections
+            replies = await asyncio.gather(*(client._post("/x", {}) for _ in range(4)))
+    assert len(replies) == 4  # with no retry allowed: none met a closed connection
+
+
+async def test_proxy_variables_are_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    with ThreadServer() as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        async with httpx.AsyncClient(transport=AiohttpTransport(), timeout=10) as client:
+            response = await client.get("http://inference.invalid:8000/health")
+    assert response.status_code == 200
+    assert response.json()["line"] == "GET http://inference.invalid:8000/health HTTP/1.1"

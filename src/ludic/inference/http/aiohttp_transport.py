@@ -6,21 +6,28 @@ GRPO step of 16 completions paid ~40 ms of the trainer's CPU for it. `OpenAIComp
 keeps httpx's API (a `transport=` of the caller's, `httpx.MockTransport` in tests, wins) and
 sends through this transport unless given one.
 
-What httpx's callers rely on holds here: the request's timeouts (`connect`, and `read` as the
-longest wait for the next bytes of the reply), and httpx's exceptions, so retries and hung-server
-handling see `httpx.ConnectError`, `httpx.ConnectTimeout`, `httpx.ReadTimeout`,
-`httpx.ReadError` (the connection lost mid-reply) as with httpx's transport. The body is read
-whole (no streaming). One `aiohttp.ClientSession`, made at the first request in the event loop
-that sends it: like `httpx.AsyncClient`, a transport serves one event loop; another loop is
-refused by name rather than failing inside aiohttp.
+What httpx's callers rely on holds here: the request's timeouts (`pool`: waiting for a free
+connection, `connect`, and `read` as the longest wait for the next bytes of the reply), httpx's
+exceptions, so retries and hung-server handling see `httpx.ConnectError`,
+`httpx.ConnectTimeout`, `httpx.ReadTimeout`, `httpx.ReadError` (the connection lost mid-reply)
+as with httpx's transport, the proxy variables (`HTTP(S)_PROXY`, `NO_PROXY`) and certifi's CA
+bundle for https (unless `SSL_CERT_FILE` or `SSL_CERT_DIR` names another). An idle connection is
+kept 4 s (`keepalive_s`), under the 5 s after which uvicorn (`ludic serve`) and vLLM close theirs:
+a connection the server closed while this event loop was busy (a training step) is never reused.
+The body is read whole (no streaming). One `aiohttp.ClientSession`, made at the first request in
+the event loop that sends it: like `httpx.AsyncClient`, a transport serves one event loop;
+another loop is refused by name rather than failing inside aiohttp.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import ssl
 from typing import Any
 
 import aiohttp
+import certifi
 import httpx
 
 __all__ = ["AiohttpTransport"]
@@ -29,17 +36,19 @@ __all__ = ["AiohttpTransport"]
 class AiohttpTransport(httpx.AsyncBaseTransport):
     """`httpx.AsyncClient(transport=AiohttpTransport())`: requests sent by aiohttp."""
 
-    def __init__(self, *, limit: int = 100) -> None:
+    def __init__(self, *, limit: int = 100, keepalive_s: float = 4.0) -> None:
         self.limit = limit  # open connections, as httpx's default pool
+        self.keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _session_for(self, loop: asyncio.AbstractEventLoop) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self.limit, enable_cleanup_closed=False)
-            # no cookies, no proxies from the environment, no decompression beyond aiohttp's
+            connector = aiohttp.TCPConnector(
+                limit=self.limit, keepalive_timeout=self.keepalive_s, ssl=_ssl_context()
+            )
             self._session = aiohttp.ClientSession(
-                connector=connector, cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=True
+                connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=True
             )
             self._loop = loop
         elif loop is not self._loop:
@@ -54,6 +63,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
         timeout = aiohttp.ClientTimeout(
             total=None,
+            connect=timeouts.get("pool"),  # aiohttp's: a free connection from the pool
             sock_connect=timeouts.get("connect"),
             sock_read=timeouts.get("read"),
         )
@@ -93,6 +103,13 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         if self._session is not None and not self._session.closed:
             await self._session.close()
         self._session = None
+
+
+def _ssl_context() -> ssl.SSLContext:
+    """httpx's default: certifi's CA bundle, unless the environment names CAs of its own."""
+    if os.environ.get("SSL_CERT_FILE") or os.environ.get("SSL_CERT_DIR"):
+        return ssl.create_default_context()
+    return ssl.create_default_context(cafile=certifi.where())
 
 
 _BODY_FRAMING = frozenset({b"content-encoding", b"content-length", b"transfer-encoding"})
