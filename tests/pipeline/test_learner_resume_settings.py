@@ -39,12 +39,7 @@ def _changed(**given: object) -> list[str]:
 
 
 def test_run_defining_flags_are_each_named() -> None:
-    assert _changed(algorithm="cispo", lr=1e-3, max_lag=2, seed=7) == [
-        "--algorithm",
-        "--lr",
-        "--max-lag",
-        "--seed",
-    ]
+    assert _changed(algorithm="cispo", lr=1e-3, max_lag=2) == ["--algorithm", "--lr", "--max-lag"]
     assert _changed(max_lag=None) == ["--max-lag"]
     assert _changed(model="other_model", stale="downweight") == ["--model", "--stale"]
     assert _changed(stream="s2", group="g2", consumer="c2") == ["--stream", "--group", "--consumer"]
@@ -182,3 +177,22 @@ def test_a_resumed_learner_process_refuses_changed_flags_and_takes_allowed_ones(
     log = (tmp_path / "l3.log").read_text()
     assert "resumed from step 2" in log and "learner done at step 3" in log
     assert Counter(_sample_ids(redis_server)) == Counter(_produced_ids(tmp_path))  # each once
+
+
+def test_a_seed_change_is_named_but_not_refused() -> None:
+    """The resumed learner restores the checkpoint's RNG state: --seed has no effect there."""
+    assert _changed(seed=7) == ["--seed"]
+    given = learner_settings(dataclasses.replace(BASE, seed=7))
+    assert resume_refusal(Path("run"), learner_settings(BASE), given) is None
+
+
+def test_a_moved_model_folder_with_the_same_config_is_the_same_model(tmp_path: Path) -> None:
+    for name in ("a", "b", "c"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text('{"hidden_size": 4}')
+    (tmp_path / "c" / "config.json").write_text('{"hidden_size": 8}')
+    saved = learner_settings(dataclasses.replace(BASE, model=str(tmp_path / "a")))
+    moved = learner_settings(dataclasses.replace(BASE, model=str(tmp_path / "b")))
+    other = learner_settings(dataclasses.replace(BASE, model=str(tmp_path / "c")))
+    assert changed_settings(saved, moved) == []
+    assert changed_settings(saved, other) == ["--model"]

@@ -2,10 +2,13 @@
 refusal of a resume whose flags differ, naming each changed flag before Redis or the model is
 touched (as `ludic train --resume` does: `ludic.recipes.train_checks`).
 
-Recorded: `--model`, `--algorithm` (and `--max-tokens` under dr_grpo, its loss normaliser),
-`--lr`, `--max-lag`, `--stale` (and `--stale-decay` when downweighting), `--seed` (the restored
-RNG state wins over it), and `--stream`, `--group`, `--consumer` (the checkpoint's data
-position is that consumer's place in that stream). Everything else may change on resume: the
+Recorded: `--model` (its resolved path and its config.json's sha256: a model folder moved or
+copied elsewhere, same config, resumes with a note), `--algorithm` (and `--max-tokens` under
+dr_grpo, its loss normaliser), `--lr`, `--max-lag`, `--stale` (and `--stale-decay` when
+downweighting), and `--stream`, `--group`, `--consumer` (the checkpoint's data position is that
+consumer's place in that stream). `--seed` is recorded and a change only warned about: a resumed
+learner restores the checkpoint's RNG state, so it has no effect. Everything else may change on
+resume: the
 step count, batch and memory sizes (`--batch-size`, `--micro-batch-tokens`), intervals
 (`--checkpoint-every`, `--publish-every`), `--max-wait-s`, the Redis URL and lease ttl, the
 servers and how weights reach them, `--device`, `--ledger`. The samples' own credit settings
@@ -14,6 +17,7 @@ are checked as they arrive (`ludic.pipeline.credit_check`), not here.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shlex
@@ -30,10 +34,17 @@ CHECKPOINTS_DIR = "checkpoints"
 """The learner's checkpoints live in `<out_dir>/checkpoints`."""
 
 
+MODEL_CONFIG = "model config.json sha256"
+"""Recorded beside `--model`: a moved model folder with the same config is the same model."""
+WARNED_ONLY = frozenset({"--seed"})  # no effect on a resumed learner: named, not refused
+
+
 def learner_settings(cfg: LearnerConfig) -> dict[str, Any]:
-    """The flags that define the learner's run, by flag name, as JSON values."""
+    """The flags that define the learner's run, by flag name, as JSON values (and the model's
+    config digest under `MODEL_CONFIG`)."""
     settings: dict[str, Any] = {
         "--model": None if cfg.model is None else str(Path(cfg.model).resolve()),
+        MODEL_CONFIG: None if cfg.model is None else _config_digest(Path(cfg.model)),
         "--algorithm": cfg.algorithm,
         "--lr": cfg.lr,
         "--max-lag": cfg.max_lag,
@@ -52,15 +63,25 @@ def learner_settings(cfg: LearnerConfig) -> dict[str, Any]:
 
 def changed_settings(saved: dict[str, Any], given: dict[str, Any]) -> list[str]:
     """The flags recorded on both sides whose values differ (a flag only one side records,
-    `--stale-decay` of a run that dropped stale samples, is not compared)."""
-    return [flag for flag in given if flag in saved and saved[flag] != given[flag]]
+    `--stale-decay` of a run that dropped stale samples, is not compared). `--model` at another
+    path whose config.json is the recorded one's is the same model."""
+    changed = [flag for flag in given if flag in saved and saved[flag] != given[flag]]
+    digest = saved.get(MODEL_CONFIG)
+    if "--model" in changed and digest is not None and digest == given.get(MODEL_CONFIG):
+        changed.remove("--model")
+    return [flag for flag in changed if flag != MODEL_CONFIG]
+
+
+def _config_digest(model: Path) -> str | None:
+    config = model / "config.json"
+    return hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else None
 
 
 def resume_refusal(path: Path, saved: dict[str, Any], given: dict[str, Any]) -> str | None:
     """The error text for resuming the checkpoint at `path` (recorded `saved`) with this
     launch's `given` settings: each changed flag with both values, and the two ways on. None
     when nothing changed."""
-    changed = changed_settings(saved, given)
+    changed = [f for f in changed_settings(saved, given) if f not in WARNED_ONLY]
     if not changed:
         return None
     parts = "; ".join(
@@ -96,9 +117,24 @@ def check_learner_resume(cfg: LearnerConfig) -> None:
             path,
         )
         return
-    refusal = resume_refusal(path, saved, learner_settings(cfg))
+    given = learner_settings(cfg)
+    refusal = resume_refusal(path, saved, given)
     if refusal is not None:
         raise ValueError(refusal)
+    for flag in WARNED_ONLY & set(changed_settings(saved, given)):
+        logger.warning(
+            "%s is %s, the checkpoint's %s: no effect, the resumed learner restores %s's RNG state",
+            flag,
+            given[flag],
+            saved[flag],
+            path,
+        )
+    if saved.get("--model") not in (None, given.get("--model")):
+        logger.info(
+            "--model %s: the checkpoint's was %s (same config.json)",
+            given["--model"],
+            saved["--model"],
+        )
 
 
 def _newest_extra(root: Path) -> tuple[Path, dict[str, Any]] | None:
