@@ -187,7 +187,7 @@ def test_the_worker_receives_and_loads_bucket_by_bucket(
 
     monkeypatch.setattr(rig.model, "load_weights", lambda weights: record(weights))
     rig.publisher.publish(rig.trainer, version=1)
-    manifest = rig.publisher._last_plan[1]
+    manifest = rig.publisher._plans.last
     biggest = sorted((b.nbytes for b in manifest.buckets), reverse=True)
     assert len(manifest.buckets) > 4 and len(held_while_loading) == len(manifest.tensors)
     assert max(held_while_loading) <= biggest[0] + biggest[1] < manifest.total_bytes
@@ -222,7 +222,7 @@ def test_buckets_in_pieces_land_and_verify(rig: SimpleNamespace) -> None:
     publisher.piece_bytes = 1000  # every bucket over 1000 bytes goes in pieces
     _adam_step_(rig.trainer, lr=1e-3)
     publisher.publish(rig.trainer, version=1)
-    manifest = publisher._last_plan[1]
+    manifest = publisher._plans.last
     assert manifest.piece_bytes == 1000
     assert any(len(manifest.pieces(b)) > 1 for b in manifest.buckets)
     served = dict(rig.model.hf.named_parameters())
@@ -383,7 +383,7 @@ def test_a_push_holding_nan_is_refused_with_the_embedded_servers_words(
 @pytest.mark.parametrize("version", [-1, "3", True, 1.5])
 def test_a_push_with_a_bad_version_is_a_400_naming_it(rig: SimpleNamespace, version: Any) -> None:
     rig.publisher.publish(rig.trainer, version=1)
-    manifest = rig.publisher._last_plan[1].to_json()
+    manifest = rig.publisher._plans.last.to_json()
     reply = rig.client.post(
         "/ludic/weights/start",
         json={**manifest, "version": version},
@@ -411,7 +411,7 @@ def test_a_start_from_a_trainer_outside_the_group_is_a_409_and_that_trainer_rejo
     """As the embedded server: a `/start` naming another trainer's store (or with no group at
     all) is a 409 "no communicator ...", the answer the publisher rejoins on."""
     rig.publisher.publish(rig.trainer, version=1)
-    manifest = rig.publisher._last_plan[1].to_json()
+    manifest = rig.publisher._plans.last.to_json()
     headers = {"Authorization": f"Bearer {TOKEN}"}
     vllm_routes._push["store"] = "10.0.0.9:29500"  # another trainer joined meanwhile
     refused = rig.client.post(

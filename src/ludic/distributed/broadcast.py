@@ -34,7 +34,6 @@ logging a warning naming the other trainer). It does not balance or route infere
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -49,12 +48,14 @@ from ludic.distributed.control import StoreControl
 from ludic.distributed.held_check import compare_held
 from ludic.distributed.interfaces import PublishVerificationError, Weights, check_publishable
 from ludic.distributed.live_state import LiveStateDict
-from ludic.distributed.manifest import WeightManifest, follows, plan_manifest
+from ludic.distributed.manifest import WeightManifest
 from ludic.distributed.push_records import (
+    PlanCache,
     PushCheck,
     PushStats,
     expected_casts,
     gather_full_state_dict,
+    wire_tensors,
 )
 from ludic.distributed.server_group import PushFailed, ServerGroup, ServerLeftGroup, links
 from ludic.distributed.server_link import ServerLink, TrainerReplaced, WeightPushError
@@ -63,8 +64,7 @@ from ludic.distributed.transfer import (
     BufferPool,
 )
 from ludic.distributed.verification import (
-    HttpPolicyProbe,
-    check_served_policy,
+    check_pushed_server,
     default_probe_tokens,
     probe_atol,
     trainer_logprobs,
@@ -198,7 +198,7 @@ class BroadcastPolicyPublisher:
         self.rank = rank
         self.take_over = take_over
         self._replaced: TrainerReplaced | None = None  # raised again by every later publish
-        self._last_plan: tuple[list[Any], WeightManifest] | None = None
+        self._plans = PlanCache()
         self._live: LiveStateDict | None = None  # the last published module's state dict
         self.last_push: PushStats | None = None
 
@@ -266,7 +266,7 @@ class BroadcastPolicyPublisher:
             )
             self._warned_no_probe = True
         started = time.perf_counter()
-        tensors = self._wire_tensors(state)
+        tensors = wire_tensors(state, self.wire_dtype, self.device)
         # as sent (a cast may overflow), before a byte; within finite_checked() (the Trainer
         # checked every rank's shards) only the tensors a cast narrowed
         check_publishable(tensors, version=version, cast_from=state)
@@ -415,11 +415,6 @@ class BroadcastPolicyPublisher:
         tensors: dict[str, torch.Tensor],
         check: PushCheck,
     ) -> None:
-        probe = HttpPolicyProbe(server.http)
-        served_version = probe.served_version()
-        finished_version = int(reply["policy_version"])
-        if finished_version != version:  # the load itself reported another version
-            served_version = finished_version
         held = compare_held(reply, tensors, check.sent, check.sent_cast)
         if held.packed_away:
             self._probe_always = True  # the probe is their only check: run it on every push
@@ -434,16 +429,14 @@ class BroadcastPolicyPublisher:
                 list(held.unchecked[:3]),
             )
             self._warned_unverified = True
-        ids = check.probe_ids
-        served = probe.served_logprobs(ids) if ids is not None else None
-        check_served_policy(
+        check_pushed_server(
+            server.http,
             version=version,
-            served_version=served_version,
+            reply=reply,
+            held=held,
+            probe_ids=check.probe_ids,
             expected_logprobs=check.expected,
-            served_logprobs=served,
             atol=probe_atol(server.served_dtype, default=self.atol),
-            mismatched_tensors=held.mismatched,
-            unverified=held.unverified,
         )
 
     def _expected_casts(self, tensors: Mapping[str, torch.Tensor]) -> dict[torch.dtype, set[str]]:
@@ -470,28 +463,16 @@ class BroadcastPolicyPublisher:
         return self.probe_token_ids
 
     def _plan(self, tensors: dict[str, torch.Tensor], version: int) -> WeightManifest:
-        """The manifest for `tensors`; the last plan (new version) when names, shapes, dtypes
-        and which tensors lie back to back are unchanged, as they are from one training step
-        to the next. An unverified push asks the server for no checksums (a new plan, so a new
-        layout, when that flips)."""
-        piece_bytes = self._piece_bytes()
-        signature = [
-            self.verify,
-            piece_bytes,
-            *((name, t.shape, t.dtype) for name, t in tensors.items()),
-            follows(list(tensors.values())),  # which tensors lie back to back (one bucket)
-        ]
-        if self._last_plan is None or self._last_plan[0] != signature:
-            plan = plan_manifest(
-                tensors,
-                version=version,
-                bucket_bytes=self.bucket_bytes,
-                alone_bytes=self.alone_bytes,
-                piece_bytes=piece_bytes,
-                checksums=self.verify,
-            )
-            self._last_plan = (signature, plan)
-        return dataclasses.replace(self._last_plan[1], version=version)
+        """The manifest for `tensors` (`PlanCache`: the last plan while the layout holds). An
+        unverified push asks the server for no checksums (a new plan when that flips)."""
+        return self._plans.plan(
+            tensors,
+            version,
+            checksums=self.verify,
+            bucket_bytes=self.bucket_bytes,
+            alone_bytes=self.alone_bytes,
+            piece_bytes=self._piece_bytes(),
+        )
 
     def _piece_bytes(self) -> int:
         """`piece_mb` in bytes when every server in the group says (`"pieces": true` in its
@@ -510,15 +491,6 @@ class BroadcastPolicyPublisher:
             )
             self._warned_whole = True
         return 0
-
-    def _wire_tensors(self, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        tensors = {}
-        for name, tensor in state.items():
-            t = tensor.detach()
-            if self.wire_dtype is not None and t.is_floating_point():
-                t = t.to(self.wire_dtype)
-            tensors[name] = t.to(self.device).contiguous()
-        return tensors
 
     def _rank(self) -> int:
         if self.rank is not None:

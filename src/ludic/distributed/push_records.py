@@ -1,7 +1,8 @@
-"""What one push of `BroadcastPolicyPublisher` records and is checked against: `PushStats`
-(timings, sizes, which servers took it), `PushCheck` (the sender's checksums, casts and probe,
-computed while the servers load), the casts each server is expected to hold,
-and the FSDP2 full-state gather. Plain data and pure functions; it contacts nothing.
+"""What one push of `BroadcastPolicyPublisher` sends, records and is checked against:
+`PushStats` (timings, sizes, which servers took it), `PushCheck` (the sender's checksums, casts
+and probe, computed while the servers load), the casts each server is expected to hold, the
+tensors as they go on the wire and their manifest (`PlanCache`), and the FSDP2 full-state
+gather. Plain data and pure functions; it contacts nothing.
 """
 
 from __future__ import annotations
@@ -14,9 +15,16 @@ from typing import Any
 import torch
 
 from ludic.distributed.checksum import Checksum
-from ludic.distributed.manifest import DTYPES
+from ludic.distributed.manifest import DTYPES, WeightManifest, follows, plan_manifest
 
-__all__ = ["PushCheck", "PushStats", "expected_casts", "gather_full_state_dict"]
+__all__ = [
+    "PlanCache",
+    "PushCheck",
+    "PushStats",
+    "expected_casts",
+    "gather_full_state_dict",
+    "wire_tensors",
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -76,3 +84,59 @@ def gather_full_state_dict(model: torch.nn.Module) -> Mapping[str, torch.Tensor]
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     full: dict[str, Any] = get_model_state_dict(model, options=options)
     return {name: value for name, value in full.items() if isinstance(value, torch.Tensor)}
+
+
+def wire_tensors(
+    state: Mapping[str, torch.Tensor], wire_dtype: torch.dtype | None, device: Any
+) -> dict[str, torch.Tensor]:
+    """`state` as it goes on the wire: detached, floating tensors cast to `wire_dtype` (if
+    any), contiguous on the group's `device`."""
+    tensors = {}
+    for name, tensor in state.items():
+        t = tensor.detach()
+        if wire_dtype is not None and t.is_floating_point():
+            t = t.to(wire_dtype)
+        tensors[name] = t.to(device).contiguous()
+    return tensors
+
+
+class PlanCache:
+    """The push's manifest: the last plan (with the new version) while names, shapes, dtypes,
+    which tensors lie back to back (one bucket) and the plan's settings are unchanged, as they
+    are from one training step to the next."""
+
+    def __init__(self) -> None:
+        self._last: tuple[list[Any], WeightManifest] | None = None
+
+    @property
+    def last(self) -> WeightManifest | None:
+        """The manifest of the last push planned (its first version), if any."""
+        return None if self._last is None else self._last[1]
+
+    def plan(
+        self,
+        tensors: dict[str, torch.Tensor],
+        version: int,
+        *,
+        checksums: bool,
+        bucket_bytes: int,
+        alone_bytes: int,
+        piece_bytes: int,
+    ) -> WeightManifest:
+        signature = [
+            checksums,
+            piece_bytes,
+            *((name, t.shape, t.dtype) for name, t in tensors.items()),
+            follows(list(tensors.values())),
+        ]
+        if self._last is None or self._last[0] != signature:
+            plan = plan_manifest(
+                tensors,
+                version=version,
+                bucket_bytes=bucket_bytes,
+                alone_bytes=alone_bytes,
+                piece_bytes=piece_bytes,
+                checksums=checksums,
+            )
+            self._last = (signature, plan)
+        return dataclasses.replace(self._last[1], version=version)

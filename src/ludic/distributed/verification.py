@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import httpx
 import torch
 
+from ludic.distributed.held_check import HeldComparison
 from ludic.distributed.interfaces import PublishVerificationError
 
 
@@ -235,6 +236,36 @@ def check_served_policy(
             + " (the server may have skipped or only partly applied the update, or the weights "
             "are not finite; do not train on its samples until a push verifies)"
         )
+
+
+def check_pushed_server(
+    http: httpx.Client,
+    *,
+    version: int,
+    reply: Mapping[str, Any],
+    held: HeldComparison,
+    probe_ids: Sequence[int] | None,
+    expected_logprobs: Sequence[float] | None,
+    atol: float,
+) -> None:
+    """Raise PublishVerificationError unless the server behind `http` serves the push of
+    `version` whose load answered `reply`: its version (the load's own report wins), the held
+    checksums (`held`) and, with `probe_ids`, its logprobs against the trainer's."""
+    probe = HttpPolicyProbe(http)
+    served_version = probe.served_version()
+    finished_version = int(reply["policy_version"])
+    if finished_version != version:  # the load itself reported another version
+        served_version = finished_version
+    served = probe.served_logprobs(probe_ids) if probe_ids is not None else None
+    check_served_policy(
+        version=version,
+        served_version=served_version,
+        expected_logprobs=expected_logprobs,
+        served_logprobs=served,
+        atol=atol,
+        mismatched_tensors=held.mismatched,
+        unverified=held.unverified,
+    )
 
 
 class HttpPolicyProbe:
