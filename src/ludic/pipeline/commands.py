@@ -28,6 +28,7 @@ from ludic.pipeline.learner_settings import (
     LEARNER_SETTINGS_KEY,
     check_learner_resume,
     learner_settings,
+    refuse_fresh_run_over_checkpoints,
 )
 from ludic.pipeline.stream import SampleStream
 from ludic.recipes.algorithms import GiGPOOptions
@@ -286,6 +287,7 @@ def run_learner(cfg: LearnerConfig) -> list[dict[str, float]]:
     """Train `cfg.steps` steps on samples from the stream; returns each step's metrics."""
     check_learner_flags(cfg)  # before Redis or the model: --steps 0, dr_grpo without --max-tokens
     check_learner_resume(cfg)  # a resume with other --algorithm, --lr, --model, ...: refused
+    refuse_fresh_run_over_checkpoints(cfg)  # --no-resume over an earlier run's checkpoints
     return asyncio.run(_learn(cfg))
 
 
@@ -438,5 +440,5 @@ def _resume_learner(trainer: Any, cfg: LearnerConfig) -> int:
         old = e.changes.get("lr", (None, None))[0]
         raise ValueError(
             f"--lr is {cfg.lr}, the checkpoint's is {old}: restart the learner with --lr {old} "
-            "to continue the run, or with --no-resume to start a new one"
+            "to continue the run, or another --out-dir to start a new one"
         ) from e

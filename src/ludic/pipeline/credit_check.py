@@ -108,7 +108,7 @@ class CreditCheck:
                 f"credited with {_flags_line(first, record)}, but actor {actor!r} credits with "
                 f"{_flags_line(record, first)}: the run would mix two credit assignments. "
                 "Restart the actors with the checkpoint's flags, or train the new ones in a new "
-                "run (another --out-dir, or --no-resume)"
+                "run (another --out-dir)"
             )
         elif record != self._first[0]:
             first, first_actor = self._first

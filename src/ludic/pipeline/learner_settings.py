@@ -137,6 +137,22 @@ def check_learner_resume(cfg: LearnerConfig) -> None:
         )
 
 
+def refuse_fresh_run_over_checkpoints(cfg: LearnerConfig) -> None:
+    """A new run (`--no-resume`) in an `--out-dir` holding an earlier run's checkpoints is
+    refused, as `ludic train` refuses it: its checkpoints would overwrite the earlier run's of
+    the same step and leave newer ones of that run beside them (which the next resume would
+    pick), and its metrics.jsonl would replace that run's."""
+    if cfg.resume or cfg.checkpoint_every is None:
+        return
+    from ludic.recipes.training import refuse_earlier_checkpoints
+
+    refuse_earlier_checkpoints(
+        Path(cfg.out_dir),
+        fix="Drop --no-resume to continue that run, or pass another --out-dir for a new one "
+        f"(or delete {cfg.out_dir})",
+    )
+
+
 def _newest_extra(root: Path) -> tuple[Path, dict[str, Any]] | None:
     """The newest complete checkpoint under `root` whose state.json reads, with its `extra`
     (a broken one is skipped here: the trainer's resume refuses it with its own message)."""
