@@ -67,7 +67,8 @@ def step_line(step: int, metrics: dict[str, float], samples: float, world_size: 
 
 
 def done_line(trainer: Any, totals: dict[str, int], world_size: int = 1) -> str:
-    """The closing line: the step reached, what all ranks read, and where the model is."""
+    """The closing line: the step reached, what all ranks read, where the model is, and how
+    many samples read were trained when stale ones were dropped."""
     newest = None if trainer.checkpoints is None else trainer.checkpoints.path_for(trainer.step)
     where = (
         f"model: {newest / 'model'}"
@@ -75,4 +76,16 @@ def done_line(trainer: Any, totals: dict[str, int], world_size: int = 1) -> str:
         else "no checkpoint kept (--checkpoint-every None), so the trained weights are gone"
     )
     ranks = f" (all {world_size} ranks)" if world_size > 1 else ""
-    return f"learner done at step {trainer.step}: {totals}{ranks}; {where}"
+    return f"learner done at step {trainer.step}: {totals}{ranks}; {where}{_stale_note(totals)}"
+
+
+def _stale_note(totals: dict[str, int]) -> str:
+    """`samples` counts every sample read, stale ones dropped untrained included: when some
+    were dropped, say how many of those read were trained."""
+    read, dropped = totals.get("samples", 0), totals.get("dropped_stale", 0)
+    if not dropped:
+        return ""
+    return (
+        f"; {read - dropped} of the {read} samples read were trained, {dropped} dropped as "
+        "stale (more than --max-lag policy versions behind)"
+    )
