@@ -197,4 +197,7 @@ def main(cfg: LightsConfig) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(LightsConfig))
+    try:
+        main(tyro.cli(LightsConfig))
+    except FileExistsError as refused:  # the --out-dir refusal names the problem and the fix
+        raise SystemExit(f"train.py: error: {refused}") from None
