@@ -45,5 +45,6 @@ def test_the_command_names_the_url_and_the_fix(
     assert exit_.value.code == 1
     err = capsys.readouterr().err
     assert f"ludic {command}: error: redis at {url} unreachable since startup" in err
-    assert "Is Redis running there? Start it (e.g. `redis-server --port 6379" in err
+    port = url.rsplit(":", 1)[1].split("/")[0]  # the URL's own port, not Redis's default
+    assert f"Is Redis running there? Start it (e.g. `redis-server --port {port} " in err
     assert "check --redis-url" in err and "Traceback" not in err

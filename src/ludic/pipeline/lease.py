@@ -133,7 +133,8 @@ class ConsumerLease:
             if not announced:
                 logger.info(
                     "consumer %s of group %s is leased by %s: waiting up to %.0fs for the "
-                    "previous holder's lease to expire (a learner stopped without releasing it)",
+                    "previous holder's lease to expire (if that learner stopped without "
+                    "releasing it; a live one renews it, and this learner is then refused)",
                     self.consumer,
                     self.group,
                     holder,

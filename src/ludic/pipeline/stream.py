@@ -27,6 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
+from urllib.parse import urlparse
 
 from ludic.errors import Refusal
 from ludic.pipeline.lease import describe_holder, lease_key
@@ -352,10 +353,11 @@ class SampleStream:
                 await asyncio.sleep(delay)
 
     def _not_reached(self, what: str, error: Exception) -> str:
+        port = urlparse(self.url).port or 6379
         return (
             f"redis at {self.url} unreachable since startup ({what} failed for "
             f"{self.first_connect_s:g}s: {error}). Is Redis running there? Start it (e.g. "
-            "`redis-server --port 6379 --appendonly yes --appendfsync always`), or check "
+            f"`redis-server --port {port} --appendonly yes --appendfsync always`), or check "
             "--redis-url (host, port, database, password)"
         )
 
