@@ -96,10 +96,10 @@ class Tenure:
         at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(by.since))
         return (
             f"this trainer's weight-sync group was {REPLACED}: {by.describe()} joined this "
-            f"server at {at}, and the server serves its pushes now (this trainer's rollouts "
-            "would not come from its own weights). Stop one of the two trainers; to take the "
-            "server back deliberately, publish with BroadcastPolicyPublisher(take_over=True) "
-            "(the two trainers then take it from each other at every push, each logging it)"
+            f"server at {at} and serves its pushes now (not this trainer's weights). Stop one "
+            "of the two trainers: with `ludic train`/`ludic learner`, stop one run (a restarted "
+            "run is a new trainer and takes the server back); from code, "
+            "BroadcastPolicyPublisher(take_over=True) takes it back at every push"
         )
 
     def report(self, group: str | None) -> dict[str, str | None]:
