@@ -17,8 +17,19 @@ from typing import TypeVar
 import httpx
 import torch
 
-from ludic.distributed.transfer import Collective, host_store, join_store, open_group
+from ludic.distributed.manifest import WeightManifest
+from ludic.distributed.transfer import (
+    BufferPool,
+    Collective,
+    host_store,
+    join_store,
+    open_group,
+    send_buckets,
+)
 from ludic.inference.embedded.engine import EmbeddedEngine
+from ludic.inference.http.weight_join import InitRequest
+from ludic.inference.http.weight_receiver import WeightSyncReceiver
+from ludic.inference.http.weight_tenure import TrainerInfo
 from ludic.models import TinyModelSpec
 
 SPEC = TinyModelSpec(
@@ -121,3 +132,34 @@ class BufferedEngine(EmbeddedEngine):
     receiving gets)."""
 
     update_weights_in_place = None  # type: ignore[assignment]
+
+
+RECEIVER_TIMEOUT_S = 30.0
+
+
+class ReceiverTrainer:
+    """Rank 0 of a weight-sync group that `receiver` (a `WeightSyncReceiver`) joins, as the
+    trainer with id `who`: `id` is the group id the receiver answered."""
+
+    def __init__(self, receiver: WeightSyncReceiver, who: str) -> None:
+        self.store = host_store("127.0.0.1", 0, world_size=2, timeout_s=RECEIVER_TIMEOUT_S)
+        joined: list[Collective] = []
+        opening = threading.Thread(target=lambda: joined.append(self._open()), daemon=True)
+        opening.start()
+        req = InitRequest(
+            host="127.0.0.1",
+            port=self.store.port,
+            timeout_s=RECEIVER_TIMEOUT_S,
+            trainer=TrainerInfo(id=who),
+        )
+        self.id = receiver.init(req)
+        opening.join(RECEIVER_TIMEOUT_S)
+        self.group = joined[0]
+
+    def _open(self) -> Collective:
+        return open_group(
+            self.store, rank=0, world_size=2, backend="gloo", timeout_s=RECEIVER_TIMEOUT_S
+        )
+
+    def send(self, manifest: WeightManifest, state: dict[str, torch.Tensor]) -> None:
+        send_buckets(self.group, manifest, state, pool=BufferPool("cpu"))

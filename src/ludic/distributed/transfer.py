@@ -8,8 +8,11 @@ live model. A bucket larger than the manifest's `piece_bytes` goes as several br
 each side is told as each piece is sent or lands (`Progress`), to read it while the next is
 on the wire. Buffers are reused across pushes. A receive given a `Cancel` waits in slices
 (gloo) and ends with `ReceiveCancelled` once it is set; the broadcasts it posted are left to
-finish on a daemon thread holding the group (c10d cannot withdraw them, and freeing a gloo
-group waits for them). This module does no HTTP.
+finish on a daemon thread holding the group (c10d cannot withdraw them, `abort()` does not
+end them on gloo, and freeing a gloo group waits for them). Until they end, a sender that goes
+on sending still writes into what they were posted into: the caller must neither serve nor
+reuse it (`weight_receiver` drops its pool and moves live targets to fresh storage). This
+module does no HTTP.
 """
 
 from __future__ import annotations
@@ -233,7 +236,8 @@ def receive_buckets(
 ) -> dict[str, torch.Tensor]:
     """Receive every bucket into `pool` buffers (default: a fresh pool on `device`); returns
     name -> view. The views alias the pool: load them before the next push reuses it.
-    `cancel`: see the module docstring (ReceiveCancelled)."""
+    `cancel`: see the module docstring (ReceiveCancelled; the pool's buffers may still take
+    bytes after: do not reuse it)."""
     pool = pool or BufferPool(device)
     received = []
     for bucket in manifest.buckets:

@@ -89,6 +89,15 @@ def join_in_background(req: InitRequest) -> Future[Link]:
     )
 
 
+def join_failed(error: BaseException, where: str | None = None) -> str:
+    """What a server says of a join (via `where`, e.g. `describe_store(req)`) that failed."""
+    via = "" if where is None else f" via {where}"
+    return (
+        f"could not join the trainer's process group{via} ({type(error).__name__}: {error}); "
+        "POST /ludic/weights/init again"
+    )
+
+
 def describe_store(req: InitRequest) -> str:
     """The trainer's store `req` joins, for error messages."""
     return f"the trainer's store at {req.host}:{req.port}"

@@ -3,7 +3,13 @@ receiver reports it), `WeightSyncError` (a push refused or failed, with the HTTP
 answer), `NonfiniteRefusal` (a push refused for nan or inf, 422) and `nonfinite_refusal`, the
 words both the embedded server and the vLLM extension answer with. Split from
 `weight_receiver.py`, which receives and loads pushes; nothing here does I/O. Also
-`held_checksums`, what a verified push's reply says the served model holds."""
+`held_checksums`, what a verified push's reply says the served model holds.
+
+A push holding a nan or an inf is refused (422, naming the tensors; `ludic.inference.weights.
+check_finite`): received into buffers, before anything is loaded (the served model stays as it
+was); received in place, once the buckets have landed, before the new version is served (the
+served model then holds them: the reply and `last_error` say so, and the next finite push
+repairs it)."""
 
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ __all__ = [
     "WeightSyncError",
     "held_checksums",
     "nonfinite_refusal",
+    "served_dtype",
 ]
 
 
@@ -103,3 +110,9 @@ def held_checksums(
         if e.name in held and dtype_name(held[e.name].dtype) != e.dtype
     }
     return landed.held(held), dtypes
+
+
+def served_dtype(targets: Mapping[str, torch.Tensor]) -> str | None:
+    """The dtype of the served model's floating weights (the probe's tolerance follows it)."""
+    floating = [t.dtype for t in targets.values() if t.is_floating_point()]
+    return None if not floating else dtype_name(max(set(floating), key=floating.count))

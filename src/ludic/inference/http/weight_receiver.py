@@ -19,16 +19,16 @@ verified one) carries exact checksums of what the served model holds after loadi
 lands, while the next arrives, and a tensor touched since is checksummed again after the load),
 and the status its dtype; it serves no inference and does not verify pushes (the trainer compares).
 
-A push holding a nan or an inf is refused (422, naming the tensors; `ludic.inference.weights.
-check_finite`): received into buffers, before anything is loaded (the served model stays as it
-was); received in place, once the buckets have landed, before the new version is served (the
-served model then holds them: the reply and `last_error` say so, and the next finite push
-repairs it). The group stays joined. A join that has not completed `timeout_s` after
+A push holding a nan or an inf is refused (422; `weight_outcomes.NonfiniteRefusal` says when
+the served model holds it); the group stays joined. A join that has not completed `timeout_s` after
 `/init` gives up, with the reason in `join_error` and `last_error`; joins and pushes run on
 daemon threads (`weight_join`), so a join blocked on an unreachable trainer never delays
 the server's exit. A newer `/init` or `/close` frees the old group, closing its connections,
 and ends a receive in flight on it (gloo: within a fraction of a second; its push fails naming
-why), so the trainer that built it fails its next push at once. Each `/init` answers with a
+why), so the trainer that built it fails its next push at once. What that receive posted
+still takes bytes its trainer sends (c10d cannot withdraw a posted receive), so never into
+anything served or reused: the receiver's buffers are dropped with the group, and the live
+tensors a receive in place posted into get fresh storage before generation resumes. Each `/init` answers with a
 group id that the trainer's `/start`, `/finish` and `/close` carry; a `/init` from another
 trainer replaces the group held (one log line), and the replaced trainer's next push or close
 is refused (409 naming the trainer that joined: `weight_tenure`), so a stray close never
@@ -49,12 +49,7 @@ import torch.distributed as dist
 
 from ludic.distributed.checksum import LandedChecksums
 from ludic.distributed.control import StoreControl, TrainerGone
-from ludic.distributed.manifest import (
-    ManifestError,
-    WeightManifest,
-    check_against,
-    dtype_name,
-)
+from ludic.distributed.manifest import ManifestError, WeightManifest, check_against
 from ludic.distributed.quiet_c10d import quiet_c10_warnings
 from ludic.distributed.transfer import (
     BufferPool,
@@ -71,6 +66,7 @@ from ludic.inference.http.weight_join import (
     Link,
     describe_store,
     in_background,
+    join_failed,
     join_in_background,
 )
 from ludic.inference.http.weight_outcomes import (
@@ -78,6 +74,7 @@ from ludic.inference.http.weight_outcomes import (
     SyncResult,
     WeightSyncError,
     held_checksums,
+    served_dtype,
 )
 from ludic.inference.http.weight_tenure import Tenure
 from ludic.inference.weights import NonFiniteWeightsError, check_finite
@@ -88,7 +85,6 @@ logger = logging.getLogger(__name__)
 LoadFn = Callable[[dict[str, torch.Tensor], int, bool], int]
 # load_in_place(fill, version) runs fill() with generation paused, then serves `version`.
 InPlaceLoadFn = Callable[[Callable[[], None], int], int]
-
 
 # What `GET /ludic/weights/status` offers under "controls"; the publisher picks from it.
 CONTROLS = ("http", "store")
@@ -113,6 +109,8 @@ class WeightSyncReceiver:
     their new layout stays fusable; an engine drops what pins the old storage (the lean
     forward's fused views) before `load_in_place` runs the fill, so the old storage is
     freed as the parameters move (about one bucket's worth of extra memory at a time).
+    In place, a receive is cancelled (gloo) only with `rehome(names)`, which moves those
+    targets to fresh storage (values kept): what was posted lands in the old, never served.
     """
 
     def __init__(
@@ -124,9 +122,10 @@ class WeightSyncReceiver:
         targets: Callable[[], Mapping[str, torch.Tensor]] | None = None,
         load_in_place: InPlaceLoadFn | None = None,
         arrange: Callable[[list[list[str]]], object] | None = None,
+        rehome: Callable[[list[str]], object] | None = None,
     ) -> None:
         self.load = load
-        self.arrange = arrange
+        self.arrange, self.rehome = arrange, rehome
         self._arranged: list[list[str]] | None = None
         self.shapes = shapes
         self.device = device
@@ -180,10 +179,7 @@ class WeightSyncReceiver:
         """Record why a join failed in `last_error` (while it is still the current one)."""
         error = joining.exception()
         if error is not None and self._link is joining:  # may run inside `init`: no lock
-            self.last_error = (
-                f"could not join the trainer's process group via {where} "
-                f"({type(error).__name__}: {error}); POST /ludic/weights/init again"
-            )
+            self.last_error = join_failed(error, where)
 
     def start(
         self, manifest: WeightManifest, store: str | None = None, group: str | None = None
@@ -210,9 +206,9 @@ class WeightSyncReceiver:
             if self._push is not None:
                 raise WeightSyncError("a push is already in progress: finish it first")
             self._check(manifest)
-            joined, cancel = self._joined(self._link).joined(), self._cancel
+            joined, cancel, pool = self._joined(self._link).joined(), self._cancel, self._pool
             self._push = in_background(
-                lambda: self._receive(joined, manifest, cancel), name="ludic-weights-push"
+                lambda: self._receive(joined, manifest, cancel, pool), name="ludic-weights-push"
             )
 
     def _check(self, manifest: WeightManifest) -> None:
@@ -221,11 +217,16 @@ class WeightSyncReceiver:
         except ManifestError as e:
             raise WeightSyncError(f"refused weight manifest: {e}", status=400) from e
 
-    def _receive(self, group: Collective, manifest: WeightManifest, cancel: Cancel) -> SyncResult:
-        """Receive and load one push; `cancel` ends it (ReceiveCancelled) if its group is
-        replaced or left first. Only gloo receives look at it: waiting on an NCCL work with a
-        timeout would abort the communicator."""
-        stop = cancel if isinstance(group, dist.ProcessGroupGloo) else None
+    def _receive(
+        self, group: Collective, manifest: WeightManifest, cancel: Cancel, pool: BufferPool
+    ) -> SyncResult:
+        """Receive and load one push into `pool` (the receiver's, dropped by `_forget_link`
+        once this group is left) or in place; `cancel` ends it (ReceiveCancelled) if its group
+        is replaced or left first. Only gloo receives look at it (waiting on an NCCL work with
+        a timeout would abort the communicator), in place only with `rehome`."""
+        in_place = self.load_in_place is not None and self.targets is not None
+        gloo = isinstance(group, dist.ProcessGroupGloo)
+        stop = cancel if gloo and (self.rehome is not None or not in_place) else None
         landed = LandedChecksums() if manifest.checksums else None
         if self.load_in_place is not None and self.targets is not None:
             targets = self.targets
@@ -245,14 +246,14 @@ class WeightSyncReceiver:
                     for name, tensor, upto in progress:
                         landed.advance(name, tensor, upto)
 
-                receive_into(
-                    group,
-                    manifest,
-                    live,
-                    pool=self._pool,
-                    on_landed=take if landed else None,
-                    cancel=stop,
-                )
+                on_landed = take if landed else None
+                try:
+                    receive_into(group, manifest, live, pool=pool, on_landed=on_landed, cancel=stop)
+                except ReceiveCancelled:  # its posted receives land in the old storage
+                    assert self.rehome is not None
+                    self.rehome([e.name for e in manifest.tensors])
+                    self._arranged = None  # the next push lays packed buckets out again
+                    raise
                 try:  # before the engine serves the new version
                     check_finite({e.name: live[e.name] for e in manifest.tensors})
                 except NonFiniteWeightsError as e:
@@ -260,7 +261,7 @@ class WeightSyncReceiver:
 
             version = self.load_in_place(fill, manifest.version)
         else:
-            state = receive_buckets(group, manifest, pool=self._pool, cancel=stop)
+            state = receive_buckets(group, manifest, pool=pool, cancel=stop)
             try:  # the engine's own load may not check
                 check_finite(state)
             except NonFiniteWeightsError as e:
@@ -317,7 +318,9 @@ class WeightSyncReceiver:
                             channel.reply("ack", {"ok": True})  # the last use of its store
                     return
                 manifest = channel.accept(body, layouts, self._check)
-                served = manifest is None or self._serve_push(channel, link, manifest, stop, cancel)
+                served = manifest is None or self._serve_push(
+                    channel, joining, manifest, stop, cancel
+                )
                 if not served:
                     return
             except TrainerGone as e:  # exited without a goodbye, or killed
@@ -330,18 +333,19 @@ class WeightSyncReceiver:
     def _serve_push(
         self,
         channel: StoreControl,
-        link: Link,
+        joining: Future[Link],
         manifest: WeightManifest,
         stop: threading.Event,
         cancel: Cancel,
     ) -> bool:
-        """Receive one store-driven push and reply; False once this group is done."""
+        """Receive one store-driven push on the group `joining` joined and reply; False once
+        this group is done."""
         with self._lock:
             if stop.is_set():
                 return False
-            self._push = Future()  # `status()` shows a push in progress
+            self._push, pool = Future(), self._pool  # `status()` shows a push in progress
         try:
-            result = self._receive(link.joined(), manifest, cancel)
+            result = self._receive(joining.result().joined(), manifest, cancel, pool)
         except NonfiniteRefusal as e:  # every byte arrived: the group is still usable
             self.last_error = str(e)
             channel.reply("done", {"error": str(e), "status": e.status})
@@ -352,7 +356,7 @@ class WeightSyncReceiver:
                     with contextlib.suppress(RuntimeError), quiet_c10_warnings():
                         channel.reply("done", {"error": str(e), "status": 409})
                 return False
-            error = self._failed(e)
+            error = self._failed(e, joining)
             logger.error("%s", error, exc_info=logger.isEnabledFor(logging.DEBUG))
             with quiet_c10_warnings():  # the trainer may be gone: then so is its store
                 channel.reply("done", {"error": str(error), "status": error.status})
@@ -395,10 +399,7 @@ class WeightSyncReceiver:
             return joining.result(timeout=self._join_timeout_s)
         except Exception as e:
             self._link = None
-            raise WeightSyncError(
-                f"could not join the trainer's process group ({type(e).__name__}: {e}); "
-                "POST /ludic/weights/init again"
-            ) from e
+            raise WeightSyncError(join_failed(e)) from e
 
     def finish(self, group: str | None = None) -> SyncResult:
         """Wait until the push is received and loaded; return the new version (blocks).
@@ -408,6 +409,7 @@ class WeightSyncReceiver:
             if self._push is None or self._control == "store":
                 raise WeightSyncError("no push in progress: POST /ludic/weights/start first")
             push, self._push = self._push, None
+            link = self._link
         try:
             self.last = push.result()
         except NonfiniteRefusal as e:  # every byte arrived: the group is still usable
@@ -416,21 +418,25 @@ class WeightSyncReceiver:
         except ReceiveCancelled as e:  # its group was replaced or left: not this one's failure
             raise WeightSyncError(str(e)) from e
         except Exception as e:  # a failed collective leaves the group unusable
-            raise self._failed(e) from e
+            raise self._failed(e, link) from e
         return self.last
 
-    def _failed(self, e: Exception) -> WeightSyncError:
-        """Forget the group (a failed collective leaves it unusable); the error to report."""
+    def _failed(self, e: Exception, link: Future[Link] | None) -> WeightSyncError:
+        """Forget the group `link` joined (a failed collective leaves it unusable) unless a
+        newer one replaced it (its state is then left alone); the error to report."""
         with self._lock:
-            self._forget_link(f"its receive failed ({type(e).__name__})")
-            self._tenure.end()
+            current = link is not None and self._link is link
+            if current:
+                self._forget_link(f"its receive failed ({type(e).__name__})")
+                self._tenure.end()
         partly = " (the served model may be partly updated: push again)"
         error = WeightSyncError(
             f"receiving weights failed ({type(e).__name__}: {e}); POST /init again"
             + (partly if self.load_in_place is not None else ""),
             status=500,
         )
-        self.last_error = str(error)
+        if current:
+            self.last_error = str(error)
         return error
 
     def _forget_link(self, why: str) -> None:
@@ -447,6 +453,7 @@ class WeightSyncReceiver:
         if link is not None and link.done() and link.exception() is None:
             link.result().release()
         self._link, self._push, self._store_at = None, None, None
+        self._pool = BufferPool(self.device)  # a receive left on it may still take bytes
 
     def close(self, group: str | None = None) -> None:
         """Leave the group. With `group` (the id `init` returned), only that group: a close for
@@ -488,13 +495,6 @@ class WeightSyncReceiver:
                 "controls": list(CONTROLS),
                 "store": self._store_at,  # whose group this is (a trainer tells its own)
                 **self._tenure.report(group),
-                "dtype": self._served_dtype(),
+                "dtype": None if self.targets is None else served_dtype(self.targets()),
                 "pieces": True,  # buckets may come in several broadcasts (`piece_bytes`)
             }
-
-    def _served_dtype(self) -> str | None:
-        """The dtype of the served model's floating weights (the probe's tolerance follows it)."""
-        if self.targets is None:
-            return None
-        floating = [t.dtype for t in self.targets().values() if t.is_floating_point()]
-        return None if not floating else dtype_name(max(set(floating), key=floating.count))

@@ -5,7 +5,7 @@ serving an engine. The receiving itself (group, buckets, checksums) is `weight_r
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -106,9 +106,29 @@ def install_weight_sync_routes(
         targets=live,
         load_in_place=load_in_place,
         arrange=lambda groups: pack_parameters_(model, groups),
+        rehome=lambda names: rehome_(model, names),
     )
     app.include_router(weight_sync_router(receiver, token))
     return receiver
+
+
+def rehome_(model: torch.nn.Module, names: Iterable[str]) -> None:
+    """Move each named parameter or buffer of `model` to fresh storage of its own (values
+    kept), between forward passes. After a cancelled receive in place: what it posted into
+    the old storage (and still takes, while its trainer sends) is then never served."""
+    moved: set[int] = set()
+    for name in names:
+        owner, _, attr = name.rpartition(".")
+        module = model.get_submodule(owner)
+        param = module._parameters.get(attr)
+        if param is not None:
+            if id(param) not in moved:  # tied: one parameter under two names
+                moved.add(id(param))
+                param.data = param.data.clone()
+            continue
+        buffer = module._buffers.get(attr)
+        if buffer is not None:
+            module._buffers[attr] = buffer.clone()
 
 
 def _text(value: Any) -> str | None:
