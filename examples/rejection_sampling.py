@@ -21,7 +21,8 @@ import tyro
 
 from ludic.agents import Agent
 from ludic.context import LatestObservationContext
-from ludic.eval.command import parse_env_kwargs, resolve_env_factory, resolve_parser
+from ludic.eval.command import parse_env_kwargs
+from ludic.eval.env_spec import resolve_env_factory, resolve_parser
 from ludic.inference import ChatClient, SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.recipes import InferenceArgs, InferenceFlags, close_client, load_policy

@@ -9,7 +9,7 @@ from ludic._aio import maybe_await
 from ludic.agents import Agent
 from ludic.envs import BUILTIN_ENVS, LudicEnv, env_parser, make_env
 from ludic.envs.registry import EnvSpec
-from ludic.eval.command import resolve_parser
+from ludic.eval.env_spec import resolve_parser
 from ludic.inference.scripted import ScriptedClient
 from ludic.interaction import SingleAgentProtocol
 from ludic.rollouts import ComponentSpec, RolloutEngine, RolloutRequest

@@ -12,13 +12,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from ludic.eval.command import (
-    EvalConfig,
-    import_object,
-    resolve_env_factory,
-    resolve_parser,
-    run_eval_command,
-)
+from ludic.eval.command import EvalConfig, run_eval_command
+from ludic.eval.env_spec import import_object, resolve_env_factory, resolve_parser
 from ludic.parsers import identity_parser
 from ludic.viz import ViewConfig, view_command
 

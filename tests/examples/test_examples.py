@@ -343,7 +343,7 @@ def test_lights_env_and_parser() -> None:
         assert not env.step({"agent_0": str(lamp)})["agent_0"].terminated
     last = env.step({"agent_0": str(off[-1])})["agent_0"]
     assert last.terminated and last.reward > 0 and env.state_key("agent_0") == "1111"
-    from ludic.eval.command import resolve_parser
+    from ludic.eval.env_spec import resolve_parser
 
     assert resolve_parser("auto", lights.LightsEnv) is lights.lamp_parser
 

@@ -51,7 +51,7 @@ class _TwoSizes:
 def test_env_kwargs_the_factory_does_not_take_are_refused_naming_its_parameters(
     kwargs: dict[str, int], problem: str
 ) -> None:
-    from ludic.eval.command import check_env_kwargs
+    from ludic.eval.env_spec import check_env_kwargs
 
     with pytest.raises(ValueError, match=r"--env-kwargs") as refused:
         check_env_kwargs(_TwoSizes, kwargs)
@@ -111,7 +111,7 @@ def test_a_factory_that_returns_no_env_is_refused_naming_what_it_returned(
 
 
 def test_a_factory_missing_its_arguments_says_to_pass_them() -> None:
-    from ludic.eval.command import check_env_kwargs
+    from ludic.eval.env_spec import check_env_kwargs
 
     def make_maze(size: int) -> None: ...
 
@@ -124,7 +124,7 @@ def test_an_env_whose_agent_ids_answer_only_after_reset_is_an_env() -> None:
     """The not-an-env check looks at the type: a property that needs `reset` first (raising
     AttributeError before) must not make a real env read as 'not an env'."""
     from ludic.envs import SingleAgentEnv
-    from ludic.eval.command import _check_is_env
+    from ludic.eval.env_spec import _check_is_env
 
     class LateIds(SingleAgentEnv):
         @property

@@ -79,7 +79,7 @@ async def test_a_server_killed_mid_run_is_routed_around_reported_and_brought_bac
 ) -> None:
     from ludic.agents import Agent
     from ludic.context import LatestObservationContext
-    from ludic.eval.command import resolve_env_factory, resolve_parser
+    from ludic.eval.env_spec import resolve_env_factory, resolve_parser
     from ludic.inference.sampling import SamplingConfig
     from ludic.interaction import SingleAgentProtocol
     from ludic.recipes import algorithms, load_policy, make_inference, make_trainer

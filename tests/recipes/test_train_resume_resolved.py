@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import tyro
 
-from ludic.eval.command import resolve_env_factory
+from ludic.eval.env_spec import resolve_env_factory
 from ludic.parsers import xml_tag_parser
 from ludic.recipes.configs import TrainConfig
 from ludic.recipes.train_checks import (

@@ -35,7 +35,7 @@ from ludic.recipes.algorithms import GiGPOOptions
 from ludic.recipes.inference import engine_settings  # shared with `ludic eval`
 
 if TYPE_CHECKING:
-    from ludic.eval.command import EnvFactory
+    from ludic.eval.env_spec import EnvFactory
     from ludic.inference import SamplingConfig
     from ludic.parsers import Parser
     from ludic.recipes.configs import ContextChoice
@@ -76,7 +76,7 @@ def learner_command(cfg: LearnerConfig) -> None:
 
 def run_actor(cfg: ActorConfig) -> list[ActorBatchStats]:
     """Generate batches and push their samples until `cfg.batches` (or forever)."""
-    from ludic.eval.command import resolve_env_factory, resolve_parser
+    from ludic.eval.env_spec import resolve_env_factory, resolve_parser
     from ludic.recipes.configs import parse_env_kwargs
     from ludic.recipes.inference import check_engine_flags
 
@@ -113,7 +113,7 @@ def actor_context(
 ) -> ContextChoice:
     """What --context resolves to (auto: the env's `suggested_context`, else full), logged with
     its reason as `ludic train` and `ludic eval` print it."""
-    from ludic.eval.command import with_env
+    from ludic.eval.env_spec import with_env
     from ludic.recipes.configs import context_line, context_of, suggested_context
 
     # built once whatever --context, as `ludic eval` does: bad --env-kwargs or a factory that

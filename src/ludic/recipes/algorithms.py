@@ -85,7 +85,7 @@ class GiGPOOptions:
             return default_anchor_key
         if self.state_key == "observation":
             return observation_anchor_key
-        from ludic.eval.command import import_object
+        from ludic.eval.env_spec import import_object
 
         try:
             fn = import_object(self.state_key)

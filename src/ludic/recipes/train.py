@@ -35,7 +35,7 @@ from rich.console import Console
 from ludic._resumed_log import BATCH_INDEX, batch_index_of, drop_from
 from ludic.agents import Agent
 from ludic.context import ContextStrategy, FullDialog, LatestObservationContext
-from ludic.eval.command import declared_parser, resolve_env_factory, resolve_parser, with_env
+from ludic.eval.env_spec import declared_parser, resolve_env_factory, resolve_parser, with_env
 from ludic.inference.client import ChatClient
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import SingleAgentProtocol

@@ -343,7 +343,7 @@ def resume_resolvers(
 def _parser_of(spec: Any, env_factory: Callable[..., Any], env_kwargs: dict[str, Any]) -> Parser:
     if not isinstance(spec, str):
         raise ValueError(f"--parser {spec!r} is not a parser name")
-    from ludic.eval.command import declared_parser, resolve_parser
+    from ludic.eval.env_spec import declared_parser, resolve_parser
 
     if spec == "auto":
         return declared_parser(env_factory, env_kwargs) or identity_parser

@@ -7,7 +7,7 @@ import pytest
 
 from ludic.envs import GuessNumberEnv
 from ludic.envs.registry import ADAPTER_PREFIXES, adapter_spec
-from ludic.eval.command import resolve_env_factory
+from ludic.eval.env_spec import resolve_env_factory
 
 
 def test_builtin_names_and_module_factories_are_not_adapters() -> None:

@@ -13,7 +13,7 @@ from ludic._aio import maybe_await
 from ludic.agents import Agent
 from ludic.envs.adapters import GymnasiumEnv, ansi_to_text, discrete_action_parser
 from ludic.envs.registry import adapter_spec, env_parser, make_env
-from ludic.eval.command import resolve_env_factory
+from ludic.eval.env_spec import resolve_env_factory
 from ludic.inference import ScriptedClient
 from ludic.interaction import SingleAgentProtocol
 

@@ -12,7 +12,7 @@ import pytest
 from ludic._aio import maybe_await
 from ludic.agents import Agent
 from ludic.envs.adapters.reasoning_gym import ReasoningGymEnv, answer_parser
-from ludic.eval.command import resolve_env_factory
+from ludic.eval.env_spec import resolve_env_factory
 from ludic.inference import ScriptedClient
 from ludic.interaction import SingleAgentProtocol
 from ludic.types import Message

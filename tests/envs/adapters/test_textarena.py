@@ -15,7 +15,7 @@ from ludic._aio import maybe_await
 from ludic.agents import Agent
 from ludic.context.latest_observation import LatestObservationContext
 from ludic.envs.adapters.textarena import TextArenaEnv, random_move_opponent
-from ludic.eval.command import resolve_env_factory
+from ludic.eval.env_spec import resolve_env_factory
 from ludic.inference import ScriptedClient
 from ludic.interaction import MultiAgentProtocol, SingleAgentProtocol
 from ludic.parsers import identity_parser

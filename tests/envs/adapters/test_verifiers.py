@@ -15,7 +15,7 @@ import pytest
 
 from ludic.agents import Agent
 from ludic.envs.adapters.verifiers import VerifiersEnv
-from ludic.eval.command import resolve_env_factory
+from ludic.eval.env_spec import resolve_env_factory
 from ludic.inference import ScriptedClient
 from ludic.interaction import SingleAgentProtocol
 from ludic.types import Message, Rollout

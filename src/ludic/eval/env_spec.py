@@ -1,0 +1,230 @@
+"""What `--env`, `--parser` and `--env-kwargs` name, for every command (`ludic train`, `eval`,
+`actor`): a built-in env or a `module:factory` import string resolved to its factory, a parser
+spec resolved against the env's declared parser, keyword arguments checked against what the
+factory takes, and one env built to ask it about itself (`with_env`). A factory that raises,
+or returns something that is not an env, is refused naming `--env` and the error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ludic.envs.base import LudicEnv
+from ludic.errors import Refusal, is_refusal
+from ludic.parsers import Parser, boxed_parser, identity_parser, xml_tag_parser
+
+EnvFactory = Callable[..., LudicEnv]
+T = TypeVar("T")
+
+
+class EnvBuildError(Refusal, RuntimeError):
+    """The env's own factory (or `__init__`) raised while a command built it to read its
+    settings; the cause is chained (`LUDIC_TRACEBACK=1` shows where it raised)."""
+
+
+def import_object(spec: str) -> Any:
+    """The object named by a `module:attribute` (dotted attribute allowed) import string."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"{spec!r} is not an import string; write it as 'package.module:name'")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(
+            f"cannot import module {module_name!r} from {spec!r}: {e}{_not_found_hint(e, module_name)}"
+        ) from e
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None
+    return obj
+
+
+def _not_found_hint(error: ImportError, module_name: str) -> str:
+    """Where a missing user module was looked for, when the module itself (not one it
+    imports) is what is missing: the usual slip is running from another folder."""
+    missing = error.name if isinstance(error, ModuleNotFoundError) else None
+    if missing is None or not (module_name == missing or module_name.startswith(missing + ".")):
+        return ""
+    return (
+        f"; looked for {module_name.replace('.', '/')}.py in {Path.cwd()} (the working "
+        "directory is importable, as with `python -m`): run from the folder that holds it, or "
+        "add that folder to PYTHONPATH"
+    )
+
+
+def resolve_env_factory(name: str) -> EnvFactory:
+    """A built-in env's factory by registry name, an ecosystem env by `PREFIX:TARGET`
+    (`gymnasium:FrozenLake-v1`, see `ludic.envs.registry.ADAPTER_PREFIXES`), or a user factory
+    by `module:factory`."""
+    from ludic.envs.registry import adapter_spec
+
+    if (spec := adapter_spec(name)) is not None:
+        return spec
+    if ":" in name:
+        factory = import_object(name)
+    else:
+        registry = _builtin_envs()
+        if name not in registry:
+            raise ValueError(
+                f"unknown env {name!r}; built-in envs: {sorted(registry)}; or pass a "
+                "'module:factory' import string for your own env"
+            )
+        factory = registry[name]  # an EnvSpec: callable, and carries the env's parser
+    if not callable(factory):
+        raise ValueError(f"env {name!r} resolves to {factory!r}, which is not callable")
+    return factory  # type: ignore[no-any-return]
+
+
+def resolve_parser(
+    spec: str, env_factory: EnvFactory | None = None, env_kwargs: dict[str, Any] | None = None
+) -> Parser:
+    """A parser from its CLI spelling (see `EvalConfig.parser`). "auto" takes the factory's
+    `parser` attribute (an `EnvSpec`'s, or a class attribute of an env class used as its own
+    factory), then `default_parser`; with `env_kwargs`, a factory function's env is built
+    once to read its class's `parser`; else `identity_parser`."""
+    if spec == "auto":
+        return declared_parser(env_factory, env_kwargs) or identity_parser
+    if spec == "identity":
+        return identity_parser
+    if spec == "boxed":
+        return boxed_parser()
+    if spec == "xml:":
+        raise ValueError("--parser xml: needs a tag, e.g. xml:move (the text inside <move>...)")
+    if spec.startswith("xml:"):
+        return xml_tag_parser(spec[4:])
+    if ":" in spec:
+        parser = import_object(spec)
+        if callable(parser):
+            return parser  # type: ignore[no-any-return]
+    raise ValueError(
+        f"unknown parser {spec!r}; use auto, identity, boxed, xml:TAG or 'module:function'"
+    )
+
+
+def declared_parser(
+    env_factory: EnvFactory | None, env_kwargs: dict[str, Any] | None = None
+) -> Parser | None:
+    """The parser the env declares (what `--parser auto` takes), or None: the factory's
+    `parser` attribute (an `EnvSpec`'s, or a class attribute of an env class used as its own
+    factory), then its `default_parser`; with `env_kwargs`, a factory function's env is built
+    once to read its class's `parser`."""
+    suggested = getattr(env_factory, "parser", None) or getattr(env_factory, "default_parser", None)
+    if suggested is None and env_factory is not None and env_kwargs is not None:
+        suggested = with_env(
+            env_factory, env_kwargs, lambda env: getattr(type(env), "parser", None)
+        )
+    return suggested if callable(suggested) else None
+
+
+def check_env_kwargs(env_factory: EnvFactory, env_kwargs: dict[str, Any]) -> None:
+    """Refuse `--env-kwargs` that the env factory's signature cannot take (an unknown or a
+    missing keyword), naming the factory and the keywords it takes, before anything is built.
+    A factory whose signature cannot be read, or that takes `**kwargs`, is not checked here."""
+    from ludic.envs.registry import EnvSpec
+
+    target = env_factory.factory if isinstance(env_factory, EnvSpec) else env_factory
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(**env_kwargs)
+    except TypeError as e:
+        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        takes = [n for n, p in signature.parameters.items() if p.kind in named]
+        required = [
+            n
+            for n, p in signature.parameters.items()
+            if p.kind in named and p.default is inspect.Parameter.empty and n not in env_kwargs
+        ]
+        given = json.dumps(env_kwargs)
+        takes_text = ", ".join(takes) if takes else "no keyword arguments (pass --env-kwargs '{}')"
+        fix = ""
+        if required:  # e.g. (pass them: --env-kwargs '{"size": ...}')
+            fields = ", ".join(f"{json.dumps(n)}: ..." for n in required)
+            fix = f" (pass them: --env-kwargs '{{{fields}}}')"
+        raise ValueError(
+            f"--env-kwargs {given} does not fit env {_factory_name(env_factory)!r}: {e}; it "
+            f"takes {takes_text}{fix}"
+        ) from None
+
+
+def _factory_name(env_factory: EnvFactory) -> str:
+    from ludic.envs.registry import EnvSpec
+
+    if isinstance(env_factory, EnvSpec):
+        return env_factory.name
+    return str(getattr(env_factory, "__qualname__", env_factory))
+
+
+def _as_typed(env_factory: EnvFactory) -> str:
+    """`module:factory` (or a built-in's name), as `--env` names it."""
+    name = _factory_name(env_factory)
+    module = getattr(env_factory, "__module__", None)
+    return (
+        name if module is None or ":" in name or module.startswith("ludic.") else f"{module}:{name}"
+    )
+
+
+def _check_is_env(env: Any, env_factory: EnvFactory) -> None:
+    """Refuse what a factory returned when it is not an env (no `reset`, `step`, `agent_ids`
+    and `close`), e.g. None from a factory that forgot its `return`."""
+    # looked up on the type: an env's `agent_ids` property may not answer before `reset`
+    if all(hasattr(type(env), name) for name in ("reset", "step", "agent_ids", "close")):
+        return
+    raise ValueError(
+        f"env factory {_factory_name(env_factory)!r} returned {_short_repr(env)}, not an env: "
+        "it must return a LudicEnv (e.g. an instance of your SingleAgentEnv subclass; a "
+        "function that builds one needs `return env`)"
+    )
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"a {type(value).__name__}"
+
+
+def with_env(env_factory: EnvFactory, env_kwargs: dict[str, Any], read: Callable[[Any], T]) -> T:
+    """`read` applied to one env built by `env_factory`, which is then closed (an async
+    `close()` is awaited); what train, eval and the actor use to ask an env about itself.
+    Keywords the factory does not take are refused first (`check_env_kwargs`), and so is
+    anything it returns that is not an env."""
+    check_env_kwargs(env_factory, env_kwargs)
+    try:
+        env = env_factory(**env_kwargs)
+    except Exception as e:  # the env's own code: named, not a traceback through the command
+        if is_refusal(e):  # ludic's adapters already say what is wrong and what to do
+            raise
+        raise EnvBuildError(
+            f"--env {_as_typed(env_factory)}: building the env raised "
+            f"{type(e).__name__}: {e} (the env's own code; fix it, or its --env-kwargs)"
+        ) from e
+    _check_is_env(env, env_factory)
+    try:
+        return read(env)
+    finally:
+        closed = env.close()
+        if inspect.isawaitable(closed):
+            asyncio.run(_await(closed))
+
+
+async def _await(awaitable: Any) -> None:
+    await awaitable
+
+
+def _builtin_envs() -> dict[str, Any]:
+    registry = getattr(importlib.import_module("ludic.envs"), "BUILTIN_ENVS", None)
+    if registry is None:
+        raise ValueError(
+            "this install has no built-in env registry (ludic.envs.BUILTIN_ENVS); pass your "
+            "env as a 'module:factory' import string"
+        )
+    return dict(registry)
