@@ -142,8 +142,8 @@ def refuse_earlier_checkpoints(out_dir: Path, *, fix: str) -> None:
     if steps:
         raise FileExistsError(
             f"{out_dir} holds an earlier run's checkpoints (newest: {steps[-1].name}); a new "
-            f"run there would mix its metrics.jsonl and rollouts.jsonl with that run's, and "
-            f"keeping the newest checkpoints would delete this run's own. {fix}"
+            f"run there would mix its logs (metrics.jsonl, ...) with that run's, and keeping "
+            f"the newest checkpoints would delete this run's own. {fix}"
         )
 
 
