@@ -107,11 +107,13 @@ def test_local_server_trains_overlapped_then_resumes_in_a_new_process(tmp_path: 
     assert all(m["batch/prefetch_draw_seconds"] > 0 for m in metrics)
     # Every sample is at most one version old; the first batch of each process is on-policy
     # (drawn before any update, and after resume from the restored weights: had they not
-    # been served, its samples would be 3 versions old); later batches overlap a step.
+    # been served, its samples would be 3 versions old); later batches overlap a step: at
+    # least one of the first run's (under load the server may only start a batch once the
+    # step beside it has pushed, and then it is on-policy: why not every one is asserted).
     lags = sample_lags(run)
     assert all(0 <= lag <= 1 for step in lags for lag in step), lags
     assert max(lags[0]) == 0 and max(lags[3]) == 0, lags
-    assert max(lags[1]) == 1 and max(lags[4]) == 1, lags
+    assert max(lags[1] + lags[2]) == 1, lags
     # The LR schedule runs on across the restart, and the rollouts' sampling reached samples.
     expected = [
         3e-2 * lr_multiplier(i, schedule="cosine", warmup_steps=1, total_steps=5) for i in range(5)

@@ -1,8 +1,9 @@
 """What `--env`, `--parser` and `--env-kwargs` name, for every command (`ludic train`, `eval`,
 `actor`): a built-in env or a `module:factory` import string resolved to its factory, a parser
 spec resolved against the env's declared parser, keyword arguments checked against what the
-factory takes, and one env built to ask it about itself (`with_env`). A factory that raises,
-or returns something that is not an env, is refused naming `--env` and the error.
+factory takes, and one env built to ask it about itself (`with_env`). A factory that returns
+something that is not an env is refused naming `--env`; one that raises keeps its traceback (a
+bug in the env's code), with a note naming `--env`.
 """
 
 from __future__ import annotations
@@ -16,16 +17,11 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ludic.envs.base import LudicEnv
-from ludic.errors import Refusal, is_refusal
+from ludic.errors import is_refusal
 from ludic.parsers import Parser, boxed_parser, identity_parser, xml_tag_parser
 
 EnvFactory = Callable[..., LudicEnv]
 T = TypeVar("T")
-
-
-class EnvBuildError(Refusal, RuntimeError):
-    """The env's own factory (or `__init__`) raised while a command built it to read its
-    settings; the cause is chained (`LUDIC_TRACEBACK=1` shows where it raised)."""
 
 
 def import_object(spec: str) -> Any:
@@ -200,13 +196,10 @@ def with_env(env_factory: EnvFactory, env_kwargs: dict[str, Any], read: Callable
     check_env_kwargs(env_factory, env_kwargs)
     try:
         env = env_factory(**env_kwargs)
-    except Exception as e:  # the env's own code: named, not a traceback through the command
-        if is_refusal(e):  # ludic's adapters already say what is wrong and what to do
-            raise
-        raise EnvBuildError(
-            f"--env {_as_typed(env_factory)}: building the env raised "
-            f"{type(e).__name__}: {e} (the env's own code; fix it, or its --env-kwargs)"
-        ) from e
+    except Exception as e:  # the env's own code: its traceback is the user's to read
+        if not is_refusal(e):  # ludic's adapters already say what is wrong and what to do
+            e.add_note(f"(raised by the env's own code: --env {_as_typed(env_factory)})")
+        raise
     _check_is_env(env, env_factory)
     try:
         return read(env)
