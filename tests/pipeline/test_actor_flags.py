@@ -29,7 +29,7 @@ def test_a_restarted_learner_with_another_lr_names_the_flag() -> None:
     from ludic.training.lr_resume import LRScheduleMismatchError
 
     class Restarted:
-        def resume(self) -> int:
+        def resume(self, *, override_lr_schedule: bool = False) -> int:
             raise LRScheduleMismatchError("ckpt/step_00000004", {"lr": (1e-5, 3e-5)})
 
     with pytest.raises(ValueError, match=r"--lr is 3e-05, the checkpoint's is 1e-05.*--lr 1e-05"):

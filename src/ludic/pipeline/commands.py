@@ -26,6 +26,7 @@ from ludic.pipeline.learner_report import report_done, report_step
 from ludic.pipeline.learner_settings import (
     CHECKPOINTS_DIR,
     LEARNER_SETTINGS_KEY,
+    OVERRIDE_LR,
     check_learner_resume,
     learner_settings,
     refuse_fresh_run_over_checkpoints,
@@ -286,7 +287,7 @@ async def _close(client: Any) -> None:
 def run_learner(cfg: LearnerConfig) -> list[dict[str, float]]:
     """Train `cfg.steps` steps on samples from the stream; returns each step's metrics."""
     check_learner_flags(cfg)  # before Redis or the model: --steps 0, dr_grpo without --max-tokens
-    check_learner_resume(cfg)  # a resume with other --algorithm, --lr, --model, ...: refused
+    check_learner_resume(cfg)  # other --algorithm, --lr (unless overridden), --model: refused
     refuse_fresh_run_over_checkpoints(cfg)  # --no-resume over an earlier run's checkpoints
     return asyncio.run(_learn(cfg))
 
@@ -431,14 +432,17 @@ def _trainer(cfg: LearnerConfig, source: Any, model: Any, tokenizer: Any, publis
 
 
 def _resume_learner(trainer: Any, cfg: LearnerConfig) -> int:
-    """`trainer.resume()`, naming --lr when it differs from the checkpoint's."""
+    """`trainer.resume()` (applying this launch's --lr under --override-lr-schedule), naming
+    --lr when it differs from the checkpoint's (one saved before learners recorded their
+    flags: `check_learner_resume` refuses the others first)."""
     from ludic.training.lr_resume import LRScheduleMismatchError
 
     try:
-        return int(trainer.resume())
+        return int(trainer.resume(override_lr_schedule=cfg.override_lr_schedule))
     except LRScheduleMismatchError as e:
         old = e.changes.get("lr", (None, None))[0]
         raise ValueError(
             f"--lr is {cfg.lr}, the checkpoint's is {old}: restart the learner with --lr {old} "
-            "to continue the run, or another --out-dir to start a new one"
+            f"to continue the run, add {OVERRIDE_LR} to apply this --lr from the checkpoint's "
+            "step on, or pass another --out-dir to start a new run"
         ) from e

@@ -135,6 +135,10 @@ class LearnerConfig:
     """Samples per optimizer step on each learner rank (torchrun: world size x this in all)."""
     lr: float = 1e-5
     """Learning rate."""
+    override_lr_schedule: bool = False
+    """On resume, apply this launch's --lr from the checkpoint's step on (as `ludic train
+    --override-lr-schedule` does). Without it, an --lr that differs from the one the checkpoint
+    recorded is refused."""
     micro_batch_tokens: int | None = DEFAULT_MICRO_BATCH_TOKENS
     """Token budget of one forward/backward (padding counts): a larger batch runs in several
     micro-batches whose gradients accumulate, so memory stays bounded. None: the whole batch

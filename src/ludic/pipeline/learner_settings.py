@@ -6,10 +6,11 @@ Recorded: `--model` (its resolved path and its config.json's sha256: a model fol
 copied elsewhere, same config, resumes with a note), `--algorithm` (and `--max-tokens` under
 dr_grpo, its loss normaliser), `--lr`, `--max-lag`, `--stale` (and `--stale-decay` when
 downweighting), and `--stream`, `--group`, `--consumer` (the checkpoint's data position is that
-consumer's place in that stream). `--seed` is recorded and a change only warned about: a resumed
-learner restores the checkpoint's RNG state, so it has no effect. Everything else may change on
-resume: the
-step count, batch and memory sizes (`--batch-size`, `--micro-batch-tokens`), intervals
+consumer's place in that stream). `--lr` may change with `--override-lr-schedule` (as under
+`ludic train`: the trainer applies it from the checkpoint's step on, and the next checkpoints
+record it). `--seed` is recorded and a change only warned about: a resumed learner restores the
+checkpoint's RNG state, so it has no effect. Everything else may change on resume: the step
+count, batch and memory sizes (`--batch-size`, `--micro-batch-tokens`), intervals
 (`--checkpoint-every`, `--publish-every`), `--max-wait-s`, the Redis URL and lease ttl, the
 servers and how weights reach them, `--device`, `--ledger`. The samples' own credit settings
 are checked as they arrive (`ludic.pipeline.credit_check`), not here.
@@ -37,6 +38,8 @@ CHECKPOINTS_DIR = "checkpoints"
 MODEL_CONFIG = "model config.json sha256"
 """Recorded beside `--model`: a moved model folder with the same config is the same model."""
 WARNED_ONLY = frozenset({"--seed"})  # no effect on a resumed learner: named, not refused
+OVERRIDE_LR = "--override-lr-schedule"
+"""The flag that lets `--lr` change on resume (`ludic train`'s name for it)."""
 
 
 def learner_settings(cfg: LearnerConfig) -> dict[str, Any]:
@@ -77,31 +80,43 @@ def _config_digest(model: Path) -> str | None:
     return hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else None
 
 
-def resume_refusal(path: Path, saved: dict[str, Any], given: dict[str, Any]) -> str | None:
+def resume_refusal(
+    path: Path, saved: dict[str, Any], given: dict[str, Any], *, override_lr_schedule: bool = False
+) -> str | None:
     """The error text for resuming the checkpoint at `path` (recorded `saved`) with this
-    launch's `given` settings: each changed flag with both values, and the two ways on. None
-    when nothing changed."""
-    changed = [f for f in changed_settings(saved, given) if f not in WARNED_ONLY]
+    launch's `given` settings: each changed flag with both values, and the ways on (with a
+    changed `--lr`, `--override-lr-schedule` too). None when nothing changed (with
+    `override_lr_schedule`, nothing but `--lr`)."""
+    allowed = WARNED_ONLY | ({"--lr"} if override_lr_schedule else set())
+    changed = [f for f in changed_settings(saved, given) if f not in allowed]
     if not changed:
         return None
     parts = "; ".join(
         f"{f} is {_value(given[f])}, the checkpoint's {_value(saved[f])}" for f in changed
     )
     keep = " ".join(f"{f} {_value(saved[f])}" for f in changed)
+    override = ""
+    if "--lr" in changed:
+        only = "" if changed == ["--lr"] else " (only --lr may change that way)"
+        override = (
+            f"add {OVERRIDE_LR} to apply this launch's --lr from the checkpoint's step on{only}, "
+        )
     return (
         f"resuming {path} (the newest checkpoint in --out-dir), which was trained with other "
         f"settings: {parts}. "
         f"Resuming would train a different run into the same checkpoints and logs. Pass the "
-        f"checkpoint's flags ({keep}) to continue it, or another --out-dir to start a new run "
-        f"(--model {path / 'model'} starts it from these weights)"
+        f"checkpoint's flags ({keep}) to continue it, {override}or another --out-dir to start a "
+        f"new run (--model {path / 'model'} starts it from these weights)"
     )
 
 
 def check_learner_resume(cfg: LearnerConfig) -> None:
     """Refuse a resume (`--resume`, the default, with checkpoints in `--out-dir`) whose
     `learner_settings` differ from those its newest checkpoint records, or whose checkpoint is
-    another command's. A checkpoint saved before learners recorded their settings resumes with
-    a warning (only `--lr` and `--consumer` are then checked, by the trainer and the source)."""
+    another command's. With `--override-lr-schedule` another `--lr` is accepted, with a warning
+    (the trainer then applies it). A checkpoint saved before learners recorded their settings
+    resumes with a warning (only `--lr` and `--consumer` are then checked, by the trainer and
+    the source)."""
     if not cfg.resume or cfg.checkpoint_every is None:
         return  # nothing resumes: without checkpoints the learner starts from --model
     found = _newest_extra(Path(cfg.out_dir) / CHECKPOINTS_DIR)
@@ -118,9 +133,20 @@ def check_learner_resume(cfg: LearnerConfig) -> None:
         )
         return
     given = learner_settings(cfg)
-    refusal = resume_refusal(path, saved, given)
+    refusal = resume_refusal(path, saved, given, override_lr_schedule=cfg.override_lr_schedule)
     if refusal is not None:
         raise ValueError(refusal)
+    if "--lr" in changed_settings(saved, given):  # accepted: only with the override
+        logger.warning(
+            "%s: --lr %s replaces the checkpoint's %s from %s on; the checkpoints this run "
+            "saves record --lr %s, so later resumes take it without %s",
+            OVERRIDE_LR,
+            given["--lr"],
+            saved["--lr"],
+            path.name,
+            given["--lr"],
+            OVERRIDE_LR,
+        )
     for flag in WARNED_ONLY & set(changed_settings(saved, given)):
         logger.warning(
             "%s is %s, the checkpoint's %s: no effect, the resumed learner restores %s's RNG state",
