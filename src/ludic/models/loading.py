@@ -98,6 +98,25 @@ def check_model_directory(path: str | os.PathLike[str]) -> Path:
     return directory
 
 
+def saved_policy_version(path: str | os.PathLike[str]) -> int:
+    """The policy version the weights `path` names were saved at: a training checkpoint's
+    (`.../step_N` or its `model/`; the step folder's state.json), else 0 (a model directory
+    outside a checkpoint holds a run's starting weights). An unreadable state.json is warned
+    about, naming it, and gives 0."""
+    directory = model_directory(path)
+    state = directory.parent / "state.json"
+    if directory.name != "model" or not state.is_file():
+        return 0
+    try:
+        version = json.loads(state.read_text())["policy_version"]
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise ValueError(f"policy_version is {version!r}, not an int >= 0")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        logger.warning("%s: cannot read the checkpoint's policy version (%s); using 0", state, e)
+        return 0
+    return version
+
+
 def _restore_interrupted_resave(path: Path) -> None:
     """A step folder `path` names (`.../step_N` or `.../step_N/model`) that is missing because a
     re-save of it was killed between its renames is renamed back from its aside first."""

@@ -119,12 +119,18 @@ class EmbeddedEngine:
         dtype: torch.dtype | str | None = None,
         device: str | torch.device = "cpu",
         config: EngineConfig | None = None,
+        policy_version: int | None = None,
     ) -> EmbeddedEngine:
-        """An engine over a local model directory (see `ludic.models.load_model`)."""
-        from ludic.models.loading import load_model
+        """An engine over a local model directory (see `ludic.models.load_model`), at
+        `policy_version`; by default the version a training checkpoint's weights were saved at
+        (0 for a plain model directory), so what it generates is tagged with the policy that
+        generated it."""
+        from ludic.models.loading import load_model, saved_policy_version
 
         model, tokenizer = load_model(path, dtype=dtype, device=device)
-        return cls(model, tokenizer, config=config)
+        if policy_version is None:
+            policy_version = saved_policy_version(path)
+        return cls(model, tokenizer, config=config, policy_version=policy_version)
 
     @property
     def policy_version(self) -> int:
