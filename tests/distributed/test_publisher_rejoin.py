@@ -11,33 +11,17 @@ says another trainer replaced this one (`test_publisher_replaced_store`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 
 import httpx
 import pytest
 import torch
-from distributed_fakes import SPEC, TOKEN, ServerProcess, nudge_, start_weight_server
+from distributed_fakes import TOKEN, ServerProcess, nudge_
 
 from ludic.distributed import BroadcastPolicyPublisher, WeightPushError
-from ludic.models import load_model, tiny_model_dir
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 REJOINED = "rejoined"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    log = tmp_path_factory.mktemp("weight-server") / "server.log"
-    srv = start_weight_server(tiny_model_dir(spec=SPEC), log)
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture()
-def model() -> torch.nn.Module:
-    loaded, _ = load_model(tiny_model_dir(spec=SPEC), dtype=torch.float32)
-    return loaded
 
 
 def _served_version(server: ServerProcess) -> int:
@@ -68,17 +52,17 @@ def _publisher(server: ServerProcess, **kwargs: object) -> BroadcastPolicyPublis
 
 
 def test_a_server_that_forgot_the_group_is_rejoined_once(
-    server: ServerProcess, model: torch.nn.Module, caplog: pytest.LogCaptureFixture
+    weight_server: ServerProcess, model: torch.nn.Module, caplog: pytest.LogCaptureFixture
 ) -> None:
     transport = _RefusingStart(409, "no communicator: POST /ludic/weights/init first", 0)
-    http = httpx.Client(base_url=server.url, transport=transport, timeout=30)
-    first = _publisher(server, http=http)
+    http = httpx.Client(base_url=weight_server.url, transport=transport, timeout=30)
+    first = _publisher(weight_server, http=http)
     first.publish(model, version=1)
     transport.times = 1  # the next /start is refused as by a server that restarted
     nudge_(model, 0.01)
     with caplog.at_level(logging.WARNING, logger="ludic.distributed.broadcast"):
         first.publish(model, version=3)  # verified: checksums and probe on the rejoined group
-    assert _served_version(server) == 3
+    assert _served_version(weight_server) == 3
     assert first.last_push is not None and first.last_push.retried
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 1 and REJOINED in said[0] and "no communicator" in said[0], said
@@ -86,32 +70,32 @@ def test_a_server_that_forgot_the_group_is_rejoined_once(
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="ludic.distributed.broadcast"):
         first.publish(model, version=4)  # the rejoined group keeps working, no retry
-    assert _served_version(server) == 4 and not first.last_push.retried
+    assert _served_version(weight_server) == 4 and not first.last_push.retried
     assert not caplog.records
     first.close()
 
 
 def test_a_server_that_refuses_again_after_the_rejoin_is_named(
-    server: ServerProcess, model: torch.nn.Module
+    weight_server: ServerProcess, model: torch.nn.Module
 ) -> None:
     transport = _RefusingStart(409, "no communicator: POST /ludic/weights/init first")
-    http = httpx.Client(base_url=server.url, transport=transport, timeout=30)
-    publisher = _publisher(server, http=http)
+    http = httpx.Client(base_url=weight_server.url, transport=transport, timeout=30)
+    publisher = _publisher(weight_server, http=http)
     with pytest.raises(WeightPushError) as caught:
         publisher.publish(model, version=5)
     said = str(caught.value)
     assert "failed again after rejoining" in said and "no communicator" in said, said
-    assert server.url in said
+    assert weight_server.url in said
     assert transport.inits == 2  # the first connect and one rejoin, no more
     publisher.close()
 
 
 def test_a_refusal_that_is_not_about_the_group_is_not_retried(
-    server: ServerProcess, model: torch.nn.Module
+    weight_server: ServerProcess, model: torch.nn.Module
 ) -> None:
     transport = _RefusingStart(400, "refused weight manifest: a shape differs")
-    http = httpx.Client(base_url=server.url, transport=transport, timeout=30)
-    publisher = _publisher(server, http=http)
+    http = httpx.Client(base_url=weight_server.url, transport=transport, timeout=30)
+    publisher = _publisher(weight_server, http=http)
     with pytest.raises(WeightPushError, match="refused weight manifest") as caught:
         publisher.publish(model, version=6)
     assert "rejoin" not in str(caught.value)

@@ -15,35 +15,19 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
 
 import httpx
 import pytest
 import torch
-from distributed_fakes import SPEC, TOKEN, ServerProcess, nudge_, start_weight_server
+from distributed_fakes import TOKEN, ServerProcess, nudge_
 
 from ludic.distributed.broadcast import BroadcastPolicyPublisher, TrainerReplaced
 from ludic.errors import is_refusal
-from ludic.models import load_model, tiny_model_dir
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(240)]
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 TIMEOUT_S = 600.0  # the publisher's: a replaced trainer that waited for it fails the test
 REPLACED_LINE = "joined and replaced the group of"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    log = tmp_path_factory.mktemp("weight-server") / "server.log"
-    srv = start_weight_server(tiny_model_dir(spec=SPEC), log)
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture()
-def model() -> torch.nn.Module:
-    loaded, _ = load_model(tiny_model_dir(spec=SPEC), dtype=torch.float32)
-    return loaded
 
 
 def _publisher(server: ServerProcess, control: str, **kwargs: object) -> BroadcastPolicyPublisher:
@@ -71,53 +55,53 @@ def _replacements_logged(server: ServerProcess) -> int:
     ids=["store-second-stays", "store-second-closes", "http-second-stays", "http-second-closes"],
 )
 def test_a_replaced_trainer_is_refused_naming_the_other(
-    server: ServerProcess, model: torch.nn.Module, control: str, second_closes: bool
+    weight_server: ServerProcess, model: torch.nn.Module, control: str, second_closes: bool
 ) -> None:
-    first = _publisher(server, control)
+    first = _publisher(weight_server, control)
     first.publish(model, version=1)
     nudge_(model, 0.01)
     first.publish(model, version=2)  # the layout is accepted: the next push sends no manifest
-    logged = _replacements_logged(server)
-    second = _publisher(server, control)
+    logged = _replacements_logged(weight_server)
+    second = _publisher(weight_server, control)
     nudge_(model, 0.01)
     second.publish(model, version=3)  # replaces the first trainer's group on the server
-    assert _replacements_logged(server) == logged + 1  # one line per replacement
+    assert _replacements_logged(weight_server) == logged + 1  # one line per replacement
     if second_closes:
         second.close()
     nudge_(model, 0.01)
     with pytest.raises(TrainerReplaced) as caught:
         first.publish(model, version=4)
     said = str(caught.value)
-    assert "replaced by another trainer" in said and server.url in said, said
+    assert "replaced by another trainer" in said and weight_server.url in said, said
     assert f"pid {os.getpid()}" in said and "take_over=True" in said, said
     assert is_refusal(caught.value)  # `ludic train` ends with this message, no traceback
-    assert _served_version(server) == 3  # the first trainer did not take the server back
+    assert _served_version(weight_server) == 3  # the first trainer did not take the server back
     with pytest.raises(TrainerReplaced):  # again, without rejoining
         first.publish(model, version=5)
-    assert _served_version(server) == 3
-    assert _replacements_logged(server) == logged + 1
+    assert _served_version(weight_server) == 3
+    assert _replacements_logged(weight_server) == logged + 1
     if not second_closes:
         nudge_(model, 0.01)
         second.publish(model, version=6)  # the second trainer's group was never disturbed
         assert second.last_push is not None and not second.last_push.retried
-        assert _served_version(server) == 6
+        assert _served_version(weight_server) == 6
         second.close()
     first.close()  # refused or a no-op: it frees nothing
 
 
 def test_take_over_takes_the_server_back_with_a_warning(
-    server: ServerProcess, model: torch.nn.Module, caplog: pytest.LogCaptureFixture
+    weight_server: ServerProcess, model: torch.nn.Module, caplog: pytest.LogCaptureFixture
 ) -> None:
-    first = _publisher(server, "store", take_over=True)
+    first = _publisher(weight_server, "store", take_over=True)
     first.publish(model, version=1)
-    second = _publisher(server, "store")
+    second = _publisher(weight_server, "store")
     nudge_(model, 0.01)
     second.publish(model, version=2)
     nudge_(model, 0.01)
     with caplog.at_level(logging.WARNING, logger="ludic.distributed.broadcast"):
         first.publish(model, version=3)  # verified: checksums and probe on the new group
     assert first.last_push is not None and first.last_push.retried
-    assert _served_version(server) == 3
+    assert _served_version(weight_server) == 3
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "take_over=True" in said and "replaced by another trainer" in said, said
     nudge_(model, 0.01)
@@ -125,5 +109,5 @@ def test_take_over_takes_the_server_back_with_a_warning(
         second.publish(model, version=4)
     nudge_(model, 0.01)
     first.publish(model, version=5)
-    assert _served_version(server) == 5 and not first.last_push.retried
+    assert _served_version(weight_server) == 5 and not first.last_push.retried
     first.close()

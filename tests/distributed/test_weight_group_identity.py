@@ -14,35 +14,19 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
 
 import httpx
 import pytest
 import torch
-from distributed_fakes import SPEC, TOKEN, ServerProcess, nudge_, start_weight_server
+from distributed_fakes import TOKEN, ServerProcess, nudge_
 
 from ludic.distributed.broadcast import BroadcastPolicyPublisher
 from ludic.distributed.manifest import plan_manifest
 from ludic.distributed.transfer import host_store, open_group
-from ludic.models import load_model, tiny_model_dir
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(240)]
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 LONG_S = 600.0  # longer than the test may run: waiting for it fails the test
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    log = tmp_path_factory.mktemp("weight-server") / "server.log"
-    srv = start_weight_server(tiny_model_dir(spec=SPEC), log)
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture()
-def model() -> torch.nn.Module:
-    loaded, _ = load_model(tiny_model_dir(spec=SPEC), dtype=torch.float32)
-    return loaded
 
 
 def _publisher(server: ServerProcess, control: str) -> BroadcastPolicyPublisher:
@@ -66,39 +50,41 @@ def _served_version(server: ServerProcess) -> int:
 
 @pytest.mark.parametrize("control", ["store", "http"])
 def test_a_stray_close_from_a_replaced_trainer_frees_nothing(
-    server: ServerProcess,
+    weight_server: ServerProcess,
     model: torch.nn.Module,
     caplog: pytest.LogCaptureFixture,
     control: str,
 ) -> None:
-    first = _publisher(server, control)
+    first = _publisher(weight_server, control)
     first.publish(model, version=1)
     old_group = first.servers[0].group
     assert old_group is not None
-    second = _publisher(server, control)
+    second = _publisher(weight_server, control)
     nudge_(model, 0.01)
     second.publish(model, version=2)
-    held = _status(server)["group"]
+    held = _status(weight_server)["group"]
     assert held == second.servers[0].group != old_group
     with caplog.at_level(logging.WARNING, logger="ludic.distributed.server_group"):
         first.close()  # has not pushed since: it does not know it was replaced
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "replaced by another trainer" in said and f"pid {os.getpid()}" in said, said
-    reply = httpx.post(server.url + "/ludic/weights/close", headers=AUTH, json={"group": old_group})
+    reply = httpx.post(
+        weight_server.url + "/ludic/weights/close", headers=AUTH, json={"group": old_group}
+    )
     assert reply.status_code == 409 and "replaced by another trainer" in reply.text
-    status = _status(server, old_group)
+    status = _status(weight_server, old_group)
     assert status["connected"] and status["group"] == held
     assert "replaced by another trainer" in str(status["replaced_by"])
     nudge_(model, 0.01)
     second.publish(model, version=3)  # its group is intact: no rejoin, no retry
     assert second.last_push is not None and not second.last_push.retried
-    assert _served_version(server) == 3
+    assert _served_version(weight_server) == 3
     second.close()
-    assert not _status(server)["connected"]
+    assert not _status(weight_server)["connected"]
 
 
 def test_replacing_a_group_ends_its_receive_in_flight(
-    server: ServerProcess, model: torch.nn.Module
+    weight_server: ServerProcess, model: torch.nn.Module
 ) -> None:
     # The old trainer: joins, starts a push (the server receives into its live weights,
     # generation paused), then never broadcasts, as a trainer that hung would.
@@ -109,26 +95,29 @@ def test_replacing_a_group_ends_its_receive_in_flight(
         "timeout_s": LONG_S,
         "trainer": {"id": "stalled-trainer", "host": "elsewhere", "pid": 1},
     }
-    reply = httpx.post(server.url + "/ludic/weights/init", headers=AUTH, json=init).json()
+    reply = httpx.post(weight_server.url + "/ludic/weights/init", headers=AUTH, json=init).json()
     old_group = reply["group"]
     stalled = open_group(store, rank=0, world_size=2, backend="gloo", timeout_s=LONG_S)
     state = {k: v.detach() for k, v in model.state_dict().items()}
     manifest = plan_manifest(state, version=7, bucket_bytes=2**14).to_json()
     started = httpx.post(
-        server.url + "/ludic/weights/start",
+        weight_server.url + "/ludic/weights/start",
         headers=AUTH,
         json={**manifest, "group": old_group},
     )
     assert started.is_success, started.text
-    assert _status(server)["in_progress"]
+    assert _status(weight_server)["in_progress"]
 
-    newer = _publisher(server, "store")
+    newer = _publisher(weight_server, "store")
     nudge_(model, 0.02)
     newer.publish(model, version=8)  # verified; before the fix it waited behind the receive
-    assert _served_version(server) == 8 and not newer.last_push.retried  # type: ignore[union-attr]
+    assert _served_version(weight_server) == 8 and not newer.last_push.retried  # type: ignore[union-attr]
 
     finish = httpx.post(
-        server.url + "/ludic/weights/finish", headers=AUTH, json={"group": old_group}, timeout=30
+        weight_server.url + "/ludic/weights/finish",
+        headers=AUTH,
+        json={"group": old_group},
+        timeout=30,
     )
     assert finish.status_code == 409, finish.text
     assert "replaced by another trainer" in finish.text and f"pid {os.getpid()}" in finish.text
