@@ -1,5 +1,5 @@
 """Launched by test_fsdp_rank_failures.py under torchrun (2 gloo ranks). Usage:
-`dist_worker_rank_failure.py OUT_DIR MODE`
+`dist_worker_rank_failure.py OUT_DIR MODE [MODE ...]`
 
 Every rank trains the tiny Llama sharded with FSDP2 for 4 steps, as a user's script does (the
 Trainer in `try/finally: trainer.close()`); something that only rank 0 holds fails there and
@@ -18,23 +18,31 @@ and in rank 1's own code in the third step (after `FAIL_AT` steps), nowhere else
 - `loss`: rank 1's loss raises `ValueError` in its first micro-batch (rank 0's does fine and
   goes on into the backward's collectives).
 
-Each rank writes OUT_DIR/rank{R}.json with the error it raised (type, its classes, message, the
-trainer's step) and re-raises it, so both exit non-zero; a rank left waiting in a collective
-writes nothing and the test's timeout fails it.
+The modes run one after the other in the one launch (a torchrun start costs more than a
+mode's 4 steps), each with its own Trainer, as a user's script that failed would be rerun. For
+each mode every rank writes OUT_DIR/MODE/rank{R}.json with the error it raised (type, its
+classes, message, the trainer's step) and OUT_DIR/MODE/rank{R}.escaped once that error has
+left the Trainer's `try/finally` (where a script of one mode would exit non-zero); a rank left
+waiting in a collective writes nothing and the test's timeout fails it. Between modes the
+ranks meet at a barrier and check that they are at the same mode (a failure that left their
+collectives out of step stops the launch there), and the launch exits non-zero when any mode
+raised.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from dist_worker_common import ALGORITHM, batches_for, record_outcome, trainer_config
 from training_fakes import ListSource, WeightedNLL, tiny_llama
 
@@ -44,6 +52,7 @@ from ludic.distributed.interfaces import Weights
 from ludic.training import LossInputs, LossOutput, RLAlgorithm, Trainer, TrainerConfig
 from ludic.training.batching.types import SAWBatch
 from ludic.training.parallel import FSDPRuntime
+from ludic.training.parallel.fsdp import init_process_group_from_env
 
 FAIL_AT = 2
 """The step (and policy version) at which rank 0's part fails."""
@@ -94,8 +103,10 @@ class FailingLoss(WeightedNLL):
         return WeightedNLL.__call__(self, inputs)
 
 
-def _fill_disk_at_step_4() -> None:
-    """Rank 0's `torch.save` of step 4's optimizer state fails as on a full disk."""
+@contextlib.contextmanager
+def _disk_full_at_step_4() -> Iterator[None]:
+    """Rank 0's `torch.save` of step 4's optimizer state fails as on a full disk (until the
+    block ends)."""
     real_save = torch.save
 
     def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> None:
@@ -105,6 +116,10 @@ def _fill_disk_at_step_4() -> None:
         real_save(obj, f, *args, **kwargs)
 
     checkpoint_module.torch.save = save  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        checkpoint_module.torch.save = real_save  # type: ignore[assignment]
 
 
 def _trainer(out_dir: Path, mode: str, rank: int, world: int) -> Trainer:
@@ -126,8 +141,6 @@ def _trainer(out_dir: Path, mode: str, rank: int, world: int) -> Trainer:
         kwargs["publisher"] = RefusedPublisher() if rank == 0 else None
     elif mode == "checkpoint":
         config = trainer_config(out_dir / "checkpoints", every_n_steps=2)
-        if rank == 0:
-            _fill_disk_at_step_4()
     elif mode == "logger":
         kwargs["logger"] = FullDiskLogger() if rank == 0 else None
     elif mode == "eval":
@@ -147,16 +160,41 @@ def _trainer(out_dir: Path, mode: str, rank: int, world: int) -> Trainer:
     return trainers[0]
 
 
+def _run_mode(out_dir: Path, mode: str, rank: int, world: int) -> bool:
+    """One mode's run, as a script of its own would do it; True when an error left it."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    disk = _disk_full_at_step_4() if mode == "checkpoint" and rank == 0 else None
+    with disk or contextlib.nullcontext():
+        trainer = _trainer(out_dir, mode, rank, world)
+        assert isinstance(trainer.runtime, FSDPRuntime)
+
+        def run(result: dict[str, Any]) -> None:
+            trainer.run(4, progress=False)
+
+        try:
+            record_outcome(out_dir, rank, trainer, run)
+        except Exception as error:
+            (out_dir / f"rank{rank}.escaped").write_text(type(error).__name__)
+            return True
+    return False
+
+
 def main() -> None:
-    out_dir, mode = Path(sys.argv[1]), sys.argv[2]
+    out_dir, modes = Path(sys.argv[1]), sys.argv[2:]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    trainer = _trainer(out_dir, mode, rank, world)
-    assert isinstance(trainer.runtime, FSDPRuntime)
-
-    def run(result: dict[str, Any]) -> None:
-        trainer.run(4, progress=False)
-
-    record_outcome(out_dir, rank, trainer, run)
+    init_process_group_from_env()  # one group for every mode: each Trainer joins it
+    failed = False
+    for mode in modes:
+        failed |= _run_mode(out_dir / mode, mode, rank, world)
+        dist.barrier()
+        at: list[object] = [None] * world
+        dist.all_gather_object(at, mode)
+        if at != [mode] * world:
+            raise SystemExit(f"rank {rank}: the ranks are out of step after {mode!r}: {at}")
+    dist.barrier()
+    dist.destroy_process_group()
+    if failed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":
