@@ -1,5 +1,8 @@
 """Launched by test_fsdp_lockstep.py under torchrun (2 gloo ranks). Usage:
-`dist_worker_lockstep.py OUT_DIR`
+`dist_worker_lockstep.py OUT_DIR [REF_MODE ...]`
+
+First each REF_MODE's run with a sharded reference model (dist_worker_ref.run_reference, into
+OUT_DIR/REF_MODE/results.pt), then, in the same group (a torchrun start costs more than a run):
 
 1. Uneven data ends: rank 0's batch source is exhausted after 1 batch, rank 1's after 2 (an
    offline shard per rank with a different size). Every rank must stop after step 1: a rank
@@ -11,7 +14,10 @@
 4. Rank 1's batch source fails (its Redis went away, say) on the second batch while rank 0's
    has more: rank 1 raises its error, rank 0 a RankFailedError naming rank 1 and the cause,
    instead of waiting in the step's all-reduce forever.
-Rank 0 writes every rank's results to OUT_DIR/results.pt.
+Rank 0 writes every rank's results to OUT_DIR/results.pt. Between runs the ranks check that
+they are at the same one (a run that left their collectives out of step stops the launch).
+Each run gets `HANG_S`: a rank still in it after that is hung in a collective, and dumps its
+stack and exits.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pathlib import Path
 
 import torch
 from dist_worker_common import ALGORITHM
+from dist_worker_ref import run_reference
 from training_fakes import ListSource, mixed_items, tiny_llama
 
 from ludic.rollouts.samples import SAWItem
@@ -35,9 +42,10 @@ from ludic.training import (
     TrainerConfig,
 )
 from ludic.training.parallel import auto_runtime
+from ludic.training.parallel.runtime import TrainingRuntime
 
 HANG_S = 100.0
-"""A rank still running after this long is hung in a collective: it dumps its stack and exits."""
+"""A rank still in one run after this long is hung in a collective: it dumps its stack and exits."""
 
 
 class ShortSource(ListSource):
@@ -62,11 +70,23 @@ def _config(**overrides: object) -> TrainerConfig:
     return TrainerConfig(lr=5e-3, micro_batch_tokens=32, seed=11, **overrides)  # type: ignore[arg-type]
 
 
-def main() -> None:
+def _in_step(runtime: TrainingRuntime, run: str) -> None:
+    """Fails unless every rank is at `run`; then starts `run`'s `HANG_S`."""
+    at = runtime.all_gather_object(run)
+    if at != [run] * runtime.world_size:
+        raise SystemExit(f"rank {runtime.rank}: the ranks are out of step at {run!r}: {at}")
     faulthandler.dump_traceback_later(HANG_S, exit=True)
-    out_dir = Path(sys.argv[1])
+
+
+def main() -> None:
+    out_dir, ref_modes = Path(sys.argv[1]), sys.argv[2:]
     rank = int(os.environ["RANK"])
     runtime = auto_runtime()
+    for mode in ref_modes:
+        _in_step(runtime, mode)
+        (out_dir / mode).mkdir(exist_ok=True)
+        run_reference(out_dir / mode, mode, runtime)
+    _in_step(runtime, "lockstep")
     results: dict[str, object] = {}
 
     steps: list[list[SAWItem]] = [mixed_items(3, seed=1 + rank), mixed_items(2, seed=5 + rank)]

@@ -1,5 +1,5 @@
-"""Launched by test_fsdp_lockstep.py under torchrun (2 gloo ranks). Usage:
-`dist_worker_ref.py OUT_DIR plain|shared|packed`
+"""Run by dist_worker_lockstep.py (launched by test_fsdp_lockstep.py under torchrun, 2 gloo
+ranks), `run_reference(OUT_DIR, plain|shared|packed, runtime)`:
 
 GRPO with a KL term to a reference model that is itself FSDP2-sharded
 (`shard_model(frozen=True)`), so every reference forward all-gathers its weights, on data
@@ -11,14 +11,11 @@ same with packing on and no gradient clipping). Every rank
 must make the same reference calls as well as the same policy calls, or the job hangs.
 
 Rank 0 writes the step metrics, the gathered policy weights and each rank's count of
-reference forwards to OUT_DIR/results.pt. Also imported by the test for the data and config.
+reference forwards to OUT_DIR/results.pt. Also imported by the tests for the data and config.
 """
 
 from __future__ import annotations
 
-import faulthandler
-import os
-import sys
 from pathlib import Path
 
 import torch
@@ -26,7 +23,8 @@ from training_fakes import ListSource, tiny_llama
 
 from ludic.rollouts.samples import SAWItem
 from ludic.training import ConstantCredit, RLAlgorithm, Trainer, TrainerConfig, make_grpo
-from ludic.training.parallel import auto_runtime, shard_model
+from ludic.training.parallel import shard_model
+from ludic.training.parallel.runtime import TrainingRuntime
 
 REF_SEED = 7
 ALGORITHM = RLAlgorithm(
@@ -34,8 +32,6 @@ ALGORITHM = RLAlgorithm(
     credit_assigner=ConstantCredit(value=1.0),
     loss=make_grpo(kl_beta=0.5).loss,
 )
-HANG_S = 100.0
-"""A rank still running after this long is hung in a collective: it dumps its stack and exits."""
 
 
 def steps_for(mode: str, rank: int, world_size: int) -> list[list[SAWItem]]:
@@ -60,12 +56,10 @@ def config(mode: str) -> TrainerConfig:
     )
 
 
-def main() -> None:
-    faulthandler.dump_traceback_later(HANG_S, exit=True)
-    out_dir, mode = Path(sys.argv[1]), sys.argv[2]
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    steps = steps_for(mode, rank, world)
-    runtime = auto_runtime()  # joins torchrun's group, so the reference can be sharded
+def run_reference(out_dir: Path, mode: str, runtime: TrainingRuntime) -> None:
+    """`mode`'s run on this rank, in `runtime` (torchrun's group, so the reference can be
+    sharded); rank 0 writes OUT_DIR/results.pt."""
+    steps = steps_for(mode, runtime.rank, runtime.world_size)
     ref = shard_model(tiny_llama(seed=REF_SEED), frozen=True)  # same weights on every rank
     ref_calls: list[int] = []
     ref.register_forward_pre_hook(lambda *_: ref_calls.append(1))
@@ -82,12 +76,7 @@ def main() -> None:
     counts = trainer.runtime.all_gather_object(len(ref_calls))
     # frozen=True: the root's weights (embeddings, head) are sharded again after forward too
     sharded = all(type(p).__name__ == "DTensor" for p in ref.parameters())
-    if rank == 0:
+    if runtime.rank == 0:
         results = {"history": history, "weights": weights, "ref_calls": counts, "sharded": sharded}
         torch.save(results, out_dir / "results.pt")
     trainer.close()
-    runtime.close()
-
-
-if __name__ == "__main__":
-    main()

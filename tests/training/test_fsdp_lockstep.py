@@ -23,6 +23,17 @@ from training_fakes import ListSource, tiny_llama
 
 from ludic.training import Trainer, accumulate_gradients, collate
 
+REF_MODES = ("plain", "shared", "packed")
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The directory of the one torchrun that runs every sharded-reference mode, then the
+    lockstep cases (dist_worker_lockstep.py): a launch costs more than a run."""
+    out = tmp_path_factory.mktemp("lockstep")
+    torchrun("dist_worker_lockstep.py", str(out), *REF_MODES, timeout_s=300.0)
+    return out
+
 
 @pytest.mark.parametrize("shared", [False, True], ids=["per_row", "shared_path"])
 def test_dummy_passes_run_the_reference_model_like_real_passes(shared: bool) -> None:
@@ -52,9 +63,9 @@ def test_dummy_passes_run_the_reference_model_like_real_passes(shared: bool) -> 
 
 @pytest.mark.slow
 @pytest.mark.distributed
-@pytest.mark.parametrize("mode", ["plain", "shared", "packed"])
+@pytest.mark.parametrize("mode", REF_MODES)
 def test_sharded_reference_model_with_uneven_ranks_matches_one_process(
-    mode: str, tmp_path: Path
+    mode: str, launched: Path
 ) -> None:
     steps = steps_for(mode, 0, 1)
     single = Trainer(
@@ -65,8 +76,7 @@ def test_sharded_reference_model_with_uneven_ranks_matches_one_process(
         ref_model=tiny_llama(seed=REF_SEED),
     )
     history = single.run(len(steps), progress=False)
-    torchrun("dist_worker_ref.py", str(tmp_path), mode, timeout_s=150.0)
-    results = torch.load(tmp_path / "results.pt", weights_only=False, map_location="cpu")
+    results = torch.load(launched / mode / "results.pt", weights_only=False, map_location="cpu")
     assert results["sharded"]
     calls = results["ref_calls"]
     assert calls[0] == calls[1] and calls[0] >= len(steps)
@@ -91,14 +101,13 @@ def test_sharded_reference_model_with_uneven_ranks_matches_one_process(
 
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_uneven_data_ends_and_uneven_setups_stop_every_rank(tmp_path: Path) -> None:
+def test_uneven_data_ends_and_uneven_setups_stop_every_rank(launched: Path) -> None:
     """Rank 0's source runs out a step before rank 1's: both stop after the step they shared
         (rank 1 went on alone and hung in the step's all-reduce). Batch-invariant mode on a sharded
         model: both ranks get the same clear error (one of them has only a dummy pass); so does a
     checkpoint manager on rank 0 only (every rank gathers what rank 0 writes). A source that
     fails on one rank (a lost connection) stops the other too, naming why."""
-    torchrun("dist_worker_lockstep.py", str(tmp_path), timeout_s=150.0)
-    ranks = torch.load(tmp_path / "results.pt", weights_only=False, map_location="cpu")
+    ranks = torch.load(launched / "results.pt", weights_only=False, map_location="cpu")
     assert len(ranks) == 2
     for results in ranks:
         assert results["exhausted"] == {"steps": 1, "trainer_step": 1, "policy_version": 1}
