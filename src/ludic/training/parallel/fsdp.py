@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar, cast
 
@@ -229,7 +230,15 @@ class FSDPRuntime:
     def close(self) -> None:
         """Destroy the group this runtime created, after a barrier: a rank that tears its gloo
         pairs down while a peer is still mid-collective (or still writing results) can abort the
-        peer's transport threads at exit."""
-        if self._owns_group and dist.is_initialized():
-            dist.barrier()
+        peer's transport threads at exit. Closing while a Ctrl-C or SIGTERM propagates (torchrun
+        passes one to every rank, landing at another point of the step on each) skips the
+        barrier: a peer still inside the step's collectives would never reach it, and both
+        would wait until torchrun kills them; leaving the group makes the peer's collective
+        fail instead, so it stops on its own interrupt."""
+        if not (self._owns_group and dist.is_initialized()):
+            return
+        try:
+            if not isinstance(sys.exc_info()[1], KeyboardInterrupt):
+                dist.barrier()
+        finally:
             dist.destroy_process_group()

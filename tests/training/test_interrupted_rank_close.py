@@ -1,0 +1,23 @@
+"""A Ctrl-C under torchrun on 2 gloo ranks: the signal lands in each rank's Python at another
+point of the step, so the ranks are not in the same collective when they close. The
+interrupted rank's `trainer.close()` must not wait at the closing barrier for a peer that is
+inside the step's collectives (the peer waited there until torchrun killed it, 30 s later),
+and the peer's collective then fails instead of waiting."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from dist_worker_common import torchrun_exit
+
+pytestmark = [pytest.mark.distributed, pytest.mark.slow]
+
+
+def test_an_interrupted_rank_closes_without_waiting_for_the_others(tmp_path: Path) -> None:
+    returncode, output = torchrun_exit("dist_worker_interrupt.py", str(tmp_path), timeout_s=120)
+    results = {rank: json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)}
+    assert results[1] == {"raised": "KeyboardInterrupt", "close_raised": None}, output[-4000:]
+    assert results[0]["raised"] is not None, output[-4000:]  # its collective failed
+    assert returncode == 0, output[-4000:]  # each rank's script handled what it raised
