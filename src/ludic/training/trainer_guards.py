@@ -109,9 +109,20 @@ def check_inputs(
 def check_publisher_rank(runtime: TrainingRuntime, publisher: PolicyPublisher | None) -> bool:
     """Whether any rank holds a publisher (every rank calls it; one all-gather under FSDP).
     The gathered weights land on the main rank only (`inference_weights`), so a publisher
-    given on other ranks but not on rank 0 would never push: refused on every rank."""
+    given on other ranks but not on rank 0 would never push: refused on every rank. One given on
+    rank 0 and others is never called on the others: each of those ranks says so (an embedded
+    engine it would feed keeps its first weights, and what it generates falls behind)."""
     if runtime.world_size == 1:
         return publisher is not None
+    if publisher is not None and not runtime.is_main:
+        logging.getLogger(__name__).warning(
+            "the publisher given on rank %d is never called: under FSDP the Trainer gathers the "
+            "weights on rank 0, which alone publishes, so whatever this one feeds (e.g. an "
+            "embedded engine on this rank) keeps its first weights and the samples it "
+            "generates fall further behind every step (dropped past max_lag); give the "
+            "publisher on rank 0 only and generate on servers it publishes to",
+            runtime.rank,
+        )
     held = runtime.all_gather_object(publisher is not None)
     if any(held) and not held[0]:
         ranks = [rank for rank, has in enumerate(held) if has]
