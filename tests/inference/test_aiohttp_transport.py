@@ -6,10 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -131,41 +136,19 @@ async def test_the_client_retries_a_lost_connection_then_names_the_failure() -> 
     assert attempts == [1, 1, 1]
 
 
-def test_a_second_event_loop_is_refused_by_name() -> None:
-    transport = AiohttpTransport()
-
-    async def once(url: str) -> int:
-        client = httpx.AsyncClient(transport=transport)
-        return (await client.get(url)).status_code
-
-    async def ok(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(reply(200, b"{}"))
-        await writer.drain()
-
-    loop = asyncio.new_event_loop()
-    try:
-        server, url = loop.run_until_complete(serve(ok))
-        assert loop.run_until_complete(once(url)) == 200
-        other = asyncio.new_event_loop()
-        try:
-            with pytest.raises(RuntimeError, match="one event loop"):
-                other.run_until_complete(once(url))
-        finally:
-            other.close()
-        loop.run_until_complete(transport.aclose())
-        server.close()
-    finally:
-        loop.close()
-
-
 class ThreadServer:
     """A raw HTTP/1.1 server on its own thread and event loop (so it runs while the test's loop
-    is blocked), answering 200 with the request line, and closing a connection idle for
-    `idle_close_s` as uvicorn does after 5 s."""
+    is blocked, or between its loops), answering 200 with `body_for(request line)` (default:
+    the request line), and closing a connection idle for `idle_close_s` as uvicorn does after
+    5 s."""
 
-    def __init__(self, idle_close_s: float = 60.0) -> None:
+    def __init__(
+        self,
+        idle_close_s: float = 60.0,
+        body_for: Callable[[str], dict[str, Any]] = lambda line: {"line": line},
+    ) -> None:
         self.idle_close_s = idle_close_s
+        self.body_for = body_for
         self.lines: list[str] = []
         self.closed_idle = 0
         self.ready = threading.Event()
@@ -181,7 +164,7 @@ class ThreadServer:
                     self.closed_idle += 1
                     break
                 self.lines.append(line)
-                writer.write(reply(200, json.dumps({"line": line}).encode()))
+                writer.write(reply(200, json.dumps(self.body_for(line)).encode()))
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -219,3 +202,115 @@ async def test_proxy_variables_are_honoured(monkeypatch: pytest.MonkeyPatch) -> 
             response = await client.get("http://inference.invalid:8000/health")
     assert response.status_code == 200
     assert response.json()["line"] == "GET http://inference.invalid:8000/health HTTP/1.1"
+
+
+async def test_a_server_that_stops_reading_the_body_is_a_write_timeout() -> None:
+    """httpx's `write` timeout: aiohttp has none, and starts its read timeout only once the body
+    is sent, so without it a server that takes no more of a large body hung the request."""
+    release = asyncio.Event()
+
+    async def deaf(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")  # the head, then never a byte of the body
+        await release.wait()
+        writer.close()
+
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # inherited by its connections
+    sock.bind(("127.0.0.1", 0))
+    server = await asyncio.start_server(deaf, sock=sock)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1/completions"
+    timeout = httpx.Timeout(60, write=0.2)
+    async with server, httpx.AsyncClient(transport=AiohttpTransport(), timeout=timeout) as client:
+        try:  # a guard, so that a missing write timeout fails instead of hanging
+            with pytest.raises(httpx.WriteTimeout, match=r"write timeout of 0\.2 s"):
+                await asyncio.wait_for(client.post(url, content=b"x" * (64 << 20)), 30)
+        finally:
+            release.set()
+
+
+def test_a_client_used_again_after_its_event_loop_closed_opens_new_connections() -> None:
+    """`asyncio.run` twice with one client (a notebook, a script): the second loop gets a
+    session of its own instead of a refusal."""
+    with ThreadServer() as url:
+        client = OpenAICompatibleClient(url, "m", max_retries=0)
+        first = asyncio.run(client._post("/x", {}))
+        second = asyncio.run(client._post("/y", {}))
+
+        async def close() -> None:
+            await client.aclose()
+
+        asyncio.run(close())
+    assert first[0] == {"line": "POST /x HTTP/1.1"} and second[0] == {"line": "POST /y HTTP/1.1"}
+
+
+def test_a_loop_running_in_another_thread_keeps_the_client_and_others_are_refused() -> None:
+    transport = AiohttpTransport()
+
+    async def get(url: str) -> int:
+        return (await httpx.AsyncClient(transport=transport).get(url)).status_code
+
+    server = ThreadServer()
+    with server as url:  # the server's loop runs on its thread: the client is in use there
+        assert asyncio.run_coroutine_threadsafe(get(url), server.loop).result(10) == 200
+        with pytest.raises(RuntimeError, match="one event loop at a time"):
+            asyncio.run(get(url))
+        asyncio.run_coroutine_threadsafe(transport.aclose(), server.loop).result(10)
+
+
+UNCLOSED_CLIENTS = """
+import asyncio, gc, sys
+from ludic.inference.http.openai_client import OpenAICompatibleClient
+
+url = sys.argv[1]
+kept = OpenAICompatibleClient(url, "m")
+print(asyncio.run(kept.healthy()), asyncio.run(kept.healthy()))  # two loops, never closed
+
+
+async def dropped() -> bool:
+    client = OpenAICompatibleClient(url, "m")
+    answer = await client.healthy()
+    del client
+    gc.collect()  # collected while its loop runs
+    return answer
+
+
+print(asyncio.run(dropped()))
+"""
+
+
+def test_clients_never_closed_print_nothing_at_exit() -> None:
+    """aiohttp prints "Unclosed client session" (and "Unclosed connector") for a session that
+    is collected unclosed; httpx's transport was silent, and scripts rarely close clients."""
+    with ThreadServer() as url:
+        done = subprocess.run(
+            [sys.executable, "-c", UNCLOSED_CLIENTS, url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "True", "True"]
+    assert "Unclosed" not in done.stderr, done.stderr
+
+
+def fake_openai_server(line: str) -> dict[str, Any]:
+    if "/v1/chat/completions" in line:
+        return {"choices": [{"message": {"content": "no move"}, "finish_reason": "stop"}]}
+    return {"data": [{"id": "fake"}]}  # /v1/models
+
+
+def test_ludic_eval_against_a_server_prints_no_unclosed_warning(tmp_path: Path) -> None:
+    script = Path(sys.executable).parent / "ludic"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "ludic.cli"]
+    flags = ["--num-problems", "2", "--max-steps", "1", "--max-tokens", "4", "--no-progress"]
+    with ThreadServer(body_for=fake_openai_server) as url:
+        done = subprocess.run(
+            [*command, "eval", "--env", "tictactoe", "--server-url", url, *flags],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=tmp_path,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "episodes" in done.stdout and "Unclosed" not in done.stderr, done.stderr

@@ -7,16 +7,21 @@ keeps httpx's API (a `transport=` of the caller's, `httpx.MockTransport` in test
 sends through this transport unless given one.
 
 What httpx's callers rely on holds here: the request's timeouts (`pool`: waiting for a free
-connection, `connect`, and `read` as the longest wait for the next bytes of the reply), httpx's
-exceptions, so retries and hung-server handling see `httpx.ConnectError`,
-`httpx.ConnectTimeout`, `httpx.ReadTimeout`, `httpx.ReadError` (the connection lost mid-reply)
-as with httpx's transport, the proxy variables (`HTTP(S)_PROXY`, `NO_PROXY`) and certifi's CA
+connection, `connect`, `write` as the longest wait to hand the next 64 KiB of the request body
+to the OS, and `read` as the longest wait for the next bytes of the reply), httpx's exceptions,
+so retries and hung-server handling see `httpx.ConnectError`, `httpx.ConnectTimeout`,
+`httpx.WriteTimeout`, `httpx.ReadTimeout`, `httpx.ReadError` (the connection lost mid-reply) as
+with httpx's transport, the proxy variables (`HTTP(S)_PROXY`, `NO_PROXY`) and certifi's CA
 bundle for https (unless `SSL_CERT_FILE` or `SSL_CERT_DIR` names another). An idle connection is
 kept 4 s (`keepalive_s`), under the 5 s after which uvicorn (`ludic serve`) and vLLM close theirs:
 a connection the server closed while this event loop was busy (a training step) is never reused.
-The body is read whole (no streaming). One `aiohttp.ClientSession`, made at the first request in
-the event loop that sends it: like `httpx.AsyncClient`, a transport serves one event loop;
-another loop is refused by name rather than failing inside aiohttp.
+The body is read whole (no streaming).
+
+One `aiohttp.ClientSession` per event loop, made at the first request in that loop: a client
+used again from a new loop (`asyncio.run` twice) drops the old loop's connections and opens new
+ones; one used from two threads' loops at once is refused by name. A client never closed is
+cleaned up quietly when it is garbage-collected or the interpreter exits (aiohttp would print
+"Unclosed client session"); `aclose()` is still the way to close it at a known point.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
+import weakref
 from typing import Any
 
 import aiohttp
@@ -31,6 +37,10 @@ import certifi
 import httpx
 
 __all__ = ["AiohttpTransport"]
+
+# How much of a request body one `write` timeout covers (httpcore times each socket send
+# alike): aiohttp's writer waits for the OS only once it holds more than this.
+_PIECE = 64 * 1024
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
@@ -41,22 +51,35 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self.keepalive_s = keepalive_s
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._quiet_close: weakref.finalize[Any, Any] | None = None
 
     def _session_for(self, loop: asyncio.AbstractEventLoop) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
-                limit=self.limit, keepalive_timeout=self.keepalive_s, ssl=_ssl_context()
-            )
-            self._session = aiohttp.ClientSession(
-                connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=True
-            )
-            self._loop = loop
-        elif loop is not self._loop:
-            raise RuntimeError(
-                "this HTTP client was first used in another event loop; an HTTP client serves "
-                "one event loop: make one client per loop (per thread that runs a loop)"
-            )
-        return self._session
+        session = self._session
+        if session is not None and loop is self._loop and not session.closed:
+            return session
+        if session is not None:
+            assert self._loop is not None
+            if not session.closed and self._loop.is_running():
+                raise RuntimeError(
+                    "this HTTP client is in use in an event loop running in another thread; "
+                    "an HTTP client serves one event loop at a time: make one client per thread "
+                    "that runs a loop"
+                )
+            self._drop_session()  # its loop is closed or idle: its connections are of no use
+        connector = aiohttp.TCPConnector(
+            limit=self.limit, keepalive_timeout=self.keepalive_s, ssl=_ssl_context()
+        )
+        session = aiohttp.ClientSession(
+            connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=True
+        )
+        self._session, self._loop = session, loop
+        self._quiet_close = weakref.finalize(self, _close_quietly, session)
+        return session
+
+    def _drop_session(self) -> None:
+        if self._quiet_close is not None:
+            self._quiet_close()  # runs once: a later finalize (exit, collection) does nothing
+        self._session = self._quiet_close = None
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         session = self._session_for(asyncio.get_running_loop())
@@ -68,12 +91,13 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             sock_read=timeouts.get("read"),
         )
         body = await request.aread()
+        data = _TimedBody(body, timeouts.get("write")) if body else None
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
         try:
             async with session.request(
                 request.method,
                 str(request.url),
-                data=body or None,
+                data=data,
                 headers=headers,
                 timeout=timeout,
                 allow_redirects=False,
@@ -86,23 +110,82 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                     content=content,
                     request=request,
                 )
-        except aiohttp.ConnectionTimeoutError as e:  # before ServerTimeoutError: a subclass
-            raise httpx.ConnectTimeout(str(e) or "connect timed out", request=request) from e
-        except aiohttp.SocketTimeoutError as e:
-            raise httpx.ReadTimeout(str(e) or "read timed out", request=request) from e
-        except aiohttp.ClientConnectorError as e:
-            raise httpx.ConnectError(str(e), request=request) from e
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError) as e:
-            raise httpx.RemoteProtocolError(str(e) or type(e).__name__, request=request) from e
-        except aiohttp.ClientOSError as e:
-            raise httpx.ReadError(str(e), request=request) from e
-        except aiohttp.ClientError as e:
-            raise httpx.TransportError(f"{type(e).__name__}: {e}", request=request) from e
+        except (aiohttp.ClientError, TimeoutError) as e:
+            if data is not None and data.timed_out:
+                raise httpx.WriteTimeout(
+                    f"the server took none of the next {_PIECE} bytes of the request body "
+                    f"within the write timeout of {data.write_s} s",
+                    request=request,
+                ) from e
+            if not isinstance(e, aiohttp.ClientError):
+                raise
+            raise _httpx_error(e, request) from e
 
     async def aclose(self) -> None:
-        if self._session is not None and not self._session.closed:
-            await self._session.close()
-        self._session = None
+        session, loop = self._session, self._loop
+        if session is not None and loop is asyncio.get_running_loop():
+            if self._quiet_close is not None:
+                self._quiet_close.detach()
+            self._session = self._quiet_close = None
+            await session.close()
+        else:  # never used, or used in another loop (closed by now, likely)
+            self._drop_session()
+
+
+def _close_quietly(session: aiohttp.ClientSession) -> None:
+    """Close `session` without its event loop (exit, garbage collection, a loop that ended):
+    aiohttp's connector closes its sockets synchronously (`_close`; `close()` needs the loop),
+    and a closed session or connector prints no "Unclosed" warning when collected."""
+    connector = session.connector
+    if connector is not None and not connector.closed:
+        connector._close()
+
+
+class _TimedBody(aiohttp.Payload):
+    """A request body handed to the OS `_PIECE` bytes at a time, each within `write_s`
+    seconds (httpx's `write` timeout; None: no limit). `timed_out` says a piece was not.
+    Bytes in memory, written without holding the event loop (hence not `BytesPayload`, which
+    warns about large bodies that it writes in one go)."""
+
+    _autoclose = True  # nothing to release
+
+    def __init__(self, body: bytes, write_s: float | None) -> None:
+        super().__init__(body)
+        self._size = len(body)
+        self.write_s = write_s
+        self.timed_out = False
+
+    def decode(self, encoding: str = "utf-8", errors: str = "strict") -> str:
+        return bytes(self._value).decode(encoding, errors)
+
+    async def write(self, writer: Any) -> None:  # aiohttp < 3.12 calls this one
+        await self.write_with_length(writer, None)
+
+    async def write_with_length(self, writer: Any, content_length: int | None) -> None:
+        body = memoryview(self._value)[:content_length]
+        try:
+            for start in range(0, len(body), _PIECE):
+                async with asyncio.timeout(self.write_s):
+                    await writer.write(body[start : start + _PIECE])
+                    await writer.drain()
+        except TimeoutError:
+            self.timed_out = True
+            raise
+
+
+def _httpx_error(e: aiohttp.ClientError, request: httpx.Request) -> httpx.TransportError:
+    """httpx's exception for what aiohttp raised, as httpx's own transport would raise it."""
+    if isinstance(e, aiohttp.ConnectionTimeoutError):  # before SocketTimeoutError's base
+        return httpx.ConnectTimeout(str(e) or "connect timed out", request=request)
+    if isinstance(e, aiohttp.SocketTimeoutError):
+        return httpx.ReadTimeout(str(e) or "read timed out", request=request)
+    if isinstance(e, aiohttp.ClientConnectorError):
+        return httpx.ConnectError(str(e), request=request)
+    if isinstance(e, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError)):
+        return httpx.RemoteProtocolError(str(e) or type(e).__name__, request=request)
+    if isinstance(e, aiohttp.ClientOSError):
+        return httpx.ReadError(str(e), request=request)
+    return httpx.TransportError(f"{type(e).__name__}: {e}", request=request)
 
 
 def _ssl_context() -> ssl.SSLContext:
