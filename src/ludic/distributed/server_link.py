@@ -11,6 +11,7 @@ publisher does both).
 
 from __future__ import annotations
 
+from json import dumps
 from typing import Any, Literal
 
 import httpx
@@ -179,7 +180,38 @@ class ServerLink:
             error = ServerUnreachable if response.status_code >= 500 else WeightPushError
             raise error(
                 f"server {self.url}: {method} {path} failed ({response.status_code}): "
-                f"{response.text[:500]}"
+                f"{_server_said(response)}"
             )
         body: dict[str, Any] = response.json()
         return body
+
+
+# How much of a reply that is not a JSON error (a proxy's HTML page, a traceback) to quote.
+_FOREIGN_CHARS = 500
+
+
+def _server_said(response: httpx.Response) -> str:
+    """The explanation in an error reply: the whole message of a JSON error as Ludic's
+    server, vLLM and FastAPI send them (a refusal that says what to do is never cut), else the
+    body's first `_FOREIGN_CHARS` characters, saying so when the rest was cut."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and "message" in error:
+            return str(error["message"])
+        for key in ("error", "message"):
+            if isinstance(body.get(key), str):
+                return str(body[key])
+        if "detail" in body:  # FastAPI's own: a string, or a list of validation problems
+            detail = body["detail"]
+            return detail if isinstance(detail, str) else dumps(detail)
+    text = response.text
+    if len(text) <= _FOREIGN_CHARS:
+        return text
+    return (
+        f"{text[:_FOREIGN_CHARS]}... [cut: {len(text) - _FOREIGN_CHARS} more characters of a "
+        "reply that is not a JSON error, so likely not from a Ludic or vLLM server (a proxy?)]"
+    )
