@@ -11,6 +11,7 @@ re-raises it, so both exit non-zero.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -33,12 +34,23 @@ def _stop(pid: int) -> None:
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if _exited(pid):
             return
         time.sleep(0.1)
     os.kill(pid, signal.SIGKILL)
+
+
+def _exited(pid: int) -> bool:
+    """True once `pid` has exited. Its parent, the test, is blocked waiting for torchrun and
+    reaps it only afterwards: until then it is a zombie (Linux /proc), which `kill(pid, 0)`
+    still finds."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    return False
 
 
 def main() -> None:
