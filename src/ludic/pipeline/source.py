@@ -202,7 +202,11 @@ class PipelineBatchSource:
     def state_dict(self) -> JSON:
         """This rank's data position for a checkpoint: the entries trained since the last ack
         (the checkpoint holds their updates), acked by the next `next_batch()` (a failed save
-        raises out of the Trainer on every rank, so no next batch is drawn)."""
+        raises out of the Trainer on every rank, so no next batch is drawn). Before the first
+        batch after `load_state_dict` it is the restored position unchanged (its entries may
+        still be pending, and its ranks may differ from this run's), and nothing is acked."""
+        if self._resume is not None:
+            return dict(self._resume)
         self._captured += self._trained
         self._trained = []
         self._captured_at = self.batches_served
@@ -298,7 +302,7 @@ class PipelineBatchSource:
     async def _recover(self) -> None:
         await self.stream.ensure_group()
         await self.hold_lease()
-        resume, self._resume = self._resume, None
+        resume = self._resume
         if resume is not None:
             await recovery.check_world(
                 self.stream,
@@ -313,6 +317,7 @@ class PipelineBatchSource:
                 pairs, step=self.batches_served, consumer=self.consumer_name
             )
             logger.info("acked %d entries the checkpoint already holds", done)
+            self._resume = None  # only now does a checkpoint no longer need to list them
         self._replay.extend(await recovery.read_pending(self.stream, self.consumer_name))
         if self.rank == 0:
             self._replay.extend(
