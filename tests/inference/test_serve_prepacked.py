@@ -130,6 +130,7 @@ def test_serve_builds_its_engine_with_packed_gemms(monkeypatch: pytest.MonkeyPat
 
     class Engine:
         model = torch.nn.Linear(1, 1)  # `ludic serve` names the device and dtype it serves on
+        policy_version = 0  # and the policy version
 
         def close(self) -> None:
             pass

@@ -371,8 +371,8 @@ def serve(config: ServeConfig) -> None:
     weights = next(engine.model.parameters())
     control = "need the token" if token else "disabled (no --token)"
     print(
-        f"ludic serve: {config.model} as {name!r} at policy version {engine.policy_version} "
-        f"on {weights.device} ({weights.dtype}), "
+        f"ludic serve: {config.model} as {name!r} on {weights.device} ({weights.dtype}) at "
+        f"policy version {engine.policy_version}, "
         f"http://{config.host}:{config.port}/v1; control endpoints {control}; engine: "
         f"{engine_settings(engine_config)}",
         flush=True,
