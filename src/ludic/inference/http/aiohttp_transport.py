@@ -137,8 +137,9 @@ def _close_quietly(session: aiohttp.ClientSession) -> None:
     aiohttp's connector closes its sockets synchronously (`_close`; `close()` needs the loop),
     and a closed session or connector prints no "Unclosed" warning when collected."""
     connector = session.connector
-    if connector is not None and not connector.closed:
-        connector._close()
+    close = getattr(connector, "_close", None)  # private: an aiohttp without it warns, as before
+    if connector is not None and not connector.closed and close is not None:
+        close()
 
 
 class _TimedBody(aiohttp.Payload):
