@@ -49,6 +49,12 @@ class EvalConfig:
     """JSON object of keyword arguments for the env factory."""
     model: str | None = None
     """Local model directory for the embedded engine (default: a locally built tiny model)."""
+    verify: Literal["sha256", "size"] = "sha256"
+    """What a training checkpoint's model files are checked for against its MANIFEST.json before
+    loading: sha256, sizes and contents (one pass over the weights: about a minute for a 28 GB
+    checkpoint), or size, sizes only (no pass: a file changed at the same size, a flipped bit,
+    loads and its wrong weights are evaluated unnoticed). A missing or truncated file is refused
+    under both. Not with --server-url (serve with `ludic serve --verify size` instead)."""
     server_url: str | None = None
     """Base URL of an OpenAI-compatible server (vLLM, SGLang, `ludic serve`); overrides --model."""
     served_model: str | None = None
@@ -207,6 +213,12 @@ def _check_engine_options(cfg: EvalConfig) -> None:
             "--threads sets the embedded engine's torch threads, not --server-url's; start "
             "the server with `ludic serve --threads N` and drop the flag here"
         )
+    if cfg.verify != "sha256" and cfg.server_url:
+        raise ValueError(
+            "--verify sets what the embedded engine checks of --model's files, not "
+            "--server-url's; start the server with `ludic serve --verify size` and drop the flag "
+            "here"
+        )
     if cfg.threads is not None and cfg.threads < 1:
         raise ValueError(f"--threads must be >= 1 (or left out), got {cfg.threads}")
 
@@ -313,4 +325,4 @@ def build_client(cfg: EvalConfig, model_dir: str | None) -> ChatClient:
     from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
 
     config = EngineConfig(batch_invariant=cfg.batch_invariant, prepacked_gemm=cfg.prepacked_gemm)
-    return EmbeddedEngine.from_pretrained(model_dir, config=config)
+    return EmbeddedEngine.from_pretrained(model_dir, config=config, verify=cfg.verify)

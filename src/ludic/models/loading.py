@@ -5,8 +5,8 @@ Llama config pulls in a Metaspace `LlamaTokenizer`), which silently changes ids.
 class to the plain `tokenizer.json` backend, and loading checks the loaded tokenizer against
 `tokenizer.json` itself. A checkpoint step folder (`.../checkpoints/step_N`, the path a run
 prints as its last checkpoint) loads from its `model/` subfolder, once its files match the
-sizes and sha256 its MANIFEST.json recorded (a damaged one is refused naming the file and an
-earlier step that verifies); a run folder is refused naming its latest checkpoint. A LoRA run's
+sizes and sha256 its MANIFEST.json recorded (`verify="size"`: sizes only; a damaged one is
+refused naming the file and an earlier step that verifies); a run folder is refused naming its latest checkpoint. A LoRA run's
 checkpoint (a peft adapter directory) loads as its base model with the adapter merged in.
 Nothing here downloads from a model hub.
 """
@@ -17,6 +17,7 @@ import json
 import logging
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError
@@ -28,6 +29,9 @@ from transformers import (
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
 )
+
+if TYPE_CHECKING:
+    from ludic.training.checkpoint_manifest import VerifyMode
 
 logger = logging.getLogger(__name__)
 
@@ -132,13 +136,20 @@ def load_model(
     path: str | os.PathLike[str],
     dtype: DTypeLike = None,
     device: str | torch.device = "cpu",
+    *,
+    verify: VerifyMode = "sha256",
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a local model directory (or a checkpoint step folder: its `model/`) as (model in
-    eval mode on `device`, tokenizer)."""
+    eval mode on `device`, tokenizer). A checkpoint's files are first checked against its
+    manifest: `verify="sha256"` their sizes and contents (one pass over the weights), "size"
+    their sizes only (fast, but a file changed in place at the same size, a flipped bit, loads)."""
+    from ludic.training.checkpoint_manifest import deep_verify
+
+    deep = deep_verify(verify)  # an unknown mode is refused before anything is read
     directory = check_model_directory(path)
-    _check_manifest(directory)
+    _check_manifest(directory, deep=deep)
     if not (directory / "config.json").is_file():  # a LoRA run's checkpoint: its adapter
-        return _load_merged_adapter(directory, dtype, device)
+        return _load_merged_adapter(directory, dtype, device, verify=verify)
     try:
         model = AutoModelForCausalLM.from_pretrained(directory, dtype=resolve_dtype(dtype))
     except (OSError, SafetensorError) as e:
@@ -157,12 +168,12 @@ def load_model(
 
 
 def _load_merged_adapter(
-    directory: Path, dtype: DTypeLike, device: str | torch.device
+    directory: Path, dtype: DTypeLike, device: str | torch.device, *, verify: VerifyMode
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The base model `directory`'s LoRA adapter names (`base_model_name_or_path`: absolute as
     ludic saves it; older checkpoints' relative paths are looked up from the current directory,
     with a warning) with the adapter merged in: a plain model, as the LoRA run's policy computes.
-    Tokenizer from the adapter directory."""
+    Tokenizer from the adapter directory; the base is checked as `verify` says."""
     config_file = directory / ADAPTER_CONFIG
     recorded = str(json.loads(config_file.read_text()).get("base_model_name_or_path") or "")
     base = Path(recorded).expanduser()
@@ -179,7 +190,7 @@ def _load_merged_adapter(
         )
     from peft import PeftModel  # the LoRA run had peft: its adapter is peft's format
 
-    model, _ = load_model(base, dtype=dtype, device=device)
+    model, _ = load_model(base, dtype=dtype, device=device, verify=verify)
     merged = PeftModel.from_pretrained(model, str(directory)).merge_and_unload()
     logger.info("loaded %s: LoRA adapter merged into its base model %s", directory, base)
     return merged.eval(), load_tokenizer(directory)
@@ -214,12 +225,13 @@ def _base_not_found(directory: Path, recorded: str) -> str:
     )
 
 
-def _check_manifest(directory: Path) -> None:
+def _check_manifest(directory: Path, *, deep: bool) -> None:
     """ValueError naming the first file of a checkpoint's `model/` that its step folder's
-    MANIFEST.json lists but that is missing, of another size (a copy in part, a full disk) or of
-    other contents than its recorded sha256 (a bit flip: one streaming pass over the weights),
-    and the newest earlier step whose `model/` verifies. Files recorded without a sha256 (older
-    saves): sizes only. A folder without a readable manifest is left to loading to judge."""
+    MANIFEST.json lists but that is missing, of another size (a copy in part, a full disk) or,
+    with `deep`, of other contents than its recorded sha256 (a bit flip: one streaming pass over
+    the weights), and the newest earlier step whose `model/` verifies (checked the same way).
+    Files recorded without a sha256 (older saves): sizes only. A folder without a readable
+    manifest is left to loading to judge."""
     from ludic.training.checkpoint_manifest import (
         MANIFEST,
         check_files,
@@ -236,9 +248,9 @@ def _check_manifest(directory: Path) -> None:
     except CorruptCheckpointError:
         return  # not ours to judge: loading says what is wrong with the weights themselves
     try:
-        check_files(step_dir, prefix="model/")
+        check_files(step_dir, deep=deep, prefix="model/")
     except CorruptCheckpointError as e:
-        earlier = earlier_good_checkpoint(step_dir, prefix="model/")
+        earlier = earlier_good_checkpoint(step_dir, deep=deep, prefix="model/")
         instead = (
             f"load another checkpoint: the earlier step {earlier} verifies"
             if earlier is not None

@@ -16,7 +16,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from ludic.training.weights_io import CorruptCheckpointError
 
@@ -25,6 +25,23 @@ FORMAT = 1
 _STEP_NAME = re.compile(r"^step_(\d+)$")
 # a damaged checkpoint may be asked about under its quarantined name too (`quarantine_checkpoint`)
 _DAMAGED_NAME = re.compile(r"^step_(\d+)(?:\.corrupt(?:-\d+)?)?$")
+
+VerifyMode = Literal["sha256", "size"]
+"""What loading checks against the manifest: "sha256", each file's size and contents (one
+streaming pass over the files), or "size", sizes only (fast; a change that keeps a file's size,
+such as a flipped bit, passes)."""
+VERIFY_MODES: tuple[VerifyMode, ...] = get_args(VerifyMode)
+
+
+def deep_verify(verify: str) -> bool:
+    """The `deep` of `check_files` that `verify` (a `VerifyMode`) asks for; ValueError naming the
+    choices for any other value."""
+    if verify not in VERIFY_MODES:
+        raise ValueError(
+            f"verify must be one of {', '.join(VERIFY_MODES)} (sha256: sizes and contents; "
+            f"size: sizes only, fast), got {verify!r}"
+        )
+    return verify == "sha256"
 
 
 def file_sha256(path: Path) -> str:

@@ -32,7 +32,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -45,6 +45,9 @@ from ludic.inference.embedded.prompts import build_sequence
 from ludic.inference.embedded.sequence import SequenceState, TextCodec
 from ludic.inference.template_check import warn_if_not_append_only
 from ludic.inference.weights import check_policy_version, copy_weights_
+
+if TYPE_CHECKING:
+    from ludic.training.checkpoint_manifest import VerifyMode
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
@@ -120,14 +123,15 @@ class EmbeddedEngine:
         device: str | torch.device = "cpu",
         config: EngineConfig | None = None,
         policy_version: int | None = None,
+        verify: VerifyMode = "sha256",
     ) -> EmbeddedEngine:
-        """An engine over a local model directory (see `ludic.models.load_model`), at
-        `policy_version`; by default the version a training checkpoint's weights were saved at
-        (0 for a plain model directory), so what it generates is tagged with the policy that
-        generated it."""
+        """An engine over a local model directory (see `ludic.models.load_model`, which checks a
+        training checkpoint's files as `verify` says), at `policy_version`; by default the
+        version a training checkpoint's weights were saved at (0 for a plain model directory),
+        so what it generates is tagged with the policy that generated it."""
         from ludic.models.loading import load_model, saved_policy_version
 
-        model, tokenizer = load_model(path, dtype=dtype, device=device)
+        model, tokenizer = load_model(path, dtype=dtype, device=device, verify=verify)
         if policy_version is None:
             policy_version = saved_policy_version(path)
         return cls(model, tokenizer, config=config, policy_version=policy_version)

@@ -39,6 +39,12 @@ class ServeConfig:
     """Weight dtype: auto (as saved), float32, bfloat16 or float16."""
     device: str = "cpu"
     """Torch device for the model, e.g. cpu or cuda:0."""
+    verify: Literal["sha256", "size"] = "sha256"
+    """What a training checkpoint's model files are checked for against its MANIFEST.json before
+    loading: sha256, sizes and contents (one pass over the weights: about a minute for a 28 GB
+    checkpoint), or size, sizes only (no pass: a file changed at the same size, a flipped bit,
+    loads and its wrong weights are served unnoticed). A missing or truncated file is refused
+    under both."""
     max_batch_size: int = 64
     """Most sequences decoded together."""
     max_model_len: int | None = None

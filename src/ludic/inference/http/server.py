@@ -364,7 +364,11 @@ def serve(config: ServeConfig) -> None:
         prepacked_gemm=config.prepacked_gemm,
     )
     engine = EmbeddedEngine.from_pretrained(
-        config.model, dtype=config.dtype, device=config.device, config=engine_config
+        config.model,
+        dtype=config.dtype,
+        device=config.device,
+        config=engine_config,
+        verify=config.verify,
     )
     name = served_name(config)  # "ludic" for a training checkpoint, whichever step
     app = create_app(engine, model_name=name, token=token, max_body_bytes=config.max_body_bytes)
