@@ -184,3 +184,9 @@ def test_due_every_n_steps(tmp_path: Path) -> None:
     manager = _manager(tmp_path, every_n_steps=3)
     assert [s for s in range(10) if manager.due(s)] == [3, 6, 9]
     assert not _manager(tmp_path).due(3)
+
+
+def test_an_unknown_verify_mode_is_refused_naming_the_choices() -> None:
+    with pytest.raises(ValueError, match=r"sha256, size.*got 'sha265'"):
+        CheckpointConfig(dir="ckpt", verify="sha265")  # type: ignore[arg-type]
+    assert CheckpointConfig(dir="ckpt", verify="size").verify == "size"

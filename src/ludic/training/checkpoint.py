@@ -41,6 +41,7 @@ from ludic.training.checkpoint_faults import (  # the first two re-exported: the
 from ludic.training.checkpoint_manifest import (
     MANIFEST,
     check_files,
+    deep_verify,
     earlier_good_checkpoint,
     fsync_path,
     write_manifest,
@@ -80,6 +81,7 @@ class CheckpointConfig:
             raise ValueError(f"every_n_steps must be >= 1 or None, got {self.every_n_steps}")
         if self.keep_last is not None and self.keep_last < 1:
             raise ValueError(f"keep_last must be >= 1 or None, got {self.keep_last}")
+        deep_verify(self.verify)  # a typo would otherwise mean sizes only at resume
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
