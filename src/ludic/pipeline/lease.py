@@ -3,15 +3,16 @@
 A lease is a key `<stream>:lease:<group>:<consumer>` taken with `SET NX PX ttl` and holding
 who took it (host, pid, a random token). A daemon thread with its own synchronous Redis client
 renews it every `ttl/3`, so it stays held while a training step blocks the event loop, and
-stops renewing once the lease is released or the main thread is gone. A second learner finding
-it held waits up to one ttl (a killed holder's lease expires by then) and otherwise refuses,
-naming the holder. A renewal that fails (Redis restarting) is retried at the next tick; if the
-lease expired meanwhile it is taken again, and if someone else took it, the lease is lost and
-`check()` raises. It does not read or ack samples.
+stops once the lease is released, dropped unreleased (it then deletes it), or the main thread
+is gone. A second learner finding it held waits up to one ttl (a killed holder's lease expires
+by then) and otherwise refuses, naming the holder. A renewal that fails (Redis restarting) is
+retried at the next tick; if the lease expired meanwhile it is taken again, and if someone else
+took it, the lease is lost and `check()` raises. It does not read or ack samples.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ import socket
 import threading
 import time
 import uuid
+import weakref
 
 import redis
 
@@ -146,8 +148,21 @@ class ConsumerLease:
         if self._stop.is_set():  # released as the lease was taken: give it back
             self._release(keys=[self.key], args=[self.token])
             return
+        # the thread holds the lease only weakly: a dropped lease (its source never closed) is
+        # freed, which stops the thread, instead of being renewed for the life of the process
+        weakref.finalize(self, self._stop.set)
         self._thread = threading.Thread(
-            target=self._heartbeat, name=f"lease-{self.consumer}", daemon=True
+            target=_heartbeat,
+            args=(
+                weakref.ref(self),
+                self._stop,
+                self.ttl_ms / 3000,
+                self.redis,
+                self.key,
+                self.token,
+            ),
+            name=f"lease-{self.consumer}",
+            daemon=True,
         )
         self._thread.start()
 
@@ -187,27 +202,19 @@ class ConsumerLease:
                 logger.warning("could not release the lease on %s (%s)", self.consumer, e)
         self.redis.close()
 
-    def _heartbeat(self) -> None:
-        failing = False
-        main = threading.main_thread()
-        while not self._stop.wait(self.ttl_ms / 3000):
-            if not main.is_alive():
-                return  # the process is ending without a release: let the lease expire
-            try:
-                renewed = self._renew(keys=[self.key], args=[self.token, self.ttl_ms, self.value])
-            except redis.RedisError as e:
-                if not failing:
-                    logger.warning(
-                        "renewing the lease on %s failed (%s); retrying", self.consumer, e
-                    )
-                failing = True
-                continue
-            if failing:
-                logger.info("lease on consumer %s renewed after a Redis outage", self.consumer)
-            failing = False
-            if int(renewed) == 0:
-                self._lost()
-                return
+    def _renew_once(self, failing: bool) -> bool:
+        """One heartbeat: renew the lease (or learn it was lost); whether Redis failed."""
+        try:
+            renewed = self._renew(keys=[self.key], args=[self.token, self.ttl_ms, self.value])
+        except redis.RedisError as e:
+            if not failing:
+                logger.warning("renewing the lease on %s failed (%s); retrying", self.consumer, e)
+            return True
+        if failing:
+            logger.info("lease on consumer %s renewed after a Redis outage", self.consumer)
+        if int(renewed) == 0:
+            self._lost()
+        return False
 
     def _lost(self) -> None:
         try:
@@ -229,3 +236,30 @@ class ConsumerLease:
             "samples. Start this one with another --consumer name (a second learner job reads "
             "its own share of the stream), or stop the other one first"
         )
+
+
+def _heartbeat(
+    ref: weakref.ref[ConsumerLease],
+    stop: threading.Event,
+    every_s: float,
+    client: redis.Redis,
+    key: str,
+    token: str,
+) -> None:
+    """Renew the lease behind `ref` every `every_s` until `stop`. A lease dropped unreleased
+    (`ref` dead; its finalizer sets `stop`) is deleted here through its own `client`, so its
+    consumer name is free at once rather than after one ttl."""
+    failing = False
+    main = threading.main_thread()
+    while not stop.wait(every_s):
+        if not main.is_alive():
+            return  # the process is ending without a release: let the lease expire
+        lease = ref()
+        if lease is None:
+            break
+        failing = lease._renew_once(failing)
+        del lease  # between heartbeats only the lease's owner keeps it alive
+    if ref() is None:
+        with contextlib.suppress(redis.RedisError):  # else it expires after one ttl
+            client.register_script(_RELEASE)(keys=[key], args=[token])
+        client.close()
