@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 from collections import Counter
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 from pipeline_fakes import RedisServer, expire_leases, redis_server, sample
@@ -26,6 +27,24 @@ def _source(server: RedisServer, rank: int, world: int, **kwargs: object) -> Pip
     stream = SampleStream(server.url, stream="s", group="g", ledger="s:ledger", retry_cap_s=0.2)
     options: dict = {"batch_size": 3, "block_ms": 50, "max_wait_s": 0.3, **kwargs}  # type: ignore[type-arg]
     return PipelineBatchSource(stream, rank=rank, world_size=world, **options)
+
+
+MakeSource = Callable[..., PipelineBatchSource]
+
+
+@pytest.fixture
+async def make_source(redis_server: RedisServer) -> AsyncIterator[MakeSource]:
+    """`_source` on this test's server; every source made is closed after the test (while the
+    server still runs), so no lease thread outlives it to renew against a stopped server."""
+    made: list[PipelineBatchSource] = []
+
+    def make(rank: int, world: int, **kwargs: object) -> PipelineBatchSource:
+        made.append(_source(redis_server, rank, world, **kwargs))
+        return made[-1]
+
+    yield make
+    for source in made:
+        await source.aclose()
 
 
 async def _push(server: RedisServer, n: int, start: int = 0) -> None:
@@ -63,10 +82,10 @@ async def _drain(ranks: list[PipelineBatchSource]) -> list[list[str]]:
 
 
 async def test_ranks_read_disjoint_shares_and_ack_under_their_own_names(
-    redis_server: RedisServer,
+    redis_server: RedisServer, make_source: MakeSource
 ) -> None:
     await _push(redis_server, 12)
-    ranks = [_source(redis_server, r, 2) for r in range(2)]
+    ranks = [make_source(r, 2) for r in range(2)]
     assert [r.consumer_name for r in ranks] == ["learner-r0", "learner-r1"]
     trained = await _drain(ranks)
     assert not set(trained[0]) & set(trained[1]) and trained[0] and trained[1]
@@ -80,10 +99,10 @@ async def test_ranks_read_disjoint_shares_and_ack_under_their_own_names(
 
 
 async def test_exactly_once_with_checkpoints_when_every_rank_crashes(
-    redis_server: RedisServer,
+    redis_server: RedisServer, make_source: MakeSource
 ) -> None:
     await _push(redis_server, 30)
-    ranks = [_source(redis_server, r, 2) for r in range(2)]
+    ranks = [make_source(r, 2) for r in range(2)]
     before = [ids for step in [await _step(ranks), await _step(ranks)] for ids in step]
     states: list[JSON] = [r.state_dict() for r in ranks]  # checkpoint after step 2
     await _step(ranks)  # step 3 starts (acks the checkpoint's entries) and trains on more
@@ -91,7 +110,7 @@ async def test_exactly_once_with_checkpoints_when_every_rank_crashes(
     killed_acks = len(_ledger(redis_server))
     assert killed_acks == 12
     expire_leases(*ranks)
-    resumed = [_source(redis_server, r, 2) for r in range(2)]
+    resumed = [make_source(r, 2) for r in range(2)]
     for r, state in zip(resumed, states, strict=True):
         r.load_state_dict(state)
     after = await _drain(resumed)
@@ -106,52 +125,52 @@ async def test_exactly_once_with_checkpoints_when_every_rank_crashes(
 
 
 async def test_a_restarting_rank_never_takes_a_live_siblings_entries(
-    redis_server: RedisServer,
+    redis_server: RedisServer, make_source: MakeSource
 ) -> None:
     await _push(redis_server, 6)
-    sibling = _source(redis_server, 1, 2)
+    sibling = make_source(1, 2)
     mine = await _step([sibling])  # rank 1 holds 3 entries, trained, not yet checkpointed
     await asyncio.sleep(0.05)
-    restarted = _source(redis_server, 0, 2, claim_min_idle_ms=0)
+    restarted = make_source(0, 2, claim_min_idle_ms=0)
     theirs = await _drain([restarted])
     assert sorted(mine[0] + theirs[0]) == sorted(f"id{i}" for i in range(6))
     assert not set(mine[0]) & set(theirs[0])
 
 
 async def test_an_earlier_runs_extra_rank_is_taken_over_at_once(
-    redis_server: RedisServer,
+    redis_server: RedisServer, make_source: MakeSource
 ) -> None:
     await _push(redis_server, 6)
-    old = [_source(redis_server, r, 3, batch_size=2) for r in range(3)]
+    old = [make_source(r, 3, batch_size=2) for r in range(3)]
     read = await _step(old)  # then the 3-rank run dies before any checkpoint
     expire_leases(*old)
-    fresh = [_source(redis_server, r, 2, batch_size=2) for r in range(2)]
+    fresh = [make_source(r, 2, batch_size=2) for r in range(2)]
     trained = await _drain(fresh)
     assert Counter(trained[0] + trained[1]) == Counter(f"id{i}" for i in range(6))
     assert set(read[2]) <= set(trained[0])  # rank 0 took the old rank 2's entries
 
 
 async def test_a_world_size_change_is_refused_until_the_checkpoint_is_acked(
-    redis_server: RedisServer,
+    redis_server: RedisServer, make_source: MakeSource
 ) -> None:
     await _push(redis_server, 12)
-    ranks = [_source(redis_server, r, 2, batch_size=2) for r in range(2)]
+    ranks = [make_source(r, 2, batch_size=2) for r in range(2)]
     await _step(ranks)
     states = [r.state_dict() for r in ranks]  # checkpoint at step 1, then the run dies
     expire_leases(*ranks)
-    one = _source(redis_server, 0, 1, batch_size=2)
+    one = make_source(0, 1, batch_size=2)
     one.load_state_dict(states[0])  # another world size: every rank gets rank 0's state
     with pytest.raises(RuntimeError, match="Resume once with 2 ranks"):
         await one.next_batch()
     expire_leases(one)
-    again = [_source(redis_server, r, 2, batch_size=2) for r in range(2)]
+    again = [make_source(r, 2, batch_size=2) for r in range(2)]
     for r, state in zip(again, states, strict=True):
         r.load_state_dict(state)
     await _step(again)  # the 2-rank resume acks the checkpoint's entries on each rank
     later = [r.state_dict() for r in again]  # checkpoint at step 2
     await _step(again)  # step 3 acks it, trains on more, and the run dies again
     expire_leases(*again)
-    now_one = _source(redis_server, 0, 1, batch_size=2)
+    now_one = make_source(0, 1, batch_size=2)
     now_one.load_state_dict(later[0])
     [rest] = await _drain([now_one])  # old rank 1's unacked entries are taken over
     trained = [i for s in states + later for _, i in s["trained"]]
@@ -159,19 +178,19 @@ async def test_a_world_size_change_is_refused_until_the_checkpoint_is_acked(
 
 
 async def test_single_rank_refusals_and_warnings(
-    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+    redis_server: RedisServer, make_source: MakeSource, caplog: pytest.LogCaptureFixture
 ) -> None:
-    other = _source(redis_server, 0, 1, consumer="other")
+    other = make_source(0, 1, consumer="other")
     with pytest.raises(ValueError, match="resume with --consumer other"):
-        _source(redis_server, 0, 1).load_state_dict(other.state_dict())
+        make_source(0, 1).load_state_dict(other.state_dict())
     with pytest.raises(ValueError, match="not a pipeline source's"):
-        _source(redis_server, 0, 1).load_state_dict({"epoch": 3})  # another source's position
+        make_source(0, 1).load_state_dict({"epoch": 3})  # another source's position
     with pytest.raises(ValueError, match="rank must be in"):
-        _source(redis_server, 2, 2)
+        make_source(2, 2)
     with pytest.raises(ValueError, match="ack must be"):
-        _source(redis_server, 0, 1, ack="never")
+        make_source(0, 1, ack="never")
     await _push(redis_server, 4)
-    source = _source(redis_server, 0, 1, batch_size=2, warn_unacked=4)
+    source = make_source(0, 1, batch_size=2, warn_unacked=4)
     with caplog.at_level(logging.WARNING, logger="ludic.pipeline.source"):
         await _step([source])
         await _step([source])
