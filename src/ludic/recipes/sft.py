@@ -17,6 +17,7 @@ see `examples/rejection_sampling.py`.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -220,18 +221,42 @@ def offline_algorithm(cfg: SFTConfig) -> RLAlgorithm:
         return make_sft()
     if cfg.algorithm == "awr":
         normalizes = cfg.awr_state_normalize or cfg.awr_normalize_mean or cfg.awr_min_weight > 0
-        return make_awr(
-            beta=cfg.awr_beta,
-            max_weight=cfg.awr_max_weight,
-            baseline=cfg.awr_baseline,
-            state_prior=cfg.awr_state_prior,
-            state_normalize=cfg.awr_state_normalize,
-            trained=trained_turns(cfg.min_reward) if normalizes else None,
-            value_folds=cfg.awr_value_folds,
-            normalize_mean=cfg.awr_normalize_mean,
-            min_weight=cfg.awr_min_weight,
-        )
+        try:
+            return make_awr(
+                beta=cfg.awr_beta,
+                max_weight=cfg.awr_max_weight,
+                baseline=cfg.awr_baseline,
+                state_prior=cfg.awr_state_prior,
+                state_normalize=cfg.awr_state_normalize,
+                trained=trained_turns(cfg.min_reward) if normalizes else None,
+                value_folds=cfg.awr_value_folds,
+                normalize_mean=cfg.awr_normalize_mean,
+                min_weight=cfg.awr_min_weight,
+            )
+        except ValueError as e:
+            raise ValueError(_name_awr_flag(str(e), cfg)) from e
     raise ValueError(f"--algorithm must be 'sft' or 'awr', got {cfg.algorithm!r}")
+
+
+_AWR_CHECK = re.compile(r"^AWRCredit: (\w+) ")
+
+
+def _name_awr_flag(message: str, cfg: SFTConfig) -> str:
+    """An `AWRCredit` check's message with the field it names (and any other field it quotes
+    as `name=`) written as the `--awr-*` flag that sets it: "--awr-min-weight 30.0: must be in
+    [0, --awr-max-weight 20.0], got 30.0". A message about no such field is returned as is."""
+    found = _AWR_CHECK.match(message)
+    if found is None or not hasattr(cfg, f"awr_{found[1]}"):
+        return message
+    rest = message[found.end() :]
+    for f in fields(SFTConfig):
+        if f.name.startswith("awr_"):
+            rest = rest.replace(f"{f.name[4:]}=", f"{_flag(f.name)} ")
+    return f"{_flag('awr_' + found[1])} {getattr(cfg, 'awr_' + found[1])}: {rest}"
+
+
+def _flag(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
 
 
 def awr_flags_given(cfg: SFTConfig) -> list[str]:
