@@ -15,9 +15,20 @@ from dist_worker_common import torchrun_exit
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 
 
-def test_an_interrupted_rank_closes_without_waiting_for_the_others(tmp_path: Path) -> None:
-    returncode, output = torchrun_exit("dist_worker_interrupt.py", str(tmp_path), timeout_s=120)
+@pytest.mark.parametrize(
+    ("mode", "closed_during"),
+    [("loss", "KeyboardInterrupt"), ("await", "CancelledError")],  # await: as `ludic learner`
+)
+def test_an_interrupted_rank_closes_without_waiting_for_the_others(
+    tmp_path: Path, mode: str, closed_during: str
+) -> None:
+    returncode, output = torchrun_exit(
+        "dist_worker_interrupt.py", str(tmp_path), mode, timeout_s=120
+    )
     results = {rank: json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)}
-    assert results[1] == {"raised": "KeyboardInterrupt", "close_raised": None}, output[-4000:]
-    assert results[0]["raised"] is not None, output[-4000:]  # its collective failed
+    interrupted = {"raised": "KeyboardInterrupt", "close_raised": None}
+    assert results[1] == {**interrupted, "closed_during": closed_during}, output[-4000:]
+    # the peer's collective failed; its own error, not the closing barrier's, is what it raises
+    assert results[0]["raised"] not in (None, "KeyboardInterrupt"), output[-4000:]
+    assert results[0]["close_raised"] is None, output[-4000:]
     assert returncode == 0, output[-4000:]  # each rank's script handled what it raised

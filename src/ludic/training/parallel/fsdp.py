@@ -11,7 +11,9 @@ included. It does not do tensor/pipeline parallelism or sharded (DCP `save`) che
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -42,6 +44,10 @@ from ludic.training.parallel.state import (
 T = TypeVar("T")
 
 _GATHER = StateDictOptions(full_state_dict=True, cpu_offload=True)
+_INTERRUPTS = (KeyboardInterrupt, asyncio.CancelledError)
+"""What `close()` skips its barrier for: a peer may be inside the step's collectives."""
+
+logger = logging.getLogger(__name__)
 
 
 def init_process_group_from_env(
@@ -234,11 +240,24 @@ class FSDPRuntime:
         passes one to every rank, landing at another point of the step on each) skips the
         barrier: a peer still inside the step's collectives would never reach it, and both
         would wait until torchrun kills them; leaving the group makes the peer's collective
-        fail instead, so it stops on its own interrupt."""
+        fail instead, so it stops on its own interrupt. Under `asyncio.run` (`ludic learner`)
+        an interrupt that lands while the loop waits reaches the coroutine's `finally` as
+        `CancelledError`, which counts alike. A barrier that fails while an error propagates
+        (the peer left) is logged, so that error, not gloo's, is what the caller sees."""
         if not (self._owns_group and dist.is_initialized()):
             return
+        propagating = sys.exc_info()[1]
         try:
-            if not isinstance(sys.exc_info()[1], KeyboardInterrupt):
+            if not isinstance(propagating, _INTERRUPTS):
                 dist.barrier()
+        except Exception as e:
+            if propagating is None:
+                raise
+            logger.warning(
+                "rank %d: the closing barrier failed while %s propagates: %s",
+                self.rank,
+                type(propagating).__name__,
+                e,
+            )
         finally:
             dist.destroy_process_group()
