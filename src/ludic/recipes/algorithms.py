@@ -10,6 +10,7 @@ and `awr` on a JSONL) are `ludic sft`'s.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -35,6 +36,7 @@ Algorithm = Literal[
 """Every online preset by name (`--algorithm`)."""
 
 STATE_KEYS = ("env", "observation")
+_GIGPO_CHECK = re.compile(r"^GiGPO: (with combine='seed003' )?(\w+) (.*)$", re.DOTALL)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -75,7 +77,23 @@ class GiGPOOptions:
         """The `GiGPO` credit assigner with these knobs."""
         from ludic.training.credit import GiGPO
 
-        return GiGPO(anchor_key=self.anchor_key(), **self._credit_kwargs())
+        anchor_key = self.anchor_key()
+        try:
+            return GiGPO(anchor_key=anchor_key, **self._credit_kwargs())
+        except ValueError as e:
+            raise self.flag_error(e) from e
+
+    def flag_error(self, error: ValueError) -> ValueError:
+        """`GiGPO`'s check `error` ("GiGPO: gamma must be in [0, 1], got 2.0") naming the
+        flag that set the knob ("--gigpo.gamma 2.0: must be in [0, 1], got 2.0"); an error
+        about no knob of these options is returned as is."""
+        found = _GIGPO_CHECK.match(str(error))
+        if found is None or found[2] not in self._credit_kwargs():
+            return error
+        knob = found[2]
+        when = " with --gigpo.combine seed003" if found[1] else ""
+        flag = "--gigpo." + knob.replace("_", "-")
+        return ValueError(f"{flag} {getattr(self, knob)}{when}: {found[3]}")
 
     def anchor_key(self) -> Callable[[Any], Any]:
         """The function giving a turn's anchor state (see `state_key`)."""
@@ -152,7 +170,11 @@ class PresetInputs:
 def _gigpo(inputs: PresetInputs) -> RLAlgorithm:
     from ludic.training.algorithm import make_gigpo
 
-    return make_gigpo(anchor_key=inputs.gigpo.anchor_key(), **inputs.gigpo._credit_kwargs())
+    anchor_key = inputs.gigpo.anchor_key()
+    try:
+        return make_gigpo(anchor_key=anchor_key, **inputs.gigpo._credit_kwargs())
+    except ValueError as e:
+        raise inputs.gigpo.flag_error(e) from e
 
 
 def _dr_grpo(inputs: PresetInputs) -> RLAlgorithm:
