@@ -351,6 +351,7 @@ async def _train(cfg: LearnerConfig, source: Any, trainer: Any) -> list[dict[str
             f"WORLD_SIZE say {source.rank} of {source.world_size}: launch with torchrun"
         )
     history: list[dict[str, float]] = []
+    started_at = trainer.step  # the same on every rank, as the steps that follow
     if trainer.step == 0:  # the server starts from the learner's weights (resume has
         trainer.publish_weights()  # published the restored ones); every rank calls it
     while trainer.step < cfg.steps:
@@ -365,8 +366,8 @@ async def _train(cfg: LearnerConfig, source: Any, trainer: Any) -> list[dict[str
     if trainer.checkpoints is None:
         await source.commit()
     else:  # the last checkpoint must hold every step before its samples are acked
-        if not trainer.checkpoints.due(trainer.step):
-            trainer.save_checkpoint()
+        if trainer.step > started_at and not trainer.checkpoints.due(trainer.step):
+            trainer.save_checkpoint()  # not a step this launch only resumed at: kept as saved
         await source.ack_checkpointed()
     report_done(trainer, source)
     return history
