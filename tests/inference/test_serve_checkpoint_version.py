@@ -69,3 +69,35 @@ def test_ludic_serve_on_a_checkpoint_reports_its_version(tmp_path: Path) -> None
         )
         assert reply.status_code == 200, reply.text
         assert reply.headers["x-ludic-policy-version"] == "7"
+
+
+@pytest.mark.slow
+def test_ludic_serve_policy_version_0_starts_a_new_run_from_a_checkpoint(tmp_path: Path) -> None:
+    folder = _checkpoint(tmp_path, step=8, version=7)
+    with LocalServer(folder, token="t0k", args=["--policy-version", "0"]) as server:
+        auth = {"Authorization": "Bearer t0k"}
+        version = httpx.get(server.url + "/ludic/version", headers=auth, timeout=30)
+        assert version.json() == {"policy_version": 0}
+
+
+def test_a_negative_serve_policy_version_is_refused_before_loading() -> None:
+    from ludic.inference.http.serve_config import ServeConfig, check_serve_config
+
+    with pytest.raises(ValueError, match="--policy-version must be >= 0, got -2"):
+        check_serve_config(ServeConfig(model="anything", policy_version=-2))
+
+
+def test_the_embedded_actor_takes_the_checkpoints_version_or_its_flag(tmp_path: Path) -> None:
+    from ludic.pipeline.commands import _embedded_engine
+    from ludic.pipeline.config import ActorConfig
+    from ludic.pipeline.flag_checks import check_actor_counts
+
+    folder = _checkpoint(tmp_path, step=4, version=3)
+    with _embedded_engine(ActorConfig(model=str(folder))) as engine:
+        assert engine.policy_version == 3
+    with _embedded_engine(ActorConfig(model=str(folder), policy_version=0)) as engine:
+        assert engine.policy_version == 0
+    with pytest.raises(ValueError, match="ludic serve --policy-version"):
+        check_actor_counts(ActorConfig(server_url="http://127.0.0.1:8000", policy_version=0))
+    with pytest.raises(ValueError, match="--policy-version must be >= 0, got -1"):
+        check_actor_counts(ActorConfig(policy_version=-1))

@@ -245,7 +245,9 @@ def _embedded_engine(cfg: ActorConfig) -> Any:
 
     config = EngineConfig(batch_invariant=cfg.batch_invariant, prepacked_gemm=cfg.prepacked_gemm)
     model_dir = cfg.model or tiny_model_dir()
-    engine = EmbeddedEngine.from_pretrained(model_dir, dtype="float32", config=config)
+    engine = EmbeddedEngine.from_pretrained(
+        model_dir, dtype="float32", config=config, policy_version=cfg.policy_version
+    )
     logger.info(
         "engine: embedded on %s (%s); no learner publishes to it, so its weights never change "
         "(for debugging the pipeline; pass --server-url to sample the learner's policy)",

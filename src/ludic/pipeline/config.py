@@ -45,6 +45,11 @@ class ActorConfig:
     True)`): faster decode on CPU, behaviour logprobs that differ from the learner's
     recomputation by float noise (~1e-5..1e-4). Not with --batch-invariant or --server-url
     (serve with `ludic serve --prepacked-gemm` instead)."""
+    policy_version: int | None = None
+    """Without --server-url: the policy version the embedded engine's samples carry (default: a
+    training checkpoint's saved version, else 0; pass 0 when the learner starts a new run from
+    that checkpoint's weights). With --server-url the server's version is used (`ludic serve
+    --policy-version`)."""
     env: str = "tictactoe"
     """Built-in env name (see `ludic.envs.BUILTIN_ENVS`) or a `module:factory` import string."""
     env_kwargs: str = "{}"

@@ -23,7 +23,17 @@ logger = logging.getLogger(__name__)
 
 
 def check_actor_counts(cfg: ActorConfig) -> None:
-    """Refuse any of the actor's counts below 1, naming the flag."""
+    """Refuse any of the actor's counts below 1, naming the flag, and a `--policy-version` that
+    is negative or given with `--server-url` (whose server says the version)."""
+    if cfg.policy_version is not None:
+        if cfg.server_url:
+            raise ValueError(
+                "--policy-version sets the embedded engine's version; with --server-url the "
+                "server's is used: drop it here and start the server with `ludic serve "
+                "--policy-version`"
+            )
+        if cfg.policy_version < 0:
+            raise ValueError(f"--policy-version must be >= 0, got {cfg.policy_version}")
     check_count_flags(
         ("--problems-per-batch", cfg.problems_per_batch, "problems per batch, e.g. 4"),
         ("--group-size", cfg.group_size, "episodes per problem, e.g. 8"),

@@ -410,8 +410,11 @@ class PipelineBatchSource:
             "a sample carries policy version %d, newer than this learner's %d: weights this "
             "learner does not hold sampled it (it resumed from a checkpoint older than the last "
             "weights it published, or started afresh against a server an earlier run published "
-            "to, or two runs share the stream). Such samples are never counted stale; if they "
-            "come from another run, start with a new --stream and restart the server",
+            "to, or a server or embedded actor started on a training checkpoint carries that "
+            "checkpoint's version while this learner starts a new run from its weights: pass "
+            "--policy-version 0 to `ludic serve` / `ludic actor`, or two runs share the "
+            "stream). Such samples are never counted stale; if they come from another run, "
+            "start with a new --stream and restart the server",
             min(item.policy_versions),
             self.current_version(),
         )

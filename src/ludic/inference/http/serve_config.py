@@ -45,6 +45,11 @@ class ServeConfig:
     checkpoint), or size, sizes only (no pass: a file changed at the same size, a flipped bit,
     loads and its wrong weights are served unnoticed). A missing or truncated file is refused
     under both."""
+    policy_version: int | None = None
+    """The policy version the server starts at, which its replies carry until a trainer pushes
+    weights (default: a training checkpoint's saved version, else 0). Pass 0 when a new run
+    starts from a checkpoint's weights (its learner counts from 0); a resumed run's samples are
+    then counted fresh by default."""
     max_batch_size: int = 64
     """Most sequences decoded together."""
     max_model_len: int | None = None
@@ -91,6 +96,8 @@ def check_serve_config(config: ServeConfig) -> None:
     """ValueError naming the flags when `config` combines options the engine cannot run; called
     before the model loads (a float16 model directory under --dtype auto is read from its
     config.json)."""
+    if config.policy_version is not None and config.policy_version < 0:
+        raise ValueError(f"--policy-version must be >= 0, got {config.policy_version}")
     if not config.prepacked_gemm:
         return
     if config.batch_invariant:

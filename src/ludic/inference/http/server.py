@@ -369,6 +369,7 @@ def serve(config: ServeConfig) -> None:
         device=config.device,
         config=engine_config,
         verify=config.verify,
+        policy_version=config.policy_version,
     )
     name = served_name(config)  # "ludic" for a training checkpoint, whichever step
     app = create_app(engine, model_name=name, token=token, max_body_bytes=config.max_body_bytes)
