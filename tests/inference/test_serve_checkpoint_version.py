@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import httpx
@@ -42,6 +43,11 @@ def test_the_saved_version_is_read_from_the_step_folder_or_its_model(
     assert str(state) in caplog.text and "'five'" in caplog.text, caplog.text
     state.write_text("{")
     assert saved_policy_version(folder) == 0
+    # a model/ beside some other state.json, without the Trainer's manifest: not a checkpoint
+    other = tmp_path / "project"
+    shutil.copytree(tiny_model_dir(), other / "model")
+    (other / "state.json").write_text(json.dumps({"policy_version": 12}))
+    assert saved_policy_version(other / "model") == 0
 
 
 def test_an_engine_from_a_checkpoint_starts_at_its_version_unless_told(tmp_path: Path) -> None:

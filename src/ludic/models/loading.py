@@ -107,9 +107,14 @@ def saved_policy_version(path: str | os.PathLike[str]) -> int:
     (`.../step_N` or its `model/`; the step folder's state.json), else 0 (a model directory
     outside a checkpoint holds a run's starting weights). An unreadable state.json is warned
     about, naming it, and gives 0."""
+    from ludic.training.checkpoint_manifest import MANIFEST
+
     directory = model_directory(path)
     state = directory.parent / "state.json"
-    if directory.name != "model" or not state.is_file():
+    if directory.name != "model" or not (directory.parent / MANIFEST).is_file():
+        return 0  # not a step folder the Trainer wrote (it writes a manifest beside state.json)
+    if not state.is_file():
+        logger.warning("%s: the checkpoint has no state.json; using policy version 0", state)
         return 0
     try:
         version = json.loads(state.read_text())["policy_version"]

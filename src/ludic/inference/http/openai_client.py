@@ -53,7 +53,8 @@ class InferenceTimeoutError(TimeoutError):
 class OpenAICompatibleClient:
     """ChatClient against an OpenAI-compatible server (`base_url`, with or without `/v1`).
 
-    Wraps one `httpx.AsyncClient`: use a client within one event loop and `aclose()` it.
+    Wraps one `httpx.AsyncClient`: use a client in one event loop at a time (used again from a
+    new loop, e.g. a second `asyncio.run`, it opens new connections) and `aclose()` it.
     """
 
     def __init__(
