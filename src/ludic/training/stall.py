@@ -172,6 +172,7 @@ class NoSignalWatch:
             f"the episodes of each group got the same reward (mean reward per sample {reward:+.3f}"
             f"{parse_text}). Nothing is learned until rewards differ within a group: start "
             "from a model that sometimes succeeds (`ludic sft`, or the quickstart's SFT model), "
-            "use larger groups (--group-size), sample more diversely (--temperature), or give "
-            "the env graded rewards"
+            "use larger groups (--group-size; GRPORequestStrategy.group_size in Python), "
+            "sample more diversely (--temperature; SamplingConfig.temperature), or give the env "
+            "graded rewards"
         )
