@@ -85,6 +85,7 @@ async def test_stale_samples_name_max_lag_and_the_server(
         "3 arrived more than max_lag (--max-lag) 1 policy versions behind the learner's 5 and "
         "were dropped: do the actors sample from the servers this learner publishes to"
     ) in text
+    assert "Samples that waited in the stream (a backlog" in text  # the other usual cause
 
 
 async def test_a_partial_batch_says_the_actors_are_slower(

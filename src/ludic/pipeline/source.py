@@ -436,8 +436,10 @@ class PipelineBatchSource:
                 f"; {stats['dropped_stale']} arrived more than max_lag (--max-lag) "
                 f"{self.max_lag} policy versions behind the learner's {self.current_version()} "
                 "and were dropped: do the actors sample from the servers this learner publishes "
-                "to (the same --server-url on both)? Else raise --max-lag or pass --stale "
-                "downweight"
+                "to (the same --server-url on both)? Samples that waited in the stream (a "
+                "backlog from before this learner started, or from while it was slow) age the "
+                "same way, which ends once the backlog is drained. Else raise --max-lag or pass "
+                "--stale downweight"
             )
         if stats["samples"] or have:
             return line + "; the actors push samples slower than this learner trains on them"
