@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import faulthandler
 import os
 import re
 import sys
@@ -179,18 +180,26 @@ def _run_mode(out_dir: Path, mode: str, rank: int, world: int) -> bool:
     return False
 
 
+MODE_HANG_S = 120
+"""A mode not done by then hung: the launch ends with every thread's stack, naming the mode."""
+
+
 def main() -> None:
     out_dir, modes = Path(sys.argv[1]), sys.argv[2:]
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     init_process_group_from_env()  # one group for every mode: each Trainer joins it
     failed = False
     for mode in modes:
+        # a hang in one mode ends the launch naming that mode (its stacks, then this line's mode)
+        print(f"rank {rank}: mode {mode!r}", file=sys.stderr, flush=True)
+        faulthandler.dump_traceback_later(MODE_HANG_S, exit=True)
         failed |= _run_mode(out_dir / mode, mode, rank, world)
         dist.barrier()
         at: list[object] = [None] * world
         dist.all_gather_object(at, mode)
         if at != [mode] * world:
             raise SystemExit(f"rank {rank}: the ranks are out of step after {mode!r}: {at}")
+    faulthandler.cancel_dump_traceback_later()
     dist.barrier()
     dist.destroy_process_group()
     if failed:

@@ -7,6 +7,7 @@ is left waiting in a collective (the launcher's timeout fails the test)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,8 +54,10 @@ def _outcome(tmp_path: Path, code: int, output: str) -> Outcome:
     raised = {}
     for rank in (0, 1):
         path = tmp_path / f"rank{rank}.json"
+        started = re.findall(r"rank \d: mode '(\w+)'", output)  # the worker's per-mode line
         assert path.exists(), (
-            f"rank {rank} wrote no result (killed, not stopped):\n{output[-4000:]}"
+            f"rank {rank} wrote no result (killed, not stopped; modes started, last: "
+            f"{started[-1:]}):\n{output[-4000:]}"
         )
         raised[rank] = json.loads(path.read_text())["raised"]
         assert raised[rank] is not None, f"rank {rank} raised nothing:\n{output[-4000:]}"
