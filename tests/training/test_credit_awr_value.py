@@ -3,6 +3,7 @@ values with fitters whose output is known, and the default MLP fitter on separab
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Hashable, Sequence
 
@@ -70,6 +71,27 @@ def test_cross_fitting_never_shows_a_rollout_its_own_return() -> None:
     renamed = [f"z{9 - int(rid[1:])}" for rid in ids]
     by_new_name = fold_of(renamed, 3, seed=0)
     assert [by_new_name[r] for r in renamed] == [fold[r] for r in ids]
+
+
+def test_a_long_cross_fit_says_how_far_it_is_after_each_fold(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import ludic.training.credit.value as value_module
+
+    ids = [f"r{i}" for i in range(6)]
+    clock = iter(range(0, 1000, 4))  # each fold's fit takes 4 s on this clock
+    monkeypatch.setattr(value_module.time, "monotonic", lambda: float(next(clock)))
+    with caplog.at_level(logging.INFO, logger="ludic.training.credit.value"):
+        cross_fitted_values(ids, [[]] * 6, [1.0] * 6, folds=3, fit=MeanFitter(), seed=0)
+    said = [r.getMessage().split(" (one fit")[0] for r in caplog.records]
+    # quiet while under QUIET_S (fold 1 at 4 s), then one line per fold: a warning, which the
+    # CLI prints (it shows no INFO lines), naming the flag that shortens it
+    assert said == [
+        "value baseline: fold 2 of 3 fitted (4 turns) after 8 s",
+        "value baseline: fold 3 of 3 fitted (4 turns) after 12 s",
+    ]
+    assert {r.levelno for r in caplog.records} == {logging.WARNING}
+    assert "--awr-value-folds" in caplog.records[0].getMessage()
 
 
 def test_value_baseline_refuses_too_few_rollouts_and_folds() -> None:

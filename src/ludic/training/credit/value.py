@@ -18,8 +18,10 @@ training; the fit is on CPU, deterministic for a given `seed`.
 
 from __future__ import annotations
 
+import logging
 import math
 import random
+import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
@@ -27,6 +29,11 @@ import torch
 
 from ludic.training.credit.core import default_anchor_key
 from ludic.types import Turn
+
+logger = logging.getLogger(__name__)
+
+QUIET_S = 5.0
+"""A cross-fit that has run longer than this says how far it is after each fold."""
 
 Features = Sequence[Hashable]
 Featurizer = Callable[[Turn], Features]
@@ -87,6 +94,7 @@ def cross_fitted_values(
         raise ValueError("cross_fitted_values: rollout_ids, features and targets differ in length")
     fold = fold_of(rollout_ids, folds, seed)
     out = [0.0] * len(targets)
+    started = time.monotonic()
     for f in range(folds):
         train = [i for i, rid in enumerate(rollout_ids) if fold[rid] != f]
         held = [i for i, rid in enumerate(rollout_ids) if fold[rid] == f]
@@ -95,6 +103,16 @@ def cross_fitted_values(
         predict = fit([features[i] for i in train], [targets[i] for i in train])
         for i, v in zip(held, predict([features[i] for i in held]), strict=True):
             out[i] = v
+        elapsed = time.monotonic() - started
+        if elapsed > QUIET_S:  # a long fit (large data, many epochs): say it is no hang
+            logger.warning(
+                "value baseline: fold %d of %d fitted (%d turns) after %.0f s (one fit per "
+                "fold: fewer folds, --awr-value-folds, or fewer turns make it shorter)",
+                f + 1,
+                folds,
+                len(train),
+                elapsed,
+            )
     return out
 
 
