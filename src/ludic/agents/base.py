@@ -116,6 +116,7 @@ class Agent:
         reject_incomplete_completions: bool = False,
         incomplete_penalty: float = DEFAULT_PENALTY,
     ) -> None:
+        _check_client_and_parser(client, parser)
         self.client = client
         self.context = context if context is not None else FullDialog()
         self.parser = parser
@@ -263,3 +264,21 @@ class Agent:
 
 
 __all__ = ["INCOMPLETE_FEEDBACK", "Agent", "AgentAct", "derive_call_seed", "resolve_sampling"]
+
+
+def _check_client_and_parser(client: object, parser: object) -> None:
+    """Refuse at construction what would otherwise fail on every model call: a client without
+    `complete` (an AttributeError per episode) or a parser that is not callable (every reply
+    silently a parse failure, since a raising parser is a parse failure by design)."""
+    if not callable(getattr(client, "complete", None)):
+        raise TypeError(
+            f"Agent needs a ChatClient (an object with `async complete(request)`) as its first "
+            f"argument, got {type(client).__name__} {client!r:.60}; pass e.g. "
+            "ScriptedClient([...]), EmbeddedEngine(model, tokenizer) or "
+            "OpenAICompatibleClient(...)"
+        )
+    if not callable(parser):
+        raise TypeError(
+            f"Agent parser must be a callable str -> ParseResult, got {type(parser).__name__} "
+            f"{parser!r:.60}; pass e.g. xml_tag_parser('answer') or env_parser('tictactoe')"
+        )
