@@ -78,7 +78,12 @@ class MultiAgentProtocol:
     ) -> list[Rollout]:
         missing = [a for a in env.agent_ids if a not in self.agents]
         if missing:
-            raise ValueError(f"no agent for env seat(s) {missing}; pass agents for every seat")
+            strays = [a for a in self.agents if a not in env.agent_ids]
+            stray_note = f"; agents given for {strays}, which are not seats" if strays else ""
+            raise ValueError(
+                f"no agent for env seat(s) {missing} (the env's seats: {list(env.agent_ids)}"
+                f"{stray_note}); pass agents for every seat, keyed by env.agent_ids"
+            )
         collector = TraceCollector(self.agents)
         async with closing_env(env):
             await self._run_episode(env, collector, sampling, env_seed)
