@@ -129,3 +129,31 @@ def test_titles_say_what_is_plotted(tmp_path: Path) -> None:
     assert png_title(paths[1]) == f"Loss per training step (run: {run})"
     fig = metrics_figure(small_records(), title="What it shows")
     assert fig.get_suptitle() == "What it shows"
+
+
+def test_the_trainers_loss_diagnostics_get_their_own_panels() -> None:
+    # The Trainer logs its loss's diagnostics as loss/<name>: a KL, a clip fraction, ratios
+    # near 1 and a token count used to share the loss's axes (11 lines, two of one colour).
+    record = {
+        "step": 1,
+        "loss": 0.0,
+        "loss/approx_kl": 0.01,
+        "loss/clip_frac": 0.2,
+        "loss/ratio_min": 0.9,
+        "loss/ratio_mean": 1.0,
+        "loss/ratio_max": 1.1,
+        "loss/mismatch/tokens": 1500.0,
+        "loss/mismatch/k3": 0.001,
+        "reward_mean": -1.0,
+    }
+    panels = {p.title: p.keys for p in metric_panels([record, {**record, "step": 2}])}
+    assert panels == {
+        "Reward": ("reward_mean",),
+        "Loss": ("loss",),
+        "KL": ("loss/approx_kl",),
+        "Clip fraction": ("loss/clip_frac",),
+        "Policy ratio": ("loss/ratio_max", "loss/ratio_mean", "loss/ratio_min"),
+    }
+    assert metric_panels([record], keys=("loss/mismatch/tokens",))[0].keys == (
+        "loss/mismatch/tokens",
+    )

@@ -30,7 +30,13 @@ PANEL_FAMILIES: tuple[tuple[str, str], ...] = (
     ("Clip fraction", r"clip_?frac"),
     ("Entropy", r"entropy"),
     ("Completion length", r"completion_(len|length|tokens)|response_len"),
+    ("Policy ratio", r"^ratio_(min|mean|max)$"),
 )
+_LOSS_DIAGNOSTICS = "loss/"
+"""The Trainer logs its loss's diagnostics under this prefix (loss/approx_kl, loss/clip_frac,
+loss/ratio_max, loss/mismatch/tokens): a key under it is placed by the rest of its name, so the
+KL and clip fraction get their own panels and a token count or a ratio near 1 never shares the
+loss's axes; a diagnostic no family names (mismatch/*, rollout_is/*) is plotted when named (`keys=`, `ludic plot --keys`)."""
 _NOT_METRICS = frozenset({"step", "time", "timestamp"})
 LEGEND_NOTES = {
     "batch/mean_reward": "per episode",
@@ -102,8 +108,9 @@ def metric_panels(records: Sequence[MetricRecord], keys: Sequence[str] = ()) -> 
         return [Panel(title=k, keys=(k,)) for k in keys]
     grouped: dict[str, list[str]] = {title: [] for title, _ in PANEL_FAMILIES}
     for key in sorted(present):
+        name = key.removeprefix(_LOSS_DIAGNOSTICS)
         for title, pattern in PANEL_FAMILIES:
-            if re.search(pattern, key):
+            if re.search(pattern, name):
                 grouped[title].append(key)
                 break
     return [Panel(title=t, keys=tuple(ks)) for t, ks in grouped.items() if ks]
