@@ -109,7 +109,7 @@ class Agent:
         client: ChatClient,
         *,
         context: ContextStrategy | None = None,
-        parser: Parser = identity_parser,
+        parser: Parser | None = identity_parser,
         sampling: SamplingConfig | None = None,
         agent_id: str = "agent_0",
         system_prompt: str | None = None,
@@ -119,7 +119,8 @@ class Agent:
         _check_client_and_parser(client, parser)
         self.client = client
         self.context = context if context is not None else FullDialog()
-        self.parser = parser
+        # None is what env_parser returns for an env without a parser: the reply is the action.
+        self.parser: Parser = parser if parser is not None else identity_parser
         self.sampling = sampling if sampling is not None else SamplingConfig()
         self.agent_id = agent_id
         self.system_prompt = system_prompt
@@ -277,8 +278,9 @@ def _check_client_and_parser(client: object, parser: object) -> None:
             "ScriptedClient([...]), EmbeddedEngine(model, tokenizer) or "
             "OpenAICompatibleClient(...)"
         )
-    if not callable(parser):
+    if parser is not None and not callable(parser):
         raise TypeError(
-            f"Agent parser must be a callable str -> ParseResult, got {type(parser).__name__} "
-            f"{parser!r:.60}; pass e.g. xml_tag_parser('answer') or env_parser('tictactoe')"
+            "Agent parser must be a callable str -> ParseResult (or None: the reply is the "
+            f"action), got {type(parser).__name__} {parser!r:.60}; pass e.g. "
+            "xml_tag_parser('answer') or env_parser('tictactoe')"
         )
