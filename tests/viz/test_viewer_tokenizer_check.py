@@ -83,10 +83,10 @@ def test_ludic_view_with_another_models_tokenizer_warns(dirs, tmp_path: Path) ->
     result = view(rollouts, "--tokenizer", lights, "--out", tmp_path / "p.html", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = " ".join(result.stdout.split())
-    assert f"warning: the token ids in {rollouts} are not those of lights" in out
+    assert f"warning: the token ids in {rollouts} are not those of {lights}" in out
     assert "'<move>4</move>' decodes to" in out
     assert "Pass --tokenizer with the model directory that generated them" in out
-    assert page_tokenizer(tmp_path / "p.html") == "lights (NOT these rollouts' tokenizer)"
+    assert page_tokenizer(tmp_path / "p.html") == f"{lights} (NOT these rollouts' tokenizer)"
 
 
 def test_ludic_view_with_the_right_tokenizer_is_quiet(dirs, tmp_path: Path) -> None:
@@ -94,7 +94,8 @@ def test_ludic_view_with_the_right_tokenizer_is_quiet(dirs, tmp_path: Path) -> N
     result = view(rollouts, "--tokenizer", model_dir, "--out", tmp_path / "p.html", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "warning" not in result.stdout + result.stderr
-    assert page_tokenizer(tmp_path / "p.html") == model_dir.name
+    # the directory as given: a checkpoint's tokenizer folder is always named `model`
+    assert page_tokenizer(tmp_path / "p.html") == str(model_dir)
 
 
 def test_write_viewer_checks_tokenizer_objects_and_bytes(dirs, tmp_path: Path) -> None:
@@ -109,7 +110,7 @@ def test_write_viewer_checks_tokenizer_objects_and_bytes(dirs, tmp_path: Path) -
     write_viewer(rollouts, tmp_path / "d.html", tokenizer=other, on_warning=warned.append)
     write_viewer(rollouts, tmp_path / "e.html", tokenizer="bytes", on_warning=warned.append)
     assert len(warned) == 2
-    assert f"are not those of {type(other).__name__}:" in warned[0]
+    assert f"are not those of {lights}:" in warned[0]  # where the tokenizer object came from
     assert "are not those of bytes:" in warned[1]
     with pytest.warns(TokenizerMismatchWarning, match="'<move>4</move>' decodes to"):
         write_viewer(rollouts, tmp_path / "f.html", tokenizer=str(lights))
@@ -133,3 +134,13 @@ def test_the_check_ignores_whitespace_lost_by_per_token_decoding() -> None:
     assert foreign_token_ids([Rollout(steps=[step])], [squashed]) is None
     foreign = foreign_token_ids([Rollout(steps=[step])], [other])
     assert foreign is not None and (foreign.checked, foreign.decoded) == (1, " looks9 good")
+
+
+def test_the_pages_tokenizer_says_where_it_was_loaded_from(dirs, tmp_path: Path) -> None:
+    rollouts, model_dir, _ = dirs
+    tokenizer = load_tokenizer(model_dir)
+    write_viewer(rollouts, tmp_path / "a.html", tokenizer=tokenizer)
+    assert page_tokenizer(tmp_path / "a.html") == str(model_dir)  # not the class name
+    tokenizer.name_or_path = ""  # built in memory: only the class is known
+    write_viewer(rollouts, tmp_path / "b.html", tokenizer=tokenizer)
+    assert page_tokenizer(tmp_path / "b.html") == type(tokenizer).__name__

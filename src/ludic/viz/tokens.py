@@ -122,10 +122,17 @@ def resolve_decoder(
         from ludic.models.loading import load_tokenizer  # imports transformers: only on demand
 
         _check_tokenizer_dir(Path(tokenizer))
-        return tokenizer_decoder(load_tokenizer(tokenizer)), Path(tokenizer).name or tokenizer
+        return tokenizer_decoder(load_tokenizer(tokenizer)), tokenizer
     if not isinstance(tokenizer, TokenizerLike):
         raise TypeError(
             f"tokenizer must have a decode(ids) method, or be 'bytes', 'ids' or a tokenizer "
             f"directory; got {type(tokenizer).__name__}"
         )
-    return tokenizer_decoder(tokenizer), type(tokenizer).__name__
+    return tokenizer_decoder(tokenizer), _tokenizer_name(tokenizer)
+
+
+def _tokenizer_name(tokenizer: TokenizerLike) -> str:
+    """The directory a Hugging Face tokenizer was loaded from, else its class: a checkpoint's
+    tokenizer lives in `.../step_N/model`, so a bare class or folder name says nothing."""
+    source = getattr(tokenizer, "name_or_path", None)
+    return source if isinstance(source, str) and source else type(tokenizer).__name__
