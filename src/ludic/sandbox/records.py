@@ -101,7 +101,10 @@ class SandboxResult:
 
     @property
     def limit_hit(self) -> str | None:
-        """The first limit the run hit: "wall_time", "cpu_time", "memory", "output" or None."""
+        """The first limit the run hit: "wall_time", "cpu_time", "memory", "output" or None.
+        The process-count and file-size caps are enforced but not reported here: the program
+        sees them as its own errors (`BlockingIOError` on fork, "File too large" on write) and
+        usually exits non-zero, so `ok` is False but `limit_hit` is None."""
         if self.timed_out:
             return "wall_time"
         if self.cpu_time_exceeded:
