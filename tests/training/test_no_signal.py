@@ -28,7 +28,10 @@ def test_zero_advantage_steps_are_warned_about_once_the_streak_is_three(
     assert len(warnings) == 1  # at step 3; not again at 4, nor at 6 (the streak restarted)
     assert warnings[0].startswith("steps 1..3 changed no weight: every sample's advantage is 0")
     assert "--group-size" in warnings[0]  # the CLI's flags, and what the Python API calls them
-    assert "GRPORequestStrategy.group_size" in warnings[0] and "SamplingConfig.temperature" in warnings[0]
+    assert (
+        "GRPORequestStrategy.group_size" in warnings[0]
+        and "SamplingConfig.temperature" in warnings[0]
+    )
 
 
 def test_the_watch_repeats_every_25_steps_of_a_streak() -> None:
