@@ -50,7 +50,7 @@ def test_eval_command_on_tiny_model_then_view(tmp_path: Path) -> None:
         console=console,
     )
     html = page.read_text()
-    assert page.suffix == ".html" and '"tokenizer":"' + Path(str(cfg.model)).name in html
+    assert page.suffix == ".html" and '"tokenizer":' + json.dumps(str(cfg.model)) in html
 
 
 def test_env_and_parser_resolution_errors() -> None:
