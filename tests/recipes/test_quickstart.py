@@ -99,7 +99,7 @@ def assert_view_hint_shows_decoded_tokens(stdout: str, script: Path, model_dir: 
     embedded = re.search(r'<script type="application/json"[^>]*>(.*?)</script>', page, re.S)
     assert embedded is not None
     data = json.loads(embedded.group(1))
-    assert data["tokenizer"] == "model"  # "ids (no tokenizer given)" without --tokenizer
+    assert data["tokenizer"] == str(model_dir)  # "ids (no tokenizer given)" without it
     tokens = data["episodes"][0]["turns"][0]["samples"][0]["t"]
     assert tokens[0] == "<|im_start|>" and not any(re.fullmatch(r"\[\d+\]", t) for t in tokens)
 
