@@ -98,3 +98,13 @@ def test_ludic_train_with_a_mistyped_path_fails_at_once(tmp_path: Path, model: s
     assert result.returncode != 0
     assert f"ludic train: error: no model directory at {model} " in result.stderr, result.stderr
     print(f"refused after {time.monotonic() - started:.1f} s")
+
+
+def test_the_default_tiny_model_is_placed_on_the_asked_device() -> None:
+    """`ludic train --device cuda` without `--model`: the tiny model (and so the embedded engine's
+    copy of it, made before the Trainer moves the policy) is on the trainer's device, not left
+    on the CPU (found on an H100: the engine sampled on the CPU while the trainer recomputed
+    on the GPU, so `--batch-invariant` was 1.7e-5 off). "meta" stands in for a GPU here."""
+    model, tokenizer = load_policy(None, device="meta")
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    assert tokenizer is not None

@@ -290,7 +290,8 @@ def load_policy(model: str | None, *, seed: int = 0, device: str = "cpu") -> tup
     from ludic.models import build_tiny_model, load_model
 
     if model is None:
-        return build_tiny_model(seed=seed)
+        tiny, tokenizer = build_tiny_model(seed=seed)
+        return tiny.to(device), tokenizer  # the embedded engine serves on the trainer's device
     local = local_path_reason(model)
     if local is not None:
         if not Path(model).expanduser().exists():

@@ -23,8 +23,10 @@ forward, measured on the tiny model with MKL on x86 (AVX-512):
   engine's cache (left padding, gaps after a reused prefix) once per forward.
 
 Elementwise ops, RMSNorm, rotary, log-softmax and the per-row sampling are row-wise already.
-`gemm_problem` and `attention_problem` re-check all this on the machine at hand, at start-up;
-GPUs are not claimed (the checks decide there too).
+`gemm_problem` and `attention_problem` re-check all this on the machine at hand, at start-up.
+On a GPU, cuBLAS also picks kernels by row count past `MIN_ROWS` (an H100 gave a row other bits
+in a GEMM of 17 rows than of 16), so there `linear` runs every GEMM on exactly `MIN_ROWS` rows;
+with that the checks and the trainer's bit-for-bit recomputation passed on an H100 (2026-11-27).
 
 Legend: B rows, S new positions, T cached + new positions, H heads, K kv heads, D head dim,
 R query rows per kv head, W key columns from each row's first key, C keys of a block,
@@ -46,12 +48,18 @@ _PROBE_ROWS = (MIN_ROWS, MIN_ROWS + 1, 2 * MIN_ROWS + 3, 64, 129, 200)
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """`x @ weight.T (+ bias)` over the last dim, computed on at least `MIN_ROWS` rows (zero rows
-    appended), so each row's result does not depend on how many rows there are."""
+    appended), so each row's result does not depend on how many rows there are. On a GPU every
+    GEMM runs on exactly `MIN_ROWS` rows, chunk after chunk (cuBLAS picks kernels by row count
+    past that too)."""
     x_NE = x.reshape(-1, x.shape[-1])
     rows = x_NE.shape[0]
-    if rows < MIN_ROWS:
-        x_NE = F.pad(x_NE, (0, 0, 0, MIN_ROWS - rows))
-    y_NO = F.linear(x_NE, weight, bias)[:rows]
+    missing = -rows % MIN_ROWS if x_NE.is_cuda else max(0, MIN_ROWS - rows)
+    if missing:
+        x_NE = F.pad(x_NE, (0, 0, 0, missing))
+    if x_NE.is_cuda:
+        y_NO = torch.cat([F.linear(x_CE, weight, bias) for x_CE in x_NE.split(MIN_ROWS)])[:rows]
+    else:
+        y_NO = F.linear(x_NE, weight, bias)[:rows]
     return y_NO.reshape(*x.shape[:-1], y_NO.shape[-1])
 
 
@@ -251,7 +259,7 @@ def attention_problem(heads: int, kv_heads: int, head_dim: int, like: torch.Tens
     longer = torch.randn(1, kv_heads, KEY_BLOCK + 5, head_dim, generator=generator).to(like)
     k_long, v_long = torch.cat([k_1KTD, longer], 2), torch.cat([v_1KTD, longer], 2)
     q_long = torch.cat([q_1HSD, longer[:, :1].expand(1, heads, KEY_BLOCK + 5, head_dim)], 2)
-    last = torch.arange(q_long.shape[2])[None]
+    last = torch.arange(q_long.shape[2], device=like.device)[None]
     full = grouped_attention(q_long, k_long, v_long, last, 0.125)
     if not torch.equal(prefill, full[:, :, :keys]) or not torch.equal(
         prefill[:, :, -1:], together[-1:]

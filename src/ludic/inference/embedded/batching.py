@@ -364,7 +364,8 @@ def _required_forward(
         raise ValueError(
             f"batch_invariant=True cannot be honoured for this model here: {lean}. Turn "
             "batch_invariant off (results then depend slightly on what shares a batch), or use "
-            "a Llama-family model on a machine where the check passes (e.g. fewer torch threads)"
+            "a Llama-family model on a machine where the check passes (on a CPU, e.g. fewer torch "
+            "threads)"
         )
     if isinstance(lean, str):
         raise ValueError(
