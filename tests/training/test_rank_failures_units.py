@@ -10,12 +10,18 @@ import pickle
 from typing import Any
 
 import pytest
-from training_fakes import ListSource, WeightedNLL, mixed_items, tiny_llama
+from training_fakes import (
+    CountingRuntime,
+    ListSource,
+    PeerRuntime,
+    WeightedNLL,
+    mixed_items,
+    tiny_llama,
+)
 
 from ludic.distributed import WeightPushError
 from ludic.training import (
     ConstantCredit,
-    LocalRuntime,
     RankFailedError,
     RLAlgorithm,
     Trainer,
@@ -23,55 +29,6 @@ from ludic.training import (
 )
 from ludic.training.parallel import raise_together, run_on_main, run_together
 from ludic.training.trainer_guards import check_publisher_rank, publish_finite
-
-
-class CountingRuntime(LocalRuntime):
-    """One process, counting the agreement calls it is asked for."""
-
-    def __init__(self) -> None:
-        super().__init__("cpu")
-        self.calls: list[str] = []
-
-    def any_rank(self, flag: bool) -> bool:
-        self.calls.append("any_rank")
-        return flag
-
-    def all_gather_object(self, obj: Any) -> list[Any]:
-        self.calls.append("all_gather_object")
-        return [obj]
-
-
-class PeerRuntime(CountingRuntime):
-    """This process as rank `rank` of 2; what the other rank contributes to agreements is
-    `peer_cause` (its failure's cause, None when it did fine; or any object it gathers)."""
-
-    def __init__(self, rank: int, peer_cause: Any = None) -> None:
-        super().__init__()
-        self._rank, self.peer_cause = rank, peer_cause
-
-    @property
-    def rank(self) -> int:
-        return self._rank
-
-    @property
-    def world_size(self) -> int:
-        return 2
-
-    @property
-    def is_main(self) -> bool:
-        return self._rank == 0
-
-    def any_rank(self, flag: bool) -> bool:
-        self.calls.append("any_rank")
-        return flag or self.peer_cause is not None
-
-    def all_gather_object(self, obj: Any) -> list[Any]:
-        self.calls.append("all_gather_object")
-        return [obj, self.peer_cause] if self._rank == 0 else [self.peer_cause, obj]
-
-    def broadcast_object(self, obj: Any) -> Any:
-        self.calls.append("broadcast_object")
-        return obj if self._rank == 0 else (False, self.peer_cause)
 
 
 def test_one_process_raises_the_error_itself_with_no_agreement() -> None:

@@ -1,17 +1,18 @@
-"""Shared fixtures for trainer tests: a tiny Llama, hand-made samples, in-memory batch sources
-and a minimal loss implementing the Loss protocol."""
+"""Shared fixtures for trainer tests: a tiny Llama, hand-made samples, in-memory batch sources,
+a minimal loss implementing the Loss protocol, and one-process runtimes that script a peer rank."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ludic.rollouts.samples import SAWItem
-from ludic.training import LossInputs, LossOutput, SAWBatch
+from ludic.training import LocalRuntime, LossInputs, LossOutput, SAWBatch
 from ludic.types import JSON
 
 VOCAB = 300
@@ -136,3 +137,52 @@ class WeightedNLL:
 
 def params_snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+class CountingRuntime(LocalRuntime):
+    """One process, counting the agreement calls it is asked for."""
+
+    def __init__(self) -> None:
+        super().__init__("cpu")
+        self.calls: list[str] = []
+
+    def any_rank(self, flag: bool) -> bool:
+        self.calls.append("any_rank")
+        return flag
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        self.calls.append("all_gather_object")
+        return [obj]
+
+
+class PeerRuntime(CountingRuntime):
+    """This process as rank `rank` of 2; what the other rank contributes to agreements is
+    `peer_cause` (its failure's cause, None when it did fine; or any object it gathers)."""
+
+    def __init__(self, rank: int, peer_cause: Any = None) -> None:
+        super().__init__()
+        self._rank, self.peer_cause = rank, peer_cause
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return 2
+
+    @property
+    def is_main(self) -> bool:
+        return self._rank == 0
+
+    def any_rank(self, flag: bool) -> bool:
+        self.calls.append("any_rank")
+        return flag or self.peer_cause is not None
+
+    def all_gather_object(self, obj: Any) -> list[Any]:
+        self.calls.append("all_gather_object")
+        return [obj, self.peer_cause] if self._rank == 0 else [self.peer_cause, obj]
+
+    def broadcast_object(self, obj: Any) -> Any:
+        self.calls.append("broadcast_object")
+        return obj if self._rank == 0 else (False, self.peer_cause)
