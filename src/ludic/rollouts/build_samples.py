@@ -15,6 +15,11 @@ Where a sample is cut (see `ludic.rollouts.stitching`):
   belongs to, so every action token trains with the weight it would have had in one sequence.
   Pieces of one segment share `segment_index` and are told apart by `piece_index`.
 
+`terminated` / `truncated` say what happened to each piece: a piece closed by an edit or drift
+was not cut (both False) unless it also closes a turn, which it then speaks for; the episode's
+last piece carries the episode's end. `episode_truncated` and `truncation_reason` name the
+episode's cut on every piece.
+
 How segments are weighted is a `SnapshotPolicy`:
 
 - "share" (default): every segment gets the credit weight w and the reward r of its turn
@@ -36,7 +41,7 @@ rollouts and pieces with no action tokens give no samples. No credit assignment 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, get_args
 
 from ludic.rollouts.retokenize import Retokenizer
@@ -92,6 +97,7 @@ def _turn_samples(
 ) -> list[SAWItem]:
     base = _rollout_meta(rollout, "turn")
     turns = [t for t in rollout.turns() if t.agent_steps]
+    end_flags = _end_flags_of(rollout, turns)
     samples: list[SAWItem] = []
     for turn_index, turn in enumerate(turns):
         steps = turn.agent_steps
@@ -100,7 +106,7 @@ def _turn_samples(
             "turn_id": turn.turn_id,
             "turn_index": turn_index,
             "state_key": turn.state_key,
-            **_turn_flags(rollout, (turn,), is_last=turn_index == len(turns) - 1),
+            **_failure_flags((turn,)),
         }
         segments = stitch_traces(steps, _traces(rollout, steps, retokenizer))
         samples += _segment_samples(
@@ -110,6 +116,7 @@ def _turn_samples(
             id_prefix=f"{rollout.id}:{turn.turn_id}",
             meta=meta,
             policy=policy,
+            end_flags=end_flags,
         )
     return samples
 
@@ -139,7 +146,7 @@ def _episode_samples(
         "turn_index": None,
         "num_turns": len(turns),
         "state_key": turns[0].state_key,
-        **_turn_flags(rollout, turns, is_last=True),
+        **_failure_flags(turns),
     }
     segments = stitch_traces(steps, _traces(rollout, steps, retokenizer))
     return _segment_samples(
@@ -149,6 +156,7 @@ def _episode_samples(
         id_prefix=f"{rollout.id}:episode",
         meta=meta,
         policy=policy,
+        end_flags=_end_flags_of(rollout, turns),
         record_turn_ids=True,
     )
 
@@ -161,6 +169,7 @@ def _segment_samples(
     id_prefix: str,
     meta: JSON,
     policy: SnapshotPolicy,
+    end_flags: Callable[[TokenSegment], JSON],
     record_turn_ids: bool = False,
 ) -> list[SAWItem]:
     segments = _group_by_edit(pieces)
@@ -173,6 +182,7 @@ def _segment_samples(
             sample_id = f"{id_prefix}:{k}" if j == 0 else f"{id_prefix}:{k}.{j}"
             seg_meta: dict[str, Any] = {
                 **meta,
+                **end_flags(seg),
                 "sample_id": sample_id,
                 "parent_sample_id": parent_id,
                 "segment_index": k,
@@ -254,10 +264,25 @@ def _rollout_meta(rollout: Rollout, mode: SampleMode) -> JSON:
     }
 
 
-def _turn_flags(rollout: Rollout, turns: Sequence[Turn], *, is_last: bool) -> JSON:
-    """terminated / truncated of the turn that closes the sample (seed 000, "Training sees
-    truncation"), the episode's truncation reason, and turn-level failure flags."""
-    closing = turns[-1]
+def _end_flags_of(rollout: Rollout, turns: Sequence[Turn]) -> Callable[[TokenSegment], JSON]:
+    """terminated / truncated / truncation_reason of one piece (seed 000, "Training sees
+    truncation"): those of the turn its last call closes, or neither when an edit or template
+    drift closed it mid-turn (such a piece was not cut; the piece that ends the turn carries
+    the turn's outcome, the episode's last piece the episode's end). `truncation_reason` names
+    the episode's cut on every piece."""
+    closing_turns = {id(t.agent_steps[-1]): t for t in turns}
+    reason = rollout.meta.get("truncation_reason")
+
+    def flags(piece: TokenSegment) -> JSON:
+        closing = closing_turns.get(id(piece.agent_steps[-1]))
+        if closing is None:
+            return {"terminated": False, "truncated": False, "truncation_reason": reason}
+        return _turn_end_flags(rollout, closing, is_last=closing is turns[-1])
+
+    return flags
+
+
+def _turn_end_flags(rollout: Rollout, closing: Turn, *, is_last: bool) -> JSON:
     outcomes = (
         [closing.env_step, *closing.observed_steps]
         if closing.env_step
@@ -277,6 +302,11 @@ def _turn_flags(rollout: Rollout, turns: Sequence[Turn], *, is_last: bool) -> JS
     reason = rollout.meta.get("truncation_reason")
     if reason is None and truncated:
         reason = step_reason
+    return {"terminated": terminated, "truncated": truncated, "truncation_reason": reason}
+
+
+def _failure_flags(turns: Sequence[Turn]) -> JSON:
+    """Whether any of the sample's turns had a parse error or an incomplete completion."""
     parse_error = incomplete = False
     for turn in turns:
         infos = [s.info for s in turn.agent_steps]
@@ -286,13 +316,7 @@ def _turn_flags(rollout: Rollout, turns: Sequence[Turn], *, is_last: bool) -> JS
         for info in infos:
             parse_error = parse_error or bool(info.get("parse_error", False))
             incomplete = incomplete or bool(info.get("incomplete_completion", False))
-    return {
-        "terminated": terminated,
-        "truncated": truncated,
-        "truncation_reason": reason,
-        "parse_error": parse_error,
-        "incomplete_completion": incomplete,
-    }
+    return {"parse_error": parse_error, "incomplete_completion": incomplete}
 
 
 def _is_parse_error(step: AgentStep) -> bool:
