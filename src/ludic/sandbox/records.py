@@ -13,6 +13,17 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol, runtime_checkable
 
 MiB = 1024 * 1024
+_STDERR_TAIL = 4000  # where a dying program reports why
+# RLIMIT_NPROC makes fork/clone fail with EAGAIN: Python's BlockingIOError (os.fork,
+# subprocess), its "can't start new thread", dash's "Cannot fork", bash's / perror's "fork: ...".
+_PROCESS_ERRORS = re.compile(
+    r"^BlockingIOError: \[Errno 11\]|can't start new thread|Cannot fork"
+    r"|\bfork: (?:retry: )?Resource temporarily unavailable",
+    re.MULTILINE,
+)
+# RLIMIT_FSIZE: SIGXFSZ kills a program that does not ignore it; one that does (Python) gets
+# EFBIG ("File too large"); a shell reports a child SIGXFSZ killed as "File size limit exceeded".
+_FILE_SIZE_ERRORS = re.compile(r"File too large$|File size limit exceeded", re.MULTILINE)
 
 
 class SandboxIsolationWarning(UserWarning):
@@ -78,10 +89,12 @@ class SandboxResult:
     """What one sandboxed run did. JSON-safe through `to_dict` (for step info).
 
     `exit_code` is the program's exit status, None when a signal ended it (`killed_signal`).
-    `timed_out` is the wall-time limit; `cpu_time_exceeded`, `memory_exceeded` are best-effort
-    readings of how the program died (`memory_exceeded` is certain where a memory cgroup
-    recorded a kill). `isolation` names the backend that ran it, e.g. "bubblewrap" or
-    "subprocess" (weaker), so a weak sandbox is never silent; `memory_scope` says what
+    `timed_out` is the wall-time limit; `cpu_time_exceeded`, `memory_exceeded`,
+    `processes_exceeded` and `file_size_exceeded` are best-effort readings of how the program
+    died (`memory_exceeded` is certain where a memory cgroup recorded a kill; the last two are
+    read from the signal or the error a failed program reported). `isolation` names the
+    backend that ran it, e.g. "bubblewrap" or "subprocess" (weaker), so a weak sandbox is
+    never silent; `memory_scope` says what
     `memory_bytes` capped: "cgroup2" / "cgroup1" (all processes of the run together),
     "container" (the container's cgroup) or "process" (one process; the run could not fork).
     """
@@ -100,11 +113,24 @@ class SandboxResult:
     cached: bool = False
 
     @property
+    def processes_exceeded(self) -> bool:
+        """The process cap refused a fork or thread and the program failed, reporting it
+        (a program that copes and exits 0 hit no limit)."""
+        return self.exit_code != 0 and bool(_PROCESS_ERRORS.search(self.stderr[-_STDERR_TAIL:]))
+
+    @property
+    def file_size_exceeded(self) -> bool:
+        """A write went over `max_file_bytes`: SIGXFSZ killed the program, or it failed
+        reporting the EFBIG."""
+        return self.killed_signal == signal.SIGXFSZ or (
+            self.exit_code != 0 and bool(_FILE_SIZE_ERRORS.search(self.stderr[-_STDERR_TAIL:]))
+        )
+
+    @property
     def limit_hit(self) -> str | None:
-        """The first limit the run hit: "wall_time", "cpu_time", "memory", "output" or None.
-        The process-count and file-size caps are enforced but not reported here: the program
-        sees them as its own errors (`BlockingIOError` on fork, "File too large" on write) and
-        usually exits non-zero, so `ok` is False but `limit_hit` is None."""
+        """The first limit the run hit, in this order: "wall_time", "cpu_time", "memory",
+        "output", "processes" (a fork or thread the process cap refused), "file_size" (a write
+        over `max_file_bytes`), or None."""
         if self.timed_out:
             return "wall_time"
         if self.cpu_time_exceeded:
@@ -113,6 +139,10 @@ class SandboxResult:
             return "memory"
         if self.output_truncated:
             return "output"
+        if self.processes_exceeded:
+            return "processes"
+        if self.file_size_exceeded:
+            return "file_size"
         return None
 
     @property
@@ -183,7 +213,7 @@ def classify_exit(
     )
     # RLIMIT_AS makes allocations fail (MemoryError); a cgroup limit (containers) SIGKILLs.
     oom_kill = killed_signal == signal.SIGKILL and not killed_by_runner and not cpu
-    memory = not cpu and (oom_kill or bool(_MEMORY_ERRORS.search(stderr[-4000:])))
+    memory = not cpu and (oom_kill or bool(_MEMORY_ERRORS.search(stderr[-_STDERR_TAIL:])))
     return {
         "exit_code": exit_code,
         "killed_signal": killed_signal,
