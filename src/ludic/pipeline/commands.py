@@ -21,7 +21,12 @@ import httpx
 from ludic.pipeline.actor import ActorBatchStats, PipelineActor
 from ludic.pipeline.config import ActorConfig, Algorithm, LearnerConfig
 from ludic.pipeline.credit_check import CreditCheck, credit_record
-from ludic.pipeline.flag_checks import check_actor_counts, check_learner_flags
+from ludic.pipeline.flag_checks import (
+    check_actor_counts,
+    check_learner_counts,
+    check_learner_model,
+    refusals_need_torch,
+)
 from ludic.pipeline.learner_report import report_done, report_step
 from ludic.pipeline.learner_settings import (
     CHECKPOINTS_DIR,
@@ -31,7 +36,7 @@ from ludic.pipeline.learner_settings import (
     learner_settings,
     refuse_fresh_run_over_checkpoints,
 )
-from ludic.pipeline.stream import SampleStream
+from ludic.pipeline.stream import SampleStream, check_reachable
 from ludic.recipes.algorithms import GiGPOOptions
 from ludic.recipes.inference import engine_settings  # shared with `ludic eval`
 
@@ -288,7 +293,10 @@ async def _close(client: Any) -> None:
 
 def run_learner(cfg: LearnerConfig) -> list[dict[str, float]]:
     """Train `cfg.steps` steps on samples from the stream; returns each step's metrics."""
-    check_learner_flags(cfg)  # before Redis or the model: --steps 0, dr_grpo without --max-tokens
+    check_learner_counts(cfg)  # before Redis or the model: --steps 0, dr_grpo without --max-tokens
+    if not refusals_need_torch(cfg):  # Redis not started: refused in a second, not after torch
+        check_reachable(cfg.redis_url)
+    check_learner_model(cfg)  # a --model that is no model directory
     check_learner_resume(cfg)  # other --algorithm, --lr (unless overridden), --model: refused
     refuse_fresh_run_over_checkpoints(cfg)  # --no-resume over an earlier run's checkpoints
     return asyncio.run(_learn(cfg))

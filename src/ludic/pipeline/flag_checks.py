@@ -9,15 +9,18 @@ must be >= 0. The learner under dr_grpo needs `--max-tokens` (its loss divides b
 generation budget; `CreditCheck` then refuses samples generated with another one); under any
 other preset a given `--max-tokens` is unused and a warning says so. The actor's preset checks
 (`--group-size 1`, `--temperature 0`) stay in `ludic.pipeline.commands.check_actor_preset`.
+The count checks import nothing heavy (`ludic.recipes.train_checks`, which loads torch, only to
+word a refusal), so the learner checks Redis before torch loads (`refusals_need_torch`).
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from ludic.pipeline.config import ActorConfig, LearnerConfig
 from ludic.pipeline.credit_check import MAX_TOKENS_PRESETS
-from ludic.recipes.train_checks import check_count_flags
+from ludic.pipeline.learner_settings import CHECKPOINTS_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +37,7 @@ def check_actor_counts(cfg: ActorConfig) -> None:
             )
         if cfg.policy_version < 0:
             raise ValueError(f"--policy-version must be >= 0, got {cfg.policy_version}")
-    check_count_flags(
+    _check_counts(
         ("--problems-per-batch", cfg.problems_per_batch, "problems per batch, e.g. 4"),
         ("--group-size", cfg.group_size, "episodes per problem, e.g. 8"),
         ("--max-steps", cfg.max_steps, "env steps per episode, e.g. 10"),
@@ -45,11 +48,46 @@ def check_actor_counts(cfg: ActorConfig) -> None:
     )
 
 
+def _check_counts(*counts: tuple[str, int | None, str]) -> None:
+    """`check_count_flags` of `ludic train`, whose module imports torch: only when one of the
+    `(flag, value, what it counts)` is below 1, to refuse it in the same words."""
+    if any(value is not None and value < 1 for _, value, _ in counts):
+        from ludic.recipes.train_checks import check_count_flags
+
+        check_count_flags(*counts)
+
+
 def check_learner_flags(cfg: LearnerConfig) -> None:
-    """Refuse the learner's counts below 1, a `--lease-ttl-s` <= 0, a `--model` that is no
-    model directory, a negative `--max-lag`, and dr_grpo without `--max-tokens`; warn about a
+    """Refuse the learner's counts below 1, a `--lease-ttl-s` <= 0, a negative `--max-lag`,
+    dr_grpo without `--max-tokens` and a `--model` that is no model directory; warn about a
     `--max-tokens` its preset does not use."""
-    check_count_flags(
+    check_learner_counts(cfg)
+    check_learner_model(cfg)
+
+
+def check_learner_model(cfg: LearnerConfig) -> None:
+    """Refuse a `--model` that is no model directory (this imports torch)."""
+    if cfg.model is not None:
+        from ludic.models.loading import check_model_directory
+
+        check_model_directory(cfg.model)
+
+
+def refusals_need_torch(cfg: LearnerConfig) -> bool:
+    """Whether a refusal that must import torch to decide may apply to `cfg`: a `--model` path
+    that does not exist, or checkpoints in `--out-dir` (a resume whose flags differ, a
+    `--no-resume` over them). The learner then runs those checks before reaching Redis, so they
+    are named even with Redis down; otherwise it reaches Redis first, in about a second."""
+    if cfg.model is not None and not Path(cfg.model).expanduser().exists():
+        return True
+    checkpoints = Path(cfg.out_dir) / CHECKPOINTS_DIR
+    return cfg.checkpoint_every is not None and checkpoints.is_dir() and any(checkpoints.iterdir())
+
+
+def check_learner_counts(cfg: LearnerConfig) -> None:
+    """The learner's checks that import nothing heavy: counts below 1, a `--lease-ttl-s` <= 0,
+    a negative `--max-lag`, dr_grpo without `--max-tokens`, an unused `--max-tokens`."""
+    _check_counts(
         ("--steps", cfg.steps, "optimizer steps of the whole run, e.g. --steps 100"),
         ("--batch-size", cfg.batch_size, "samples per optimizer step on each rank, e.g. 32"),
         ("--publish-every", cfg.publish_every, "optimizer steps between weight pushes, e.g. 1"),
@@ -63,10 +101,6 @@ def check_learner_flags(cfg: LearnerConfig) -> None:
             f"--lease-ttl-s is {cfg.lease_ttl_s}: pass seconds > 0 (how long a killed "
             "learner's consumer name stays held; 15 by default)"
         )
-    if cfg.model is not None:  # a wrong path fails here, not after the Redis checks
-        from ludic.models.loading import check_model_directory
-
-        check_model_directory(cfg.model)
     if cfg.max_lag is not None and cfg.max_lag < 0:
         raise ValueError(
             f"--max-lag is {cfg.max_lag}: pass --max-lag >= 0 (0: train only on samples of the "

@@ -353,13 +353,40 @@ class SampleStream:
                 await asyncio.sleep(delay)
 
     def _not_reached(self, what: str, error: Exception) -> str:
-        port = urlparse(self.url).port or 6379
-        return (
-            f"redis at {self.url} unreachable since startup ({what} failed for "
-            f"{self.first_connect_s:g}s: {error}). Is Redis running there? Start it (e.g. "
-            f"`redis-server --port {port} --appendonly yes --appendfsync always`), or check "
-            "--redis-url (host, port, database, password)"
-        )
+        return _not_reached(self.url, what, self.first_connect_s, error)
+
+
+def check_reachable(url: str, *, within_s: float = 1.0, retry_s: float = 0.1) -> None:
+    """PING Redis at `url` until it answers, for up to `within_s`; else raise the
+    `RedisUnavailableError` a `SampleStream` raises when its first command never reaches Redis,
+    naming the URL and the fix. Blocking and light (redis-py only): for a command to run before
+    it imports torch, so that a Redis not started fails in about a second."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=within_s, socket_timeout=within_s)
+    started = time.monotonic()
+    try:
+        while True:
+            try:
+                client.ping()
+                return
+            except (BusyLoadingError, ResponseError):  # Redis answers (loading, or refusing
+                return  # PING itself): the commands that follow report their own errors
+            except (RedisConnectionError, RedisTimeoutError, OSError) as e:
+                if time.monotonic() - started + retry_s > within_s:
+                    raise RedisUnavailableError(_not_reached(url, "PING", within_s, e)) from e
+                time.sleep(retry_s)
+    finally:
+        client.close()
+
+
+def _not_reached(url: str, what: str, within_s: float, error: Exception) -> str:
+    port = urlparse(url).port or 6379
+    return (
+        f"redis at {url} unreachable since startup ({what} failed for {within_s:g}s: {error}). "
+        f"Is Redis running there? Start it (e.g. `redis-server --port {port} --appendonly yes "
+        "--appendfsync always`), or check --redis-url (host, port, database, password)"
+    )
 
 
 def _text(value: Any) -> str:
