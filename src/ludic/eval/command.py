@@ -19,6 +19,7 @@ from ludic.agents.base import Agent
 from ludic.context.full_dialog import FullDialog
 from ludic.context.latest_observation import LatestObservationContext
 from ludic.eval.core import EvalResult, make_eval_requests, run_eval
+from ludic.eval.credit_report import CREDIT_FILE
 from ludic.eval.env_spec import EnvFactory, resolve_env_factory, resolve_parser, with_env
 from ludic.eval.summary import print_summary
 from ludic.inference.client import ChatClient
@@ -108,7 +109,12 @@ class EvalConfig:
     episode_timeout_s: float | None = 600.0
     """Wall-clock limit per episode (None: no limit)."""
     out_dir: Path = Path("ludic_runs/eval")
-    """Where episodes.jsonl, steps.jsonl, rollouts.jsonl and metrics.json are written."""
+    """Where episodes.jsonl, steps.jsonl, rollouts.jsonl and metrics.json are written. One that
+    holds an earlier run's records is refused (as `ludic train` refuses one holding an earlier
+    run's checkpoints) unless --overwrite."""
+    overwrite: bool = False
+    """Replace the records an earlier run left in --out-dir (they are deleted before this
+    evaluation starts, and the output says so)."""
     progress: bool = True
     """Show a progress bar over episodes."""
     credit: Literal["none", "gigpo"] = "none"
@@ -125,6 +131,13 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     console = console or Console()
     _check_engine_options(cfg)
     sampling = eval_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
+    earlier = earlier_records(cfg.out_dir)
+    if earlier and not cfg.overwrite:
+        raise FileExistsError(
+            f"{cfg.out_dir} holds an earlier run's records ({', '.join(p.name for p in earlier)})"
+            "; this evaluation would replace them. Pass another --out-dir for a new one, or "
+            "--overwrite to replace them."
+        )
     if cfg.model is not None and not cfg.server_url:  # a bad --model: its error, and no more
         check_model(cfg.model)
     env_factory = resolve_env_factory(cfg.env)
@@ -157,6 +170,11 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
         meta={"env": cfg.env},
     )
     _check_credit_options(cfg)
+    if earlier:
+        for path in earlier:
+            path.unlink()
+        names = ", ".join(p.name for p in earlier)
+        console.print(f"--overwrite: deleted the earlier run's records in {cfg.out_dir} ({names})")
     result = asyncio.run(_evaluate(cfg, env_factory, parser, context, model_dir, requests))
     if cfg.credit == "gigpo":
         _report_gigpo(cfg, result, console)
@@ -171,6 +189,16 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     if result.rollouts and all(r.failed for r in result.rollouts):
         raise SystemExit(1)  # nothing was evaluated: a script must not read this as a result
     return result
+
+
+EVAL_RECORDS = ("episodes.jsonl", "steps.jsonl", "rollouts.jsonl", "metrics.json", CREDIT_FILE)
+"""What `ludic eval` writes in --out-dir (`EvalResult.write`, and credit.jsonl with --credit)."""
+
+
+def earlier_records(out_dir: Path) -> list[Path]:
+    """The files in `out_dir` that an earlier `ludic eval` (or a training run's rollouts.jsonl)
+    left there and this evaluation would replace."""
+    return [out_dir / name for name in EVAL_RECORDS if (out_dir / name).exists()]
 
 
 def failure_line(result: EvalResult) -> str | None:
@@ -235,7 +263,7 @@ def _check_credit_options(cfg: EvalConfig) -> None:
 
 def _report_gigpo(cfg: EvalConfig, result: EvalResult, console: Console) -> None:
     """Add GiGPO's credit metrics to `result.metrics` (and metrics.json); write credit.jsonl."""
-    from ludic.eval.credit_report import CREDIT_FILE, gigpo_credit_report, write_credit_rows
+    from ludic.eval.credit_report import gigpo_credit_report, write_credit_rows
 
     metrics, rows = gigpo_credit_report(result.rollouts, cfg.gigpo)
     result.metrics.update(metrics)
