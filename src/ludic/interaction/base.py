@@ -7,6 +7,7 @@ protocol per episode (the RolloutEngine does this through factories).
 
 from __future__ import annotations
 
+import numbers
 from typing import Protocol, runtime_checkable
 
 from ludic.envs.base import LudicEnv
@@ -33,3 +34,16 @@ class InteractionProtocol(Protocol):
         env_seed: int | None = None,
         sampling: SamplingConfig | None = None,
     ) -> list[Rollout]: ...
+
+
+def checked_env_seed(env_seed: object) -> int | None:
+    """`env_seed` as an int (or None), or a TypeError naming the argument: a string or float
+    seed would reach `env.reset` and the rollout's records as something no env seeds from."""
+    if env_seed is None:
+        return None
+    if isinstance(env_seed, bool) or not isinstance(env_seed, numbers.Integral):
+        raise TypeError(
+            f"env_seed must be an int or None, got {type(env_seed).__name__} {env_seed!r}; "
+            f"pass env_seed=int(...)"
+        )
+    return int(env_seed)

@@ -20,6 +20,7 @@ from ludic.agents.base import Agent, AgentAct
 from ludic.envs.base import LudicEnv, call_env, closing_env, state_key_to_str
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ExternalToolHandler, act_with_tools
+from ludic.interaction.base import checked_env_seed
 from ludic.interaction.collector import TraceCollector
 from ludic.interaction.termination import (
     Termination,
@@ -87,6 +88,7 @@ class SingleAgentProtocol:
         env_seed: int | None = None,
         sampling: SamplingConfig | None = None,
     ) -> list[Rollout]:
+        env_seed = checked_env_seed(env_seed)
         aid = seat = self.agent.agent_id
         if aid not in env.agent_ids:
             if len(env.agent_ids) != 1:
