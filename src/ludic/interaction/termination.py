@@ -114,6 +114,18 @@ class OutputRegex:
         return Termination(reason="output_regex", detail=match.group(0))
 
 
+def _critical_detail(key: str, value: object) -> str:
+    """A readable `termination_detail` for a truthy `info[key]`: a message as it is, an
+    exception as "Type: message", a bare flag as which key was set, anything else with it."""
+    if isinstance(value, str):
+        return value.strip() or f"env step info[{key!r}] set"
+    if value is True:
+        return f"env step info[{key!r}] set"
+    if isinstance(value, BaseException):
+        return f"{type(value).__name__}: {value}"
+    return f"env step info[{key!r}] = {value!r}"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CriticalError:
     """End the episode on an error the env or a tool reports:
@@ -142,7 +154,9 @@ class CriticalError:
         assert turn.env_step is not None
         value = turn.env_step.info.get(self.info_key)
         if value:
-            return Termination(reason="critical_error", detail=str(value))
+            return Termination(
+                reason="critical_error", detail=_critical_detail(self.info_key, value)
+            )
         n = self.max_consecutive_parse_errors or 0
         recent = turn.env_steps[-n:] if n else ()
         if n and len(recent) == n and all(s.info.get("parse_error") for s in recent):
