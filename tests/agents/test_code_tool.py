@@ -47,6 +47,23 @@ async def test_limits_are_named() -> None:
     assert "limit hit: output size (1000 bytes)" in flood
 
 
+def test_the_process_and_file_size_caps_are_named() -> None:
+    """The sandbox reports these two caps as limit kinds too; the tool names them (it used to
+    fail on them with a KeyError, and the model lost the run's output)."""
+    forked = SandboxResult(
+        stdout="",
+        stderr="BlockingIOError: [Errno 11] Resource temporarily unavailable",
+        exit_code=1,
+    )
+    written = SandboxResult(stdout="", stderr="OSError: [Errno 27] File too large", exit_code=1)
+    assert (forked.limit_hit, written.limit_hit) == ("processes", "file_size")
+    limits = SandboxLimits(max_processes=4, max_file_bytes=2048)
+    report = format_sandbox_result(forked, limits, max_chars=200)
+    assert "limit hit: process count (4), a fork or thread was refused" in report
+    report = format_sandbox_result(written, limits, max_chars=200)
+    assert "limit hit: file size (2048 bytes), a write was refused" in report
+
+
 def test_long_output_is_clipped_in_the_middle() -> None:
     result = SandboxResult(stdout="a" * 50 + "b" * 50, stderr="", exit_code=0)
     report = format_sandbox_result(result, LIMITS, max_chars=20)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ def _eval(tmp_path: Path, env: str, **kwargs: object) -> tuple[list[int], str]:
         max_steps=2,
         max_tokens=3,
         temperature=0.0,
-        out_dir=tmp_path / "eval",
+        out_dir=Path(tempfile.mkdtemp(dir=tmp_path)),  # each call its own: eval refuses reuse
         progress=False,
         **kwargs,  # type: ignore[arg-type]
     )

@@ -19,6 +19,8 @@ def _limit_text(limit: str, limits: SandboxLimits) -> str:
         "cpu_time": f"CPU time ({limits.cpu_time_s} s), the program was killed",
         "memory": f"memory ({limits.memory_bytes / 2**20:g} MiB)",
         "output": f"output size ({limits.max_output_bytes} bytes), output cut and program killed",
+        "processes": f"process count ({limits.max_processes}), a fork or thread was refused",
+        "file_size": f"file size ({limits.max_file_bytes} bytes), a write was refused",
     }[limit]
 
 

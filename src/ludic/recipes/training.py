@@ -291,7 +291,8 @@ def load_policy(model: str | None, *, seed: int = 0, device: str = "cpu") -> tup
 
     if model is None:
         tiny, tokenizer = build_tiny_model(seed=seed)
-        return tiny.to(device), tokenizer  # the embedded engine serves on the trainer's device
+        tiny.to(device)  # type: ignore[arg-type]  # the embedded engine serves on this device
+        return tiny, tokenizer
     local = local_path_reason(model)
     if local is not None:
         if not Path(model).expanduser().exists():
