@@ -142,7 +142,7 @@ async def train(cfg: LightsConfig) -> tuple[list[dict[str, float]], Path]:
                 f"nothing to train: the checkpoint is at step {trainer.step} and --steps is "
                 f"{cfg.steps}; raise --steps to train further (evaluating step {trainer.step})"
             )
-        history = await trainer.train(cfg.steps - trainer.step, progress=cfg.progress)
+        history = await trainer.train(max(0, cfg.steps - trainer.step), progress=cfg.progress)
         return history, finish(trainer)
     finally:
         await inference.aclose()
