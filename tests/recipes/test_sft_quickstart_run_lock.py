@@ -79,14 +79,26 @@ def hold(path: Path) -> subprocess.Popen[str]:
     return holder
 
 
-def refused(command: list[str], holder_pid: int, run: Path) -> str:
-    """Run `command` to its end; it must fail with the refusal naming `holder_pid`."""
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
-    text = " ".join((done.stdout + done.stderr).split())
-    assert done.returncode != 0, text[-3000:]
-    assert f": error: {run} is in use" in text, text[-3000:]  # the refusal block
-    assert f"{run} is in use by another" in text and f"run (pid {holder_pid} " in text, text
-    return text
+def refused(holder_pid: int, run: Path, *commands: list[str]) -> list[str]:
+    """Run `commands` side by side to their ends (each a process that starts up, then checks
+    the lock); each must fail with the refusal naming `holder_pid`. Their outputs, in order."""
+    children = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for command in commands
+    ]
+    try:
+        outputs = [child.communicate(timeout=300) for child in children]
+    finally:
+        for child in children:
+            child.kill()
+    texts = []
+    for child, (out, err) in zip(children, outputs, strict=True):
+        text = " ".join((out + err).split())
+        assert child.returncode != 0, text[-3000:]
+        assert f": error: {run} is in use" in text, text[-3000:]  # the refusal block
+        assert f"{run} is in use by another" in text and f"run (pid {holder_pid} " in text, text
+        texts.append(text)
+    return texts
 
 
 def until(path: Path, child: subprocess.Popen[str], what: str) -> None:
@@ -134,11 +146,10 @@ def test_a_second_ludic_sft_or_train_is_refused_then_a_killed_sft_taken_over(
     )
     try:
         until(run / "metrics.jsonl", first, "trained step")
-        text = refused(sft_args(expert_data, run, steps=1), first.pid, run)
-        assert "--steps 100000" in text  # the first run's command line
         train = ludic("train", "--env", "tictactoe", "--out-dir", str(run), "--no-progress")
-        text = refused(train, first.pid, run)
-        assert " sft --data " in text  # the holder is named by its command line
+        sft, train = refused(first.pid, run, sft_args(expert_data, run, steps=1), train)
+        assert "--steps 100000" in sft  # the first run's command line
+        assert " sft --data " in train  # the holder is named by its command line
         assert first.poll() is None  # the first run goes on
     finally:
         first.kill()  # SIGKILL: its lock file stays behind, its lock goes with it
@@ -170,9 +181,9 @@ def test_the_quickstart_holds_one_lock_through_its_sft_and_rl_stages(
     try:
         until(run / "rl" / "metrics.jsonl", quickstart, "RL step")  # SFT done, RL training
         assert (run / "sft" / "metrics.jsonl").is_file()
-        text = refused(sft_args(expert_data, run, steps=1), quickstart.pid, run)
-        assert "quickstart" in text and "--rl-steps 100000" in text  # the holder's command
-        refused(ludic("train", "--env", "tictactoe", "--out-dir", str(run)), quickstart.pid, run)
+        train = ludic("train", "--env", "tictactoe", "--out-dir", str(run))
+        sft, _ = refused(quickstart.pid, run, sft_args(expert_data, run, steps=1), train)
+        assert "quickstart" in sft and "--rl-steps 100000" in sft  # the holder's command
         assert quickstart.poll() is None  # the quickstart goes on
     finally:
         quickstart.kill()
