@@ -52,6 +52,7 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 CLIENT_GONE = 499  # nginx's status for a request whose client closed the connection first
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20
+_STARTUP_FAILURE = 3  # uvicorn's exit code for a server that could not start
 UNCAPPED_PATHS = frozenset({"/ludic/update_weights"})  # a whole model's weights, token-guarded
 
 
@@ -348,6 +349,7 @@ def serve(config: ServeConfig) -> None:
     import torch
     import uvicorn
 
+    from ludic.inference.http.serve_shutdown import EngineStoppingServer
     from ludic.recipes.inference import engine_settings  # the command line, as actor and eval
 
     check_serve_config(config)  # before the model loads
@@ -382,10 +384,16 @@ def serve(config: ServeConfig) -> None:
         f"{engine_settings(engine_config)}",
         flush=True,
     )
+    server = EngineStoppingServer(
+        uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level),
+        stop_engine=engine.close,  # the requests in flight end at the first Ctrl-C or SIGTERM
+    )
     try:
-        uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level)
+        server.run()
     finally:
         engine.close()
+    if not server.started:  # the port could not be bound: uvicorn has logged why
+        raise SystemExit(_STARTUP_FAILURE)
 
 
 if __name__ == "__main__":
