@@ -36,6 +36,7 @@ from ludic.pipeline.learner_settings import (
     learner_settings,
     refuse_fresh_run_over_checkpoints,
 )
+from ludic.pipeline.server_wait import wait_for_servers
 from ludic.pipeline.stream import SampleStream, check_reachable
 from ludic.recipes.algorithms import GiGPOOptions
 from ludic.recipes.inference import engine_settings  # shared with `ludic eval`
@@ -151,6 +152,7 @@ async def _act(
     from ludic.agents import Agent
     from ludic.context import FullDialog, LatestObservationContext
     from ludic.interaction import SingleAgentProtocol
+    from ludic.recipes.inference import server_urls
     from ludic.rollouts import (
         ComponentSpec,
         GRPORequestStrategy,
@@ -162,6 +164,8 @@ async def _act(
     stream = SampleStream(cfg.redis_url, stream=cfg.stream, max_len=cfg.max_stream_len)
     try:  # Redis first: a wrong --redis-url fails in seconds, before a model loads
         await stream.ensure_group()
+        if cfg.server_url:  # one started just before may still be loading its model
+            await wait_for_servers(server_urls(cfg.server_url))
         client = await _actor_client(cfg)
     except BaseException:
         await stream.aclose()
@@ -305,6 +309,7 @@ def run_learner(cfg: LearnerConfig) -> list[dict[str, float]]:
 async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
     from ludic.models import load_model, tiny_model_dir
     from ludic.pipeline.source import PipelineBatchSource
+    from ludic.recipes.inference import server_urls
 
     stream = SampleStream(
         cfg.redis_url,
@@ -337,6 +342,8 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         # before the model loads: a second learner under this consumer name is refused in
         # seconds (after waiting out a killed holder's lease), not after it read samples
         await source.hold_lease()
+        if cfg.server_url and source.rank == 0:  # one started just before may still be loading
+            await wait_for_servers(server_urls(cfg.server_url))
         model, tokenizer = load_model(cfg.model or tiny_model_dir(), dtype="float32")
         # Only rank 0 pushes; the Trainer gathers the weights on every rank for it.
         publisher = None if not cfg.server_url or source.rank != 0 else _publisher(cfg, model)

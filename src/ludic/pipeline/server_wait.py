@@ -1,0 +1,54 @@
+"""Waiting at startup for the inference servers `--server-url` names: a `ludic serve` or vLLM
+started just before the actor or learner (as one script starts all three) loads its model for
+seconds to minutes before it listens. Only a connection nothing accepts counts as not up yet;
+any HTTP answer (even a 404 from a server without `/health`) counts as up. It checks neither
+the model nor the token (the commands do, with their own errors).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+
+import httpx
+
+logger = logging.getLogger(__name__)
+SERVER_WAIT_S = 300.0
+"""How long the actor and the learner wait at startup for a server to listen."""
+LOG_EVERY_S = 30.0
+
+
+async def wait_for_servers(
+    urls: Sequence[str], *, within_s: float = SERVER_WAIT_S, retry_s: float = 0.5
+) -> None:
+    """Return once every server in `urls` accepts connections; log while waiting (at once, then
+    every `LOG_EVERY_S`), and after `within_s` raise a ValueError naming the server and the fix."""
+    started = time.monotonic()
+    async with httpx.AsyncClient(timeout=30) as http:
+        for url in urls:
+            base = url.rstrip("/").removesuffix("/v1")
+            next_log = time.monotonic()
+            while True:
+                try:
+                    await http.get(base + "/health")
+                    break
+                except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+                    waited = time.monotonic() - started
+                    if waited + retry_s > within_s:
+                        raise ValueError(
+                            f"nothing listens at {base} after {within_s:g}s ({type(e).__name__}: "
+                            f"{e}): start the inference server there (`ludic serve --model DIR "
+                            "--port PORT`, or vLLM) or check --server-url"
+                        ) from e
+                    if time.monotonic() >= next_log:
+                        logger.info(
+                            "waiting for the inference server at %s to listen (%.0fs so far, up "
+                            "to %gs): a server started just before is still loading its model",
+                            base,
+                            waited,
+                            within_s,
+                        )
+                        next_log += LOG_EVERY_S
+                    await asyncio.sleep(retry_s)

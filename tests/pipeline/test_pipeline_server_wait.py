@@ -1,0 +1,65 @@
+"""An actor (or learner) started right after `ludic serve ... &`, as the README's pipeline
+script starts them, waits for the server to listen instead of failing while it loads its
+model (`wait_for_servers`, which `ludic actor` and `ludic learner` run before they ask the
+server anything); a server that never comes is named, with the fix, once the wait is over."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from pipeline_fakes import free_port
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class _Models(BaseHTTPRequestHandler):
+    """Just enough of an OpenAI-compatible server: `/health` and `/v1/models`."""
+
+    def do_GET(self) -> None:
+        body = json.dumps({"data": [{"id": "late-model"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_server_that_starts_late_is_waited_for(caplog: pytest.LogCaptureFixture) -> None:
+    from ludic.pipeline.server_wait import wait_for_servers
+
+    port = free_port()
+
+    async def scenario() -> None:
+        task = asyncio.create_task(wait_for_servers([f"http://127.0.0.1:{port}/v1"], retry_s=0.05))
+        while "waiting for the inference server" not in caplog.text:  # it found nothing there
+            assert not task.done(), task.exception()
+            await asyncio.sleep(0.05)
+        server = ThreadingHTTPServer(("127.0.0.1", port), _Models)  # the server is up now
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            await task  # returns once the server answers
+        finally:
+            server.shutdown()
+            server.server_close()
+
+    with caplog.at_level(logging.INFO, logger="ludic.pipeline.server_wait"):
+        asyncio.run(scenario())
+    assert f"waiting for the inference server at http://127.0.0.1:{port} to listen" in caplog.text
+
+
+def test_a_server_that_never_listens_is_named_with_the_fix() -> None:
+    from ludic.pipeline.server_wait import wait_for_servers
+
+    base = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(ValueError, match=rf"^nothing listens at {base} after 0.3s \(Connect") as e:
+        asyncio.run(wait_for_servers([base + "/v1"], within_s=0.3, retry_s=0.05))
+    assert "start the inference server there (`ludic serve --model DIR" in str(e.value)
+    assert "check --server-url" in str(e.value)
