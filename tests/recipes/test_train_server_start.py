@@ -43,11 +43,14 @@ def _serve(model_dir: Path, log: Path) -> Iterator[Server]:
         started.stop()
 
 
-@pytest.fixture
-def same_model_server(tmp_path: Path) -> Iterator[Server]:
+@pytest.fixture(scope="module")
+def same_model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One `ludic serve` of the starting model for the tests that train against it (one
+    process start-up, not one a test): what an earlier test pushed there is what a user's
+    server holds from an earlier run, which each `ludic train` replaces first."""
     from ludic.models import tiny_model_dir
 
-    yield from _serve(tiny_model_dir(), tmp_path / "server.log")
+    yield from _serve(tiny_model_dir(), tmp_path_factory.mktemp("server") / "server.log")
 
 
 def _train(server: Server, cwd: Path, out: str, model: Path | str, steps: int, *extra: str) -> Any:
