@@ -3,12 +3,17 @@
 Subclasses implement `env_reset(seed) -> (obs, info)` and `env_step(action) -> StepOutcome`,
 either sync or async, and optionally `env_state_key()` and `env_current_observation()`. A synchronous env stays synchronous
 for its users (`env.reset(0)` returns the result); protocols still run its calls on a worker
-thread (see `LudicEnv`). It deliberately adds nothing else.
+thread (see `LudicEnv`). What they return is checked where it leaves the env (the
+observation a str, the outcome a `StepOutcome` with a finite number as reward), so a slip is
+refused naming the method instead of failing later in the chat template or the credit
+assignment. It deliberately adds nothing else.
 """
 
 from __future__ import annotations
 
 import inspect
+import math
+import numbers
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import TypeVar
@@ -82,7 +87,7 @@ class SingleAgentEnv(LudicEnv):
         return self.env_current_observation()
 
     def reset(self, seed: int | None = None) -> ResetResult | Awaitable[ResetResult]:
-        return _then(self.env_reset(seed), lambda r: {self.agent_id: r})
+        return _then(self.env_reset(seed), lambda r: {self.agent_id: _checked_reset(self, r)})
 
     def step(self, actions: Mapping[str, str]) -> StepResult | Awaitable[StepResult]:
         if self.agent_id not in actions:
@@ -90,10 +95,67 @@ class SingleAgentEnv(LudicEnv):
                 f"{type(self).__name__}.step needs an action for {self.agent_id!r}; got "
                 f"actions for {sorted(actions)}"
             )
-        return _then(self.env_step(actions[self.agent_id]), lambda o: {self.agent_id: o})
+        return _then(
+            self.env_step(actions[self.agent_id]),
+            lambda o: {self.agent_id: _checked_outcome(self, o)},
+        )
 
     def state_key(self, agent_id: str) -> Hashable | None:
         return self.env_state_key()
+
+
+_OBS_FIX = (
+    "the observation is the text the model reads: return a str (render the state, e.g. a "
+    "board drawn as text, or json.dumps of a dict)"
+)
+
+
+def _checked_reset(env: SingleAgentEnv, result: object) -> tuple[str, Info]:
+    """`env_reset`'s `(observation, info)`, or TypeError naming what is wrong with it."""
+    where = f"{type(env).__name__}.env_reset"
+    if not (isinstance(result, (tuple, list)) and len(result) == 2):
+        raise TypeError(
+            f"{where} must return (observation, info), got {_kind(result)}; e.g. "
+            "`return self.describe(), {}`"
+        )
+    obs, info = result
+    if not isinstance(obs, str):
+        raise TypeError(f"{where} returned the observation {_kind(obs)}; {_OBS_FIX}")
+    if not isinstance(info, dict):
+        raise TypeError(f"{where} returned the info {_kind(info)}; return a dict ({{}}: none)")
+    return obs, info
+
+
+def _checked_outcome(env: SingleAgentEnv, outcome: object) -> StepOutcome:
+    """`env_step`'s StepOutcome, or TypeError naming what is wrong with it."""
+    where = f"{type(env).__name__}.env_step"
+    if not isinstance(outcome, StepOutcome):
+        raise TypeError(
+            f"{where} must return a StepOutcome(obs=..., reward=..., terminated=...) "
+            f"(ludic.types.StepOutcome), got {_kind(outcome)}"
+        )
+    if not isinstance(outcome.obs, str):
+        raise TypeError(
+            f"{where} returned a StepOutcome whose obs is {_kind(outcome.obs)}; {_OBS_FIX}"
+        )
+    reward = outcome.reward
+    if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
+        raise TypeError(
+            f"{where} returned a StepOutcome whose reward is {_kind(reward)}; the reward must "
+            "be a number (a float such as 1.0)"
+        )
+    if not math.isfinite(reward):
+        raise ValueError(
+            f"{where} returned a StepOutcome whose reward is {reward}; the reward must be "
+            "finite (a nan or inf reward would turn every advantage of its group into nan)"
+        )
+    return outcome
+
+
+def _kind(value: object) -> str:
+    """A short description of a returned value: its repr when short, and its type."""
+    text, kind = repr(value), f"a {type(value).__name__}"
+    return f"{text} ({kind})" if len(text) <= 40 else kind
 
 
 def _then(value: T | Awaitable[T], wrap: Callable[[T], R]) -> R | Awaitable[R]:
