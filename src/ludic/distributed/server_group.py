@@ -33,6 +33,7 @@ from ludic.distributed.manifest import WeightManifest
 from ludic.distributed.server_link import (
     ServerLink,
     ServerUnreachable,
+    TooFewServers,
     TrainerReplaced,
     WeightPushError,
 )
@@ -169,11 +170,15 @@ class ServerGroup:
         self.group, self.store, self.members = None, None, []
 
     def require(self, took: int, what: str) -> None:
+        """Fewer than `min_servers` took part (`took`): TooFewServers, a refusal naming each
+        server missed and what to do."""
         if took < self.min_servers:
             named = "; ".join(f"{url}: {why}" for url, why in self.missed.items())
-            raise WeightPushError(
+            raise TooFewServers(
                 f"{took} of {len(self.servers)} servers could {what} (min_servers="
-                f"{self.min_servers}): {named or 'none answered'}"
+                f"{self.min_servers}): {named or 'none answered'}. Start each server named "
+                "again (`ludic serve`; its own log says why it stopped) and rerun this command: "
+                "a run that saved checkpoints resumes from its last one"
             )
 
     def rejoin_due(self) -> bool:

@@ -39,6 +39,12 @@ class TrainerReplaced(Refusal, WeightPushError):
     refusal: `ludic train` ends with its message (who joined, what to do), no traceback."""
 
 
+class TooFewServers(Refusal, WeightPushError):
+    """Fewer servers than `min_servers` could be reached or take a push (each gone one named
+    with why). A refusal: `ludic learner` and `ludic train` end with its message (each URL, why,
+    what to do), no traceback; a WeightPushError for callers that catch one."""
+
+
 # What the server's refusal says (`ludic.inference.http.weight_tenure.REPLACED`).
 REPLACED = "replaced by another trainer"
 
