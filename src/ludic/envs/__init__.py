@@ -20,7 +20,12 @@ from ludic.envs.key_door import KeyDoorGridEnv, shortest_plan
 from ludic.envs.long_task import MemoryCorridorEnv, context_length_penalty
 from ludic.envs.qa_data import load_jsonl_dataset, load_math_sample
 from ludic.envs.registry import BUILTIN_ENVS, EnvSpec, env_parser, make_env, math_qa_env
-from ludic.envs.single_agent import SingleAgentEnv
+from ludic.envs.single_agent import (
+    SingleAgentEnv,
+    check_reset_result,
+    check_step_outcome,
+    returns_checked,
+)
 from ludic.envs.tictactoe import TicTacToeEnv, render_board
 from ludic.envs.tictactoe_duel import TicTacToeDuelEnv
 from ludic.envs.tictactoe_solver import minimax_move, optimal_moves, random_move
@@ -49,6 +54,8 @@ __all__ = [
     "TicTacToeDuelEnv",
     "TicTacToeEnv",
     "Verifier",
+    "check_reset_result",
+    "check_step_outcome",
     "code_test_env",
     "context_length_penalty",
     "default_prompt_builder",
@@ -68,6 +75,7 @@ __all__ = [
     "parse_number",
     "random_move",
     "render_board",
+    "returns_checked",
     "shortest_plan",
     "state_key_to_str",
 ]

@@ -6,7 +6,8 @@ for its users (`env.reset(0)` returns the result); protocols still run its calls
 thread (see `LudicEnv`). What they return is checked where it leaves the env (the
 observation a str, the outcome a `StepOutcome` with a finite number as reward), so a slip is
 refused naming the method instead of failing later in the chat template or the credit
-assignment. It deliberately adds nothing else.
+assignment; protocols apply the same checks (`check_reset_result`, `check_step_outcome`) to
+any other `LudicEnv`. It deliberately adds nothing else.
 """
 
 from __future__ import annotations
@@ -87,7 +88,11 @@ class SingleAgentEnv(LudicEnv):
         return self.env_current_observation()
 
     def reset(self, seed: int | None = None) -> ResetResult | Awaitable[ResetResult]:
-        return _then(self.env_reset(seed), lambda r: {self.agent_id: _checked_reset(self, r)})
+        where = f"{type(self).__name__}.env_reset"
+        return _then(
+            self.env_reset(seed),
+            lambda r: {self.agent_id: check_reset_result(r, where=where)},
+        )
 
     def step(self, actions: Mapping[str, str]) -> StepResult | Awaitable[StepResult]:
         if self.agent_id not in actions:
@@ -95,9 +100,10 @@ class SingleAgentEnv(LudicEnv):
                 f"{type(self).__name__}.step needs an action for {self.agent_id!r}; got "
                 f"actions for {sorted(actions)}"
             )
+        where = f"{type(self).__name__}.env_step"
         return _then(
             self.env_step(actions[self.agent_id]),
-            lambda o: {self.agent_id: _checked_outcome(self, o)},
+            lambda o: {self.agent_id: check_step_outcome(o, where=where)},
         )
 
     def state_key(self, agent_id: str) -> Hashable | None:
@@ -110,9 +116,16 @@ _OBS_FIX = (
 )
 
 
-def _checked_reset(env: SingleAgentEnv, result: object) -> tuple[str, Info]:
-    """`env_reset`'s `(observation, info)`, or TypeError naming what is wrong with it."""
-    where = f"{type(env).__name__}.env_reset"
+def returns_checked(env: LudicEnv) -> bool:
+    """Whether `env.reset` / `env.step` already check what they return (SingleAgentEnv's own,
+    not overridden), so a protocol need not check it again."""
+    cls = type(env)
+    return cls.reset is SingleAgentEnv.reset and cls.step is SingleAgentEnv.step
+
+
+def check_reset_result(result: object, *, where: str) -> tuple[str, Info]:
+    """One agent's `(observation, info)` from a reset, or TypeError naming what is wrong with
+    it; `where` names the method (and seat) in the message, e.g. "MyEnv.reset for 'p1'"."""
     if not (isinstance(result, (tuple, list)) and len(result) == 2):
         raise TypeError(
             f"{where} must return (observation, info), got {_kind(result)}; e.g. "
@@ -126,9 +139,9 @@ def _checked_reset(env: SingleAgentEnv, result: object) -> tuple[str, Info]:
     return obs, info
 
 
-def _checked_outcome(env: SingleAgentEnv, outcome: object) -> StepOutcome:
-    """`env_step`'s StepOutcome, or TypeError naming what is wrong with it."""
-    where = f"{type(env).__name__}.env_step"
+def check_step_outcome(outcome: object, *, where: str) -> StepOutcome:
+    """One agent's StepOutcome from a step, or TypeError (ValueError for a nan or inf reward)
+    naming what is wrong with it; `where` names the method (and seat) in the message."""
     if not isinstance(outcome, StepOutcome):
         raise TypeError(
             f"{where} must return a StepOutcome(obs=..., reward=..., terminated=...) "

@@ -8,11 +8,13 @@ protocol per episode (the RolloutEngine does this through factories).
 from __future__ import annotations
 
 import numbers
+from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
 from ludic.envs.base import LudicEnv
+from ludic.envs.single_agent import check_reset_result, check_step_outcome, returns_checked
 from ludic.inference.sampling import SamplingConfig
-from ludic.types import Rollout
+from ludic.types import Info, Rollout, StepOutcome
 
 
 @runtime_checkable
@@ -47,3 +49,41 @@ def checked_env_seed(env_seed: object) -> int | None:
             f"pass env_seed=int(...)"
         )
     return int(env_seed)
+
+
+class EnvReturns:
+    """Checks what one env's `reset` / `step` return, per seat, with the messages of
+    `ludic.envs.check_reset_result` / `check_step_outcome`, so a bad observation or reward
+    fails the episode naming the env instead of reaching the rollout (a str reward crashed
+    the run in credit assignment). A SingleAgentEnv that checks its own returns is not
+    checked twice."""
+
+    __slots__ = ("check", "name")
+
+    def __init__(self, env: LudicEnv) -> None:
+        self.name = type(env).__name__
+        self.check = not returns_checked(env)
+
+    def resets(self, result: object) -> Mapping[str, tuple[str, Info]]:
+        return self._mapping(result, "reset", "(observation, info)")  # type: ignore[return-value]
+
+    def outcomes(self, result: object) -> Mapping[str, StepOutcome]:
+        return self._mapping(result, "step", "StepOutcome")  # type: ignore[return-value]
+
+    def reset_of(self, resets: Mapping[str, tuple[str, Info]], aid: str) -> tuple[str, Info]:
+        if not self.check:
+            return resets[aid]
+        return check_reset_result(resets[aid], where=f"{self.name}.reset for {aid!r}")
+
+    def outcome_of(self, outcomes: Mapping[str, StepOutcome], aid: str) -> StepOutcome:
+        if not self.check:
+            return outcomes[aid]
+        return check_step_outcome(outcomes[aid], where=f"{self.name}.step for {aid!r}")
+
+    def _mapping(self, result: object, method: str, value: str) -> Mapping[str, object]:
+        if self.check and not isinstance(result, Mapping):
+            raise TypeError(
+                f"{self.name}.{method} must return a dict {{agent_id: {value}}}, got "
+                f"{type(result).__name__}; a one-agent env can subclass SingleAgentEnv instead"
+            )
+        return result  # type: ignore[return-value]

@@ -21,7 +21,7 @@ from ludic.agents.base import Agent, AgentAct, derive_call_seed
 from ludic.envs.base import LudicEnv, call_env, closing_env, state_key_to_str
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ExternalToolHandler, act_with_tools
-from ludic.interaction.base import checked_env_seed
+from ludic.interaction.base import EnvReturns, checked_env_seed
 from ludic.interaction.collector import TraceCollector
 from ludic.interaction.info import merge_step_info
 from ludic.interaction.single_agent import parse_failure_end, synthetic_failure_step
@@ -98,13 +98,14 @@ class MultiAgentProtocol:
         sampling: SamplingConfig | None,
         env_seed: int | None,
     ) -> None:
-        resets = await call_env(env, env.reset, seed=env_seed)
+        returns = EnvReturns(env)
+        resets = returns.resets(await call_env(env, env.reset, seed=env_seed))
         obs: dict[str, str] = {}
         for aid, agent in self.agents.items():
             agent.reset(env.system_prompt)
             if aid in resets:
-                obs[aid] = resets[aid][0]
-                agent.on_env_reset(*resets[aid])
+                obs[aid], reset_info = returns.reset_of(resets, aid)
+                agent.on_env_reset(obs[aid], reset_info)
         pending: dict[str, AgentAct] = {}
         finished: set[str] = set()
         seat_sampling = {aid: _seat_sampling(sampling, i) for i, aid in enumerate(self.agents)}
@@ -118,16 +119,18 @@ class MultiAgentProtocol:
                 return
             if any(a not in pending for a in active):
                 continue  # valid actions wait while the others retry
-            outcomes = await call_env(env, env.step, {a: pending[a].action or "" for a in active})
+            actions = {a: pending[a].action or "" for a in active}
+            outcomes = returns.outcomes(await call_env(env, env.step, actions))
             unanswered = [a for a in active if a not in outcomes]
             if unanswered:
                 raise ValueError(
                     f"{type(env).__name__}.step returned no outcome for acting agent(s) "
                     f"{unanswered}; an env must return an outcome for every agent that acted"
                 )
-            for aid, outcome in outcomes.items():
+            for aid in outcomes:
                 if aid not in self.agents:
                     continue
+                outcome = returns.outcome_of(outcomes, aid)
                 step = self._record_outcome(env, aid, outcome, pending.get(aid), obs, collector)
                 ended = env_ended(step)
                 if ended is not None and aid not in finished:

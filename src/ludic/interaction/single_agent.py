@@ -20,7 +20,7 @@ from ludic.agents.base import Agent, AgentAct
 from ludic.envs.base import LudicEnv, call_env, closing_env, state_key_to_str
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ExternalToolHandler, act_with_tools
-from ludic.interaction.base import checked_env_seed
+from ludic.interaction.base import EnvReturns, checked_env_seed
 from ludic.interaction.collector import TraceCollector
 from ludic.interaction.termination import (
     Termination,
@@ -116,8 +116,9 @@ class SingleAgentProtocol:
         *,
         seat: str,
     ) -> Termination:
-        resets = await call_env(env, env.reset, seed=env_seed)
-        obs, reset_info = resets[seat]
+        returns = EnvReturns(env)
+        resets = returns.resets(await call_env(env, env.reset, seed=env_seed))
+        obs, reset_info = returns.reset_of(resets, seat)
         self.agent.reset(env.system_prompt)
         self.agent.on_env_reset(obs, reset_info)
 
@@ -142,7 +143,7 @@ class SingleAgentProtocol:
                 step = unexecuted_step(act, obs, index=index, agent_id=aid, info=info)
                 collector.add_env_step(aid, step)
                 return stop
-            env_step = await self._env_step(env, aid, act, obs, index, seat=seat)
+            env_step = await self._env_step(env, returns, aid, act, obs, index, seat=seat)
             collector.add_env_step(aid, env_step)
             self.agent.on_after_step(env_step.next_obs, env_step.info)
             if act.action is not None:
@@ -165,7 +166,14 @@ class SingleAgentProtocol:
 
     @staticmethod
     async def _env_step(
-        env: LudicEnv, aid: str, act: AgentAct, obs: str, index: int, *, seat: str
+        env: LudicEnv,
+        returns: EnvReturns,
+        aid: str,
+        act: AgentAct,
+        obs: str,
+        index: int,
+        *,
+        seat: str,
     ) -> EnvironmentStep:
         """Step the env with the turn's action, or record the parse failure without it."""
         agent_step_ids = tuple(s.id for s in act.steps)
@@ -178,7 +186,8 @@ class SingleAgentProtocol:
                 agent_step_ids=agent_step_ids,
                 current_obs=env.current_observation(seat),
             )
-        outcome = (await call_env(env, env.step, {seat: act.action}))[seat]
+        outcomes = returns.outcomes(await call_env(env, env.step, {seat: act.action}))
+        outcome = returns.outcome_of(outcomes, seat)
         return EnvironmentStep(
             index=index,
             turn_id=act.final_step.turn_id,
