@@ -126,6 +126,29 @@ def spawn(args: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
         )
 
 
+# A `ludic` command in a fresh interpreter where importing torch or transformers fails loudly.
+NO_TORCH = """
+import sys
+
+class NoTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers"):
+            raise ImportError(f"{name} imported before the Redis check")
+        return None
+
+sys.meta_path.insert(0, NoTorch())
+from ludic.cli import main
+main(sys.argv[1:], report_refusals=True)
+"""
+
+
+def ludic_without_torch(*args: str) -> subprocess.CompletedProcess[str]:
+    """`ludic <args>` where importing torch or transformers raises (`NO_TORCH`)."""
+    return subprocess.run(
+        [sys.executable, "-c", NO_TORCH, *args], capture_output=True, text=True, timeout=100
+    )
+
+
 def log_learner_step(metrics: dict[str, float], *, step: int = 1) -> bool:
     """The learner's own step report (`report_step`) for a single rank at `step`."""
     trainer = SimpleNamespace(step=step, runtime=SimpleNamespace(world_size=1))

@@ -6,12 +6,10 @@ box), with or without `--model`; a `--model` path that does not exist and checkp
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from pipeline_fakes import RedisServer, free_port, redis_server
+from pipeline_fakes import RedisServer, free_port, ludic_without_torch, redis_server
 
 from ludic.models import TinyModelSpec, tiny_model_dir
 from ludic.pipeline.config import LearnerConfig
@@ -20,37 +18,13 @@ from ludic.pipeline.stream import RedisUnavailableError
 pytestmark = pytest.mark.timeout(120)
 __all__ = ["redis_server"]
 
-# The learner in a fresh interpreter where importing torch or transformers fails loudly.
-NO_TORCH = """
-import sys
-
-class NoTorch:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in ("torch", "transformers"):
-            raise ImportError(f"{name} imported before the Redis check")
-        return None
-
-sys.meta_path.insert(0, NoTorch())
-from ludic.cli import main
-main(sys.argv[1:], report_refusals=True)
-"""
-
-
-def _learner_without_torch(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", NO_TORCH, "learner", *args],
-        capture_output=True,
-        text=True,
-        timeout=100,
-    )
-
 
 @pytest.mark.parametrize("with_model", [False, True])
 def test_no_redis_is_named_before_torch_is_imported(tmp_path: Path, with_model: bool) -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"  # a free port: nothing listens there
     model = ["--model", str(tiny_model_dir(spec=TinyModelSpec()))] if with_model else []
     out = ["--out-dir", str(tmp_path / "run")]
-    result = _learner_without_torch("--redis-url", url, "--steps", "1", *out, *model)
+    result = ludic_without_torch("learner", "--redis-url", url, "--steps", "1", *out, *model)
     assert result.returncode == 1, result.stderr
     assert f"ludic learner: error: redis at {url} unreachable since startup (PING" in result.stderr
     assert "Is Redis running there? Start it (e.g. `redis-server --port" in result.stderr

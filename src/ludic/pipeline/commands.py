@@ -101,13 +101,17 @@ def run_actor(cfg: ActorConfig) -> list[ActorBatchStats]:
     # does) to read the parser and context its class declares, and close it, possibly async.
     parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
     context = actor_context(cfg, env_factory, env_kwargs)
+    check_reachable(cfg.redis_url)  # Redis not started: refused in a second, before torch loads
     return asyncio.run(_act(cfg, env_factory, env_kwargs, parser, context, sampling))
 
 
 def check_actor_preset(cfg: ActorConfig) -> None:
     """Refuse, as `ludic train` does, flags with which `--algorithm`'s preset cannot learn:
     `--group-size 1` with a group baseline (every advantage 0), `--temperature 0` with a group
-    baseline or a ratio loss (`ludic.recipes.train_checks`)."""
+    baseline or a ratio loss (`ludic.recipes.train_checks`). Other flags skip it: the preset
+    and the checks import torch, which the actor's Redis check must not wait for."""
+    if cfg.group_size != 1 and cfg.temperature != 0:  # neither check can refuse them
+        return
     from ludic.recipes.train_checks import check_greedy, check_group_size
 
     algorithm = make_algorithm(cfg.algorithm, max_tokens=cfg.max_tokens, gigpo=cfg.gigpo)
