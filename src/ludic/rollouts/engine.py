@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,9 @@ class RolloutEngine:
     raised CancelledError without the batch being cancelled, or `env.close()` raised or
     outlasted the env's `close_timeout_s`) becomes one rollout with no steps and
     `meta["error"]`, `meta["error_type"]`, `meta["error_phase"]` ("env_factory",
-    "protocol_factory", "run", "timeout" or "close"). Only cancelling `run` itself cancels.
+    "protocol_factory", "run", "timeout" or "close"), and, when code raised, the last
+    frames of its traceback in `meta["error_traceback"]`; the first such traceback of a batch
+    is logged once (each failure gets one line). Only cancelling `run` itself cancels.
     Synchronous env methods run on worker threads, so the timeout bounds them too (see
     `LudicEnv`); the engine closes every env it built (after the protocol, which may already
     have), outside the episode timeout.
@@ -86,12 +89,16 @@ class RolloutEngine:
         e.g. one per agent)."""
         self._check_names(requests)
         semaphore = asyncio.Semaphore(self.concurrency)
+        traceback_logged = False
         with tqdm(total=len(requests), desc="rollouts", disable=not self.progress) as bar:
 
             async def one(request: RolloutRequest) -> list[Rollout]:
                 async with semaphore:
                     with conversation(request.request_id):  # a pooled client keeps it on one server
                         rollouts = await self._run_episode(request)
+                nonlocal traceback_logged
+                if not traceback_logged:
+                    traceback_logged = _log_first_traceback(request, rollouts)
                 if self.jsonl_log is not None:
                     self._log(rollouts)
                 bar.update(1)
@@ -124,7 +131,9 @@ class RolloutEngine:
         finally:  # a cancelled batch still closes its envs
             close_error = await _close_env(built[0] if built else None)
         if close_error is not None and not any(r.failed for r in rollouts):
-            logger.warning("episode %s failed (close): %s", request.request_id, close_error)
+            logger.warning(
+                "episode %s failed (close): EnvCloseError: %s", request.request_id, close_error
+            )
             rollouts = [_failed_rollout("EnvCloseError", close_error, "close")]
         elapsed = time.perf_counter() - started
         for rollout in rollouts:
@@ -137,6 +146,7 @@ class RolloutEngine:
         """The episode's rollouts, or one failed rollout saying why; only a cancellation of
         the batch itself propagates."""
         phase = "env_factory"
+        trace: str | None = None
         deadline: asyncio.Timeout | None = None
         try:
             async with asyncio.timeout(self.episode_timeout_s) as deadline:
@@ -166,13 +176,17 @@ class RolloutEngine:
             )
         except Exception as e:
             error_type, message = type(e).__name__, str(e) or repr(e)
+            trace = "".join(traceback.format_exception(e, limit=-_TRACEBACK_FRAMES))
             if isinstance(e, TimeoutError) and deadline is not None and deadline.expired():
                 error_type, phase = "TimeoutError", "timeout"
                 message = f"episode exceeded episode_timeout_s={self.episode_timeout_s}"
+                trace = None  # where the deadline struck, not a fault in the code
             elif isinstance(e, EnvCloseError):
                 phase = "close"
-        logger.warning("episode %s failed (%s): %s", request.request_id, phase, message)
-        return [_failed_rollout(error_type, message, phase)]
+        logger.warning(
+            "episode %s failed (%s): %s: %s", request.request_id, phase, error_type, message
+        )
+        return [_failed_rollout(error_type, message, phase, trace)]
 
     def _log(self, rollouts: Sequence[Rollout]) -> None:
         """Append to `jsonl_log`; a rollout that cannot be written gets `meta["log_error"]`
@@ -220,8 +234,29 @@ def _batch_cancelled() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-def _failed_rollout(error_type: str, message: str, phase: str) -> Rollout:
-    return Rollout(meta={"error": message, "error_type": error_type, "error_phase": phase})
+_TRACEBACK_FRAMES = 20
+
+
+def _failed_rollout(error_type: str, message: str, phase: str, trace: str | None = None) -> Rollout:
+    meta: dict[str, Any] = {"error": message, "error_type": error_type, "error_phase": phase}
+    if trace is not None:
+        meta["error_traceback"] = trace
+    return Rollout(meta=meta)
+
+
+def _log_first_traceback(request: RolloutRequest, rollouts: Sequence[Rollout]) -> bool:
+    """Log the traceback of a failed episode (True), or return False when it has none."""
+    for rollout in rollouts:
+        trace = rollout.meta.get("error_traceback")
+        if rollout.failed and trace:
+            logger.warning(
+                "traceback of episode %s (the batch's first failure with one; the others are "
+                "in each failed rollout's meta['error_traceback']):\n%s",
+                request.request_id,
+                trace.rstrip(),
+            )
+            return True
+    return False
 
 
 async def _close_env(env: LudicEnv | None) -> str | None:
