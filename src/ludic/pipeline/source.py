@@ -445,7 +445,8 @@ class PipelineBatchSource:
             return line + "; the actors push samples slower than this learner trains on them"
         return line + (
             "; no sample arrived: is an actor pushing to this stream (`ludic actor --redis-url "
-            "... --stream ...`, the same as the learner's)?"
+            "... --stream ...`, the same as the learner's), or is its first batch still "
+            "generating (an actor pushes a batch's samples once all its episodes end)?"
         )
 
     def _timed_out(self, started: float) -> bool:
