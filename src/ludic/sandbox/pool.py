@@ -12,8 +12,8 @@ subprocess), or no memory cgroup (each run is held to one process so that `memor
 caps the whole run). Every result names its `isolation` and `memory_scope`.
 
 Cached results are returned as first seen (`cached=True`): code that prints random numbers is
-not re-run (pass `use_cache=False` for that). Wall-time outcomes are never cached (they depend
-on host load). A pool belongs to one event loop.
+not re-run (pass `use_cache=False` for that). Wall-time and process-cap outcomes are never
+cached (they depend on host load). A pool belongs to one event loop.
 """
 
 from __future__ import annotations
@@ -206,7 +206,9 @@ class SandboxPool:
         if task.cancelled() or task.exception() is not None:
             return
         result = task.result()
-        if not result.timed_out:
+        # Both depend on host load: when not root, the process cap counts every process of
+        # the shared uid, so a fork refused while other sandboxes ran may succeed next time.
+        if not (result.timed_out or result.processes_exceeded):
             self._cache[key] = result
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
