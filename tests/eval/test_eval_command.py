@@ -53,7 +53,7 @@ def test_eval_command_on_tiny_model_then_view(tmp_path: Path) -> None:
     assert page.suffix == ".html" and '"tokenizer":' + json.dumps(str(cfg.model)) in html
 
 
-def test_env_and_parser_resolution_errors() -> None:
+def test_env_and_parser_resolution_errors(tmp_path: Path) -> None:
     assert resolve_env_factory("eval_fakes:QuizEnv").__name__ == "QuizEnv"
     with pytest.raises(ValueError, match="not an import string"):
         import_object("eval_fakes")
@@ -69,7 +69,9 @@ def test_env_and_parser_resolution_errors() -> None:
     with pytest.raises(ValueError, match="unknown parser"):
         resolve_parser("regex")
     with pytest.raises(ValueError, match="JSON object"):
-        run_eval_command(EvalConfig(env="eval_fakes:QuizEnv", env_kwargs="[1]"))
+        run_eval_command(
+            EvalConfig(env="eval_fakes:QuizEnv", env_kwargs="[1]", out_dir=tmp_path / "eval")
+        )
 
 
 @pytest.mark.parametrize("served_model", ["tiny", None])  # None: asked from /v1/models

@@ -112,8 +112,10 @@ def test_ludic_serve_loads_as_verify_says(step: Path, monkeypatch: pytest.Monkey
     assert len(served) == 1
 
 
-def test_eval_refuses_verify_with_a_server_url() -> None:
-    cfg = EvalConfig(env="tictactoe", server_url="http://127.0.0.1:9", verify="size")
+def test_eval_refuses_verify_with_a_server_url(tmp_path: Path) -> None:
+    cfg = EvalConfig(
+        env="tictactoe", server_url="http://127.0.0.1:9", verify="size", out_dir=tmp_path
+    )
     with pytest.raises(ValueError, match="ludic serve --verify size"):
         run_eval_command(cfg)
 

@@ -34,8 +34,9 @@ def test_ludic_eval_on_the_quickstart_checkpoint_gives_the_quickstarts_numbers(
         results = json.loads((tmp_path / "qs" / "results.json").read_text())
         argv = shlex.split(results["eval_command"])
         assert argv[:4] == ["ludic", "eval", "--env", "tictactoe"] and "latest" in argv
-        out = tmp_path / "eval"
-        cfg = tyro.cli(EvalConfig, args=[*argv[2:], "--out-dir", str(out), "--no-progress"])
+        cfg = tyro.cli(EvalConfig, args=[*argv[2:], "--no-progress"])
+        out = cfg.out_dir  # the command names its own, beside the quickstart's evaluations
+        assert out == tmp_path / "qs" / "eval" / "again" and cfg.overwrite
         assert cfg.context == "latest" and cfg.batch_invariant and cfg.system_prompt == ""
         evaluated = run_eval_command(cfg, console=quiet)
         full = replace(cfg, context="full", out_dir=tmp_path / "full")
@@ -53,10 +54,26 @@ def test_ludic_eval_on_the_quickstart_checkpoint_gives_the_quickstarts_numbers(
     assert games(tmp_path / "full" / "rollouts.jsonl") != expected
 
 
-def test_eval_refuses_batch_invariance_with_a_server_and_bad_threads() -> None:
+def test_eval_refuses_batch_invariance_with_a_server_and_bad_threads(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="ludic serve --batch-invariant"):
         run_eval_command(
-            EvalConfig(env="tictactoe", server_url="http://127.0.0.1:1", batch_invariant=True)
+            EvalConfig(
+                env="tictactoe",
+                server_url="http://127.0.0.1:1",
+                batch_invariant=True,
+                out_dir=tmp_path,
+            )
         )
     with pytest.raises(ValueError, match="--threads must be >= 1"):
-        run_eval_command(EvalConfig(env="tictactoe", threads=0))
+        run_eval_command(EvalConfig(env="tictactoe", threads=0, out_dir=tmp_path))
+
+
+def test_the_printed_eval_line_can_be_run_twice(tmp_path: Path) -> None:
+    """The quickstart's `ludic eval` line names its own out-dir with --overwrite: `ludic eval`
+    refuses an out-dir holding an earlier run's records, and this line is made to be rerun."""
+    from ludic.recipes.tictactoe import eval_command
+
+    argv = eval_command({}, "model", episodes=2, temperature=1.0, out_dir=tmp_path / "again")
+    cfg = tyro.cli(EvalConfig, args=argv[2:])
+    assert cfg.out_dir == tmp_path / "again" and cfg.overwrite
+    assert "--out-dir" not in eval_command({}, "model", episodes=2, temperature=1.0)

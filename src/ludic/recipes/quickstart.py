@@ -183,6 +183,7 @@ async def _run(cfg: QuickstartConfig, console: Console) -> QuickstartResult:
                 temperature=cfg.eval_temperature,
                 max_tokens=cfg.max_tokens,
                 threads=cfg.threads,
+                out_dir=out / "eval" / "again",
             )
         ),
     )

@@ -245,18 +245,21 @@ def eval_command(
     temperature: float,
     max_tokens: int = 10,
     threads: int | None = None,
+    out_dir: Path | str | None = None,
 ) -> list[str]:
     """The `ludic eval` command line that evaluates `model_dir` as `evaluate_stage` does on a
     batch-invariant engine (the quickstart's): the same env, harness (latest observation only,
     the env's `<move>` parser, no system prompt, cut-off replies rejected, MAX_EPISODE_STEPS),
     games (opponent seeds from EVAL_SEED), sampling and torch threads, so it reproduces a
-    stage's numbers from a saved checkpoint."""
+    stage's numbers from a saved checkpoint. With `out_dir` it writes there, replacing an
+    earlier run of itself (`--overwrite`), so the line can be run again."""
     args = ["ludic", "eval", "--env", ENV_NAME, "--env-kwargs", json.dumps(dict(env_kwargs))]
     args += ["--model", str(model_dir), "--system-prompt", SYSTEM_PROMPT, "--context", "latest"]
     args += ["--reject-incomplete", "--max-tokens", str(max_tokens)]
     args += ["--max-steps", str(MAX_EPISODE_STEPS), "--num-problems", str(episodes)]
     args += ["--seed", str(EVAL_SEED), "--temperature", str(temperature), "--batch-invariant"]
-    return args + ([] if threads is None else ["--threads", str(threads)])
+    args += [] if threads is None else ["--threads", str(threads)]
+    return args + ([] if out_dir is None else ["--out-dir", str(out_dir), "--overwrite"])
 
 
 def results_table(results: Sequence[StageResult], *, title: str = "Tic-tac-toe") -> Table:
