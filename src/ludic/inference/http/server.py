@@ -46,13 +46,13 @@ from ludic.inference.http.openai_protocol import (
     error_body,
 )
 from ludic.inference.http.serve_config import ServeConfig, check_serve_config, served_name
+from ludic.inference.http.serve_shutdown import stop_at_first_signal
 from ludic.inference.http.weight_routes import install_weight_sync_routes
 
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 CLIENT_GONE = 499  # nginx's status for a request whose client closed the connection first
 DEFAULT_MAX_BODY_BYTES = 8 * 2**20
-_STARTUP_FAILURE = 3  # uvicorn's exit code for a server that could not start
 UNCAPPED_PATHS = frozenset({"/ludic/update_weights"})  # a whole model's weights, token-guarded
 
 
@@ -66,12 +66,17 @@ def create_app(
     model_name: str,
     token: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    close_engine_at_signal: bool = False,
 ) -> FastAPI:
-    """The FastAPI app serving `engine` (the caller owns and closes the engine)."""
+    """The FastAPI app serving `engine` (the caller owns and closes the engine; with
+    `close_engine_at_signal`, the first SIGINT or SIGTERM while the app runs in the main thread
+    also closes it, so requests in flight end at once rather than at their last token)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
+        on_signal = stop_at_first_signal(engine.close) if close_engine_at_signal else None
+        with on_signal or contextlib.nullcontext():
+            yield
         app.state.weight_receiver.close()  # ends a store-driven listener thread
 
     if max_body_bytes < 1:
@@ -349,7 +354,6 @@ def serve(config: ServeConfig) -> None:
     import torch
     import uvicorn
 
-    from ludic.inference.http.serve_shutdown import EngineStoppingServer
     from ludic.recipes.inference import engine_settings  # the command line, as actor and eval
 
     check_serve_config(config)  # before the model loads
@@ -374,7 +378,13 @@ def serve(config: ServeConfig) -> None:
         policy_version=config.policy_version,
     )
     name = served_name(config)  # "ludic" for a training checkpoint, whichever step
-    app = create_app(engine, model_name=name, token=token, max_body_bytes=config.max_body_bytes)
+    app = create_app(
+        engine,
+        model_name=name,
+        token=token,
+        max_body_bytes=config.max_body_bytes,
+        close_engine_at_signal=True,  # the requests in flight end at Ctrl-C or SIGTERM
+    )
     weights = next(engine.model.parameters())
     control = "need the token" if token else "disabled (no --token)"
     print(
@@ -384,16 +394,10 @@ def serve(config: ServeConfig) -> None:
         f"{engine_settings(engine_config)}",
         flush=True,
     )
-    server = EngineStoppingServer(
-        uvicorn.Config(app, host=config.host, port=config.port, log_level=config.log_level),
-        stop_engine=engine.close,  # the requests in flight end at the first Ctrl-C or SIGTERM
-    )
     try:
-        server.run()
+        uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level)
     finally:
         engine.close()
-    if not server.started:  # the port could not be bound: uvicorn has logged why
-        raise SystemExit(_STARTUP_FAILURE)
 
 
 if __name__ == "__main__":
