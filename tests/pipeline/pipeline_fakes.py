@@ -9,11 +9,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 
+import httpx
 import pytest
 import redis
 
@@ -124,6 +125,32 @@ def spawn(args: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [sys.executable, *args], stdout=out, stderr=subprocess.STDOUT, env=env
         )
+
+
+def until(condition: Callable[[], bool], what: str, timeout: float = 300) -> None:
+    """Poll `condition` until it holds; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def start_server(args: Sequence[str], log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`python <args> --port <a free port>` (`ludic serve` or `ludic.inference.http.server`)
+    once it answers /health, and its URL; it exiting first fails the test with its log."""
+    port = free_port()
+    process = spawn([*args, "--port", str(port)], log)
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        assert process.poll() is None, log.read_text()[-3000:]
+        try:
+            return httpx.get(url + "/health", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    until(healthy, f"the server ({' '.join(args[:3])}) to answer /health")
+    return process, url
 
 
 # A `ludic` command in a fresh interpreter where importing torch or transformers fails loudly.

@@ -10,15 +10,13 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from pipeline_fakes import RedisServer, free_port, redis_server, spawn
+from pipeline_fakes import RedisServer, free_port, redis_server, spawn, start_server, until
 
 from ludic.models import TinyModelSpec, tiny_model_dir
 from ludic.pipeline.lease import lease_key
@@ -68,13 +66,6 @@ def _wait(process: subprocess.Popen[bytes], log: Path, timeout: float = 300) -> 
     assert code == 0, f"exit code {code}:\n{log.read_text()[-3000:]}"
 
 
-def _until(condition: Callable[[], bool], what: str, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def _produced_ids(out: Path) -> list[str]:
     batches = [json.loads(line) for line in (out / "actor.jsonl").read_text().splitlines()]
     return [f"a:{b['batch_index']}:{i}" for b in batches for i in range(b["num_samples"])]
@@ -94,23 +85,11 @@ def _sample_ids(redis: RedisServer, consumer: str | None = None) -> list[str]:
 
 
 def _start_server(log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
     args = [
         "-m", "ludic.inference.http.server", "--model", str(tiny_model_dir(spec=SPEC)),
-        "--port", str(port), "--token", TOKEN, "--threads", "1", "--served-model-name", "tiny",
+        "--token", TOKEN, "--threads", "1", "--served-model-name", "tiny",
     ]  # fmt: skip
-    process = spawn(args, log)
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        assert process.poll() is None, log.read_text()[-3000:]
-        try:
-            return httpx.get(url + "/health", timeout=1).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    _until(healthy, "the inference server")
-    return process, url
+    return start_server(args, log)
 
 
 def test_server_actor_learner_train_and_publish(redis_server: RedisServer, tmp_path: Path) -> None:
@@ -164,7 +143,7 @@ def test_killed_learner_restarts_and_consumes_each_sample_once(
         _learner(redis_server, tmp_path, extra=["--steps", "1000", *extra]),
         tmp_path / "learner1.log",
     )
-    _until(lambda: len(_sample_ids(redis_server)) >= 8, "the first learner's commits")
+    until(lambda: len(_sample_ids(redis_server)) >= 8, "the first learner's commits")
     first.kill()  # SIGKILL: no cleanup, whatever it read and did not commit stays pending
     first.wait()
     (lease,) = redis_server.client().keys(lease_key("ludic:samples", "*", "*"))
@@ -181,7 +160,7 @@ def test_killed_learner_restarts_and_consumes_each_sample_once(
     second = spawn(
         _learner(redis_server, tmp_path, extra=["--steps", str(steps), *extra]), second_log
     )
-    _until(
+    until(
         lambda: (
             "for the previous holder's lease" in second_log.read_text() or second.poll() is not None
         ),
@@ -197,7 +176,7 @@ def test_killed_learner_restarts_and_consumes_each_sample_once(
         value = redis_server.client().get(lease)
         return value is not None and json.loads(value)["pid"] == second.pid
 
-    _until(lambda: leased_by_second() or second.poll() is not None, "the restart's lease")
+    until(lambda: leased_by_second() or second.poll() is not None, "the restart's lease")
     _wait(actor, tmp_path / "actor.log")
     _wait(second, second_log)
     produced = _produced_ids(tmp_path)
@@ -215,7 +194,7 @@ def test_a_second_learner_under_a_live_consumer_name_is_refused(
     # 24 samples in batches of 4, and 7 steps: the first learner waits for a last batch
     extra = ["--steps", "7", "--max-lag", "None", "--checkpoint-every", "2"]
     first = spawn(_learner(redis_server, tmp_path, extra=extra), tmp_path / "learner1.log")
-    _until(lambda: len(_sample_ids(redis_server)) >= 4, "the first learner's first acks")
+    until(lambda: len(_sample_ids(redis_server)) >= 4, "the first learner's first acks")
     # the README's mistake: the same --redis-url, stream, group and default --consumer
     other = _learner(redis_server, tmp_path / "other", extra=[*extra, "--lease-ttl-s", "2"])
     second = spawn(other, tmp_path / "learner2.log")
@@ -266,7 +245,7 @@ def test_two_learner_ranks_train_each_sample_once_across_a_kill(
         redis_server, tmp_path, ["--steps", "1000", *extra], tmp_path / "learner1.log"
     )
     # the checkpoint at step 2 is acked when step 3 starts: 2 steps x 2 ranks x 2 samples
-    _until(lambda: len(_sample_ids(redis_server)) >= 8, "the first learners' acks")
+    until(lambda: len(_sample_ids(redis_server)) >= 8, "the first learners' acks")
     pid = _rank_pid(first, killed_rank)
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
@@ -306,14 +285,14 @@ def test_both_sides_survive_a_redis_restart(redis_server: RedisServer, tmp_path:
     # 48 samples in batches of 4: the learner stops at step 12, the one that trains the last.
     extra = ["--steps", "12", "--max-wait-s", "10", "--max-lag", "None", "--checkpoint-every", "2"]
     learner = spawn(_learner(redis_server, tmp_path, extra=extra), tmp_path / "learner.log")
-    _until(lambda: len(_sample_ids(redis_server)) >= 4, "the learner's first commit")
+    until(lambda: len(_sample_ids(redis_server)) >= 4, "the learner's first commit")
     # Redis stays down until the learner has failed a command and is retrying (it cannot finish
     # without Redis), and the actor too unless it had pushed everything: a fixed outage could
     # fall inside a learner step and go unnoticed (it did under CI load).
     redis_server.stop()
     learner_log, actor_log = tmp_path / "learner.log", tmp_path / "actor.log"
-    _until(lambda: "retry" in learner_log.read_text(), "the learner retrying while Redis is down")
-    _until(
+    until(lambda: "retry" in learner_log.read_text(), "the learner retrying while Redis is down")
+    until(
         lambda: "retry" in actor_log.read_text() or actor.poll() is not None,
         "the actor retrying while Redis is down",
     )

@@ -10,13 +10,11 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
-from pipeline_fakes import RedisServer, free_port, redis_server, spawn
+from pipeline_fakes import RedisServer, redis_server, spawn, start_server, until
 
 from ludic.models import TinyModelSpec, load_model, tiny_model_dir
 from ludic.training.checkpoint import CheckpointConfig, CheckpointManager
@@ -36,36 +34,17 @@ TOKEN = "serve-checkpoint-token"
 SAVED_VERSION = 5  # the checkpoint's own policy version: the new run must not inherit it
 
 
-def _until(condition: Callable[[], bool], what: str, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def _served_version(url: str) -> int:
     auth = {"Authorization": f"Bearer {TOKEN}"}
     return int(httpx.get(url + "/ludic/version", headers=auth, timeout=30).json()["policy_version"])
 
 
 def _serve(step_dir: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
     args = [
         "-m", "ludic.cli", "serve", "--model", str(step_dir), "--policy-version", "0",
-        "--port", str(port), "--token", TOKEN, "--threads", "1",
+        "--token", TOKEN, "--threads", "1",
     ]  # fmt: skip
-    process = spawn(args, log)
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        assert process.poll() is None, log.read_text()[-3000:]
-        try:
-            return httpx.get(url + "/health", timeout=1).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    _until(healthy, "ludic serve")
-    return process, url
+    return start_server(args, log)
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -112,7 +91,7 @@ def test_a_fresh_learner_behind_a_checkpoint_served_at_version_0(
         ]  # fmt: skip
         actor = spawn(actor_args, tmp_path / "actor.log")
         # no learner yet: the actor fills the backlog on the served checkpoint, at version 0
-        _until(lambda: len(_actor_batches(tmp_path)) >= 2, "the actor's first batches")
+        until(lambda: len(_actor_batches(tmp_path)) >= 2, "the actor's first batches")
         early = _actor_batches(tmp_path)[:2]
         assert [(b["policy_version_min"], b["policy_version_max"]) for b in early] == [(0, 0)] * 2
         learner_log = tmp_path / "learner.log"
