@@ -77,3 +77,38 @@ def test_turn_mode_snapshot_inside_the_last_turn_is_not_cut() -> None:
     assert snap.meta["is_snapshot"]
     assert flags(snap) == (False, False, False, None)
     assert flags(final) == (True, False, False, None)
+
+
+def test_episode_mode_empty_last_completion_moves_the_end_to_the_last_kept_piece() -> None:
+    # t1 sees an edited context and completes nothing: its piece has no action tokens and is
+    # dropped, so the episode's end goes to t0's snapshot, the last piece that is trained on.
+    for last, expected in (
+        ({"truncated": True, "truncation_reason": "env"}, (False, True, True, "env")),
+        ({"terminated": True}, (True, False, False, None)),
+    ):
+        steps = [
+            call([1], [2], turn_id="t0", info={"context_version": 0}),
+            env_step("t0"),
+            call([9], [], turn_id="t1", info={"context_version": 1}),
+            env_step("t1", reward=1.0, **last),
+        ]
+        meta = (
+            {"episode_truncated": True, "truncation_reason": "env"} if "truncated" in last else {}
+        )
+        r = Rollout(steps=steps, meta=meta)
+        (only,) = build_samples([r], uniform_weights([r]), mode="episode")
+        assert only.meta["is_snapshot"]
+        assert flags(only) == expected
+
+
+def test_turn_mode_empty_last_completion_moves_the_end_to_the_turns_kept_piece() -> None:
+    # The turn's closing call (after an edit mid-turn) completes nothing and is dropped.
+    steps = [
+        call([1], [2], turn_id="t0", target="internal", info={"context_version": 0}),
+        call([7], [], turn_id="t0", info={"context_version": 1}),
+        env_step("t0", reward=1.0, truncated=True, truncation_reason="env"),
+    ]
+    r = Rollout(steps=steps, meta={"episode_truncated": True, "truncation_reason": "env"})
+    (only,) = build_samples([r], uniform_weights([r]))
+    assert only.meta["is_snapshot"]
+    assert flags(only) == (False, True, True, "env")

@@ -17,8 +17,9 @@ Where a sample is cut (see `ludic.rollouts.stitching`):
 
 `terminated` / `truncated` say what happened to each piece: a piece closed by an edit or drift
 was not cut (both False) unless it also closes a turn, which it then speaks for; the episode's
-last piece carries the episode's end. `episode_truncated` and `truncation_reason` name the
-episode's cut on every piece.
+last piece carries the episode's end. A piece with no action tokens (an empty completion) is
+no sample, so its end passes to the last piece kept before it. `episode_truncated` and
+`truncation_reason` name the episode's cut on every piece.
 
 How segments are weighted is a `SnapshotPolicy`:
 
@@ -173,6 +174,7 @@ def _segment_samples(
     record_turn_ids: bool = False,
 ) -> list[SAWItem]:
     segments = _group_by_edit(pieces)
+    piece_flags = _kept_end_flags(pieces, end_flags)
     n = len(segments)
     samples: list[SAWItem] = []
     parent_id: str | None = None
@@ -182,7 +184,7 @@ def _segment_samples(
             sample_id = f"{id_prefix}:{k}" if j == 0 else f"{id_prefix}:{k}.{j}"
             seg_meta: dict[str, Any] = {
                 **meta,
-                **end_flags(seg),
+                **piece_flags[id(seg)],
                 "sample_id": sample_id,
                 "parent_sample_id": parent_id,
                 "segment_index": k,
@@ -236,6 +238,25 @@ def _group_by_edit(
     if kept:  # only reachable when the last piece ended in drift, which stitching never does
         segments.append((kept, None))
     return segments
+
+
+def _kept_end_flags(
+    pieces: list[TokenSegment], end_flags: Callable[[TokenSegment], JSON]
+) -> dict[int, JSON]:
+    """end_flags of each piece with action tokens, by id. A piece without any (an empty final
+    completion) is dropped from training, so its terminated / truncated go to the last kept
+    piece before it: that turn's, else the episode's so far; otherwise no sample of a cut or
+    ended episode would say so."""
+    kept: dict[int, JSON] = {}
+    last: JSON | None = None
+    for piece in pieces:
+        flags = end_flags(piece)
+        if piece.num_action_tokens > 0:
+            last = kept[id(piece)] = dict(flags)
+        elif last is not None:
+            last["terminated"] = bool(last["terminated"] or flags["terminated"])
+            last["truncated"] = bool(last["truncated"] or flags["truncated"])
+    return kept
 
 
 def _segment_credit(
