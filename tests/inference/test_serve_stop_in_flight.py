@@ -53,6 +53,16 @@ def _wait_healthy(url: str, process: subprocess.Popen[bytes]) -> None:
             threading.Event().wait(0.2)
 
 
+def _wait_in_engine(url: str, *, requests: int) -> None:
+    """Returns once the engine holds `requests` requests (running or queued): the plain POST
+    runs on a thread and, on a loaded machine, may reach the server well after the stream."""
+    while True:  # pytest-timeout bounds it
+        status = httpx.get(url + "/health", timeout=10).json()
+        if status["active"] + status["pending"] >= requests:
+            return
+        threading.Event().wait(0.05)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize(
@@ -79,7 +89,8 @@ def test_a_signal_ends_the_requests_in_flight(
             for line in r.iter_lines():
                 if line.startswith("data: "):
                     events.append(line[6:])
-                    if len(events) == 5:  # both requests are being generated
+                    if len(events) == 1:  # the streamed one runs; signal once both do
+                        _wait_in_engine(url, requests=2)
                         process.send_signal(stop)
         waiter.join()
         assert process.wait(timeout=600) == code
