@@ -131,6 +131,8 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     console = console or Console()
     _check_engine_options(cfg)
     sampling = eval_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
+    env_factory = resolve_env_factory(cfg.env)  # a flag typo is named before the out-dir
+    env_kwargs = parse_env_kwargs(cfg.env_kwargs)
     earlier = earlier_records(cfg.out_dir)
     if earlier and not cfg.overwrite:
         raise FileExistsError(
@@ -140,8 +142,6 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
         )
     if cfg.model is not None and not cfg.server_url:  # a bad --model: its error, and no more
         check_model(cfg.model)
-    env_factory = resolve_env_factory(cfg.env)
-    env_kwargs = parse_env_kwargs(cfg.env_kwargs)
     # One env built up front (its kwargs checked, and that it is one), which also reads the
     # context it suggests: --context auto needs it.
     auto = cfg.context == "auto"
