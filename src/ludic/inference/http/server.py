@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import logging
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -31,6 +33,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ludic.errors import LudicUsageError
 from ludic.inference.client import ChatRequest, ChatResponse
 from ludic.inference.embedded.engine import CompletionStream, EmbeddedEngine, EngineConfig
 from ludic.inference.embedded.prompts import encode_prompt_text
@@ -349,6 +352,25 @@ def _sampling_errors_as_400(build: Any) -> Any:
         raise HTTPException(400, str(e)) from e
 
 
+def _refuse_a_port_in_use(host: str, port: int) -> None:
+    """LudicUsageError when `host:port` cannot be bound (as uvicorn binds it: SO_REUSEADDR, so a
+    port left in TIME_WAIT by a server that just stopped still counts as free)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise LudicUsageError(
+                    f"port {host}:{port} is in use (another server?); stop it or pass another "
+                    "--port"
+                ) from None
+            raise LudicUsageError(
+                f"cannot listen on {host}:{port} ({e.strerror or e}); pass another --host or --port"
+            ) from None
+
+
 def serve(config: ServeConfig) -> None:
     """Load the model, start the engine and serve until interrupted (blocks)."""
     import torch
@@ -357,6 +379,7 @@ def serve(config: ServeConfig) -> None:
     from ludic.recipes.inference import engine_settings  # the command line, as actor and eval
 
     check_serve_config(config)  # before the model loads
+    _refuse_a_port_in_use(config.host, config.port)  # uvicorn would find out after loading it
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     token = resolve_token(config.token)
