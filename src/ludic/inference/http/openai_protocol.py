@@ -289,9 +289,12 @@ def _event(body: dict[str, Any]) -> str:
     return f"data: {json.dumps(body)}\n\n"
 
 
+_ERROR_TYPES = {401: "AuthenticationError", 403: "PermissionDeniedError", 404: "NotFoundError"}
+"""The `openai` SDK's exception names for these statuses (vLLM's server names its errors so)."""
+
+
 def error_body(status: int, message: str) -> dict[str, Any]:
     """OpenAI-style error payload."""
-    kind = "BadRequestError" if status < 500 else "InternalServerError"
-    if status == 404:  # as vLLM's OpenAI server: an unknown model
-        kind = "NotFoundError"
+    fallback = "BadRequestError" if status < 500 else "InternalServerError"
+    kind = _ERROR_TYPES.get(status, fallback)
     return {"error": {"message": message, "type": kind, "param": None, "code": status}}
