@@ -22,7 +22,13 @@ from ludic.recipes.context_overflow import (
     ended_by_context_overflow,
     quiet_repeated_overflow_lines,
 )
-from ludic.recipes.train import TrainResult, _inspect_env, context_of, train_command
+from ludic.recipes.train import (
+    NothingTrainedError,
+    TrainResult,
+    _inspect_env,
+    context_of,
+    train_command,
+)
 from ludic.training import SAWBatch
 from ludic.types import Rollout
 
@@ -127,13 +133,14 @@ def test_a_run_whose_dialog_overflows_says_so_once_and_latest_fixes_it(tmp_path:
         out_dir=tmp_path / "full",
         progress=False,
     )
-    result, text = _train(cfg)
+    console = Console(record=True, width=400)
+    with pytest.raises(NothingTrainedError, match=r"every episode of all 2 step\(s\) failed"):
+        train_command(cfg, console=console)  # every episode overflowed: nothing trained
+    text = console.export_text()
     assert "context: full (--context auto: the env suggests none)" in text
     assert text.count("context overflow") == 1, text
     assert "4 of 4 episodes in this batch ended because the dialog outgrew" in text
     assert "Pass --context latest" in text and "--max-tokens 4" in text
-    assert "8 of 8 episodes ended by overflowing the model's context" in text
-    assert "2 of 2 steps trained nothing" in text and result.steps == 2
 
     latest = replace(
         cfg,

@@ -23,6 +23,7 @@ envs only (multi-agent self-play: `examples/tictactoe/selfplay.py`).
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from rich.console import Console
 from ludic._resumed_log import BATCH_INDEX, batch_index_of, drop_from
 from ludic.agents import Agent
 from ludic.context import ContextStrategy, FullDialog, LatestObservationContext
+from ludic.errors import Refusal
 from ludic.eval.env_spec import declared_parser, resolve_env_factory, resolve_parser, with_env
 from ludic.inference.client import ChatClient
 from ludic.inference.sampling import SamplingConfig
@@ -96,6 +98,7 @@ from ludic.rollouts import (
     RolloutEngine,
     RolloutRequest,
     SeedSequencer,
+    iter_rollouts_jsonl,
 )
 from ludic.training import (
     BatchSource,
@@ -397,6 +400,35 @@ def _protocol(
     return SingleAgentProtocol(agent, max_steps=cfg.max_steps)
 
 
+class NothingTrainedError(Refusal, RuntimeError):
+    """Every step of a run was skipped because every episode failed (a run shorter than
+    `max_skipped_steps`, which stops with TrainingStalledError instead)."""
+
+
+def _every_episode_failed(metrics: dict[str, float]) -> bool:
+    rollouts = metrics.get("batch/num_rollouts", 0.0)
+    return was_skipped(metrics) and rollouts > 0 and metrics.get("batch/num_failed") == rollouts
+
+
+def _nothing_trained(cfg: TrainConfig, history: list[dict[str, float]]) -> str:
+    """Why no step trained, naming this run's first failed episode from its rollouts file."""
+    log = cfg.out_dir / "rollouts.jsonl"
+    ours = int(sum(m["batch/num_rollouts"] for m in history))
+    first = ""
+    try:  # this run's episodes are the file's last `ours` records (a resume drops the rest)
+        tail = deque(iter_rollouts_jsonl(log), maxlen=ours)
+        failed = next(r.meta for r in tail if r.failed)
+        first = f" The first: {failed.get('error_type', 'error')}: {failed.get('error')}."
+    except (OSError, ValueError, StopIteration):
+        pass  # the per-episode lines above still name each error
+    return (
+        f"no step trained: every episode of all {len(history)} step(s) failed, so the model is "
+        f"the one this run started from.{first} Each failed episode's error and traceback are "
+        f"in {log} (meta['error'], meta['error_traceback']; ludic view {log}); fix the cause "
+        "and run again"
+    )
+
+
 def _report(
     cfg: TrainConfig,
     history: list[dict[str, float]],
@@ -407,6 +439,8 @@ def _report(
 ) -> TrainResult:
     if not history:
         raise RuntimeError("training ran no step")
+    if all(_every_episode_failed(m) for m in history):
+        raise NothingTrainedError(_nothing_trained(cfg, history))
     metrics = cfg.out_dir / "metrics.jsonl"
     samples = cfg.out_dir / SAMPLES_FILE
     curve = plot_curve(metrics, cfg.out_dir / "reward_curve.png", "batch/mean_reward")
