@@ -95,3 +95,14 @@ async def test_the_protocol_fails_the_episode_with_the_env_named() -> None:
     env = Returns(step=StepOutcome(obs="x", reward="high"))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"Returns.env_step returned a StepOutcome whose reward"):
         await SingleAgentProtocol(agent, max_steps=2).run(env, env_seed=0)
+
+
+def test_a_bool_or_numpy_reward_is_read_as_a_float() -> None:
+    """`StepOutcome(reward=solved)` trained as 1.0 / 0.0 before the checks; it still does, and
+    the recorded reward is a plain float (a numpy float32 would not serialise to JSON)."""
+    import numpy as np
+
+    for reward, expected in ((True, 1.0), (False, 0.0), (np.float32(0.5), 0.5), (3, 3.0)):
+        env = Returns(step=StepOutcome(obs="ok", reward=reward))  # type: ignore[arg-type]
+        (outcome,) = env.step({"agent_0": "go"}).values()  # type: ignore[union-attr]
+        assert type(outcome.reward) is float and outcome.reward == expected

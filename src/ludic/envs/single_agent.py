@@ -12,6 +12,7 @@ any other `LudicEnv`. It deliberately adds nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import numbers
@@ -152,7 +153,7 @@ def check_step_outcome(outcome: object, *, where: str) -> StepOutcome:
             f"{where} returned a StepOutcome whose obs is {_kind(outcome.obs)}; {_OBS_FIX}"
         )
     reward = outcome.reward
-    if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
+    if not isinstance(reward, numbers.Real):
         raise TypeError(
             f"{where} returned a StepOutcome whose reward is {_kind(reward)}; the reward must "
             "be a number (a float such as 1.0)"
@@ -162,6 +163,8 @@ def check_step_outcome(outcome: object, *, where: str) -> StepOutcome:
             f"{where} returned a StepOutcome whose reward is {reward}; the reward must be "
             "finite (a nan or inf reward would turn every advantage of its group into nan)"
         )
+    if type(reward) is not float:  # True/False (reward=solved), ints, numpy scalars: as floats
+        return dataclasses.replace(outcome, reward=float(reward))
     return outcome
 
 
