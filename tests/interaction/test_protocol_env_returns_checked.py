@@ -85,6 +85,16 @@ def solo() -> SingleAgentProtocol:
             TypeError,
             r"HandWritten.reset for 'solo' returned the info None",
         ),
+        (  # was a bare KeyError: 'solo'
+            HandWritten(reset={"player": ("start", {})}),
+            KeyError,
+            r"HandWritten.reset returned nothing for agent 'solo' \(its seats: \['player'\]\)",
+        ),
+        (
+            HandWritten(step={"player": StepOutcome(obs="x", reward=1.0)}),
+            KeyError,
+            r"HandWritten.step returned nothing for agent 'solo'",
+        ),
     ],
 )
 async def test_a_hand_written_env_is_checked_by_the_single_agent_protocol(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Mapping
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 from ludic.envs.base import LudicEnv
 from ludic.envs.single_agent import check_reset_result, check_step_outcome, returns_checked
@@ -36,6 +36,9 @@ class InteractionProtocol(Protocol):
         env_seed: int | None = None,
         sampling: SamplingConfig | None = None,
     ) -> list[Rollout]: ...
+
+
+T = TypeVar("T")
 
 
 def checked_env_seed(env_seed: object) -> int | None:
@@ -71,14 +74,25 @@ class EnvReturns:
         return self._mapping(result, "step", "StepOutcome")  # type: ignore[return-value]
 
     def reset_of(self, resets: Mapping[str, tuple[str, Info]], aid: str) -> tuple[str, Info]:
+        reset = self._seat(resets, aid, "reset")
         if not self.check:
-            return resets[aid]
-        return check_reset_result(resets[aid], where=f"{self.name}.reset for {aid!r}")
+            return reset
+        return check_reset_result(reset, where=f"{self.name}.reset for {aid!r}")
 
     def outcome_of(self, outcomes: Mapping[str, StepOutcome], aid: str) -> StepOutcome:
+        outcome = self._seat(outcomes, aid, "step")
         if not self.check:
-            return outcomes[aid]
-        return check_step_outcome(outcomes[aid], where=f"{self.name}.step for {aid!r}")
+            return outcome
+        return check_step_outcome(outcome, where=f"{self.name}.step for {aid!r}")
+
+    def _seat(self, result: Mapping[str, T], aid: str, method: str) -> T:
+        """The entry for `aid`, or a KeyError naming the seats the env did return."""
+        if aid in result:
+            return result[aid]
+        raise KeyError(
+            f"{self.name}.{method} returned nothing for agent {aid!r} (its seats: "
+            f"{sorted(map(str, result))}); return an entry for every agent the protocol runs"
+        )
 
     def _mapping(self, result: object, method: str, value: str) -> Mapping[str, object]:
         if self.check and not isinstance(result, Mapping):
