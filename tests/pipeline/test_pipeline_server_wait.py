@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -63,3 +64,61 @@ def test_a_server_that_never_listens_is_named_with_the_fix() -> None:
         asyncio.run(wait_for_servers([base + "/v1"], within_s=0.3, retry_s=0.05))
     assert "start the inference server there (`ludic serve --model DIR" in str(e.value)
     assert "check --server-url" in str(e.value)
+
+
+def test_a_host_name_that_does_not_resolve_fails_at_once() -> None:
+    """A mistyped host is no server still loading: it fails long before the wait is over."""
+    from ludic.pipeline.server_wait import wait_for_servers
+
+    base = "http://no-such-host.invalid:8000"
+    with pytest.raises(
+        ValueError, match=rf"^cannot reach the inference server at {base}: its host"
+    ):
+        asyncio.run(wait_for_servers([base + "/v1"], within_s=20, retry_s=0.05))
+
+
+def test_https_to_a_plain_http_server_fails_at_once() -> None:
+    from ludic.pipeline.server_wait import wait_for_servers
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Models)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"https://127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(ValueError, match=r"TLS failed .* check --server-url$"):
+            asyncio.run(wait_for_servers([base + "/v1"], within_s=20, retry_s=0.05))
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_listener_that_drops_connections_counts_as_not_up_yet() -> None:
+    """A server that accepts and closes (still starting) is waited for, then found once it answers."""
+    from ludic.pipeline.server_wait import wait_for_servers
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    dropped = threading.Event()
+
+    def accept_and_close() -> None:
+        for _ in range(3):
+            conn, _addr = listener.accept()
+            conn.close()
+        listener.close()
+        dropped.set()
+
+    threading.Thread(target=accept_and_close, daemon=True).start()
+
+    async def scenario() -> None:
+        task = asyncio.create_task(wait_for_servers([f"http://127.0.0.1:{port}/v1"], retry_s=0.05))
+        while not dropped.is_set():
+            assert not task.done(), task.exception()
+            await asyncio.sleep(0.05)
+        server = ThreadingHTTPServer(("127.0.0.1", port), _Models)  # answers from now on
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            await task
+        finally:
+            server.shutdown()
+            server.server_close()
+
+    asyncio.run(scenario())

@@ -1,14 +1,18 @@
 """Waiting at startup for the inference servers `--server-url` names: a `ludic serve` or vLLM
 started just before the actor or learner (as one script starts all three) loads its model for
-seconds to minutes before it listens. Only a connection nothing accepts counts as not up yet;
-any HTTP answer (even a 404 from a server without `/health`) counts as up. It checks neither
-the model nor the token (the commands do, with their own errors).
+seconds to minutes before it listens. A connection nothing accepts, or one dropped or left
+unanswered, counts as not up yet; any HTTP answer (even a 404 from a server without `/health`)
+counts as up. A host name that does not resolve, a TLS failure (https:// to a plain-HTTP port)
+or any other HTTP error fails at once. It checks neither the model nor the token (the commands
+do, with their own errors).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
+import ssl
 import time
 from collections.abc import Sequence
 
@@ -18,6 +22,36 @@ logger = logging.getLogger(__name__)
 SERVER_WAIT_S = 300.0
 """How long the actor and the learner wait at startup for a server to listen."""
 LOG_EVERY_S = 30.0
+_NOT_UP_YET = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.RemoteProtocolError,
+    httpx.ReadError,
+    httpx.ReadTimeout,
+)
+"""What a server that is starting (or busy loading) can raise: nothing accepts yet, or it
+accepts and drops or does not answer the request."""
+
+
+def _fails_now(e: httpx.HTTPError, base: str) -> ValueError | None:
+    """The error to raise at once for `e`, or None when `e` means the server is not up yet."""
+    cause: BaseException | None = e
+    while cause is not None:
+        if isinstance(cause, socket.gaierror):
+            why = "its host name does not resolve"
+            break
+        if isinstance(cause, ssl.SSLError):
+            why = "TLS failed (https:// to a plain-HTTP server? use http://)"
+            break
+        cause = cause.__cause__ or cause.__context__
+    else:
+        if isinstance(e, _NOT_UP_YET):
+            return None
+        why = "the request failed"
+    return ValueError(
+        f"cannot reach the inference server at {base}: {why} ({type(e).__name__}: {e}); "
+        "check --server-url"
+    )
 
 
 async def wait_for_servers(
@@ -34,7 +68,9 @@ async def wait_for_servers(
                 try:
                     await http.get(base + "/health")
                     break
-                except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+                except httpx.HTTPError as e:
+                    if (error := _fails_now(e, base)) is not None:
+                        raise error from e
                     waited = time.monotonic() - started
                     if waited + retry_s > within_s:
                         raise ValueError(
