@@ -101,7 +101,7 @@ def run_actor(cfg: ActorConfig) -> list[ActorBatchStats]:
     # does) to read the parser and context its class declares, and close it, possibly async.
     parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
     context = actor_context(cfg, env_factory, env_kwargs)
-    check_reachable(cfg.redis_url)  # Redis not started: refused in a second, before torch loads
+    check_reachable(cfg.redis_url)  # Redis not started: refused in seconds, before torch loads
     return asyncio.run(_act(cfg, env_factory, env_kwargs, parser, context, sampling))
 
 
@@ -302,7 +302,7 @@ async def _close(client: Any) -> None:
 def run_learner(cfg: LearnerConfig) -> list[dict[str, float]]:
     """Train `cfg.steps` steps on samples from the stream; returns each step's metrics."""
     check_learner_counts(cfg)  # before Redis or the model: --steps 0, dr_grpo without --max-tokens
-    if not refusals_need_torch(cfg):  # Redis not started: refused in a second, not after torch
+    if not refusals_need_torch(cfg):  # Redis not started: refused in seconds, not after torch
         check_reachable(cfg.redis_url)
     check_learner_model(cfg)  # a --model that is no model directory
     check_learner_resume(cfg)  # other --algorithm, --lr (unless overridden), --model: refused

@@ -36,7 +36,7 @@ try:
     import redis.asyncio as aioredis
     from redis.asyncio.retry import Retry
     from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
-    from redis.exceptions import BusyLoadingError, ResponseError
+    from redis.exceptions import AuthenticationError, BusyLoadingError, ResponseError
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 except ImportError as e:  # an optional extra
@@ -44,6 +44,9 @@ except ImportError as e:  # an optional extra
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+FIRST_CONNECT_S = 5.0
+"""How long the actor and the learner wait at startup for Redis (`check_reachable`, a
+`SampleStream`'s first command): a `redis-server ... &` on the line above has time to listen."""
 
 # KEYS: stream, ledger, acked-steps hash. ARGV: group, step, record (1/0), consumer ('' for
 # none), then entry id / sample id pairs. The hash keeps, per consumer, the highest step up to
@@ -118,7 +121,7 @@ class SampleStream:
         retry_base_s: float = 0.05,
         retry_cap_s: float = 2.0,
         give_up_after_s: float | None = 600.0,
-        first_connect_s: float = 5.0,
+        first_connect_s: float = FIRST_CONNECT_S,
         socket_timeout_s: float = 30.0,
         dedupe_ttl_s: int = 3600,
     ) -> None:
@@ -337,6 +340,8 @@ class SampleStream:
                 logger.warning("redis lost group %r (data lost?): recreating it", self.group)
                 need_group = recreated = True
             except (RedisConnectionError, RedisTimeoutError, OSError) as e:
+                if isinstance(e, AuthenticationError) and not self.reached:  # no wait helps
+                    raise RedisUnavailableError(self._not_reached(what, e)) from e
                 failures += 1
                 self.reconnect_attempts += 1
                 if isinstance(e, BusyLoadingError):  # Redis answers, still loading its data
@@ -356,11 +361,12 @@ class SampleStream:
         return _not_reached(self.url, what, self.first_connect_s, error)
 
 
-def check_reachable(url: str, *, within_s: float = 1.0, retry_s: float = 0.1) -> None:
+def check_reachable(url: str, *, within_s: float = FIRST_CONNECT_S, retry_s: float = 0.1) -> None:
     """PING Redis at `url` until it answers, for up to `within_s`; else raise the
     `RedisUnavailableError` a `SampleStream` raises when its first command never reaches Redis,
     naming the URL and the fix. Blocking and light (redis-py only): for a command to run before
-    it imports torch, so that a Redis not started fails in about a second."""
+    it imports torch, so that a Redis not started fails in seconds. A refused password fails at
+    once."""
     import redis
 
     client = redis.Redis.from_url(url, socket_connect_timeout=within_s, socket_timeout=within_s)
@@ -373,6 +379,8 @@ def check_reachable(url: str, *, within_s: float = 1.0, retry_s: float = 0.1) ->
             except (BusyLoadingError, ResponseError):  # Redis answers (loading, or refusing
                 return  # PING itself): the commands that follow report their own errors
             except (RedisConnectionError, RedisTimeoutError, OSError) as e:
+                if isinstance(e, AuthenticationError):
+                    raise RedisUnavailableError(_not_reached(url, "PING", within_s, e)) from e
                 if time.monotonic() - started + retry_s > within_s:
                     raise RedisUnavailableError(_not_reached(url, "PING", within_s, e)) from e
                 time.sleep(retry_s)
@@ -381,6 +389,12 @@ def check_reachable(url: str, *, within_s: float = 1.0, retry_s: float = 0.1) ->
 
 
 def _not_reached(url: str, what: str, within_s: float, error: Exception) -> str:
+    if isinstance(error, AuthenticationError):
+        return (
+            f"redis at {url} refused the password/credentials in --redis-url ({what}: {error}): "
+            "put Redis's password in the URL (redis://:PASSWORD@HOST:PORT/DB, or "
+            "redis://USER:PASSWORD@... for an ACL user)"
+        )
     port = urlparse(url).port or 6379
     return (
         f"redis at {url} unreachable since startup ({what} failed for {within_s:g}s: {error}). "
