@@ -155,7 +155,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def publisher(server: Server) -> Iterator[Any]:
     from ludic.distributed import BroadcastPolicyPublisher
 
-    pub = BroadcastPolicyPublisher(server.url, TOKEN, backend="gloo", probe_every=1)
+    # take_over: test_tictactoe_training_pushes_to_vllm_after_each_step's example joins the
+    # server with a publisher of its own, which replaces this one; a later push takes it back.
+    pub = BroadcastPolicyPublisher(server.url, TOKEN, backend="gloo", probe_every=1, take_over=True)
     yield pub
     pub.close()
 
