@@ -5,14 +5,16 @@ below 1 (as `ludic train` does), a negative `--max-lag`, and a dr_grpo learner w
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
+from pipeline_fakes import ludic_without_torch
 
 from ludic.cli import main as ludic_main
 from ludic.pipeline.commands import run_actor, run_learner
 from ludic.pipeline.config import ActorConfig, LearnerConfig
-from ludic.pipeline.flag_checks import check_learner_flags
+from ludic.pipeline.flag_checks import check_learner_counts
 
 NO_REDIS = "redis://127.0.0.1:1/0"  # nothing listens: a check that ran late would fail there
 pytestmark = pytest.mark.timeout(60)
@@ -77,8 +79,8 @@ def test_dr_grpo_learner_needs_the_actors_max_tokens() -> None:
 
 def test_an_unused_max_tokens_is_named(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="ludic.pipeline.flag_checks"):
-        check_learner_flags(LearnerConfig(algorithm="grpo", max_tokens=64))
-        check_learner_flags(LearnerConfig(algorithm="dr_grpo", max_tokens=64))
+        check_learner_counts(LearnerConfig(algorithm="grpo", max_tokens=64))
+        check_learner_counts(LearnerConfig(algorithm="dr_grpo", max_tokens=64))
     [warning] = [r.getMessage() for r in caplog.records]
     assert warning.startswith("--max-tokens 64 is unused: only dr_grpo's loss divides")
 
@@ -101,3 +103,17 @@ def test_the_cli_prints_one_error_block(
     err = capsys.readouterr().err
     assert f"ludic {command}: error: {line}" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["actor", "learner"])
+def test_a_count_below_one_is_refused_without_torch(command: str, tmp_path: Path) -> None:
+    """The refusal, in `ludic train`'s words, needs no torch (which takes 10-40 s to import on a
+    loaded box): the actor and the learner call the same torch-free `check_count_flags`."""
+    flag = "--group-size" if command == "actor" else "--steps"
+    out = ["--out-dir", str(tmp_path / "run")] if command == "learner" else []
+    result = ludic_without_torch(command, flag, "0", "--redis-url", NO_REDIS, *out)
+    assert result.returncode == 1, result.stderr
+    assert f"ludic {command}: error: {flag} is 0, so nothing would train: pass {flag} >= 1" in (
+        result.stderr
+    )
+    assert "imported before the Redis check" not in result.stderr

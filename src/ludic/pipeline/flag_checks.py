@@ -9,8 +9,8 @@ must be >= 0. The learner under dr_grpo needs `--max-tokens` (its loss divides b
 generation budget; `CreditCheck` then refuses samples generated with another one); under any
 other preset a given `--max-tokens` is unused and a warning says so. The actor's preset checks
 (`--group-size 1`, `--temperature 0`) stay in `ludic.pipeline.commands.check_actor_preset`.
-The count checks import nothing heavy (`ludic.recipes.train_checks`, which loads torch, only to
-word a refusal), so the learner checks Redis before torch loads (`refusals_need_torch`).
+The count checks import nothing heavy (`ludic.recipes.count_checks`, shared with `ludic train`),
+so the learner checks Redis before torch loads (`refusals_need_torch`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 from ludic.pipeline.config import ActorConfig, LearnerConfig
 from ludic.pipeline.credit_check import MAX_TOKENS_PRESETS
 from ludic.pipeline.learner_settings import CHECKPOINTS_DIR
+from ludic.recipes.count_checks import check_count_flags
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ def check_actor_counts(cfg: ActorConfig) -> None:
             )
         if cfg.policy_version < 0:
             raise ValueError(f"--policy-version must be >= 0, got {cfg.policy_version}")
-    _check_counts(
+    check_count_flags(
         ("--problems-per-batch", cfg.problems_per_batch, "problems per batch, e.g. 4"),
         ("--group-size", cfg.group_size, "episodes per problem, e.g. 8"),
         ("--max-steps", cfg.max_steps, "env steps per episode, e.g. 10"),
@@ -46,23 +47,6 @@ def check_actor_counts(cfg: ActorConfig) -> None:
         ("--max-backlog", cfg.max_backlog, "undelivered samples before waiting, e.g. 256"),
         ("--max-stream-len", cfg.max_stream_len, "the stream's safety cap, e.g. 100000"),
     )
-
-
-def _check_counts(*counts: tuple[str, int | None, str]) -> None:
-    """`check_count_flags` of `ludic train`, whose module imports torch: only when one of the
-    `(flag, value, what it counts)` is below 1, to refuse it in the same words."""
-    if any(value is not None and value < 1 for _, value, _ in counts):
-        from ludic.recipes.train_checks import check_count_flags
-
-        check_count_flags(*counts)
-
-
-def check_learner_flags(cfg: LearnerConfig) -> None:
-    """Refuse the learner's counts below 1, a `--lease-ttl-s` <= 0, a negative `--max-lag`,
-    dr_grpo without `--max-tokens` and a `--model` that is no model directory; warn about a
-    `--max-tokens` its preset does not use."""
-    check_learner_counts(cfg)
-    check_learner_model(cfg)
 
 
 def check_learner_model(cfg: LearnerConfig) -> None:
@@ -87,7 +71,7 @@ def refusals_need_torch(cfg: LearnerConfig) -> bool:
 def check_learner_counts(cfg: LearnerConfig) -> None:
     """The learner's checks that import nothing heavy: counts below 1, a `--lease-ttl-s` <= 0,
     a negative `--max-lag`, dr_grpo without `--max-tokens`, an unused `--max-tokens`."""
-    _check_counts(
+    check_count_flags(
         ("--steps", cfg.steps, "optimizer steps of the whole run, e.g. --steps 100"),
         ("--batch-size", cfg.batch_size, "samples per optimizer step on each rank, e.g. 32"),
         ("--publish-every", cfg.publish_every, "optimizer steps between weight pushes, e.g. 1"),

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from ludic.parsers import Parser, identity_parser, parser_name
 from ludic.recipes.configs import TrainConfig, context_of
+from ludic.recipes.count_checks import check_count_flags
 from ludic.recipes.training import SETTINGS_KEYS, recorded_settings, refuse_other_settings
 from ludic.training.algorithm_types import RLAlgorithm
 
@@ -45,14 +46,6 @@ def check_counts(cfg: TrainConfig) -> None:
         ("--problems-per-step", cfg.problems_per_step, "problems per step, e.g. 4"),
         ("--group-size", cfg.group_size, "episodes per problem, e.g. 8"),
     )
-
-
-def check_count_flags(*counts: tuple[str, int | None, str]) -> None:
-    """Refuse the first `(flag, value, what it counts)` whose value is below 1 (None: the
-    flag is off), naming the flag and the fix; `ludic actor` and `ludic learner` use it too."""
-    for flag, value, fix in counts:
-        if value is not None and value < 1:
-            raise ValueError(f"{flag} is {value}, so nothing would train: pass {flag} >= 1 ({fix})")
 
 
 def group_baseline(algorithm: RLAlgorithm) -> bool:
