@@ -35,3 +35,4 @@ def test_a_port_in_use_is_refused_before_the_model_loads(
     first = err.splitlines()[0]
     assert first.startswith(f"ludic serve: error: port 127.0.0.1:{port} is in use"), err
     assert "--port" in first
+    assert "address already in use" in first.lower()  # what LocalServer looks for in its log

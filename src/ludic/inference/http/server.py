@@ -362,8 +362,8 @@ def _refuse_a_port_in_use(host: str, port: int) -> None:
         except OSError as e:
             if e.errno == errno.EADDRINUSE:
                 raise LudicUsageError(
-                    f"port {host}:{port} is in use (another server?); stop it or pass another "
-                    "--port"
+                    f"port {host}:{port} is in use ({e.strerror}: another server?); stop it or "
+                    "pass another --port"
                 ) from None
             raise LudicUsageError(
                 f"cannot listen on {host}:{port} ({e.strerror or e}); pass another --host or --port"
