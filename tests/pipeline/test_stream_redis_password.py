@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ludic.pipeline.stream import RedisUnavailableError, SampleStream, check_reachable
+from ludic.pipeline.stream import RedisUnavailableError, SampleStream, check_reachable, shown_url
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -58,9 +58,11 @@ def test_the_startup_check_names_a_refused_password(wrong_pass_redis: _WrongPass
     url = f"redis://:wrong@127.0.0.1:{wrong_pass_redis.port}/0"
     with pytest.raises(RedisUnavailableError) as e:
         check_reachable(url)
+    shown = f"redis://:***@127.0.0.1:{wrong_pass_redis.port}/0"  # no password in messages
     assert str(e.value).startswith(
-        f"redis at {url} refused the password/credentials in --redis-url (PING: "
+        f"redis at {shown} refused the password/credentials in --redis-url (PING: "
     )
+    assert "wrong" not in str(e.value)
     assert "Is Redis running there?" not in str(e.value)
     assert wrong_pass_redis.connections == 1  # no retries: waiting does not fix a password
 
@@ -75,3 +77,10 @@ async def test_the_stream_names_a_refused_password(wrong_pass_redis: _WrongPassR
         await stream.aclose()
     assert "Is Redis running there?" not in str(e.value)
     assert stream.reconnect_attempts == 0
+
+
+def test_a_url_is_shown_without_its_password() -> None:
+    assert shown_url("redis://:s3cret@host:6379/0") == "redis://:***@host:6379/0"
+    assert shown_url("redis://alice:s3cret@host/1") == "redis://alice:***@host/1"
+    assert shown_url("redis://host:6379/0") == "redis://host:6379/0"
+    assert shown_url("redis://alice@host:6379/0") == "redis://alice@host:6379/0"

@@ -351,7 +351,7 @@ class SampleStream:
                     raise RedisUnavailableError(self._not_reached(what, e)) from e
                 if self.give_up_after_s is not None and waited > self.give_up_after_s:
                     raise RedisUnavailableError(
-                        f"redis at {self.url} unreachable for {waited:.0f}s ({what}: {e})"
+                        f"redis at {shown_url(self.url)} unreachable for {waited:.0f}s ({what}: {e})"
                     ) from e
                 delay = self._backoff.compute(failures)
                 logger.warning("redis %s failed (%s); retry %d in %.2fs", what, e, failures, delay)
@@ -388,14 +388,24 @@ def check_reachable(url: str, *, within_s: float = FIRST_CONNECT_S, retry_s: flo
         client.close()
 
 
+def shown_url(url: str) -> str:
+    """`url` with its password replaced by `***`, for messages and logs."""
+    parts = urlparse(url)
+    if parts.password is None:
+        return url
+    user = f"{parts.username}:" if parts.username else ":"
+    return parts._replace(netloc=f"{user}***@{parts.netloc.rpartition('@')[2]}").geturl()
+
+
 def _not_reached(url: str, what: str, within_s: float, error: Exception) -> str:
+    port = urlparse(url).port or 6379
+    url = shown_url(url)
     if isinstance(error, AuthenticationError):
         return (
             f"redis at {url} refused the password/credentials in --redis-url ({what}: {error}): "
             "put Redis's password in the URL (redis://:PASSWORD@HOST:PORT/DB, or "
             "redis://USER:PASSWORD@... for an ACL user)"
         )
-    port = urlparse(url).port or 6379
     return (
         f"redis at {url} unreachable since startup ({what} failed for {within_s:g}s: {error}). "
         f"Is Redis running there? Start it (e.g. `redis-server --port {port} --appendonly yes "
