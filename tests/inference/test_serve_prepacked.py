@@ -144,6 +144,6 @@ def test_serve_builds_its_engine_with_packed_gemms(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(server_module.EmbeddedEngine, "from_pretrained", from_pretrained)
     monkeypatch.setattr(server_module, "create_app", lambda *a, **k: None)
     monkeypatch.setattr("uvicorn.run", lambda *a, **k: None)
-    serve(ServeConfig(model=str(tiny_model_dir()), prepacked_gemm=True))
-    serve(ServeConfig(model=str(tiny_model_dir())))
+    serve(ServeConfig(model=str(tiny_model_dir()), prepacked_gemm=True, port=0))  # any free port
+    serve(ServeConfig(model=str(tiny_model_dir()), port=0))
     assert [c.prepacked_gemm for c in built] == [True, False]

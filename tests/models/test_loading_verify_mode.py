@@ -106,9 +106,9 @@ def test_ludic_serve_loads_as_verify_says(step: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(uvicorn, "run", lambda app, **_: served.append(app))
     _flip_a_byte(step / WEIGHTS)
     with pytest.raises(ValueError, match=r"model\.safetensors does not match its sha256"):
-        serve(ServeConfig(model=str(step)))
+        serve(ServeConfig(model=str(step), port=0))  # uvicorn is stubbed: any free port
     assert served == []
-    serve(ServeConfig(model=str(step), verify="size"))
+    serve(ServeConfig(model=str(step), verify="size", port=0))
     assert len(served) == 1
 
 
