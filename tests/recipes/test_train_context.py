@@ -34,7 +34,7 @@ from ludic.types import Rollout
 
 OVERFLOW = (
     "the prompt has 2128 tokens but the model's context is 2048 tokens; shorten the "
-    "conversation (or raise EngineConfig.max_model_len)"
+    "conversation (or raise EngineConfig.max_model_len; for `ludic serve`, --max-model-len)"
 )
 VLLM_OVERFLOW = "This model's maximum context length is 2048 tokens. However, you requested 2100"
 

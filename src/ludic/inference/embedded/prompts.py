@@ -226,7 +226,8 @@ def _too_long(n: int, max_model_len: int, *, counted: tuple[int, int] | None = N
     )
     return ValueError(
         f"the prompt has {has} but the model's context is {max_model_len} "
-        "tokens; shorten the conversation (or raise EngineConfig.max_model_len)"
+        "tokens; shorten the conversation (or raise EngineConfig.max_model_len; for `ludic "
+        "serve`, --max-model-len)"
     )
 
 
