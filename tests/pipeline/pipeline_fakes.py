@@ -19,10 +19,22 @@ import pytest
 import redis
 
 from ludic.envs.single_agent import SingleAgentEnv
+from ludic.models import TinyModelSpec
 from ludic.pipeline.learner_report import report_step
 from ludic.pipeline.source import PipelineBatchSource
 from ludic.rollouts.samples import SAWItem
 from ludic.types import Info, StepOutcome
+
+SMALL_SPEC = TinyModelSpec(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    max_position_embeddings=256,
+    tokenizer_vocab_size=300,
+)
+"""The one-layer model the pipeline's process tests serve and train (seconds to build)."""
 
 REDIS_BINARY = shutil.which("redis-server")
 

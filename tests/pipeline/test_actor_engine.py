@@ -17,24 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pipeline_fakes import RedisServer, log_learner_step, redis_server
+from pipeline_fakes import SMALL_SPEC, RedisServer, log_learner_step, redis_server
 
-from ludic.models import TinyModelSpec, tiny_model_dir
+from ludic.models import tiny_model_dir
 from ludic.pipeline import commands
 from ludic.pipeline.commands import _actor_client, _embedded_engine, run_actor
 from ludic.pipeline.config import ActorConfig
 
 __all__ = ["redis_server"]
 HERE = Path(__file__).parent
-SPEC = TinyModelSpec(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    max_position_embeddings=256,
-    tokenizer_vocab_size=300,
-)
+SPEC = SMALL_SPEC
 CONFLICTS = [
     (dict(prepacked_gemm=True, batch_invariant=True), r"--prepacked-gemm and --batch-invariant"),
     (

@@ -16,9 +16,17 @@ from typing import Any
 
 import httpx
 import pytest
-from pipeline_fakes import RedisServer, free_port, redis_server, spawn, start_server, until
+from pipeline_fakes import (
+    SMALL_SPEC,
+    RedisServer,
+    free_port,
+    redis_server,
+    spawn,
+    start_server,
+    until,
+)
 
-from ludic.models import TinyModelSpec, tiny_model_dir
+from ludic.models import tiny_model_dir
 from ludic.pipeline.lease import lease_key
 
 pytestmark = [
@@ -28,15 +36,7 @@ pytestmark = [
     pytest.mark.timeout(420),
 ]
 __all__ = ["redis_server"]
-SPEC = TinyModelSpec(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    max_position_embeddings=256,
-    tokenizer_vocab_size=300,
-)
+SPEC = SMALL_SPEC
 TOKEN = "pipeline-token"
 ENV = ["--env", "pipeline_fakes:CountOEnv", "--max-steps", "1", "--max-tokens", "8"]
 

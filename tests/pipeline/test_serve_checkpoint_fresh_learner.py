@@ -14,22 +14,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from pipeline_fakes import RedisServer, redis_server, spawn, start_server, until
+from pipeline_fakes import SMALL_SPEC, RedisServer, redis_server, spawn, start_server, until
 
-from ludic.models import TinyModelSpec, load_model, tiny_model_dir
+from ludic.models import load_model, tiny_model_dir
 from ludic.training.checkpoint import CheckpointConfig, CheckpointManager
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(420)]
 __all__ = ["redis_server"]
-SPEC = TinyModelSpec(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    max_position_embeddings=256,
-    tokenizer_vocab_size=300,
-)
+SPEC = SMALL_SPEC
 TOKEN = "serve-checkpoint-token"
 SAVED_VERSION = 5  # the checkpoint's own policy version: the new run must not inherit it
 
