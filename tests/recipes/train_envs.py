@@ -1,6 +1,6 @@
 """Envs for the `ludic train` tests (imported by name, also in a subprocess): one whose every
 episode fails, and ones whose observations are long enough that a full dialog overruns the tiny
-model's 2,048-token context on its second turn."""
+model's 2,048-token context on its second turn; one whose reward is a bool."""
 
 from __future__ import annotations
 
@@ -49,3 +49,14 @@ class DistinctLongEnv(LongTalkEnv):
     def observation(self) -> str:
         fruit = "apples" if self.turn == 0 else "pears"
         return f"{(self.seed or 0) * 7 + self.turn + 1} {fruit}. {LONG_OBSERVATION}"
+
+
+class SaidOEnv(SingleAgentEnv):
+    """One turn; the reward is a bool: did the reply contain an "o" (`reward=solved`, as users
+    write it)."""
+
+    def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
+        return "Say a word with the letter o.", {}
+
+    def env_step(self, action: str) -> StepOutcome:
+        return StepOutcome(obs="done", reward="o" in action, terminated=True)  # type: ignore[arg-type]
