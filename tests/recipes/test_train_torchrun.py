@@ -1,6 +1,7 @@
 """`ludic train` is single-process: launched by torchrun with 2 ranks it is refused on every
-rank, up front, saying what to use for multi-process training (not "another ludic run", which
-is what rank 0 used to hear when its own rank 1 took the run lock)."""
+rank (each rank checks; the unit test below checks rank 1's refusal), up front, saying what to
+use for multi-process training (not "another ludic run", which is what rank 0 used to hear when
+its own rank 1 took the run lock)."""
 
 from __future__ import annotations
 
@@ -45,8 +46,14 @@ def test_torchrun_ludic_train_is_refused_on_every_rank(tmp_path: Path) -> None:
     done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
     out = done.stdout + done.stderr
     assert done.returncode != 0, out
-    for rank in (0, 1):
-        assert f"`ludic train` runs in one process, but this is rank {rank} of WORLD_SIZE=2" in out
+    # Every rank refuses, but torchrun stops the other rank as soon as one exits with an error,
+    # so the other's line may never be printed: one refusal is what the output can promise.
+    refusals = [
+        rank
+        for rank in (0, 1)
+        if f"`ludic train` runs in one process, but this is rank {rank} of WORLD_SIZE=2" in out
+    ]
+    assert refusals, out
     assert "another ludic run" not in out, out
     assert "ludic.pipeline learner" in out and "Multi-process training (FSDP2)" in out, out
     assert not (out_dir / "run.lock").exists()  # refused before touching the directory
