@@ -59,7 +59,8 @@ class EvalConfig:
     server_url: str | None = None
     """Base URL of an OpenAI-compatible server (vLLM, SGLang, `ludic serve`); overrides --model."""
     served_model: str | None = None
-    """Model name to send to the server (default: the one model its `/v1/models` lists)."""
+    """Model name to send to the server (default: the one model its `/v1/models` lists); a
+    name that list does not hold is refused before any episode runs."""
     api_key: str | None = None
     """Bearer token for the server, if it needs one."""
     parser: str = "auto"
@@ -142,6 +143,10 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
         )
     if cfg.model is not None and not cfg.server_url:  # a bad --model: its error, and no more
         check_model(cfg.model)
+    if cfg.server_url and cfg.served_model:  # before any episode, not one 404 per episode
+        from ludic.recipes.inference import check_served_model
+
+        check_served_model(cfg.server_url, cfg.served_model, cfg.api_key)
     # One env built up front (its kwargs checked, and that it is one), which also reads the
     # context it suggests: --context auto needs it.
     auto = cfg.context == "auto"

@@ -290,22 +290,56 @@ def make_client(
 
 def served_model_name(server_url: str, token: str | None = None) -> str:
     """The one model an OpenAI-compatible server serves, from its `/v1/models`."""
+    names = served_models(server_url, token)
+    if len(names) != 1:
+        raise ValueError(
+            f"{_models_url(server_url)} serves {names}; choose one with --served-model"
+        )
+    return names[0]
+
+
+def check_served_model(server_url: str, name: str, token: str | None = None) -> None:
+    """Refuse `--served-model name` that the server's `/v1/models` does not list (else every
+    request fails with a 404), naming the models it lists. Refuses only what that list shows:
+    a server without `/v1/models` (some OpenAI-compatible ones), one that lists nothing, or
+    one that does not answer passes, and its first request says what is wrong."""
+    url = _models_url(server_url)  # a malformed URL is still refused
+    try:
+        names = served_models(server_url, token)
+    except ValueError:
+        return
+    if names and name not in names:
+        fix = (
+            f"pass --served-model {names[0]} or leave the flag out"
+            if len(names) == 1
+            else "pass --served-model with one of them"
+        )
+        raise ValueError(
+            f"--served-model {name}: the server at {url} serves {', '.join(names)}, not {name}; "
+            f"{fix}"
+        )
+
+
+def served_models(server_url: str, token: str | None = None) -> list[str]:
+    """The model names an OpenAI-compatible server lists at `/v1/models`; ValueError saying
+    why when it cannot be asked (down, no such route, an answer that is no model list)."""
     import httpx
 
-    from ludic.inference.http.openai_client import check_server_url
-
-    check_server_url(server_url)  # `localhost:8000` is no server that is down
+    url = _models_url(server_url)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    url = server_url.rstrip("/").removesuffix("/v1") + "/v1/models"
     try:
         response = httpx.get(url, headers=headers, timeout=30)
         response.raise_for_status()
-        names = [card["id"] for card in response.json()["data"]]
+        return [str(card["id"]) for card in response.json()["data"]]
     except (httpx.HTTPError, KeyError, TypeError, ValueError) as e:
         raise ValueError(
             f"could not ask {url} which model it serves ({type(e).__name__}: {e}); is the "
             "server up? Or name the model (--served-model)"
         ) from e
-    if len(names) != 1:
-        raise ValueError(f"{url} serves {names}; choose one with --served-model")
-    return str(names[0])
+
+
+def _models_url(server_url: str) -> str:
+    from ludic.inference.http.openai_client import check_server_url
+
+    check_server_url(server_url)  # `localhost:8000` is no server that is down
+    return server_url.rstrip("/").removesuffix("/v1") + "/v1/models"
