@@ -37,8 +37,8 @@ def test_a_long_json_refusal_reaches_the_error_whole(body: dict[str, Any]) -> No
     assert len(LONG_REFUSAL) > 900
     with pytest.raises(WeightPushError) as caught:
         link_answering(400, json=body).request("POST", "/ludic/weights/init", json={})
-    assert str(caught.value) == (
-        f"server {URL}: POST /ludic/weights/init failed (400): {LONG_REFUSAL}"
+    assert str(caught.value).startswith(
+        f"server {URL}: POST /ludic/weights/init refused (400): {LONG_REFUSAL}. "
     )
     assert "cut" not in str(caught.value)
 
@@ -68,4 +68,4 @@ def test_a_page_that_is_not_ours_is_cut_with_a_note() -> None:
 def test_a_short_reply_that_is_not_json_is_quoted_whole_without_a_note() -> None:
     with pytest.raises(WeightPushError) as caught:
         link_answering(404, text="Not Found").request("GET", "/ludic/weights/status")
-    assert str(caught.value).endswith("failed (404): Not Found")
+    assert "refused (404): Not Found. " in str(caught.value)

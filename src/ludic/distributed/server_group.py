@@ -4,7 +4,8 @@ fresh trainer-hosted store, and driving one push through it (manifest or `/start
 the bucket broadcast, each server's reply). A server that cannot be reached, dies or fails
 mid-push raises `PushFailed` naming it; the group is then unusable and is dropped. A server
 that refuses a push it received whole (a 4xx: e.g. 422, weights holding nan) raises
-`WeightPushError`, not retried, once every member has answered (the group stays usable). A
+`PushRefused` (a `WeightPushError` and a refusal naming each server, its HTTP status, its words
+and what to do), not retried, once every member has answered (the group stays usable). A
 server that answers `/start` with a 4xx saying it has no communicator (it is not in this
 trainer's group any more: it restarted and forgot it) raises `ServerLeftGroup`, a
 `PushFailed`: the publisher rejoins and retries once. A server that says another trainer
@@ -31,6 +32,8 @@ import torch
 from ludic.distributed.control import ServerGone, StoreControl
 from ludic.distributed.manifest import WeightManifest
 from ludic.distributed.server_link import (
+    PushRefused,
+    Refused,
     ServerLink,
     ServerUnreachable,
     TooFewServers,
@@ -195,7 +198,7 @@ class ServerGroup:
 
     def request_push(self, manifest: WeightManifest) -> None:
         """Send the manifest to every member; wait for the acks of a new layout. A server that
-        refuses it fails the push (WeightPushError); one that is gone raises PushFailed."""
+        refuses it fails the push (PushRefused); one that is gone raises PushFailed."""
         awaiting = []
         for server in self.members:
             if server.channel is None:
@@ -214,14 +217,13 @@ class ServerGroup:
             if "error" in ack:  # refused before any byte
                 if len(self.members) > 1:  # the others wait for buckets that will not come
                     self.drop()
-                raise WeightPushError(
-                    f"server {server.url}: push refused ({ack.get('status')}): {ack['error']}"
-                )
+                said, status = str(ack["error"]), ack.get("status")
+                raise PushRefused([Refused(url=server.url, what="push", status=status, said=said)])
 
     def _start(self, server: ServerLink, manifest: WeightManifest) -> None:
         """`POST /ludic/weights/start`; a server that refuses it because it holds no group
         (or, asked, says it is not in one) raises ServerLeftGroup, any other refusal
-        WeightPushError."""
+        PushRefused."""
         try:
             body = server.scoped(manifest.to_json())
             if server.store_at is not None:  # the server refuses it if it holds another group
@@ -246,9 +248,10 @@ class ServerGroup:
     def replies(self) -> dict[str, dict[str, Any]]:
         """Each member's reply once it has loaded the push; PushFailed names the first that
         failed. Servers that refused the push (a 4xx: they received it whole, the group still
-        works) raise WeightPushError naming them once every member has answered (so each
+        works) raise PushRefused naming them once every member has answered (so each
         one's push is over: the next one starts in step); a refusal is not retried."""
-        replies, refused = {}, []
+        replies: dict[str, dict[str, Any]] = {}
+        refused: list[Refused] = []
         for server in self.members:
             try:
                 if server.channel is None:
@@ -259,10 +262,10 @@ class ServerGroup:
                     )
             except PushFailed:
                 raise  # the push is redone over a fresh group: waiting for the rest is moot
-            except WeightPushError as e:  # /finish answered with a 4xx
+            except PushRefused as e:  # /finish answered with a 4xx
                 if server.refused_as_replaced(e):
                     self.raise_if_replaced()
-                refused.append(str(e))
+                refused += e.refusals
                 continue
             except (ServerGone, RuntimeError) as e:  # RuntimeError: the store itself failed
                 self.raise_if_replaced()
@@ -272,22 +275,19 @@ class ServerGroup:
             if "error" in reply:
                 status = reply.get("status")
                 if isinstance(status, int) and 400 <= status < 500:
-                    refused.append(
-                        f"server {server.url}: push refused ({status}): {reply['error']}"
-                    )
+                    said = str(reply["error"])
+                    refused.append(Refused(url=server.url, what="push", status=status, said=said))
                     continue
                 why = f"server {server.url}: push failed ({status}): {reply['error']}"
                 raise PushFailed({server.url: why})
             replies[server.url] = reply
         if refused:
-            raise WeightPushError(
-                "; ".join(refused) + " (a refusal is not retried: fix what it names)"
-            )
+            raise PushRefused(refused)
         return replies
 
     def _call(self, server: ServerLink, method: str, path: str, json: Any = None) -> dict[str, Any]:
         """An HTTP-control request; a server that cannot be reached or fails it raises
-        PushFailed (5xx, unreachable), one that refuses it WeightPushError (4xx)."""
+        PushFailed (5xx, unreachable), one that refuses it PushRefused (4xx)."""
         try:
             return server.request(method, path, json=json)
         except ServerUnreachable as e:

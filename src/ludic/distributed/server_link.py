@@ -2,7 +2,8 @@
 control requests, where it sits in the group (first rank, number of ranks), its store channel,
 and whether it is still there.
 
-Every error names the server's URL, so a push to many servers says which one failed. The
+Every error names the server's URL, so a push to many servers says which one failed; a 4xx
+(the server refused the request) raises `PushRefused`, a refusal that also says what to do. The
 group id the server answers `/init` with travels on `/start`, `/finish`, `/close` and status
 requests, so the server can tell this trainer that another one replaced its group
 (`replaced`, then `TrainerReplaced`). It does no broadcasting and no verification (the
@@ -11,6 +12,7 @@ publisher does both).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from json import dumps
 from typing import Any, Literal
 
@@ -37,6 +39,34 @@ class TrainerReplaced(Refusal, WeightPushError):
     """Another trainer joined a server and replaced this trainer's group there: the server
     serves that trainer's weights now. Not retried (unless the publisher may `take_over`). A
     refusal: `ludic train` ends with its message (who joined, what to do), no traceback."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Refused:
+    """One server's refusal: its URL, the request refused, the HTTP status, its own words."""
+
+    url: str
+    what: str
+    status: int | None
+    said: str
+
+
+class PushRefused(Refusal, WeightPushError):
+    """A server answered a weight-sync request with a 4xx: it refused it (a wrong token, a
+    model of another shape, a request it cannot take). Not retried. A refusal: `ludic train`
+    and `ludic learner` end with its message (each server's URL, the HTTP status, the server's
+    own words, what to do), no traceback; a WeightPushError for callers that catch one."""
+
+    def __init__(self, refusals: list[Refused]) -> None:
+        said = "; ".join(
+            f"server {r.url}: {r.what} refused ({r.status}): {r.said}" for r in refusals
+        )
+        fixes = dict.fromkeys(_what_to_do(r.status, r.said) for r in refusals)
+        super().__init__(f"{said}. {' '.join(fixes)}")
+        self.refusals = refusals
+
+    def __reduce__(self) -> tuple[type[PushRefused], tuple[list[Refused]]]:
+        return PushRefused, (self.refusals,)  # pickled whole (sent between ranks, processes)
 
 
 class TooFewServers(Refusal, WeightPushError):
@@ -182,11 +212,16 @@ class ServerLink:
             raise ServerUnreachable(
                 f"server {self.url}: {method} {path}: cannot reach the server: {e}{down}"
             ) from e
-        if response.status_code != 200:
-            error = ServerUnreachable if response.status_code >= 500 else WeightPushError
+        status = response.status_code
+        if 400 <= status < 500:
+            said = _server_said(response)
+            raise PushRefused(
+                [Refused(url=self.url, what=f"{method} {path}", status=status, said=said)]
+            )
+        if status != 200:
+            error = ServerUnreachable if status >= 500 else WeightPushError
             raise error(
-                f"server {self.url}: {method} {path} failed ({response.status_code}): "
-                f"{_server_said(response)}"
+                f"server {self.url}: {method} {path} failed ({status}): {_server_said(response)}"
             )
         body: dict[str, Any] = response.json()
         return body
@@ -220,4 +255,39 @@ def _server_said(response: httpx.Response) -> str:
     return (
         f"{text[:_FOREIGN_CHARS]}... [cut: {len(text) - _FOREIGN_CHARS} more characters of a "
         "reply that is not a JSON error, so likely not from a Ludic or vLLM server (a proxy?)]"
+    )
+
+
+# What a refusal's text says when the server's model is not the trainer's (`ludic.distributed.
+# manifest.check_against`, which the embedded server and the vLLM extension both run).
+_OTHER_MODEL = ("shape mismatch", "does not have", "a full push misses")
+
+
+def _what_to_do(status: int | None, said: str) -> str:
+    """The fix for a server's refusal of a weight-sync request (HTTP `status`, its words)."""
+    if status == 401:
+        return (
+            "The trainer's token is not the server's: give it the token the server was started "
+            "with (`ludic serve --token`, or its $LUDIC_SERVER_TOKEN): `ludic train "
+            "--server-token`, `ludic learner --token`, or BroadcastPolicyPublisher's token"
+        )
+    if status == 403:
+        return (
+            "The server was started without a token, so it takes no weights: restart it with "
+            "one (`ludic serve --token T`, or $LUDIC_SERVER_TOKEN set) and give the trainer the same"
+        )
+    if status == 404:
+        return (
+            "The server has no Ludic weight-sync endpoints: point the trainer at `ludic serve` "
+            "or at vLLM with Ludic's extension, by the server's own URL (not a proxy's)"
+        )
+    if any(marker in said for marker in _OTHER_MODEL):
+        return (
+            "The server serves another model than the trainer's (another architecture or "
+            "size): start both from the same model directory"
+        )
+    return (
+        "A refusal is not retried: fix what the server names (a trainer and a server on "
+        "different Ludic versions refuse each other's requests: install the same on both), "
+        "then rerun; a run that saved checkpoints resumes from its last one"
     )

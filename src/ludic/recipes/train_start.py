@@ -16,7 +16,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from ludic.distributed.server_link import ServerUnreachable, WeightPushError
+from ludic.distributed.server_link import (
+    PushRefused,
+    ServerUnreachable,
+    TooFewServers,
+    WeightPushError,
+)
 from ludic.errors import LudicUsageError
 from ludic.recipes.configs import RESUME_LATEST, TrainConfig
 from ludic.training import Trainer
@@ -81,9 +86,15 @@ def _publish_start(trainer: Trainer, cfg: TrainConfig, console: Console) -> None
         trainer.close()
         if isinstance(e, ServerUnreachable):
             raise
-        raise StartingWeightsRefused(
-            f"--server-url refused this run's starting weights ({start}) before any episode: {e}"
-        ) from e
+        if isinstance(e, PushRefused):
+            raise StartingWeightsRefused(
+                f"--server-url refused this run's starting weights ({start}) before any "
+                f"episode: {e}"
+            ) from e
+        pushed = f"could not push this run's starting weights ({start}) to --server-url"
+        if isinstance(e, TooFewServers):  # not reached, or gone mid-push: nothing refused them
+            raise TooFewServers(f"{pushed} before any episode: {e}") from e
+        raise StartingWeightsRefused(f"{pushed} before any episode: {e}") from e
     except BaseException:
         trainer.close()
         raise
