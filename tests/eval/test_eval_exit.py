@@ -1,6 +1,7 @@
-"""`ludic eval` from the command line when episodes fail: every episode failing (here: a wrong
---served-model, a 404 on every call) exits 1 with a closing line naming the first error; some
-failing keeps exit 0 and says how many."""
+"""`ludic eval` from the command line when episodes fail: every episode failing (here: an env
+whose every reset raises) exits 1 with a closing line naming the first error; some failing
+keeps exit 0 and says how many. (A wrong --served-model no longer gets that far: it is refused
+before any episode, tests/recipes/test_eval_served_model.py.)"""
 
 from __future__ import annotations
 
@@ -31,6 +32,13 @@ class FlakyEnv(SingleAgentEnv):
         from ludic.types import StepOutcome
 
         return StepOutcome(obs="done", reward=1.0, terminated=True, info={})
+
+
+class BrokenEnv(FlakyEnv):
+    """Every seed fails at reset."""
+
+    def env_reset(self, seed=None):
+        raise RuntimeError(f"broken reset for seed {seed}")
 '''
 
 
@@ -80,17 +88,17 @@ def run_eval_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_every_episode_failing_exits_1_naming_the_first_error(
     server_url: str, tmp_path: Path
 ) -> None:
-    fakes = Path(__file__).parent  # eval_fakes.py: importable from the working directory
+    (tmp_path / "flaky_env.py").write_text(FLAKY_ENV)
     done = run_eval_cli(
-        fakes,
-        *("--env", "eval_fakes:QuizEnv", "--server-url", server_url),
-        *("--served-model", "no-such-model", "--out-dir", str(tmp_path / "eval")),
+        tmp_path,
+        *("--env", "flaky_env:BrokenEnv", "--server-url", server_url),
+        *("--out-dir", str(tmp_path / "eval")),
     )
     out = done.stdout + done.stderr
     assert done.returncode == 1, out
     last = done.stdout.strip().splitlines()[-1]
     assert "every one of the 4 episodes failed" in out and "nothing was evaluated" in out, out
-    assert "no-such-model" in out and "does not exist" in out, out  # the server's 404, as it said
+    assert "broken reset for seed 0" in out, out  # the first episode's own error
     assert "ludic eval:" in out and last.endswith("run again"), last
     assert (tmp_path / "eval" / "rollouts.jsonl").exists()  # the failures are still recorded
 
