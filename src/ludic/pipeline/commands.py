@@ -16,8 +16,6 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
 from ludic.pipeline.actor import ActorBatchStats, PipelineActor
 from ludic.pipeline.config import ActorConfig, Algorithm, LearnerConfig
 from ludic.pipeline.credit_check import CreditCheck, credit_record
@@ -246,8 +244,22 @@ async def _actor_client(cfg: ActorConfig) -> Any:
     from ludic.recipes.inference import make_client, server_urls
 
     urls = server_urls(cfg.server_url)  # several: a ServerPool spreading the episodes
-    name = cfg.served_model or await _first_model(urls[0], cfg.api_key)
+    name = await asyncio.to_thread(_served_model, cfg, urls)
     return make_client(urls, served_model=name, api_key=cfg.api_key)
+
+
+def _served_model(cfg: ActorConfig, urls: list[str]) -> str:
+    """--served-model (default: the one model the first server lists), refused at once where a
+    server's `/v1/models` does not list it: else every episode sent there fails with a 404.
+    Called once the servers listen (`wait_for_servers`): one still loading is not asked."""
+    from ludic.recipes.inference import check_served_model, served_model_name
+
+    if cfg.served_model is not None:
+        check_served_model(urls, cfg.served_model, cfg.api_key)
+        return cfg.served_model
+    name = served_model_name(urls[0], cfg.api_key)
+    check_served_model(urls[1:], name, cfg.api_key, listed_by=urls[0])
+    return name
 
 
 def _embedded_engine(cfg: ActorConfig) -> Any:
@@ -268,25 +280,6 @@ def _embedded_engine(cfg: ActorConfig) -> Any:
         engine_settings(engine.config),
     )
     return engine
-
-
-async def _first_model(server_url: str, api_key: str | None) -> str:
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    base = server_url.rstrip("/").removesuffix("/v1")
-    try:
-        async with httpx.AsyncClient(headers=headers, timeout=30) as http:
-            reply = await http.get(base + "/v1/models")
-        reply.raise_for_status()
-        models = reply.json().get("data") or []
-    except (httpx.HTTPError, ValueError, AttributeError) as e:
-        raise ValueError(
-            f"could not ask {base}/v1/models which model it serves ({type(e).__name__}: {e}); "
-            "is the server up (`ludic serve --model DIR --port PORT`)? Or name the model "
-            "(--served-model)"
-        ) from e
-    if not models:
-        raise ValueError(f"{base}/v1/models lists no model; pass --served-model")
-    return str(models[0]["id"])
 
 
 async def _close(client: Any) -> None:

@@ -298,25 +298,39 @@ def served_model_name(server_url: str, token: str | None = None) -> str:
     return names[0]
 
 
-def check_served_model(server_url: str, name: str, token: str | None = None) -> None:
-    """Refuse `--served-model name` that the server's `/v1/models` does not list (else every
-    request fails with a 404), naming the models it lists. Refuses only what that list shows:
-    a server without `/v1/models` (some OpenAI-compatible ones), one that lists nothing, or
-    one that does not answer passes, and its first request says what is wrong."""
-    url = _models_url(server_url)  # a malformed URL is still refused
-    try:
-        names = served_models(server_url, token)
-    except ValueError:
-        return
-    if names and name not in names:
-        fix = (
-            f"pass --served-model {names[0]} or leave the flag out"
-            if len(names) == 1
-            else "pass --served-model with one of them"
+def check_served_model(
+    server_url: ServerUrls, name: str, token: str | None = None, *, listed_by: str | None = None
+) -> None:
+    """Refuse a model name that a server's `/v1/models` does not list (else every request to it
+    fails with a 404), naming the models it lists; several URLs: each one, as a `ServerPool`
+    asks them all for `name`. `listed_by`: the server whose one model `name` is (no
+    --served-model was given), checked against the others. Refuses only what a list shows: a server without
+    `/v1/models` (some OpenAI-compatible ones), one that lists nothing, or one that does not
+    answer passes, and its first request says what is wrong."""
+    urls = server_urls(server_url)  # a malformed URL is still refused
+    for url in urls:
+        try:
+            names = served_models(url, token)
+        except ValueError:
+            continue
+        if not names or name in names:
+            continue
+        head = (
+            f"--served-model {name}"
+            if listed_by is None
+            else f"the model {name} (no --served-model: the one {_models_url(listed_by)} lists)"
         )
+        if len(urls) > 1 or listed_by is not None:  # a ServerPool asks every server for one name
+            fix = (
+                "every --server-url gets the same model name: start them all serving one "
+                "model, or pass --served-model with a name each of them lists"
+            )
+        elif len(names) == 1:
+            fix = f"pass --served-model {names[0]} or leave the flag out"
+        else:
+            fix = "pass --served-model with one of them"
         raise ValueError(
-            f"--served-model {name}: the server at {url} serves {', '.join(names)}, not {name}; "
-            f"{fix}"
+            f"{head}: the server at {_models_url(url)} serves {', '.join(names)}, not {name}; {fix}"
         )
 
 
@@ -334,7 +348,8 @@ def served_models(server_url: str, token: str | None = None) -> list[str]:
     except (httpx.HTTPError, KeyError, TypeError, ValueError) as e:
         raise ValueError(
             f"could not ask {url} which model it serves ({type(e).__name__}: {e}); is the "
-            "server up? Or name the model (--served-model)"
+            "server up (`ludic serve --model DIR --port PORT`, or vLLM)? Or name the model "
+            "(--served-model)"
         ) from e
 
 
