@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -57,7 +58,9 @@ class EvalConfig:
     loads and its wrong weights are evaluated unnoticed). A missing or truncated file is refused
     under both. Not with --server-url (serve with `ludic serve --verify size` instead)."""
     server_url: str | None = None
-    """Base URL of an OpenAI-compatible server (vLLM, SGLang, `ludic serve`); overrides --model."""
+    """Base URL of an OpenAI-compatible server (vLLM, SGLang, `ludic serve`); overrides --model.
+    One that does not listen yet (started just before, loading its model) is waited for, up to
+    5 minutes, as `ludic actor` waits."""
     served_model: str | None = None
     """Model name to send to the server (default: the one model its `/v1/models` lists); a
     name that list does not hold is refused before any episode runs."""
@@ -143,10 +146,6 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
         )
     if cfg.model is not None and not cfg.server_url:  # a bad --model: its error, and no more
         check_model(cfg.model)
-    if cfg.server_url and cfg.served_model:  # before any episode, not one 404 per episode
-        from ludic.recipes.inference import check_served_model
-
-        check_served_model(cfg.server_url, cfg.served_model, cfg.api_key)
     # One env built up front (its kwargs checked, and that it is one), which also reads the
     # context it suggests: --context auto needs it.
     auto = cfg.context == "auto"
@@ -175,6 +174,8 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
         meta={"env": cfg.env},
     )
     _check_credit_options(cfg)
+    if cfg.server_url:  # after the checks that need no server, before --overwrite deletes
+        reach_server(cfg.server_url, cfg, console)
     if earlier:
         for path in earlier:
             path.unlink()
@@ -231,6 +232,19 @@ def eval_sampling(cfg: EvalConfig) -> SamplingConfig:
     """The episodes' sampling (--temperature, --top-p, --max-tokens); a value out of range
     raises ValueError naming the flags, as `ludic train` does."""
     return sampling_from_flags(cfg.temperature, cfg.top_p, cfg.max_tokens)
+
+
+def reach_server(server_url: str, cfg: EvalConfig, console: Console) -> None:
+    """Wait for --server-url to listen, as `ludic actor` does (one started just before loads its
+    model first: up to 5 minutes, saying so every 30 s), then refuse a --served-model its
+    `/v1/models` does not list: before any episode, not one 404 per episode."""
+    from ludic.pipeline.server_wait import wait_for_servers
+    from ludic.recipes.inference import check_served_model, server_urls
+
+    say = partial(console.print, markup=False, highlight=False)
+    asyncio.run(wait_for_servers(server_urls(server_url), say=say))  # `localhost:8000`: refused
+    if cfg.served_model:
+        check_served_model(server_url, cfg.served_model, cfg.api_key)
 
 
 def _check_engine_options(cfg: EvalConfig) -> None:

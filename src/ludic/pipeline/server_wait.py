@@ -1,10 +1,10 @@
 """Waiting at startup for the inference servers `--server-url` names: a `ludic serve` or vLLM
-started just before the actor or learner (as one script starts all three) loads its model for
-seconds to minutes before it listens. A connection nothing accepts, or one dropped or left
+started just before the actor, learner or `ludic eval` (as one script starts them) loads its
+model for seconds to minutes before it listens. A connection nothing accepts, or one dropped or left
 unanswered, counts as not up yet; any HTTP answer (even a 404 from a server without `/health`)
 counts as up. A host name that does not resolve, a TLS failure (https:// to a plain-HTTP port)
 or any other HTTP error fails at once. It checks neither the model nor the token (the commands
-do, with their own errors).
+do, with their own errors, once it returns).
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import logging
 import socket
 import ssl
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import httpx
 
 logger = logging.getLogger(__name__)
 SERVER_WAIT_S = 300.0
-"""How long the actor and the learner wait at startup for a server to listen."""
+"""How long the actor, the learner and `ludic eval` wait at startup for a server to listen."""
 LOG_EVERY_S = 30.0
 _NOT_UP_YET = (
     httpx.ConnectError,
@@ -55,10 +55,16 @@ def _fails_now(e: httpx.HTTPError, base: str) -> ValueError | None:
 
 
 async def wait_for_servers(
-    urls: Sequence[str], *, within_s: float = SERVER_WAIT_S, retry_s: float = 0.5
+    urls: Sequence[str],
+    *,
+    within_s: float = SERVER_WAIT_S,
+    retry_s: float = 0.5,
+    say: Callable[[str], None] | None = None,
 ) -> None:
-    """Return once every server in `urls` accepts connections; log while waiting (at once, then
-    every `LOG_EVERY_S`), and after `within_s` raise a ValueError naming the server and the fix."""
+    """Return once every server in `urls` accepts connections; say so while waiting (at once,
+    then every `LOG_EVERY_S`: an INFO log line, or `say(line)` for a command that prints rather
+    than logs), and after `within_s` raise a ValueError naming the server and the fix."""
+    say = say or logger.info
     started = time.monotonic()
     async with httpx.AsyncClient(timeout=30) as http:
         for url in urls:
@@ -79,12 +85,10 @@ async def wait_for_servers(
                             "--port PORT`, or vLLM) or check --server-url"
                         ) from e
                     if time.monotonic() >= next_log:
-                        logger.info(
-                            "waiting for the inference server at %s to listen (%.0fs so far, up "
-                            "to %gs): a server started just before is still loading its model",
-                            base,
-                            waited,
-                            within_s,
+                        say(
+                            f"waiting for the inference server at {base} to listen ({waited:.0f}s"
+                            f" so far, up to {within_s:g}s): a server started just before is "
+                            "still loading its model"
                         )
                         next_log += LOG_EVERY_S
                     await asyncio.sleep(retry_s)

@@ -1,0 +1,106 @@
+"""`ludic eval --server-url URL` started before its server listens (one script starting
+`ludic serve ... &` and then the evaluation) waits for it, saying so, as `ludic actor` does
+(`wait_for_servers`), instead of failing every episode; the --served-model check comes after
+the wait, so a wrong name is still refused once the server is up."""
+
+from __future__ import annotations
+
+import io
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from ludic.eval.command import EvalConfig, run_eval_command
+from ludic.eval.core import EvalResult
+
+pytestmark = pytest.mark.timeout(300)
+WAITING = "waiting for the inference server at"
+
+
+@contextmanager
+def serving_on(sock: socket.socket) -> Iterator[None]:
+    """The embedded HTTP server over the tiny model, serving it as "tiny", on `sock` (bound
+    already, so nothing listened there until now), in a thread."""
+    import uvicorn
+
+    from ludic.inference.embedded.engine import EmbeddedEngine
+    from ludic.inference.http.server import create_app
+    from ludic.models import tiny_model_dir
+
+    engine = EmbeddedEngine.from_pretrained(tiny_model_dir())
+    app: Any = create_app(engine, model_name="tiny")
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        engine.close()
+
+
+def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 120
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def eval_before_its_server(
+    tmp_path: Path, served_model: str | None
+) -> tuple[Future[EvalResult], str, int]:
+    """`ludic eval` in a thread against a port where nothing listens yet; once it says it waits
+    (it failing first fails the test with its error), the server starts there. Returns the
+    finished run, what it printed and the port."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))  # bound, not listening: connections are refused until uvicorn
+    port = int(sock.getsockname()[1])
+    out = io.StringIO()
+    cfg = EvalConfig(
+        env="eval_fakes:QuizEnv",
+        server_url=f"http://127.0.0.1:{port}/v1",
+        served_model=served_model,
+        num_problems=2,
+        max_steps=1,
+        max_tokens=4,
+        out_dir=tmp_path / "eval",
+        progress=False,
+    )
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            run = pool.submit(run_eval_command, cfg, console=Console(file=out, width=200))
+            until(lambda: WAITING in out.getvalue() or run.done(), "ludic eval to wait")
+            assert not run.done(), f"ended before its server started: {run.exception()!r}"
+            with serving_on(sock):
+                run.exception(timeout=240)  # finished (its outcome is the test's to read)
+    finally:
+        sock.close()
+    return run, out.getvalue(), port
+
+
+def test_eval_waits_for_a_server_that_is_not_up_yet(tmp_path: Path) -> None:
+    run, output, port = eval_before_its_server(tmp_path, served_model=None)
+    result = run.result()
+    assert [e.failed for e in result.episodes] == [False, False], result.rollouts
+    assert f"{WAITING} http://127.0.0.1:{port} to listen (0s so far, up to 300s)" in output
+
+
+def test_a_wrong_served_model_is_refused_once_the_late_server_is_up(tmp_path: Path) -> None:
+    run, output, port = eval_before_its_server(tmp_path, served_model="no-such-model")
+    with pytest.raises(ValueError) as refused:
+        run.result()
+    assert WAITING in output
+    assert str(refused.value) == (
+        f"--served-model no-such-model: the server at http://127.0.0.1:{port}/v1/models serves "
+        "tiny, not no-such-model; pass --served-model tiny or leave the flag out"
+    )
+    assert not (tmp_path / "eval" / "rollouts.jsonl").exists()  # no episode ran
