@@ -43,7 +43,8 @@ class InferenceArgs:
     """Bearer token of the servers' control endpoints (`ludic serve --token ...`), needed to
     push weights; default: the LUDIC_SERVER_TOKEN environment variable."""
     served_model: str | None = None
-    """Model name to send to the servers (default: the one the first lists at /v1/models)."""
+    """Model name to send to the servers (default: the one model the first lists at
+    /v1/models); a name a server's /v1/models does not list is refused before any episode."""
     server_ranks: int = 1
     """Weight-receiving ranks of each server: its tensor-parallel size for vLLM (1 for
     `ludic serve`)."""
@@ -137,7 +138,8 @@ def make_inference(
     `server_url` (one URL or several), a client for those servers plus a
     `BroadcastPolicyPublisher` pushing weights to all of them in one broadcast (gloo from CPU,
     NCCL from a CUDA device). `served_model` None asks the first server which model it serves
-    (`/v1/models`). Create it inside the event loop that will use it (the HTTP client is bound
+    (`/v1/models`); either name is refused (`served_model_for`) where a server's `/v1/models`
+    does not list it, before any push or episode. Create it inside the event loop that will use it (the HTTP client is bound
     to it). `batch_invariant` builds the embedded engine with
     `EngineConfig(batch_invariant=True)`, `prepacked_gemm` with `EngineConfig(prepacked_gemm=True)`
     (faster CPU decode, float-noise rounding against the trainer; `check_prepacked_gemm`);
@@ -172,11 +174,11 @@ def make_inference(
         )
     from ludic.distributed import BroadcastPolicyPublisher
 
+    name = served_model_for(urls, served_model, server_token)  # not one 404 per episode
     backend = push_backend_for(urls, server_token, device)
     publisher = BroadcastPolicyPublisher(
         urls, server_token, backend=backend, probe_model=model, server_ranks=server_ranks
     )
-    name = served_model or served_model_name(urls[0], server_token)
     return Inference(client=make_client(urls, served_model=name), publisher=publisher)
 
 
@@ -296,6 +298,19 @@ def served_model_name(server_url: str, token: str | None = None) -> str:
             f"{_models_url(server_url)} serves {names}; choose one with --served-model"
         )
     return names[0]
+
+
+def served_model_for(urls: Sequence[str], served_model: str | None, token: str | None) -> str:
+    """The model name to send to every server in `urls`: `served_model` (--served-model), else
+    the one model the first server lists at `/v1/models`; refused (`check_served_model`) where
+    another server's `/v1/models` does not list it, since a `ServerPool` asks each of them for
+    that one name and every request to such a server fails with a 404."""
+    if served_model:
+        check_served_model(urls, served_model, token)
+        return served_model
+    name = served_model_name(urls[0], token)
+    check_served_model(urls[1:], name, token, listed_by=urls[0])
+    return name
 
 
 def check_served_model(
