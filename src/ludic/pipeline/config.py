@@ -30,7 +30,9 @@ class ActorConfig:
     server. None: an embedded engine on --model in this process, whose weights never change
     (for debugging the pipeline only)."""
     served_model: str | None = None
-    """Model name to request from the server (default: its first /v1/models entry)."""
+    """Model name to request from every server (default: the one model the first server lists
+    at /v1/models; one listing several is refused, asking for --served-model). A name a
+    server's /v1/models does not list is refused once the servers listen, before any episode."""
     api_key: str | None = None
     """Bearer token for the server's inference endpoints, if it needs one."""
     model: str | None = None

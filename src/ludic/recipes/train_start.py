@@ -69,16 +69,21 @@ def _resume(trainer: Trainer, cfg: TrainConfig, console: Console) -> None:
 
 
 class StartingWeightsRefused(WeightPushError, LudicUsageError):
-    """The server refused `ludic train`'s starting weights (another architecture than
-    `--model`): a WeightPushError, and a refusal the CLI prints without a traceback."""
+    """`ludic train`'s starting weights did not reach `--server-url` before any episode: a
+    server refused them (a 4xx, `PushRefused`: another architecture than `--model`, a wrong
+    token; its message says "refused"), or they could not be pushed for another reason the
+    push named (the servers did not all join the weight-sync group, another trainer replaced
+    this one, a push failed again after rejoining; "could not push"). A WeightPushError, and
+    a refusal the CLI prints without a traceback. A server that cannot be reached is not this:
+    `ServerUnreachable` as raised, or `TooFewServers` saying the weights could not be pushed."""
 
 
 def _publish_start(trainer: Trainer, cfg: TrainConfig, console: Console) -> None:
     """Push the starting weights (`--model`) to `--server-url` as policy version 0 before the
     first rollout, as `--resume` pushes its checkpoint's: a server that an earlier run pushed
     to, or that loaded another model, would otherwise sample step 1 off-policy. A server of
-    another architecture refuses the push (WeightPushError naming `--model`) before any
-    episode."""
+    another architecture refuses the push before any episode (`StartingWeightsRefused` naming
+    `--model`: "refused" for a server's refusal, "could not push" for any other failure)."""
     start = f"--model {cfg.model}" if cfg.model else "a fresh tiny model"
     try:
         seconds = trainer.publish_weights()
