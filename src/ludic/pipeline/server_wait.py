@@ -1,8 +1,8 @@
 """Waiting at startup for the inference servers `--server-url` names: a `ludic serve` or vLLM
-started just before the actor, learner or `ludic eval` (as one script starts them) loads its
-model for seconds to minutes before it listens. A connection nothing accepts, or one dropped or left
-unanswered, counts as not up yet; any HTTP answer (even a 404 from a server without `/health`)
-counts as up. A host name that does not resolve, a TLS failure (https:// to a plain-HTTP port)
+started just before the actor, learner, `ludic eval` or `ludic train` (as one script starts
+them) loads its model for seconds to minutes before it listens. A connection nothing accepts,
+or one dropped or left unanswered, counts as not up yet; any HTTP answer (even a 404 from a
+server without `/health`) counts as up. A host name that does not resolve, a TLS failure (https:// to a plain-HTTP port)
 or any other HTTP error fails at once. It checks neither the model nor the token (the commands
 do, with their own errors, once it returns).
 """
@@ -20,7 +20,8 @@ import httpx
 
 logger = logging.getLogger(__name__)
 SERVER_WAIT_S = 300.0
-"""How long the actor, the learner and `ludic eval` wait at startup for a server to listen."""
+"""How long the actor, the learner, `ludic eval` and `ludic train` wait at startup for a server
+to listen."""
 LOG_EVERY_S = 30.0
 _NOT_UP_YET = (
     httpx.ConnectError,

@@ -262,12 +262,15 @@ class TrainConfig:
     server_url: tuple[str, ...] | None = None
     """Generate rollouts on these OpenAI-compatible servers (`ludic serve`, vLLM with Ludic's
     extension) instead of in process; weights are pushed to all of them after every step.
-    Several (`--server-url A B C`): episodes spread over them, each kept on one server."""
+    Several (`--server-url A B C`): episodes spread over them, each kept on one server. One
+    that does not listen yet (started just before, loading its model) is waited for, up to 5
+    minutes, as `ludic actor` waits."""
     server_token: str | None = None
     """Bearer token of the servers' control endpoints (`ludic serve --token ...`); default:
     the LUDIC_SERVER_TOKEN environment variable."""
     served_model: str | None = None
-    """Model name to send to the server (default: the one it lists at /v1/models)."""
+    """Model name to send to the servers (default: the one model the first lists at
+    /v1/models); a name a server's /v1/models does not list is refused before any episode."""
     server_ranks: int = 1
     """Weight-receiving ranks of each server: its tensor-parallel size for vLLM (1 for
     `ludic serve`)."""

@@ -6,7 +6,8 @@ extension) that a training run pushes its weights to after every step.
 `InferenceFlags`: `--server-url A B C --server-token T --served-model M`); `make_inference` gives a client plus the matching weight
 publisher (training), `make_client` a client only (evaluation, sampling; `close_client` closes
 it); `check_engine_flags` refuses embedded-engine flags that cannot apply, `engine_settings`
-names those on. Several URLs give a
+names those on, `server_push_token` refuses a push that cannot be made before any server is
+asked. Several URLs give a
 `ServerPool` client (calls spread over the servers, each episode kept on one) and one
 `BroadcastPolicyPublisher` that pushes to all of them. Importing this module is light (no
 torch); it starts no server.
@@ -139,16 +140,17 @@ def make_inference(
     `BroadcastPolicyPublisher` pushing weights to all of them in one broadcast (gloo from CPU,
     NCCL from a CUDA device). `served_model` None asks the first server which model it serves
     (`/v1/models`); either name is refused (`served_model_for`) where a server's `/v1/models`
-    does not list it, before any push or episode. Create it inside the event loop that will use it (the HTTP client is bound
-    to it). `batch_invariant` builds the embedded engine with
-    `EngineConfig(batch_invariant=True)`, `prepacked_gemm` with `EngineConfig(prepacked_gemm=True)`
-    (faster CPU decode, float-noise rounding against the trainer; `check_prepacked_gemm`);
-    `server_ranks` is each server's tensor-parallel size (vLLM; every rank receives the push)."""
+    does not list it, before any push or episode. It does not wait for the servers to listen:
+    `ludic train` does first (`wait_for_servers`), so one still loading is not refused. Create
+    it inside the event loop that will use it (the HTTP client is bound to it).
+    `batch_invariant` builds the embedded engine with `EngineConfig(batch_invariant=True)`,
+    `prepacked_gemm` with `EngineConfig(prepacked_gemm=True)` (faster CPU decode, float-noise
+    rounding against the trainer; `check_prepacked_gemm`); `server_ranks` is each server's
+    tensor-parallel size (vLLM; every rank receives the push)."""
     urls = server_urls(server_url)
     check_prepacked_gemm(
         prepacked_gemm, batch_invariant=batch_invariant, server_url=urls, device=device
     )
-    server_token = server_token or os.environ.get("LUDIC_SERVER_TOKEN")
     if not urls:
         from ludic.distributed import InProcessPublisher
         from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
@@ -158,20 +160,7 @@ def make_inference(
         served: Any = merged_copy(model)  # LoRA: merged, under the names the Trainer publishes
         engine = EmbeddedEngine(served, tokenizer, config=config)
         return Inference(client=engine, publisher=InProcessPublisher(engine))
-    if batch_invariant:
-        raise ValueError(
-            "batch_invariant applies to the embedded engine; a server decides batching itself "
-            "(start it with `ludic serve --batch-invariant`; vLLM: VLLM_BATCH_INVARIANT=1). "
-            "Drop --batch-invariant or --server-url; the trainer's side against such a server "
-            "is TrainerConfig(batch_invariant=True) in Python, which `ludic train` does not set "
-            "with --server-url"
-        )
-    if not server_token:
-        raise ValueError(
-            "a server URL needs its control token to push weights (start it with "
-            "`ludic serve --model DIR --token SECRET` and pass the same token, or set "
-            "LUDIC_SERVER_TOKEN)"
-        )
+    server_token = server_push_token(server_token, batch_invariant=batch_invariant)
     from ludic.distributed import BroadcastPolicyPublisher
 
     name = served_model_for(urls, served_model, server_token)  # not one 404 per episode
@@ -180,6 +169,30 @@ def make_inference(
         urls, server_token, backend=backend, probe_model=model, server_ranks=server_ranks
     )
     return Inference(client=make_client(urls, served_model=name), publisher=publisher)
+
+
+def server_push_token(server_token: str | None, *, batch_invariant: bool = False) -> str:
+    """The control token a training run pushes its weights to its servers with (`server_token`,
+    else LUDIC_SERVER_TOKEN), refusing what makes a push impossible before any server is asked:
+    no token, or `batch_invariant` (the embedded engine's flag: a server batches itself). A
+    command that waits for its servers to listen calls it first, so a missing flag is not
+    found only once they are up."""
+    token = server_token or os.environ.get("LUDIC_SERVER_TOKEN")
+    if batch_invariant:
+        raise ValueError(
+            "batch_invariant applies to the embedded engine; a server decides batching itself "
+            "(start it with `ludic serve --batch-invariant`; vLLM: VLLM_BATCH_INVARIANT=1). "
+            "Drop --batch-invariant or --server-url; the trainer's side against such a server "
+            "is TrainerConfig(batch_invariant=True) in Python, which `ludic train` does not set "
+            "with --server-url"
+        )
+    if not token:
+        raise ValueError(
+            "a server URL needs its control token to push weights (start it with "
+            "`ludic serve --model DIR --token SECRET` and pass the same token, or set "
+            "LUDIC_SERVER_TOKEN)"
+        )
+    return token
 
 
 def push_backend_for(urls: Sequence[str], token: str, device: str) -> Literal["gloo", "nccl"]:

@@ -6,10 +6,10 @@ names, or by a `ludic serve` child process with `--local-server`, which draws th
 during the optimizer step), assigns credit with the chosen preset, takes one optimizer step and
 pushes the new weights to inference (`InProcessPublisher` or `BroadcastPolicyPublisher`,
 verified). When most episodes of a batch end by overflowing the model's context, it says so
-once, with the flags that fix it. With `--server-url` the starting weights are pushed as policy
-version 0 before the first rollout, so step 1 is on-policy whatever the server held (a server
-of another architecture refuses the push before any episode; both starts:
-`ludic.recipes.train_start`).
+once, with the flags that fix it. With `--server-url` (waited for while it loads its model, as
+`ludic actor` waits) the starting weights are pushed as policy version 0 before the first
+rollout, so step 1 is on-policy whatever the server held (a server of another architecture
+refuses the push before any episode; both starts: `ludic.recipes.train_start`).
 `--resume` continues a run from its checkpoint: the restored weights are pushed before the
 first rollout and the seeds go on where they stopped, so a resumed run equals an
 uninterrupted one; a different env, algorithm, group size, sampling or seed is refused before
@@ -77,6 +77,7 @@ from ludic.recipes.train_start import (  # re-exported: their names stay importa
     StartingWeightsRefused,
     _publish_start,
     _resume,
+    reach_servers,
     schedule_steps_of,
 )
 from ludic.recipes.training import (
@@ -242,6 +243,8 @@ async def _train(
     run: _Run, algorithm: RLAlgorithm, model: Any, tokenizer: Any, server: Any
 ) -> tuple[list[dict[str, float]], Path, ContextOverflowWatch, int]:
     cfg, console = run.cfg, run.console
+    if server is None and cfg.server_url:  # one started just before may still be loading
+        await reach_servers(cfg, console)
     # Built inside this event loop: a server's HTTP client is bound to it.
     inference = make_inference(
         model,

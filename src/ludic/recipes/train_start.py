@@ -1,6 +1,7 @@
 """How a `ludic train` run's first policy reaches inference before the first rollout.
 
-`--resume` restores the checkpoint (`_resume`: its weights pushed as its policy version; a
+With `--server-url`, `reach_servers` first waits for servers that do not listen yet (started
+just before, loading their model), as `ludic actor` and `ludic eval` do. `--resume` restores the checkpoint (`_resume`: its weights pushed as its policy version; a
 missing checkpoint, changed LR flags without `--override-lr-schedule` or a run already at
 `--steps` is refused, naming the fix), and with `--server-url` a new run pushes its starting
 weights as policy version 0 (`_publish_start`), so step 1 is on-policy whatever the server held;
@@ -12,6 +13,7 @@ and `ludic.recipes.train_checks` do), nor push the weights of later steps (the t
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 from rich.console import Console
@@ -23,7 +25,9 @@ from ludic.distributed.server_link import (
     WeightPushError,
 )
 from ludic.errors import LudicUsageError
+from ludic.pipeline.server_wait import wait_for_servers
 from ludic.recipes.configs import RESUME_LATEST, TrainConfig
+from ludic.recipes.inference import server_push_token, server_urls
 from ludic.training import Trainer
 from ludic.training.lr_resume import LRScheduleMismatchError
 
@@ -31,6 +35,17 @@ from ludic.training.lr_resume import LRScheduleMismatchError
 def schedule_steps_of(cfg: TrainConfig) -> int:
     """Optimizer steps the LR decay spans: --schedule-steps, or --steps when it is left out."""
     return cfg.steps if cfg.schedule_steps is None else cfg.schedule_steps
+
+
+async def reach_servers(cfg: TrainConfig, console: Console) -> None:
+    """Wait for every `--server-url` to listen (one started just before loads its model first:
+    up to 5 minutes, printing the waiting line every 30 s), as `ludic actor` and `ludic eval`
+    do, so that the `--served-model` check and the starting-weights push that follow ask a
+    server that is up rather than fail. A host name that does not resolve or a TLS mismatch
+    fails at once (`wait_for_servers`); a missing token or --batch-invariant before any wait."""
+    server_push_token(cfg.server_token, batch_invariant=cfg.batch_invariant)
+    say = partial(console.print, markup=False, highlight=False)
+    await wait_for_servers(server_urls(cfg.server_url), say=say)
 
 
 def _resume(trainer: Trainer, cfg: TrainConfig, console: Console) -> None:
