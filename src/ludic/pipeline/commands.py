@@ -241,25 +241,14 @@ def batch_line(cfg: ActorConfig, stats: ActorBatchStats) -> str:
 async def _actor_client(cfg: ActorConfig) -> Any:
     if not cfg.server_url:
         return _embedded_engine(cfg)
-    from ludic.recipes.inference import make_client, server_urls
+    from ludic.recipes.inference import make_client, served_model_for, server_urls
 
     urls = server_urls(cfg.server_url)  # several: a ServerPool spreading the episodes
-    name = await asyncio.to_thread(_served_model, cfg, urls)
+    # --served-model, else the first server's one model; refused where a server's /v1/models
+    # does not list it (each episode sent there would fail with a 404). Asked once the servers
+    # listen (`wait_for_servers` in `_act`), so one still loading is not refused.
+    name = await asyncio.to_thread(served_model_for, urls, cfg.served_model, cfg.api_key)
     return make_client(urls, served_model=name, api_key=cfg.api_key)
-
-
-def _served_model(cfg: ActorConfig, urls: list[str]) -> str:
-    """--served-model (default: the one model the first server lists), refused at once where a
-    server's `/v1/models` does not list it: else every episode sent there fails with a 404.
-    Called once the servers listen (`wait_for_servers`): one still loading is not asked."""
-    from ludic.recipes.inference import check_served_model, served_model_name
-
-    if cfg.served_model is not None:
-        check_served_model(urls, cfg.served_model, cfg.api_key)
-        return cfg.served_model
-    name = served_model_name(urls[0], cfg.api_key)
-    check_served_model(urls[1:], name, cfg.api_key, listed_by=urls[0])
-    return name
 
 
 def _embedded_engine(cfg: ActorConfig) -> Any:
