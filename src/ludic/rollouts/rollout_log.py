@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from ludic._jsonl_errors import undecodable_line
 from ludic.types import Rollout
 
 
@@ -96,10 +97,7 @@ def iter_rollouts_jsonl(path: str | Path) -> Iterator[Rollout]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(
-                    f"{path}:{lineno}: not a JSON rollout record ({e}); the file may have been "
-                    "cut off mid-write: drop the damaged line and read again"
-                ) from e
+                raise ValueError(undecodable_line(path, lineno, line, e, "rollout record")) from e
             yield _rollout_from_record(record, path, lineno)
 
 

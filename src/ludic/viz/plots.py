@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import tyro
 from rich.console import Console
 
+from ludic._jsonl_errors import undecodable_line
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -71,10 +73,7 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(
-                    f"{path}:{lineno}: not a JSON metrics record ({e}); the file may have been "
-                    "cut off mid-write: drop the damaged line"
-                ) from e
+                raise ValueError(undecodable_line(path, lineno, line, e, "metrics record")) from e
             if not isinstance(record, dict):
                 raise ValueError(f"{path}:{lineno}: expected a JSON object per line")
             _refuse_other_run_file(record, path, lineno)

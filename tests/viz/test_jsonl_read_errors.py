@@ -1,0 +1,36 @@
+"""What `ludic view` / `ludic plot` say about a line that is not JSON: a last line still being
+written, and a damaged line inside the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ludic.rollouts import read_rollouts_jsonl
+from ludic.viz.plots import read_metrics
+
+
+def test_a_last_line_still_being_written_says_to_read_again(tmp_path: Path) -> None:
+    rollouts = tmp_path / "rollouts.jsonl"
+    rollouts.write_text('{"id": "a", "ste')
+    with pytest.raises(
+        ValueError,
+        match=r"rollouts\.jsonl:1: not a JSON rollout record .*still writing.*Read it again once the line is finished",
+    ):
+        read_rollouts_jsonl(rollouts)
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "lo')
+    with pytest.raises(
+        ValueError,
+        match=r"metrics\.jsonl:2: not a JSON metrics record .*still writing.*Read it again",
+    ):
+        read_metrics(metrics)
+
+
+def test_a_damaged_line_inside_the_file_says_to_drop_it(tmp_path: Path) -> None:
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"step": 1, "lo\n{"step": 2, "loss": 1.0}\n')
+    with pytest.raises(ValueError, match=r"metrics\.jsonl:1: .*drop the damaged line") as info:
+        read_metrics(metrics)
+    assert "still writing" not in str(info.value)
