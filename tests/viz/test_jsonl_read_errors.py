@@ -3,6 +3,7 @@ written, and a damaged line inside the file."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,26 @@ def test_a_damaged_line_inside_the_file_says_to_drop_it(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"metrics\.jsonl:1: .*drop the damaged line") as info:
         read_metrics(metrics)
     assert "still writing" not in str(info.value)
+
+
+def test_an_eval_summary_is_named_and_pointed_to_what_plots_or_views(tmp_path: Path) -> None:
+    # `ludic eval` writes metrics.json as one indented JSON object, next to rollouts.jsonl
+    summary = tmp_path / "metrics.json"
+    summary.write_text(json.dumps({"episodes": 4.0, "success_rate": 0.0}, indent=2) + "\n")
+    with pytest.raises(ValueError) as plotted:
+        read_metrics(summary)
+    assert "not JSON Lines" in str(plotted.value)
+    assert "`ludic eval`'s metrics.json" in str(plotted.value)
+    assert "metrics.jsonl of `ludic train`" in str(plotted.value)
+    assert "mid-write" not in str(plotted.value)
+    with pytest.raises(ValueError) as viewed:
+        read_rollouts_jsonl(summary)
+    assert f"ludic view {tmp_path / 'rollouts.jsonl'}" in str(viewed.value)
+    assert "mid-write" not in str(viewed.value)
+
+
+def test_another_multi_line_json_document_is_named(tmp_path: Path) -> None:
+    document = tmp_path / "config.json"
+    document.write_text(json.dumps({"a": 1}, indent=2))
+    with pytest.raises(ValueError, match=r"config\.json: not JSON Lines .* one JSON document"):
+        read_metrics(document)

@@ -97,7 +97,11 @@ def iter_rollouts_jsonl(path: str | Path) -> Iterator[Rollout]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(undecodable_line(path, lineno, line, e, "rollout record")) from e
+                episodes = Path(path).parent / "rollouts.jsonl"
+                advice = f". That eval's episodes are in {episodes}: `ludic view {episodes}`"
+                raise ValueError(
+                    undecodable_line(path, lineno, line, e, "rollout record", advice)
+                ) from e
             yield _rollout_from_record(record, path, lineno)
 
 

@@ -73,7 +73,13 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(undecodable_line(path, lineno, line, e, "metrics record")) from e
+                advice = (
+                    ": nothing to plot over steps. `ludic plot` draws the metrics.jsonl of "
+                    "`ludic train` (<--out-dir>/metrics.jsonl); `ludic eval` prints this summary"
+                )
+                raise ValueError(
+                    undecodable_line(path, lineno, line, e, "metrics record", advice)
+                ) from e
             if not isinstance(record, dict):
                 raise ValueError(f"{path}:{lineno}: expected a JSON object per line")
             _refuse_other_run_file(record, path, lineno)
