@@ -222,7 +222,7 @@ def offline_algorithm(cfg: SFTConfig) -> RLAlgorithm:
     if cfg.algorithm == "awr":
         normalizes = cfg.awr_state_normalize or cfg.awr_normalize_mean or cfg.awr_min_weight > 0
         try:
-            return make_awr(
+            algorithm = make_awr(
                 beta=cfg.awr_beta,
                 max_weight=cfg.awr_max_weight,
                 baseline=cfg.awr_baseline,
@@ -235,7 +235,31 @@ def offline_algorithm(cfg: SFTConfig) -> RLAlgorithm:
             )
         except ValueError as e:
             raise ValueError(_name_awr_flag(str(e), cfg)) from e
+        _refuse_unused_baseline_flags(cfg)
+        return algorithm
     raise ValueError(f"--algorithm must be 'sft' or 'awr', got {cfg.algorithm!r}")
+
+
+# The --awr-baseline values each baseline-specific flag is read by; any other ignores it.
+_BASELINE_FLAGS = {
+    "awr_state_prior": ("state", "state_action"),
+    "awr_value_folds": ("value", "q_value"),
+}
+
+
+def _refuse_unused_baseline_flags(cfg: SFTConfig) -> None:
+    """A baseline-specific `--awr-*` flag given with a baseline that never reads it is refused,
+    as an `--awr-*` flag with `--algorithm sft` is: it would change nothing, silently."""
+    for f in fields(SFTConfig):
+        baselines = _BASELINE_FLAGS.get(f.name)
+        value = getattr(cfg, f.name)
+        if baselines is None or value == f.default or cfg.awr_baseline in baselines:
+            continue
+        raise ValueError(
+            f"{_flag(f.name)} {value} applies only to --awr-baseline {' or '.join(baselines)}, "
+            f"not {cfg.awr_baseline!r} (which would ignore it): drop it or pass --awr-baseline "
+            f"{baselines[0]}"
+        )
 
 
 _AWR_CHECK = re.compile(r"^AWRCredit: (\w+) ")
