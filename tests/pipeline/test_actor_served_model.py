@@ -89,7 +89,7 @@ def test_a_wrong_name_is_refused_once_the_late_server_is_up(
         stream="s",
     )
     with (
-        caplog.at_level(logging.INFO, logger="ludic.pipeline.server_wait"),
+        caplog.at_level(logging.INFO, logger="ludic.inference.http.server_wait"),
         ThreadPoolExecutor(max_workers=1) as pool,
     ):
         run = pool.submit(run_actor, cfg)

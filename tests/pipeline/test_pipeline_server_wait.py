@@ -34,7 +34,7 @@ class _Models(BaseHTTPRequestHandler):
 
 
 def test_a_server_that_starts_late_is_waited_for(caplog: pytest.LogCaptureFixture) -> None:
-    from ludic.pipeline.server_wait import wait_for_servers
+    from ludic.inference.http.server_wait import wait_for_servers
 
     port = free_port()
 
@@ -51,13 +51,13 @@ def test_a_server_that_starts_late_is_waited_for(caplog: pytest.LogCaptureFixtur
             server.shutdown()
             server.server_close()
 
-    with caplog.at_level(logging.INFO, logger="ludic.pipeline.server_wait"):
+    with caplog.at_level(logging.INFO, logger="ludic.inference.http.server_wait"):
         asyncio.run(scenario())
     assert f"waiting for the inference server at http://127.0.0.1:{port} to listen" in caplog.text
 
 
 def test_a_server_that_never_listens_is_named_with_the_fix() -> None:
-    from ludic.pipeline.server_wait import wait_for_servers
+    from ludic.inference.http.server_wait import wait_for_servers
 
     base = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(ValueError, match=rf"^nothing listens at {base} after 0.3s \(Connect") as e:
@@ -68,7 +68,7 @@ def test_a_server_that_never_listens_is_named_with_the_fix() -> None:
 
 def test_a_host_name_that_does_not_resolve_fails_at_once() -> None:
     """A mistyped host is no server still loading: it fails long before the wait is over."""
-    from ludic.pipeline.server_wait import wait_for_servers
+    from ludic.inference.http.server_wait import wait_for_servers
 
     base = "http://no-such-host.invalid:8000"
     with pytest.raises(
@@ -78,7 +78,7 @@ def test_a_host_name_that_does_not_resolve_fails_at_once() -> None:
 
 
 def test_https_to_a_plain_http_server_fails_at_once() -> None:
-    from ludic.pipeline.server_wait import wait_for_servers
+    from ludic.inference.http.server_wait import wait_for_servers
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Models)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -93,7 +93,7 @@ def test_https_to_a_plain_http_server_fails_at_once() -> None:
 
 def test_a_listener_that_drops_connections_counts_as_not_up_yet() -> None:
     """A server that accepts and closes (still starting) is waited for, then found once it answers."""
-    from ludic.pipeline.server_wait import wait_for_servers
+    from ludic.inference.http.server_wait import wait_for_servers
 
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]

@@ -238,7 +238,7 @@ def reach_server(server_url: str, cfg: EvalConfig, console: Console) -> None:
     """Wait for --server-url to listen, as `ludic actor` does (one started just before loads its
     model first: up to 5 minutes, saying so every 30 s), then refuse a --served-model its
     `/v1/models` does not list: before any episode, not one 404 per episode."""
-    from ludic.pipeline.server_wait import wait_for_servers
+    from ludic.inference.http.server_wait import wait_for_servers
     from ludic.recipes.inference import check_served_model, server_urls
 
     say = partial(console.print, markup=False, highlight=False)

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ludic.inference.http.server_wait import wait_for_servers
 from ludic.pipeline.actor import ActorBatchStats, PipelineActor
 from ludic.pipeline.config import ActorConfig, Algorithm, LearnerConfig
 from ludic.pipeline.credit_check import CreditCheck, credit_record
@@ -34,7 +35,6 @@ from ludic.pipeline.learner_settings import (
     learner_settings,
     refuse_fresh_run_over_checkpoints,
 )
-from ludic.pipeline.server_wait import wait_for_servers
 from ludic.pipeline.stream import SampleStream, check_reachable
 from ludic.recipes.algorithms import GiGPOOptions
 from ludic.recipes.inference import engine_settings  # shared with `ludic eval`

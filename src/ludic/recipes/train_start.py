@@ -25,7 +25,7 @@ from ludic.distributed.server_link import (
     WeightPushError,
 )
 from ludic.errors import LudicUsageError
-from ludic.pipeline.server_wait import wait_for_servers
+from ludic.inference.http.server_wait import wait_for_servers
 from ludic.recipes.configs import RESUME_LATEST, TrainConfig
 from ludic.recipes.inference import server_push_token, server_urls
 from ludic.training import Trainer
