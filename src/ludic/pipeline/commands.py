@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +36,10 @@ from ludic.pipeline.learner_settings import (
 )
 from ludic.pipeline.stream import SampleStream, check_reachable
 from ludic.recipes.algorithms import GiGPOOptions
-from ludic.recipes.inference import engine_settings  # shared with `ludic eval`
+from ludic.recipes.inference import (  # shared with `ludic eval` and `ludic train`
+    engine_settings,
+    server_push_token,
+)
 
 if TYPE_CHECKING:
     from ludic.eval.env_spec import EnvFactory
@@ -46,7 +48,6 @@ if TYPE_CHECKING:
     from ludic.recipes.configs import ContextChoice
 
 logger = logging.getLogger(__name__)
-TOKEN_ENV = "LUDIC_SERVER_TOKEN"
 
 
 def make_algorithm(
@@ -284,6 +285,8 @@ async def _close(client: Any) -> None:
 def run_learner(cfg: LearnerConfig) -> list[dict[str, float]]:
     """Train `cfg.steps` steps on samples from the stream; returns each step's metrics."""
     check_learner_counts(cfg)  # before Redis or the model: --steps 0, dr_grpo without --max-tokens
+    if cfg.server_url:  # no --token (nor $LUDIC_SERVER_TOKEN): refused before any wait or load
+        server_push_token(cfg.token, flag="--token")
     if not refusals_need_torch(cfg):  # Redis not started: refused in seconds, not after torch
         check_reachable(cfg.redis_url)
     check_learner_model(cfg)  # a --model that is no model directory
@@ -380,16 +383,9 @@ def _publisher(cfg: LearnerConfig, model: Any) -> Any:
     from ludic.distributed import BroadcastPolicyPublisher
     from ludic.recipes.inference import server_urls
 
-    urls = server_urls(cfg.server_url)  # several: one broadcast reaches them all
-    token = cfg.token or os.environ.get(TOKEN_ENV)
-    if not token:
-        raise ValueError(
-            f"publishing to {' '.join(urls)} needs the server's control token: pass --token "
-            f"or set ${TOKEN_ENV}"
-        )
     return BroadcastPolicyPublisher(
-        urls,
-        token,
+        server_urls(cfg.server_url),  # several: one broadcast reaches them all
+        server_push_token(cfg.token, flag="--token"),  # `run_learner` refused a bad one at once
         backend=cfg.backend,
         bucket_mb=cfg.bucket_mb,
         atol=cfg.verify_atol,

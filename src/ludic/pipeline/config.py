@@ -126,7 +126,9 @@ class LearnerConfig:
     """Weight-receiving ranks of each server: its tensor-parallel size for vLLM (1 for
     `ludic serve`)."""
     token: str | None = None
-    """Bearer token of the server's control endpoints (default: $LUDIC_SERVER_TOKEN)."""
+    """Bearer token of the server's control endpoints (default: $LUDIC_SERVER_TOKEN); with
+    --server-url, none, or one no server holds (not printable ASCII, surrounding spaces), is
+    refused at start, before Redis, the server wait and the model load."""
     model: str | None = None
     """Local model directory to start from; the server must serve the same model
     (default: a locally built tiny model)."""

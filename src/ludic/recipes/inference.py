@@ -171,12 +171,17 @@ def make_inference(
     return Inference(client=make_client(urls, served_model=name), publisher=publisher)
 
 
-def server_push_token(server_token: str | None, *, batch_invariant: bool = False) -> str:
+def server_push_token(
+    server_token: str | None, *, flag: str = "--server-token", batch_invariant: bool = False
+) -> str:
     """The control token a training run pushes its weights to its servers with (`server_token`,
     else LUDIC_SERVER_TOKEN), refusing what makes a push impossible before any server is asked:
-    no token, or `batch_invariant` (the embedded engine's flag: a server batches itself). A
-    command that waits for its servers to listen calls it first, so a missing flag is not
-    found only once they are up."""
+    no token, one no server can hold (`ludic serve` refuses to start with a token that is not
+    printable ASCII or has surrounding spaces, and an HTTP header cannot carry one reliably), or
+    `batch_invariant` (the embedded engine's flag: a server batches itself). `flag` is the
+    command's token flag, named in the refusal (`ludic learner`: `--token`). A command that
+    waits for its servers to listen calls it first, so a missing flag is not found only once
+    they are up."""
     token = server_token or os.environ.get("LUDIC_SERVER_TOKEN")
     if batch_invariant:
         raise ValueError(
@@ -188,9 +193,17 @@ def server_push_token(server_token: str | None, *, batch_invariant: bool = False
         )
     if not token:
         raise ValueError(
-            "a server URL needs its control token to push weights (start it with "
-            "`ludic serve --model DIR --token SECRET` and pass the same token, or set "
-            "LUDIC_SERVER_TOKEN)"
+            f"a server URL needs its control token to push weights: pass {flag} with the token "
+            "the server was started with (`ludic serve --model DIR --token SECRET`), or set "
+            "LUDIC_SERVER_TOKEN"
+        )
+    # the rule `ludic serve` applies to its own token (ludic.inference.http.auth.resolve_token)
+    if not (token.isascii() and token.isprintable() and token == token.strip()):
+        given = flag if server_token else "$LUDIC_SERVER_TOKEN"
+        raise ValueError(
+            f"the control token in {given} is not printable ASCII or has surrounding spaces "
+            "(a newline or tab?), so no server holds it (`ludic serve --token` refuses such a "
+            "token): pass the token the server was started with"
         )
     return token
 
