@@ -13,6 +13,7 @@ download datasets: bring your own problems as `CodeProblem`s or a JSONL file.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import re
 from collections.abc import Hashable, Sequence
@@ -159,6 +160,12 @@ class CodeTestEnv(SingleAgentEnv):
         set_parse_failure_ends_episode(self, parse_failure_ends_episode)
         if scoring not in ("fraction", "all_or_nothing"):
             raise ValueError(f"scoring must be 'fraction' or 'all_or_nothing', got {scoring!r}")
+        if not (isinstance(compile_penalty, int | float) and 0 <= compile_penalty < math.inf):
+            raise ValueError(
+                f"compile_penalty must be a finite number >= 0 (code that does not compile gets "
+                f"reward -compile_penalty), got {compile_penalty!r}; pass 0.5 for a reward of "
+                "-0.5, not -0.5, which would reward code that does not compile"
+            )
         self.problems = list(problems) if problems is not None else load_code_problems()
         if not self.problems:
             raise ValueError("CodeTestEnv needs at least one problem")
