@@ -149,7 +149,8 @@ class AWRConfig:
     board up to its 8 symmetries, and for Q those of the board the move leads to, its
     afterstate, which the (board, move) pairs that reach one position share)."""
     value_folds: int = 5
-    """With baseline value: folds of games (each game's value is fitted on the others)."""
+    """With baseline value or q_value: folds of games (each game's value is fitted on the
+    others)."""
     state_prior: float = 1.0
     """With baseline state or state_action: pseudo-visits of the parent mean per estimate."""
     state_normalize: bool = False
@@ -500,9 +501,27 @@ def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
+_BASELINE_FLAGS = {"state_prior": ("state", "state_action"), "value_folds": ("value", "q_value")}
+
+
+def check_baseline_flags(cfg: AWRConfig) -> None:
+    """--state-prior or --value-folds given with a --baseline that never reads it is refused
+    (it would change nothing, silently)."""
+    defaults = AWRConfig()
+    for name, baselines in _BASELINE_FLAGS.items():
+        value = getattr(cfg, name)
+        if value != getattr(defaults, name) and cfg.baseline not in baselines:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(
+                f"{flag} {value} applies only to --baseline {' or '.join(baselines)}, not "
+                f"{cfg.baseline!r} (which would ignore it): drop it or pass --baseline {baselines[0]}"
+            )
+
+
 def main(cfg: AWRConfig) -> dict[str, list[StageResult]]:
     """Each method's evaluations, one per seed: {"sft": [...], "awr": [...]} (and "start")."""
     expert_shares(cfg.expert_episodes, len(cfg.expert_epsilons))  # refuse bad splits early
+    check_baseline_flags(cfg)
     torch.set_num_threads(cfg.threads)
     records = [run_seed(cfg, seed) for seed in range(cfg.first_seed, cfg.first_seed + cfg.seeds)]
     by_method = {m: [r[m] for r in records] for m in ("start", *METHODS) if m in records[0]}
