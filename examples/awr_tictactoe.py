@@ -501,12 +501,16 @@ def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-_BASELINE_FLAGS = {"state_prior": ("state", "state_action"), "value_folds": ("value", "q_value")}
+_BASELINE_FLAGS = {
+    "state_prior": ("state", "state_action"),
+    "value_folds": ("value", "q_value"),
+    "features": ("value", "q_value"),
+}
 
 
 def check_baseline_flags(cfg: AWRConfig) -> None:
-    """--state-prior or --value-folds given with a --baseline that never reads it is refused
-    (it would change nothing, silently)."""
+    """--state-prior, --value-folds or --features given with a --baseline that never reads it
+    is refused (it would change nothing, silently)."""
     defaults = AWRConfig()
     for name, baselines in _BASELINE_FLAGS.items():
         value = getattr(cfg, name)

@@ -1,5 +1,5 @@
-"""examples/awr_tictactoe.py: --state-prior or --value-folds given with a --baseline that never
-reads it is refused before any game is played, not silently ignored."""
+"""examples/awr_tictactoe.py: --state-prior, --value-folds or --features given with a
+--baseline that never reads it is refused before any game is played, not silently ignored."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from test_examples import config, load_example
         ({"baseline": "state", "value_folds": 3}, "--value-folds 3 applies only to --baseline"),
         ({"baseline": "q_value", "state_prior": 4.0}, "--state-prior 4.0 applies only to"),
         ({"baseline": "mean", "state_prior": 4.0}, "--state-prior 4.0 applies only to"),
+        ({"baseline": "state", "features": "board"}, "--features board applies only to"),
     ],
 )
 def test_a_flag_the_baseline_ignores_is_refused(flags: dict, named: str) -> None:
@@ -41,6 +42,7 @@ def test_main_refuses_it_before_anything_runs(tmp_path: Path) -> None:
         {"baseline": "q_value", "value_folds": 3},
         {"baseline": "state", "state_prior": 4.0},
         {"baseline": "state_action", "state_prior": 4.0},
+        {"baseline": "q_value", "features": "board"},
     ],
 )
 def test_a_flag_its_baseline_reads_is_taken(flags: dict) -> None:
