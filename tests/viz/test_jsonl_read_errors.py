@@ -1,5 +1,5 @@
-"""What `ludic view` / `ludic plot` say about a line that is not JSON: a last line still being
-written, and a damaged line inside the file."""
+"""What `ludic view` / `ludic plot` say about a file they cannot read (a last line still being
+written, a damaged line, a JSON document that is not JSON Lines), and the run a plot names."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ludic.rollouts import read_rollouts_jsonl
-from ludic.viz.plots import read_metrics
+from ludic.viz.plots import Panel, default_title, read_metrics
 
 
 def test_a_last_line_still_being_written_says_to_read_again(tmp_path: Path) -> None:
@@ -58,3 +58,14 @@ def test_another_multi_line_json_document_is_named(tmp_path: Path) -> None:
     document.write_text(json.dumps({"a": 1}, indent=2))
     with pytest.raises(ValueError, match=r"config\.json: not JSON Lines .* one JSON document"):
         read_metrics(document)
+
+
+def test_a_metrics_file_in_the_working_directory_names_it_in_the_title(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `cd RUN && ludic plot metrics.jsonl` titled every figure "(run: .)"
+    monkeypatch.chdir(tmp_path)
+    title = default_title([Panel(title="Loss", keys=("loss",))], "metrics.jsonl")
+    assert title == f"Loss per training step (run: {tmp_path})"
+    nested = default_title([Panel(title="Loss", keys=("loss",))], "runs/metrics.jsonl")
+    assert nested == "Loss per training step (run: runs)"

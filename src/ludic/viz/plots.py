@@ -213,7 +213,10 @@ def default_title(panels: Sequence[Panel], metrics_jsonl: str | Path) -> str:
     """What the figure shows and where it comes from, e.g. "batch/mean_reward per training
     step (run: ludic_runs/train)"."""
     what = ", ".join(panel.title for panel in panels)
-    return f"{what} per training step (run: {Path(metrics_jsonl).parent})"
+    run = Path(metrics_jsonl).parent
+    if run == Path("."):  # a file in the working directory: name that directory, not "."
+        run = Path.cwd()
+    return f"{what} per training step (run: {run})"
 
 
 def _numeric_keys(records: Sequence[MetricRecord]) -> set[str]:
