@@ -66,6 +66,6 @@ def test_a_metrics_file_in_the_working_directory_names_it_in_the_title(
     # `cd RUN && ludic plot metrics.jsonl` titled every figure "(run: .)"
     monkeypatch.chdir(tmp_path)
     title = default_title([Panel(title="Loss", keys=("loss",))], "metrics.jsonl")
-    assert title == f"Loss per training step (run: {tmp_path})"
+    assert title == f"Loss per training step (run: {tmp_path.name})"
     nested = default_title([Panel(title="Loss", keys=("loss",))], "runs/metrics.jsonl")
     assert nested == "Loss per training step (run: runs)"

@@ -215,7 +215,7 @@ def default_title(panels: Sequence[Panel], metrics_jsonl: str | Path) -> str:
     what = ", ".join(panel.title for panel in panels)
     run = Path(metrics_jsonl).parent
     if run == Path("."):  # a file in the working directory: name that directory, not "."
-        run = Path.cwd()
+        run = Path(Path.cwd().name)  # its name only: a long path runs off the figure's title
     return f"{what} per training step (run: {run})"
 
 
