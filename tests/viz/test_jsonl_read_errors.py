@@ -1,15 +1,17 @@
 """What `ludic view` / `ludic plot` say about a file they cannot read (a last line still being
-written, a damaged line, a JSON document that is not JSON Lines), and the run a plot names."""
+written, a damaged line, a JSON document that is not JSON Lines), the run a plot names, and
+a step whose episodes all failed."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
 
 from ludic.rollouts import read_rollouts_jsonl
-from ludic.viz.plots import Panel, default_title, read_metrics
+from ludic.viz.plots import Panel, _series, default_title, metrics_figure, read_metrics
 
 
 def test_a_last_line_still_being_written_says_to_read_again(tmp_path: Path) -> None:
@@ -69,3 +71,19 @@ def test_a_metrics_file_in_the_working_directory_names_it_in_the_title(
     assert title == f"Loss per training step (run: {tmp_path.name})"
     nested = default_title([Panel(title="Loss", keys=("loss",))], "runs/metrics.jsonl")
     assert nested == "Loss per training step (run: runs)"
+
+
+def test_a_step_whose_episodes_all_failed_is_a_gap_in_the_reward_curve() -> None:
+    # BatchStats logs mean_reward 0.0 when every rollout failed: plotted, it drew a reward of 0
+    # (above a run's real -10s) that no episode earned
+    records = [
+        {"step": 1, "batch/mean_reward": -10.0, "batch/num_rollouts": 2.0, "batch/num_failed": 1.0},
+        {"step": 2, "batch/mean_reward": 0.0, "batch/num_rollouts": 2.0, "batch/num_failed": 2.0},
+        {"step": 3, "batch/mean_reward": 0.0, "batch/num_rollouts": 2.0, "batch/num_failed": 0.0},
+    ]
+    steps, values = _series(records, "batch/mean_reward")
+    assert steps == [1.0, 2.0, 3.0]
+    assert values[0] == -10.0 and math.isnan(values[1]) and values[2] == 0.0
+    figure = metrics_figure(records, [Panel(title="Reward", keys=("batch/mean_reward",))])
+    (line,) = figure.axes[0].get_lines()
+    assert math.isnan(line.get_ydata()[1])

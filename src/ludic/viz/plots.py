@@ -234,10 +234,18 @@ def _series(records: Sequence[MetricRecord], key: str) -> tuple[list[float], lis
     for r in records:
         value = _as_float(r.get(key))
         step = _as_float(r.get("step"))
+        if value is not None and key == "batch/mean_reward" and _every_episode_failed(r):
+            value = math.nan  # BatchStats logs 0.0 then: a gap, not a reward no episode earned
         if value is not None and step is not None:
             steps.append(step)
             values.append(value)
     return steps, values
+
+
+def _every_episode_failed(record: MetricRecord) -> bool:
+    failed = _as_float(record.get("batch/num_failed"))
+    rollouts = _as_float(record.get("batch/num_rollouts"))
+    return failed is not None and rollouts is not None and 0 < rollouts <= failed
 
 
 def _as_float(value: object) -> float | None:
