@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from ludic.rollouts import read_rollouts_jsonl
-from ludic.viz.plots import Panel, _series, default_title, metrics_figure, read_metrics
+from ludic.viz.plots import (
+    Panel,
+    _series,
+    default_title,
+    metrics_figure,
+    plot_metrics,
+    read_metrics,
+)
 
 
 def test_a_last_line_still_being_written_says_to_read_again(tmp_path: Path) -> None:
@@ -87,3 +94,13 @@ def test_a_step_whose_episodes_all_failed_is_a_gap_in_the_reward_curve() -> None
     figure = metrics_figure(records, [Panel(title="Reward", keys=("batch/mean_reward",))])
     (line,) = figure.axes[0].get_lines()
     assert math.isnan(line.get_ydata()[1])
+
+
+@pytest.mark.parametrize("name", ["curves.jpg", "curves.SVG", "curves.pdf"])
+def test_an_out_named_like_another_image_format_is_refused(tmp_path: Path, name: str) -> None:
+    # `ludic plot metrics.jsonl --out curves.jpg` made a directory curves.jpg/ of PNGs
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "loss": 0.5}\n')
+    with pytest.raises(ValueError, match=r"the plots are PNGs; give a \.png file"):
+        plot_metrics(metrics, tmp_path / name)
+    assert not (tmp_path / name).exists()

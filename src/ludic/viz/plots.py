@@ -47,6 +47,9 @@ LEGEND_NOTES = {
 """What a metric averages over, shown in its legend: the Trainer's two rewards share a panel and
 differ by the number of turns (an episode of ten -1 turns: -10 per episode, -1 per sample)."""
 _DPI = 100
+_OTHER_IMAGE_SUFFIXES = frozenset(
+    {".jpg", ".jpeg", ".svg", ".pdf", ".gif", ".webp", ".eps", ".ps", ".tif", ".tiff", ".bmp"}
+)
 _MARKER_BELOW = 40  # sparse series (e.g. eval every N steps) get point markers
 
 
@@ -190,6 +193,12 @@ def plot_metrics(
     panels = metric_panels(records, keys)
     title = title or default_title(panels, metrics_jsonl)
     out = Path(out)
+    if out.suffix.lower() in _OTHER_IMAGE_SUFFIXES:
+        raise ValueError(
+            f"{out}: the plots are PNGs; give a .png file for one figure with every panel, or a "
+            f"directory for metrics.png plus one PNG per panel (a {out.suffix} name would "
+            "become a directory of PNGs)"
+        )
     # The title is also the PNG's "Title" text chunk, so tools (and tests) can read it.
     if out.suffix.lower() == ".png":
         out.parent.mkdir(parents=True, exist_ok=True)
