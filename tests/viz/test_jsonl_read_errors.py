@@ -15,6 +15,7 @@ from ludic.viz.plots import (
     Panel,
     _series,
     default_title,
+    metric_panels,
     metrics_figure,
     plot_metrics,
     read_metrics,
@@ -104,3 +105,13 @@ def test_an_out_named_like_another_image_format_is_refused(tmp_path: Path, name:
     with pytest.raises(ValueError, match=r"the plots are PNGs; give a \.png file"):
         plot_metrics(metrics, tmp_path / name)
     assert not (tmp_path / name).exists()
+
+
+def test_a_key_without_its_prefix_is_pointed_to_the_logged_name() -> None:
+    # the README lists the mismatch metrics as mismatch/k3 ... "under loss/"
+    records = [{"step": 1, "loss/mismatch/k3": 1e-10, "loss": 0.5}]
+    with pytest.raises(ValueError, match=r"mismatch/k3: did you mean loss/mismatch/k3\?"):
+        metric_panels(records, ["mismatch/k3"])
+    with pytest.raises(ValueError, match=r"are not in the file; it has") as info:
+        metric_panels(records, ["nothing"])
+    assert "did you mean" not in str(info.value)

@@ -112,7 +112,13 @@ def metric_panels(records: Sequence[MetricRecord], keys: Sequence[str] = ()) -> 
     if keys:
         missing = [k for k in keys if k not in present]
         if missing:
-            raise ValueError(f"metrics {missing} are not in the file; it has {sorted(present)}")
+            meant = {k: sorted(p for p in present if p.endswith(f"/{k}")) for k in missing}
+            hint = "; ".join(f"{k}: did you mean {' or '.join(m)}?" for k, m in meant.items() if m)
+            raise ValueError(
+                f"metrics {missing} are not in the file"
+                + (f" ({hint})" if hint else "")
+                + f"; it has {sorted(present)}"
+            )
         return [Panel(title=k, keys=(k,)) for k in keys]
     grouped: dict[str, list[str]] = {title: [] for title, _ in PANEL_FAMILIES}
     for key in sorted(present):
