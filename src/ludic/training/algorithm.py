@@ -258,11 +258,12 @@ def make_reinforce_pp(
     aggregation: Aggregation = "token_mean",
     kl_beta: float = 0.0,
     kl_estimator: KLEstimator = "k2",
+    kl_clamp: float | None = None,
 ) -> RLAlgorithm:
     """REINFORCE++ (arXiv:2501.03262): batch-whitened returns-to-go (`ReinforcePlusPlus`), or
     with `group_baseline=True` REINFORCE++-baseline, whiten(R_i - mean_group R); PPO's token
     clip, token_mean. The paper folds a k1 KL into the reward; here KL is a loss term
-    (kl_beta, with k2 as verl's REINFORCE++ recipes use)."""
+    (kl_beta, with k2 as verl's REINFORCE++ recipes use; `kl_clamp` caps a k3 / k3+ estimate)."""
     loss = TokenClippedSurrogateLoss(
         clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, aggregation=aggregation
     )
@@ -270,7 +271,11 @@ def make_reinforce_pp(
         name="reinforce_pp_baseline" if group_baseline else "reinforce_pp",
         credit_assigner=ReinforcePlusPlus(group_baseline=group_baseline, gamma=gamma),
         loss=with_regularizers(
-            loss, kl_beta=kl_beta, kl_estimator=kl_estimator, aggregation=aggregation
+            loss,
+            kl_beta=kl_beta,
+            kl_estimator=kl_estimator,
+            kl_clamp=kl_clamp,
+            aggregation=aggregation,
         ),
     )
 
@@ -338,6 +343,7 @@ def make_gigpo(
     aggregation: Aggregation = "token_mean",
     kl_beta: float = 0.0,
     kl_estimator: KLEstimator = "k3",
+    kl_clamp: float | None = None,
     default_step_reward: float = 0.0,
     episode_stat: EpisodeStat = "trajectory",
     anchor_key: AnchorKeyFn = default_anchor_key,
@@ -346,7 +352,8 @@ def make_gigpo(
     step-level advantage over anchor states, gamma = 0.95, omega = 1 as in the paper; see
     `GiGPO` for combine="seed003", `default_step_reward`, final scores and `episode_stat`),
     with the token-clipped surrogate (token_mean, as the reference verl-agent code runs it).
-    The paper uses a KL penalty beta = 0.01 (kl_beta). `anchor_key` maps a turn to its anchor
+    The paper uses a KL penalty beta = 0.01 (kl_beta; `kl_clamp` caps a k3 / k3+ estimate).
+    `anchor_key` maps a turn to its anchor
     state (default: the env's state key, else the observation text's hash)."""
     loss = TokenClippedSurrogateLoss(
         clip_eps_low=clip_eps_low, clip_eps_high=clip_eps_high, aggregation=aggregation
@@ -365,7 +372,11 @@ def make_gigpo(
         name="gigpo",
         credit_assigner=credit,
         loss=with_regularizers(
-            loss, kl_beta=kl_beta, kl_estimator=kl_estimator, aggregation=aggregation
+            loss,
+            kl_beta=kl_beta,
+            kl_estimator=kl_estimator,
+            kl_clamp=kl_clamp,
+            aggregation=aggregation,
         ),
     )
 
