@@ -284,12 +284,17 @@ def _flag(field_name: str) -> str:
 
 
 def awr_flags_given(cfg: SFTConfig) -> list[str]:
-    """The `--awr-*` flags whose value differs from the default, as `--flag value`."""
+    """The `--awr-*` flags whose value differs from the default, as typed: `--flag value`, or
+    `--flag` / `--no-flag` for a switch."""
     given = []
     for f in fields(SFTConfig):
         value = getattr(cfg, f.name)
         if f.name.startswith("awr_") and value != f.default:
-            given.append(f"--{f.name.replace('_', '-')} {value}")
+            flag = f.name.replace("_", "-")
+            if isinstance(value, bool):
+                given.append(f"--{flag}" if value else f"--no-{flag}")
+            else:
+                given.append(f"--{flag} {value}")
     return given
 
 
