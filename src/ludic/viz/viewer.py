@@ -20,6 +20,7 @@ import tyro
 from rich.console import Console
 from rich.markup import escape
 
+from ludic._jsonl_errors import undecodable_line
 from ludic.inference.scripted import decode_ids
 from ludic.rollouts import SAWItem, read_rollouts_jsonl
 from ludic.rollouts.token_check import TextDecoder, foreign_token_ids
@@ -186,19 +187,37 @@ def _load_rollouts(rollouts: RolloutSource) -> list[Rollout]:
 def _load_samples(samples: SampleSource) -> list[SAWItem]:
     if not isinstance(samples, str | Path):
         return list(samples)
+    if not Path(samples).is_file():
+        raise ValueError(f"no samples file at {samples}; {_SAMPLES_FILE}")
     items: list[SAWItem] = []
     with Path(samples).open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             try:
-                items.append(SAWItem.from_dict(json.loads(line)))
-            except (json.JSONDecodeError, KeyError, ValueError) as e:
-                raise ValueError(
-                    f"{samples}:{lineno}: not a SAWItem record ({e}); expected "
-                    "SAWItem.to_dict() lines"
-                ) from e
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(undecodable_line(samples, lineno, line, e, "sample record")) from e
+            try:
+                items.append(SAWItem.from_dict(record))
+            except (KeyError, ValueError, TypeError, AttributeError) as e:
+                raise ValueError(_not_a_sample(samples, lineno, record, e)) from e
     return items
+
+
+_SAMPLES_FILE = (
+    "--samples takes the samples.jsonl `ludic train` writes next to its rollouts.jsonl "
+    "(one SAWItem.to_dict() per line)"
+)
+
+
+def _not_a_sample(path: str | Path, lineno: int, record: object, error: Exception) -> str:
+    what = f"not a training sample ({type(error).__name__}: {error})"
+    if isinstance(record, dict) and "id" in record and "steps" in record:
+        what = "a rollout (as in rollouts.jsonl), not a training sample"
+    elif isinstance(record, dict) and "rollout_id" in record:
+        what = "an eval summary record (episodes.jsonl or steps.jsonl of `ludic eval`), not a training sample"
+    return f"{path}:{lineno}: {what}; {_SAMPLES_FILE}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
