@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ludic.sandbox.records import SandboxResult
+from ludic.sandbox.records import SandboxResult, memory_error_reported
 
 ENV_VAR = "LUDIC_SANDBOX_CGROUP"
 _PREFIX = "ludic-sbx-"
@@ -311,7 +311,20 @@ def cgroup_opener(cgroup: RunCgroup, gate_write_fd: int) -> Callable[[Process], 
 
 
 def with_cgroup_outcome(result: SandboxResult, cgroup: RunCgroup | None) -> SandboxResult:
-    """`result`, with `memory_exceeded` set when the kernel killed a process at the cap."""
-    if cgroup is None or result.memory_exceeded or not cgroup.oom_kills():
+    """`result`, with `memory_exceeded` as the run's cgroup tells it: set when the kernel
+    killed a process at the cap; cleared when a SIGKILL was read as one but the cgroup saw no
+    OOM kill and never reached its cap (a program that killed itself, or was killed by another)."""
+    if cgroup is None:
         return result
-    return dataclasses.replace(result, memory_exceeded=True, cpu_time_exceeded=False)
+    if cgroup.oom_kills():
+        if result.memory_exceeded:
+            return result
+        return dataclasses.replace(result, memory_exceeded=True, cpu_time_exceeded=False)
+    guessed_from_sigkill = (
+        result.memory_exceeded
+        and result.killed_signal == signal.SIGKILL
+        and not memory_error_reported(result.stderr)
+    )
+    if guessed_from_sigkill and not cgroup.limit_reached():
+        return dataclasses.replace(result, memory_exceeded=False)
+    return result

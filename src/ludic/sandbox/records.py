@@ -188,6 +188,11 @@ _MEMORY_ERRORS = re.compile(
 )
 
 
+def memory_error_reported(stderr: str) -> bool:
+    """Whether the end of `stderr` reports a failed allocation (MemoryError, bad_alloc, ...)."""
+    return bool(_MEMORY_ERRORS.search(stderr[-_STDERR_TAIL:]))
+
+
 def classify_exit(
     returncode: int,
     stderr: str,
@@ -213,7 +218,7 @@ def classify_exit(
     )
     # RLIMIT_AS makes allocations fail (MemoryError); a cgroup limit (containers) SIGKILLs.
     oom_kill = killed_signal == signal.SIGKILL and not killed_by_runner and not cpu
-    memory = not cpu and (oom_kill or bool(_MEMORY_ERRORS.search(stderr[-_STDERR_TAIL:])))
+    memory = not cpu and (oom_kill or memory_error_reported(stderr))
     return {
         "exit_code": exit_code,
         "killed_signal": killed_signal,
