@@ -23,7 +23,12 @@ _PROCESS_ERRORS = re.compile(
 )
 # RLIMIT_FSIZE: SIGXFSZ kills a program that does not ignore it; one that does (Python) gets
 # EFBIG ("File too large"); a shell reports a child SIGXFSZ killed as "File size limit exceeded".
-_FILE_SIZE_ERRORS = re.compile(r"File too large$|File size limit exceeded", re.MULTILINE)
+# EFBIG (a file over max_file_bytes) and ENOSPC (a write that found its capped tmpfs full: the
+# only writable places in the sandbox are /tmp and /dev/shm, max_file_bytes each, and the
+# scratch directory, scratch_bytes)
+_FILE_SIZE_ERRORS = re.compile(
+    r"File too large$|File size limit exceeded|No space left on device", re.MULTILINE
+)
 
 
 class SandboxIsolationWarning(UserWarning):
@@ -120,8 +125,9 @@ class SandboxResult:
 
     @property
     def file_size_exceeded(self) -> bool:
-        """A write went over `max_file_bytes`: SIGXFSZ killed the program, or it failed
-        reporting the EFBIG."""
+        """A write went over `max_file_bytes`, or found its capped tmpfs full (`/tmp` and
+        `/dev/shm` hold `max_file_bytes`, the scratch directory `scratch_bytes`): SIGXFSZ
+        killed the program, or it failed reporting the EFBIG or ENOSPC."""
         return self.killed_signal == signal.SIGXFSZ or (
             self.exit_code != 0 and bool(_FILE_SIZE_ERRORS.search(self.stderr[-_STDERR_TAIL:]))
         )
