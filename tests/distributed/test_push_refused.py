@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.distributed, pytest.mark.timeout(120)]
 
 WIDE = replace(SPEC, hidden_size=64, intermediate_size=128)  # another shape than SPEC
 OTHER_MODEL_FIX = "The server serves another model than the trainer's"
-TOKEN_FIX = "give it the token the server was started with"
+TOKEN_FIX = "give the trainer the token the server was started with"
 
 
 class Client(TestClient):

@@ -21,12 +21,14 @@ does, gather first and call it on rank 0 with the state dict; verification never
 collective. Weights holding a nan or an inf are never sent: `publish` raises
 `NonFiniteWeightsError` first (one float sum per tensor), since `ludic serve` receives in place
 and could only refuse them once they had landed. A server's refusal of a push (a 4xx) raises
-`WeightPushError` and is not retried, except one saying it has no communicator (it left this
-trainer's group: it restarted): the publisher then rejoins (a new `/init` and join for every server, as its first connect) and
-retries that push once, logging one line that says so; failing again raises `WeightPushError`
-naming why. A server that says another trainer joined it and replaced this trainer's group
-raises `TrainerReplaced` naming that trainer (host, pid), now and at every later `publish`:
-the two trainers would otherwise take the server from each other at every push. With
+`PushRefused` (a `WeightPushError` naming each server, its HTTP status, its words and what to
+do) and is not retried, except one saying it has no communicator (it left this trainer's
+group: it restarted): the publisher then rejoins (a new `/init` and join for every server, as
+its first connect) and retries that push once, logging one line that says so; failing again
+raises `WeightPushError` naming why. A server that says another trainer joined it and
+replaced this trainer's group raises `TrainerReplaced` naming that trainer (host, pid), now
+and at every later `publish`: the two trainers would otherwise take the server from each
+other at every push. With
 `take_over=True` the publisher instead takes the server back (rejoins and retries once,
 logging a warning naming the other trainer). It does not balance or route inference requests
 (`ludic.inference.http.pool`).
@@ -112,9 +114,9 @@ class BroadcastPolicyPublisher:
       offers it in `/ludic/weights/status`; chosen per server).
     - `server_ranks`: receiving ranks of each server (vLLM with tensor parallelism: TP); one
       number for all, or one per URL.
-    - `min_servers`: the push fails (WeightPushError naming each server that did not take it)
-      when fewer servers than this took it; the others are named in a warning and in
-      `last_push.missed`, and rejoin when they answer again. Default 1: rollouts carry on on
+    - `min_servers`: the push fails (TooFewServers, a WeightPushError naming each server that
+      did not take it) when fewer servers than this took it; the others are named in a warning
+      and in `last_push.missed`, and rejoin when they answer again. Default 1: rollouts carry on on
       the servers left. `min_servers=len(urls)` makes every server mandatory.
     - `take_over`: when another trainer has joined a server and replaced this one's group
       there, take the server back (rejoin and retry the push once, with a warning naming the
@@ -247,10 +249,11 @@ class BroadcastPolicyPublisher:
         """Push `weights` as policy `version` to every server and verify each; raises
         NonFiniteWeightsError, before contacting any server, if a tensor holds a nan or an inf
         (the policy diverged), PublishVerificationError if a server does not serve them,
-        WeightPushError if one refused the push (not retried, unless it said it is not in the
-        group: then rejoined and retried once) or fewer than `min_servers` took it (naming each
-        server), TrainerReplaced (a WeightPushError) if another trainer replaced this one on a
-        server (again at every later call; unless `take_over`)."""
+        PushRefused (a WeightPushError) if one refused the push (a 4xx; not retried, unless it
+        said it is not in the group: then rejoined and retried once, and WeightPushError if
+        that fails again), TooFewServers (a WeightPushError) if fewer than `min_servers` took
+        it (naming each server), TrainerReplaced (a WeightPushError) if another trainer
+        replaced this one on a server (again at every later call; unless `take_over`)."""
         if isinstance(version, bool) or not isinstance(version, int) or version < 0:
             raise ValueError(f"publish: version must be an int >= 0, got {version!r}")
         model = weights if isinstance(weights, torch.nn.Module) else self.probe_model

@@ -234,7 +234,7 @@ class ServerGroup:
         except WeightPushError as e:
             if server.refused_as_replaced(e):
                 self.raise_if_replaced()
-            said = str(e)
+            said = e.said if isinstance(e, PushRefused) else str(e)  # not a refusal's advice
             left = any(m in said.lower() for m in _NOT_IN_GROUP) or server.why_gone() is not None
             if not left:
                 raise

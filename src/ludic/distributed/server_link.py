@@ -64,6 +64,7 @@ class PushRefused(Refusal, WeightPushError):
         fixes = dict.fromkeys(_what_to_do(r.status, r.said) for r in refusals)
         super().__init__(f"{said}. {' '.join(fixes)}")
         self.refusals = refusals
+        self.said = said  # what happened, without the advice (for errors that say another fix)
 
     def __reduce__(self) -> tuple[type[PushRefused], tuple[list[Refused]]]:
         return PushRefused, (self.refusals,)  # pickled whole (sent between ranks, processes)
@@ -193,7 +194,10 @@ class ServerLink:
         """Whether `error` is this server saying another trainer replaced this one (noted)."""
         if REPLACED not in str(error):
             return False
-        self.replaced = self.replaced or str(error)
+        # the server's own words (who replaced it, what to do): no URL, no refusal's advice
+        said = error.refusals if isinstance(error, PushRefused) else []
+        words = "; ".join(r.said for r in said if r.url == self.url) or str(error)
+        self.replaced = self.replaced or words
         return True
 
     def request(
@@ -267,14 +271,17 @@ def _what_to_do(status: int | None, said: str) -> str:
     """The fix for a server's refusal of a weight-sync request (HTTP `status`, its words)."""
     if status == 401:
         return (
-            "The trainer's token is not the server's: give it the token the server was started "
-            "with (`ludic serve --token`, or its $LUDIC_SERVER_TOKEN): `ludic train "
-            "--server-token`, `ludic learner --token`, or BroadcastPolicyPublisher's token"
+            "The server refused the trainer's token: give the trainer the token the server was "
+            "started with (`ludic serve --token T`; vLLM's `python -m ludic.inference.vllm."
+            "server ... --ludic-token T`; or $LUDIC_SERVER_TOKEN where the server started): "
+            "`ludic train --server-token`, `ludic learner --token`, or "
+            "BroadcastPolicyPublisher's token"
         )
     if status == 403:
         return (
             "The server was started without a token, so it takes no weights: restart it with "
-            "one (`ludic serve --token T`, or $LUDIC_SERVER_TOKEN set) and give the trainer the same"
+            "one (`ludic serve --token T`; vLLM's `python -m ludic.inference.vllm.server ... "
+            "--ludic-token T`; or $LUDIC_SERVER_TOKEN set) and give the trainer the same"
         )
     if status == 404:
         return (
