@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
 import subprocess
 import sys
@@ -47,12 +48,13 @@ def test_a_broken_vllm_install_says_what_to_remove(monkeypatch: pytest.MonkeyPat
 
 
 def test_serve_args_add_extensions_and_keep_user_choices(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(vllm_server.TOKEN_ENV, raising=False)
-    args = vllm_server.vllm_serve_args(
-        ["m", "--ludic-token", "s3cret", "--logprobs-mode=raw_logprobs"]
-    )
+    monkeypatch.setenv(vllm_server.TOKEN_ENV, "restored")  # monkeypatch restores the variable
+    monkeypatch.delenv(vllm_server.TOKEN_ENV)
+    argv = ["m", "--ludic-token", "s3cret", "--logprobs-mode=raw_logprobs"]
+    args = vllm_server.vllm_serve_args(argv)
     assert "--ludic-token" not in args and "s3cret" not in args
-    assert vllm_server.os.environ[vllm_server.TOKEN_ENV] == "s3cret"
+    assert vllm_server.TOKEN_ENV not in os.environ  # the caller's environment is left alone
+    assert vllm_server.ludic_token(argv) == "s3cret"
     assert args[args.index("--worker-extension-cls") + 1].endswith(".WeightSyncWorkerExtension")
     assert args[args.index("--logits-processors") + 1].endswith(":MaxThinkLogitsProcessor")
     assert args[args.index("--middleware") + 1].endswith(".ludic_middleware")
@@ -92,6 +94,64 @@ def test_main_runs_vllm_serve_on_the_v1_model_runner(monkeypatch: pytest.MonkeyP
     assert isinstance(argv, list) and "--no-max-think" not in argv
     assert "--logits-processors" not in argv and "--worker-extension-cls" in argv
     assert seen["runner"] is None
+
+
+def test_the_token_comes_from_the_flag_else_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(vllm_server.TOKEN_ENV, "from-env")
+    assert vllm_server.ludic_token(["m", "--ludic-token=from-flag"]) == "from-flag"
+    args = vllm_server.vllm_serve_args(["m", "--ludic-token=from-flag"])
+    assert not any(a.startswith("--ludic-token") or "from-flag" in a for a in args)
+    assert vllm_server.ludic_token(["m"]) == "from-env"
+    monkeypatch.delenv(vllm_server.TOKEN_ENV)
+    assert vllm_server.ludic_token(["m"]) is None
+    with pytest.raises(ValueError, match="--ludic-token needs a value"):
+        vllm_server.ludic_token(["m", "--ludic-token"])
+
+
+@pytest.mark.parametrize(("flag", "env"), [(["--ludic-token", "s3cret\n"], None), ([], " s3cret")])
+def test_a_token_no_header_can_carry_stops_the_server_before_vllm_starts(
+    monkeypatch: pytest.MonkeyPatch, flag: list[str], env: str | None
+) -> None:
+    started: list[list[str]] = []
+    for name in ("vllm", "vllm.entrypoints", "vllm.entrypoints.cli"):
+        monkeypatch.setitem(sys.modules, name, SimpleNamespace())
+    cli = SimpleNamespace(main=lambda: started.append(list(sys.argv)))
+    monkeypatch.setitem(sys.modules, "vllm.entrypoints.cli.main", cli)
+    monkeypatch.setattr(vllm_server, "require_vllm", lambda: None)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setenv(vllm_server.TOKEN_ENV, "restored")  # monkeypatch restores the variable
+    if env is None:
+        monkeypatch.delenv(vllm_server.TOKEN_ENV)
+    else:
+        monkeypatch.setenv(vllm_server.TOKEN_ENV, env)
+    with pytest.raises(SystemExit, match=r"--ludic-token or \$LUDIC_SERVER_TOKEN\) must be "):
+        vllm_server.main(["m", *flag])
+    assert started == []
+    vllm_server.main(["m", "--ludic-token", "s3cret"])  # this process serves the endpoints
+    assert os.environ[vllm_server.TOKEN_ENV] == "s3cret" and "s3cret" not in started[0]
+
+
+@pytest.mark.parametrize("token", [None, "sécret"])
+def test_vllm_without_a_usable_token_answers_403_as_ludic_serve(
+    monkeypatch: pytest.MonkeyPatch, token: str | None
+) -> None:
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setenv(vllm_server.TOKEN_ENV, "restored")
+    if token is None:
+        monkeypatch.delenv(vllm_server.TOKEN_ENV)
+    else:
+        monkeypatch.setenv(vllm_server.TOKEN_ENV, token)
+    app = FastAPI()
+    app.middleware("http")(vllm_server.ludic_middleware)
+    with TestClient(app, headers={"Authorization": "Bearer anything"}) as client:
+        reply = client.get("/ludic/version")
+    assert reply.status_code == 403, reply.text
+    said = reply.json()["error"]["message"]
+    assert "start the server with a token (--ludic-token T)" in said
+    assert ("printable ASCII" in said) == (token is not None)
 
 
 class FakeCacheEngine:

@@ -1,8 +1,10 @@
 """The HTTP side of the vLLM extension: the middleware (`--middleware`) that serves the
 token-guarded `/ludic/*` control endpoints (version, logprobs probe, weight push) and stamps
-every response with the policy version admitted. It drives the workers through
-`collective_rpc` (`ludic.inference.vllm.worker`); launching vLLM lives in
-`ludic.inference.vllm.server`. As the embedded server, it refuses a push holding nan or inf
+every response with the policy version admitted. The token is $LUDIC_SERVER_TOKEN (which
+`--ludic-token` sets), held to `ludic serve`'s rule: without one, or with one that is not
+printable ASCII, the endpoints answer 403 as `ludic serve`'s do (a wrong token is a 401).
+It drives the workers through `collective_rpc` (`ludic.inference.vllm.worker`); launching
+vLLM lives in `ludic.inference.vllm.server`. As the embedded server, it refuses a push holding nan or inf
 (422, in the same words; the version stays), and it tells trainers apart the same way
 (`ludic.inference.http.weight_tenure`): `/init` answers with a group id that `/start`,
 `/finish` and `/close` carry; another trainer's `/init` replaces the group held (one log
@@ -17,19 +19,18 @@ import asyncio
 import inspect
 import logging
 import math
-import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ludic.inference.http.auth import token_matches
+from ludic.inference.http.auth import resolve_token, token_matches
 from ludic.inference.http.weight_tenure import Tenure
 from ludic.inference.vllm.logits import require_vllm
 
 logger = logging.getLogger(__name__)
-TOKEN_ENV = "LUDIC_SERVER_TOKEN"
 VERSION_HEADER = "X-Ludic-Policy-Version"
+VLLM_TOKEN_FLAG = "--ludic-token"  # the vLLM server's flag: it sets $LUDIC_SERVER_TOKEN
 _state = {"policy_version": 0}
 _push: dict[str, Any] = {}  # the join / receive tasks of the weight push in progress
 _tenure = Tenure()  # the held group's id and trainer, and the groups another one replaced
@@ -55,9 +56,15 @@ async def _control(request: Any) -> Any:
 
     from ludic.inference.http.openai_protocol import error_body
 
-    token = os.environ.get(TOKEN_ENV)
+    said = f"control endpoints are disabled: start the server with a token ({VLLM_TOKEN_FLAG} T)"
+    try:
+        token = resolve_token(None)  # $LUDIC_SERVER_TOKEN, held to `ludic serve`'s rule
+    except ValueError as e:  # no header can carry it: as no token
+        token, said = None, f"{said}; {e}"
+    if token is None:  # as `ludic serve` without one: a 403, no token can match
+        return JSONResponse(error_body(403, said), status_code=403)
     given = request.headers.get("authorization", "").removeprefix("Bearer ")
-    if not token or not token_matches(given, token):
+    if not token_matches(given, token):
         return JSONResponse(error_body(401, "missing or wrong bearer token"), status_code=401)
     handler = _ROUTES.get(request.url.path)
     if handler is None:

@@ -39,11 +39,12 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
+from ludic.inference.http.auth import TOKEN_ENV, resolve_token
 from ludic.inference.http.health import wait_for_health
 from ludic.inference.vllm.logits import VLLM_IMPORT_ERROR, MaxThinkLogitsProcessor, require_vllm
 from ludic.inference.vllm.routes import (
-    TOKEN_ENV,
     VERSION_HEADER,
+    VLLM_TOKEN_FLAG,
     ludic_middleware,
     probe_sampling_params,
     reset_prefix_cache,
@@ -58,18 +59,45 @@ MODEL_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 NO_MAX_THINK = "--no-max-think"
 
 
+def _split_token(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """(the value of `--ludic-token T` or `--ludic-token=T` in `argv`, the other arguments)."""
+    token, args, rest = None, [], list(argv)
+    while rest:
+        arg = rest.pop(0)
+        if arg == VLLM_TOKEN_FLAG:
+            if not rest:
+                raise ValueError(f"{VLLM_TOKEN_FLAG} needs a value: {VLLM_TOKEN_FLAG} T")
+            token = rest.pop(0)
+        elif arg.startswith(VLLM_TOKEN_FLAG + "="):
+            token = arg.split("=", 1)[1]
+        else:
+            args.append(arg)
+    return token, args
+
+
+def ludic_token(argv: Sequence[str]) -> str | None:
+    """The control endpoints' token: `--ludic-token T` in `argv`, else $LUDIC_SERVER_TOKEN,
+    else None (the endpoints answer 403). ValueError, naming both, for one that is not
+    printable ASCII without surrounding spaces (`ludic serve`'s rule: no header holds it)."""
+    token, _ = _split_token(argv)
+    try:
+        return resolve_token(token)
+    except ValueError:
+        raise ValueError(
+            f"the server token ({VLLM_TOKEN_FLAG} or ${TOKEN_ENV}) must be printable ASCII "
+            "without surrounding spaces: an HTTP header carries nothing else reliably"
+        ) from None
+
+
 def vllm_serve_args(argv: Sequence[str], *, cpu: bool = False) -> list[str]:
     """`vllm serve` arguments with Ludic's extension points and defaults added. Ludic's own
-    flags are taken out: `--ludic-token T` (the control endpoints' token) and `--no-max-think`
-    (no max_think processor, so vLLM may keep its default model runner). A
-    `--worker-extension-cls` given is kept (it must subclass `WeightSyncWorkerExtension`,
-    e.g. to override `ludic_load`). `cpu` (vLLM's CPU build): chunked prefill off unless the
-    arguments choose (`cpu_chunked_prefill_args`)."""
-    args = list(argv)
-    if "--ludic-token" in args:
-        i = args.index("--ludic-token")
-        os.environ[TOKEN_ENV] = args[i + 1]
-        del args[i : i + 2]
+    flags are taken out: `--ludic-token T` (the control endpoints' token: read it with
+    `ludic_token`; this leaves the environment alone) and `--no-max-think` (no max_think
+    processor, so vLLM may keep its default model runner). A `--worker-extension-cls` given is
+    kept (it must subclass `WeightSyncWorkerExtension`, e.g. to override `ludic_load`). `cpu`
+    (vLLM's CPU build): chunked prefill off unless the arguments choose
+    (`cpu_chunked_prefill_args`)."""
+    _, args = _split_token(argv)
     max_think = NO_MAX_THINK not in args
     args = [a for a in args if a != NO_MAX_THINK]
 
@@ -137,7 +165,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     from vllm.entrypoints.cli.main import main as vllm_main
 
     alias_vllm_distribution()
-    args = vllm_serve_args(sys.argv[1:] if argv is None else argv, cpu=serves_on_cpu())
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        token = ludic_token(argv)
+    except ValueError as e:
+        raise SystemExit(f"{MODULE}: error: {e}") from None
+    if token is None:
+        logger.warning(
+            "no control token (%s T or $%s): the /ludic/* endpoints answer 403, so no "
+            "trainer can push weights to this server",
+            VLLM_TOKEN_FLAG,
+            TOKEN_ENV,
+        )
+    else:  # this process serves the endpoints (its API-server children inherit it)
+        os.environ[TOKEN_ENV] = token
+    args = vllm_serve_args(argv, cpu=serves_on_cpu())
     if "--logits-processors" in args:
         os.environ.setdefault(MODEL_RUNNER_ENV, "0")  # the V1 logits-processor interface
     sys.argv = ["vllm", "serve", *args]
@@ -205,6 +247,7 @@ __all__ = [
     "alias_vllm_distribution",
     "cpu_chunked_prefill_args",
     "ludic_middleware",
+    "ludic_token",
     "main",
     "probe_sampling_params",
     "require_vllm",
