@@ -85,6 +85,7 @@ from ludic.rollouts import (
 )
 from ludic.training import AWRCredit, OfflineBatchSource, RLAlgorithm, make_awr, make_sft
 from ludic.training.credit import discounted_returns
+from ludic.training.credit.awr import UnreadAWROptionError
 from ludic.types import Rollout, Turn
 
 METHODS: tuple[Literal["sft", "awr"], ...] = ("sft", "awr")
@@ -253,20 +254,31 @@ def write_data(rollouts: Sequence[Rollout], out: Path) -> tuple[Path, Path]:
 
 
 def algorithm(cfg: AWRConfig, method: str) -> RLAlgorithm:
+    """`make_sft()`, or `make_awr` with the AWR flags (a flag left at its default is not
+    passed, so `make_awr` refuses only one that --baseline would ignore, naming the flag)."""
     if method == "sft":
         return make_sft()
-    return make_awr(
-        beta=cfg.beta,
-        max_weight=cfg.max_weight,
-        baseline=cfg.baseline,
-        state_prior=cfg.state_prior,
-        state_normalize=cfg.state_normalize,
-        trained=trained_by(cfg),  # the turns `train` keeps
-        value_folds=cfg.value_folds,
-        normalize_mean=cfg.normalize_mean,
-        min_weight=cfg.min_weight,
-        **board_featurizers(cfg),
-    )
+    defaults = AWRConfig()
+    try:
+        return make_awr(
+            beta=cfg.beta,
+            max_weight=cfg.max_weight,
+            baseline=cfg.baseline,
+            state_prior=None if cfg.state_prior == defaults.state_prior else cfg.state_prior,
+            state_normalize=cfg.state_normalize,
+            trained=trained_by(cfg),  # the turns `train` keeps
+            value_folds=None if cfg.value_folds == defaults.value_folds else cfg.value_folds,
+            normalize_mean=cfg.normalize_mean,
+            min_weight=cfg.min_weight,
+            **board_featurizers(cfg),
+        )
+    except UnreadAWROptionError as e:
+        name = "features" if e.option.startswith("featurize") else e.option
+        raise ValueError(
+            f"--{name.replace('_', '-')} {getattr(cfg, name)} applies only to --baseline "
+            f"{' or '.join(e.readers)}, not {e.baseline!r} (which would ignore it): drop it or "
+            f"pass --baseline {e.readers[0]}"
+        ) from e
 
 
 class Featurizers(TypedDict, total=False):
@@ -277,10 +289,13 @@ class Featurizers(TypedDict, total=False):
 
 
 def board_featurizers(cfg: AWRConfig) -> Featurizers:
-    """`make_awr`'s featurize / featurize_action for --features board (none for text)."""
+    """`make_awr`'s featurize (and with --baseline q_value featurize_action, which only Q
+    reads) for --features board; none for text."""
     if cfg.features == "text":
         return {}
-    return {"featurize": board_features, "featurize_action": afterstate_features}
+    if cfg.baseline == "q_value":
+        return {"featurize": board_features, "featurize_action": afterstate_features}
+    return {"featurize": board_features}
 
 
 def canonical(board: str) -> str:
@@ -501,25 +516,10 @@ def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-_BASELINE_FLAGS = {
-    "state_prior": ("state", "state_action"),
-    "value_folds": ("value", "q_value"),
-    "features": ("value", "q_value"),
-}
-
-
 def check_baseline_flags(cfg: AWRConfig) -> None:
     """--state-prior, --value-folds or --features given with a --baseline that never reads it
-    is refused (it would change nothing, silently)."""
-    defaults = AWRConfig()
-    for name, baselines in _BASELINE_FLAGS.items():
-        value = getattr(cfg, name)
-        if value != getattr(defaults, name) and cfg.baseline not in baselines:
-            flag = "--" + name.replace("_", "-")
-            raise ValueError(
-                f"{flag} {value} applies only to --baseline {' or '.join(baselines)}, not "
-                f"{cfg.baseline!r} (which would ignore it): drop it or pass --baseline {baselines[0]}"
-            )
+    is refused (it would change nothing, silently): `make_awr` refuses it (see `algorithm`)."""
+    algorithm(cfg, "awr")
 
 
 def main(cfg: AWRConfig) -> dict[str, list[StageResult]]:

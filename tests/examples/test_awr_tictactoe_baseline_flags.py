@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from test_examples import config, load_example
 
+from ludic.training.credit.value import action_features
+
 
 @pytest.mark.parametrize(
     ("flags", "named"),
@@ -48,3 +50,16 @@ def test_main_refuses_it_before_anything_runs(tmp_path: Path) -> None:
 def test_a_flag_its_baseline_reads_is_taken(flags: dict) -> None:
     example = load_example("awr_tictactoe.py")
     example.check_baseline_flags(config(example, "AWRConfig", **flags))
+
+
+def test_features_board_gives_q_its_afterstates_and_v_only_the_board() -> None:
+    """--features board passes `featurize_action` (read only by Q) with --baseline q_value
+    only, so `make_awr` does not refuse it with --baseline value."""
+    example = load_example("awr_tictactoe.py")
+    value = config(example, "AWRConfig", baseline="value", features="board")
+    q_value = config(example, "AWRConfig", baseline="q_value", features="board")
+    v_credit = example.algorithm(value, "awr").credit_assigner
+    q_credit = example.algorithm(q_value, "awr").credit_assigner
+    assert v_credit.featurize is example.board_features
+    assert v_credit.featurize_action is action_features  # the default, unread by "value"
+    assert q_credit.featurize_action is example.afterstate_features

@@ -9,6 +9,7 @@ import tyro
 
 from ludic.recipes.configs import SFTConfig
 from ludic.recipes.sft import offline_algorithm
+from ludic.training import AWRCredit
 
 
 def _cfg(*flags: str) -> SFTConfig:
@@ -44,3 +45,14 @@ def test_a_flag_the_baseline_ignores_is_refused(flags: list[str], named: str, fi
 )
 def test_a_flag_its_baseline_reads_is_taken(flags: list[str]) -> None:
     assert offline_algorithm(_cfg(*flags)).name == "awr"
+
+
+def test_a_flag_at_its_default_is_not_given_and_takes_the_credit_default() -> None:
+    """The flags' defaults are `AWRCredit`'s: a flag left at its default reaches `make_awr` as
+    not given, which is taken with any baseline and gives the same credit."""
+    credit = offline_algorithm(_cfg("--awr-baseline", "group")).credit_assigner
+    assert isinstance(credit, AWRCredit)
+    default = AWRCredit()
+    assert (credit.value_folds, credit.state_prior) == (default.value_folds, default.state_prior)
+    flags = _cfg("--awr-baseline", "mean", "--awr-value-folds", "5", "--awr-state-prior", "1")
+    assert offline_algorithm(flags).name == "awr"

@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 from rich.console import Console
@@ -53,6 +54,7 @@ from ludic.training import (
     make_awr,
     make_sft,
 )
+from ludic.training.credit.awr import UnreadAWROptionError
 from ludic.types import Rollout, Turn
 
 
@@ -222,44 +224,37 @@ def offline_algorithm(cfg: SFTConfig) -> RLAlgorithm:
     if cfg.algorithm == "awr":
         normalizes = cfg.awr_state_normalize or cfg.awr_normalize_mean or cfg.awr_min_weight > 0
         try:
-            algorithm = make_awr(
+            return make_awr(
                 beta=cfg.awr_beta,
                 max_weight=cfg.awr_max_weight,
                 baseline=cfg.awr_baseline,
-                state_prior=cfg.awr_state_prior,
+                state_prior=_given(cfg.awr_state_prior, "awr_state_prior"),
                 state_normalize=cfg.awr_state_normalize,
                 trained=trained_turns(cfg.min_reward) if normalizes else None,
-                value_folds=cfg.awr_value_folds,
+                value_folds=_given(cfg.awr_value_folds, "awr_value_folds"),
                 normalize_mean=cfg.awr_normalize_mean,
                 min_weight=cfg.awr_min_weight,
             )
+        except UnreadAWROptionError as e:  # a flag the baseline ignores, named as typed
+            field = f"awr_{e.option}"
+            raise ValueError(
+                f"{_flag(field)} {getattr(cfg, field)} applies only to --awr-baseline "
+                f"{' or '.join(e.readers)}, not {e.baseline!r} (which would ignore it): drop it "
+                f"or pass --awr-baseline {e.readers[0]}"
+            ) from e
         except ValueError as e:
             raise ValueError(_name_awr_flag(str(e), cfg)) from e
-        _refuse_unused_baseline_flags(cfg)
-        return algorithm
     raise ValueError(f"--algorithm must be 'sft' or 'awr', got {cfg.algorithm!r}")
 
 
-# The --awr-baseline values each baseline-specific flag is read by; any other ignores it.
-_BASELINE_FLAGS = {
-    "awr_state_prior": ("state", "state_action"),
-    "awr_value_folds": ("value", "q_value"),
-}
+_DEFAULTS = {f.name: f.default for f in fields(SFTConfig)}
+_T = TypeVar("_T")
 
 
-def _refuse_unused_baseline_flags(cfg: SFTConfig) -> None:
-    """A baseline-specific `--awr-*` flag given with a baseline that never reads it is refused,
-    as an `--awr-*` flag with `--algorithm sft` is: it would change nothing, silently."""
-    for f in fields(SFTConfig):
-        baselines = _BASELINE_FLAGS.get(f.name)
-        value = getattr(cfg, f.name)
-        if baselines is None or value == f.default or cfg.awr_baseline in baselines:
-            continue
-        raise ValueError(
-            f"{_flag(f.name)} {value} applies only to --awr-baseline {' or '.join(baselines)}, "
-            f"not {cfg.awr_baseline!r} (which would ignore it): drop it or pass --awr-baseline "
-            f"{baselines[0]}"
-        )
+def _given(value: _T, field_name: str) -> _T | None:
+    """`value`, or None (not given: `make_awr`'s default) when it is the flag's default, so
+    that `make_awr` refuses only a baseline-specific flag that was set."""
+    return None if value == _DEFAULTS[field_name] else value
 
 
 _AWR_CHECK = re.compile(r"^AWRCredit: (\w+) ")

@@ -8,6 +8,7 @@ KL-to-reference and entropy terms are added only when their coefficient is non-z
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from ludic.training.algorithm_types import Aggregation, Loss, RLAlgorithm
 from ludic.training.credit import (
@@ -19,16 +20,10 @@ from ludic.training.credit import (
     MonteCarloReturn,
     ReinforcePlusPlus,
 )
-from ludic.training.credit.awr import AWRBaseline, TurnPredicate
+from ludic.training.credit.awr import AWRBaseline, TurnPredicate, check_baseline_options
 from ludic.training.credit.core import AnchorKeyFn, default_anchor_key
 from ludic.training.credit.gigpo import Combine, EpisodeStat
-from ludic.training.credit.value import (
-    DEFAULT_VALUE_FITTER,
-    Featurizer,
-    ValueFitter,
-    action_features,
-    observation_features,
-)
+from ludic.training.credit.value import Featurizer, ValueFitter
 from ludic.training.losses import (
     CISPOLoss,
     CompositeLoss,
@@ -288,14 +283,14 @@ def make_awr(
     normalize_std: bool = False,
     gamma: float = 1.0,
     aggregation: Aggregation = "token_mean",
-    state_prior: float = 1.0,
+    state_prior: float | None = None,
     state_normalize: bool = False,
     trained: TurnPredicate | None = None,
-    value_folds: int = 5,
-    value_seed: int = 0,
-    featurize: Featurizer = observation_features,
-    featurize_action: Featurizer = action_features,
-    fit_value: ValueFitter = DEFAULT_VALUE_FITTER,
+    value_folds: int | None = None,
+    value_seed: int | None = None,
+    featurize: Featurizer | None = None,
+    featurize_action: Featurizer | None = None,
+    fit_value: ValueFitter | None = None,
     normalize_mean: bool = False,
     min_weight: float = 0.0,
 ) -> RLAlgorithm:
@@ -308,24 +303,35 @@ def make_awr(
     `featurize_action`d turns). The loss is -w * log pi (REINFORCE on the
     weights), i.e. weighted SFT; with every A = 0 it is SFT. `state_normalize` divides each
     weight by its state's mean weight over the `trained` turns, `normalize_mean` by the mean
-    over all `trained` turns, and `min_weight` floors the weights (see `AWRCredit`)."""
+    over all `trained` turns, and `min_weight` floors the weights (see `AWRCredit`).
+    The options only some baselines read (`BASELINE_OPTIONS`: `state_prior` by "state" and
+    "state_action"; `value_folds`, `value_seed`, `featurize` and `fit_value` by "value" and
+    "q_value"; `featurize_action` by "q_value") take `AWRCredit`'s defaults when None, and one
+    given with a baseline that does not read it raises `UnreadAWROptionError` (a ValueError
+    naming it and the baselines that read it): it would change nothing, silently."""
+    options = {
+        "state_prior": state_prior,
+        "value_folds": value_folds,
+        "value_seed": value_seed,
+        "featurize": featurize,
+        "featurize_action": featurize_action,
+        "fit_value": fit_value,
+    }
+    # options of several types, left to AWRCredit's checks; None: not given (its default)
+    given: dict[str, Any] = {name: value for name, value in options.items() if value is not None}
     credit = AWRCredit(
         beta=beta,
         max_weight=max_weight,
         baseline=baseline,
         normalize_std=normalize_std,
         gamma=gamma,
-        state_prior=state_prior,
         state_normalize=state_normalize,
         trained=trained,
-        value_folds=value_folds,
-        value_seed=value_seed,
-        featurize=featurize,
-        featurize_action=featurize_action,
-        fit_value=fit_value,
         normalize_mean=normalize_mean,
         min_weight=min_weight,
+        **given,
     )
+    check_baseline_options(baseline, given)
     return RLAlgorithm(
         name="awr", credit_assigner=credit, loss=ReinforceLoss(aggregation=aggregation)
     )

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -54,6 +54,16 @@ AWRBaseline = Literal["group", "mean", "state", "state_action", "value", "q_valu
 # Whether a turn of a rollout will be trained (see `AWRCredit.trained`).
 TurnPredicate = Callable[[Rollout, Turn], bool]
 _BASELINES: tuple[str, ...] = ("group", "mean", "state", "state_action", "value", "q_value")
+BASELINE_OPTIONS: dict[str, tuple[AWRBaseline, ...]] = {
+    "state_prior": ("state", "state_action"),
+    "value_folds": ("value", "q_value"),
+    "value_seed": ("value", "q_value"),
+    "featurize": ("value", "q_value"),
+    "featurize_action": ("q_value",),
+    "fit_value": ("value", "q_value"),
+}
+"""The `AWRCredit` options only some baselines read, and the baselines that read each; any
+other baseline ignores it (`make_awr` refuses it there, see `check_baseline_options`)."""
 # (turn key, return-to-go G, state, action): one turn as the per-turn baselines read it.
 TurnReturn = tuple[TurnKey, float, AnchorKey | None, str | None]
 
@@ -99,6 +109,31 @@ def state_action_advantages(
         q = (math.fsum(gs) + prior * values[state]) / (len(gs) + prior)
         out[key] = q - values[state]
     return out
+
+
+class UnreadAWROptionError(ValueError):
+    """An AWR option (`option`) given with a `baseline` that never reads it, so it would
+    change nothing, silently; `readers` are the baselines that read it (`BASELINE_OPTIONS`)."""
+
+    def __init__(self, option: str, value: object, baseline: str) -> None:
+        self.option = option
+        self.baseline = baseline
+        self.readers = BASELINE_OPTIONS[option]
+        shown = getattr(value, "__name__", None) or repr(value)  # a function by its name
+        super().__init__(
+            f"make_awr: {option}={shown} applies only to baseline "
+            f"{' or '.join(map(repr, self.readers))}, not {baseline!r} (which would ignore it): "
+            f"drop it or pass baseline={self.readers[0]!r}"
+        )
+
+
+def check_baseline_options(baseline: str, given: Mapping[str, object]) -> None:
+    """Raise `UnreadAWROptionError` for the first option of `given` (the options passed, by
+    name; an option left out is not given) that `baseline` does not read."""
+    for option, value in given.items():
+        readers = BASELINE_OPTIONS.get(option)
+        if readers is not None and baseline not in readers:
+            raise UnreadAWROptionError(option, value, baseline)
 
 
 def awr_weights(advantages: Sequence[float], *, beta: float, max_weight: float) -> list[float]:
