@@ -9,12 +9,21 @@ from ludic.distributed import BroadcastPolicyPublisher
 from ludic.inference.http.pool import ServerPool
 from ludic.pipeline.commands import _actor_client, _publisher
 from ludic.pipeline.config import ActorConfig, LearnerConfig
+from ludic.recipes.inference import ModelCard
 
 URLS = ("http://127.0.0.1:9001", "http://127.0.0.1:9002", "http://127.0.0.1:9003")
 
 
-async def test_the_actor_spreads_over_every_server() -> None:
+async def test_the_actor_spreads_over_every_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[str] = []
+
+    def model_cards(url: str, api_key: str | None = None, **_: object) -> list[ModelCard]:
+        asked.append(url)  # no real HTTP call to these fixed ports, where anything may listen
+        return [ModelCard(id="tiny", owned_by="ludic")]
+
+    monkeypatch.setattr("ludic.recipes.inference.model_cards", model_cards)
     client = await _actor_client(ActorConfig(server_url=URLS, served_model="tiny"))
+    assert asked == list(URLS)  # --served-model checked against every server
     assert isinstance(client, ServerPool)
     assert [s.url for s in client.servers] == list(URLS)
     await client.aclose()

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
-from serve_fakes import TOKEN, Server
+from serve_fakes import TOKEN
 
 from ludic.cli import main
 
@@ -47,16 +51,40 @@ def until(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.05)
 
 
+@contextmanager
+def serving_on(sock: socket.socket) -> Iterator[None]:
+    """The embedded HTTP server over the tiny model, with the control token (weight pushes), on
+    `sock` (bound all along, so no other test takes its port meanwhile), in a thread."""
+    import uvicorn
+
+    from ludic.inference.embedded.engine import EmbeddedEngine
+    from ludic.inference.http.server import create_app
+    from ludic.models import tiny_model_dir
+
+    engine = EmbeddedEngine.from_pretrained(tiny_model_dir())
+    app: Any = create_app(engine, model_name="tiny", token=TOKEN)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        engine.close()
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_train_waits_for_a_server_that_is_not_up_yet(tmp_path: Path) -> None:
-    """`ludic train` in a process against a port where nothing listens yet; once it says it
-    waits (it ending first fails the test with its output), `ludic serve` starts there."""
-    from ludic.models import tiny_model_dir
-
-    server = Server(str(tiny_model_dir()), tmp_path / "server.log")  # a free port, not started
+    """`ludic train` in a process against a port bound here but not listening yet (connections
+    refused); once it says it waits (it ending first fails the test with its output), a server
+    starts listening on that very socket."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     (tmp_path / "say_o.py").write_text(USER_ENV)
-    args = ["--env", "say_o:SayO", "--server-url", server.url + "/v1", "--server-token", TOKEN]
+    args = ["--env", "say_o:SayO", "--server-url", url + "/v1", "--server-token", TOKEN]
     args += ["--max-steps", "1", "--out-dir", str(tmp_path / "run"), "--no-progress", *SMALL]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "COLUMNS": "300"}
     train = subprocess.Popen(
@@ -73,22 +101,21 @@ def test_train_waits_for_a_server_that_is_not_up_yet(tmp_path: Path) -> None:
     try:
         until(lambda: any(WAITING in line for line in lines) or train.poll() is not None, "a wait")
         assert train.poll() is None, "ended before its server started:\n" + "".join(lines)
-        server.start()
-        try:
+        with serving_on(sock):
             returncode = train.wait(timeout=240)
-        finally:
-            server.stop()
     finally:
         if train.poll() is None:
             train.kill()
             train.wait()
         reader.join(timeout=30)
+        sock.close()
     output = "".join(lines)
     assert returncode == 0, output[-3000:]
-    assert (
-        f"{WAITING} {server.url} to listen (0s so far, up to 300s): a server started just "
-        "before is still loading its model" in output
-    ), output
+    waiting = (
+        rf"{WAITING} {re.escape(url)} to listen \(\d+s so far, up to 300s\): a server started "
+        "just before is still loading its model"
+    )
+    assert re.search(waiting, output), output  # 0s, or more on a loaded box
     assert "pushed as policy version 0" in output, output  # the push came after the wait
     steps = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(step)["step"] for step in steps] == [1], steps
@@ -135,5 +162,7 @@ def test_what_waiting_cannot_fix_is_refused_at_once(
     assert exit_info.value.code == 1
     captured = capsys.readouterr()
     assert WAITING not in captured.out  # refused before any wait, not after 5 minutes
+    if token is None:  # a flag check: before the model load and the run lock in --out-dir
+        assert not (tmp_path / "run").exists(), sorted((tmp_path / "run").iterdir())
     errors = [line for line in captured.err.splitlines() if line.startswith("ludic train:")]
     assert len(errors) == 1 and errors[0].startswith(refusal), captured.err

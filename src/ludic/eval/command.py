@@ -174,14 +174,17 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
         meta={"env": cfg.env},
     )
     _check_credit_options(cfg)
+    served_model = None
     if cfg.server_url:  # after the checks that need no server, before --overwrite deletes
-        reach_server(cfg.server_url, cfg, console)
+        served_model = reach_server(cfg.server_url, cfg, console)
     if earlier:
         for path in earlier:
             path.unlink()
         names = ", ".join(p.name for p in earlier)
         console.print(f"--overwrite: deleted the earlier run's records in {cfg.out_dir} ({names})")
-    result = asyncio.run(_evaluate(cfg, env_factory, parser, context, model_dir, requests))
+    result = asyncio.run(
+        _evaluate(cfg, env_factory, parser, context, model_dir, requests, served_model)
+    )
     if cfg.credit == "gigpo":
         _report_gigpo(cfg, result, console)
     print_summary(result.metrics, title=f"ludic eval: {cfg.env}", console=console)
@@ -234,17 +237,17 @@ def eval_sampling(cfg: EvalConfig) -> SamplingConfig:
     return sampling_from_flags(cfg.temperature, cfg.top_p, cfg.max_tokens)
 
 
-def reach_server(server_url: str, cfg: EvalConfig, console: Console) -> None:
+def reach_server(server_url: str, cfg: EvalConfig, console: Console) -> str:
     """Wait for --server-url to listen, as `ludic actor` does (one started just before loads its
-    model first: up to 5 minutes, saying so every 30 s), then refuse a --served-model its
-    `/v1/models` does not list: before any episode, not one 404 per episode."""
+    model first: up to 5 minutes, saying so every 30 s), then the model name to send: a
+    --served-model its `/v1/models` lists, else the one model it lists (`served_model_for`),
+    refused before any episode and before --overwrite deletes anything."""
     from ludic.inference.http.server_wait import wait_for_servers
-    from ludic.recipes.inference import check_served_model, server_urls
+    from ludic.recipes.inference import served_model_for, server_urls
 
     say = partial(console.print, markup=False, highlight=False)
     asyncio.run(wait_for_servers(server_urls(server_url), say=say))  # `localhost:8000`: refused
-    if cfg.served_model:
-        check_served_model(server_url, cfg.served_model, cfg.api_key)
+    return served_model_for([server_url], cfg.served_model, cfg.api_key)
 
 
 def _check_engine_options(cfg: EvalConfig) -> None:
@@ -300,9 +303,10 @@ async def _evaluate(
     context: ContextChoice,
     model_dir: str | None,
     requests: list[RolloutRequest],
+    served_model: str | None = None,
 ) -> EvalResult:
     # The client is built, used and closed inside this one event loop (HTTP clients need that).
-    client = build_client(cfg, model_dir)
+    client = build_client(cfg, model_dir, served_model)
     try:
 
         def protocol_factory() -> SingleAgentProtocol:
@@ -358,14 +362,17 @@ def check_model(model: str) -> None:
         raise ValueError(f"--model {model}: {e}") from None
 
 
-def build_client(cfg: EvalConfig, model_dir: str | None) -> ChatClient:
-    """An OpenAI-compatible client for `cfg.server_url`, else the embedded engine over
-    `model_dir`."""
+def build_client(
+    cfg: EvalConfig, model_dir: str | None, served_model: str | None = None
+) -> ChatClient:
+    """An OpenAI-compatible client for `cfg.server_url` asking for `served_model` (the name
+    `reach_server` resolved; default: --served-model, else the one model the server lists), else
+    the embedded engine over `model_dir`."""
     if cfg.server_url:
         from ludic.inference.http.openai_client import OpenAICompatibleClient
         from ludic.recipes.inference import served_model_name
 
-        name = cfg.served_model or served_model_name(cfg.server_url, cfg.api_key)
+        name = served_model or cfg.served_model or served_model_name(cfg.server_url, cfg.api_key)
         return OpenAICompatibleClient(base_url=cfg.server_url, model=name, api_key=cfg.api_key)
     if model_dir is None:
         raise ValueError("the embedded engine needs a model directory (or pass --server-url)")

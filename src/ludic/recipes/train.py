@@ -55,7 +55,7 @@ from ludic.recipes.configs import (
     suggested_context,
 )
 from ludic.recipes.context_overflow import ContextOverflowWatch, quiet_repeated_overflow_lines
-from ludic.recipes.inference import check_prepacked_gemm
+from ludic.recipes.inference import check_prepacked_gemm, server_push_token
 from ludic.recipes.run_lock import (
     LUDIC_RUN,
     RUN_LOCK,
@@ -165,6 +165,8 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
             f"--dtype {cfg.dtype} (autocast) breaks: drop one of the two flags"
         )
     max_lag = trainer_max_lag(cfg)  # a bad --local-server combination fails before loading
+    if cfg.server_url:  # no control token, or --batch-invariant: before the load and the wait
+        server_push_token(cfg.server_token, batch_invariant=cfg.batch_invariant)
     schedule_steps = schedule_steps_of(cfg)
     check_lr_schedule(cfg.lr_schedule, cfg.warmup_steps, schedule_steps, cfg.min_lr_ratio)
     if cfg.parser == "auto":  # the env's own parser, else the whole reply (identity)

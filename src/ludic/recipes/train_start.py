@@ -27,7 +27,7 @@ from ludic.distributed.server_link import (
 from ludic.errors import LudicUsageError
 from ludic.inference.http.server_wait import wait_for_servers
 from ludic.recipes.configs import RESUME_LATEST, TrainConfig
-from ludic.recipes.inference import server_push_token, server_urls
+from ludic.recipes.inference import server_urls
 from ludic.training import Trainer
 from ludic.training.lr_resume import LRScheduleMismatchError
 
@@ -42,8 +42,8 @@ async def reach_servers(cfg: TrainConfig, console: Console) -> None:
     up to 5 minutes, printing the waiting line every 30 s), as `ludic actor` and `ludic eval`
     do, so that the `--served-model` check and the starting-weights push that follow ask a
     server that is up rather than fail. A host name that does not resolve or a TLS mismatch
-    fails at once (`wait_for_servers`); a missing token or --batch-invariant before any wait."""
-    server_push_token(cfg.server_token, batch_invariant=cfg.batch_invariant)
+    fails at once (`wait_for_servers`); a missing token or --batch-invariant was refused
+    before the model loaded (`train_command`'s flag checks: `server_push_token`)."""
     say = partial(console.print, markup=False, highlight=False)
     await wait_for_servers(server_urls(cfg.server_url), say=say)
 

@@ -21,13 +21,17 @@ def token_matches(given: str | None, token: str) -> bool:
     )
 
 
+def well_formed_token(token: str) -> bool:
+    """Whether `token` can be a server's token: printable ASCII without surrounding spaces (an
+    HTTP header carries nothing else reliably; `resolve_token` refuses the rest)."""
+    return token.isascii() and token.isprintable() and token == token.strip()
+
+
 def resolve_token(token: str | None) -> str | None:
     """`token`, else `$LUDIC_SERVER_TOKEN`, else None (control endpoints off). A token must be
     printable ASCII: an HTTP header carries nothing else reliably."""
     token = token or os.environ.get(TOKEN_ENV) or None
-    if token is not None and not (
-        token.isascii() and token.isprintable() and token == token.strip()
-    ):
+    if token is not None and not well_formed_token(token):
         raise ValueError(
             f"the server token (--token or ${TOKEN_ENV}) must be printable ASCII without "
             "surrounding spaces"
