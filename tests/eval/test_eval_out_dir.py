@@ -55,8 +55,10 @@ def test_overwrite_replaces_the_earlier_records_and_says_so(tmp_path: Path) -> N
         overwrite=True,
         progress=False,
     )
+    (out / "rollouts.html").write_text("<html>the earlier episodes</html>")  # `ludic view`'s
     run_eval_command(cfg, console=console)
     text = console.export_text()
     assert f"--overwrite: deleted the earlier run's records in {out}" in text
+    assert not (out / "rollouts.html").exists()  # a page that would show the earlier episodes
     assert json.loads((out / "metrics.json").read_text())["episodes"] == 1
     assert not (out / "credit.jsonl").exists()  # no stale file from the earlier run is left

@@ -200,8 +200,12 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     return result
 
 
-EVAL_RECORDS = ("episodes.jsonl", "steps.jsonl", "rollouts.jsonl", "metrics.json", CREDIT_FILE)
-"""What `ludic eval` writes in --out-dir (`EvalResult.write`, and credit.jsonl with --credit)."""
+EVAL_RECORDS = (
+    *("episodes.jsonl", "steps.jsonl", "rollouts.jsonl", "metrics.json", CREDIT_FILE),
+    "rollouts.html",
+)
+"""What `ludic eval` writes in --out-dir (`EvalResult.write`, and credit.jsonl with --credit),
+and `ludic view`'s page of rollouts.jsonl beside them, which would show the earlier episodes."""
 
 
 def earlier_records(out_dir: Path) -> list[Path]:
