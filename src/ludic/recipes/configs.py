@@ -268,6 +268,10 @@ class TrainConfig:
     server_token: str | None = None
     """Bearer token of the servers' control endpoints (`ludic serve --token ...`); default:
     the LUDIC_SERVER_TOKEN environment variable."""
+    api_key: str | None = None
+    """Bearer token of the servers' inference endpoints (/v1/*), if they need one (vLLM
+    --api-key), as `ludic actor` and `ludic eval` send it; the weight push sends the control
+    token (--server-token) only. Only with --server-url."""
     served_model: str | None = None
     """Model name to send to the servers (default: the one model the first lists at
     /v1/models); a name a server's /v1/models does not list is refused before any episode."""

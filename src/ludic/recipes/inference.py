@@ -3,11 +3,12 @@ in this process, or one or more OpenAI-compatible servers (`ludic serve`, vLLM w
 extension) that a training run pushes its weights to after every step.
 
 `InferenceArgs` is the argument block (embed it in a tyro config as a field typed
-`InferenceFlags`: `--server-url A B C --server-token T --served-model M`); `make_inference` gives a client plus the matching weight
+`InferenceFlags`: `--server-url A B C --server-token T --api-key K --served-model M`);
+`make_inference` gives a client plus the matching weight
 publisher (training), `make_client` a client only (evaluation, sampling; `close_client` closes
 it); `check_engine_flags` refuses embedded-engine flags that cannot apply, `engine_settings`
 names those on, `server_push_token` refuses a push that cannot be made before any server is
-asked. Several URLs give a
+asked, `check_api_key` an API key with no server to send it to. Several URLs give a
 `ServerPool` client (calls spread over the servers, each episode kept on one) and one
 `BroadcastPolicyPublisher` that pushes to all of them. Importing this module is light (no
 torch); it starts no server.
@@ -44,6 +45,10 @@ class InferenceArgs:
     server_token: str | None = None
     """Bearer token of the servers' control endpoints (`ludic serve --token ...`), needed to
     push weights; default: the LUDIC_SERVER_TOKEN environment variable."""
+    api_key: str | None = None
+    """Bearer token of the servers' inference endpoints (/v1/*), if they need one (vLLM
+    --api-key); the control token (--server-token) is not sent there, nor this one to the
+    weight push."""
     served_model: str | None = None
     """Model name to send to the servers (default: the one model the first lists at
     /v1/models); a name a server's /v1/models does not list is refused before any episode."""
@@ -66,6 +71,7 @@ class InferenceArgs:
             tokenizer,
             server_url=self.server_url,
             server_token=self.server_token,
+            api_key=self.api_key,
             served_model=self.served_model,
             device=device,
             batch_invariant=batch_invariant,
@@ -75,7 +81,13 @@ class InferenceArgs:
 
     def make_client(self, model: str | None = None, *, seed: int = 0) -> ChatClient:
         """`make_client` with these arguments (a client only)."""
-        return make_client(self.server_url, model=model, served_model=self.served_model, seed=seed)
+        return make_client(
+            self.server_url,
+            model=model,
+            served_model=self.served_model,
+            api_key=self.api_key,
+            seed=seed,
+        )
 
 
 InferenceFlags = Annotated[InferenceArgs, tyro.conf.arg(name="")]
@@ -129,6 +141,7 @@ def make_inference(
     *,
     server_url: ServerUrls = None,
     server_token: str | None = None,
+    api_key: str | None = None,
     served_model: str | None = None,
     device: str = "cpu",
     batch_invariant: bool = False,
@@ -139,8 +152,9 @@ def make_inference(
     its merged base model, as the Trainer publishes it) with an in-process publisher, or, with
     `server_url` (one URL or several), a client for those servers plus a
     `BroadcastPolicyPublisher` pushing weights to all of them in one broadcast (gloo from CPU,
-    NCCL from a CUDA device). `served_model` None asks the first server which model it serves
-    (`/v1/models`); either name is refused (`served_model_for`) where a server's `/v1/models`
+    NCCL from a CUDA device). `api_key` is the servers' inference key (vLLM --api-key), sent
+    on the client's requests and on `/v1/models`; the push sends `server_token` only.
+    `served_model` None asks the first server which model it serves (`/v1/models`); either name is refused (`served_model_for`) where a server's `/v1/models`
     does not list it, before any push or episode. It does not wait for the servers to listen:
     `ludic train` does first (`wait_for_servers`), so one still loading is not refused. Create
     it inside the event loop that will use it (the HTTP client is bound to it).
@@ -152,6 +166,7 @@ def make_inference(
     check_prepacked_gemm(
         prepacked_gemm, batch_invariant=batch_invariant, server_url=urls, device=device
     )
+    check_api_key(api_key, urls)
     if not urls:
         from ludic.distributed import InProcessPublisher
         from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
@@ -164,13 +179,26 @@ def make_inference(
     server_token = server_push_token(server_token, batch_invariant=batch_invariant)
     from ludic.distributed import BroadcastPolicyPublisher
 
-    # asked as the client asks: it sends no API key (the control token is not one)
-    name = served_model_for(urls, served_model, None, key_flag=None)  # not one 404 per episode
+    # asked as the client asks, with the API key (the control token is not one)
+    name = served_model_for(urls, served_model, api_key)  # not one 404 per episode
     backend = push_backend_for(urls, server_token, device)
     publisher = BroadcastPolicyPublisher(
         urls, server_token, backend=backend, probe_model=model, server_ranks=server_ranks
     )
-    return Inference(client=make_client(urls, served_model=name), publisher=publisher)
+    client = make_client(urls, served_model=name, api_key=api_key)
+    return Inference(client=client, publisher=publisher)
+
+
+def check_api_key(api_key: str | None, server_url: ServerUrls) -> None:
+    """Refuse --api-key without --server-url: it is the key of a server's inference endpoints,
+    and the embedded engine (or `ludic train --local-server`'s child, which wants none) has
+    none to send it to. Cheap; `ludic train` calls it among its flag checks."""
+    if api_key and not server_urls(server_url):
+        raise ValueError(
+            "--api-key is the key of --server-url's inference endpoints (vLLM --api-key), and "
+            "this run has no --server-url (the embedded engine, or --local-server, wants "
+            "none): drop --api-key, or pass --server-url"
+        )
 
 
 def server_push_token(
@@ -340,7 +368,7 @@ class ModelsUnauthorized(ValueError):
 
 
 def served_model_name(
-    server_url: str, api_key: str | None = None, *, key_flag: str | None = "--api-key"
+    server_url: str, api_key: str | None = None, *, key_flag: str = "--api-key"
 ) -> str:
     """The one model an OpenAI-compatible server serves, from its `/v1/models` (`key_flag`:
     see `model_cards`)."""
@@ -362,7 +390,7 @@ def served_model_for(
     served_model: str | None,
     api_key: str | None,
     *,
-    key_flag: str | None = "--api-key",
+    key_flag: str = "--api-key",
 ) -> str:
     """The model name to send to every server in `urls`: `served_model` (--served-model), else
     the one model the first server lists at `/v1/models`; refused (`check_served_model`) where
@@ -383,7 +411,7 @@ def check_served_model(
     api_key: str | None = None,
     *,
     listed_by: str | None = None,
-    key_flag: str | None = "--api-key",
+    key_flag: str = "--api-key",
 ) -> None:
     """Refuse a model name that a server's `/v1/models` does not list (else every request to it
     fails with a 404), naming the models it lists; several URLs: each one, as a `ServerPool`
@@ -434,19 +462,19 @@ def check_served_model(
 
 
 def served_models(
-    server_url: str, api_key: str | None = None, *, key_flag: str | None = "--api-key"
+    server_url: str, api_key: str | None = None, *, key_flag: str = "--api-key"
 ) -> list[str]:
     """The model names an OpenAI-compatible server lists at `/v1/models` (`model_cards`)."""
     return [card.id for card in model_cards(server_url, api_key, key_flag=key_flag)]
 
 
 def model_cards(
-    server_url: str, api_key: str | None = None, *, key_flag: str | None = "--api-key"
+    server_url: str, api_key: str | None = None, *, key_flag: str = "--api-key"
 ) -> list[ModelCard]:
     """The models an OpenAI-compatible server lists at `/v1/models`, asked with `api_key` (what
     the client sends on inference requests); ValueError saying why when it cannot be asked
     (down, no such route, an answer that is no model list), `ModelsUnauthorized` for a 401 or
-    403 naming `key_flag`, the command's API-key flag (None: the command sends no key)."""
+    403 naming `key_flag`, the command's API-key flag."""
     import httpx
 
     url = _models_url(server_url)
@@ -470,18 +498,16 @@ def model_cards(
         ) from e
 
 
-def _unauthorized(url: str, response: Any, api_key: str | None, key_flag: str | None) -> str:
+def _unauthorized(url: str, response: Any, api_key: str | None, key_flag: str) -> str:
     refused = (
         f"the server at {url} answers {response.status_code} {response.reason_phrase}: it wants "
         f"an API key on its OpenAI routes (vLLM --api-key)"
     )
-    if key_flag is None:  # the command's client sends none, so every episode would fail too
+    if api_key is None:  # nor would the command's inference requests: every episode would fail
         return (
-            f"{refused}, and this command sends none on its inference requests (the control "
-            "token is not one): start the server without --api-key"
+            f"{refused} and got none: pass the server's key with {key_flag} (without it this "
+            "command sends none on its inference requests; a control token is not one)"
         )
-    if api_key is None:
-        return f"{refused} and got none: pass the server's key with {key_flag}"
     return f"{refused} and refused the one {key_flag} gives: pass the server's key"
 
 

@@ -55,7 +55,7 @@ from ludic.recipes.configs import (
     suggested_context,
 )
 from ludic.recipes.context_overflow import ContextOverflowWatch, quiet_repeated_overflow_lines
-from ludic.recipes.inference import check_prepacked_gemm, server_push_token
+from ludic.recipes.inference import check_api_key, check_prepacked_gemm, server_push_token
 from ludic.recipes.run_lock import (
     LUDIC_RUN,
     RUN_LOCK,
@@ -167,6 +167,7 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
     max_lag = trainer_max_lag(cfg)  # a bad --local-server combination fails before loading
     if cfg.server_url:  # no control token, or --batch-invariant: before the load and the wait
         server_push_token(cfg.server_token, batch_invariant=cfg.batch_invariant)
+    check_api_key(cfg.api_key, cfg.server_url)  # the embedded engine or --local-server: none
     schedule_steps = schedule_steps_of(cfg)
     check_lr_schedule(cfg.lr_schedule, cfg.warmup_steps, schedule_steps, cfg.min_lr_ratio)
     if cfg.parser == "auto":  # the env's own parser, else the whole reply (identity)
@@ -253,6 +254,7 @@ async def _train(
         tokenizer,
         server_url=(server.url,) if server is not None else cfg.server_url,
         server_token=server.token if server is not None else cfg.server_token,
+        api_key=cfg.api_key,
         served_model=cfg.served_model,
         device=cfg.device,
         batch_invariant=cfg.batch_invariant,
