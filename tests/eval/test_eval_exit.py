@@ -6,15 +6,14 @@ before any episode, tests/recipes/test_eval_served_model.py.)"""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from app_server import serving_app, tiny_app
 
 FLAKY_ENV = '''
 from ludic.envs.single_agent import SingleAgentEnv
@@ -45,30 +44,8 @@ class BrokenEnv(FlakyEnv):
 @pytest.fixture(scope="module")
 def server_url() -> Iterator[str]:
     """The embedded HTTP server over the tiny model, serving it as "tiny"."""
-    import uvicorn
-
-    from ludic.inference.embedded.engine import EmbeddedEngine
-    from ludic.inference.http.server import create_app
-    from ludic.models import tiny_model_dir
-
-    engine = EmbeddedEngine.from_pretrained(tiny_model_dir())
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    app = create_app(engine, model_name="tiny")
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 60
-        while not server.started:
-            assert time.monotonic() < deadline, "the test server did not start"
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        engine.close()
-        sock.close()
+    with tiny_app() as app, serving_app(app) as url:
+        yield f"{url}/v1"
 
 
 def run_eval_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -8,17 +8,15 @@ from __future__ import annotations
 import io
 import re
 import socket
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 from rich.console import Console
 
+from app_server import serving_app, tiny_app, until
 from ludic.eval.command import EvalConfig, run_eval_command
 from ludic.eval.core import EvalResult
 
@@ -30,30 +28,8 @@ WAITING = "waiting for the inference server at"
 def serving_on(sock: socket.socket) -> Iterator[None]:
     """The embedded HTTP server over the tiny model, serving it as "tiny", on `sock` (bound
     already, so nothing listened there until now), in a thread."""
-    import uvicorn
-
-    from ludic.inference.embedded.engine import EmbeddedEngine
-    from ludic.inference.http.server import create_app
-    from ludic.models import tiny_model_dir
-
-    engine = EmbeddedEngine.from_pretrained(tiny_model_dir())
-    app: Any = create_app(engine, model_name="tiny")
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
+    with tiny_app() as app, serving_app(app, sock):
         yield
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        engine.close()
-
-
-def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 120
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def eval_before_its_server(

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
-from typing import Any
 
 import pytest
 from pipeline_fakes import RedisServer, redis_server
 
+from app_server import serving_app, tiny_app, until
 from ludic.cli import main as ludic_main
 from ludic.pipeline.commands import run_actor
 from ludic.pipeline.config import ActorConfig
@@ -35,35 +33,8 @@ def serving(name: str, sock: socket.socket | None = None) -> Iterator[str]:
     """The embedded HTTP server over the tiny model, serving it as `name`, in a thread, on
     `sock` (bound already, so nothing listened there until now) or a fresh port; yields its
     base URL once it listens."""
-    import uvicorn
-
-    from ludic.inference.embedded.engine import EmbeddedEngine
-    from ludic.inference.http.server import create_app
-    from ludic.models import tiny_model_dir
-
-    if sock is None:
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-    engine = EmbeddedEngine.from_pretrained(tiny_model_dir())
-    app: Any = create_app(engine, model_name=name)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        until(lambda: server.started, f"the server of {name!r} to listen")
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        engine.close()
-        sock.close()
-
-
-def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 120
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
+    with tiny_app(name) as app, serving_app(app, sock) as url:
+        yield url
 
 
 def stream_length(redis: RedisServer) -> int:

@@ -5,18 +5,15 @@ evaluates the name it is given."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 from rich.console import Console
 
+from app_server import serving_app, tiny_app
 from ludic.cli import main
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.eval.command import EvalConfig, run_eval_command
@@ -41,34 +38,13 @@ SMALL = ("--num-problems", "2", "--max-steps", "1", "--max-tokens", "4", "--no-p
 def serving(*, without_models_route: bool = False) -> Iterator[str]:
     """The embedded HTTP server over the tiny model, serving it as "tiny", in a thread; with
     `without_models_route` it has no `/v1/models` (as some OpenAI-compatible servers)."""
-    import uvicorn
-
-    from ludic.inference.embedded.engine import EmbeddedEngine
-    from ludic.inference.http.server import create_app
-    from ludic.models import tiny_model_dir
-
-    engine = EmbeddedEngine.from_pretrained(tiny_model_dir())
-    app: Any = create_app(engine, model_name="tiny")
-    if without_models_route:
-        app.router.routes[:] = [
-            r for r in app.router.routes if getattr(r, "path", None) != "/v1/models"
-        ]
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 60
-        while not server.started:
-            assert time.monotonic() < deadline, "the test server did not start"
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        engine.close()
-        sock.close()
+    with tiny_app() as app:
+        if without_models_route:
+            app.router.routes[:] = [
+                r for r in app.router.routes if getattr(r, "path", None) != "/v1/models"
+            ]
+        with serving_app(app) as url:
+            yield f"{url}/v1"
 
 
 def test_a_served_model_the_server_does_not_list_is_refused_before_any_episode(

@@ -6,16 +6,13 @@ naming what that server serves (instead of every episode failing with a 404). In
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from app_server import serving_app, tiny_app
 from ludic.cli import main
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.types import Info, StepOutcome
@@ -39,31 +36,11 @@ SMALL = ("--steps", "1", "--problems-per-step", "1", "--group-size", "2", "--max
 def serving(*names: str) -> Iterator[list[str]]:
     """One embedded HTTP server per name, each serving the tiny engine under that name (its
     `/v1/models` lists it), in threads; without a token, so a weight push is refused (403)."""
-    import uvicorn
-
-    from ludic.inference.embedded.engine import EmbeddedEngine
-    from ludic.inference.http.server import create_app
-    from ludic.models import tiny_model_dir
-
     with ExitStack() as stack:
-        engine = EmbeddedEngine.from_pretrained(tiny_model_dir())
-        stack.callback(engine.close)
         urls = []
         for name in names:
-            app: Any = create_app(engine, model_name=name)
-            sock = socket.socket()
-            stack.callback(sock.close)
-            sock.bind(("127.0.0.1", 0))
-            server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
-            thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-            thread.start()
-            stack.callback(thread.join, timeout=30)
-            stack.callback(setattr, server, "should_exit", True)
-            deadline = time.monotonic() + 60
-            while not server.started:
-                assert time.monotonic() < deadline, "the test server did not start"
-                time.sleep(0.05)
-            urls.append(f"http://127.0.0.1:{sock.getsockname()[1]}")
+            app = stack.enter_context(tiny_app(name))
+            urls.append(stack.enter_context(serving_app(app)))
         yield urls
 
 

@@ -14,15 +14,14 @@ import socket
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 from serve_fakes import TOKEN
 
+from app_server import serving_app, tiny_app, until
 from ludic.cli import main
 
 pytestmark = pytest.mark.timeout(300)
@@ -44,34 +43,12 @@ class SayO(SingleAgentEnv):
 SMALL = ("--steps", "1", "--problems-per-step", "1", "--group-size", "2", "--max-tokens", "4")
 
 
-def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 120
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 @contextmanager
 def serving_on(sock: socket.socket) -> Iterator[None]:
     """The embedded HTTP server over the tiny model, with the control token (weight pushes), on
     `sock` (bound all along, so no other test takes its port meanwhile), in a thread."""
-    import uvicorn
-
-    from ludic.inference.embedded.engine import EmbeddedEngine
-    from ludic.inference.http.server import create_app
-    from ludic.models import tiny_model_dir
-
-    engine = EmbeddedEngine.from_pretrained(tiny_model_dir())
-    app: Any = create_app(engine, model_name="tiny", token=TOKEN)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="error"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
+    with tiny_app(token=TOKEN) as app, serving_app(app, sock):
         yield
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
-        engine.close()
 
 
 @pytest.mark.slow
