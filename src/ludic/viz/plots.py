@@ -249,7 +249,7 @@ def _series(records: Sequence[MetricRecord], key: str) -> tuple[list[float], lis
     for r in records:
         value = _as_float(r.get(key))
         step = _as_float(r.get("step"))
-        if value is not None and key == "batch/mean_reward" and _every_episode_failed(r):
+        if value is not None and key == "batch/mean_reward" and every_episode_failed(r):
             value = math.nan  # BatchStats logs 0.0 then: a gap, not a reward no episode earned
         if value is not None and step is not None:
             steps.append(step)
@@ -257,7 +257,9 @@ def _series(records: Sequence[MetricRecord], key: str) -> tuple[list[float], lis
     return steps, values
 
 
-def _every_episode_failed(record: MetricRecord) -> bool:
+def every_episode_failed(record: MetricRecord) -> bool:
+    """Whether a step's every episode failed (batch/num_failed >= batch/num_rollouts > 0): its
+    batch/mean_reward is then the 0.0 BatchStats logs for no episode, not a reward earned."""
     failed = _as_float(record.get("batch/num_failed"))
     rollouts = _as_float(record.get("batch/num_rollouts"))
     return failed is not None and rollouts is not None and 0 < rollouts <= failed
@@ -280,7 +282,7 @@ def _ema(values: Sequence[float], alpha: float) -> list[float]:
     for v in values:
         if math.isfinite(v):
             avg = v if avg is None else alpha * avg + (1 - alpha) * v
-        out.append(avg if avg is not None else v)
+        out.append(avg if avg is not None and math.isfinite(v) else math.nan)  # a gap stays one
     return out
 
 
