@@ -51,6 +51,8 @@ _OTHER_IMAGE_SUFFIXES = frozenset(
     {".jpg", ".jpeg", ".svg", ".pdf", ".gif", ".webp", ".eps", ".ps", ".tif", ".tiff", ".bmp"}
 )
 _MARKER_BELOW = 40  # sparse series (e.g. eval every N steps) get point markers
+_COLUMN_INCHES = 5.2
+_ROW_INCHES = 3.4
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -154,7 +156,7 @@ def metrics_figure(
 
     ncols = min(3, len(panels))
     nrows = math.ceil(len(panels) / ncols)
-    fig = Figure(figsize=(5.2 * ncols, 3.4 * nrows), layout="constrained")
+    fig = Figure(figsize=(_COLUMN_INCHES * ncols, _ROW_INCHES * nrows), layout="constrained")
     if title:
         fig.suptitle(title, fontweight="bold")
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
@@ -230,8 +232,33 @@ def default_title(panels: Sequence[Panel], metrics_jsonl: str | Path) -> str:
     what = ", ".join(panel.title for panel in panels)
     run = Path(metrics_jsonl).parent
     if run == Path("."):  # a file in the working directory: name that directory, not "."
-        run = Path(Path.cwd().name)  # its name only: a long path runs off the figure's title
-    return f"{what} per training step (run: {run})"
+        run = Path(Path.cwd().name)
+    head = f"{what} per training step (run: "
+    width_pt = 0.88 * 72 * _COLUMN_INCHES * min(3, max(1, len(panels)))
+    for run_text in _shortened(run):  # a long absolute path ran off a one-panel figure's title
+        title = f"{head}{run_text})"
+        if _title_width_pt(title) <= width_pt:
+            break
+    return title
+
+
+def _shortened(path: Path) -> list[str]:
+    """`path`, then ever shorter: its last components after "…/", then its name's end after
+    "…" (the last and shortest keeps 4 characters)."""
+    parts = path.parts[1:] if path.is_absolute() else path.parts
+    texts = [str(path)] + ["…/" + "/".join(parts[i:]) for i in range(1, len(parts))]
+    name = path.name or str(path)
+    return texts + ["…" + name[-n:] for n in range(len(name) - 1, 3, -1)]
+
+
+def _title_width_pt(title: str) -> float:
+    """The width in points of `title` set as the figure title (bold, the suptitle's size)."""
+    from matplotlib import rcParams
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextPath
+
+    font = FontProperties(size=rcParams["figure.titlesize"], weight="bold")
+    return float(TextPath((0, 0), title, prop=font).get_extents().width)
 
 
 def _numeric_keys(records: Sequence[MetricRecord]) -> set[str]:
