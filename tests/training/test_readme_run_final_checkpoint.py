@@ -1,0 +1,33 @@
+"""`trainer.run(n)` saves only at multiples of `every_n_steps` (no final checkpoint, unlike
+`ludic train`), and the README's "Checkpoints and resume" says so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from training_fakes import ListSource, mixed_items, tiny_llama
+
+from ludic.training import CheckpointConfig, Trainer, TrainerConfig, make_grpo
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    ends = [text.find(mark, start + len(heading)) for mark in ("\n## ", "\n### ")]
+    return text[start : min((e for e in ends if e != -1), default=len(text))]
+
+
+def test_run_saves_no_final_checkpoint_and_the_readme_says_so(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    config = TrainerConfig(lr=1e-3, checkpoint=CheckpointConfig(dir=str(ckpt), every_n_steps=2))
+    trainer = Trainer(tiny_llama(seed=0), make_grpo(), ListSource([mixed_items(3, seed=1)]), config)
+    trainer.run(3, progress=False)
+    assert sorted(p.name for p in ckpt.glob("step_*")) == ["step_00000002"]
+    trainer.save_checkpoint()  # what the README tells a user to do after such a run
+    assert sorted(p.name for p in ckpt.glob("step_*")) == ["step_00000002", "step_00000003"]
+    section = " ".join(
+        _section(README.read_text(encoding="utf-8"), "### Checkpoints and resume").split()
+    )
+    assert "no final checkpoint" in section and "`trainer.save_checkpoint()`" in section
+
