@@ -1,8 +1,10 @@
 """`trainer.run(n)` saves only at multiples of `every_n_steps` (no final checkpoint, unlike
-`ludic train`), and the README's "Checkpoints and resume" says so."""
+`ludic train`), and the README's "Checkpoints and resume" says so; its FSDP script runs under
+plain `python` too, where torchrun's RANK is unset."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from training_fakes import ListSource, mixed_items, tiny_llama
@@ -31,3 +33,11 @@ def test_run_saves_no_final_checkpoint_and_the_readme_says_so(tmp_path: Path) ->
     )
     assert "no final checkpoint" in section and "`trainer.save_checkpoint()`" in section
 
+
+def test_the_fsdp_script_does_not_require_torchruns_rank() -> None:
+    section = _section(README.read_text(encoding="utf-8"), "## Multi-process training (FSDP2)")
+    assert "torchrun" in section
+    assert not re.search(r"os\.environ\[\s*[\"']RANK", section), (
+        "os.environ['RANK'] raises KeyError under plain `python train.py`, which the section "
+        "says trains on one process"
+    )
