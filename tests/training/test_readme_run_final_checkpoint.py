@@ -10,6 +10,7 @@ from pathlib import Path
 from training_fakes import ListSource, mixed_items, tiny_llama
 
 from ludic.training import CheckpointConfig, Trainer, TrainerConfig, make_grpo
+from ludic.training.checkpoint import LoadedCheckpoint, RankState, rank_state_for
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -40,4 +41,29 @@ def test_the_fsdp_script_does_not_require_torchruns_rank() -> None:
     assert not re.search(r"os\.environ\[\s*[\"']RANK", section), (
         "os.environ['RANK'] raises KeyError under plain `python train.py`, which the section "
         "says trains on one process"
+    )
+
+
+def test_the_fsdp_section_says_another_world_size_takes_rank_0s_position() -> None:
+    ranks = [RankState(data_state={"position": p}, rng_json=None, rng_tensors={}) for p in (5, 9)]
+    loaded = LoadedCheckpoint(
+        path=Path("step_00000002"),
+        step=2,
+        policy_version=2,
+        model_state={},
+        optimizer_state=None,
+        scheduler_state=None,
+        rng_state={"tensors": {}},
+        data_state={"position": 5},
+        rank_states=ranks,
+    )
+    assert rank_state_for(loaded, 1, 2).data_state == {"position": 9}  # same world size
+    assert rank_state_for(loaded, 0, 1).data_state == {"position": 5}  # another: rank 0's
+    assert rank_state_for(loaded, 2, 3).data_state == {"position": 5}
+    section = " ".join(
+        _section(README.read_text(encoding="utf-8"), "## Multi-process training (FSDP2)").split()
+    )
+    assert "every rank takes rank 0's" in section, (
+        "checkpoint.rank_state_for gives every rank rank 0's RNG and data position on another "
+        "world size; the section should say so"
     )
