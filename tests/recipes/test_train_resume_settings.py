@@ -51,6 +51,7 @@ def test_another_max_tokens_resumes_with_a_notice_naming_both_values(tmp_path: P
     [
         ("--algorithm", "rloo", "grpo"),
         ("--group-size", "8", "4"),
+        ("--problems-per-step", "3", "4"),  # the batch each step trains (and draws next)
         ("--temperature", "0.7", "1.0"),
         ("--top-p", "0.9", "1.0"),
         ("--env", "other_env:Env", "some_env:Env"),

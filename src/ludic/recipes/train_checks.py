@@ -150,6 +150,7 @@ def run_settings(cfg: TrainConfig, env_kwargs: Mapping[str, Any]) -> dict[str, A
         "--env": cfg.env,
         "--env-kwargs": dict(env_kwargs),
         "--algorithm": cfg.algorithm,
+        "--problems-per-step": cfg.problems_per_step,
         "--group-size": cfg.group_size,
         "--temperature": cfg.temperature,
         "--top-p": cfg.top_p,
