@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,7 +18,6 @@ import httpx
 import pytest
 import redis
 
-from app_server import until as until  # shared with the other test folders
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.models import TinyModelSpec
 from ludic.pipeline.learner_report import report_step
@@ -138,6 +137,16 @@ def spawn(args: Sequence[str], log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [sys.executable, *args], stdout=out, stderr=subprocess.STDOUT, env=env
         )
+
+
+def until(condition: Callable[[], bool], what: str, timeout: float = 300) -> None:
+    """Poll `condition` until it holds; fail naming `what` after `timeout` seconds. (Its own
+    copy of app_server.until: `ludic actor` processes import this module as an env from
+    tests/pipeline alone, where app_server is not importable.)"""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
 
 
 def start_server(args: Sequence[str], log: Path) -> tuple[subprocess.Popen[bytes], str]:

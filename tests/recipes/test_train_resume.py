@@ -141,6 +141,7 @@ def test_resume_in_a_new_process_equals_the_uninterrupted_run(
         model=str(model),
         steps=4,
         lr=3e-2,
+        problems_per_step=2,
         group_size=3,
         max_tokens=8,
         temperature=temperature,
