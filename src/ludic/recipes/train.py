@@ -23,7 +23,6 @@ envs only (multi-agent self-play: `examples/tictactoe/selfplay.py`).
 from __future__ import annotations
 
 import asyncio
-import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -85,8 +84,8 @@ from ludic.recipes.training import (
     SAMPLES_FILE,
     check_lr_schedule,
     check_run_dir,
+    closing_rewards,
     finish,
-    launch_rewards,
     load_policy,
     log_samples,
     make_inference,
@@ -109,7 +108,6 @@ from ludic.training import (
     RolloutBatchSource,
 )
 from ludic.training.stall import was_skipped
-from ludic.viz.plots import every_episode_failed
 
 ROLLOUTS_FILE = "rollouts.jsonl"
 """Every episode of the batches the run trained on, as it finished (`ludic view` reads it)."""
@@ -439,32 +437,6 @@ def _nothing_trained(cfg: TrainConfig, history: list[dict[str, float]]) -> str:
     )
 
 
-def _launch_rewards(history: list[dict[str, float]], checkpoint: Path) -> tuple[str, float, float]:
-    """The closing line's rewards and (first, last): those of the first and last step that had a
-    successful episode. A step whose every episode failed logs batch/mean_reward 0.0, a reward
-    no episode earned (`ludic plot` leaves it a gap by the same rule)."""
-    rewarded = [i for i, m in enumerate(history) if not every_episode_failed(m)]
-    if not rewarded:
-        return "unknown: no step had a successful episode", math.nan, math.nan
-    i, j = rewarded[0], rewarded[-1]
-    first, last = history[i]["batch/mean_reward"], history[j]["batch/mean_reward"]
-    if (i, j) == (0, len(history) - 1):
-        return launch_rewards(first, last, checkpoint, len(history)), first, last
-    try:
-        end = int(checkpoint.name.removeprefix("step_"))
-    except ValueError:
-        end = len(history)  # steps of this launch
-    start = end - len(history)
-    none = len(history) - len(rewarded)
-    return (
-        f"{first:+.3f} (step {start + i + 1}) -> {last:+.3f} (step {start + j + 1}), the first "
-        f"and last step with a successful episode ({plural(none, 'step')} of this launch had "
-        "none)",
-        first,
-        last,
-    )
-
-
 def _report(
     cfg: TrainConfig,
     history: list[dict[str, float]],
@@ -480,7 +452,7 @@ def _report(
     metrics = cfg.out_dir / "metrics.jsonl"
     samples = cfg.out_dir / SAMPLES_FILE
     curve = plot_curve(metrics, cfg.out_dir / "reward_curve.png", "batch/mean_reward")
-    rewards, first, last = _launch_rewards(history, checkpoint)
+    rewards, first, last = closing_rewards(history, checkpoint)
     console.print(
         f"done: mean episode reward {rewards}. "
         f"Model: [bold]{checkpoint / 'model'}[/bold]; curve: {curve}\n"

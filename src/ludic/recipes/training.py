@@ -15,6 +15,7 @@ Plain functions over public components; they add no behaviour of their own and h
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -263,9 +264,8 @@ def launch_rewards(first: float, last: float, checkpoint: Path, launched: int) -
     after a resume which steps this launch trained, e.g. "+0.100 (step 21) -> +0.400 (step 30),
     steps 21-30 of this launch (resumed at step 20)". `checkpoint` is what `finish` returned
     (it is saved at the last step) and `launched` the number of steps this launch trained."""
-    try:
-        end = int(checkpoint.name.removeprefix("step_"))
-    except ValueError:
+    end = _checkpoint_step(checkpoint)
+    if end is None:
         return f"{first:+.3f} (first step) -> {last:+.3f} (last step)"
     start = end - launched
     text = f"{first:+.3f} (step {start + 1}) -> {last:+.3f} (step {end})"
@@ -273,6 +273,40 @@ def launch_rewards(first: float, last: float, checkpoint: Path, launched: int) -
         return text
     steps = f"step {end}" if launched == 1 else f"steps {start + 1}-{end}"
     return f"{text}, {steps} of this launch (resumed at step {start})"
+
+
+def closing_rewards(history: list[dict[str, float]], checkpoint: Path) -> tuple[str, float, float]:
+    """`launch_rewards` over a launch's metrics `history`, counting only steps that had a
+    successful episode: a step whose every episode failed logs batch/mean_reward 0.0, a reward
+    no episode earned (`ludic plot` leaves it a gap by the same rule). Returns the text and the
+    (first, last) rewards quoted, NaN when no step had a successful episode."""
+    from ludic.viz.plots import every_episode_failed
+
+    rewarded = [i for i, m in enumerate(history) if not every_episode_failed(m)]
+    if not rewarded:
+        return "unknown: no step had a successful episode", math.nan, math.nan
+    i, j = rewarded[0], rewarded[-1]
+    first, last = history[i]["batch/mean_reward"], history[j]["batch/mean_reward"]
+    if (i, j) == (0, len(history) - 1):
+        return launch_rewards(first, last, checkpoint, len(history)), first, last
+    end = _checkpoint_step(checkpoint)
+    start = (len(history) if end is None else end) - len(history)  # None: steps of this launch
+    none = len(history) - len(rewarded)
+    return (
+        f"{first:+.3f} (step {start + i + 1}) -> {last:+.3f} (step {start + j + 1}), the first "
+        f"and last step with a successful episode ({plural(none, 'step')} of this launch had "
+        "none)",
+        first,
+        last,
+    )
+
+
+def _checkpoint_step(checkpoint: Path) -> int | None:
+    """The step a `step_N` checkpoint folder was saved at (None for another name)."""
+    try:
+        return int(checkpoint.name.removeprefix("step_"))
+    except ValueError:
+        return None
 
 
 def plural(count: int, noun: str, nouns: str | None = None) -> str:
