@@ -4,6 +4,7 @@ process. Shared across test folders; imported by bare name."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -60,3 +61,39 @@ def until(condition: Callable[[], bool], what: str, timeout: float = 300) -> Non
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+@contextmanager
+def serving_json(answer: Callable[[Any], tuple[int, Any]]) -> Iterator[str]:
+    """A stub HTTP server (standard library, in a thread, on a fresh port) whose every GET and
+    POST is answered by `answer(handler)` -> (status, JSON body), the handler giving the
+    request's `command`, `path` and `headers`; yields its base URL."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)  # the request's body, unread by the stubs
+            status, body = answer(self)
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=30)

@@ -6,18 +6,16 @@ server here is a stub answering `/v1/models` only, in a thread."""
 
 from __future__ import annotations
 
-import json
 import logging
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rich.console import Console
 
+from app_server import serving_json
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.eval.command import EvalConfig, run_eval_command
 from ludic.recipes.inference import (
@@ -39,35 +37,17 @@ def models_stub(
     URL and the Authorization headers it was sent."""
     seen: list[str | None] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            given = self.headers.get("Authorization")
-            seen.append(given)
-            if api_key is not None and given != f"Bearer {api_key}":
-                status, body = 401, {"error": "Unauthorized"}
-            elif self.path == "/v1/models":
-                status, body = 200, {"object": "list", "data": cards}
-            else:
-                status, body = 404, {"error": "not found"}
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def answer(request: Any) -> tuple[int, Any]:
+        given = request.headers.get("Authorization")
+        seen.append(given)
+        if api_key is not None and given != f"Bearer {api_key}":
+            return 401, {"error": "Unauthorized"}
+        if request.path == "/v1/models":
+            return 200, {"object": "list", "data": cards}
+        return 404, {"error": "not found"}
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=30)
+    with serving_json(answer) as url:
+        yield url, seen
 
 
 def card(name: str, owned_by: str) -> dict[str, Any]:

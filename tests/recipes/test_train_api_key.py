@@ -9,8 +9,6 @@ the key)."""
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from app_server import serving_json
 from ludic.cli import main
 from ludic.inference import ChatRequest, SamplingConfig
 from ludic.recipes.inference import (
@@ -46,47 +45,22 @@ CHAT_REPLY = {
 def keyed_server() -> Iterator[tuple[str, list[tuple[str, str | None]]]]:
     """A server wanting `Bearer KEY` on /v1/* (401 otherwise, as vLLM --api-key); its URL and
     each request's (path, Authorization header)."""
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     seen: list[tuple[str, str | None]] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def _answer(self) -> None:
-            given = self.headers.get("Authorization")
-            seen.append((self.path, given))
-            length = int(self.headers.get("Content-Length") or 0)
-            if length:
-                self.rfile.read(length)
-            if self.path.startswith("/v1") and given != f"Bearer {KEY}":
-                status, body = 401, {"error": "Unauthorized"}
-            elif self.command == "GET" and self.path == "/v1/models":
-                card = {"id": "tiny", "object": "model", "owned_by": "vllm"}
-                status, body = 200, {"object": "list", "data": [card]}
-            elif self.command == "POST" and self.path == "/v1/chat/completions":
-                status, body = 200, CHAT_REPLY
-            else:
-                status, body = 404, {"error": "not found"}
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def answer(request: Any) -> tuple[int, Any]:
+        given = request.headers.get("Authorization")
+        seen.append((request.path, given))
+        if request.path.startswith("/v1") and given != f"Bearer {KEY}":
+            return 401, {"error": "Unauthorized"}
+        if request.command == "GET" and request.path == "/v1/models":
+            card = {"id": "tiny", "object": "model", "owned_by": "vllm"}
+            return 200, {"object": "list", "data": [card]}
+        if request.command == "POST" and request.path == "/v1/chat/completions":
+            return 200, CHAT_REPLY
+        return 404, {"error": "not found"}
 
-        do_GET = do_POST = _answer
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=30)
+    with serving_json(answer) as url:
+        yield url, seen
 
 
 async def _one_episode_request(args: InferenceArgs) -> str:
