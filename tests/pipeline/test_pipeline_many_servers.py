@@ -21,7 +21,7 @@ async def test_the_actor_spreads_over_every_server(monkeypatch: pytest.MonkeyPat
         asked.append(url)  # no real HTTP call to these fixed ports, where anything may listen
         return [ModelCard(id="tiny", owned_by="ludic")]
 
-    monkeypatch.setattr("ludic.recipes.inference.model_cards", model_cards)
+    monkeypatch.setattr("ludic.recipes.served_model.model_cards", model_cards)
     client = await _actor_client(ActorConfig(server_url=URLS, served_model="tiny"))
     assert asked == list(URLS)  # --served-model checked against every server
     assert isinstance(client, ServerPool)

@@ -16,7 +16,6 @@ torch); it starts no server.
 
 from __future__ import annotations
 
-import logging
 import os
 import warnings
 from collections.abc import Sequence
@@ -24,6 +23,28 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import tyro
+
+from ludic.recipes.served_model import (  # re-exported: importable from here as before
+    ModelCard as ModelCard,
+)
+from ludic.recipes.served_model import (
+    ModelsUnauthorized as ModelsUnauthorized,
+)
+from ludic.recipes.served_model import (
+    check_served_model as check_served_model,
+)
+from ludic.recipes.served_model import (
+    model_cards as model_cards,
+)
+from ludic.recipes.served_model import (
+    served_model_for as served_model_for,
+)
+from ludic.recipes.served_model import (
+    served_model_name as served_model_name,
+)
+from ludic.recipes.served_model import (
+    served_models as served_models,
+)
 
 if TYPE_CHECKING:
     from ludic.distributed import PolicyPublisher
@@ -345,174 +366,3 @@ def make_client(
     if len(urls) == 1:
         return OpenAICompatibleClient(urls[0], model=name, api_key=api_key)
     return ServerPool.from_urls(urls, name, api_key=api_key)
-
-
-_LOG = logging.getLogger(__name__)
-
-ROUTES_BY_NAME = frozenset({"ludic", "vllm"})
-"""The `/v1/models` cards' `owned_by` of servers that answer a model name they do not list with
-a 404 (`ludic serve`, vLLM). Others may not: SGLang's OpenAI routes ignore the request's model."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ModelCard:
-    """One model a server lists at `/v1/models`: its name and who serves it (`owned_by`)."""
-
-    id: str
-    owned_by: str | None
-
-
-class ModelsUnauthorized(ValueError):
-    """A server's `/v1/models` answered 401 or 403: it wants an API key not sent (or not this
-    one); its inference requests would be refused the same way."""
-
-
-def served_model_name(
-    server_url: str, api_key: str | None = None, *, key_flag: str = "--api-key"
-) -> str:
-    """The one model an OpenAI-compatible server serves, from its `/v1/models` (`key_flag`:
-    see `model_cards`)."""
-    names = served_models(server_url, api_key, key_flag=key_flag)
-    if not names:
-        raise ValueError(
-            f"{_models_url(server_url)} lists no model, so there is no model name to send: "
-            "pass --served-model with the name the server serves (or wait until it has loaded one)"
-        )
-    if len(names) != 1:
-        raise ValueError(
-            f"{_models_url(server_url)} serves {', '.join(names)}; choose one with --served-model"
-        )
-    return names[0]
-
-
-def served_model_for(
-    urls: Sequence[str],
-    served_model: str | None,
-    api_key: str | None,
-    *,
-    key_flag: str = "--api-key",
-) -> str:
-    """The model name to send to every server in `urls`: `served_model` (--served-model), else
-    the one model the first server lists at `/v1/models`; refused (`check_served_model`) where
-    another server's `/v1/models` does not list it, since a `ServerPool` asks each of them for
-    that one name and every request to such a server fails with a 404. `api_key` is what the
-    client sends on inference requests (`key_flag`: see `model_cards`)."""
-    if served_model:
-        check_served_model(urls, served_model, api_key, key_flag=key_flag)
-        return served_model
-    name = served_model_name(urls[0], api_key, key_flag=key_flag)
-    check_served_model(urls[1:], name, api_key, listed_by=urls[0], key_flag=key_flag)
-    return name
-
-
-def check_served_model(
-    server_url: ServerUrls,
-    name: str,
-    api_key: str | None = None,
-    *,
-    listed_by: str | None = None,
-    key_flag: str = "--api-key",
-) -> None:
-    """Refuse a model name that a server's `/v1/models` does not list (else every request to it
-    fails with a 404), naming the models it lists; several URLs: each one, as a `ServerPool`
-    asks them all for `name`. `listed_by`: the server whose one model `name` is (no
-    --served-model was given), checked against the others. Refused only where the server is
-    known to route by model name (`ROUTES_BY_NAME`: `ludic serve`, vLLM); another (SGLang
-    answers any name) gets one warning line and goes on. A server that wants an API key not
-    given is refused (`ModelsUnauthorized`, naming `key_flag`); one without `/v1/models`, one
-    that lists nothing, or one that does not answer passes, and its first request says what is
-    wrong."""
-    urls = server_urls(server_url)  # a malformed URL is still refused
-    for url in urls:
-        try:
-            cards = model_cards(url, api_key, key_flag=key_flag)
-        except ModelsUnauthorized:
-            raise
-        except ValueError:
-            continue
-        names = [card.id for card in cards]
-        if not names or name in names:
-            continue
-        head = (
-            f"--served-model {name}"
-            if listed_by is None
-            else f"the model {name} (no --served-model: the one {_models_url(listed_by)} lists)"
-        )
-        if len(urls) > 1 or listed_by is not None:  # a ServerPool asks every server for one name
-            fix = (
-                "every --server-url gets the same model name: start them all serving one "
-                "model, or pass --served-model with a name each of them lists"
-            )
-        elif len(names) == 1:
-            fix = f"pass --served-model {names[0]} or leave the flag out"
-        else:
-            fix = "pass --served-model with one of them"
-        problem = f"{head}: the server at {_models_url(url)} serves {', '.join(names)}, not {name}"
-        owners = sorted({str(card.owned_by) for card in cards})
-        if set(owners) <= ROUTES_BY_NAME:
-            raise ValueError(f"{problem}; {fix}")
-        _LOG.warning(
-            "warning: %s; going on, as its models are owned_by %s, not ludic serve's or vLLM's, "
-            "and such a server (SGLang) may answer any model name; if its requests fail with a "
-            "404, %s",
-            problem,
-            ", ".join(owners),
-            fix,
-        )
-
-
-def served_models(
-    server_url: str, api_key: str | None = None, *, key_flag: str = "--api-key"
-) -> list[str]:
-    """The model names an OpenAI-compatible server lists at `/v1/models` (`model_cards`)."""
-    return [card.id for card in model_cards(server_url, api_key, key_flag=key_flag)]
-
-
-def model_cards(
-    server_url: str, api_key: str | None = None, *, key_flag: str = "--api-key"
-) -> list[ModelCard]:
-    """The models an OpenAI-compatible server lists at `/v1/models`, asked with `api_key` (what
-    the client sends on inference requests); ValueError saying why when it cannot be asked
-    (down, no such route, an answer that is no model list), `ModelsUnauthorized` for a 401 or
-    403 naming `key_flag`, the command's API-key flag."""
-    import httpx
-
-    url = _models_url(server_url)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    try:
-        response = httpx.get(url, headers=headers, timeout=30)
-        if response.status_code in (401, 403):
-            raise ModelsUnauthorized(_unauthorized(url, response, api_key, key_flag))
-        response.raise_for_status()
-        return [
-            ModelCard(id=str(card["id"]), owned_by=card.get("owned_by"))
-            for card in response.json()["data"]
-        ]
-    except ModelsUnauthorized:
-        raise
-    except (httpx.HTTPError, KeyError, TypeError, AttributeError, ValueError) as e:
-        raise ValueError(
-            f"could not ask {url} which model it serves ({type(e).__name__}: {e}); is the "
-            "server up (`ludic serve --model DIR --port PORT`, or vLLM)? Or name the model "
-            "(--served-model)"
-        ) from e
-
-
-def _unauthorized(url: str, response: Any, api_key: str | None, key_flag: str) -> str:
-    refused = (
-        f"the server at {url} answers {response.status_code} {response.reason_phrase}: it wants "
-        f"an API key on its OpenAI routes (vLLM --api-key)"
-    )
-    if api_key is None:  # nor would the command's inference requests: every episode would fail
-        return (
-            f"{refused} and got none: pass the server's key with {key_flag} (without it this "
-            "command sends none on its inference requests; a control token is not one)"
-        )
-    return f"{refused} and refused the one {key_flag} gives: pass the server's key"
-
-
-def _models_url(server_url: str) -> str:
-    from ludic.inference.http.openai_client import check_server_url
-
-    check_server_url(server_url)  # `localhost:8000` is no server that is down
-    return server_url.rstrip("/").removesuffix("/v1") + "/v1/models"
