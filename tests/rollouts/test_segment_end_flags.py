@@ -112,3 +112,25 @@ def test_turn_mode_empty_last_completion_moves_the_end_to_the_turns_kept_piece()
     (only,) = build_samples([r], uniform_weights([r]))
     assert only.meta["is_snapshot"]
     assert flags(only) == (False, True, True, "env")
+
+
+def test_turn_mode_empty_last_turn_moves_the_end_to_the_previous_turns_sample() -> None:
+    # The last turn completes nothing at all, so it gives no sample: the episode's end goes to
+    # the previous turn's sample, else no sample of the ended or cut episode would say so.
+    for last, expected in (
+        ({"truncated": True, "truncation_reason": "env"}, (False, True, True, "env")),
+        ({"terminated": True}, (True, False, False, None)),
+    ):
+        steps = [
+            call([1], [2], turn_id="t0"),
+            env_step("t0"),
+            call([1, 2, 3], [], turn_id="t1"),
+            env_step("t1", reward=1.0, **last),
+        ]
+        meta = (
+            {"episode_truncated": True, "truncation_reason": "env"} if "truncated" in last else {}
+        )
+        r = Rollout(steps=steps, meta=meta)
+        (only,) = build_samples([r], uniform_weights([r]))
+        assert only.meta["turn_id"] == "t0"
+        assert flags(only) == expected

@@ -18,7 +18,8 @@ Where a sample is cut (see `ludic.rollouts.stitching`):
 `terminated` / `truncated` say what happened to each piece: a piece closed by an edit or drift
 was not cut (both False) unless it also closes a turn, which it then speaks for; the episode's
 last piece carries the episode's end. A piece with no action tokens (an empty completion) is
-no sample, so its end passes to the last piece kept before it. `episode_truncated` and
+no sample, so its end passes to the last piece kept before it (in turn mode, of an earlier turn
+when a whole turn completed nothing). `episode_truncated` and
 `truncation_reason` name the episode's cut on every piece.
 
 How segments are weighted is a `SnapshotPolicy`:
@@ -110,7 +111,7 @@ def _turn_samples(
             **_failure_flags((turn,)),
         }
         segments = stitch_traces(steps, _traces(rollout, steps, retokenizer))
-        samples += _segment_samples(
+        kept = _segment_samples(
             segments,
             weight=_weight(weights, rollout, turn),
             reward=turn.reward,
@@ -119,6 +120,11 @@ def _turn_samples(
             policy=policy,
             end_flags=end_flags,
         )
+        if not kept and samples:
+            # The turn completed nothing at all (no sample): its end goes to the last sample
+            # before it, as an empty piece's does within a turn (`_kept_end_flags`).
+            _pass_end(samples[-1].meta, end_flags(segments[-1]))
+        samples += kept
     return samples
 
 
@@ -254,9 +260,14 @@ def _kept_end_flags(
         if piece.num_action_tokens > 0:
             last = kept[id(piece)] = dict(flags)
         elif last is not None:
-            last["terminated"] = bool(last["terminated"] or flags["terminated"])
-            last["truncated"] = bool(last["truncated"] or flags["truncated"])
+            _pass_end(last, flags)
     return kept
+
+
+def _pass_end(kept: JSON, dropped: JSON) -> None:
+    """A dropped piece's terminated / truncated, added to the flags of the kept one before it."""
+    kept["terminated"] = bool(kept["terminated"] or dropped["terminated"])
+    kept["truncated"] = bool(kept["truncated"] or dropped["truncated"])
 
 
 def _segment_credit(
