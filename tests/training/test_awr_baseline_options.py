@@ -42,15 +42,15 @@ def test_an_option_the_baseline_ignores_is_refused(option: str, baseline: AWRBas
     assert (refused.value.option, refused.value.baseline) == (option, baseline)
     assert refused.value.readers == readers
     text = str(refused.value)
-    assert text.startswith(f"make_awr: {option}="), text
+    assert text.startswith(f"AWRCredit: {option}="), text
     assert f"applies only to baseline {' or '.join(map(repr, readers))}, not {baseline!r}" in text
     assert text.endswith(f"pass baseline={readers[0]!r}")
 
 
 def test_the_refusal_names_the_value_and_a_function_by_its_name() -> None:
-    with pytest.raises(ValueError, match=r"^make_awr: value_folds=3 applies only to baseline "):
+    with pytest.raises(ValueError, match=r"^AWRCredit: value_folds=3 applies only to baseline "):
         make_awr(baseline="group", value_folds=3)
-    with pytest.raises(ValueError, match=r"^make_awr: featurize_action=board applies only to "):
+    with pytest.raises(ValueError, match=r"^AWRCredit: featurize_action=board applies only to "):
         make_awr(baseline="value", featurize=board, featurize_action=board)
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 from ludic.rollouts.samples import TurnKey
@@ -63,7 +63,8 @@ BASELINE_OPTIONS: dict[str, tuple[AWRBaseline, ...]] = {
     "fit_value": ("value", "q_value"),
 }
 """The `AWRCredit` options only some baselines read, and the baselines that read each; any
-other baseline ignores it (`make_awr` refuses it there, see `check_baseline_options`)."""
+other baseline ignores it, so `AWRCredit` (and `make_awr`) refuses it there when given: set to
+a value other than its default (see `check_baseline_options`)."""
 # (turn key, return-to-go G, state, action): one turn as the per-turn baselines read it.
 TurnReturn = tuple[TurnKey, float, AnchorKey | None, str | None]
 
@@ -121,7 +122,7 @@ class UnreadAWROptionError(ValueError):
         self.readers = BASELINE_OPTIONS[option]
         shown = getattr(value, "__name__", None) or repr(value)  # a function by its name
         super().__init__(
-            f"make_awr: {option}={shown} applies only to baseline "
+            f"AWRCredit: {option}={shown} applies only to baseline "
             f"{' or '.join(map(repr, self.readers))}, not {baseline!r} (which would ignore it): "
             f"drop it or pass baseline={self.readers[0]!r}"
         )
@@ -197,6 +198,10 @@ class AWRCredit:
     min_weight: last (with normalize_mean or min_weight > 0), every weight is clipped to
         [min_weight, max_weight] (0: no floor), so no trained turn drops out of the loss entirely (e.g. min_weight=0.5 with
         normalize_mean: every turn keeps at least half of an average turn's weight).
+    An option only some baselines read (`BASELINE_OPTIONS`: `state_prior`; the value models'
+    `value_folds`, `value_seed`, `featurize`, `fit_value`; Q's `featurize_action`) set away from
+    its default with a baseline that ignores it raises `UnreadAWROptionError`: it would change
+    nothing, silently.
     The paper uses beta = 0.05 on its returns and max_weight = 20; beta here defaults to 1.0
     for rewards in [-1, 1].
     """
@@ -243,6 +248,16 @@ class AWRCredit:
                 f"AWRCredit: min_weight must be in [0, max_weight={self.max_weight}], "
                 f"got {self.min_weight}"
             )
+        check_baseline_options(self.baseline, self._given_options())
+
+    def _given_options(self) -> dict[str, object]:
+        """The `BASELINE_OPTIONS` set to a value other than their default (one left at its
+        default, or passed equal to it, changes nothing whatever the baseline)."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if f.name in BASELINE_OPTIONS and not _is_default(getattr(self, f.name), f.default)
+        }
 
     def advantages(self, rollouts: Sequence[Rollout]) -> dict[TurnKey, float]:
         """A per turn, before the exponential."""
@@ -361,6 +376,10 @@ def normalize_per_state(
         mean = means.get(state) if state is not None else None
         out[key] = w / mean if mean else w  # an all-zero state (exp underflow) keeps 0
     return out
+
+
+def _is_default(value: object, default: object) -> bool:
+    return value is default or bool(value == default)
 
 
 def _action(turn: Turn) -> str | None:
