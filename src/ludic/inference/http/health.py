@@ -13,6 +13,8 @@ import time
 
 import httpx
 
+from ludic.inference.http.server_wait import PollBudget, server_root
+
 VERSION_PATH = "/ludic/version"
 
 
@@ -39,15 +41,16 @@ def wait_for_health(
     `/health` but not our token. With `process`, it is healthy only while that process runs,
     and its exit raises `ServerExited` at once. Raises `TimeoutError` after `timeout_s`.
     """
-    deadline = time.monotonic() + timeout_s
-    root = base_url.rstrip("/").removesuffix("/v1")
-    while time.monotonic() < deadline:
+    budget = PollBudget(timeout_s, poll_s)
+    root = server_root(base_url)
+    while True:
         if process is not None and process.poll() is not None:
             raise ServerExited(process.returncode)
         if _serves(root, token) and (process is None or process.poll() is None):
             return
+        if budget.spent():
+            raise TimeoutError(f"{root}/health did not report healthy within {timeout_s:.0f}s")
         time.sleep(poll_s)
-    raise TimeoutError(f"{root}/health did not report healthy within {timeout_s:.0f}s")
 
 
 def _serves(root: str, token: str | None) -> bool:

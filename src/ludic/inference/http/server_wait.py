@@ -34,6 +34,32 @@ _NOT_UP_YET = (
 accepts and drops or does not answer the request."""
 
 
+def server_root(url: str) -> str:
+    """A server's own URL (where its `/health` is) from one as given: without a trailing `/`
+    or an OpenAI base URL's `/v1`."""
+    return url.rstrip("/").removesuffix("/v1")
+
+
+class PollBudget:
+    """How long a caller keeps trying a server that may not be up yet, from its creation:
+    tries `retry_s` apart (the caller sleeps between them), the first at once, until the next
+    would come after `within_s`. `wait_for_servers` and `health.wait_for_health` both poll by
+    it."""
+
+    def __init__(self, within_s: float, retry_s: float) -> None:
+        self.within_s = within_s
+        self.retry_s = retry_s
+        self.started = time.monotonic()
+
+    def waited(self) -> float:
+        """Seconds since the wait began."""
+        return time.monotonic() - self.started
+
+    def spent(self) -> bool:
+        """After a failed try: whether to give up (a try `retry_s` from now is past the wait)."""
+        return self.waited() + self.retry_s > self.within_s
+
+
 def _fails_now(e: httpx.HTTPError, base: str) -> ValueError | None:
     """The error to raise at once for `e`, or None when `e` means the server is not up yet."""
     cause: BaseException | None = e
@@ -66,10 +92,10 @@ async def wait_for_servers(
     then every `LOG_EVERY_S`: an INFO log line, or `say(line)` for a command that prints rather
     than logs), and after `within_s` raise a ValueError naming the server and the fix."""
     say = say or logger.info
-    started = time.monotonic()
+    budget = PollBudget(within_s, retry_s)  # one wait for all the servers
     async with httpx.AsyncClient(timeout=30) as http:
         for url in urls:
-            base = url.rstrip("/").removesuffix("/v1")
+            base = server_root(url)
             next_log = time.monotonic()
             while True:
                 try:
@@ -78,8 +104,8 @@ async def wait_for_servers(
                 except httpx.HTTPError as e:
                     if (error := _fails_now(e, base)) is not None:
                         raise error from e
-                    waited = time.monotonic() - started
-                    if waited + retry_s > within_s:
+                    waited = budget.waited()
+                    if budget.spent():
                         raise ValueError(
                             f"nothing listens at {base} after {within_s:g}s ({type(e).__name__}: "
                             f"{e}): start the inference server there (`ludic serve --model DIR "

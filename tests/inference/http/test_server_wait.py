@@ -1,7 +1,7 @@
-"""An actor (or learner) started right after `ludic serve ... &`, as the README's pipeline
-script starts them, waits for the server to listen instead of failing while it loads its
-model (`wait_for_servers`, which `ludic actor` and `ludic learner` run before they ask the
-server anything); a server that never comes is named, with the fix, once the wait is over."""
+"""`wait_for_servers`: a command started right after `ludic serve ... &` (`ludic actor`,
+`ludic learner`, `ludic eval`, `ludic train`, as the README's pipeline script starts them)
+waits for the server to listen instead of failing while it loads its model; a server that
+never comes is named, with the fix, once the wait is over."""
 
 from __future__ import annotations
 
@@ -13,9 +13,16 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from pipeline_fakes import free_port
+
+from ludic.inference.http.server_wait import PollBudget, server_root
 
 pytestmark = pytest.mark.timeout(60)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class _Models(BaseHTTPRequestHandler):
@@ -122,3 +129,13 @@ def test_a_listener_that_drops_connections_counts_as_not_up_yet() -> None:
             server.server_close()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("url", ["http://h:1", "http://h:1/", "http://h:1/v1", "http://h:1/v1/"])
+def test_the_server_root_drops_a_trailing_slash_and_v1(url: str) -> None:
+    assert server_root(url) == "http://h:1"
+
+
+def test_a_poll_budget_gives_up_when_the_next_try_would_come_after_the_wait() -> None:
+    assert not PollBudget(within_s=60, retry_s=0.5).spent()  # a try in 0.5 s is within 60 s
+    assert PollBudget(within_s=0.4, retry_s=0.5).spent()  # one in 0.5 s would be past 0.4 s
