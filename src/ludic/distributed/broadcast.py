@@ -5,11 +5,12 @@ One push: send the manifest (names, shapes, dtypes, buckets, version) to every s
 those that must accept a new layout, broadcast the buckets once over the standalone group
 (trainer = rank 0, the servers' ranks after it, tensor-parallel ranks included), wait for each
 server's reply (it loads the weights and reports its version and checksums), then check each
-one's `/ludic/version` and a logprob probe against the trainer's own model. The manifest and
-replies travel as keys in the trainer's TCPStore when a server offers that (`control="store"`,
-the embedded server: no HTTP request per push, `ludic.distributed.control`), else as POST
-`/ludic/weights/start` and `/finish` (the vLLM extension); joining, status and the probe use
-HTTP either way. The server side is `ludic.inference.http.weight_receiver`.
+one's `/ludic/version` and a logprob probe against the trainer's own model
+(`ludic.distributed.push_verifier`). The manifest and replies travel as keys in the trainer's
+TCPStore when a server offers that (`control="store"`, the embedded server: no HTTP request per
+push, `ludic.distributed.control`), else as POST `/ludic/weights/start` and `/finish` (the vLLM
+extension); joining, status and the probe use HTTP either way. The server side is
+`ludic.inference.http.weight_receiver`.
 
 Many servers: a server that cannot be reached, or dies during a push, is named (in a warning,
 in `last_push.missed`, and in the error when fewer than `min_servers` took the push); the push
@@ -47,8 +48,7 @@ import torch.distributed as dist
 
 from ludic.distributed.checksum import RunningChecksums
 from ludic.distributed.control import StoreControl
-from ludic.distributed.held_check import compare_held
-from ludic.distributed.interfaces import PublishVerificationError, Weights, check_publishable
+from ludic.distributed.interfaces import Weights, check_publishable
 from ludic.distributed.live_state import LiveStateDict
 from ludic.distributed.manifest import WeightManifest
 from ludic.distributed.push_records import (
@@ -59,18 +59,12 @@ from ludic.distributed.push_records import (
     gather_full_state_dict,
     wire_tensors,
 )
+from ludic.distributed.push_verifier import PushVerifier
 from ludic.distributed.server_group import PushFailed, ServerGroup, ServerLeftGroup, links
 from ludic.distributed.server_link import ServerLink, TrainerReplaced, WeightPushError
 from ludic.distributed.transfer import (
     Backend,
     BufferPool,
-)
-from ludic.distributed.verification import (
-    check_pushed_server,
-    default_probe_tokens,
-    probe_atol,
-    trainer_logprobs,
-    vocab_size_of,
 )
 
 logger = logging.getLogger(__name__)
@@ -188,14 +182,10 @@ class BroadcastPolicyPublisher:
         self.probe = probe
         self.probe_every = probe_every
         self._num_pushes = 0
-        self.probe_token_ids = None if probe_token_ids is None else list(probe_token_ids)
+        self._verifier = PushVerifier(probe_token_ids)
         self.probe_model = probe_model
         self._warned_no_probe = False
-        self._warned_unverified = False
         self._warned_whole = False
-        # Set once a server holds sent tensors it cannot checksum (vLLM's CPU backend packs
-        # linear weights into kernel handles): the probe is then their only check, every push.
-        self._probe_always = False
         self.atol = atol
         self.rank = rank
         self.take_over = take_over
@@ -229,6 +219,20 @@ class BroadcastPolicyPublisher:
     @property
     def _store(self) -> Any:
         return self.fleet.store
+
+    @property
+    def probe_token_ids(self) -> list[int] | None:
+        """The probe's tokens: `probe_token_ids`, else chosen at the first probe."""
+        return self._verifier.probe_token_ids
+
+    @probe_token_ids.setter
+    def probe_token_ids(self, token_ids: list[int] | None) -> None:
+        self._verifier.probe_token_ids = token_ids
+
+    @property
+    def _probe_always(self) -> bool:
+        """A server holds tensors no checksum reaches: the probe runs on every push."""
+        return self._verifier.probe_always
 
     # -- connection ---------------------------------------------------------------------
 
@@ -324,7 +328,7 @@ class BroadcastPolicyPublisher:
         transferred = time.perf_counter()
         self._num_pushes += 1
         if self.verify:
-            self._verify_all(version, replies, tensors, check)
+            self._verifier.verify_all(self.fleet, version, replies, tensors, check, atol=self.atol)
         self._report_missed(version, len(replies))
         first = next(iter(replies.values()))
         self.last_push = PushStats(
@@ -364,11 +368,7 @@ class BroadcastPolicyPublisher:
 
         def while_the_servers_load() -> None:  # overlaps the servers' load and checksums
             if self.verify and self.probe and probe_due:
-                check.probe_ids = self._probe_ids(model) if model is not None else None
-                if check.probe_ids is None:
-                    check.probe_ids = self._probe_ids_from_state(state)
-                elif model is not None:
-                    check.expected = trainer_logprobs(model, state, check.probe_ids)
+                self._verifier.take_probe(check, model, state)
 
         try:
             self.fleet.request_push(manifest)
@@ -385,62 +385,6 @@ class BroadcastPolicyPublisher:
         for url, why in self.missed.items():
             logger.warning("weight push of version %d did not reach %s: %s", version, url, why)
         self.fleet.require(took, "take the push")
-
-    def _probe_ids_from_state(self, state: Mapping[str, torch.Tensor]) -> list[int]:
-        """Probe tokens without a model: in the vocabulary of the embedding (a finite check)."""
-        if self.probe_token_ids is None:
-            rows = [t.shape[0] for n, t in state.items() if n.endswith("embed_tokens.weight")]
-            self.probe_token_ids = default_probe_tokens(rows[0] if rows else 2)
-        return self.probe_token_ids
-
-    def _verify_all(
-        self,
-        version: int,
-        replies: dict[str, dict[str, Any]],
-        tensors: dict[str, torch.Tensor],
-        check: PushCheck,
-    ) -> None:
-        for server in list(self.fleet.members):
-            try:
-                self._verify(server, version, replies[server.url], tensors, check)
-            except PublishVerificationError as e:
-                raise PublishVerificationError(f"server {server.url}: {e}") from e
-            except httpx.TransportError as e:  # it died since its reply: rejoin when back
-                self.missed[server.url] = f"server {server.url}: unreachable after loading: {e}"
-                del replies[server.url]
-                self.fleet.drop()
-
-    def _verify(
-        self,
-        server: ServerLink,
-        version: int,
-        reply: Mapping[str, Any],
-        tensors: dict[str, torch.Tensor],
-        check: PushCheck,
-    ) -> None:
-        held = compare_held(reply, tensors, check.sent, check.sent_cast)
-        if held.packed_away:
-            self._probe_always = True  # the probe is their only check: run it on every push
-        if held.unchecked and not self._warned_unverified:
-            logger.warning(
-                "%d sent tensors cannot be verified by checksum (%d held only inside the "
-                "server's kernels, e.g. vLLM's CPU backend packs linear weights; the rest have "
-                "no counterpart on the server), e.g. %s: the logprob probe checks them, on "
-                "every push",
-                len(held.unchecked),
-                len(held.packed_away),
-                list(held.unchecked[:3]),
-            )
-            self._warned_unverified = True
-        check_pushed_server(
-            server.http,
-            version=version,
-            reply=reply,
-            held=held,
-            probe_ids=check.probe_ids,
-            expected_logprobs=check.expected,
-            atol=probe_atol(server.served_dtype, default=self.atol),
-        )
 
     def _expected_casts(self, tensors: Mapping[str, torch.Tensor]) -> dict[torch.dtype, set[str]]:
         if not self.verify:
@@ -459,11 +403,6 @@ class BroadcastPolicyPublisher:
         if any(isinstance(t, DTensor) for t in state.values()):
             return gather_full_state_dict(weights)
         return state
-
-    def _probe_ids(self, model: torch.nn.Module) -> list[int]:
-        if self.probe_token_ids is None:
-            self.probe_token_ids = default_probe_tokens(vocab_size_of(model))
-        return self.probe_token_ids
 
     def _plan(self, tensors: dict[str, torch.Tensor], version: int) -> WeightManifest:
         """The manifest for `tensors` (`PlanCache`: the last plan while the layout holds). An
