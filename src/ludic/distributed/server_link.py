@@ -3,11 +3,12 @@ control requests, where it sits in the group (first rank, number of ranks), its 
 and whether it is still there.
 
 Every error names the server's URL, so a push to many servers says which one failed; a 4xx
-(the server refused the request) raises `PushRefused`, a refusal that also says what to do. The
-group id the server answers `/init` with travels on `/start`, `/finish`, `/close` and status
-requests, so the server can tell this trainer that another one replaced its group
-(`replaced`, then `TrainerReplaced`). It does no broadcasting and no verification (the
-publisher does both).
+(the server refused the request) raises `PushRefused`, a refusal that also says what to do,
+and a control the server does not offer (`/ludic/weights/status`'s `controls`)
+`ControlNotOffered`, before the server is asked to join. The group id the server answers
+`/init` with travels on `/start`, `/finish`, `/close` and status requests, so the server can
+tell this trainer that another one replaced its group (`replaced`, then `TrainerReplaced`).
+It does no broadcasting and no verification (the publisher does both).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from ludic.distributed.control import StoreControl
 from ludic.errors import Refusal
 
 Control = Literal["http", "store"]
+CONTROLS: tuple[Control, ...] = ("http", "store")
+"""The controls this trainer can drive a push by (`ludic.distributed.control`: "store")."""
 
 # How long a liveness check (between two slices of a wait for a reply) may take.
 _ALIVE_TIMEOUT_S = 2.0
@@ -68,6 +71,14 @@ class PushRefused(Refusal, WeightPushError):
 
     def __reduce__(self) -> tuple[type[PushRefused], tuple[list[Refused]]]:
         return PushRefused, (self.refusals,)  # pickled whole (sent between ranks, processes)
+
+
+class ControlNotOffered(Refusal, WeightPushError):
+    """A server does not offer the control the trainer asked for (`BroadcastPolicyPublisher(
+    control=...)`; vLLM's extension offers "http" only), or, with "auto", offers none this
+    trainer drives (another Ludic version). Raised before the server is asked to join. A
+    refusal: `ludic train` and `ludic learner` end with its message (the server's URL, what it
+    offers, what to do), no traceback; a WeightPushError for callers that catch one."""
 
 
 class TooFewServers(Refusal, WeightPushError):
@@ -133,11 +144,7 @@ class ServerLink:
         offered: list[str],
     ) -> None:
         """Ask the server to join the group on the trainer's store as ranks `first_rank`..."""
-        chosen = control
-        if chosen == "auto":
-            chosen = "store" if "store" in offered else "http"
-        elif chosen not in offered:
-            raise WeightPushError(f"server {self.url} offers control {offered}, not {chosen!r}")
+        chosen = self.control_for(control, offered)
         body: dict[str, Any] = {
             "host": host,
             "port": port,
@@ -152,11 +159,34 @@ class ServerLink:
         if self.trainer is not None:
             body["trainer"] = self.trainer
         reply = self.request("POST", "/ludic/weights/init", json=body)
-        self.first_rank, self.control = first_rank, chosen  # type: ignore[assignment]
+        self.first_rank, self.control = first_rank, chosen
         self.store_at = f"{host}:{port}"
         group = reply.get("group")  # absent from servers that do not mint one (older ones)
         self.group = None if group is None else str(group)
         self.replaced = None
+
+    def control_for(self, control: Literal["auto", "http", "store"], offered: list[str]) -> Control:
+        """The control to ask this server for: `control`, or for "auto" "store" where the
+        server offers it, else "http". `ControlNotOffered`, before any request, when the server
+        does not offer it (for "auto": offers neither)."""
+        if control != "auto":
+            if control in offered:
+                return control
+            raise ControlNotOffered(
+                f"server {self.url} drives weight pushes by control {offered} only, not "
+                f"{control!r} (BroadcastPolicyPublisher(control={control!r})); the vLLM "
+                "extension offers 'http' only, `ludic serve` both. Pass control='auto' (each "
+                "server's own: 'store' where offered, else 'http'), or point the trainer at a "
+                f"server that offers {control!r}"
+            )
+        chosen: Control = "store" if "store" in offered else "http"
+        if chosen in offered:
+            return chosen
+        raise ControlNotOffered(
+            f"server {self.url} drives weight pushes by control {offered} only, none of which "
+            f"this trainer drives ({list(CONTROLS)}): the server runs another Ludic version. "
+            "Install the same Ludic version on the trainer and the server"
+        )
 
     def why_gone(self) -> str | None:
         """Why the server cannot take part in the push now (None: it is there and joined)."""
