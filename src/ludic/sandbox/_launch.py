@@ -5,12 +5,17 @@ ludic (it runs in the sandbox, possibly under another interpreter). Steps, each 
 wait at a gate (one byte on `block_fd`: the host moves us into a memory cgroup first), new
 network namespace, drop to an unprivileged uid, no_new_privs, rlimits, chdir, execve
 with a clean environment. A step that was asked for and fails exits 126 with a message.
+Before the execve, SIGPIPE and SIGXFSZ go back to their default action: this interpreter
+ignores both at startup and an ignored signal stays ignored across execve, so a program would
+get EPIPE / EFBIG where `prlimit` or a shell lets the signal end it (a write over the file cap
+killed by SIGXFSZ, as `subprocess`'s restore_signals does for its children).
 """
 
 import ctypes
 import json
 import os
 import resource
+import signal
 import sys
 
 CLONE_NEWUSER = 0x10000000
@@ -92,6 +97,8 @@ def main():
         except (ValueError, OSError) as exc:
             fail("cannot set rlimit " + str(which) + ": " + str(exc))
     os.chdir(config["cwd"])
+    for which in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(which, signal.SIG_DFL)
     try:
         os.execvpe(argv[0], argv, config["env"])
     except OSError as exc:
