@@ -224,15 +224,18 @@ async def _act(
 
 
 def batch_line(cfg: ActorConfig, stats: ActorBatchStats) -> str:
-    """One log line per batch: what it pushed, and why it pushed nothing if so."""
+    """One log line per batch: what it pushed, and why it pushed nothing if so. A batch whose
+    every episode failed has no mean reward (its stats hold 0.0, a reward no episode earned)."""
+    all_failed = 0 < stats.num_rollouts <= stats.num_failed
+    reward = "unknown" if all_failed else f"{stats.mean_reward:+.3f}"
     line = (
         f"actor {cfg.actor_id} batch {stats.batch_index}: {stats.num_samples} samples from "
         f"{stats.num_rollouts} episodes ({stats.num_failed} failed), mean episode "
-        f"reward {stats.mean_reward:+.3f}, policy versions {stats.policy_version_min}.."
+        f"reward {reward}, policy versions {stats.policy_version_min}.."
         f"{stats.policy_version_max}, generated in {stats.generate_seconds:.1f}s after "
         f"{stats.backpressure_seconds:.1f}s waiting for the learner"
     )
-    if stats.num_samples == 0 and stats.num_rollouts > 0 and stats.num_failed == stats.num_rollouts:
+    if stats.num_samples == 0 and all_failed:
         line += "; every episode failed, so nothing reached the stream (first error logged above)"
     elif stats.num_samples == 0:
         line += "; no sample reached the stream (no episode produced a training turn)"
