@@ -2,7 +2,8 @@
 rollout budget and loss; only credit assignment differs. Prints JSON: success rate on held-out
 episodes before and after `steps` training steps, per seed, with the mean over seeds and its 95%
 confidence interval (Student t), and the paired GiGPO - GRPO difference (same seeds) with its
-95% interval. `--out FILE` also writes the JSON there.
+95% interval; each run's train_mean_reward per step is null for a step whose every episode
+failed (no reward). `--out FILE` also writes the JSON there.
 
 Why the corridor: the reward is sparse (1 only for the right code at the exit, after several
 moves), episodes are long relative to it (up to `max_steps` turns), and states repeat across the
@@ -56,6 +57,7 @@ from ludic.training import RLAlgorithm, RolloutBatchSource, Trainer, TrainerConf
 from ludic.training.algorithm import make_gigpo, make_grpo
 from ludic.training.credit.gigpo import Combine
 from ludic.types import ParseResult
+from ludic.viz.plots import every_episode_failed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,8 +225,19 @@ def run_one(cfg: BenchConfig, algorithm: str, seed: int) -> dict[str, Any]:
         "success_before": before,
         "success_after": after,
         "train_seconds": seconds,
-        "train_mean_reward": [round(m.get("batch/mean_reward", 0.0), 4) for m in history],
+        "train_mean_reward": train_rewards(history),
     }
+
+
+def train_rewards(history: Sequence[dict[str, float]]) -> list[float | None]:
+    """Each step's mean episode reward, None (JSON null) for a step with no reward: one whose
+    every episode failed logs batch/mean_reward 0.0, a reward no episode earned."""
+    return [
+        None
+        if every_episode_failed(m) or "batch/mean_reward" not in m
+        else round(m["batch/mean_reward"], 4)
+        for m in history
+    ]
 
 
 def mean_ci95(values: Sequence[float]) -> dict[str, float]:
