@@ -85,6 +85,7 @@ class InferenceArgs:
         device: str = "cpu",
         batch_invariant: bool = False,
         prepacked_gemm: bool = False,
+        wait_s: float | None = None,
     ) -> Inference:
         """`make_inference` with these arguments (a client and the weight publisher)."""
         return make_inference(
@@ -98,6 +99,7 @@ class InferenceArgs:
             batch_invariant=batch_invariant,
             prepacked_gemm=prepacked_gemm,
             server_ranks=self.server_ranks,
+            wait_s=wait_s,
         )
 
     def make_client(self, model: str | None = None, *, seed: int = 0) -> ChatClient:
@@ -168,6 +170,7 @@ def make_inference(
     batch_invariant: bool = False,
     prepacked_gemm: bool = False,
     server_ranks: int = 1,
+    wait_s: float | None = None,
 ) -> Inference:
     """The embedded engine on a copy of `model` (a LoRA model, before or after `add_lora`:
     its merged base model, as the Trainer publishes it) with an in-process publisher, or, with
@@ -176,14 +179,21 @@ def make_inference(
     NCCL from a CUDA device). `api_key` is the servers' inference key (vLLM --api-key), sent
     on the client's requests and on `/v1/models`; the push sends `server_token` only.
     `served_model` None asks the first server which model it serves (`/v1/models`); either name is refused (`served_model_for`) where a server's `/v1/models`
-    does not list it, before any push or episode. It does not wait for the servers to listen:
-    `ludic train` does first (`wait_for_servers`), so one still loading is not refused. Create
-    it inside the event loop that will use it (the HTTP client is bound to it).
+    does not list it, before any push or episode. `wait_s` waits up to that many seconds for
+    the servers to listen before asking them anything, as `ludic train` does (300: its
+    `SERVER_WAIT_S`), for a program that has just started them (`ludic serve ... &`): while
+    waiting it logs at INFO every 30 s, it blocks the caller (its event loop too), and a host
+    that does not resolve, or nothing listening once the wait is over, is a ValueError naming
+    the server (`wait_for_servers_blocking`). Default None: no wait, a server not listening yet
+    is refused (async code can `await wait_for_servers(urls)` first). Create it inside the
+    event loop that will use it (the HTTP client is bound to it).
     `batch_invariant` builds the embedded engine with `EngineConfig(batch_invariant=True)`,
     `prepacked_gemm` with `EngineConfig(prepacked_gemm=True)` (faster CPU decode, float-noise
     rounding against the trainer; `check_prepacked_gemm`); `server_ranks` is each server's
     tensor-parallel size (vLLM; every rank receives the push)."""
     urls = server_urls(server_url)
+    if wait_s is not None and not wait_s >= 0:  # nan too
+        raise ValueError(f"wait_s must be >= 0 seconds (None: no wait), got {wait_s}")
     check_prepacked_gemm(
         prepacked_gemm, batch_invariant=batch_invariant, server_url=urls, device=device
     )
@@ -198,6 +208,10 @@ def make_inference(
         engine = EmbeddedEngine(served, tokenizer, config=config)
         return Inference(client=engine, publisher=InProcessPublisher(engine))
     server_token = server_push_token(server_token, batch_invariant=batch_invariant)
+    if wait_s is not None:  # after what needs no server: a missing token is refused at once
+        from ludic.inference.http.server_wait import wait_for_servers_blocking
+
+        wait_for_servers_blocking(urls, within_s=wait_s)
     from ludic.distributed import BroadcastPolicyPublisher
 
     # asked as the client asks, with the API key (the control token is not one)

@@ -2,9 +2,11 @@
 started just before the actor, learner, `ludic eval` or `ludic train` (as one script starts
 them) loads its model for seconds to minutes before it listens. A connection nothing accepts,
 or one dropped or left unanswered, counts as not up yet; any HTTP answer (even a 404 from a
-server without `/health`) counts as up. A host name that does not resolve, a TLS failure (https:// to a plain-HTTP port)
-or any other HTTP error fails at once. It checks neither the model nor the token (the commands
-do, with their own errors, once it returns).
+server without `/health`) counts as up. A host name that does not resolve, a TLS failure
+(https:// to a plain-HTTP port) or any other HTTP error fails at once. It checks neither the
+model nor the token (the commands do, with their own errors, once it returns).
+`wait_for_servers_blocking` is the same wait for a caller that cannot await
+(`make_inference(..., wait_s=...)`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import logging
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -119,3 +122,31 @@ async def wait_for_servers(
                         )
                         next_log += LOG_EVERY_S
                     await asyncio.sleep(retry_s)
+
+
+def wait_for_servers_blocking(
+    urls: Sequence[str],
+    *,
+    within_s: float = SERVER_WAIT_S,
+    retry_s: float = 0.5,
+    say: Callable[[str], None] | None = None,
+) -> None:
+    """`wait_for_servers` for a caller that cannot await it: a plain function, also one called
+    inside a running event loop (as `make_inference` is), which it blocks meanwhile. The wait
+    runs on a daemon thread with its own event loop, so an interrupt (Ctrl-C) of the caller
+    is not held up by it; its error is raised here."""
+    failed: list[BaseException] = []
+    done = threading.Event()
+
+    def wait() -> None:
+        try:
+            asyncio.run(wait_for_servers(urls, within_s=within_s, retry_s=retry_s, say=say))
+        except BaseException as e:  # raised in the caller's thread below
+            failed.append(e)
+        finally:
+            done.set()
+
+    threading.Thread(target=wait, name="ludic-server-wait", daemon=True).start()
+    done.wait()
+    if failed:
+        raise failed[0]
