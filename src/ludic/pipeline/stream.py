@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlparse
 
-from ludic.errors import Refusal
+from ludic.errors import LudicUsageError, Refusal
 from ludic.pipeline.lease import describe_holder, lease_key
 
 try:
@@ -140,6 +140,7 @@ class SampleStream:
         self.first_connect_s = first_connect_s
         self.reached = False  # whether a command has reached Redis yet
         self.socket_timeout_s = socket_timeout_s
+        check_url(url)  # http://..., a typo: redis-py's ValueError names no flag
         self.redis = aioredis.from_url(
             url,
             decode_responses=False,
@@ -335,6 +336,8 @@ class SampleStream:
                 return result
             except ResponseError as e:
                 self.reached = True
+                if _NO_DATABASE in str(e):  # /99 where Redis holds 16 databases
+                    raise LudicUsageError(_no_database(self.url, e)) from e
                 if "NOGROUP" not in str(e) or recreated:
                     raise
                 logger.warning("redis lost group %r (data lost?): recreating it", self.group)
@@ -369,6 +372,7 @@ def check_reachable(url: str, *, within_s: float = FIRST_CONNECT_S, retry_s: flo
     once."""
     import redis
 
+    check_url(url)
     client = redis.Redis.from_url(url, socket_connect_timeout=within_s, socket_timeout=within_s)
     started = time.monotonic()
     try:
@@ -376,8 +380,10 @@ def check_reachable(url: str, *, within_s: float = FIRST_CONNECT_S, retry_s: flo
             try:
                 client.ping()
                 return
-            except (BusyLoadingError, ResponseError):  # Redis answers (loading, or refusing
-                return  # PING itself): the commands that follow report their own errors
+            except (BusyLoadingError, ResponseError) as e:  # Redis answers (loading, or refusing
+                if _NO_DATABASE in str(e):  # PING itself): the commands that follow report
+                    raise LudicUsageError(_no_database(url, e)) from e  # their own errors,
+                return  # but the database of the URL is chosen on connecting, before PING
             except (RedisConnectionError, RedisTimeoutError, OSError) as e:
                 if isinstance(e, AuthenticationError):
                     raise RedisUnavailableError(_not_reached(url, "PING", within_s, e)) from e
@@ -386,6 +392,37 @@ def check_reachable(url: str, *, within_s: float = FIRST_CONNECT_S, retry_s: flo
                 time.sleep(retry_s)
     finally:
         client.close()
+
+
+_NO_DATABASE = "DB index is out of range"
+_SCHEMES = ("redis", "rediss", "unix")
+
+
+def check_url(url: str) -> None:
+    """Refuse a `--redis-url` that redis-py cannot parse (`http://...`, no scheme, a port that
+    is not a number), naming the flag and the form it takes; connects to nothing."""
+    example = "redis://HOST:PORT/DB, e.g. redis://127.0.0.1:6379/0"
+    scheme = urlparse(url).scheme
+    if scheme not in _SCHEMES:
+        raise LudicUsageError(
+            f"--redis-url {shown_url(url)!r} is not a Redis URL (scheme {scheme or 'missing'!r}; "
+            f"it takes one of {', '.join(s + '://' for s in _SCHEMES)}): write it as {example}"
+        )
+    try:
+        urlparse(url).port  # noqa: B018 - raises ValueError on a port that is not a number
+    except ValueError as e:
+        raise LudicUsageError(
+            f"--redis-url {shown_url(url)!r} is not a Redis URL ({e}): write it as {example}"
+        ) from e
+
+
+def _no_database(url: str, error: Exception) -> str:
+    db = urlparse(url).path.strip("/") or "0"
+    return (
+        f"redis at {shown_url(url)} has no database {db} ({error}): the number after the last "
+        "/ of --redis-url picks the database, 0 to 15 on a default Redis (`databases` in "
+        "redis.conf); use one of those, e.g. /0"
+    )
 
 
 def shown_url(url: str) -> str:
