@@ -5,7 +5,10 @@ chat, per-choice `token_ids`, `logprobs.content[i].logprob`, `stop_reason`), plu
 `policy_version` and `max_think`, so one client speaks to both. `stream=true` sends the same
 fields as server-sent-event chunks (`chat.completion.chunk` / `text_completion`, the prompt ids
 in the first chunk, `stream_options.include_usage`). Deliberately unsupported (a 400 says so):
-n > 1, top_logprobs, logit_bias, penalties. A nan or inf logprob (a model whose weights hold
+n > 1, top_logprobs, and any other sampling field (`SAMPLING_FIELDS_REFUSED`: logit_bias,
+penalties, min_p, min_tokens, best_of, echo, ...) set to other than its neutral value, since
+ignoring it would sample from another distribution than the one asked for (the embedded engine
+refuses them in process too). Other unknown fields are ignored. A nan or inf logprob (a model whose weights hold
 nan or inf) is encoded as an error, never as a number: `NonFiniteLogprobs`, a 500 (an error
 event mid-stream), since JSON has no nan and a clamped value would be a silent lie.
 """
@@ -33,10 +36,42 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+# OpenAI/vLLM request fields that change what is sampled, with the value that changes nothing:
+# a request setting one to anything else is refused, never served as if it had not asked.
+SAMPLING_FIELDS_REFUSED: dict[str, Any] = {
+    "presence_penalty": 0,
+    "frequency_penalty": 0,
+    "repetition_penalty": 1,
+    "length_penalty": 1,
+    "logit_bias": None,
+    "min_p": 0,
+    "min_tokens": 0,
+    "best_of": 1,
+    "use_beam_search": False,
+    "echo": False,
+    "bad_words": None,
+    "allowed_token_ids": None,
+    "response_format": None,
+    "guided_json": None,
+    "guided_regex": None,
+    "guided_choice": None,
+    "guided_grammar": None,
+    "structured_outputs": None,
+}
+
+
+def _neutral(name: str, value: Any) -> bool:
+    if value is None or value == SAMPLING_FIELDS_REFUSED[name]:
+        return True
+    if name == "response_format":  # {"type": "text"} is plain text, as without it
+        return isinstance(value, dict) and value.get("type") == "text"
+    return value in ({}, [])  # an empty logit_bias, bad_words, allowed_token_ids
+
+
 class _SamplingFields(BaseModel):
     """Sampling fields shared by chat and text completions (vLLM names)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="allow")  # kept to refuse SAMPLING_FIELDS_REFUSED
 
     model: str | None = None
     temperature: float = 1.0
@@ -64,6 +99,15 @@ class _SamplingFields(BaseModel):
             return "stream_options can only be set with stream=true"
         if self.n != 1:
             return f"n={self.n} is not supported; send n separate requests (with different seeds)"
+        extra = self.model_extra or {}
+        refused = [f for f in SAMPLING_FIELDS_REFUSED if not _neutral(f, extra.get(f))]
+        if refused:
+            set_ = ", ".join(f"{f}={extra[f]!r}" for f in refused)
+            return (
+                f"{set_}: not supported by this server (only temperature, top_p, top_k, seed, "
+                "stop, stop_token_ids, ignore_eos, max_tokens and max_think shape sampling); "
+                "leave it out, or serve with vLLM"
+            )
         return None
 
     def sampling(self, default_max_tokens: int, **extras: Any) -> SamplingConfig:
