@@ -120,6 +120,8 @@ class ServerGroup:
         self.missed = missed
         if not members:  # a push to the others still goes ahead below min_servers, then fails
             self.require(0, "be reached")
+        for server in members:  # before any /init: a server asked to join would wait in vain
+            server.control_for(self.control, offered[server.url])
         world_size = 1 + sum(s.ranks for s in members)
         store = host_store(self.master_addr, 0, world_size=world_size, timeout_s=self.timeout_s)
         first_rank = 1
