@@ -30,8 +30,8 @@ from ludic.recipes import (
     InferenceFlags,
     check_run_dir,
     close_client,
+    closing_rewards,
     finish,
-    launch_rewards,
     load_policy,
     log_samples,
     make_client,
@@ -170,9 +170,8 @@ async def evaluate(model_dir: Path, cfg: LightsConfig) -> EvalResult:
 
 def main(cfg: LightsConfig) -> dict[str, float]:
     history, checkpoint = asyncio.run(train(cfg))
-    if history:
-        first, last = history[0]["batch/mean_reward"], history[-1]["batch/mean_reward"]
-        rewards = launch_rewards(first, last, checkpoint, len(history))
+    if history:  # a step whose every episode failed logs reward 0.0: no reward, left out
+        rewards, _, _ = closing_rewards(history, checkpoint)
         print(f"{cfg.algorithm}: mean episode reward {rewards}")  # as `ludic train` says it
     result = asyncio.run(evaluate(checkpoint / "model", cfg))
     k = cfg.eval_k

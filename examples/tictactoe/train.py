@@ -29,6 +29,7 @@ from ludic.parsers import xml_tag_parser
 from ludic.recipes import (
     InferenceArgs,
     InferenceFlags,
+    closing_rewards,
     finish,
     load_policy,
     make_trainer,
@@ -87,7 +88,8 @@ def make_protocol(client: ChatClient, max_tokens: int) -> SingleAgentProtocol:
     return SingleAgentProtocol(agent, max_steps=9)
 
 
-async def train(cfg: TrainConfig) -> list[dict[str, float]]:
+async def train(cfg: TrainConfig) -> tuple[list[dict[str, float]], Path]:
+    """Each step's metrics and the final checkpoint."""
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
     inference = cfg.inference.make(model, tokenizer, device=cfg.device)
     algorithm = make_grpo()
@@ -123,19 +125,20 @@ async def train(cfg: TrainConfig) -> list[dict[str, float]]:
     )
     try:
         history = await trainer.train(cfg.steps)
-        finish(trainer)
+        checkpoint = finish(trainer)
     finally:
         await inference.aclose()
-    return history
+    return history, checkpoint
 
 
 def main(cfg: TrainConfig) -> list[dict[str, float]]:
-    history = asyncio.run(train(cfg))
+    history, checkpoint = asyncio.run(train(cfg))
     curve = plot_curve(
         cfg.out_dir / "metrics.jsonl", cfg.out_dir / "reward_curve.png", "batch/mean_reward"
     )
-    rewards = [h["batch/mean_reward"] for h in history]
-    print(f"mean episode reward: first step {rewards[0]:+.2f}, last step {rewards[-1]:+.2f}")
+    if history:  # a step whose every episode failed logs reward 0.0: no reward, left out
+        rewards, _, _ = closing_rewards(history, checkpoint)
+        print(f"mean episode reward {rewards}")  # as `ludic train` says it
     print(f"reward curve: {curve}; checkpoints: {cfg.out_dir / 'checkpoints'}")
     return history
 

@@ -1,6 +1,6 @@
 """Recipes: the programs behind `ludic quickstart`, `ludic train` and `ludic sft`, as functions
 with one config dataclass each, and the wiring helpers they and the examples share
-(`load_policy`, `InferenceArgs` / `make_inference` / `make_client`, `make_trainer`, `log_samples`, `finish`, `launch_rewards`, `plot_curve`, `check_run_dir`).
+(`load_policy`, `InferenceArgs` / `make_inference` / `make_client`, `make_trainer`, `log_samples`, `finish`, `launch_rewards`, `closing_rewards`, `plot_curve`, `check_run_dir`).
 Importing this package is light; torch loads when a recipe or helper is first used."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ludic.recipes.training import (
         SampleLog,
         check_run_dir,
+        closing_rewards,
         finish,
         launch_rewards,
         load_policy,
@@ -42,6 +43,7 @@ _LAZY = {
     "close_client": "ludic.recipes.inference",
     "SampleLog": "ludic.recipes.training",
     "check_run_dir": "ludic.recipes.training",
+    "closing_rewards": "ludic.recipes.training",
     "finish": "ludic.recipes.training",
     "launch_rewards": "ludic.recipes.training",
     "load_policy": "ludic.recipes.training",
@@ -68,6 +70,7 @@ __all__ = [
     "TrainConfig",
     "check_run_dir",
     "close_client",
+    "closing_rewards",
     "finish",
     "launch_rewards",
     "load_policy",
