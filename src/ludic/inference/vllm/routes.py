@@ -9,19 +9,24 @@ vLLM lives in `ludic.inference.vllm.server`. As the embedded server, it refuses 
 (`ludic.inference.http.weight_tenure`): `/init` answers with a group id that `/start`,
 `/finish` and `/close` carry; another trainer's `/init` replaces the group held (one log
 line) and the replaced trainer's push or close is refused (409 naming the trainer that
-joined), never freeing the newer group. Unlike the embedded server it cannot end a receive in
+joined), never freeing the newer group. As the embedded server, it refuses (400) at
+`/start` a push whose tensors have other shapes than the served model's (read from the
+safetensors headers of its model directory: a trainer of another size), before anything is
+received: loaded, such a push failed inside vLLM's reload and left the engine dead. Unlike the embedded server it cannot end a receive in
 flight on a replaced group early: the workers run one `collective_rpc` at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from ludic.inference.http.auth import resolve_token, token_matches
@@ -173,6 +178,7 @@ async def _weights_start(request: Any, engine: Any) -> dict[str, Any]:
     manifest = WeightManifest.from_json(body)  # ManifestError is a ValueError -> 400
     group = body.get("group")
     _tenure.check(None if group is None else str(group))  # 409: another group's push
+    check_push_shapes(manifest, getattr(getattr(engine, "model_config", None), "model", None))
     if _push.get("receive") is not None:
         raise RuntimeError("a push is already in progress: finish it first")
     from ludic.inference.http.weight_outcomes import WeightSyncError  # 409: the trainer rejoins
@@ -215,6 +221,49 @@ async def _weights_finish(request: Any, engine: Any) -> dict[str, Any]:
         "opaque": sorted({name for report in reports for name in report.get("opaque", [])}),
         "packed_modules_mapping": reports[0]["packed"],
     }
+
+
+def check_push_shapes(manifest: Any, model: str | None) -> None:
+    """ManifestError (a 400) if a pushed tensor has another shape than the same tensor of the
+    checkpoint vLLM serves (`model`, its --model): vLLM's reload would fail on it halfway, its
+    layers left unloaded, and the engine die at the next request. Only names the checkpoint
+    holds are compared (a tied lm_head may be absent from it); a model that is not a local
+    directory of safetensors files (a hub id) is not checked."""
+    from ludic.distributed.manifest import ManifestError
+
+    shapes = checkpoint_shapes(model) if model else None
+    if not shapes:
+        return
+    wrong = [
+        f"{e.name}: sent {tuple(e.shape)}, served {shapes[e.name]}"
+        for e in manifest.tensors
+        if e.name in shapes and shapes[e.name] != tuple(e.shape)
+    ]
+    if wrong:
+        raise ManifestError(
+            f"refused weight manifest: {len(wrong)} shape mismatches with the model this vLLM "
+            f"serves ({model}), e.g. {wrong[:3]}; nothing was loaded. Start the trainer from "
+            "the model the server loaded (`ludic train --model DIR` with the DIR given to "
+            "`python -m ludic.inference.vllm.server DIR`)"
+        )
+
+
+@functools.lru_cache(maxsize=4)
+def checkpoint_shapes(model: str) -> dict[str, tuple[int, ...]] | None:
+    """Each tensor's shape in the safetensors files of the local model directory `model`, read
+    from their headers (no weights loaded); None if it holds none (a hub id, .bin weights)."""
+    directory = Path(model)
+    files = sorted(directory.glob("*.safetensors")) if directory.is_dir() else []
+    if not files:
+        return None
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in files:
+        with safe_open(str(file), framework="pt") as weights:
+            for name in weights.keys():  # noqa: SIM118 (a safe_open handle, not a dict)
+                shapes[name] = tuple(weights.get_slice(name).get_shape())
+    return shapes
 
 
 def refuse_nonfinite(received: list[Any]) -> None:
