@@ -37,6 +37,8 @@ kept ones). The stage-1 model is evaluated too ("start" rows).
 
 Prints the evaluations, mean and 95% t-interval per method and for the paired difference,
 and how the weights treat optimal, other legal and illegal moves; writes `results.json`.
+Which turns AWR trains on, the board features and that weight report are in
+`awr_tictactoe_weights.py`, beside this file.
 """
 
 from __future__ import annotations
@@ -44,18 +46,16 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import statistics
-from collections import defaultdict
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal
 
 import torch
 import tyro
 from rich.console import Console
 
-from ludic.envs.tictactoe_solver import EMPTY, side_to_move
 from ludic.eval.stats import mean_ci95
 from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
 from ludic.inference.sampling import SamplingConfig
@@ -66,7 +66,6 @@ from ludic.recipes.tictactoe import (
     ENV_NAME,
     PROTOCOL_NAME,
     StageResult,
-    board_from_observation,
     drop_penalised_turns,
     evaluate_stage,
     expert_policy,
@@ -84,28 +83,26 @@ from ludic.rollouts import (
     write_rollouts_jsonl,
 )
 from ludic.training import AWRCredit, OfflineBatchSource, RLAlgorithm, make_awr, make_sft
-from ludic.training.credit import discounted_returns
 from ludic.training.credit.awr import UnreadAWROptionError
-from ludic.types import Rollout, Turn
+from ludic.types import Rollout
+
+_HERE = str(Path(__file__).resolve().parent)
+if _HERE not in sys.path:  # `python examples/awr_tictactoe.py` has it; a load by path may not
+    sys.path.append(_HERE)
+from awr_tictactoe_weights import (  # noqa: E402, F401  (tests read them all here)
+    afterstate_features,
+    baseline_r2,
+    board_features,
+    board_featurizers,
+    canonical,
+    cell_features,
+    move_weights,
+    trained_by,
+    won_or_drew,
+)
 
 METHODS: tuple[Literal["sft", "awr"], ...] = ("sft", "awr")
 MAX_TOKENS = 10  # as the quickstart
-# The 8 symmetries of the board (rotations and reflections) as cell permutations: symmetry[i]
-# is the cell whose mark goes to cell i.
-_ROTATE = (6, 3, 0, 7, 4, 1, 8, 5, 2)
-_REFLECT = (2, 1, 0, 5, 4, 3, 8, 7, 6)
-
-
-def _symmetries() -> tuple[tuple[int, ...], ...]:
-    out: list[tuple[int, ...]] = []
-    perm: tuple[int, ...] = tuple(range(9))
-    for _ in range(4):
-        out += [perm, tuple(perm[j] for j in _REFLECT)]
-        perm = tuple(perm[j] for j in _ROTATE)
-    return tuple(out)
-
-
-SYMMETRIES = _symmetries()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -195,11 +192,6 @@ def env_kwargs(cfg: AWRConfig) -> dict[str, Any]:
     }
 
 
-def won_or_drew(rollout: Rollout) -> bool:
-    steps = rollout.env_steps
-    return bool(steps) and steps[-1].info.get("outcome") in ("win", "draw")
-
-
 def requests(cfg: AWRConfig, n: int, sampling: SamplingConfig | None = None) -> list[Any]:
     env = ComponentSpec(name=ENV_NAME, kwargs=env_kwargs(cfg))
     protocol = ComponentSpec(name=PROTOCOL_NAME)
@@ -266,11 +258,11 @@ def algorithm(cfg: AWRConfig, method: str) -> RLAlgorithm:
             baseline=cfg.baseline,
             state_prior=None if cfg.state_prior == defaults.state_prior else cfg.state_prior,
             state_normalize=cfg.state_normalize,
-            trained=trained_by(cfg),  # the turns `train` keeps
+            trained=trained_by(cfg.awr_games),  # the turns `train` keeps
             value_folds=None if cfg.value_folds == defaults.value_folds else cfg.value_folds,
             normalize_mean=cfg.normalize_mean,
             min_weight=cfg.min_weight,
-            **board_featurizers(cfg),
+            **board_featurizers(cfg.features, cfg.baseline),
         )
     except UnreadAWROptionError as e:
         name = "features" if e.option.startswith("featurize") else e.option
@@ -279,69 +271,6 @@ def algorithm(cfg: AWRConfig, method: str) -> RLAlgorithm:
             f"{' or '.join(e.readers)}, not {e.baseline!r} (which would ignore it): drop it or "
             f"pass --baseline {e.readers[0]}"
         ) from e
-
-
-class Featurizers(TypedDict, total=False):
-    """`make_awr`'s keyword arguments that pick the value baseline's features."""
-
-    featurize: Callable[[Turn], list[Any]]
-    featurize_action: Callable[[Turn], list[Any]]
-
-
-def board_featurizers(cfg: AWRConfig) -> Featurizers:
-    """`make_awr`'s featurize (and with --baseline q_value featurize_action, which only Q
-    reads) for --features board; none for text."""
-    if cfg.features == "text":
-        return {}
-    if cfg.baseline == "q_value":
-        return {"featurize": board_features, "featurize_action": afterstate_features}
-    return {"featurize": board_features}
-
-
-def canonical(board: str) -> str:
-    """The least of the board's 8 symmetric images: one name per position up to symmetry."""
-    return min("".join(board[j] for j in perm) for perm in SYMMETRIES)
-
-
-def cell_features(board: str) -> list[Any]:
-    """One id per cell and mark, and the number of empty cells."""
-    return [*(("cell", i, c) for i, c in enumerate(board)), ("empty", board.count(EMPTY))]
-
-
-def board_features(turn: Turn) -> list[Any]:
-    """V's features of a turn: the cells of its board, canonical up to symmetry."""
-    if not turn.agent_steps:
-        return []
-    return cell_features(canonical(board_from_observation(turn.observation)))
-
-
-def afterstate_features(turn: Turn) -> list[Any]:
-    """Q's features of a turn: the cells of the board its move leads to (before the
-    opponent's reply), canonical up to symmetry; an illegal or unparseable move, which leaves
-    the board as it was, gets one id of its own with that board."""
-    if not turn.agent_steps or turn.env_step is None:
-        return []
-    board = board_from_observation(turn.observation)
-    info = turn.env_step.info
-    move = info.get("move")
-    if info.get("illegal_move") or not isinstance(move, int):
-        return [("illegal", canonical(board))]
-    after = board[: move - 1] + side_to_move(board) + board[move:]
-    return cell_features(canonical(after))
-
-
-def not_penalised(rollout: Rollout, turn: Turn) -> bool:
-    """`drop_penalised_turns` on the turn: per-state normalisation counts only trained turns
-    (an illegal move shares its board with the retry after it)."""
-    return turn.reward >= 0.0
-
-
-def trained_by(cfg: AWRConfig) -> Callable[[Rollout, Turn], bool]:
-    """The turns AWR trains on: not penalised, and with --awr-games kept in a won or drawn
-    game (the normalisations average over these only)."""
-    if cfg.awr_games == "all":
-        return not_penalised
-    return lambda rollout, turn: not_penalised(rollout, turn) and won_or_drew(rollout)
 
 
 def kept_games_only(data: Path) -> SampleFilter:
@@ -403,50 +332,10 @@ def weight_report(cfg: AWRConfig, rollouts: Sequence[Rollout]) -> dict[str, dict
     (sum w)^2 / (n sum w^2) of the legal moves' weights, n the number of legal moves."""
     awr = algorithm(cfg, "awr").credit_assigner
     assert isinstance(awr, AWRCredit)
-    weights = awr.assign(rollouts)
-    by_kind: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for rollout in rollouts:
-        kept = 1.0 if won_or_drew(rollout) else 0.0
-        awr_factor = kept if cfg.awr_games == "kept" else 1.0
-        for turn in rollout.turns():
-            if turn.env_step is None or not turn.agent_steps:
-                continue
-            info = turn.env_step.info
-            kind = (
-                "illegal"
-                if info.get("illegal_move")
-                else "optimal"
-                if info.get("optimal_move")
-                else "other"
-            )
-            by_kind["sft"][kind].append(kept)
-            by_kind["awr"][kind].append(awr_factor * weights[(rollout.id, turn.turn_id)])
-    report = {
-        method: {kind: statistics.mean(ws) for kind, ws in kinds.items()}
-        for method, kinds in by_kind.items()
-    }
-    for method, kinds in by_kind.items():
-        legal = kinds["optimal"] + kinds["other"]
-        square = math.fsum(w * w for w in legal)
-        report[method]["ess"] = math.fsum(legal) ** 2 / (len(legal) * square) if square else 0.0
+    report = move_weights(awr, rollouts, awr_games=cfg.awr_games)
     if cfg.baseline not in ("group", "q_value"):
         report["awr"]["baseline_r2"] = baseline_r2(awr, rollouts)
     return report
-
-
-def baseline_r2(awr: AWRCredit, rollouts: Sequence[Rollout]) -> float:
-    """How much of the returns-to-go G the baseline explains: 1 - sum A^2 / sum (G - mean G)^2
-    over every turn (A = G - baseline; for state_action, Q - V instead)."""
-    advantages = awr.advantages(rollouts)
-    returns = [
-        g
-        for r in rollouts
-        if not r.failed
-        for g in discounted_returns([t.reward for t in r.turns()], awr.gamma)
-    ]
-    mean = statistics.mean(returns)
-    total = math.fsum((g - mean) ** 2 for g in returns)
-    return 1.0 - math.fsum(a * a for a in advantages.values()) / total if total else 0.0
 
 
 def fresh_model(cfg: AWRConfig, seed: int, out: Path) -> tuple[Path, Any]:
