@@ -19,7 +19,7 @@ from ludic.distributed.checksum import checksums, tensor_checksum
 from ludic.distributed.inprocess import InProcessPublisher, WeightTarget
 from ludic.distributed.interfaces import PolicyPublisher, PublishVerificationError, Weights
 from ludic.distributed.manifest import ManifestError, WeightManifest, fused_groups, plan_manifest
-from ludic.distributed.server_link import PushRefused, TooFewServers
+from ludic.distributed.server_link import ControlNotOffered, PushRefused, TooFewServers
 from ludic.distributed.verification import (
     HttpPolicyProbe,
     PolicyProbe,
@@ -33,6 +33,7 @@ from ludic.distributed.verification import (
 
 __all__ = [
     "BroadcastPolicyPublisher",
+    "ControlNotOffered",
     "HttpPolicyProbe",
     "InProcessPublisher",
     "ManifestError",
