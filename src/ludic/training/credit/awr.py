@@ -180,7 +180,7 @@ class AWRCredit:
         game's outcome does not decide its sign: a good move in a lost game can weigh more than
         a bad move in a won one. It is as good as Q's features let it generalise; for board
         games give the position the move leads to (an afterstate, Sutton & Barto 6.8), shared
-        by every (state, move) pair that reaches it (`examples/awr_tictactoe.py`).
+        by every (state, move) pair that reaches it (`examples/awr_tictactoe_weights.py`).
     state_normalize: divide each weight by the mean weight of the turns from its state (MPO's
         per-state normalisation of exp(A / beta)): every state keeps its share of the data, as
         in SFT on all of it, and only the choice among the moves from a state is reweighted (a
