@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import math
 import statistics
 from dataclasses import dataclass
 from typing import Literal
@@ -179,15 +180,20 @@ async def train(cfg: Config) -> tuple[float, float, list[float]]:
             rollouts, seeds.seed_requests(requests, step), credit, strategy=strategy
         )
         samples = [s for s in batch.samples if s.num_action_tokens > 0]
-        rewards.append(batch.stats.mean_reward)
+        stats = batch.stats  # mean_reward averages the successful episodes: 0.0 with none
+        rewards.append(stats.mean_reward if stats.num_failed < stats.num_rollouts else math.nan)
         if not samples:
+            print(
+                f"step {step + 1:3d}  nothing to train on ({stats.num_failed} of "
+                f"{stats.num_rollouts} episodes failed)"
+            )
             continue
         # 3-4: one clipped-surrogate step on those samples.
         metrics = grpo_step(model, optimizer, loss_fn, samples, pad_token_id, cfg.max_grad_norm)
         # 5: serve the new policy (the version tags every later sample).
         engine.update_weights(model.state_dict(), version=step + 1)
         print(
-            f"step {step + 1:3d}  mean reward {batch.stats.mean_reward:+.2f}  "
+            f"step {step + 1:3d}  mean reward {stats.mean_reward:+.2f}  "
             f"loss {metrics['loss']:+.4f}  grad norm {metrics['grad_norm']:.3f}"
         )
     after = await win_rate(rollouts, cfg)
@@ -196,11 +202,20 @@ async def train(cfg: Config) -> tuple[float, float, list[float]]:
 
 
 def main(cfg: Config) -> tuple[float, float, list[float]]:
+    """Train; returns the win rates before and after, and each step's mean episode reward
+    (NaN for a step whose every episode failed: no episode earned a reward)."""
     before, after, rewards = asyncio.run(train(cfg))
-    if rewards:
-        k = max(1, len(rewards) // 4)
-        first, last = statistics.mean(rewards[:k]), statistics.mean(rewards[-k:])
-        print(f"mean reward: first {k} steps {first:+.2f}, last {k} steps {last:+.2f}")
+    earned = [r for r in rewards if not math.isnan(r)]
+    none = f" ({len(rewards) - len(earned)} of {len(rewards)} steps left out: every episode failed)"
+    if earned:
+        k = max(1, len(earned) // 4)
+        first, last = statistics.mean(earned[:k]), statistics.mean(earned[-k:])
+        print(
+            f"mean reward: first {k} steps {first:+.2f}, last {k} steps {last:+.2f}"
+            + (none if len(earned) < len(rewards) else "")
+        )
+    elif rewards:
+        print(f"mean reward: unknown{none}")
     print(f"win rate vs a {cfg.opponent} opponent: {before:.0%} before, {after:.0%} after")
     return before, after, rewards
 
