@@ -167,8 +167,9 @@ class PipelineBatchSource:
             if not entries and self._timed_out(started):
                 if items:
                     break
-                if self.world_size == 1:
-                    raise BatchSourceExhausted(f"no samples arrived for {self.max_wait_s}s")
+                if self.world_size == 1:  # counted first: the closing line names the drops
+                    self.totals.update(stats)
+                    raise BatchSourceExhausted(self._exhausted_line(stats))
                 self.timed_out = True
                 stats["timed_out"] += 1
                 break
@@ -447,6 +448,18 @@ class PipelineBatchSource:
             "; no sample arrived: is an actor pushing to this stream (`ludic actor --redis-url "
             "... --stream ...`, the same as the learner's), or is its first batch still "
             "generating (an actor pushes a batch's samples once all its episodes end)?"
+        )
+
+    def _exhausted_line(self, stats: Counter[str]) -> str:
+        """Why the source stops: nothing arrived for `max_wait_s`, or only samples it dropped."""
+        dropped = stats["dropped_stale"]
+        if not dropped:
+            return f"no samples arrived for {self.max_wait_s}s"
+        return (
+            f"no trainable sample arrived for {self.max_wait_s}s: the {dropped} read were all more "
+            f"than max_lag (--max-lag) {self.max_lag} policy versions behind the learner's "
+            f"{self.current_version()} and dropped (do the actors sample from the servers this "
+            "learner publishes to? else raise --max-lag or pass --stale downweight)"
         )
 
     def _timed_out(self, started: float) -> bool:
