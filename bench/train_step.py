@@ -266,6 +266,11 @@ TRAINING_ARMS: dict[str, TrainingArm] = {
         config={"compile": True, "fused_adamw": True},
     ),
     "eager_attention": TrainingArm("attention in eager (matmul) form", prepare=_eager_attention),
+    "contiguous": TrainingArm(
+        "TrainerConfig(contiguous_parameters=True): parameters laid out back to back, as a "
+        "Trainer with a publisher does (the others keep load_model's separate allocations)",
+        config={"contiguous_parameters": True},
+    ),
 }
 
 
