@@ -36,6 +36,7 @@ from ludic.rollouts import (
     generate_batch,
 )
 from ludic.types import JSON
+from ludic.viz.plots import every_episode_failed
 
 logger = logging.getLogger(__name__)
 RequestsFn = Callable[[], Sequence[RolloutRequest] | Awaitable[Sequence[RolloutRequest]]]
@@ -43,7 +44,9 @@ RequestsFn = Callable[[], Sequence[RolloutRequest] | Awaitable[Sequence[RolloutR
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ActorBatchStats:
-    """What one actor batch produced and how long it waited for the learner."""
+    """What one actor batch produced and how long it waited for the learner. `mean_reward`
+    averages the successful episodes (`BatchStats`): 0.0 when every episode failed, a reward
+    none earned, which `to_dict` (the `--metrics-path` record) writes as null."""
 
     batch_index: int
     num_rollouts: int
@@ -55,8 +58,16 @@ class ActorBatchStats:
     backpressure_seconds: float
     generate_seconds: float
 
+    @property
+    def every_episode_failed(self) -> bool:
+        """The rule `ludic plot` gaps a reward by (`ludic.viz.plots.every_episode_failed`)."""
+        return every_episode_failed(asdict(self), prefix="")
+
     def to_dict(self) -> JSON:
-        return asdict(self)
+        record: JSON = asdict(self)
+        if self.every_episode_failed:
+            record["mean_reward"] = None
+        return record
 
 
 class PipelineActor:

@@ -225,14 +225,14 @@ async def _act(
 
 def batch_line(cfg: ActorConfig, stats: ActorBatchStats) -> str:
     """One log line per batch: what it pushed, and why it pushed nothing if so. A batch whose
-    every episode failed has no mean reward (its stats hold 0.0, a reward no episode earned)."""
-    all_failed = 0 < stats.num_rollouts <= stats.num_failed
+    every episode failed has no mean reward (its stats hold 0.0, a reward no episode earned),
+    and a batch without samples no policy version."""
+    all_failed = stats.every_episode_failed
     reward = "unknown" if all_failed else f"{stats.mean_reward:+.3f}"
     line = (
         f"actor {cfg.actor_id} batch {stats.batch_index}: {stats.num_samples} samples from "
         f"{stats.num_rollouts} episodes ({stats.num_failed} failed), mean episode "
-        f"reward {reward}, policy versions {stats.policy_version_min}.."
-        f"{stats.policy_version_max}, generated in {stats.generate_seconds:.1f}s after "
+        f"reward {reward}, {_versions(stats)}, generated in {stats.generate_seconds:.1f}s after "
         f"{stats.backpressure_seconds:.1f}s waiting for the learner"
     )
     if stats.num_samples == 0 and all_failed:
@@ -240,6 +240,15 @@ def batch_line(cfg: ActorConfig, stats: ActorBatchStats) -> str:
     elif stats.num_samples == 0:
         line += "; no sample reached the stream (no episode produced a training turn)"
     return line
+
+
+def _versions(stats: ActorBatchStats) -> str:
+    """The policy versions of a batch's samples: 'policy versions 3..5', 'policy version 4', or
+    'no policy version (no sample)'."""
+    low, high = stats.policy_version_min, stats.policy_version_max
+    if low is None or high is None:
+        return "no policy version (no sample)"
+    return f"policy version {low}" if low == high else f"policy versions {low}..{high}"
 
 
 async def _actor_client(cfg: ActorConfig) -> Any:

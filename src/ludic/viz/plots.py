@@ -40,6 +40,9 @@ loss/ratio_max, loss/mismatch/tokens): a key under it is placed by the rest of i
 KL and clip fraction get their own panels and a token count or a ratio near 1 never shares the
 loss's axes; a diagnostic no family names (mismatch/*, rollout_is/*) is plotted when named (`keys=`, `ludic plot --keys`)."""
 _NOT_METRICS = frozenset({"step", "time", "timestamp"})
+_MEAN_REWARD = "mean_reward"
+"""A reward key <prefix>mean_reward is gapped where <prefix>num_failed says every episode failed
+(`every_episode_failed`): batch/mean_reward of the Trainer, mean_reward of `ludic actor`."""
 LEGEND_NOTES = {
     "batch/mean_reward": "per episode",
     "reward_mean": "per sample",
@@ -276,19 +279,22 @@ def _series(records: Sequence[MetricRecord], key: str) -> tuple[list[float], lis
     for r in records:
         value = _as_float(r.get(key))
         step = _as_float(r.get("step"))
-        if value is not None and key == "batch/mean_reward" and every_episode_failed(r):
-            value = math.nan  # BatchStats logs 0.0 then: a gap, not a reward no episode earned
+        counts = key.removesuffix(_MEAN_REWARD)
+        if key.endswith(_MEAN_REWARD) and every_episode_failed(r, prefix=counts):
+            value = math.nan  # BatchStats' 0.0 (the actor: null): a gap, not a reward earned
         if value is not None and step is not None:
             steps.append(step)
             values.append(value)
     return steps, values
 
 
-def every_episode_failed(record: MetricRecord) -> bool:
+def every_episode_failed(record: MetricRecord, *, prefix: str = "batch/") -> bool:
     """Whether a step's every episode failed (batch/num_failed >= batch/num_rollouts > 0): its
-    batch/mean_reward is then the 0.0 BatchStats logs for no episode, not a reward earned."""
-    failed = _as_float(record.get("batch/num_failed"))
-    rollouts = _as_float(record.get("batch/num_rollouts"))
+    batch/mean_reward is then the 0.0 BatchStats logs for no episode, not a reward earned.
+    `prefix` names where the counts are: "batch/" in the Trainer's metrics, "" in the per-batch
+    records of `ludic actor --metrics-path` (num_failed, num_rollouts, mean_reward)."""
+    failed = _as_float(record.get(f"{prefix}num_failed"))
+    rollouts = _as_float(record.get(f"{prefix}num_rollouts"))
     return failed is not None and rollouts is not None and 0 < rollouts <= failed
 
 
