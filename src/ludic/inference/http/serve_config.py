@@ -98,6 +98,10 @@ def check_serve_config(config: ServeConfig) -> None:
     config.json)."""
     if config.policy_version is not None and config.policy_version < 0:
         raise ValueError(f"--policy-version must be >= 0, got {config.policy_version}")
+    if not 0 <= config.port < 65536:  # else a traceback from socket.bind (0: any free port)
+        raise ValueError(f"--port must be in 0..65535, got {config.port}")
+    if config.max_body_bytes < 1:
+        raise ValueError(f"--max-body-bytes must be >= 1, got {config.max_body_bytes}")
     if not config.prepacked_gemm:
         return
     if config.batch_invariant:
