@@ -49,3 +49,28 @@ def test_commands_refuse_such_a_url_before_asking_the_server_anything() -> None:
     with pytest.raises(ValueError, match="http://HOST:PORT") as caught:
         served_model_name("localhost:8001")
     assert "is the server up" not in str(caught.value)
+
+
+async def test_an_endpoint_url_given_as_the_base_url_is_named_in_the_404() -> None:
+    """`OpenAICompatibleClient("http://HOST:PORT/v1/chat/completions")` posts to
+    `.../v1/chat/completions/v1/chat/completions`; the server's bare "Not Found" now names the
+    URL asked for and the form to give. A 404 the server explains (a wrong model) is kept."""
+    from ludic.inference import ChatRequest, SamplingConfig
+    from ludic.inference.http.openai_client import InferenceRequestError
+
+    def server(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/v1/chat/completions":
+            return httpx.Response(404, json={"error": {"message": "the model 'x' does not exist"}})
+        return httpx.Response(404, json={"detail": "Not Found"})  # FastAPI's unknown route
+
+    request = ChatRequest(messages=[{"role": "user", "content": "hi"}], sampling=SamplingConfig())
+    url = "http://127.0.0.1:8000/v1/chat/completions"
+    async with OpenAICompatibleClient(url, model="m", transport=httpx.MockTransport(server)) as c:
+        with pytest.raises(InferenceRequestError) as caught:
+            await c.complete(request)
+    message = caught.value.message
+    assert f"no {url}/v1/chat/completions" in message and "http://HOST:PORT" in message
+    base = "http://127.0.0.1:8000"
+    async with OpenAICompatibleClient(base, model="x", transport=httpx.MockTransport(server)) as c:
+        with pytest.raises(InferenceRequestError, match=r"the model 'x' does not exist$"):
+            await c.complete(request)

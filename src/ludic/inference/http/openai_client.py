@@ -136,7 +136,14 @@ class OpenAICompatibleClient:
                 last_problem = f"{response.status_code}: {_server_message(response)}"
                 continue
             if response.status_code >= 400:
-                raise InferenceRequestError(response.status_code, _server_message(response))
+                message = _server_message(response)
+                if response.status_code == 404 and message == "Not Found":  # no such route
+                    message = (
+                        f"Not Found: the server has no {self.base_url}{path}; give the client "
+                        "the server's base URL (http://HOST:PORT, with or without /v1), not an "
+                        "endpoint's"
+                    )
+                raise InferenceRequestError(response.status_code, message)
             result: dict[str, Any] = response.json()
             return result, response.headers
         raise InferenceUnavailableError(
