@@ -108,6 +108,7 @@ from ludic.training import (
     RolloutBatchSource,
 )
 from ludic.training.stall import was_skipped
+from ludic.viz.plots import every_episode_failed
 
 ROLLOUTS_FILE = "rollouts.jsonl"
 """Every episode of the batches the run trained on, as it finished (`ludic view` reads it)."""
@@ -413,11 +414,6 @@ class NothingTrainedError(Refusal, RuntimeError):
     `max_skipped_steps`, which stops with TrainingStalledError instead)."""
 
 
-def _every_episode_failed(metrics: dict[str, float]) -> bool:
-    rollouts = metrics.get("batch/num_rollouts", 0.0)
-    return was_skipped(metrics) and rollouts > 0 and metrics.get("batch/num_failed") == rollouts
-
-
 def _nothing_trained(cfg: TrainConfig, history: list[dict[str, float]]) -> str:
     """Why no step trained, naming this run's first failed episode from its rollouts file."""
     log = cfg.out_dir / "rollouts.jsonl"
@@ -447,7 +443,9 @@ def _report(
 ) -> TrainResult:
     if not history:
         raise RuntimeError("training ran no step")
-    if all(_every_episode_failed(m) for m in history):
+    # Skipped too: the error says the model is unchanged, which only a skipped step ensures (a
+    # Trainer's logged counts are one rank's: under torchrun another rank may have trained).
+    if all(was_skipped(m) and every_episode_failed(m) for m in history):
         raise NothingTrainedError(_nothing_trained(cfg, history))
     metrics = cfg.out_dir / "metrics.jsonl"
     samples = cfg.out_dir / SAMPLES_FILE
