@@ -72,6 +72,13 @@ class _Control:
             self.done.set()
 
 
+def _check_start_version(version: object) -> None:
+    """ValueError unless `version` (the policy version an engine starts at) is an int >= 0, as
+    `ludic serve --policy-version` and every push require."""
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise ValueError(f"policy_version must be an int >= 0, got {version!r}")
+
+
 class EmbeddedEngine:
     """In-process ChatClient with continuous batching. Close it (or use `with`) when done."""
 
@@ -83,6 +90,7 @@ class EmbeddedEngine:
         config: EngineConfig | None = None,
         policy_version: int = 0,
     ) -> None:
+        _check_start_version(policy_version)
         self.model = model.eval()
         self.tokenizer = tokenizer
         warn_if_not_append_only(tokenizer)  # once per template; drift splits samples otherwise
@@ -131,6 +139,8 @@ class EmbeddedEngine:
         so what it generates is tagged with the policy that generated it."""
         from ludic.models.loading import load_model, saved_policy_version
 
+        if policy_version is not None:
+            _check_start_version(policy_version)  # before the model loads
         model, tokenizer = load_model(path, dtype=dtype, device=device, verify=verify)
         if policy_version is None:
             policy_version = saved_policy_version(path)
