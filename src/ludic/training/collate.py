@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ludic.errors import LudicUsageError
 from ludic.rollouts.samples import FORCED_ACTION_TOKENS_KEY, SAWItem, sampling_runs
 
 MAX_SEQ_LEN_REASON = "max_seq_len"
@@ -147,8 +148,12 @@ class CollatedBatch:
         )
 
 
-def collate(items: Sequence[SAWItem], *, pad_token_id: int = 0) -> CollatedBatch:
-    """Right-pad `items` into a `CollatedBatch` (float32 masks, logprobs and advantages)."""
+def collate(
+    items: Sequence[SAWItem], *, pad_token_id: int = 0, vocab_size: int | None = None
+) -> CollatedBatch:
+    """Right-pad `items` into a `CollatedBatch` (float32 masks, logprobs and advantages).
+    `vocab_size` (the model's embedding rows): a token id outside it is refused, naming the
+    sample, instead of an IndexError deep in the model's embedding."""
     if not items:
         raise ValueError("collate: no items; skip empty batches before collating")
     width = max(item.num_tokens for item in items)
@@ -167,6 +172,8 @@ def collate(items: Sequence[SAWItem], *, pad_token_id: int = 0) -> CollatedBatch
         action_mask_BT[row, :n] = torch.tensor(item.action_mask, dtype=torch.float32)
         if behavior_BT is not None and item.behavior_logprobs is not None:
             behavior_BT[row, :n] = torch.tensor(item.behavior_logprobs, dtype=torch.float32)
+    if vocab_size is not None:
+        _check_token_ids(items, input_ids_BT, attention_mask_BT, vocab_size)
     sampling = _token_sampling(items, action_mask_BT)  # also unmasks forced tokens
     action_mask_BT[:, 0] = 0.0  # no context predicts the first token
     if behavior_BT is not None:  # 0.0 off the action mask, whatever the item held there
@@ -178,6 +185,36 @@ def collate(items: Sequence[SAWItem], *, pad_token_id: int = 0) -> CollatedBatch
         advantages_B=torch.tensor([item.weight for item in items], dtype=torch.float32),
         behavior_logprobs_BT=behavior_BT,
         sampling=sampling,
+    )
+
+
+def embedding_rows(model: torch.nn.Module) -> int | None:
+    """How many token ids `model`'s input embedding has (None: a model without one)."""
+    get = getattr(model, "get_input_embeddings", None)
+    rows = getattr(get() if callable(get) else None, "num_embeddings", None)
+    return int(rows) if isinstance(rows, int) else None
+
+
+def _check_token_ids(
+    items: Sequence[SAWItem],
+    input_ids_BT: torch.Tensor,
+    attention_mask_BT: torch.Tensor,
+    vocab_size: int,
+) -> None:
+    """Refuse a sample holding a token id the model has no embedding for: its tokens come from
+    another tokenizer than the trained model's (an actor or server on another model)."""
+    outside_BT = ((input_ids_BT < 0) | (input_ids_BT >= vocab_size)) & (attention_mask_BT > 0)
+    if not bool(outside_BT.any()):
+        return
+    row = int(outside_BT.any(dim=1).nonzero()[0, 0])
+    token = int(input_ids_BT[row][outside_BT[row]][0])
+    meta = items[row].meta
+    name = meta.get("sample_id") or meta.get("rollout_id") or f"#{row} of the batch"
+    raise LudicUsageError(
+        f"sample {name} holds token id {token}, outside the trained model's vocabulary of "
+        f"{vocab_size} ids: its tokens come from another tokenizer, so another model generated "
+        "it. Generate with the model being trained (`ludic actor` / `ludic serve` on the "
+        "learner's --model)"
     )
 
 

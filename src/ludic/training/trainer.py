@@ -42,6 +42,7 @@ from ludic.training.collate import (
     CollatedBatch,
     cap_seq_len,
     collate,
+    embedding_rows,
     plan_micro_batches,
     shared_prefix_groups,
     trainable_action_tokens,
@@ -263,7 +264,8 @@ class Trainer:
         config = self.config
         if not items:
             return None, []
-        batch = collate(items, pad_token_id=config.pad_token_id)
+        vocab_size = embedding_rows(self.model)  # a token id beyond it: another model's sample
+        batch = collate(items, pad_token_id=config.pad_token_id, vocab_size=vocab_size)
         min_shared = self._shared_prefix_min_tokens
         groups = None if min_shared is None else shared_prefix_groups(batch, min_tokens=min_shared)
         plan = plan_micro_batches(
