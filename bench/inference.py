@@ -269,10 +269,20 @@ def compare_invariant(
     return out
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an int >= 1 (no run, nothing to take a median or best of)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
-    parser.add_argument("--repeats", type=int, default=REPEATS, help="runs per cell (best kept)")
+    parser.add_argument(
+        "--repeats", type=positive_int, default=REPEATS, help="runs per cell (best kept)"
+    )
     parser.add_argument(
         "--batch-invariant", action="store_true", help="EngineConfig(batch_invariant=True)"
     )

@@ -375,9 +375,17 @@ def training_arms(names: list[str], model: str, rounds: int, warmup: int) -> dic
     }
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an int >= 1 (no run, nothing to take a median or best of)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--steps", type=positive_int, default=3)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument(
         "--shared-prefix",
@@ -393,8 +401,15 @@ def main() -> None:
         f"{sorted(TRAINING_ARMS)}; ratios are against the first",
     )
     parser.add_argument("--model", choices=("tiny", "50m"), default="tiny", help="with --arms")
-    parser.add_argument("--rounds", type=int, default=9, help="measured rounds (with --arms)")
-    parser.add_argument("--warmup", type=int, default=2, help="unmeasured steps per arm (--arms)")
+    parser.add_argument(
+        "--rounds", type=positive_int, default=9, help="measured rounds (with --arms)"
+    )
+    parser.add_argument(
+        "--warmup",
+        type=positive_int,
+        default=2,
+        help="unmeasured steps per arm, the first included (--arms)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads or (1 if args.arms else torch.get_num_threads()))
     if args.arms:

@@ -531,10 +531,18 @@ def bench_servers(
     }
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an int >= 1 (no run, nothing to take a median or best of)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--models", default="tiny,100m")
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=positive_int, default=5)
     parser.add_argument("--bucket-mb", type=float, default=64.0)
     parser.add_argument("--piece-mb", type=float, default=16.0, help="0: whole buckets")
     parser.add_argument("--threads", type=int, default=1)
