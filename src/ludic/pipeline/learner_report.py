@@ -1,7 +1,8 @@
-"""What `ludic learner` logs: one line per step (`report_step`) and a closing line
-(`report_done`), each counting what all ranks trained (summed through the runtime's
-all-reduce, a collective every rank calls) and logged by rank 0 alone. It does not train,
-checkpoint or warn about steps that changed no weight (`ludic.training.stall.NoSignalWatch`).
+"""What `ludic learner` logs: one line per step (`report_step`, with a warning when the actors
+sample another model than the learner's) and a closing line (`report_done`), each counting what
+all ranks trained (summed through the runtime's all-reduce, a collective every rank calls) and
+logged by rank 0 alone. It does not train, checkpoint or warn about steps that changed no
+weight (`ludic.training.stall.NoSignalWatch`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ def report_step(trainer: Any, source: Any, metrics: dict[str, float]) -> bool:
     )
     if source.rank == 0:
         logger.info(step_line(trainer.step, metrics, samples, runtime.world_size))
+        if (foreign := foreign_policy_line(metrics)) is not None:
+            logger.warning(foreign)
     return timed_out == runtime.world_size
 
 
@@ -63,6 +66,30 @@ def step_line(step: int, metrics: dict[str, float], samples: float, world_size: 
         f"{get('reward_mean', math.nan):+.3f}, loss {get('loss', math.nan):.4g}, grad norm "
         f"{get('grad_norm', math.nan):.3g}, policy version {int(get('policy_version', 0))}, "
         f"{get('step_seconds', math.nan):.1f}s"
+    )
+
+
+FOREIGN_POLICY_SHARE = 0.5
+"""Share of a lag-0 step's action tokens off the learner's logprobs (`mismatch/frac_beyond`:
+|log ratio| > 0.2) beyond which the actors cannot be sampling the learner's weights; kernels
+and dtypes (bf16 on vLLM) move a few percent of tokens that far, another model most of them."""
+
+
+def foreign_policy_line(metrics: dict[str, float]) -> str | None:
+    """A warning when every sample of the step is at policy lag 0, so its behaviour logprobs
+    should be the learner's own up to float noise, yet most action tokens differ: the actors
+    sample another model (an embedded actor's other --model, a server the learner does not
+    publish to). None otherwise."""
+    share = metrics.get("loss/mismatch/frac_beyond")
+    if share is None or metrics.get("policy_lag/max") != 0 or share <= FOREIGN_POLICY_SHARE:
+        return None
+    return (
+        f"{share:.0%} of this step's action tokens were sampled with a logprob more than 0.2 "
+        "from the learner's recomputation (mean |log ratio| "
+        f"{metrics.get('loss/mismatch/abs_log_ratio_mean', math.nan):.2f}) although every "
+        "sample is at policy lag 0: the actors sample another model than this learner's "
+        "--model (an actor's own --model without --server-url, or a server this learner does "
+        "not publish to). Start them on the learner's model and --server-url"
     )
 
 
