@@ -9,6 +9,9 @@ Ctrl-C (SIGINT) or SIGTERM stops a command through its cleanup (`finally` blocks
 exits run: servers stop, files close) and ends it with one line naming the newest checkpoint
 this run saved (or the one it resumed from; never one an earlier run left in the same
 directory), where the command saves them, and exit code 130 or 143, instead of a traceback.
+One that arrives while the command starts (tyro parsing, importing its code) waits until that
+is done, then stops the command before it runs; an error the interrupted command raises after
+it is reported as the interrupt.
 
 A refusal (bad input or setup whose message says what to do: `ludic.errors.is_refusal`, e.g. a
 model path that does not exist, a metrics file given to `ludic view`) ends the command with one
@@ -35,10 +38,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import tyro
-
-from ludic.errors import is_refusal
-
 DESCRIPTION = (
     "Ludic: train LLM agents with reinforcement learning. Start with `ludic quickstart`: it "
     "trains a tiny model to play tic-tac-toe on your CPU in a few minutes."
@@ -60,8 +59,11 @@ class Command:
     def load_config(self) -> type[Any]:
         return _import(self.config)  # type: ignore[no-any-return]
 
+    def load_run(self) -> Any:
+        return _import(self.run)
+
     def execute(self, cfg: Any) -> None:
-        _import(self.run)(cfg)
+        self.load_run()(cfg)
 
 
 COMMANDS: dict[str, Command] = {
@@ -131,40 +133,67 @@ def main(argv: Sequence[str] | None = None, *, report_refusals: bool | None = No
     `report_refusals` (default: True when `argv` is None, i.e. run as the `ludic` command) prints
     a refusal as one `ludic <command>: error: ...` block and exits with `EXIT_REFUSED`, instead
     of raising it (see the module docstring)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    _import_from_cwd()
-    if args and args[0] in COMMANDS:
-        report = argv is None if report_refusals is None else report_refusals
-        try:
-            _run_command(args[0], args[1:])
-        except Exception as e:
-            if not report or not is_refusal(e) or traceback_wanted():
-                raise
-            _report_refusal(args[0], e)
-            raise SystemExit(EXIT_REFUSED) from None
-        return
-    # No command named (or an unknown one): tyro lists the commands, or says what is wrong.
-    # Any valid command took the branch above, so the listing needs only the summaries.
-    listing = {name: _listed(command.summary) for name, command in COMMANDS.items()}
-    tyro.extras.subcommand_cli_from_dict(listing, description=DESCRIPTION, args=args, prog="ludic")
+    received: list[int] = []  # SIGINT / SIGTERM, from here on
+    with _signals_recorded(received):  # until the command's own handler is set
+        import tyro  # here: tyro and the parsing take a second on a busy machine
+
+        from ludic.errors import is_refusal
+
+        args = list(sys.argv[1:] if argv is None else argv)
+        _import_from_cwd()
+        if args and args[0] in COMMANDS:
+            report = argv is None if report_refusals is None else report_refusals
+            try:
+                _run_command(args[0], args[1:], received)
+            except Exception as e:
+                if not report or not is_refusal(e) or traceback_wanted():
+                    raise
+                _report_refusal(args[0], e)
+                raise SystemExit(EXIT_REFUSED) from None
+            return
+        # No command named (or an unknown one): tyro lists the commands, or says what is
+        # wrong. Any valid command took the branch above, so the listing needs only summaries.
+        listing = {name: _listed(command.summary) for name, command in COMMANDS.items()}
+        tyro.extras.subcommand_cli_from_dict(
+            listing, description=DESCRIPTION, args=args, prog="ludic"
+        )
+        if received:
+            raise SystemExit(_exit_code(received[0]))
 
 
-def _run_command(name: str, args: list[str]) -> None:
+def _run_command(name: str, args: list[str], received: list[int]) -> None:
+    import tyro
+
     command = COMMANDS[name]
     config_type = command.load_config()
     cfg = tyro.cli(config_type, args=args, prog=f"ludic {name}")
-    received: list[int] = []
     started = time.time()
+    # Imported while a signal is only recorded: one raised inside torch's or transformers'
+    # imports can leave a module half-initialised, surfacing as an unrelated error (e.g. a
+    # RecursionError in numpy.__getattr__ that transformers reports as ModuleNotFoundError).
+    run = command.load_run()
     try:
         with _signals_interrupt(received):
-            command.execute(cfg)
+            if received:  # arrived while the command started: it stops before it runs
+                raise Terminated() if received[0] == signal.SIGTERM else KeyboardInterrupt()
+            run(cfg)
     except KeyboardInterrupt as e:
         received.append(signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
+    except Exception:
+        # After a signal, an error is the interrupted code's (a library that turned the
+        # KeyboardInterrupt into its own error, a cleanup cut short): the run still stopped
+        # because it was asked to. LUDIC_TRACEBACK=1 shows it.
+        if not received or traceback_wanted():
+            raise
     if received:  # also when a library caught the signal and returned (uvicorn does)
         terminated = received[0] == signal.SIGTERM
         line = _interrupted_line(name, command, cfg, terminated, started=started)
         print(line, file=sys.stderr, flush=True)
-        raise SystemExit(143 if terminated else 130)
+        raise SystemExit(_exit_code(received[0]))
+
+
+def _exit_code(signum: int) -> int:
+    return 143 if signum == signal.SIGTERM else 130
 
 
 EXIT_REFUSED = 1
@@ -224,6 +253,30 @@ def _signals_interrupt(received: list[int]) -> Iterator[None]:
     # A signal the process was started ignoring (`nohup`, a background job) stays ignored.
     signals = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) != signal.SIG_IGN]
     previous = {sig: signal.signal(sig, interrupt) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
+def _signals_recorded(received: list[int]) -> Iterator[None]:
+    """From the start of `main` until `_signals_interrupt` takes over, SIGINT and SIGTERM are
+    only recorded in `received`, and the command then stops before it runs, with the one line
+    and exit code: Python's own handlers would print a KeyboardInterrupt traceback for Ctrl-C
+    while tyro loads or parses (a second or more on a busy machine) and end the process on
+    SIGTERM with neither the line nor 143. Nothing has started then, so nothing needs stopping
+    sooner. Off the main thread, or for a signal the process was started ignoring: no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def record(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    signals = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) != signal.SIG_IGN]
+    previous = {sig: signal.signal(sig, record) for sig in signals}
     try:
         yield
     finally:
