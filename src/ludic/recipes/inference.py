@@ -300,11 +300,19 @@ def push_backend_for(urls: Sequence[str], token: str, device: str) -> Literal["g
 
 
 def check_prepacked_gemm(
-    prepacked_gemm: bool, *, batch_invariant: bool, server_url: ServerUrls, device: str
+    prepacked_gemm: bool,
+    *,
+    batch_invariant: bool,
+    server_url: ServerUrls,
+    device: str,
+    model: str | None = None,
 ) -> None:
     """ValueError naming the flags when --prepacked-gemm cannot apply: with --batch-invariant
     (they round differently), with --server-url (a server packs its own weights: `ludic serve
-    --prepacked-gemm`) or off the CPU. Cheap; commands call it before any model loads."""
+    --prepacked-gemm`), off the CPU, or on `model`, a model directory the command loads in the
+    dtype it was saved in, when that is not float32 (read from its config.json, as `ludic
+    serve` does; None: the command loads float32 whatever was saved, as `ludic train` and
+    `ludic actor` do). Cheap; commands call it before any model loads."""
     if not prepacked_gemm:
         return
     if batch_invariant:
@@ -322,16 +330,34 @@ def check_prepacked_gemm(
             f"--prepacked-gemm packs weights for the CPU's oneDNN GEMMs; --device is {device!r}: "
             "drop --prepacked-gemm or run on the CPU"
         )
+    from ludic.inference.http.serve_config import saved_dtype  # `ludic serve`'s reading
+
+    dtype = saved_dtype(model) if model is not None else None
+    if dtype not in (None, "float32"):
+        raise ValueError(
+            f"--prepacked-gemm needs float32 weights, and --model {model} is saved in {dtype} "
+            "(loaded as saved): drop --prepacked-gemm, or save a float32 copy of the model"
+        )
 
 
 def check_engine_flags(
-    *, batch_invariant: bool, prepacked_gemm: bool, server_url: ServerUrls, device: str = "cpu"
+    *,
+    batch_invariant: bool,
+    prepacked_gemm: bool,
+    server_url: ServerUrls,
+    device: str = "cpu",
+    model: str | None = None,
 ) -> None:
     """ValueError naming the flags when the embedded engine's options cannot apply:
-    `check_prepacked_gemm`'s cases, and --batch-invariant with --server-url (a server decides
-    its own batching). Cheap; commands call it before any model loads or service is reached."""
+    `check_prepacked_gemm`'s cases (`model`: the directory loaded in its saved dtype, as `ludic
+    eval` loads it), and --batch-invariant with --server-url (a server decides its own
+    batching). Cheap; commands call it before any model loads or service is reached."""
     check_prepacked_gemm(
-        prepacked_gemm, batch_invariant=batch_invariant, server_url=server_url, device=device
+        prepacked_gemm,
+        batch_invariant=batch_invariant,
+        server_url=server_url,
+        device=device,
+        model=model,
     )
     if batch_invariant and server_urls(server_url):
         raise ValueError(

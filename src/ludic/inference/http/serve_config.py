@@ -1,6 +1,7 @@
 """`ServeConfig`: the options of `ludic serve` (the embedded inference server), and
 `check_serve_config`, which refuses options that cannot go together before any model loads,
-and `served_name`, the model name the server answers to.
+`served_name`, the model name the server answers to, and `saved_dtype`, the dtype a model
+directory records.
 
 Kept apart from `ludic.inference.http.server` so that building the CLI parser imports no torch.
 """
@@ -12,9 +13,15 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-__all__ = ["CHECKPOINT_SERVED_NAME", "ServeConfig", "check_serve_config", "served_name"]
+__all__ = [
+    "CHECKPOINT_SERVED_NAME",
+    "ServeConfig",
+    "check_serve_config",
+    "saved_dtype",
+    "served_name",
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -114,7 +121,7 @@ def check_serve_config(config: ServeConfig) -> None:
             f"--prepacked-gemm packs weights for the CPU's oneDNN GEMMs; --device is "
             f"{config.device!r}: drop --prepacked-gemm or serve with --device cpu"
         )
-    dtype = config.dtype if config.dtype != "auto" else _saved_dtype(config.model)
+    dtype = config.dtype if config.dtype != "auto" else saved_dtype(config.model)
     if dtype not in (None, "float32"):
         hint = "--dtype float32" if config.dtype == "auto" else "--dtype float32 (or auto)"
         raise ValueError(
@@ -123,9 +130,18 @@ def check_serve_config(config: ServeConfig) -> None:
         )
 
 
-def _saved_dtype(model_dir: str) -> str | None:
-    """The dtype a model directory's config.json records (None when it records none); a
-    checkpoint step folder's is its `model/`'s (as `ludic.models.model_directory`)."""
+def saved_dtype(model_dir: str) -> str | None:
+    """The dtype a model directory's config.json records (None when it records none, or when
+    there is no readable config.json: loading the model reports that); a checkpoint step
+    folder's is its `model/`'s (as `ludic.models.model_directory`)."""
+    saved = _saved_config(model_dir)
+    dtype = (saved.get("torch_dtype") or saved.get("dtype")) if saved else None
+    return str(dtype) if dtype else None
+
+
+def _saved_config(model_dir: str) -> dict[str, Any] | None:
+    """A model directory's config.json (a checkpoint step folder's: its `model/`'s), or None
+    when it is missing or not a JSON object."""
     config_file = Path(model_dir) / "config.json"
     if not config_file.is_file():
         config_file = Path(model_dir) / "model" / "config.json"
@@ -133,5 +149,4 @@ def _saved_dtype(model_dir: str) -> str | None:
         saved = json.loads(config_file.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None  # loading the model reports a missing or broken directory
-    dtype = saved.get("torch_dtype") or saved.get("dtype") if isinstance(saved, dict) else None
-    return str(dtype) if dtype else None
+    return saved if isinstance(saved, dict) else None
