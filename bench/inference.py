@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import torch
 import transformers
+from _machine import measured_on
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ludic.inference.client import ChatRequest
@@ -292,6 +293,7 @@ def main() -> None:
         help="default vs batch-invariant engine, interleaved (invariant_vs_default)",
     )
     args = parser.parse_args()
+    load_before = os.getloadavg()
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -304,7 +306,7 @@ def main() -> None:
             "load_avg": os.getloadavg(),
             "cells": compare_invariant(model, tokenizer, args.repeats),
         }
-        print(json.dumps(report, indent=2))
+        print(json.dumps({**report, "measured_on": measured_on(load_before)}, indent=2))
         return
     engine = EmbeddedEngine(
         model, tokenizer, config=EngineConfig(batch_invariant=args.batch_invariant)
@@ -336,6 +338,7 @@ def main() -> None:
         "round_speedups_* the wall-time ratio within each round of back-to-back runs, sorted "
         "(their spread shows the machine's noise)",
         "workloads": workloads,
+        "measured_on": measured_on(load_before),
     }
     print(json.dumps(report, indent=2))
 

@@ -19,6 +19,7 @@ import json
 import os
 import sys
 
+from _machine import measured_on
 from rollout_overhead import TenStepEnv, add_size_args, credit_assigner, timed_batch
 
 from ludic.agents import Agent
@@ -56,10 +57,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_size_args(parser)
     args = parser.parse_args()
+    load_before = os.getloadavg()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     report = asyncio.run(measure(args.episodes, args.steps, args.repeats))
     report["python"] = sys.version.split()[0]
+    report["measured_on"] = measured_on(load_before)
     print(json.dumps(report, indent=2))
 
 

@@ -21,6 +21,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+from _machine import measured_on
+
 from ludic.agents import Agent
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.inference.client import ChatRequest, ChatResponse
@@ -207,6 +209,7 @@ def main() -> None:
     add_size_args(parser)
     parser.add_argument("--profile", action="store_true", help="print a cProfile to stderr")
     args = parser.parse_args()
+    load_before = os.getloadavg()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     if args.profile:
@@ -217,6 +220,7 @@ def main() -> None:
         profiler.disable()
         pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(40)
     report["python"] = sys.version.split()[0]
+    report["measured_on"] = measured_on(load_before)
     print(json.dumps(report, indent=2))
 
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import platform
 import statistics
 import time
@@ -43,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from _machine import measured_on
 
 import ludic.training.trainer as trainer_module
 from ludic.agents import Agent
@@ -411,6 +413,7 @@ def main() -> None:
         help="unmeasured steps per arm, the first included (--arms)",
     )
     args = parser.parse_args()
+    load_before = os.getloadavg()
     torch.set_num_threads(args.threads or (1 if args.arms else torch.get_num_threads()))
     if args.arms:
         names = [a.strip() for a in args.arms.split(",") if a.strip()]
@@ -418,7 +421,11 @@ def main() -> None:
         if bad or not names:
             raise SystemExit(f"unknown arm(s) {bad}; choose from {sorted(TRAINING_ARMS)}")
         report = training_arms(names, args.model, args.rounds, args.warmup)
-        header = {"benchmark": "train_step_arms", "torch_threads": torch.get_num_threads()}
+        header = {
+            "benchmark": "train_step_arms",
+            "torch_threads": torch.get_num_threads(),
+            "measured_on": measured_on(load_before),
+        }
         print(json.dumps({**header, **report}, indent=2))
         return
     watch = Stopwatch()
@@ -438,7 +445,8 @@ def main() -> None:
         "shared_prefix": args.shared_prefix,
     }
     if args.shared_prefix == "paired":
-        print(json.dumps({**header, **paired(watch, args.steps)}, indent=2))
+        report = paired(watch, args.steps)
+        print(json.dumps({**header, **report, "measured_on": measured_on(load_before)}, indent=2))
         return
     trainer, engine, params = build(watch, args.shared_prefix == "on")
     try:
@@ -454,6 +462,7 @@ def main() -> None:
                 "median": _median(runs),
                 "target": "overhead_share <= 0.10",
                 "runs": runs,
+                "measured_on": measured_on(load_before),
             },
             indent=2,
         )

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-SCRIPTS = sorted(p.name for p in BENCH.glob("*.py"))
+SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if not p.name.startswith("_"))  # _*: helpers
 # Scripts whose description is not their docstring's first paragraph: tyro shows the config
 # dataclass's docstring; the TRL worker (run by rl_step.py in the TRL venv) names its caller.
 OWN_DESCRIPTION = {
