@@ -1,7 +1,7 @@
 """`ServeConfig`: the options of `ludic serve` (the embedded inference server), and
-`check_serve_config`, which refuses options that cannot go together before any model loads,
-`served_name`, the model name the server answers to, and `saved_dtype`, the dtype a model
-directory records.
+`check_serve_config`, which refuses options that cannot go together (or that the model's
+config.json rules out) before any model loads, `served_name`, the model name the server answers
+to, and `saved_dtype`, the dtype a model directory records.
 
 Kept apart from `ludic.inference.http.server` so that building the CLI parser imports no torch.
 """
@@ -60,7 +60,7 @@ class ServeConfig:
     max_batch_size: int = 64
     """Most sequences decoded together."""
     max_model_len: int | None = None
-    """Context length (default: the model's max_position_embeddings)."""
+    """Context length (default: the model's max_position_embeddings; more than it is refused)."""
     logprobs_mode: Literal["processed", "raw"] = "processed"
     """processed: logprobs of the distribution sampled from; raw: the model's own."""
     batch_invariant: bool = False
@@ -101,7 +101,7 @@ def served_name(config: ServeConfig) -> str:
 
 def check_serve_config(config: ServeConfig) -> None:
     """ValueError naming the flags when `config` combines options the engine cannot run; called
-    before the model loads (a float16 model directory under --dtype auto is read from its
+    before the model loads (the model's saved dtype and context length are read from its
     config.json)."""
     if config.policy_version is not None and config.policy_version < 0:
         raise ValueError(f"--policy-version must be >= 0, got {config.policy_version}")
@@ -109,6 +109,7 @@ def check_serve_config(config: ServeConfig) -> None:
         raise ValueError(f"--port must be in 0..65535, got {config.port}")
     if config.max_body_bytes < 1:
         raise ValueError(f"--max-body-bytes must be >= 1, got {config.max_body_bytes}")
+    _check_max_model_len(config)
     if not config.prepacked_gemm:
         return
     if config.batch_invariant:
@@ -127,6 +128,32 @@ def check_serve_config(config: ServeConfig) -> None:
         raise ValueError(
             f"--prepacked-gemm needs float32 weights, and the model would load as {dtype}; "
             f"pass {hint} or drop --prepacked-gemm"
+        )
+
+
+def _check_max_model_len(config: ServeConfig) -> None:
+    """Refuse --max-model-len beyond the positions the model was built for (vLLM refuses it
+    too): the engine would serve it, past positions the model never saw. A model whose
+    config.json scales its rotary positions (rope_scaling) is left to the engine."""
+    if config.max_model_len is None:
+        return
+    if config.max_model_len < 1:
+        raise ValueError(
+            f"--max-model-len must be >= 1 (or left out: the model's context), got "
+            f"{config.max_model_len}"
+        )
+    saved = _saved_config(config.model) or {}
+    limit = saved.get("max_position_embeddings")
+    rope = saved.get("rope_scaling") or saved.get("rope_parameters") or {}
+    scaled = isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) not in (
+        None,
+        "default",
+    )
+    if isinstance(limit, int) and not scaled and config.max_model_len > limit:
+        raise ValueError(
+            f"--max-model-len {config.max_model_len} is more than the model's context, "
+            f"{limit} positions (max_position_embeddings in {config.model}'s config.json): pass "
+            f"--max-model-len {limit} or less, or leave it out"
         )
 
 
