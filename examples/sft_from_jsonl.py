@@ -19,6 +19,7 @@ from pathlib import Path
 import tyro
 
 from ludic.recipes import finish, load_policy, make_trainer, plot_curve
+from ludic.recipes.training import refuse_earlier_checkpoints
 from ludic.rollouts import ChatTemplateRetokenizer
 from ludic.training import OfflineBatchSource, drop_parse_errors, make_sft
 
@@ -43,10 +44,20 @@ class SFTConfig:
     seed: int = 0
     """Seeds shuffling and training."""
     out_dir: Path = Path("ludic_runs/sft_from_jsonl")
-    """Where metrics.jsonl, checkpoints and loss_curve.png go."""
+    """Where metrics.jsonl, checkpoints and loss_curve.png go (refused when it holds an earlier
+    run's checkpoints, as `ludic sft` refuses it without --resume)."""
 
 
 def main(cfg: SFTConfig) -> list[dict[str, float]]:
+    if not cfg.data.is_file():
+        raise FileNotFoundError(
+            f"--data {cfg.data} is not a file (expected a rollouts JSONL, e.g. from "
+            f"`python examples/rejection_sampling.py --expert --out {cfg.data}`)"
+        )
+    # Before the model loads: a second run here would overwrite the first one's checkpoints.
+    refuse_earlier_checkpoints(
+        cfg.out_dir, fix=f"Pass another --out-dir for a new run (or delete {cfg.out_dir})."
+    )
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed)
     algorithm = make_sft()
     source = OfflineBatchSource(
