@@ -295,6 +295,8 @@ def _server_said(response: httpx.Response) -> str:
 # What a refusal's text says when the server's model is not the trainer's (`ludic.distributed.
 # manifest.check_against`, which the embedded server and the vLLM extension both run).
 _OTHER_MODEL = ("shape mismatch", "does not have", "a full push misses")
+# Their hint, in both servers' words (lower-cased): then the fix is not said a second time.
+_SAME_MODEL_HINT = "start the trainer from the model the server loaded"
 
 
 def _what_to_do(status: int | None, said: str) -> str:
@@ -319,6 +321,10 @@ def _what_to_do(status: int | None, said: str) -> str:
             "or at vLLM with Ludic's extension, by the server's own URL (not a proxy's)"
         )
     if any(marker in said for marker in _OTHER_MODEL):
+        if _SAME_MODEL_HINT in said.lower():  # the server's words already say how
+            return (
+                "The server serves another model than the trainer's (another architecture or size)"
+            )
         return (
             "The server serves another model than the trainer's (another architecture or "
             "size): start both from the same model directory"
