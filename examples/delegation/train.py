@@ -43,6 +43,7 @@ from ludic.models import TinyModelSpec, build_tiny_model
 from ludic.parsers import xml_tag_parser
 from ludic.recipes import finish, make_trainer
 from ludic.recipes.expert import PolicyClient
+from ludic.recipes.training import refuse_earlier_checkpoints
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -100,7 +101,8 @@ class DelegationConfig:
     seed: int = 0
     """Seeds the model, data, training and sampling."""
     out_dir: Path = Path("ludic_runs/delegation")
-    """Where the data, metrics, rollouts and checkpoints go."""
+    """Where the data, metrics, rollouts and checkpoints go (refused when it holds an earlier
+    run's checkpoints: pass another one for a new run)."""
 
 
 class SuccessorEnv(SingleAgentEnv):
@@ -215,6 +217,12 @@ async def warm_start(cfg: DelegationConfig, model: Any, tokenizer: Any) -> int:
 
 
 async def train(cfg: DelegationConfig) -> dict[str, Any]:
+    # Before anything is written: a second run here would overwrite the first one's checkpoints.
+    for stage in ("sft", "rl"):
+        refuse_earlier_checkpoints(
+            cfg.out_dir / stage,
+            fix=f"Pass another --out-dir for a new run (or delete {cfg.out_dir}).",
+        )
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     spec = TinyModelSpec(hidden_size=cfg.hidden_size, intermediate_size=3 * cfg.hidden_size)
     model, tokenizer = build_tiny_model(seed=cfg.seed, spec=spec)

@@ -36,6 +36,7 @@ from ludic.inference import ChatClient, SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import boxed_parser
 from ludic.recipes import InferenceArgs, InferenceFlags, finish, load_policy, make_trainer
+from ludic.recipes.training import refuse_earlier_checkpoints
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -81,7 +82,8 @@ class MathConfig:
     device: str = "cpu"
     """Training device."""
     out_dir: Path = Path("ludic_runs/math_qa")
-    """Where metrics.jsonl and checkpoints go."""
+    """Where metrics.jsonl and checkpoints go (refused when it holds an earlier run's
+    checkpoints: pass another one for a new run)."""
 
 
 def load_problems(cfg: MathConfig) -> list[dict[str, Any]]:
@@ -132,6 +134,10 @@ async def accuracy(rollouts: RolloutEngine, n: int, max_tokens: int) -> float:
 
 async def train(cfg: MathConfig) -> tuple[float, float]:
     problems = load_problems(cfg)
+    # Before the model loads: a second run here would overwrite the first one's checkpoints.
+    refuse_earlier_checkpoints(
+        cfg.out_dir, fix=f"Pass another --out-dir for a new run (or delete {cfg.out_dir})."
+    )
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
     algorithm = make_grpo()
     sampling = SamplingConfig(temperature=1.0, max_tokens=cfg.max_tokens)

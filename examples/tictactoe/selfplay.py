@@ -27,6 +27,7 @@ from ludic.inference import ChatClient, SamplingConfig
 from ludic.interaction import MultiAgentProtocol
 from ludic.parsers import xml_tag_parser
 from ludic.recipes import InferenceArgs, InferenceFlags, finish, load_policy, make_trainer
+from ludic.recipes.training import refuse_earlier_checkpoints
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -67,7 +68,8 @@ class SelfPlayConfig:
     device: str = "cpu"
     """Training device."""
     out_dir: Path = Path("ludic_runs/tictactoe_selfplay")
-    """Where metrics.jsonl and checkpoints go."""
+    """Where metrics.jsonl and checkpoints go (refused when it holds an earlier run's
+    checkpoints: pass another one for a new run)."""
 
 
 def make_protocol(client: ChatClient, max_tokens: int) -> MultiAgentProtocol:
@@ -99,6 +101,10 @@ def outcome_rates(rollouts: list[Rollout]) -> dict[str, float]:
 
 
 async def selfplay(cfg: SelfPlayConfig) -> tuple[dict[str, float], dict[str, float]]:
+    # Before the model loads: a second run here would overwrite the first one's checkpoints.
+    refuse_earlier_checkpoints(
+        cfg.out_dir, fix=f"Pass another --out-dir for a new run (or delete {cfg.out_dir})."
+    )
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
     algorithm = make_grpo()
     sampling = SamplingConfig(temperature=1.0, max_tokens=cfg.max_tokens)
