@@ -1,8 +1,9 @@
 """Ctrl-C or SIGTERM while a `ludic` command is still starting (tyro loading and parsing its
-config, a second or more on a busy machine; importing the command's code, torch and
-transformers) ends it with the one interrupted line and exit code 130 / 143, before the command
-runs: no KeyboardInterrupt traceback, no silent death by SIGTERM, no half-imported library.
-An error the interrupted command raises after the signal is reported as the interrupt.
+config, a second or more on a busy machine) ends it with the one interrupted line and exit code
+130 / 143, before the command runs: no KeyboardInterrupt traceback, no silent death by SIGTERM.
+An error the interrupted command raises after the signal (a library that turned the
+KeyboardInterrupt into its own error, while importing the command's code or running it) is
+reported as the interrupt.
 
 Each module below waits, at the moment under test, until the test has sent its signal, so the
 signal lands there every time (the SIGTERM hunt hit these moments with delays of 1-3 s)."""
@@ -58,7 +59,6 @@ try:
         time.sleep(0.01)
 except BaseException as e:
     raise ModuleNotFoundError("Could not import module 'PreTrainedModel'") from e
-Path("imported").touch()
 
 def run(cfg) -> None:
     Path("ran").touch()
@@ -103,11 +103,12 @@ def test_a_signal_while_the_command_starts_ends_it_with_one_line(
     assert not (tmp_path / "ran").exists()  # stopped before the command ran
 
 
-def test_a_signal_while_the_commands_code_imports_lets_the_import_finish(tmp_path: Path) -> None:
+def test_a_signal_a_library_turns_into_an_import_error_is_reported_as_the_interrupt(
+    tmp_path: Path,
+) -> None:
     (tmp_path / "starting_code.py").write_text(_RUN_MODULE_IMPORT_WRAPS)
     err = _interrupt(tmp_path, "plain_config", "starting_code", signal.SIGTERM, 143)
     assert err.strip() == "ludic starting: interrupted (SIGTERM)", err
-    assert (tmp_path / "imported").exists()  # the signal waited for the import
     assert not (tmp_path / "ran").exists()
 
 

@@ -9,9 +9,9 @@ Ctrl-C (SIGINT) or SIGTERM stops a command through its cleanup (`finally` blocks
 exits run: servers stop, files close) and ends it with one line naming the newest checkpoint
 this run saved (or the one it resumed from; never one an earlier run left in the same
 directory), where the command saves them, and exit code 130 or 143, instead of a traceback.
-One that arrives while the command starts (tyro parsing, importing its code) waits until that
-is done, then stops the command before it runs; an error the interrupted command raises after
-it is reported as the interrupt.
+One that arrives while tyro imports and parses the command's flags waits until that is done,
+then stops the command before it runs; an error the interrupted command raises after it is
+reported as the interrupt.
 
 A refusal (bad input or setup whose message says what to do: `ludic.errors.is_refusal`, e.g. a
 model path that does not exist, a metrics file given to `ludic view`) ends the command with one
@@ -59,11 +59,8 @@ class Command:
     def load_config(self) -> type[Any]:
         return _import(self.config)  # type: ignore[no-any-return]
 
-    def load_run(self) -> Any:
-        return _import(self.run)
-
     def execute(self, cfg: Any) -> None:
-        self.load_run()(cfg)
+        _import(self.run)(cfg)
 
 
 COMMANDS: dict[str, Command] = {
@@ -168,21 +165,18 @@ def _run_command(name: str, args: list[str], received: list[int]) -> None:
     config_type = command.load_config()
     cfg = tyro.cli(config_type, args=args, prog=f"ludic {name}")
     started = time.time()
-    # Imported while a signal is only recorded: one raised inside torch's or transformers'
-    # imports can leave a module half-initialised, surfacing as an unrelated error (e.g. a
-    # RecursionError in numpy.__getattr__ that transformers reports as ModuleNotFoundError).
-    run = command.load_run()
     try:
         with _signals_interrupt(received):
             if received:  # arrived while the command started: it stops before it runs
                 raise Terminated() if received[0] == signal.SIGTERM else KeyboardInterrupt()
-            run(cfg)
+            command.execute(cfg)
     except KeyboardInterrupt as e:
         received.append(signal.SIGTERM if isinstance(e, Terminated) else signal.SIGINT)
     except Exception:
-        # After a signal, an error is the interrupted code's (a library that turned the
-        # KeyboardInterrupt into its own error, a cleanup cut short): the run still stopped
-        # because it was asked to. LUDIC_TRACEBACK=1 shows it.
+        # After a signal, an error is the interrupted code's: a library that turned the
+        # KeyboardInterrupt into its own error (one landing inside transformers' imports left
+        # numpy half-imported: a RecursionError it reports as ModuleNotFoundError), a cleanup
+        # cut short. The run stopped because it was asked to. LUDIC_TRACEBACK=1 shows it.
         if not received or traceback_wanted():
             raise
     if received:  # also when a library caught the signal and returned (uvicorn does)
