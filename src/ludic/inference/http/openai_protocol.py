@@ -5,7 +5,8 @@ chat, per-choice `token_ids`, `logprobs.content[i].logprob`, `stop_reason`), plu
 `policy_version` and `max_think`, so one client speaks to both. `stream=true` sends the same
 fields as server-sent-event chunks (`chat.completion.chunk` / `text_completion`, the prompt ids
 in the first chunk, `stream_options.include_usage`). Deliberately unsupported (a 400 says so):
-n > 1, top_logprobs, and any other sampling field (`SAMPLING_FIELDS_REFUSED`: logit_bias,
+n > 1, top logprobs (chat's top_logprobs, a completions logprobs above 1: only the sampled
+token's logprob is returned), and any other sampling field (`SAMPLING_FIELDS_REFUSED`: logit_bias,
 penalties, min_p, min_tokens, best_of, echo, ...) set to other than its neutral value, since
 ignoring it would sample from another distribution than the one asked for (the embedded engine
 refuses them in process too). Other unknown fields are ignored. A nan or inf logprob (a model whose weights hold
@@ -153,6 +154,15 @@ class CompletionRequest(_SamplingFields):
 
     prompt: list[int] | str
     logprobs: int | None = None
+    """0 or 1 (or true): each sampled token's logprob; more top candidates are refused."""
+
+    def unsupported(self) -> str | None:
+        if self.logprobs is not None and not 0 <= self.logprobs <= 1:
+            return (
+                f"logprobs={self.logprobs} is not supported; only the sampled token's logprob is "
+                "returned (token_logprobs; top_logprobs is null): send logprobs 0 or 1"
+            )
+        return super().unsupported()
 
 
 def _usage(r: ChatResponse) -> dict[str, int]:
