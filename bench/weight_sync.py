@@ -539,12 +539,37 @@ def positive_int(text: str) -> int:
     return value
 
 
+def megabytes(minimum_exclusive: bool) -> Any:
+    """An argparse type: a size in MB, > 0 (`minimum_exclusive`) or >= 0."""
+
+    def parse(text: str) -> float:
+        value = float(text)
+        if value < 0 or (minimum_exclusive and value == 0):
+            raise argparse.ArgumentTypeError(
+                f"must be {'> 0' if minimum_exclusive else '>= 0 (0: whole buckets)'}, got {value}"
+            )
+        return value
+
+    return parse
+
+
+def model_names(text: str) -> list[str]:
+    """An argparse type: comma-separated models of `tiny` and `CONFIGS`."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n != "tiny" and n not in CONFIGS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown model(s) {unknown}; choose from {['tiny', *CONFIGS]}, comma-separated"
+        )
+    return names
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    parser.add_argument("--models", default="tiny,100m")
+    parser.add_argument("--models", type=model_names, default="tiny,100m")
     parser.add_argument("--repeats", type=positive_int, default=5)
-    parser.add_argument("--bucket-mb", type=float, default=64.0)
-    parser.add_argument("--piece-mb", type=float, default=16.0, help="0: whole buckets")
+    parser.add_argument("--bucket-mb", type=megabytes(True), default=64.0)
+    parser.add_argument("--piece-mb", type=megabytes(False), default=16.0, help="0: whole buckets")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
         "--servers",
@@ -562,7 +587,7 @@ def main() -> None:
         return
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()
-    models = args.models.split(",")
+    models = args.models
     results = (
         []
         if args.servers
