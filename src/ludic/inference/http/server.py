@@ -38,7 +38,7 @@ from ludic.inference.client import ChatRequest, ChatResponse
 from ludic.inference.embedded.engine import CompletionStream, EmbeddedEngine, EngineConfig
 from ludic.inference.embedded.prompts import encode_prompt_text
 from ludic.inference.embedded.streaming import TextStream
-from ludic.inference.http.auth import resolve_token, token_matches
+from ludic.inference.http.auth import TOKEN_ENV, resolve_token, token_matches
 from ludic.inference.http.openai_client import VERSION_HEADER
 from ludic.inference.http.openai_protocol import (
     ChatCompletionRequest,
@@ -408,7 +408,10 @@ def serve(config: ServeConfig) -> None:
         close_engine_at_signal=True,  # the requests in flight end at Ctrl-C or SIGTERM
     )
     weights = next(engine.model.parameters())
-    control = "need the token" if token else "disabled (no --token)"
+    if token is None:  # either source turns them on
+        control = f"disabled (no --token or ${TOKEN_ENV})"
+    else:
+        control = f"need the token (from {'--token' if config.token else '$' + TOKEN_ENV})"
     print(
         f"ludic serve: {config.model} as {name!r} on {weights.device} ({weights.dtype}) at "
         f"policy version {engine.policy_version}, "
