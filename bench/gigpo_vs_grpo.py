@@ -1,8 +1,8 @@
 """GiGPO vs GRPO on the corridor task (MemoryCorridorEnv): the same tiny local model, seeds,
 rollout budget and loss; only credit assignment differs. Prints JSON: success rate on held-out
 episodes before and after `steps` training steps, per seed, with the mean over seeds and its 95%
-confidence interval (Student t), and the paired GiGPO - GRPO difference (same seeds) with its
-95% interval; each run's train_mean_reward per step is null for a step whose every episode
+confidence interval (Student t; null for one seed), and the paired GiGPO - GRPO difference (same
+seeds) with its 95% interval; each run's train_mean_reward per step is null for a step whose every episode
 failed (no reward). `--out FILE` also writes the JSON there.
 
 Why the corridor: the reward is sparse (1 only for the right code at the exit, after several
@@ -240,11 +240,12 @@ def train_rewards(history: Sequence[dict[str, float]]) -> list[float | None]:
     ]
 
 
-def mean_ci95(values: Sequence[float]) -> dict[str, float]:
-    """Mean, sample std and the 95% t interval of the mean (half width and bounds)."""
+def mean_ci95(values: Sequence[float]) -> dict[str, float | None]:
+    """Mean, sample std and the 95% t interval of the mean (half width and bounds); one value
+    has no interval: ci95_half is None (JSON null; NaN is not JSON)."""
     mean, half = stats.mean_ci95(values)
     if len(values) < 2:
-        return {"mean": mean, "std": 0.0, "ci95_half": float("nan"), "n": len(values)}
+        return {"mean": mean, "std": 0.0, "ci95_half": None, "n": len(values)}
     return {
         "mean": mean,
         "std": statistics.stdev(values),
@@ -263,7 +264,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def paired_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, float]:
+def paired_difference(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> dict[str, float | None]:
     """success_after of b minus a, seed by seed (both ran the same seeds)."""
     by_seed = {r["seed"]: r["success_after"] for r in a}
     return mean_ci95([r["success_after"] - by_seed[r["seed"]] for r in b])
@@ -283,7 +284,7 @@ def main(cfg: BenchConfig) -> dict[str, object]:
             print(f"{algorithm} seed {seed}: {runs[algorithm][-1]}", file=sys.stderr)
             results = {**head, **report(runs), "wall_seconds": time.time() - started}
             if cfg.out is not None:
-                cfg.out.write_text(json.dumps(results, indent=2) + "\n")
+                cfg.out.write_text(json.dumps(results, indent=2, allow_nan=False) + "\n")
     return results
 
 
@@ -296,21 +297,114 @@ def report(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return out
 
 
+class MergeError(ValueError):
+    """Parts that cannot be merged into one report (the message names the files and why)."""
+
+
+# Settings each part may choose for itself: which seeds and algorithms it ran, where it wrote.
+PER_PART_SETTINGS = ("seeds", "first_seed", "algorithms", "out")
+
+
 def merge(paths: Sequence[Path]) -> dict[str, Any]:
     """One report from the JSON files of several invocations (disjoint seeds, same config
-    otherwise), e.g. `--first-seed 0 --seeds 3` and `--first-seed 3 --seeds 2`."""
-    parts = [json.loads(Path(p).read_text()) for p in paths]
-    algorithms = [a for a in ("grpo", "gigpo") if any(a in part for part in parts)]
+    otherwise), e.g. `--first-seed 0 --seeds 3` and `--first-seed 3 --seeds 2`. Refuses
+    (MergeError) a file that is not a part (an earlier merge's output among them), parts run
+    with different settings or torch threads, and a seed of one algorithm in two parts."""
+    parts = {Path(p): _read_part(Path(p)) for p in _distinct(paths)}
+    _check_same_settings(parts)
+    _check_disjoint_seeds(parts)
+    algorithms = [a for a in ("grpo", "gigpo") if any(a in part for part in parts.values())]
     runs = {
-        a: sorted((r for part in parts for r in part.get(a, {}).get("runs", [])), key=_seed)
+        a: sorted(
+            (r for part in parts.values() for r in part.get(a, {}).get("runs", [])), key=_seed
+        )
         for a in algorithms
     }
     return {
         "merged_from": [str(p) for p in paths],
-        "parts": [p["config"] for p in parts],
-        "machine": [p["machine"] for p in parts],
+        "parts": [p["config"] for p in parts.values()],
+        "machine": [p["machine"] for p in parts.values()],
         **report(runs),
     }
+
+
+def _distinct(paths: Sequence[Path]) -> Sequence[Path]:
+    seen: dict[Path, Path] = {}
+    for path in paths:
+        first = seen.setdefault(Path(path).resolve(), path)
+        if first is not path:
+            raise MergeError(
+                f"{path} is given twice (as {first} and {path}): its seeds would count twice"
+            )
+    return paths
+
+
+def _read_part(path: Path) -> dict[str, Any]:
+    """A part: the JSON one invocation wrote with --out (its config, machine and runs)."""
+    try:
+        part = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise MergeError(f"{path} is not JSON ({e}); give the files of --out") from e
+    if isinstance(part, dict) and "merged_from" in part:
+        sources = ", ".join(map(str, part["merged_from"]))
+        raise MergeError(
+            f"{path} is the output of an earlier merge (of {sources}), not a part; give only "
+            "the parts' files (each invocation's --out), not it"
+        )
+    if not isinstance(part, dict) or "config" not in part or "machine" not in part:
+        raise MergeError(
+            f"{path} is not a part (no config and machine): give the files of --out of "
+            "python bench/gigpo_vs_grpo.py"
+        )
+    return part
+
+
+def _run_settings(part: dict[str, Any]) -> dict[str, Any]:
+    """What must match across parts: the config less PER_PART_SETTINGS, and torch's threads
+    (they change the numerics of a run and its seconds)."""
+    settings = {k: v for k, v in part["config"].items() if k not in PER_PART_SETTINGS}
+    settings["machine.torch_threads"] = part["machine"].get("torch_threads")
+    return settings
+
+
+def _check_same_settings(parts: dict[Path, dict[str, Any]]) -> None:
+    (first, first_part), *others = parts.items()
+    expected = _run_settings(first_part)
+    problems = []
+    for path, part in others:
+        settings = _run_settings(part)
+        differing = [
+            f"{k} {_shown(expected, k)} vs {_shown(settings, k)}"
+            for k in sorted(expected.keys() | settings.keys())
+            if k not in expected or k not in settings or expected[k] != settings[k]
+        ]
+        if differing:
+            problems.append(f"{first} vs {path}: {', '.join(differing)}")
+    if problems:
+        raise MergeError(
+            "parts run with different settings cannot be merged ("
+            + "; ".join(problems)
+            + "); rerun the odd parts with the same flags and OMP_NUM_THREADS"
+        )
+
+
+def _shown(settings: dict[str, Any], key: str) -> str:
+    return repr(settings[key]) if key in settings else "(absent)"
+
+
+def _check_disjoint_seeds(parts: dict[Path, dict[str, Any]]) -> None:
+    owner: dict[tuple[str, int], Path] = {}
+    for path, part in parts.items():
+        for algorithm in ("grpo", "gigpo"):
+            for run in part.get(algorithm, {}).get("runs", []):
+                key = (algorithm, _seed(run))
+                if key in owner:
+                    where = f"both {owner[key]} and" if owner[key] != path else "twice in"
+                    raise MergeError(
+                        f"seed {key[1]} of {algorithm} is in {where} {path}: each seed "
+                        "counts once, so give one part per seed and algorithm"
+                    )
+                owner[key] = path
 
 
 def _seed(run: dict[str, Any]) -> int:
@@ -361,6 +455,11 @@ def merge_paths(args: Sequence[str]) -> list[Path]:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["merge"]:  # python bench/gigpo_vs_grpo.py merge a.json b.json ...
-        print(json.dumps(merge(merge_paths(sys.argv[2:])), indent=2))
+        try:
+            merged = merge(merge_paths(sys.argv[2:]))
+        except MergeError as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
+        print(json.dumps(merged, indent=2, allow_nan=False))
     else:
-        print(json.dumps(main(tyro.cli(BenchConfig)), indent=2))
+        print(json.dumps(main(tyro.cli(BenchConfig)), indent=2, allow_nan=False))
