@@ -365,8 +365,8 @@ def unflatten(flat_N: torch.Tensor, entries: list[TensorEntry]) -> dict[str, tor
 
 
 _SAME_MODEL = (
-    "start the trainer from the model the server loaded, e.g. `ludic train --model DIR` with "
-    "the DIR given to `ludic serve --model DIR`"
+    "start the trainer from the model the server loaded: `ludic train --model DIR` or `ludic "
+    "learner --model DIR` with the DIR given to `ludic serve --model DIR`"
 )
 
 

@@ -243,8 +243,8 @@ def check_push_shapes(manifest: Any, model: str | None) -> None:
         raise ManifestError(
             f"refused weight manifest: {len(wrong)} shape mismatches with the model this vLLM "
             f"serves ({model}), e.g. {wrong[:3]}; nothing was loaded. Start the trainer from "
-            "the model the server loaded (`ludic train --model DIR` with the DIR given to "
-            "`python -m ludic.inference.vllm.server DIR`)"
+            "the model the server loaded (`ludic train --model DIR` or `ludic learner "
+            "--model DIR` with the DIR given to `python -m ludic.inference.vllm.server DIR`)"
         )
 
 
