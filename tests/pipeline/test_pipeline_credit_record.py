@@ -4,6 +4,7 @@ preset credited (fails if the record is not written, not read, or a mismatch tra
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -190,3 +191,20 @@ def test_the_first_record_travels_in_checkpoints() -> None:
     resumed(_stamped(credit_record("gigpo", GiGPOOptions(omega=0.3)), "a"))
     with pytest.raises(CreditMismatchError, match=r"resumed a checkpoint .* --gigpo.omega 0.3"):
         resumed(_stamped(credit_record("gigpo", GiGPOOptions(omega=0.5)), "a"))
+
+
+@pytest.mark.parametrize("quiet", [False, True])
+def test_a_quiet_check_logs_nothing_but_still_refuses(
+    quiet: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A learner rank other than 0 checks quietly: under torchrun rank 0 says each line once.
+    recorded = _stamped(credit_record("dr_grpo", max_tokens=64), "a")
+    unrecorded = dataclasses.replace(recorded, meta={"actor_id": "old"})  # an older actor
+    check = CreditCheck("dr_grpo", max_tokens=64, quiet=quiet)
+    with caplog.at_level(logging.INFO, logger="ludic.pipeline.credit_check"):
+        check(recorded)  # the first record's settings
+        check(unrecorded)  # the notice that it cannot be checked
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO]
+    assert len(said) == (0 if quiet else 2), said
+    with pytest.raises(CreditMismatchError):
+        check(_stamped(credit_record("dr_grpo", max_tokens=128), "c"))

@@ -324,6 +324,8 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         await stream.aclose()
         raise
     trainer: Any = None
+    # refuses samples another preset credited, or generated with another dr_grpo budget
+    credit_check = CreditCheck(cfg.algorithm, max_tokens=cfg.max_tokens)
     source = PipelineBatchSource(
         stream,
         batch_size=cfg.batch_size,
@@ -334,10 +336,10 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         stale_decay=cfg.stale_decay,
         current_version=lambda: int(trainer.policy_version),
         max_wait_s=cfg.max_wait_s,
-        # refuses samples another preset credited, or generated with another dr_grpo budget
-        check_sample=CreditCheck(cfg.algorithm, max_tokens=cfg.max_tokens),
+        check_sample=credit_check,
         lease_ttl_s=cfg.lease_ttl_s,
     )
+    credit_check.quiet = source.rank != 0  # under torchrun, rank 0 says it once
     publisher = None
     try:
         # before the model loads: a second learner under this consumer name is refused in

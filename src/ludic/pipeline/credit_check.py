@@ -57,11 +57,15 @@ class CreditCheck:
     with another dr_grpo `--max-tokens`, or recorded with other flags than the first recorded
     sample (two actors disagreeing). The first recorded sample's settings are logged once. A
     sample without a record (an actor older than the record) is accepted; the first one logs
-    one notice, as does the first dr_grpo record without `--max-tokens`."""
+    one notice, as does the first dr_grpo record without `--max-tokens`. `quiet`: check but
+    log nothing (a learner rank other than 0, so that a torchrun learner says each once)."""
 
-    def __init__(self, algorithm: str, *, max_tokens: int | None = None) -> None:
+    def __init__(
+        self, algorithm: str, *, max_tokens: int | None = None, quiet: bool = False
+    ) -> None:
         self.algorithm = algorithm
         self.max_tokens = max_tokens
+        self.quiet = quiet
         self._first: tuple[JSON, str] | None = None  # (record, actor) of the first recorded
         self._resumed = False  # whether `_first` came from a checkpoint
         self._noticed: set[str] = set()
@@ -96,7 +100,8 @@ class CreditCheck:
             self._check_max_tokens(record, actor)
         if self._first is None:
             self._first = (record, actor)
-            logger.info(
+            logger.log(
+                logging.DEBUG if self.quiet else logging.INFO,
                 "samples from actor %r: credit assigned with %s",
                 actor,
                 _flags_line(record, {}) or "--algorithm ?",
@@ -155,7 +160,7 @@ class CreditCheck:
     def _notice_once(self, what: str, message: str, *args: Any) -> None:
         if what not in self._noticed:
             self._noticed.add(what)
-            logger.warning(message, *args)
+            logger.log(logging.DEBUG if self.quiet else logging.WARNING, message, *args)
 
 
 def _flags_line(record: JSON, other: JSON) -> str:

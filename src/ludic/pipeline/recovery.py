@@ -59,7 +59,9 @@ async def check_world(
             f"{saved} ranks (it acknowledges them at its first step), then change the number "
             "of ranks"
         )
-    logger.info("resuming a %d-rank checkpoint on %d ranks", saved, world_size)
+    logger.info(
+        "resuming a %d-rank checkpoint on %d rank%s", saved, world_size, "s" * (world_size != 1)
+    )
 
 
 async def claim_orphans(
