@@ -139,7 +139,9 @@ def test_check_against_names_what_does_not_match() -> None:
         check_against(manifest, {**shapes, "b": (9,)})
     # both name the usual cause and its fix: a trainer started without the served model
     for served in ({k: v for k, v in shapes.items() if k != "a"}, {**shapes, "b": (9,)}):
-        with pytest.raises(ManifestError, match=r"`ludic train --model DIR` or `ludic learner --model DIR`"):
+        with pytest.raises(
+            ManifestError, match=r"`ludic train --model DIR` or `ludic learner --model DIR`"
+        ):
             check_against(manifest, served)
     partial = plan_manifest({"a": state["a"]}, version=0, bucket_bytes=100)
     with pytest.raises(ManifestError, match="a full push misses 5 tensors"):
