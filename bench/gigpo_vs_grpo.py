@@ -291,9 +291,12 @@ def main(cfg: BenchConfig) -> dict[str, object]:
 def report(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     out: dict[str, Any] = {a: {"runs": r, **summarize(r)} for a, r in runs.items() if r}
     grpo, gigpo = runs.get("grpo", []), runs.get("gigpo", [])
-    paired = len(gigpo)
-    if paired and len(grpo) >= paired:
-        out["gigpo_minus_grpo"] = paired_difference(grpo[:paired], gigpo)
+    # Only the seeds both ran pair (merged parts need not hold the same seeds for both).
+    both = {_seed(r) for r in grpo} & {_seed(r) for r in gigpo}
+    if both:
+        out["gigpo_minus_grpo"] = paired_difference(
+            [r for r in grpo if _seed(r) in both], [r for r in gigpo if _seed(r) in both]
+        )
     return out
 
 

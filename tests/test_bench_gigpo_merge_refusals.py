@@ -73,6 +73,20 @@ def test_parts_run_alike_merge_as_strict_json(bench: ModuleType, tmp_path: Path)
     json.dumps(merged, allow_nan=False)
 
 
+def test_difference_pairs_the_seeds_both_ran(bench: ModuleType, tmp_path: Path) -> None:
+    a = part(tmp_path, "part-grpo-0.json", "grpo", [0, 1, 2, 3])
+    b = part(tmp_path, "part-gigpo-2.json", "gigpo", [2, 3])
+    c = part(tmp_path, "part-gigpo-5.json", "gigpo", [5])
+    b_runs = json.loads(b.read_text())["gigpo"]["runs"]
+    for run in b_runs:
+        run["success_after"] += 0.5
+    b.write_text(json.dumps({**json.loads(b.read_text()), "gigpo": {"runs": b_runs}}))
+    merged = bench.merge([a, b, c])
+    # Seeds 2 and 3 ran both: gigpo is 0.5 higher on each; grpo's 0 and 1, gigpo's 5 are unpaired.
+    assert merged["gigpo_minus_grpo"]["n"] == 2
+    assert merged["gigpo_minus_grpo"]["mean"] == pytest.approx(0.5, abs=1e-9)
+
+
 def test_one_seed_gives_null_interval_not_nan(bench: ModuleType, tmp_path: Path) -> None:
     a = part(tmp_path, "part-grpo-3.json", "grpo", [3])
     b = part(tmp_path, "part-gigpo-3.json", "gigpo", [3])
