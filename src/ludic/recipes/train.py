@@ -414,8 +414,11 @@ class NothingTrainedError(Refusal, RuntimeError):
     `max_skipped_steps`, which stops with TrainingStalledError instead)."""
 
 
-def _nothing_trained(cfg: TrainConfig, history: list[dict[str, float]]) -> str:
-    """Why no step trained, naming this run's first failed episode from its rollouts file."""
+def _nothing_trained(cfg: TrainConfig, history: list[dict[str, float]], checkpoint: Path) -> str:
+    """Why no step trained, naming this run's first failed episode from its rollouts file, and
+    how to run again: the final checkpoint (the unchanged model) is saved by then, so the same
+    command in the same --out-dir is refused (it holds checkpoints) or, resumed, has no step
+    left."""
     log = cfg.out_dir / "rollouts.jsonl"
     ours = int(sum(m["batch/num_rollouts"] for m in history))
     first = ""
@@ -425,11 +428,22 @@ def _nothing_trained(cfg: TrainConfig, history: list[dict[str, float]]) -> str:
         first = f" The first: {failed.get('error_type', 'error')}: {failed.get('error')}."
     except (OSError, ValueError, StopIteration):
         pass  # the per-episode lines above still name each error
+    if cfg.resume is None:
+        again = (
+            f"run again with another --out-dir, or delete {cfg.out_dir} first (this run saved "
+            f"the unchanged model there as {checkpoint}, and a new run is refused in an "
+            "--out-dir that holds checkpoints)"
+        )
+    else:
+        again = (
+            f"resume again with a larger --steps (this run saved the unchanged model as "
+            f"{checkpoint}, which --resume now takes)"
+        )
     return (
         f"no step trained: every episode of all {len(history)} step(s) failed, so the model is "
         f"the one this run started from.{first} Each failed episode's error and traceback are "
         f"in {log} (meta['error'], meta['error_traceback']; ludic view {log}); fix the cause "
-        "and run again"
+        f"and {again}"
     )
 
 
@@ -446,7 +460,7 @@ def _report(
     # Skipped too: the error says the model is unchanged, which only a skipped step ensures (a
     # Trainer's logged counts are one rank's: under torchrun another rank may have trained).
     if all(was_skipped(m) and every_episode_failed(m) for m in history):
-        raise NothingTrainedError(_nothing_trained(cfg, history))
+        raise NothingTrainedError(_nothing_trained(cfg, history, checkpoint))
     metrics = cfg.out_dir / "metrics.jsonl"
     samples = cfg.out_dir / SAMPLES_FILE
     curve = plot_curve(metrics, cfg.out_dir / "reward_curve.png", "batch/mean_reward")
