@@ -23,6 +23,7 @@ Any other error (a bug) keeps its traceback, exit code 1. Called from Python wit
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import os
@@ -130,6 +131,18 @@ def main(argv: Sequence[str] | None = None, *, report_refusals: bool | None = No
     `report_refusals` (default: True when `argv` is None, i.e. run as the `ludic` command) prints
     a refusal as one `ludic <command>: error: ...` block and exits with `EXIT_REFUSED`, instead
     of raising it (see the module docstring)."""
+    try:
+        _main(argv, report_refusals)
+    finally:
+        if argv is None:
+            # The `ludic` process ends here: leave its objects out of the interpreter's last
+            # garbage collections, which walk every object torch and transformers created
+            # (about 2 s on 2 cores, far more under load: the wait after an interrupted line).
+            # Their memory goes back with the process; every file Ludic writes is flushed.
+            gc.freeze()
+
+
+def _main(argv: Sequence[str] | None, report_refusals: bool | None) -> None:
     received: list[int] = []  # SIGINT / SIGTERM, from here on
     with _signals_recorded(received):  # until the command's own handler is set
         import tyro  # here: tyro and the parsing take a second on a busy machine
