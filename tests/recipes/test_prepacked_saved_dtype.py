@@ -60,3 +60,26 @@ def test_float32_models_and_float32_loads_are_accepted(
     check_prepacked_gemm(
         False, batch_invariant=False, server_url=None, device="cpu", model=str(bf16_model_dir)
     )
+
+
+def test_ludic_eval_refuses_it_before_the_model_loads(
+    bf16_model_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from ludic.cli import EXIT_REFUSED, main
+    from ludic.inference.embedded.engine import EmbeddedEngine
+
+    def load(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the model loaded before --prepacked-gemm was checked")
+
+    monkeypatch.setattr(EmbeddedEngine, "from_pretrained", load)
+    argv = ["eval", "--env", "tictactoe", "--prepacked-gemm", "--model", str(bf16_model_dir)]
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--out-dir", str(tmp_path / "ev")], report_refusals=True)
+    assert exit_.value.code == EXIT_REFUSED
+    out, err = capsys.readouterr()
+    assert "engine: embedded" not in out, out
+    errors = [line for line in err.splitlines() if line.startswith("ludic eval: error:")]
+    assert len(errors) == 1 and "--prepacked-gemm needs float32 weights" in errors[0], err

@@ -261,6 +261,7 @@ def _check_engine_options(cfg: EvalConfig) -> None:
         batch_invariant=cfg.batch_invariant,
         prepacked_gemm=cfg.prepacked_gemm,
         server_url=cfg.server_url,
+        model=cfg.model,  # loaded in its saved dtype (None: the float32 tiny model)
     )
     if cfg.threads is not None and cfg.server_url:
         raise ValueError(
