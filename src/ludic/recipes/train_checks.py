@@ -1,7 +1,8 @@
 """`ludic train`'s up-front refusals of flags that cannot train, and the run settings a
 checkpoint records so that `--resume` continues the same run.
 
-Counts (`--steps`, `--problems-per-step`, `--group-size`) must be >= 1, and a preset whose
+Counts (`--steps`, `--problems-per-step`, `--group-size`, and when given `--checkpoint-every`
+and `--micro-batch-tokens`) must be >= 1 and `--lr` a finite number > 0, and a preset whose
 baseline is its group's mean (GRPO and its variants, RLOO, GiGPO, REINFORCE with a group
 baseline, AWR's group baseline) needs `--group-size` >= 2: with one episode per group every
 advantage is 0. `--temperature 0` (greedy) is refused with such a preset (every episode of a
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
@@ -40,12 +42,23 @@ RUN_SETTINGS_KEY = SETTINGS_KEYS["ludic train"]
 
 
 def check_counts(cfg: TrainConfig) -> None:
-    """Refuse `--steps`, `--problems-per-step` or `--group-size` below 1, naming the flag."""
+    """Refuse `--steps`, `--problems-per-step` or `--group-size` below 1, a `--checkpoint-every`
+    or `--micro-batch-tokens` below 1, and an `--lr` that is not a finite number > 0, naming the
+    flag, before the model loads (the trainer refused the last three only after it had loaded,
+    naming its own fields: `lr must be > 0`)."""
     check_count_flags(
         ("--steps", cfg.steps, "optimizer steps of the whole run, e.g. --steps 50"),
         ("--problems-per-step", cfg.problems_per_step, "problems per step, e.g. 4"),
         ("--group-size", cfg.group_size, "episodes per problem, e.g. 8"),
     )
+    for flag, value, fix in (
+        ("--checkpoint-every", cfg.checkpoint_every, "or leave it out: a final one is saved"),
+        ("--micro-batch-tokens", cfg.micro_batch_tokens, "e.g. 8192; None: one pass per batch"),
+    ):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value} ({fix})")
+    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
+        raise ValueError(f"--lr must be a finite number > 0, got {cfg.lr} (the peak, e.g. 1e-4)")
 
 
 def group_baseline(algorithm: RLAlgorithm) -> bool:
