@@ -17,6 +17,7 @@ weights are loaded; more epochs or steps extend a run; the rest changes speed or
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -38,16 +39,21 @@ SFT_SETTINGS_KEY = SETTINGS_KEYS["ludic sft"]
 
 
 def check_sft_counts(cfg: SFTConfig) -> None:
-    """Refuse a count below 1, naming the flag and a value that works."""
+    """Refuse a count below 1 and an `--lr` that is not a finite number > 0, naming the flag and
+    a value that works, before the model loads (the trainer refused `--lr 0` and
+    `--micro-batch-tokens 0` only after it had loaded, naming its own fields)."""
     counts = (
         ("--steps", cfg.steps, "optimizer steps of the whole run, e.g. --steps 100"),
         ("--batch-size", cfg.batch_size, "samples per step, e.g. 32"),
         ("--checkpoint-every", cfg.checkpoint_every, "or leave it out: only a final one"),
         ("--keep-checkpoints", cfg.keep_checkpoints, "or None: keep every one"),
+        ("--micro-batch-tokens", cfg.micro_batch_tokens, "e.g. 8192; None: one pass per batch"),
     )
     for flag, value, fix in counts:
         if value is not None and value < 1:
             raise ValueError(f"{flag} is {value}: pass {flag} >= 1 ({fix})")
+    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
+        raise ValueError(f"--lr is {cfg.lr}: pass a finite --lr > 0 (e.g. --lr 1e-3)")
 
 
 def sft_settings(cfg: SFTConfig) -> dict[str, Any]:
