@@ -296,7 +296,7 @@ async def _close(client: Any) -> None:
 
 def run_learner(cfg: LearnerConfig) -> list[dict[str, float]]:
     """Train `cfg.steps` steps on samples from the stream; returns each step's metrics."""
-    check_learner_counts(cfg)  # before Redis or the model: --steps 0, dr_grpo without --max-tokens
+    check_learner_counts(cfg)  # --steps 0, --lr 0, dr_grpo without --max-tokens: before Redis
     if cfg.server_url:  # no --token (nor $LUDIC_SERVER_TOKEN): refused before any wait or load
         server_push_token(cfg.token, flag="--token")
     if not refusals_need_torch(cfg):  # Redis not started: refused in seconds, not after torch

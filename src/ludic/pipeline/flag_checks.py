@@ -4,8 +4,8 @@ a server or a model is touched, in the words of `ludic train` (`ludic.recipes.tr
 Counts must be >= 1: the actor's `--problems-per-batch`, `--group-size`, `--max-steps`,
 `--concurrency`, `--batches`, `--max-backlog`, `--max-stream-len`; the learner's `--steps`,
 `--batch-size`, `--publish-every`, `--checkpoint-every`, `--server-ranks`,
-`--micro-batch-tokens`, `--max-tokens` (None turns the optional ones off), and its `--max-lag`
-must be >= 0. The learner under dr_grpo needs `--max-tokens` (its loss divides by the actors'
+`--micro-batch-tokens`, `--max-tokens` (None turns the optional ones off), its `--lr` must be
+a finite number > 0 and its `--max-lag` >= 0. The learner under dr_grpo needs `--max-tokens` (its loss divides by the actors'
 generation budget; `CreditCheck` then refuses samples generated with another one); under any
 other preset a given `--max-tokens` is unused and a warning says so. The actor's preset checks
 (`--group-size 1`, `--temperature 0`) stay in `ludic.pipeline.commands.check_actor_preset`.
@@ -16,6 +16,7 @@ so the learner checks Redis before torch loads (`refusals_need_torch`).
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 
 from ludic.pipeline.config import ActorConfig, LearnerConfig
@@ -69,8 +70,9 @@ def refusals_need_torch(cfg: LearnerConfig) -> bool:
 
 
 def check_learner_counts(cfg: LearnerConfig) -> None:
-    """The learner's checks that import nothing heavy: counts below 1, a `--lease-ttl-s` <= 0,
-    a negative `--max-lag`, dr_grpo without `--max-tokens`, an unused `--max-tokens`."""
+    """The learner's checks that import nothing heavy: counts below 1, an `--lr` that is not a
+    finite number > 0 (the trainer refused it only after Redis and the model, naming its own
+    field: `lr must be > 0`), a `--lease-ttl-s` <= 0, a negative `--max-lag`, dr_grpo without `--max-tokens`, an unused `--max-tokens`."""
     check_count_flags(
         ("--steps", cfg.steps, "optimizer steps of the whole run, e.g. --steps 100"),
         ("--batch-size", cfg.batch_size, "samples per optimizer step on each rank, e.g. 32"),
@@ -80,6 +82,8 @@ def check_learner_counts(cfg: LearnerConfig) -> None:
         ("--micro-batch-tokens", cfg.micro_batch_tokens, "tokens per forward, or None"),
         ("--max-tokens", cfg.max_tokens, "the actors' --max-tokens, e.g. 128"),
     )
+    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
+        raise ValueError(f"--lr must be a finite number > 0, got {cfg.lr} (the peak, e.g. 1e-5)")
     if not cfg.lease_ttl_s > 0:  # nan too
         raise ValueError(
             f"--lease-ttl-s is {cfg.lease_ttl_s}: pass seconds > 0 (how long a killed "
