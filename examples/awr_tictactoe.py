@@ -73,6 +73,7 @@ from ludic.recipes.tictactoe import (
     rollout_engine,
     task_tokenizer,
 )
+from ludic.recipes.training import refuse_earlier_checkpoints
 from ludic.rollouts import (
     ComponentSpec,
     RolloutRequest,
@@ -179,7 +180,9 @@ class AWRConfig:
     threads: int = 1
     """torch CPU threads (the quickstart's default)."""
     out_dir: Path = Path("ludic_runs/awr_tictactoe")
-    """Where data, runs and results.json go."""
+    """Where data, runs and results.json go (refused when a run of this call, its seed's
+    start, sft or awr, would train where an earlier call left checkpoints: pass another one
+    for a new run)."""
 
 
 def env_kwargs(cfg: AWRConfig) -> dict[str, Any]:
@@ -350,9 +353,32 @@ def fresh_model(cfg: AWRConfig, seed: int, out: Path) -> tuple[Path, Any]:
     return save_model(model, tokenizer, out), tokenizer
 
 
+def seed_dir(cfg: AWRConfig, seed: int) -> Path:
+    """Where one seed's model, data and runs go."""
+    return cfg.out_dir / f"seed_{seed}"
+
+
+def trained_stages(cfg: AWRConfig) -> tuple[str, ...]:
+    """The runs of each seed, each checkpointing under `seed_dir(cfg, seed) / stage`."""
+    start = ("start",) if cfg.self_episodes > 0 else ()
+    return (*start, *cfg.methods)
+
+
+def check_out_dir(cfg: AWRConfig) -> None:
+    """FileExistsError, before anything is written, when a run of this call would train where
+    an earlier call left checkpoints: it would overwrite them. Other seeds' and methods' runs
+    in --out-dir are left alone (see --first-seed and --methods)."""
+    for seed in range(cfg.first_seed, cfg.first_seed + cfg.seeds):
+        for stage in trained_stages(cfg):
+            refuse_earlier_checkpoints(
+                seed_dir(cfg, seed) / stage,
+                fix=f"Pass another --out-dir for a new run (or delete {cfg.out_dir}).",
+            )
+
+
 def run_seed(cfg: AWRConfig, seed: int) -> dict[str, Any]:
     """Data, both runs and their evaluations for one seed."""
-    out = cfg.out_dir / f"seed_{seed}"
+    out = seed_dir(cfg, seed)
     start, tokenizer = fresh_model(cfg, seed, out / "init")
     rollouts = asyncio.run(expert_games(cfg, tokenizer, seed))
     record: dict[str, Any] = {}
@@ -415,6 +441,7 @@ def main(cfg: AWRConfig) -> dict[str, list[StageResult]]:
     """Each method's evaluations, one per seed: {"sft": [...], "awr": [...]} (and "start")."""
     expert_shares(cfg.expert_episodes, len(cfg.expert_epsilons))  # refuse bad splits early
     check_baseline_flags(cfg)
+    check_out_dir(cfg)
     torch.set_num_threads(cfg.threads)
     records = [run_seed(cfg, seed) for seed in range(cfg.first_seed, cfg.first_seed + cfg.seeds)]
     by_method = {m: [r[m] for r in records] for m in ("start", *METHODS) if m in records[0]}

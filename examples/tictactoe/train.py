@@ -35,6 +35,7 @@ from ludic.recipes import (
     make_trainer,
     plot_curve,
 )
+from ludic.recipes.training import refuse_earlier_checkpoints
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -74,7 +75,8 @@ class TrainConfig:
     device: str = "cpu"
     """Training device."""
     out_dir: Path = Path("ludic_runs/tictactoe_train")
-    """Where metrics.jsonl, rollouts.jsonl, checkpoints and reward_curve.png go."""
+    """Where metrics.jsonl, rollouts.jsonl, checkpoints and reward_curve.png go (refused when it
+    holds an earlier run's checkpoints: pass another one for a new run)."""
 
 
 def make_protocol(client: ChatClient, max_tokens: int) -> SingleAgentProtocol:
@@ -90,6 +92,10 @@ def make_protocol(client: ChatClient, max_tokens: int) -> SingleAgentProtocol:
 
 async def train(cfg: TrainConfig) -> tuple[list[dict[str, float]], Path]:
     """Each step's metrics and the final checkpoint."""
+    # Before the model loads: a second run here would overwrite the first one's checkpoints.
+    refuse_earlier_checkpoints(
+        cfg.out_dir, fix=f"Pass another --out-dir for a new run (or delete {cfg.out_dir})."
+    )
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
     inference = cfg.inference.make(model, tokenizer, device=cfg.device)
     algorithm = make_grpo()
