@@ -24,6 +24,7 @@ import torch
 
 from ludic._resumed_log import ResumedLog, batch_index_of, meta_batch_index
 from ludic.distributed import PolicyPublisher
+from ludic.errors import Refusal
 from ludic.recipes.configs import RESUME_LATEST
 from ludic.recipes.inference import Inference as Inference  # re-exported from its module
 from ludic.recipes.inference import make_inference as make_inference
@@ -337,9 +338,38 @@ def load_policy(model: str | None, *, seed: int = 0, device: str = "cpu") -> tup
         return load_model(model, dtype=torch.float32, device=device)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    loaded = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    try:
+        loaded = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(model)
+    except Exception as e:
+        if not (isinstance(e, OSError) or _network_error(e)):
+            raise
+        said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise HubModelUnavailable(
+            f"--model {model} reads as a Hugging Face hub id ('org/name') and could not be "
+            f"loaded from the hub: {said.rstrip('.')}. Pass a local model directory (Ludic itself needs no "
+            "network: `ludic.models` builds tiny ones), or run where huggingface.co is "
+            "reachable; a model already in the local cache loads with HF_HUB_OFFLINE=1"
+        ) from e
     loaded.to(device)  # type: ignore[arg-type]  # transformers' decorated `to` confuses mypy
-    return loaded.eval(), AutoTokenizer.from_pretrained(model)
+    return loaded.eval(), tokenizer
+
+
+class HubModelUnavailable(Refusal, OSError):
+    """`--model` read as a hub id that could not be loaded: no network, or no such model."""
+
+
+def _network_error(e: BaseException) -> bool:
+    """Whether `e` or an exception it came from is a failed connection (httpx, requests and
+    urllib3 name theirs ConnectError / ConnectionError / ...Timeout; none is an OSError)."""
+    seen: BaseException | None = e
+    while seen is not None:
+        if isinstance(seen, OSError) or type(seen).__name__.endswith(
+            ("ConnectError", "ConnectionError", "Timeout", "TimeoutError")
+        ):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def local_path_reason(model: str) -> str | None:
@@ -401,6 +431,7 @@ __all__ = [
     "METRICS_FILE",
     "SAMPLES_FILE",
     "SETTINGS_KEYS",
+    "HubModelUnavailable",
     "Inference",
     "SampleLog",
     "check_resume_dir",
