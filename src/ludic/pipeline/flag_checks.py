@@ -70,18 +70,26 @@ def refusals_need_torch(cfg: LearnerConfig) -> bool:
 
 
 def check_learner_counts(cfg: LearnerConfig) -> None:
-    """The learner's checks that import nothing heavy: counts below 1, an `--lr` that is not a
-    finite number > 0 (the trainer refused it only after Redis and the model, naming its own
-    field: `lr must be > 0`), a `--lease-ttl-s` <= 0, a negative `--max-lag`, dr_grpo without `--max-tokens`, an unused `--max-tokens`."""
+    """The learner's checks that import nothing heavy: counts below 1 (`--checkpoint-every` in
+    its own words: it is an interval, and a run without checkpoints still trains), an `--lr`
+    that is not a finite number > 0 (the trainer refused it only after Redis and the model,
+    naming its own field: `lr must be > 0`), a `--lease-ttl-s` <= 0, a negative `--max-lag`,
+    dr_grpo without `--max-tokens`, an unused `--max-tokens`."""
     check_count_flags(
         ("--steps", cfg.steps, "optimizer steps of the whole run, e.g. --steps 100"),
         ("--batch-size", cfg.batch_size, "samples per optimizer step on each rank, e.g. 32"),
         ("--publish-every", cfg.publish_every, "optimizer steps between weight pushes, e.g. 1"),
-        ("--checkpoint-every", cfg.checkpoint_every, "steps between checkpoints, or None"),
         ("--server-ranks", cfg.server_ranks, "weight-receiving ranks per server, e.g. 1"),
         ("--micro-batch-tokens", cfg.micro_batch_tokens, "tokens per forward, or None"),
         ("--max-tokens", cfg.max_tokens, "the actors' --max-tokens, e.g. 128"),
     )
+    every = cfg.checkpoint_every
+    if every is not None and every < 1:
+        raise ValueError(
+            f"--checkpoint-every is {every}: a checkpoint every {every} steps is no interval; "
+            f"give a count of steps >= 1, leave it out (a checkpoint every "
+            f"{LearnerConfig().checkpoint_every} steps) or pass --checkpoint-every None (none)"
+        )
     if not (math.isfinite(cfg.lr) and cfg.lr > 0):
         raise ValueError(f"--lr must be a finite number > 0, got {cfg.lr} (the peak, e.g. 1e-5)")
     if not cfg.lease_ttl_s > 0:  # nan too
