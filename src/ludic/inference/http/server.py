@@ -351,34 +351,44 @@ def _sampling_errors_as_400(build: Any) -> Any:
         raise HTTPException(400, str(e)) from e
 
 
-def _refuse_a_port_in_use(host: str, port: int) -> None:
-    """LudicUsageError when `host:port` cannot be bound (as uvicorn binds it: SO_REUSEADDR, so a
-    port left in TIME_WAIT by a server that just stopped still counts as free)."""
+def _listen_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to `host:port` (port 0: a free one, which `getsockname()` names), bound as
+    uvicorn binds (SO_REUSEADDR, so a port left in TIME_WAIT by a server that just stopped still
+    counts as free), for uvicorn to serve on; LudicUsageError when it cannot be bound."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as e:
-            if e.errno == errno.EADDRINUSE:
-                raise LudicUsageError(
-                    f"port {host}:{port} is in use ({e.strerror}: another server?); stop it or "
-                    "pass another --port"
-                ) from None
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EADDRINUSE:
             raise LudicUsageError(
-                f"cannot listen on {host}:{port} ({e.strerror or e}); pass another --host or --port"
+                f"port {host}:{port} is in use ({e.strerror}: another server?); stop it or "
+                "pass another --port"
             ) from None
+        raise LudicUsageError(
+            f"cannot listen on {host}:{port} ({e.strerror or e}); pass another --host or --port"
+        ) from None
+    return sock
 
 
 def serve(config: ServeConfig) -> None:
     """Load the model, start the engine and serve until interrupted (blocks)."""
+    check_serve_config(config)  # before the model loads
+    # bound now (uvicorn would find a port in use only after loading the model), and kept: the
+    # startup line names the port bound, which --port 0 leaves to the system
+    with _listen_socket(config.host, config.port) as listening:
+        _serve_on(config, listening)
+
+
+def _serve_on(config: ServeConfig, listening: socket.socket) -> None:
+    """Load the model and serve on the bound socket `listening` until interrupted."""
     import torch
     import uvicorn
 
     from ludic.recipes.inference import engine_settings  # the command line, as actor and eval
 
-    check_serve_config(config)  # before the model loads
-    _refuse_a_port_in_use(config.host, config.port)  # uvicorn would find out after loading it
     if config.threads is not None:
         torch.set_num_threads(config.threads)
     token = resolve_token(config.token)
@@ -412,15 +422,18 @@ def serve(config: ServeConfig) -> None:
         control = f"disabled (no --token or ${TOKEN_ENV})"
     else:
         control = f"need the token (from {'--token' if config.token else '$' + TOKEN_ENV})"
+    port = listening.getsockname()[1]
     print(
         f"ludic serve: {config.model} as {name!r} on {weights.device} ({weights.dtype}) at "
         f"policy version {engine.policy_version}, "
-        f"http://{config.host}:{config.port}/v1; control endpoints {control}; engine: "
+        f"http://{config.host}:{port}/v1; control endpoints {control}; engine: "
         f"{engine_settings(engine_config)}",
         flush=True,
     )
     try:
-        uvicorn.run(app, host=config.host, port=config.port, log_level=config.log_level)
+        uvicorn.run(  # on the socket bound above (fd), at the port it holds
+            app, host=config.host, port=port, fd=listening.fileno(), log_level=config.log_level
+        )
     finally:
         engine.close()
 
