@@ -375,7 +375,10 @@ def _listen_socket(host: str, port: int) -> socket.socket:
 
 def serve(config: ServeConfig) -> None:
     """Load the model, start the engine and serve until interrupted (blocks)."""
+    from ludic.models.loading import check_model_directory
+
     check_serve_config(config)  # before the model loads
+    check_model_directory(config.model)  # a missing model is the first error, not a port in use
     # bound now (uvicorn would find a port in use only after loading the model), and kept: the
     # startup line names the port bound, which --port 0 leaves to the system
     with _listen_socket(config.host, config.port) as listening:
