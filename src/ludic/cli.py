@@ -10,7 +10,9 @@ exits run: servers stop, files close) and ends it with one line naming the newes
 this run saved (or the one it resumed from; never one an earlier run left in the same
 directory), where the command saves them, and exit code 130 or 143, instead of a traceback.
 One that arrives while tyro imports and parses the command's flags waits until that is done,
-then stops the command before it runs; an error the interrupted command raises after it is
+then stops the command before it runs; a first one that arrives while a checkpoint is saved
+waits until the save completes, so the line names it (a second stops the save at once, rolled
+back: `ludic.training.checkpoint_signals`); an error the interrupted command raises after it is
 reported as the interrupt.
 
 A refusal (bad input or setup whose message says what to do: `ludic.errors.is_refusal`, e.g. a

@@ -9,8 +9,10 @@ position) and, written last, `MANIFEST.json` listing every file with its size an
 a crash mid-save leaves the previous checkpoint intact; re-saving a step moves the old one aside
 first, and a save killed between the two renames gets the old one back at the next listing
 (`checkpoint_scratch`), which also removes the temporary directories killed saves leave. A
-checkpoint without a manifest, or whose files do not match it, is refused with a message naming
-the damaged file and an earlier step that verifies; given the checkpoint root, loading picks the
+first Ctrl-C or SIGTERM during a save (main thread) is acted on once the save completes; a second
+one cuts it short, rolled back as a crash would be (`checkpoint_signals`). A checkpoint without
+a manifest, or whose files do not match it, is refused with a message naming the damaged file
+and an earlier step that verifies; given the checkpoint root, loading picks the
 newest checkpoint that verifies; a newer one under the manager's own root that it skipped as
 corrupt is renamed `step_N.corrupt`, so retention and later resumes skip it (`checkpoint_faults`).
 Nothing here is sharded: distributed training hands in full states gathered on rank 0 (see
@@ -51,6 +53,7 @@ from ludic.training.checkpoint_scratch import (
     restore_interrupted_resaves,
     scratch_name,
 )
+from ludic.training.checkpoint_signals import signals_deferred
 from ludic.training.parallel.state import fit_state_to_model
 from ludic.training.weights_io import CorruptCheckpointError, read_state_dict, save_weights
 from ludic.types import JSON
@@ -203,26 +206,27 @@ class CheckpointManager:
         tmp = self.root / scratch_name("tmp", final.name)
         if optimizer_state is None and optimizer is not None:
             optimizer_state = optimizer.state_dict()
-        try:
-            tmp.mkdir(parents=True)
-            save_weights(
-                model,
-                tmp / "model",
-                max_shard_size=self.config.max_shard_size,
-                state_dict=model_state,
-            )
-            if optimizer_state is not None:
-                torch.save(dict(optimizer_state), tmp / "optimizer.pt")
-            if rank_states is not None and len(rank_states) > 1:
-                torch.save([asdict(r) for r in rank_states], tmp / RANK_STATES)
-            self._write(tmp, step, scheduler, policy_version, data_state, extra)
-            if tokenizer is not None:
-                tokenizer.save_pretrained(str(tmp / "model"))
-            self._write_manifest(tmp, step)
-            self._swap_in(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        self._apply_retention(saved=final)
+        with signals_deferred(f"checkpoint {final}"):  # a first Ctrl-C/SIGTERM: after the save
+            try:
+                tmp.mkdir(parents=True)
+                save_weights(
+                    model,
+                    tmp / "model",
+                    max_shard_size=self.config.max_shard_size,
+                    state_dict=model_state,
+                )
+                if optimizer_state is not None:
+                    torch.save(dict(optimizer_state), tmp / "optimizer.pt")
+                if rank_states is not None and len(rank_states) > 1:
+                    torch.save([asdict(r) for r in rank_states], tmp / RANK_STATES)
+                self._write(tmp, step, scheduler, policy_version, data_state, extra)
+                if tokenizer is not None:
+                    tokenizer.save_pretrained(str(tmp / "model"))
+                self._write_manifest(tmp, step)
+                self._swap_in(tmp, final)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            self._apply_retention(saved=final)
         return final
 
     def _write(
