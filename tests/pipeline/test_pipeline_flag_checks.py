@@ -35,7 +35,6 @@ LEARNER_COUNTS = [
     ("batch_size", "--batch-size", 0),
     ("publish_every", "--publish-every", 0),
     ("server_ranks", "--server-ranks", 0),
-    ("micro_batch_tokens", "--micro-batch-tokens", 0),
     ("max_tokens", "--max-tokens", 0),
 ]
 
