@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from ludic.pipeline.learner_report import TOTAL_KEYS, report_done, report_step
+from ludic.pipeline.source import PipelineBatchSource
 
 METRICS = {"num_samples": 16.0, "batch/pipeline/lag_max": 2.0, "reward_mean": 0.5, "loss": 0.1}
 LOGGER = "ludic.pipeline.learner_report"
@@ -34,8 +35,13 @@ class _TwoRanks:
 def _learner(runtime: object, *, rank: int = 0, timed_out: bool = False) -> tuple[object, object]:
     trainer = SimpleNamespace(step=3, runtime=runtime, checkpoints=None)
     source = SimpleNamespace(
-        rank=rank, timed_out=timed_out, totals=Counter(samples=16, redelivered=2)
+        rank=rank,
+        timed_out=timed_out,
+        timed_out_dropped=0,
+        totals=Counter(samples=16, redelivered=2),
+        max_wait_s=30.0,
     )
+    source.exhausted_line = PipelineBatchSource.exhausted_line.__get__(source)
     return trainer, source
 
 
@@ -52,7 +58,8 @@ def test_two_ranks_count_both_ranks_samples_and_label_rank_0s_numbers(
     [line] = _lines(caplog)
     assert line.startswith("learner step 3: 32 samples on 2 ranks (policy lag max 2 on rank 0)")
     assert "mean reward per sample on rank 0 +0.500" in line
-    assert not stop and runtime.reduced == [[0.0, 16.0]]  # this rank's timed_out, samples
+    assert stop is None  # this rank's timed_out, samples, stale drops while timing out:
+    assert runtime.reduced == [[0.0, 16.0, 0.0]]
 
 
 def test_one_rank_says_nothing_about_ranks_and_reduces_nothing(
@@ -72,7 +79,8 @@ def test_only_rank_0_logs_and_every_rank_empty_stops_the_run(
     with caplog.at_level(logging.INFO, logger=LOGGER):
         stop = report_step(*_learner(runtime, rank=1, timed_out=True), {"num_samples": 0.0})
         report_done(*_learner(runtime, rank=1))
-    assert stop  # both ranks (this one twice over) came back empty
+    # both ranks (this one twice over) came back empty
+    assert stop == "no samples arrived for 30.0s on any of the 2 ranks"
     assert not _lines(caplog) and len(runtime.reduced) == 2  # the collectives still ran
 
 

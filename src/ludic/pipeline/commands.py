@@ -380,8 +380,9 @@ async def _train(cfg: LearnerConfig, source: Any, trainer: Any) -> list[dict[str
         except BatchSourceExhausted as e:  # one rank only: the others would wait in a collective
             logger.info("learner stops: %s", e)
             break
-        if report_step(trainer, source, history[-1]):  # every rank's batch came back empty
-            logger.info("learner stops: no samples arrived for %ss on any rank", cfg.max_wait_s)
+        stop = report_step(trainer, source, history[-1])
+        if stop is not None:  # every rank's batch came back empty
+            logger.info("learner stops: %s", stop)
             break
     if trainer.checkpoints is None:
         await source.commit()

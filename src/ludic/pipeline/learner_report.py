@@ -27,18 +27,27 @@ TOTAL_KEYS = (
 """What `PipelineBatchSource.totals` counts, summed over ranks for the closing line."""
 
 
-def report_step(trainer: Any, source: Any, metrics: dict[str, float]) -> bool:
+def report_step(trainer: Any, source: Any, metrics: dict[str, float]) -> str | None:
     """After each step, on every rank: rank 0 logs `step_line` with all ranks' sample count.
-    Returns whether every rank's batch came back empty (`source.timed_out`)."""
+    Returns why the learner stops when every rank's batch came back empty (`source.timed_out`):
+    `source.exhausted_line` with the stale samples all ranks dropped while they waited
+    (`source.timed_out_dropped`); else None."""
     runtime = trainer.runtime
-    timed_out, samples = across_ranks(
-        runtime, [float(source.timed_out), metrics.get("num_samples", 0.0)]
+    timed_out, samples, dropped = across_ranks(
+        runtime,
+        [
+            float(source.timed_out),
+            metrics.get("num_samples", 0.0),
+            float(source.timed_out_dropped),
+        ],
     )
     if source.rank == 0:
         logger.info(step_line(trainer.step, metrics, samples, runtime.world_size))
         if (foreign := foreign_policy_line(metrics)) is not None:
             logger.warning(foreign)
-    return timed_out == runtime.world_size
+    if timed_out != runtime.world_size:
+        return None
+    return str(source.exhausted_line(int(dropped), runtime.world_size))
 
 
 def report_done(trainer: Any, source: Any) -> None:

@@ -60,8 +60,10 @@ class PipelineBatchSource:
       in `pipeline/dropped_stale`), so with "drop" `lag_max` never exceeds `max_lag`.
     - `block_ms`: one wait on Redis; `max_wait_s`: after this long without a full batch,
       return what arrived; if nothing did, raise BatchSourceExhausted with one rank, or
-      return an empty batch and set `timed_out` with several (a rank that raised would leave
-      the others waiting in a collective). None: wait forever.
+      return an empty batch and set `timed_out` (and `timed_out_dropped`, the stale samples
+      that wait dropped) with several (a rank that raised would leave the others waiting in a
+      collective; the learner all-reduces both and stops with `exhausted_line`). None: wait
+      forever.
     - `wait_notice_s`: while a batch is not full, a warning every this many seconds says how
       many samples it has and why it may lack the rest (none arrive, or they arrive stale).
     - `claim_min_idle_ms`: entries of an unknown consumer idle this long are taken over by
@@ -126,6 +128,7 @@ class PipelineBatchSource:
         self._lease: ConsumerLease | None = None
         self.batches_served = 0
         self.timed_out = False
+        self.timed_out_dropped = 0  # stale samples the timed-out wait read and dropped
         self.totals: Counter[str] = Counter()
         self._trained: list[Pair] = []  # served in batches, not yet in a checkpoint's state
         self._captured: list[Pair] = []  # in the state of the last checkpoint, not yet acked
@@ -152,7 +155,7 @@ class PipelineBatchSource:
         items: list[SAWItem] = []
         lags: list[int] = []
         started = noticed = time.monotonic()
-        self.timed_out = False
+        self.timed_out, self.timed_out_dropped = False, 0
         while len(items) < self.batch_size:
             entries = await self._next_entries(self.batch_size - len(items))
             for entry in entries:
@@ -169,8 +172,8 @@ class PipelineBatchSource:
                     break
                 if self.world_size == 1:  # counted first: the closing line names the drops
                     self.totals.update(stats)
-                    raise BatchSourceExhausted(self._exhausted_line(stats))
-                self.timed_out = True
+                    raise BatchSourceExhausted(self.exhausted_line(stats["dropped_stale"]))
+                self.timed_out, self.timed_out_dropped = True, stats["dropped_stale"]
                 stats["timed_out"] += 1
                 break
         self.batches_served += 1
@@ -450,14 +453,16 @@ class PipelineBatchSource:
             "generating (an actor pushes a batch's samples once all its episodes end)?"
         )
 
-    def _exhausted_line(self, stats: Counter[str]) -> str:
-        """Why the source stops: nothing arrived for `max_wait_s`, or only samples it dropped."""
-        dropped = stats["dropped_stale"]
+    def exhausted_line(self, dropped: int, world_size: int = 1) -> str:
+        """Why the learner stops: nothing arrived for `max_wait_s`, or only samples it dropped
+        as stale (`dropped`, summed over the `world_size` ranks that all timed out). Other
+        samples read meanwhile (duplicates, invalid ones) were no more trainable."""
+        ranks = f" on any of the {world_size} ranks" if world_size > 1 else ""
         if not dropped:
-            return f"no samples arrived for {self.max_wait_s}s"
+            return f"no samples arrived for {self.max_wait_s}s{ranks}"
         return (
-            f"no trainable sample arrived for {self.max_wait_s}s: the {dropped} read were all more "
-            f"than max_lag (--max-lag) {self.max_lag} policy versions behind the learner's "
+            f"no trainable sample arrived for {self.max_wait_s}s{ranks}: {dropped} read were "
+            f"more than max_lag (--max-lag) {self.max_lag} policy versions behind the learner's "
             f"{self.current_version()} and dropped (do the actors sample from the servers this "
             "learner publishes to? else raise --max-lag or pass --stale downweight)"
         )
