@@ -60,7 +60,7 @@ from ludic.eval.stats import mean_ci95
 from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
 from ludic.inference.sampling import SamplingConfig
 from ludic.models import TinyModelSpec, build_tiny_model, load_model, save_model
-from ludic.recipes import finish, make_trainer
+from ludic.recipes import finish, make_trainer, refuse_earlier_checkpoints
 from ludic.recipes.expert import PolicyClient
 from ludic.recipes.tictactoe import (
     ENV_NAME,
@@ -73,7 +73,6 @@ from ludic.recipes.tictactoe import (
     rollout_engine,
     task_tokenizer,
 )
-from ludic.recipes.training import refuse_earlier_checkpoints
 from ludic.rollouts import (
     ComponentSpec,
     RolloutRequest,

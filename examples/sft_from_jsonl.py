@@ -18,8 +18,7 @@ from pathlib import Path
 
 import tyro
 
-from ludic.recipes import finish, load_policy, make_trainer, plot_curve
-from ludic.recipes.training import refuse_earlier_checkpoints
+from ludic.recipes import finish, load_policy, make_trainer, plot_curve, refuse_earlier_checkpoints
 from ludic.rollouts import ChatTemplateRetokenizer
 from ludic.training import OfflineBatchSource, drop_parse_errors, make_sft
 

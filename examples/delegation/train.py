@@ -41,9 +41,8 @@ from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import DelegatingProtocol, SubAgentSpec, TaskEnv, delegate
 from ludic.models import TinyModelSpec, build_tiny_model
 from ludic.parsers import xml_tag_parser
-from ludic.recipes import finish, make_trainer
+from ludic.recipes import finish, make_trainer, refuse_earlier_checkpoints
 from ludic.recipes.expert import PolicyClient
-from ludic.recipes.training import refuse_earlier_checkpoints
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,

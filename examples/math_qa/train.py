@@ -35,8 +35,14 @@ from ludic.eval import make_eval_requests, run_eval
 from ludic.inference import ChatClient, SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.parsers import boxed_parser
-from ludic.recipes import InferenceArgs, InferenceFlags, finish, load_policy, make_trainer
-from ludic.recipes.training import refuse_earlier_checkpoints
+from ludic.recipes import (
+    InferenceArgs,
+    InferenceFlags,
+    finish,
+    load_policy,
+    make_trainer,
+    refuse_earlier_checkpoints,
+)
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,

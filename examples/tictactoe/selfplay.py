@@ -26,8 +26,14 @@ from ludic.envs import TicTacToeDuelEnv
 from ludic.inference import ChatClient, SamplingConfig
 from ludic.interaction import MultiAgentProtocol
 from ludic.parsers import xml_tag_parser
-from ludic.recipes import InferenceArgs, InferenceFlags, finish, load_policy, make_trainer
-from ludic.recipes.training import refuse_earlier_checkpoints
+from ludic.recipes import (
+    InferenceArgs,
+    InferenceFlags,
+    finish,
+    load_policy,
+    make_trainer,
+    refuse_earlier_checkpoints,
+)
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,

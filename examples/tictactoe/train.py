@@ -34,8 +34,8 @@ from ludic.recipes import (
     load_policy,
     make_trainer,
     plot_curve,
+    refuse_earlier_checkpoints,
 )
-from ludic.recipes.training import refuse_earlier_checkpoints
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,

@@ -1,6 +1,7 @@
 """Recipes: the programs behind `ludic quickstart`, `ludic train` and `ludic sft`, as functions
 with one config dataclass each, and the wiring helpers they and the examples share
-(`load_policy`, `InferenceArgs` / `make_inference` / `make_client`, `make_trainer`, `log_samples`, `finish`, `launch_rewards`, `closing_rewards`, `plot_curve`, `check_run_dir`).
+(`load_policy`, `InferenceArgs` / `make_inference` / `make_client`, `make_trainer`, `log_samples`, `finish`, `launch_rewards`, `closing_rewards`, `plot_curve`, `check_run_dir`,
+`refuse_earlier_checkpoints`).
 Importing this package is light; torch loads when a recipe or helper is first used."""
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
         log_samples,
         make_trainer,
         plot_curve,
+        refuse_earlier_checkpoints,
     )
 
 _LAZY = {
@@ -51,6 +53,7 @@ _LAZY = {
     "make_inference": "ludic.recipes.inference",
     "make_trainer": "ludic.recipes.training",
     "plot_curve": "ludic.recipes.training",
+    "refuse_earlier_checkpoints": "ludic.recipes.training",
     "PolicyClient": "ludic.recipes.expert",
     "QuickstartResult": "ludic.recipes.quickstart",
     "run_quickstart": "ludic.recipes.quickstart",
@@ -79,6 +82,7 @@ __all__ = [
     "make_inference",
     "make_trainer",
     "plot_curve",
+    "refuse_earlier_checkpoints",
     "run_quickstart",
     "sft_command",
     "train_command",
