@@ -66,7 +66,16 @@ def _neutral(name: str, value: Any) -> bool:
         return True
     if name == "response_format":  # {"type": "text"} is plain text, as without it
         return isinstance(value, dict) and value.get("type") == "text"
-    return value in ({}, [])  # an empty logit_bias, bad_words, allowed_token_ids
+    # Only these three are neutral when empty; an empty guided_json ({}: "any JSON") or
+    # structured_outputs still constrains what is sampled.
+    return name in _EMPTY_IS_NEUTRAL and value in ({}, [])
+
+
+_EMPTY_IS_NEUTRAL = frozenset({"logit_bias", "bad_words", "allowed_token_ids"})
+
+TOOL_CHOICES_SERVED = (None, "auto", "none")
+"""tool_choice values served: the model may (or may not) call a tool. "required" or a named
+function forces a call (vLLM constrains decoding for it); this server cannot, so it refuses."""
 
 
 class _SamplingFields(BaseModel):
@@ -135,10 +144,17 @@ class ChatCompletionRequest(_SamplingFields):
     logprobs: bool = False
     top_logprobs: int | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    tool_choice: str | dict[str, Any] | None = None
 
     def unsupported(self) -> str | None:
         if self.top_logprobs:
             return "top_logprobs is not supported; only the sampled token's logprob is returned"
+        if self.tool_choice not in TOOL_CHOICES_SERVED:
+            return (
+                f"tool_choice={self.tool_choice!r}: not supported by this server (it cannot force "
+                "a tool call; only tool_choice 'auto' or 'none' is served); leave it out, or "
+                "serve with vLLM"
+            )
         return super().unsupported()
 
     def to_chat_request(self, default_max_tokens: int) -> ChatRequest:
