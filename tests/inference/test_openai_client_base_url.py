@@ -74,3 +74,41 @@ async def test_an_endpoint_url_given_as_the_base_url_is_named_in_the_404() -> No
     async with OpenAICompatibleClient(base, model="x", transport=httpx.MockTransport(server)) as c:
         with pytest.raises(InferenceRequestError, match=r"the model 'x' does not exist$"):
             await c.complete(request)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8000", "http://127.0.0.1:8000/", "http://127.0.0.1:8000/v1/"]
+)
+async def test_a_404_from_the_server_root_asks_whether_it_is_openai_compatible(url: str) -> None:
+    """The base URL is already the server's root (or /v1): "give the base URL, not an
+    endpoint's" would send the user after a mistake they did not make. The 404 says the server
+    has no such route and asks whether it is an OpenAI-compatible server."""
+    from ludic.inference import ChatRequest, SamplingConfig
+    from ludic.inference.http.openai_client import InferenceRequestError
+
+    def server(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    request = ChatRequest(messages=[{"role": "user", "content": "hi"}], sampling=SamplingConfig())
+    async with OpenAICompatibleClient(url, model="m", transport=httpx.MockTransport(server)) as c:
+        with pytest.raises(InferenceRequestError) as caught:
+            await c.complete(request)
+    message = caught.value.message
+    assert "has no route /v1/chat/completions" in message, message
+    assert "OpenAI-compatible server" in message and "not an endpoint's" not in message
+    assert "http://127.0.0.1:8000 " in message
+
+
+async def test_a_base_url_with_a_path_beyond_v1_keeps_the_endpoint_advice() -> None:
+    from ludic.inference import ChatRequest, SamplingConfig
+    from ludic.inference.http.openai_client import InferenceRequestError
+
+    def server(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(404, json={"detail": "Not Found"})
+
+    request = ChatRequest(messages=[{"role": "user", "content": "hi"}], sampling=SamplingConfig())
+    url = "http://127.0.0.1:8000/api"
+    async with OpenAICompatibleClient(url, model="m", transport=httpx.MockTransport(server)) as c:
+        with pytest.raises(InferenceRequestError, match="not an endpoint's") as caught:
+            await c.complete(request)
+    assert "OpenAI-compatible" not in caught.value.message

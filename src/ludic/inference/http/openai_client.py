@@ -138,16 +138,25 @@ class OpenAICompatibleClient:
             if response.status_code >= 400:
                 message = _server_message(response)
                 if response.status_code == 404 and message == "Not Found":  # no such route
-                    message = (
-                        f"Not Found: the server has no {self.base_url}{path}; give the client "
-                        "the server's base URL (http://HOST:PORT, with or without /v1), not an "
-                        "endpoint's"
-                    )
+                    message = self._no_route(path)
                 raise InferenceRequestError(response.status_code, message)
             result: dict[str, Any] = response.json()
             return result, response.headers
         raise InferenceUnavailableError(
             f"{self.base_url}{path} failed after {self.max_retries + 1} attempts: {last_problem}"
+        )
+
+    def _no_route(self, path: str) -> str:
+        """A bare 404 "Not Found": the URL is wrong when base_url has a path beyond the server's
+        root (or /v1), else the server itself lacks the route."""
+        if httpx.URL(self.base_url).path not in ("", "/"):
+            return (
+                f"Not Found: the server has no {self.base_url}{path}; give the client the "
+                "server's base URL (http://HOST:PORT, with or without /v1), not an endpoint's"
+            )
+        return (
+            f"Not Found: the server at {self.base_url} has no route {path}; is it an "
+            "OpenAI-compatible server (ludic serve, vLLM) listening at that address?"
         )
 
     def _timed_out(self, path: str) -> InferenceTimeoutError:
