@@ -5,8 +5,15 @@ with a traceback."""
 
 from __future__ import annotations
 
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
-from pipeline_fakes import RedisServer, redis_server
+import redis
+from pipeline_fakes import REDIS_BINARY, RedisServer, redis_server
 
 from ludic.errors import LudicUsageError, is_refusal
 from ludic.pipeline.stream import SampleStream, check_reachable
@@ -59,3 +66,52 @@ async def test_the_stream_names_a_database_redis_does_not_have(
             await stream.ensure_group()
     finally:
         await stream.aclose()
+
+
+@pytest.mark.redis
+def test_a_database_given_as_a_db_query_is_named(redis_server: RedisServer) -> None:
+    """redis-py reads `?db=99` (over the path's number): the refusal names 99, not 0, and says
+    where the URL picks it."""
+    url = f"redis://127.0.0.1:{redis_server.port}?db=99"
+    with pytest.raises(LudicUsageError) as e:
+        check_reachable(url)
+    assert str(e.value).startswith(f"redis at {url} has no database 99 (")
+    assert "the db= of --redis-url" in str(e.value) and "e.g. ?db=0" in str(e.value)
+
+
+@pytest.fixture
+def redis_socket() -> Iterator[Path]:
+    """A redis-server listening only on a unix socket (short path: sun_path holds ~100 bytes)."""
+    if REDIS_BINARY is None:
+        pytest.skip("redis-server is not on PATH (apt-get install redis-server)")
+    with tempfile.TemporaryDirectory(prefix="rs", dir="/tmp") as folder:
+        sock = Path(folder) / "r.sock"
+        cmd = [REDIS_BINARY, "--port", "0", "--unixsocket", str(sock), "--dir", folder]
+        cmd += ["--save", "", "--appendonly", "no", "--daemonize", "no"]
+        process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            client = redis.Redis(unix_socket_path=str(sock), socket_connect_timeout=0.5)
+            deadline = time.monotonic() + 20
+            while True:  # until it answers
+                try:
+                    client.ping()
+                    break
+                except (redis.ConnectionError, redis.BusyLoadingError, FileNotFoundError):
+                    if time.monotonic() > deadline or process.poll() is not None:
+                        raise
+                    time.sleep(0.05)
+            client.close()
+            yield sock
+        finally:
+            process.terminate()
+            process.wait(timeout=20)
+
+
+@pytest.mark.redis
+def test_a_database_of_a_unix_socket_url_is_named(redis_socket: Path) -> None:
+    url = f"unix://{redis_socket}?db=99"
+    with pytest.raises(LudicUsageError) as e:
+        check_reachable(url)
+    assert str(e.value).startswith(f"redis at {url} has no database 99 (")
+    assert "e.g. ?db=0" in str(e.value)
+    check_reachable(f"unix://{redis_socket}?db=3")  # one it has: reached

@@ -27,7 +27,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 from ludic.errors import LudicUsageError, Refusal
 from ludic.pipeline.lease import describe_holder, lease_key
@@ -417,11 +417,18 @@ def check_url(url: str) -> None:
 
 
 def _no_database(url: str, error: Exception) -> str:
-    db = urlparse(url).path.strip("/") or "0"
+    from redis.connection import parse_url
+
+    db = parse_url(url).get("db") or 0  # as redis-py reads it: ?db=N, else redis://.../N
+    parts = urlparse(url)
+    by_query = "db" in parse_qs(parts.query) or parts.scheme == "unix"
+    where, example = (
+        ("the db= of", "?db=0") if by_query else ("the number after the last / of", "/0")
+    )
     return (
-        f"redis at {shown_url(url)} has no database {db} ({error}): the number after the last "
-        "/ of --redis-url picks the database, 0 to 15 on a default Redis (`databases` in "
-        "redis.conf); use one of those, e.g. /0"
+        f"redis at {shown_url(url)} has no database {db} ({error}): {where} --redis-url picks "
+        "the database, 0 to 15 on a default Redis (`databases` in redis.conf); use one of those, "
+        f"e.g. {example}"
     )
 
 
