@@ -190,10 +190,11 @@ def ludic_without_torch(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def log_learner_step(metrics: dict[str, float], *, step: int = 1) -> bool:
+def log_learner_step(metrics: dict[str, float], *, step: int = 1) -> str | None:
     """The learner's own step report (`report_step`) for a single rank at `step`."""
     trainer = SimpleNamespace(step=step, runtime=SimpleNamespace(world_size=1))
-    return report_step(trainer, SimpleNamespace(rank=0, timed_out=False), metrics)
+    source = SimpleNamespace(rank=0, timed_out=False, timed_out_dropped=0)
+    return report_step(trainer, source, metrics)
 
 
 def expire_leases(*sources: PipelineBatchSource) -> None:

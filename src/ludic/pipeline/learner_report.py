@@ -80,25 +80,34 @@ def step_line(step: int, metrics: dict[str, float], samples: float, world_size: 
 
 FOREIGN_POLICY_SHARE = 0.5
 """Share of a lag-0 step's action tokens off the learner's logprobs (`mismatch/frac_beyond`:
-|log ratio| > 0.2) beyond which the actors cannot be sampling the learner's weights; kernels
-and dtypes (bf16 on vLLM) move a few percent of tokens that far, another model most of them."""
+|log ratio| > MISMATCH_LOG_RATIO_THRESHOLD) beyond which the actors cannot be sampling the
+learner's weights as the learner scores them; kernels and dtypes (bf16 on vLLM) move a few
+percent of tokens that far, another model or raw logprobs at a temperature other than 1 most
+of them."""
 
 
 def foreign_policy_line(metrics: dict[str, float]) -> str | None:
     """A warning when every sample of the step is at policy lag 0, so its behaviour logprobs
     should be the learner's own up to float noise, yet most action tokens differ: the actors
     sample another model (an embedded actor's other --model, a server the learner does not
-    publish to). None otherwise."""
+    publish to), or the server returns raw logprobs (`ludic serve --logprobs-mode raw`, vLLM's
+    raw_logprobs: the model's before temperature) while the actors sample at a temperature
+    other than 1, which the learner applies when it recomputes them. None otherwise."""
+    from ludic.training.mismatch import MISMATCH_LOG_RATIO_THRESHOLD  # torch: not at import
+
     share = metrics.get("loss/mismatch/frac_beyond")
     if share is None or metrics.get("policy_lag/max") != 0 or share <= FOREIGN_POLICY_SHARE:
         return None
     return (
-        f"{share:.0%} of this step's action tokens were sampled with a logprob more than 0.2 "
-        "from the learner's recomputation (mean |log ratio| "
+        f"{share:.0%} of this step's action tokens were sampled with a logprob more than "
+        f"{MISMATCH_LOG_RATIO_THRESHOLD} from the learner's recomputation (mean |log ratio| "
         f"{metrics.get('loss/mismatch/abs_log_ratio_mean', math.nan):.2f}) although every "
-        "sample is at policy lag 0: the actors sample another model than this learner's "
+        "sample is at policy lag 0: either the actors sample another model than this learner's "
         "--model (an actor's own --model without --server-url, or a server this learner does "
-        "not publish to). Start them on the learner's model and --server-url"
+        "not publish to: start them on the learner's model and --server-url), or the server "
+        "returns raw logprobs (`ludic serve --logprobs-mode raw`, vLLM raw_logprobs: before "
+        "temperature) while the actors sample at a temperature other than 1 (serve with "
+        "--logprobs-mode processed, the default, or sample at temperature 1)"
     )
 
 
