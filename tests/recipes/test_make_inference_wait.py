@@ -1,13 +1,14 @@
 """`make_inference(..., wait_s=S)` (and `InferenceArgs.make`): a Python program that starts its
 server just before (`ludic serve ... &`) waits for it to listen, as the `ludic` commands do,
 also when called inside the event loop that will use it; nothing listening once the wait is
-over is named. Without `wait_s` it does not wait (as before). What needs no server (the control
-token, a bad `wait_s`) is refused before any wait."""
+over is named, with the `server_url=` argument (not the command's flag). The waiting lines go
+to stderr, shown in a script without logging configured. Without `wait_s` it does not wait (as
+before). What needs no server (the control token, a bad `wait_s`) is refused before any
+wait."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import socket
 import threading
 from typing import Any
@@ -31,10 +32,11 @@ def free_port() -> int:
 
 
 def test_inference_made_in_its_event_loop_waits_for_a_server_still_loading(
-    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The port is bound but not listening (connections refused) until the wait has said so;
-    then `ludic serve`'s app listens on it, and the client made after the wait generates."""
+    """The port is bound but not listening (connections refused) until the wait has said so,
+    on stderr (no logging is configured here); then `ludic serve`'s app listens on it, and the
+    client made after the wait generates."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     url = f"http://127.0.0.1:{sock.getsockname()[1]}"
@@ -59,24 +61,34 @@ def test_inference_made_in_its_event_loop_waits_for_a_server_still_loading(
         except BaseException as e:
             made.append(e)
 
-    with caplog.at_level(logging.INFO, logger="ludic.inference.http.server_wait"):
-        thread = threading.Thread(target=run, daemon=True)
-        thread.start()
-        until(lambda: WAITING in caplog.text or not thread.is_alive(), "the wait", timeout=60)
-        assert thread.is_alive(), f"made without waiting: {made}"
-        with tiny_app(token=TOKEN) as app, serving_app(app, sock):
-            thread.join(timeout=100)
+    err: list[str] = []
+
+    def said() -> str:
+        err.append(capsys.readouterr().err)
+        return "".join(err)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    until(lambda: WAITING in said() or not thread.is_alive(), "the wait", timeout=60)
+    assert thread.is_alive(), f"made without waiting: {made}"
+    with tiny_app(token=TOKEN) as app, serving_app(app, sock):
+        thread.join(timeout=100)
     assert not thread.is_alive()
     assert len(made) == 1 and not isinstance(made[0], BaseException), made
     assert len(made[0].completion_token_ids) >= 1
-    assert f"{WAITING} {url} to listen" in caplog.text
+    assert f"{WAITING} {url} to listen" in said()
 
 
-def test_nothing_listening_after_the_wait_is_named() -> None:
+def test_nothing_listening_after_the_wait_is_named_with_the_python_argument(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     model, tokenizer = build_tiny_model(seed=0)
     base = f"http://127.0.0.1:{free_port()}"
-    with pytest.raises(ValueError, match=rf"^nothing listens at {base} after 0.3s \(Connect"):
-        make_inference(model, tokenizer, server_url=base, server_token=TOKEN, wait_s=0.3)
+    with pytest.raises(ValueError, match=rf"^nothing listens at {base} after 1s \(Connect") as e:
+        make_inference(model, tokenizer, server_url=base, server_token=TOKEN, wait_s=1)
+    assert str(e.value).endswith("or check server_url=") and "--server-url" not in str(e.value)
+    # said at once, on stderr: the first try failed and the next (0.5 s on) is within 1 s
+    assert f"{WAITING} {base} to listen (0s so far, up to 1s)" in capsys.readouterr().err
 
 
 def test_without_wait_s_a_server_not_listening_is_refused_at_once() -> None:

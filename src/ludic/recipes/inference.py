@@ -17,6 +17,7 @@ torch); it starts no server.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -182,9 +183,10 @@ def make_inference(
     does not list it, before any push or episode. `wait_s` waits up to that many seconds for
     the servers to listen before asking them anything, as `ludic train` does (300: its
     `SERVER_WAIT_S`), for a program that has just started them (`ludic serve ... &`): while
-    waiting it logs at INFO every 30 s, it blocks the caller (its event loop too), and a host
-    that does not resolve, or nothing listening once the wait is over, is a ValueError naming
-    the server (`wait_for_servers_blocking`). Default None: no wait, a server not listening yet
+    waiting it prints a line to stderr at once and every 30 s (a script without logging
+    configured shows it too), it blocks the caller (its event loop too), and a host that does
+    not resolve, or nothing listening once the wait is over, is a ValueError naming the server
+    and `server_url=` (`wait_for_servers_blocking`). Default None: no wait, a server not listening yet
     is refused (async code can `await wait_for_servers(urls)` first). Create it inside the
     event loop that will use it (the HTTP client is bound to it).
     `batch_invariant` builds the embedded engine with `EngineConfig(batch_invariant=True)`,
@@ -211,7 +213,7 @@ def make_inference(
     if wait_s is not None:  # after what needs no server: a missing token is refused at once
         from ludic.inference.http.server_wait import wait_for_servers_blocking
 
-        wait_for_servers_blocking(urls, within_s=wait_s)
+        wait_for_servers_blocking(urls, within_s=wait_s, say=_say, setting="server_url=")
     from ludic.distributed import BroadcastPolicyPublisher
 
     # asked as the client asks, with the API key (the control token is not one)
@@ -222,6 +224,12 @@ def make_inference(
     )
     client = make_client(urls, served_model=name, api_key=api_key)
     return Inference(client=client, publisher=publisher)
+
+
+def _say(line: str) -> None:
+    """A waiting line of `make_inference(..., wait_s=...)`, on stderr: shown without logging
+    configured (an INFO log line is not), as the `ludic` commands print theirs."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def check_api_key(api_key: str | None, server_url: ServerUrls) -> None:

@@ -6,7 +6,8 @@ server without `/health`) counts as up. A host name that does not resolve, a TLS
 (https:// to a plain-HTTP port) or any other HTTP error fails at once. It checks neither the
 model nor the token (the commands do, with their own errors, once it returns).
 `wait_for_servers_blocking` is the same wait for a caller that cannot await
-(`make_inference(..., wait_s=...)`).
+(`make_inference(..., wait_s=...)`, which prints its waiting lines to stderr and names its
+`server_url=` argument in its errors: `say=`, `setting=`).
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class PollBudget:
         return self.waited() + self.retry_s > self.within_s
 
 
-def _fails_now(e: httpx.HTTPError, base: str) -> ValueError | None:
+def _fails_now(e: httpx.HTTPError, base: str, setting: str) -> ValueError | None:
     """The error to raise at once for `e`, or None when `e` means the server is not up yet."""
     cause: BaseException | None = e
     while cause is not None:
@@ -80,7 +81,7 @@ def _fails_now(e: httpx.HTTPError, base: str) -> ValueError | None:
         why = "the request failed"
     return ValueError(
         f"cannot reach the inference server at {base}: {why} ({type(e).__name__}: {e}); "
-        "check --server-url"
+        f"check {setting}"
     )
 
 
@@ -90,10 +91,12 @@ async def wait_for_servers(
     within_s: float = SERVER_WAIT_S,
     retry_s: float = 0.5,
     say: Callable[[str], None] | None = None,
+    setting: str = "--server-url",
 ) -> None:
     """Return once every server in `urls` accepts connections; say so while waiting (at once,
     then every `LOG_EVERY_S`: an INFO log line, or `say(line)` for a command that prints rather
-    than logs), and after `within_s` raise a ValueError naming the server and the fix."""
+    than logs), and after `within_s` raise a ValueError naming the server and the fix: check
+    `setting`, where the caller's user gave the URLs (a flag, or a Python argument)."""
     say = say or logger.info
     budget = PollBudget(within_s, retry_s)  # one wait for all the servers
     async with httpx.AsyncClient(timeout=30) as http:
@@ -105,14 +108,14 @@ async def wait_for_servers(
                     await http.get(base + "/health")
                     break
                 except httpx.HTTPError as e:
-                    if (error := _fails_now(e, base)) is not None:
+                    if (error := _fails_now(e, base, setting)) is not None:
                         raise error from e
                     waited = budget.waited()
                     if budget.spent():
                         raise ValueError(
                             f"nothing listens at {base} after {within_s:g}s ({type(e).__name__}: "
                             f"{e}): start the inference server there (`ludic serve --model DIR "
-                            "--port PORT`, or vLLM) or check --server-url"
+                            f"--port PORT`, or vLLM) or check {setting}"
                         ) from e
                     if time.monotonic() >= next_log:
                         say(
@@ -130,6 +133,7 @@ def wait_for_servers_blocking(
     within_s: float = SERVER_WAIT_S,
     retry_s: float = 0.5,
     say: Callable[[str], None] | None = None,
+    setting: str = "--server-url",
 ) -> None:
     """`wait_for_servers` for a caller that cannot await it: a plain function, also one called
     inside a running event loop (as `make_inference` is), which it blocks meanwhile. The wait
@@ -140,7 +144,10 @@ def wait_for_servers_blocking(
 
     def wait() -> None:
         try:
-            asyncio.run(wait_for_servers(urls, within_s=within_s, retry_s=retry_s, say=say))
+            waiting = wait_for_servers(
+                urls, within_s=within_s, retry_s=retry_s, say=say, setting=setting
+            )
+            asyncio.run(waiting)
         except BaseException as e:  # raised in the caller's thread below
             failed.append(e)
         finally:
