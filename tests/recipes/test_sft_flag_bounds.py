@@ -17,8 +17,8 @@ from ludic.recipes.sft import sft_command
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        ({"lr": 0.0}, "--lr is 0.0: pass a finite --lr > 0"),
-        ({"lr": float("inf")}, "--lr is inf: pass a finite --lr > 0"),
+        ({"lr": 0.0}, "--lr must be a finite number > 0, got 0.0 (the peak, e.g. 1e-3)"),
+        ({"lr": float("inf")}, "--lr must be a finite number > 0, got inf (the peak, e.g. 1e-3)"),
         ({"micro_batch_tokens": 0}, "--micro-batch-tokens is 0: pass --micro-batch-tokens >= 1"),
     ],
 )

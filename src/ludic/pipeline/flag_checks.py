@@ -16,13 +16,12 @@ so the learner checks Redis before torch loads (`refusals_need_torch`).
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 
 from ludic.pipeline.config import ActorConfig, LearnerConfig
 from ludic.pipeline.credit_check import MAX_TOKENS_PRESETS
 from ludic.pipeline.learner_settings import CHECKPOINTS_DIR
-from ludic.recipes.count_checks import check_count_flags
+from ludic.recipes.count_checks import check_count_flags, check_lr
 
 logger = logging.getLogger(__name__)
 
@@ -90,8 +89,7 @@ def check_learner_counts(cfg: LearnerConfig) -> None:
             f"give a count of steps >= 1, leave it out (a checkpoint every "
             f"{LearnerConfig().checkpoint_every} steps) or pass --checkpoint-every None (none)"
         )
-    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
-        raise ValueError(f"--lr must be a finite number > 0, got {cfg.lr} (the peak, e.g. 1e-5)")
+    check_lr(cfg.lr, "1e-5")
     if not cfg.lease_ttl_s > 0:  # nan too
         raise ValueError(
             f"--lease-ttl-s is {cfg.lease_ttl_s}: pass seconds > 0 (how long a killed "

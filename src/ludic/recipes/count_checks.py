@@ -6,6 +6,8 @@ words instead of "so nothing would train"."""
 
 from __future__ import annotations
 
+import math
+
 
 def check_count_flags(*counts: tuple[str, int | None, str]) -> None:
     """Refuse the first `(flag, value, what it counts)` whose value is below 1 (None: the
@@ -15,6 +17,13 @@ def check_count_flags(*counts: tuple[str, int | None, str]) -> None:
             if flag == "--micro-batch-tokens":
                 raise ValueError(_micro_batch_refusal(value))
             raise ValueError(f"{flag} is {value}, so nothing would train: pass {flag} >= 1 ({fix})")
+
+
+def check_lr(lr: float, example: str) -> None:
+    """Refuse an `--lr` that is not a finite number > 0 (nan and inf too), naming the flag and
+    an `example` peak that works for the command."""
+    if not (math.isfinite(lr) and lr > 0):
+        raise ValueError(f"--lr must be a finite number > 0, got {lr} (the peak, e.g. {example})")
 
 
 def _micro_batch_refusal(value: int) -> str:

@@ -17,13 +17,13 @@ weights are loaded; more epochs or steps extend a run; the rest changes speed or
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from ludic.recipes.configs import RESUME_LATEST, SFTConfig
+from ludic.recipes.count_checks import check_lr
 from ludic.recipes.training import (
     SETTINGS_KEYS,
     check_run_dir,
@@ -52,8 +52,7 @@ def check_sft_counts(cfg: SFTConfig) -> None:
     for flag, value, fix in counts:
         if value is not None and value < 1:
             raise ValueError(f"{flag} is {value}: pass {flag} >= 1 ({fix})")
-    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
-        raise ValueError(f"--lr is {cfg.lr}: pass a finite --lr > 0 (e.g. --lr 1e-3)")
+    check_lr(cfg.lr, "1e-3")
 
 
 def sft_settings(cfg: SFTConfig) -> dict[str, Any]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, replace
@@ -33,7 +32,7 @@ from typing import Any, Protocol
 
 from ludic.parsers import Parser, identity_parser, parser_name
 from ludic.recipes.configs import TrainConfig, context_of
-from ludic.recipes.count_checks import check_count_flags
+from ludic.recipes.count_checks import check_count_flags, check_lr
 from ludic.recipes.training import SETTINGS_KEYS, recorded_settings, refuse_other_settings
 from ludic.training.algorithm_types import RLAlgorithm
 
@@ -57,8 +56,7 @@ def check_counts(cfg: TrainConfig) -> None:
     ):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value} ({fix})")
-    if not (math.isfinite(cfg.lr) and cfg.lr > 0):
-        raise ValueError(f"--lr must be a finite number > 0, got {cfg.lr} (the peak, e.g. 1e-4)")
+    check_lr(cfg.lr, "1e-4")
 
 
 def group_baseline(algorithm: RLAlgorithm) -> bool:
