@@ -45,6 +45,12 @@ async def test_a_token_id_outside_the_vocabulary_is_refused_naming_the_sample() 
 def test_collate_checks_real_tokens_only() -> None:
     assert embedding_rows(tiny_llama()) == VOCAB
     assert embedding_rows(torch.nn.Linear(2, 2)) is None  # no embedding: nothing to check
+
+    class Unfound(torch.nn.Module):  # transformers' get_input_embeddings on a model it cannot read
+        def get_input_embeddings(self) -> torch.nn.Module:
+            raise NotImplementedError
+
+    assert embedding_rows(Unfound()) is None
     short, long = item(4, seed=1), item(8, seed=2)
     batch = collate([short, long], pad_token_id=VOCAB + 1, vocab_size=VOCAB)  # padding: no id
     assert batch.input_ids_BT[0, 4:].tolist() == [VOCAB + 1] * 4

@@ -189,9 +189,14 @@ def collate(
 
 
 def embedding_rows(model: torch.nn.Module) -> int | None:
-    """How many token ids `model`'s input embedding has (None: a model without one)."""
+    """How many token ids `model`'s input embedding has (None: a model without one, or one
+    transformers cannot find it in: its `get_input_embeddings` raises NotImplementedError)."""
     get = getattr(model, "get_input_embeddings", None)
-    rows = getattr(get() if callable(get) else None, "num_embeddings", None)
+    try:
+        embedding = get() if callable(get) else None
+    except NotImplementedError:
+        return None
+    rows = getattr(embedding, "num_embeddings", None)
     return int(rows) if isinstance(rows, int) else None
 
 
