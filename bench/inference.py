@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import torch
 import transformers
+from _args import positive_int
 from _machine import measured_on
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -268,14 +269,6 @@ def compare_invariant(
     for engine in engines.values():
         engine.close()
     return out
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: an int >= 1 (no run, nothing to take a median or best of)."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def main() -> None:

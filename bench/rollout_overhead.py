@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from _args import positive_int
 from _machine import measured_on
 
 from ludic.agents import Agent
@@ -175,14 +176,6 @@ async def measure(episodes: int, steps: int, repeats: int) -> dict[str, object]:
         "meets_target": agent_steps / total_s >= 5000,
         "library_meets_target": library_us <= 200,
     }
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: an int >= 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def episodes_arg(text: str) -> int:

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from _args import positive_int
 from _machine import measured_on
 
 import ludic.training.trainer as trainer_module
@@ -375,14 +376,6 @@ def training_arms(names: list[str], model: str, rounds: int, warmup: int) -> dic
         "round_orders": orders,
         "loadavg_per_round": loads,
     }
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: an int >= 1 (no run, nothing to take a median or best of)."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def main() -> None:

@@ -55,6 +55,7 @@ from typing import Any
 
 import httpx
 import torch
+from _args import positive_int
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ludic.distributed import BroadcastPolicyPublisher
@@ -531,20 +532,12 @@ def bench_servers(
     }
 
 
-def positive_int(text: str) -> int:
-    """An argparse type: an int >= 1 (no run, nothing to take a median or best of)."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
 def megabytes(minimum_exclusive: bool) -> Any:
     """An argparse type: a size in MB, > 0 (`minimum_exclusive`) or >= 0."""
 
     def parse(text: str) -> float:
         value = float(text)
-        if value < 0 or (minimum_exclusive and value == 0):
+        if not math.isfinite(value) or value < 0 or (minimum_exclusive and value == 0):
             raise argparse.ArgumentTypeError(
                 f"must be {'> 0' if minimum_exclusive else '>= 0 (0: whole buckets)'}, got {value}"
             )

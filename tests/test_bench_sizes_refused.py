@@ -26,6 +26,7 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ("weight_sync.py", ["--repeats", "0"], "--repeats"),
         ("weight_sync.py", ["--bucket-mb", "0"], "--bucket-mb"),
         ("weight_sync.py", ["--piece-mb", "-1"], "--piece-mb"),
+        ("weight_sync.py", ["--bucket-mb", "nan"], "--bucket-mb"),
         ("weight_sync.py", ["--models", "tiny,1b"], "--models"),
     ],
 )
