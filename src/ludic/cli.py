@@ -34,7 +34,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -259,14 +259,8 @@ def _signals_interrupt(received: list[int]) -> Iterator[None]:
         received.append(signum)
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
-    # A signal the process was started ignoring (`nohup`, a background job) stays ignored.
-    signals = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) != signal.SIG_IGN]
-    previous = {sig: signal.signal(sig, interrupt) for sig in signals}
-    try:
+    with _handled_by(interrupt):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 @contextmanager
@@ -284,13 +278,21 @@ def _signals_recorded(received: list[int]) -> Iterator[None]:
     def record(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
 
+    with _handled_by(record):
+        yield
+
+
+@contextmanager
+def _handled_by(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM go to `handler`, then back to their handlers before. A signal the
+    process was started ignoring (`nohup`, a background job) stays ignored."""
     signals = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) != signal.SIG_IGN]
-    previous = {sig: signal.signal(sig, record) for sig in signals}
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, before in previous.items():
+            signal.signal(sig, before)
 
 
 def _interrupted_line(
