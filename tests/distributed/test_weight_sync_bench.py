@@ -19,7 +19,11 @@ def _bench() -> ModuleType:
     spec = importlib.util.spec_from_file_location("weight_sync_bench", BENCH)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(BENCH.parent))  # as `python bench/weight_sync.py` runs it (_args)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCH.parent))
     return module
 
 
