@@ -52,12 +52,12 @@ from ludic.rollouts import (
     RolloutRequest,
     SeedSequencer,
     derive_seed,
+    every_episode_failed,
 )
 from ludic.training import RLAlgorithm, RolloutBatchSource, Trainer, TrainerConfig
 from ludic.training.algorithm import make_gigpo, make_grpo
 from ludic.training.credit.gigpo import Combine
 from ludic.types import ParseResult
-from ludic.viz.plots import every_episode_failed
 
 
 @dataclass(frozen=True, kw_only=True)

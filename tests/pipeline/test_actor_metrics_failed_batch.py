@@ -14,8 +14,8 @@ from pathlib import Path
 from ludic.pipeline import commands
 from ludic.pipeline.actor import ActorBatchStats
 from ludic.pipeline.config import ActorConfig
+from ludic.rollouts import every_episode_failed
 from ludic.viz import metrics_figure, read_metrics
-from ludic.viz.plots import every_episode_failed
 
 KEYS = [
     "batch_index", "num_rollouts", "num_failed", "num_samples", "mean_reward",

@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ludic.recipes.configs import TrainConfig
-from ludic.recipes.train import TrainResult, _report
+from ludic.recipes.train_report import TrainResult, report_run
 
 ALL_FAILED = {"batch/mean_reward": 0.0, "batch/num_rollouts": 2.0, "batch/num_failed": 2.0}
 
@@ -26,7 +26,7 @@ def report(tmp_path: Path, history: list[dict[str, float]], step: int) -> tuple[
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     console = Console(record=True, width=300)
     checkpoint = tmp_path / "checkpoints" / f"step_{step}"
-    result = _report(TrainConfig(out_dir=tmp_path), history, checkpoint, console)
+    result = report_run(TrainConfig(out_dir=tmp_path), history, checkpoint, console)
     return console.export_text(), result
 
 

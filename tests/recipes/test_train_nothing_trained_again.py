@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from ludic.recipes.configs import TrainConfig
-from ludic.recipes.train import NothingTrainedError, _report
+from ludic.recipes.train_report import NothingTrainedError, report_run
 from ludic.recipes.training import check_run_dir
 
 ALL_FAILED = {"batch/mean_reward": 0.0, "skipped_empty": 1.0}
@@ -28,7 +28,7 @@ def saved_checkpoint(out_dir: Path) -> Path:
 
 def refusal(cfg: TrainConfig, checkpoint: Path) -> str:
     with pytest.raises(NothingTrainedError) as caught:
-        _report(cfg, [ALL_FAILED], checkpoint, Console(record=True, width=200))
+        report_run(cfg, [ALL_FAILED], checkpoint, Console(record=True, width=200))
     return str(caught.value)
 
 

@@ -1,6 +1,6 @@
 """`ludic train` refuses a run as NothingTrainedError when every step was skipped because every
 episode failed; its closing reward line leaves out such steps by the rule `ludic plot` gaps by
-(`ludic.viz.plots.every_episode_failed`). Both now read that one rule, the refusal adding that
+(`ludic.rollouts.every_episode_failed`). Both now read that one rule, the refusal adding that
 the step was skipped (its message says the model is unchanged).
 
 The two can differ only where a step's every episode failed and yet it trained: never in one
@@ -20,10 +20,10 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from ludic.recipes.algorithms import make_algorithm
 from ludic.recipes.configs import TrainConfig
-from ludic.recipes.train import NothingTrainedError, TrainResult, _report
+from ludic.recipes.train_report import NothingTrainedError, TrainResult, report_run
+from ludic.rollouts import every_episode_failed
 from ludic.training import SAWBatch, Trainer, TrainerConfig
 from ludic.training.stall import was_skipped
-from ludic.viz.plots import every_episode_failed
 
 ALL_FAILED = {"batch/mean_reward": 0.0, "batch/num_rollouts": 4.0, "batch/num_failed": 4.0}
 SKIPPED = {**ALL_FAILED, "skipped_empty": 1.0}
@@ -38,7 +38,7 @@ def report(tmp_path: Path, history: list[dict[str, float]]) -> tuple[str, TrainR
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     console = Console(record=True, width=300)
     checkpoint = tmp_path / "checkpoints" / f"step_{len(history)}"
-    result = _report(TrainConfig(out_dir=tmp_path), history, checkpoint, console)
+    result = report_run(TrainConfig(out_dir=tmp_path), history, checkpoint, console)
     return console.export_text(), result
 
 

@@ -33,10 +33,10 @@ from ludic.rollouts import (
     SampleMode,
     SeedSequencer,
     SnapshotPolicy,
+    every_episode_failed,
     generate_batch,
 )
 from ludic.types import JSON
-from ludic.viz.plots import every_episode_failed
 
 logger = logging.getLogger(__name__)
 RequestsFn = Callable[[], Sequence[RolloutRequest] | Awaitable[Sequence[RolloutRequest]]]
@@ -60,7 +60,7 @@ class ActorBatchStats:
 
     @property
     def every_episode_failed(self) -> bool:
-        """The rule `ludic plot` gaps a reward by (`ludic.viz.plots.every_episode_failed`)."""
+        """The rule `ludic plot` gaps a reward by (`ludic.rollouts.every_episode_failed`)."""
         return every_episode_failed(asdict(self), prefix="")
 
     def to_dict(self) -> JSON:

@@ -29,6 +29,7 @@ from ludic.recipes.configs import RESUME_LATEST
 from ludic.recipes.inference import Inference as Inference  # re-exported from its module
 from ludic.recipes.inference import make_inference as make_inference
 from ludic.recipes.wrapped_source import WrappedSource
+from ludic.rollouts import every_episode_failed
 from ludic.training import (
     BatchSource,
     CheckpointConfig,
@@ -281,8 +282,6 @@ def closing_rewards(history: list[dict[str, float]], checkpoint: Path) -> tuple[
     successful episode: a step whose every episode failed logs batch/mean_reward 0.0, a reward
     no episode earned (`ludic plot` leaves it a gap by the same rule). Returns the text and the
     (first, last) rewards quoted, NaN when no step had a successful episode."""
-    from ludic.viz.plots import every_episode_failed
-
     rewarded = [i for i, m in enumerate(history) if not every_episode_failed(m)]
     if not rewarded:
         return "unknown: no step had a successful episode", math.nan, math.nan

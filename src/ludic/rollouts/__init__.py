@@ -3,7 +3,7 @@
 Depends on envs, interaction and inference; never on training (no torch at import time).
 """
 
-from ludic.rollouts.batch import BatchResult, BatchStats, generate_batch
+from ludic.rollouts.batch import BatchResult, BatchStats, every_episode_failed, generate_batch
 from ludic.rollouts.build_samples import (
     SNAPSHOT_REWARD_KEY,
     SampleMode,
@@ -56,6 +56,7 @@ __all__ = [
     "append_rollouts_jsonl",
     "build_samples",
     "derive_seed",
+    "every_episode_failed",
     "generate_batch",
     "iter_rollouts_jsonl",
     "read_rollouts_jsonl",

@@ -5,7 +5,7 @@ filter). The one call the training side needs. It does not collate tensors or tr
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from ludic.rollouts.build_samples import SampleMode, SnapshotPolicy, build_samples
@@ -46,6 +46,21 @@ class BatchStats:
 
     def to_dict(self) -> JSON:
         return asdict(self)
+
+
+def every_episode_failed(record: Mapping[str, object], *, prefix: str = "batch/") -> bool:
+    """Whether a metrics record's batch had episodes and every one failed (num_failed >=
+    num_rollouts > 0): its mean_reward is then the 0.0 `BatchStats` holds for no episode, not a
+    reward earned (`ludic plot` gaps it, closing lines skip it). `prefix` names where the counts
+    are: "batch/" in the Trainer's metrics, "" in the per-batch records of `ludic actor
+    --metrics-path`. A record without both counts as numbers is not such a batch."""
+    failed = record.get(f"{prefix}num_failed")
+    rollouts = record.get(f"{prefix}num_rollouts")
+    if isinstance(failed, bool) or isinstance(rollouts, bool):
+        return False
+    if not isinstance(failed, int | float) or not isinstance(rollouts, int | float):
+        return False
+    return 0 < rollouts <= failed
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -19,6 +19,7 @@ import tyro
 from rich.console import Console
 
 from ludic._jsonl_errors import undecodable_line
+from ludic.rollouts.batch import every_episode_failed
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -286,16 +287,6 @@ def _series(records: Sequence[MetricRecord], key: str) -> tuple[list[float], lis
             steps.append(step)
             values.append(value)
     return steps, values
-
-
-def every_episode_failed(record: MetricRecord, *, prefix: str = "batch/") -> bool:
-    """Whether a step's every episode failed (batch/num_failed >= batch/num_rollouts > 0): its
-    batch/mean_reward is then the 0.0 BatchStats logs for no episode, not a reward earned.
-    `prefix` names where the counts are: "batch/" in the Trainer's metrics, "" in the per-batch
-    records of `ludic actor --metrics-path` (num_failed, num_rollouts, mean_reward)."""
-    failed = _as_float(record.get(f"{prefix}num_failed"))
-    rollouts = _as_float(record.get(f"{prefix}num_rollouts"))
-    return failed is not None and rollouts is not None and 0 < rollouts <= failed
 
 
 def _as_float(value: object) -> float | None:
