@@ -73,7 +73,14 @@ def test_make_inference_builds_a_packed_engine() -> None:
             inference.client.close()  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize(("flags", "words"), CONFLICTS)
+PYTHON_CONFLICTS = [  # CONFLICTS as make_inference names them: its arguments, not the flags
+    (dict(batch_invariant=True), r"^prepacked_gemm= and batch_invariant="),
+    (dict(server_url=("http://127.0.0.1:1",)), r"not to server_url=.*drop prepacked_gemm= here"),
+    (dict(device="cuda:0"), r"^prepacked_gemm= packs weights for the CPU.*device= is 'cuda:0'"),
+]
+
+
+@pytest.mark.parametrize(("flags", "words"), PYTHON_CONFLICTS)
 def test_make_inference_refuses_conflicts(flags: dict[str, Any], words: str) -> None:
     model, tokenizer = load_tiny_model()
     kwargs: dict[str, Any] = {"server_token": "t", **flags}

@@ -8,7 +8,9 @@ extension) that a training run pushes its weights to after every step.
 publisher (training), `make_client` a client only (evaluation, sampling; `close_client` closes
 it); `check_engine_flags` refuses embedded-engine flags that cannot apply, `engine_settings`
 names those on, `server_push_token` refuses a push that cannot be made before any server is
-asked, `check_api_key` an API key with no server to send it to. Several URLs give a
+asked, `check_api_key` an API key with no server to send it to; each refusal names the
+settings as its caller's user gave them (`as_flag` for a `ludic` command: `--api-key`,
+`as_argument` for `make_inference`: `api_key=`). Several URLs give a
 `ServerPool` client (calls spread over the servers, each episode kept on one) and one
 `BroadcastPolicyPublisher` that pushes to all of them. Importing this module is light (no
 torch); it starts no server.
@@ -19,7 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -53,6 +55,18 @@ if TYPE_CHECKING:
 
 ServerUrls = str | Sequence[str] | None
 """One server URL, several, or None (the embedded engine)."""
+Spell = Callable[[str], str]
+"""How a refusal names a setting, given its flag: as the caller's user gave it."""
+
+
+def as_flag(flag: str) -> str:
+    """A `ludic` command's spelling of a setting: the flag itself (`--api-key`)."""
+    return flag
+
+
+def as_argument(flag: str) -> str:
+    """`make_inference`'s spelling of a setting: its Python argument (`--api-key`: `api_key=`)."""
+    return flag.removeprefix("--").replace("-", "_") + "="
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -147,7 +161,7 @@ async def close_client(client: Any) -> None:
         close()
 
 
-def server_urls(server_url: ServerUrls) -> list[str]:
+def server_urls(server_url: ServerUrls, *, spell: Spell = as_flag) -> list[str]:
     """The URLs as a list (empty: none), checked: no duplicates, each http(s)://."""
     from ludic.inference.http.openai_client import check_server_url
 
@@ -155,7 +169,7 @@ def server_urls(server_url: ServerUrls) -> list[str]:
     for url in urls:
         check_server_url(url)
     if len(set(urls)) != len(urls):
-        raise ValueError(f"--server-url names a server twice: {urls}")
+        raise ValueError(f"{spell('--server-url')} names a server twice: {urls}")
     return urls
 
 
@@ -186,20 +200,25 @@ def make_inference(
     waiting it prints a line to stderr at once and every 30 s (a script without logging
     configured shows it too), it blocks the caller (its event loop too), and a host that does
     not resolve, or nothing listening once the wait is over, is a ValueError naming the server
-    and `server_url=` (`wait_for_servers_blocking`). Default None: no wait, a server not listening yet
+    and `server_url=` (`wait_for_servers_blocking`), as every refusal here names the arguments
+    (`as_argument`), not the `ludic` commands' flags. Default None: no wait, a server not listening yet
     is refused (async code can `await wait_for_servers(urls)` first). Create it inside the
     event loop that will use it (the HTTP client is bound to it).
     `batch_invariant` builds the embedded engine with `EngineConfig(batch_invariant=True)`,
     `prepacked_gemm` with `EngineConfig(prepacked_gemm=True)` (faster CPU decode, float-noise
     rounding against the trainer; `check_prepacked_gemm`); `server_ranks` is each server's
     tensor-parallel size (vLLM; every rank receives the push)."""
-    urls = server_urls(server_url)
+    urls = server_urls(server_url, spell=as_argument)
     if wait_s is not None and not wait_s >= 0:  # nan too
         raise ValueError(f"wait_s must be >= 0 seconds (None: no wait), got {wait_s}")
     check_prepacked_gemm(
-        prepacked_gemm, batch_invariant=batch_invariant, server_url=urls, device=device
+        prepacked_gemm,
+        batch_invariant=batch_invariant,
+        server_url=urls,
+        device=device,
+        spell=as_argument,
     )
-    check_api_key(api_key, urls)
+    check_api_key(api_key, urls, spell=as_argument)
     if not urls:
         from ludic.distributed import InProcessPublisher
         from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
@@ -209,11 +228,14 @@ def make_inference(
         served: Any = merged_copy(model)  # LoRA: merged, under the names the Trainer publishes
         engine = EmbeddedEngine(served, tokenizer, config=config)
         return Inference(client=engine, publisher=InProcessPublisher(engine))
-    server_token = server_push_token(server_token, batch_invariant=batch_invariant)
+    server_token = server_push_token(
+        server_token, batch_invariant=batch_invariant, spell=as_argument
+    )
     if wait_s is not None:  # after what needs no server: a missing token is refused at once
         from ludic.inference.http.server_wait import wait_for_servers_blocking
 
-        wait_for_servers_blocking(urls, within_s=wait_s, say=_say, setting="server_url=")
+        setting = as_argument("--server-url")
+        wait_for_servers_blocking(urls, within_s=wait_s, say=_say, setting=setting)
     from ludic.distributed import BroadcastPolicyPublisher
 
     # asked as the client asks, with the API key (the control token is not one)
@@ -232,39 +254,54 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def check_api_key(api_key: str | None, server_url: ServerUrls) -> None:
+def check_api_key(api_key: str | None, server_url: ServerUrls, *, spell: Spell = as_flag) -> None:
     """Refuse --api-key without --server-url: it is the key of a server's inference endpoints,
     and the embedded engine (or `ludic train --local-server`'s child, which wants none) has
-    none to send it to. Cheap; `ludic train` calls it among its flag checks."""
-    if api_key and not server_urls(server_url):
+    none to send it to. Cheap; `ludic train` calls it among its flag checks. `spell`: how the
+    refusal names the settings (`as_argument` from Python)."""
+    if not api_key or server_urls(server_url, spell=spell):
+        return
+    key, url = spell("--api-key"), spell("--server-url")
+    if spell is as_flag:  # the command's other way to a server, which wants no key
         raise ValueError(
-            "--api-key is the key of --server-url's inference endpoints (vLLM --api-key), and "
-            "this run has no --server-url (the embedded engine, or --local-server, wants "
-            "none): drop --api-key, or pass --server-url"
+            f"{key} is the key of {url}'s inference endpoints (vLLM --api-key), and this run "
+            f"has no {url} (the embedded engine, or --local-server, wants none): drop {key}, "
+            f"or pass {url}"
         )
+    raise ValueError(
+        f"{key} is the key of the servers' inference endpoints (vLLM --api-key), and there is "
+        f"no {url} (the embedded engine wants none): drop {key}, or pass {url}"
+    )
 
 
 def server_push_token(
-    server_token: str | None, *, flag: str = "--server-token", batch_invariant: bool = False
+    server_token: str | None,
+    *,
+    flag: str = "--server-token",
+    batch_invariant: bool = False,
+    spell: Spell = as_flag,
 ) -> str:
     """The control token a training run pushes its weights to its servers with (`server_token`,
     else LUDIC_SERVER_TOKEN), refusing what makes a push impossible before any server is asked:
     no token, one no server can hold (`ludic serve` refuses to start with a token that is not
     printable ASCII or has surrounding spaces, and an HTTP header cannot carry one reliably), or
     `batch_invariant` (the embedded engine's flag: a server batches itself). `flag` is the
-    command's token flag, named in the refusal (`ludic learner`: `--token`). A command that
-    waits for its servers to listen calls it first, so a missing flag is not found only once
-    they are up."""
+    command's token flag, named in the refusal (`ludic learner`: `--token`), as `spell` gives
+    it (`as_argument` from Python: `server_token=`). A command that waits for its servers to
+    listen calls it first, so a missing flag is not found only once they are up."""
     from ludic.inference.http.auth import TOKEN_ENV, well_formed_token
 
     token = server_token or os.environ.get(TOKEN_ENV)
+    flag = spell(flag)
     if batch_invariant:
+        drop = f"{spell('--batch-invariant')} or {spell('--server-url')}"
+        trainer_side = "TrainerConfig(batch_invariant=True)"
+        if spell is as_flag:  # the trainer's side is not a flag of `ludic train`
+            trainer_side += " in Python, which `ludic train` does not set with --server-url"
         raise ValueError(
             "batch_invariant applies to the embedded engine; a server decides batching itself "
             "(start it with `ludic serve --batch-invariant`; vLLM: VLLM_BATCH_INVARIANT=1). "
-            "Drop --batch-invariant or --server-url; the trainer's side against such a server "
-            "is TrainerConfig(batch_invariant=True) in Python, which `ludic train` does not set "
-            "with --server-url"
+            f"Drop {drop}; the trainer's side against such a server is {trainer_side}"
         )
     if not token:
         raise ValueError(
@@ -314,37 +351,42 @@ def check_prepacked_gemm(
     server_url: ServerUrls,
     device: str,
     model: str | None = None,
+    spell: Spell = as_flag,
 ) -> None:
     """ValueError naming the flags when --prepacked-gemm cannot apply: with --batch-invariant
     (they round differently), with --server-url (a server packs its own weights: `ludic serve
     --prepacked-gemm`), off the CPU, or on `model`, a model directory the command loads in the
     dtype it was saved in, when that is not float32 (read from its config.json, as `ludic
     serve` does; None: the command loads float32 whatever was saved, as `ludic train` and
-    `ludic actor` do). Cheap; commands call it before any model loads."""
+    `ludic actor` do). `spell`: how the refusal names the settings (`as_argument` from
+    Python). Cheap; commands call it before any model loads."""
     if not prepacked_gemm:
         return
+    packed = spell("--prepacked-gemm")
     if batch_invariant:
+        invariant = spell("--batch-invariant")
         raise ValueError(
-            "--prepacked-gemm and --batch-invariant round their GEMMs differently; pass one of "
-            "them (--batch-invariant: reproducible logprobs; --prepacked-gemm: faster decode)"
+            f"{packed} and {invariant} round their GEMMs differently; pass one of them "
+            f"({invariant}: reproducible logprobs; {packed}: faster decode)"
         )
-    if server_urls(server_url):
+    if server_urls(server_url, spell=spell):
+        drop = "the flag" if spell is as_flag else packed
         raise ValueError(
-            "--prepacked-gemm applies to the embedded engine, not to --server-url; start the "
-            "server with `ludic serve --prepacked-gemm` and drop the flag here"
+            f"{packed} applies to the embedded engine, not to {spell('--server-url')}; start "
+            f"the server with `ludic serve --prepacked-gemm` and drop {drop} here"
         )
     if not device.startswith("cpu"):
         raise ValueError(
-            f"--prepacked-gemm packs weights for the CPU's oneDNN GEMMs; --device is {device!r}: "
-            "drop --prepacked-gemm or run on the CPU"
+            f"{packed} packs weights for the CPU's oneDNN GEMMs; {spell('--device')} is "
+            f"{device!r}: drop {packed} or run on the CPU"
         )
     from ludic.inference.http.serve_config import saved_dtype  # `ludic serve`'s reading
 
     dtype = saved_dtype(model) if model is not None else None
     if dtype not in (None, "float32"):
         raise ValueError(
-            f"--prepacked-gemm needs float32 weights, and --model {model} is saved in {dtype} "
-            "(loaded as saved): drop --prepacked-gemm, or save a float32 copy of the model"
+            f"{packed} needs float32 weights, and {spell('--model')} {model} is saved in "
+            f"{dtype} (loaded as saved): drop {packed}, or save a float32 copy of the model"
         )
 
 
