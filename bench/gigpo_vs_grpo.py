@@ -306,13 +306,15 @@ class MergeError(ValueError):
 
 # Settings each part may choose for itself: which seeds and algorithms it ran, where it wrote.
 PER_PART_SETTINGS = ("seeds", "first_seed", "algorithms", "out")
+MACHINE_SETTINGS = ("torch", "cpu", "torch_threads")
+"""What of a part's `machine` must match: a seed's run differs across torch versions and CPUs."""
 
 
 def merge(paths: Sequence[Path]) -> dict[str, Any]:
     """One report from the JSON files of several invocations (disjoint seeds, same config
     otherwise), e.g. `--first-seed 0 --seeds 3` and `--first-seed 3 --seeds 2`. Refuses
     (MergeError) a file that is not a part (an earlier merge's output among them), parts run
-    with different settings or torch threads, and a seed of one algorithm in two parts."""
+    with different settings, torch versions, CPU models or torch threads, and a seed of one algorithm in two parts."""
     parts = {Path(p): _read_part(Path(p)) for p in _distinct(paths)}
     _check_same_settings(parts)
     _check_disjoint_seeds(parts)
@@ -363,10 +365,11 @@ def _read_part(path: Path) -> dict[str, Any]:
 
 
 def _run_settings(part: dict[str, Any]) -> dict[str, Any]:
-    """What must match across parts: the config less PER_PART_SETTINGS, and torch's threads
-    (they change the numerics of a run and its seconds)."""
+    """What must match across parts: the config less PER_PART_SETTINGS, and the torch version,
+    CPU model and torch threads (each changes the numerics of a run, and its seconds)."""
     settings = {k: v for k, v in part["config"].items() if k not in PER_PART_SETTINGS}
-    settings["machine.torch_threads"] = part["machine"].get("torch_threads")
+    for key in MACHINE_SETTINGS:
+        settings[f"machine.{key}"] = part["machine"].get(key)
     return settings
 
 
@@ -387,7 +390,8 @@ def _check_same_settings(parts: dict[Path, dict[str, Any]]) -> None:
         raise MergeError(
             "parts run with different settings cannot be merged ("
             + "; ".join(problems)
-            + "); rerun the odd parts with the same flags and OMP_NUM_THREADS"
+            + "); rerun the odd parts with the same flags and OMP_NUM_THREADS, on the same CPU "
+            "model and torch version"
         )
 
 

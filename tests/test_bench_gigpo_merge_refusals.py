@@ -39,7 +39,13 @@ def bench() -> ModuleType:
 
 
 def part(
-    folder: Path, name: str, algorithm: str, seeds: list[int], threads: int = 1, **config: Any
+    folder: Path,
+    name: str,
+    algorithm: str,
+    seeds: list[int],
+    threads: int = 1,
+    machine: dict[str, Any] | None = None,
+    **config: Any,
 ) -> Path:
     """A file as `--algorithms ALGORITHM --first-seed seeds[0] --seeds len(seeds)` writes it."""
     runs = [{"seed": s, "success_before": 0.05, "success_after": 0.25 + 0.125 * s} for s in seeds]
@@ -48,7 +54,8 @@ def part(
     cfg = {**CONFIG, "seeds": len(seeds), "first_seed": seeds[0], "algorithms": [algorithm]}
     body = {
         "config": {**cfg, "out": name, **config},
-        "machine": {"cpu": "test", "cores": 2, "torch": "2.x", "torch_threads": threads},
+        "machine": {"cpu": "test", "cores": 2, "torch": "2.x", "torch_threads": threads}
+        | (machine or {}),
         algorithm: {"runs": runs},
     }
     path = folder / name
@@ -116,6 +123,28 @@ def test_parts_with_different_settings_are_refused(
     assert named in message, message
     assert str(a) in message and str(b) in message, message
     assert "seeds" not in message and "first_seed" not in message, message  # per part
+
+
+@pytest.mark.parametrize(
+    ("machine", "named"),
+    [
+        ({"torch": "2.y"}, "machine.torch '2.x' vs '2.y'"),
+        ({"cpu": "other"}, "machine.cpu 'test' vs 'other'"),
+    ],
+)
+def test_parts_on_another_torch_or_cpu_are_refused(
+    bench: ModuleType, tmp_path: Path, machine: dict[str, Any], named: str
+) -> None:
+    a = part(tmp_path, "part-grpo-0.json", "grpo", [0])
+    b = part(tmp_path, "part-grpo-1.json", "grpo", [1], machine=machine)
+    message = refusal(bench, a, b)
+    assert named in message and "same CPU model and torch version" in message, message
+
+
+def test_parts_on_another_core_count_merge(bench: ModuleType, tmp_path: Path) -> None:
+    a = part(tmp_path, "part-grpo-0.json", "grpo", [0])
+    b = part(tmp_path, "part-grpo-1.json", "grpo", [1], machine={"cores": 16})
+    assert [r["seed"] for r in bench.merge([a, b])["grpo"]["runs"]] == [0, 1]
 
 
 def test_a_seed_in_two_parts_is_refused(bench: ModuleType, tmp_path: Path) -> None:
