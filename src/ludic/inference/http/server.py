@@ -351,6 +351,12 @@ def _sampling_errors_as_400(build: Any) -> Any:
         raise HTTPException(400, str(e)) from e
 
 
+def _authority(host: str, port: int) -> str:
+    """`host:port` as a URL writes it: an IPv6 address in brackets (`[::1]:8000`), else
+    `::1:8000`, which no client reads as that host and port."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
 def _listen_socket(host: str, port: int) -> socket.socket:
     """A socket bound to `host:port` (port 0: a free one, which `getsockname()` names), bound as
     uvicorn binds (SO_REUSEADDR, so a port left in TIME_WAIT by a server that just stopped still
@@ -364,11 +370,12 @@ def _listen_socket(host: str, port: int) -> socket.socket:
         sock.close()
         if e.errno == errno.EADDRINUSE:
             raise LudicUsageError(
-                f"port {host}:{port} is in use ({e.strerror}: another server?); stop it or "
-                "pass another --port"
+                f"port {_authority(host, port)} is in use ({e.strerror}: another server?); "
+                "stop it or pass another --port"
             ) from None
         raise LudicUsageError(
-            f"cannot listen on {host}:{port} ({e.strerror or e}); pass another --host or --port"
+            f"cannot listen on {_authority(host, port)} ({e.strerror or e}); pass another --host "
+            "or --port"
         ) from None
     return sock
 
@@ -429,7 +436,7 @@ def _serve_on(config: ServeConfig, listening: socket.socket) -> None:
     print(
         f"ludic serve: {config.model} as {name!r} on {weights.device} ({weights.dtype}) at "
         f"policy version {engine.policy_version}, "
-        f"http://{config.host}:{port}/v1; control endpoints {control}; engine: "
+        f"http://{_authority(config.host, port)}/v1; control endpoints {control}; engine: "
         f"{engine_settings(engine_config)}",
         flush=True,
     )
