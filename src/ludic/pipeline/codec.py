@@ -4,7 +4,10 @@ Entry fields: `h` = msgpack map {format, sample_id, num_tokens, weight, meta, ar
 [[name, numpy dtype string, nbytes], ...]}, `b` = the arrays' little-endian bytes back to back
 (input_ids int32, action_mask uint8, behavior_logprobs float64 when present). Decoding checks
 every field, size and value before building a `SAWItem` and raises `PayloadError` naming the
-problem. Nothing is ever unpickled; this module does no I/O.
+problem, meta included: it must be JSON data, and the keys the learner reads later
+(`policy_versions`, `behavior_sampling`, `forced_action_tokens`) well-formed, so that an entry
+a foreign or broken writer put on the stream is dead-lettered, never a crash at every restart
+of the learner. Nothing is ever unpickled; this module does no I/O.
 """
 
 from __future__ import annotations
@@ -21,7 +24,12 @@ try:
 except ImportError as e:  # an optional extra
     raise ImportError("the Redis pipeline needs msgpack: pip install 'ludic[redis]'") from e
 
-from ludic.rollouts.samples import SAWItem
+from ludic.rollouts.samples import (
+    BEHAVIOR_SAMPLING_KEY,
+    FORCED_ACTION_TOKENS_KEY,
+    SAWItem,
+    sampling_runs,
+)
 
 FORMAT = 1
 HEADER = b"h"
@@ -90,6 +98,7 @@ def decode_sample(fields: Mapping[bytes, bytes]) -> DecodedSample:
         raise PayloadError(f"sample {sample_id}: negative token id")
     if mask.max() > 1:
         raise PayloadError(f"sample {sample_id}: action_mask values must be 0 or 1")
+    _check_meta(sample_id, meta, int(mask.sum()))
     lp = arrays.get("behavior_logprobs")
     if lp is not None and not np.isfinite(lp).all():
         raise PayloadError(f"sample {sample_id}: behavior_logprobs must be finite")
@@ -122,6 +131,72 @@ def _parts(fields: Mapping[bytes, bytes]) -> tuple[dict[str, Any], bytes]:
     return header, body
 
 
+def _check_meta(sample_id: str, meta: dict[str, Any], action_tokens: int) -> None:
+    """Refuse meta the learner would crash on later, when the sample is already accepted and a
+    restart would read it again: anything but JSON data (a checkpoint records parts of it),
+    and malformed values of the keys the learner reads (policy versions for the lag, the
+    behaviour sampling runs and forced tokens for the loss)."""
+    where = _not_json(meta, "meta")
+    if where is not None:
+        raise PayloadError(f"sample {sample_id}: {where} is not JSON data (msgpack bin or ext)")
+    versions = meta.get("policy_versions", [])
+    if not isinstance(versions, list) or not all(_is_count(v) for v in versions):
+        raise PayloadError(
+            f"sample {sample_id}: meta 'policy_versions' must be a list of ints in [0, 2**63), "
+            f"got {versions!r:.200}"
+        )
+    forced = meta.get(FORCED_ACTION_TOKENS_KEY, [])
+    if not isinstance(forced, list) or not all(_is_count(t) for t in forced):
+        raise PayloadError(
+            f"sample {sample_id}: meta {FORCED_ACTION_TOKENS_KEY!r} must be a list of ints in "
+            f"[0, 2**63), got {forced!r:.200}"
+        )
+    try:
+        runs = sampling_runs(meta)
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as e:
+        raise PayloadError(
+            f"sample {sample_id}: meta {BEHAVIOR_SAMPLING_KEY!r} is malformed "
+            f"({type(e).__name__}: {e!s:.200})"
+        ) from e
+    for sampling, tokens in runs:
+        if not math.isfinite(sampling.temperature) or not -1 <= sampling.top_k < 2**63:
+            raise PayloadError(
+                f"sample {sample_id}: meta {BEHAVIOR_SAMPLING_KEY!r} needs a finite temperature "
+                f"and top_k in [-1, 2**63), got {sampling}"
+            )
+        if tokens is not None and tokens < 0:
+            raise PayloadError(
+                f"sample {sample_id}: meta {BEHAVIOR_SAMPLING_KEY!r} has a run of {tokens} tokens"
+            )
+    covered = sum(tokens or 0 for _, tokens in runs)
+    if runs and runs[-1][1] is not None and covered < action_tokens:
+        raise PayloadError(
+            f"sample {sample_id}: meta {BEHAVIOR_SAMPLING_KEY!r} covers {covered} action tokens "
+            f"but the sample has {action_tokens}"
+        )
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
+def _not_json(value: Any, where: str) -> str | None:
+    """Where in `value` something is not JSON data (None if nowhere)."""
+    stack = [(value, where)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    return f"{at} key {key!r:.50}"
+                stack.append((inner, f"{at}[{key!r:.50}]"))
+        elif isinstance(item, list):
+            stack.extend((inner, f"{at}[{i}]") for i, inner in enumerate(item))
+        elif not (item is None or isinstance(item, bool | int | float | str)):
+            return f"{at} ({type(item).__name__})"
+    return None
+
+
 def _arrays(sample_id: str, specs: Any, n: int, body: bytes) -> dict[str, np.ndarray[Any, Any]]:
     if not isinstance(specs, list):
         raise PayloadError(f"sample {sample_id}: 'arrays' must be a list")
@@ -139,7 +214,8 @@ def _arrays(sample_id: str, specs: Any, n: int, body: bytes) -> dict[str, np.nda
             )
         name, dtype, nbytes = spec
         expected = np.dtype(_DTYPES[name])
-        if dtype != expected.str or nbytes != n * expected.itemsize:
+        exact = isinstance(nbytes, int) and not isinstance(nbytes, bool)  # 12.0 == 12, too
+        if dtype != expected.str or not exact or nbytes != n * expected.itemsize:
             raise PayloadError(
                 f"sample {sample_id}: {name} must be {n} x {expected.str} ({n * expected.itemsize} "
                 f"bytes), got {dtype!r} with {nbytes!r} bytes"
