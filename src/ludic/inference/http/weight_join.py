@@ -24,6 +24,7 @@ from ludic.distributed.transfer import Collective, join_store, open_group
 from ludic.inference.http.weight_tenure import TrainerInfo
 
 T = TypeVar("T")
+MAX_JOIN_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 class InitRequest(BaseModel):
@@ -31,12 +32,14 @@ class InitRequest(BaseModel):
     `control` "http" (`/start` + `/finish` requests) or "store" (`ludic.distributed.control`:
     the same steps as keys in the trainer's store, no HTTP per push)."""
 
-    host: str
+    host: str = Field(min_length=1)
     port: int = Field(ge=1, le=65535)
     backend: Literal["gloo", "nccl"] = "gloo"
     world_size: int = Field(default=2, ge=2)
     rank: int = Field(default=1, ge=1)
-    timeout_s: float = Field(default=120.0, gt=0)
+    # finite and at most a week: an inf (or a timestamp past time_t) killed the join's timer
+    # thread with an OverflowError traceback, and the join then never timed out
+    timeout_s: float = Field(default=120.0, gt=0, le=MAX_JOIN_TIMEOUT_S, allow_inf_nan=False)
     control: Literal["http", "store"] = "http"
     trainer: TrainerInfo | None = None  # who joins (older trainers do not say)
 
