@@ -11,13 +11,16 @@ sample (the `--gigpo.*` knobs the learner trains under are the actors'). That fi
 travels in the learner's checkpoints (`state_dict`), so a resumed learner also refuses samples
 recorded with other settings than those it trained on before the restart, as `ludic train
 --resume` refuses other flags. Samples from actors older than the record, or than its
-`--max-tokens`, get one notice, not an error. It does not build presets or read Redis.
+`--max-tokens`, get one notice, not an error. Under torchrun each rank checks the samples it
+reads, and rank 0 says each notice once, those only another rank saw too (`say_held`). It does
+not build presets or read Redis.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from ludic.recipes.algorithms import GiGPOOptions
@@ -29,6 +32,9 @@ CREDIT_KEY = "credit"
 MAX_TOKENS = "max_tokens"  # the record's key of --max-tokens
 MAX_TOKENS_PRESETS = frozenset({"dr_grpo"})
 """Presets whose loss divides by the generation budget (`--max-tokens`)."""
+_RECORD = "record"  # the notice of the first record's settings
+Held = dict[str, tuple[int, str]]
+"""A rank's notices not said yet, by kind: (logging level, line)."""
 
 
 class CreditMismatchError(ValueError):
@@ -57,8 +63,10 @@ class CreditCheck:
     with another dr_grpo `--max-tokens`, or recorded with other flags than the first recorded
     sample (two actors disagreeing). The first recorded sample's settings are logged once. A
     sample without a record (an actor older than the record) is accepted; the first one logs
-    one notice, as does the first dr_grpo record without `--max-tokens`. `quiet`: check but
-    log nothing (a learner rank other than 0, so that a torchrun learner says each once)."""
+    one notice, as does the first dr_grpo record without `--max-tokens`. `quiet` (a learner
+    rank other than 0): hold each notice instead of logging it, until `say_held`, which every
+    rank calls together; rank 0 then says, once, those it has not said itself, so a notice
+    that only one rank's samples show still reaches the user."""
 
     def __init__(
         self, algorithm: str, *, max_tokens: int | None = None, quiet: bool = False
@@ -68,7 +76,8 @@ class CreditCheck:
         self.quiet = quiet
         self._first: tuple[JSON, str] | None = None  # (record, actor) of the first recorded
         self._resumed = False  # whether `_first` came from a checkpoint
-        self._noticed: set[str] = set()
+        self._noticed: set[str] = set()  # kinds said, held, or said by rank 0 (`say_held`)
+        self._held: Held = {}
 
     def state_dict(self) -> JSON | None:
         """The first recorded sample's record and actor (None before one), for a checkpoint."""
@@ -100,8 +109,9 @@ class CreditCheck:
             self._check_max_tokens(record, actor)
         if self._first is None:
             self._first = (record, actor)
-            logger.log(
-                logging.DEBUG if self.quiet else logging.INFO,
+            self._notice_once(
+                _RECORD,
+                logging.INFO,
                 "samples from actor %r: credit assigned with %s",
                 actor,
                 _flags_line(record, {}) or "--algorithm ?",
@@ -129,6 +139,7 @@ class CreditCheck:
         if MAX_TOKENS not in flags:
             self._notice_once(
                 MAX_TOKENS,
+                logging.WARNING,
                 "samples from actor %r do not record the --max-tokens they were generated with "
                 "(an older ludic actor): this learner cannot check that %s's loss normaliser, "
                 "its --max-tokens %s, is the actors' generation budget",
@@ -151,16 +162,38 @@ class CreditCheck:
     def _notice_unrecorded(self, actor: str) -> None:
         self._notice_once(
             CREDIT_KEY,
+            logging.WARNING,
             "samples from actor %r do not record which --algorithm assigned their credit (an "
             "older ludic actor): this learner cannot check it matches its --algorithm %s",
             actor,
             self.algorithm,
         )
 
-    def _notice_once(self, what: str, message: str, *args: Any) -> None:
-        if what not in self._noticed:
-            self._noticed.add(what)
-            logger.log(logging.DEBUG if self.quiet else logging.WARNING, message, *args)
+    def say_held(self, all_gather: Callable[[Held], list[Held]]) -> None:
+        """Say the notices only other ranks saw, once: called by every rank together (after
+        each step; `all_gather` is the ranks' all-gather of an object, in rank order), it
+        gathers each rank's held notices, and rank 0 (the one not `quiet`) logs each kind it
+        has not said itself, from the lowest rank that holds it, naming that rank. Every rank
+        then holds no notice of a kind said, so none is said twice."""
+        held, self._held = self._held, {}
+        said_now: set[str] = set()
+        for rank, notices in enumerate(all_gather(held)):
+            for what, (level, line) in notices.items():
+                if what in said_now or (not self.quiet and what in self._noticed):
+                    continue
+                said_now.add(what)
+                if not self.quiet:
+                    logger.log(level, "learner rank %d: %s", rank, line)
+        self._noticed |= said_now
+
+    def _notice_once(self, what: str, level: int, message: str, *args: Any) -> None:
+        if what in self._noticed:
+            return
+        self._noticed.add(what)
+        if self.quiet:  # rank 0 says it, unless it says its own (`say_held`)
+            self._held[what] = (level, message % args)
+        else:
+            logger.log(level, message, *args)
 
 
 def _flags_line(record: JSON, other: JSON) -> str:

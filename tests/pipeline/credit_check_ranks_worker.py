@@ -1,0 +1,68 @@
+"""Launched by test_credit_check_ranks.py under torchrun (2 gloo ranks): each rank checks the
+samples it would read with `CreditCheck(quiet=rank != 0)`, as `ludic learner` does, and calls
+`say_held` after each step with the group's `all_gather_object`. Every line each rank logs is
+printed as `rank R: LEVEL: line` for the test to read."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import torch.distributed as dist
+from pipeline_fakes import sample
+
+from ludic.pipeline.credit_check import CreditCheck, Held, credit_record
+
+
+def _from(actor: str, record: dict[str, Any] | None) -> Any:
+    item = sample()
+    meta = {**item.meta, "actor_id": actor}
+    if record is not None:
+        meta["credit"] = record
+    return dataclasses.replace(item, meta=meta)
+
+
+def _all_gather(held: Held) -> list[Held]:
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, held)
+    return out
+
+
+class _Print(logging.Handler):
+    def __init__(self, rank: int) -> None:
+        super().__init__(logging.INFO)
+        self.rank = rank
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(f"rank {self.rank}: {record.levelname}: {record.getMessage()}", flush=True)
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    log = logging.getLogger("ludic.pipeline.credit_check")
+    log.setLevel(logging.INFO)
+    log.addHandler(_Print(rank))
+    grpo, old = credit_record("grpo"), None
+    # STEPS[step][rank]: the samples each rank reads. Both ranks see a recorded sample first;
+    # only rank 1 sees one from an actor that records nothing, until step 2, when both do.
+    steps = [
+        [[_from("a", grpo)], [_from("b", grpo), _from("old", old)]],
+        [[_from("old", old)], [_from("old", old)]],
+    ]
+    check = CreditCheck("grpo", quiet=rank != 0)
+    for step in steps:
+        for item in step[rank]:
+            check(item)
+        check.say_held(_all_gather)
+    # dr_grpo samples without their --max-tokens on both ranks in the same step: said once
+    dr_grpo = CreditCheck("dr_grpo", max_tokens=64, quiet=rank != 0)
+    dr_grpo(_from("c", credit_record("dr_grpo") | {"flags": {}}))
+    dr_grpo.say_held(_all_gather)
+    print(f"rank {rank}: done", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
