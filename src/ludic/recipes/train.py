@@ -157,6 +157,19 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
         parser = declared or identity_parser
     else:
         declared, parser = None, resolve_parser(cfg.parser)
+    rollout_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
+    check_run_lock(cfg.out_dir / RUN_LOCK, what=LUDIC_RUN)  # another live run in OUT_DIR
+    check_run_dir(cfg.out_dir, cfg.resume)  # earlier checkpoints without --resume, or behind it
+    algorithm = make_algorithm(cfg.algorithm, cfg)
+    check_group_size(cfg, algorithm)  # a group baseline over groups of one: every advantage 0
+    check_greedy(cfg, algorithm)  # --temperature 0 with a group baseline or a ratio loss
+    check_resume_settings(  # --resume with another env, algorithm, group, sampling, seed: refused
+        cfg,
+        env_kwargs,
+        lambda text: console.print(f"[yellow]note[/yellow]: --resume: {text}"),
+        resolve=resume_resolvers(cfg, env_factory, env_kwargs, suggested, parser),
+    )
+    # What the run will do, once every refusal above had its say (a refused run prints one line)
     console.print(f"parser: {parser_name(parser)} (--parser {cfg.parser})")
     if cfg.parser == "auto" and declared is None:
         console.print(
@@ -170,18 +183,6 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
             "engine: prepacked GEMMs (--prepacked-gemm): faster decode; behaviour logprobs "
             "differ from the trainer's by float noise"
         )
-    rollout_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
-    check_run_lock(cfg.out_dir / RUN_LOCK, what=LUDIC_RUN)  # another live run in OUT_DIR
-    check_run_dir(cfg.out_dir, cfg.resume)  # earlier checkpoints without --resume, or behind it
-    algorithm = make_algorithm(cfg.algorithm, cfg)
-    check_group_size(cfg, algorithm)  # a group baseline over groups of one: every advantage 0
-    check_greedy(cfg, algorithm)  # --temperature 0 with a group baseline or a ratio loss
-    check_resume_settings(  # --resume with another env, algorithm, group, sampling, seed: refused
-        cfg,
-        env_kwargs,
-        lambda text: console.print(f"[yellow]note[/yellow]: --resume: {text}"),
-        resolve=resume_resolvers(cfg, env_factory, env_kwargs, suggested, parser),
-    )
     if cfg.threads is not None:  # before the model loads: every thread started later takes it
         torch.set_num_threads(cfg.threads)
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
