@@ -181,6 +181,12 @@ def reference_xml_tag(tag: str, text: str, *, exactly_one: bool = False) -> Pars
             reward=-1.0,
             obs=f"Found {len(matches)} <{tag}> tags; give exactly one. {hint}",
         )
+    if f"<{tag}>" in matches[-1]:
+        return ParseResult(
+            action=None,
+            reward=-1.0,
+            obs=f"Found <{tag}> inside <{tag}>...</{tag}>; do not nest them. {hint}",
+        )
     value = matches[-1].strip()
     if not value:
         return ParseResult(action=None, reward=-1.0, obs=f"<{tag}> was empty. {hint}")
@@ -297,8 +303,8 @@ def test_hostile_inputs_still_parse_correctly() -> None:
     deep = "\\boxed{" + "{" * 1000 + "}" * 1000 + "}"
     assert boxed_parser()(deep).action == "{" * 1000 + "}" * 1000
     assert xml_tag_parser("move")(one_mib("<move>1</move>x", "<move>3</move>")).action == "3"
-    # The first opening tag opens the block, as the regex did: the rest is its content.
-    unit = one_mib("<move>", "3</move>")
-    assert xml_tag_parser("move")(unit).action == unit[len("<move>") : -len("</move>")]
+    # The first opening tag opens the block, as the regex did; the others nest in it: a failure.
+    nested = xml_tag_parser("move")(one_mib("<move>", "3</move>"))
+    assert nested.action is None and nested.obs is not None and "do not nest" in nested.obs
     many = xml_tag_parser("move", exactly_one=True)(one_mib("<move>1</move>"))
     assert many.obs is not None and f"Found {MIB // 14} <move> tags" in many.obs

@@ -1,8 +1,9 @@
 """Parsers: turn a completion into an env action plus an intrinsic format reward.
 
 A parser is any callable `str -> ParseResult`. It never raises on model output: a malformed
-completion yields `ParseResult(action=None, reward=penalty, obs=feedback)`, and the protocol
-records it as a parse failure without calling the env. Parsers do not validate actions against
+completion (nested or unclosed tags, an action holding a lone surrogate) yields
+`ParseResult(action=None, reward=penalty, obs=feedback)`, and the protocol records it as a
+parse failure without calling the env. Parsers do not validate actions against
 the env's rules (an illegal move is the env's business).
 
 Every built-in parser runs in time linear in its input: a completion is hostile text (a model
@@ -65,8 +66,25 @@ def compose_parsers(*parsers: Parser) -> Parser:
 
 
 def identity_parser(text: str) -> ParseResult:
-    """Pass the completion through unchanged (stripped)."""
-    return ParseResult(action=text.strip())
+    """Pass the completion through unchanged (stripped); a lone surrogate fails (see `_valid`)."""
+    return _valid(text.strip(), 0.0, DEFAULT_PENALTY)
+
+
+def _valid(action: str, reward: float, penalty: float) -> ParseResult:
+    """`action` with `reward`, or a failure when it holds a lone surrogate (`"\\ud800"`, which a
+    server's JSON escape can put in a completion): not valid Unicode, so no env, log file or
+    next request could take it. Linear: one encode, and only for text that is not ASCII."""
+    if not action.isascii():
+        try:
+            action.encode("utf-8")
+        except UnicodeEncodeError as e:
+            return ParseResult(
+                action=None,
+                reward=penalty,
+                obs=f"Your answer holds invalid text at character {e.start} (a lone surrogate, "
+                "not valid Unicode); answer in plain text.",
+            )
+    return ParseResult(action=action, reward=reward)
 
 
 def tag_blocks(text: str, open_tag: str, close_tag: str) -> Iterator[tuple[int, int, int, int]]:
@@ -100,7 +118,8 @@ def xml_tag_parser(
 ) -> Parser:
     """Extract the content of the LAST `<tag>...</tag>` in the completion.
 
-    Fails (with `penalty` and feedback) when the tag is missing or empty, or when
+    Fails (with `penalty` and feedback) when the tag is missing or empty, when its content
+    holds another opening tag (nested, or a tag left unclosed before it), or when
     `exactly_one` is set and the tag appears more than once.
     """
     if not re.fullmatch(r"[A-Za-z_][\w\-.]*", tag):
@@ -122,10 +141,16 @@ def xml_tag_parser(
                 reward=penalty,
                 obs=f"Found {count} {open_tag} tags; give exactly one. {hint}",
             )
+        if open_tag in last:  # `<tag>a<tag>b</tag>`: which one the model meant is a guess
+            return ParseResult(
+                action=None,
+                reward=penalty,
+                obs=f"Found {open_tag} inside {open_tag}...{close_tag}; do not nest them. {hint}",
+            )
         value = last.strip() if strip else last
         if not value:
             return ParseResult(action=None, reward=penalty, obs=f"{open_tag} was empty. {hint}")
-        return ParseResult(action=value, reward=success_reward)
+        return _valid(value, success_reward, penalty)
 
     return _named(parse, f"xml_tag_parser({tag!r})")
 
@@ -156,7 +181,7 @@ def think_prefix_parser(
                 )
             if not stripped:
                 return ParseResult(action=None, reward=penalty, obs="Your reply was empty.")
-            return ParseResult(action=stripped, reward=0.0)
+            return _valid(stripped, 0.0, penalty)
         end = stripped.find(close_tag, len(open_tag))
         if end < 0:
             return ParseResult(
@@ -169,7 +194,7 @@ def think_prefix_parser(
             return ParseResult(
                 action=None, reward=penalty, obs=f"Give your answer after {close_tag}."
             )
-        return ParseResult(action=rest, reward=success_reward)
+        return _valid(rest, success_reward, penalty)
 
     return _named(parse, f"think_prefix_parser({open_tag!r}, {close_tag!r})")
 
@@ -223,7 +248,7 @@ def boxed_parser(*, success_reward: float = 0.0, penalty: float = DEFAULT_PENALT
                 reward=penalty,
                 obs="Put your final answer in \\boxed{...}.",
             )
-        return ParseResult(action=value.strip(), reward=success_reward)
+        return _valid(value.strip(), success_reward, penalty)
 
     return _named(parse, "boxed_parser()")
 
