@@ -120,13 +120,16 @@ def test_an_error_the_interrupted_command_raises_is_reported_as_the_interrupt(
     assert err.strip() == "ludic starting: interrupted (SIGTERM)", err
 
 
-def _interrupt(tmp_path: Path, config: str, run: str, signum: int, code: int) -> str:
-    """Start the `starting` command (config and run from those modules), send `signum` once
-    `loading` appears, let it go on, and return its stderr after checking its exit code."""
+def _interrupt(
+    tmp_path: Path, config: str, run: str, signum: int, code: int, *, script: str = _MAIN
+) -> str:
+    """Start the `starting` command (config and run from those modules) with `script`, send
+    `signum` once `loading` appears, let it go on, and return its stderr after checking its
+    exit code."""
     (tmp_path / "plain_config.py").write_text(_CONFIG_MODULE.format(wait=""))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
     process = subprocess.Popen(
-        [sys.executable, "-c", _MAIN, config, run],
+        [sys.executable, "-c", script, config, run],
         cwd=tmp_path,
         env=env,
         stdout=subprocess.PIPE,
@@ -145,3 +148,40 @@ def _interrupt(tmp_path: Path, config: str, run: str, signum: int, code: int) ->
         raise
     assert process.returncode == code, err
     return err
+
+
+_CONSOLE_SCRIPT = """
+import sys, time
+from pathlib import Path
+import ludic._console  # the console script's first import: signals are recorded from here
+
+Path("loading").touch()  # the signal lands before ludic.cli is imported
+while not Path("go").exists():
+    time.sleep(0.01)
+from ludic import cli
+
+cli.COMMANDS["starting"] = cli.Command(
+    config="plain_config:Config", run="plain_config:run", summary=""
+)
+sys.argv = ["ludic", "starting"]
+ludic._console.main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "why"), [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")]
+)
+def test_a_signal_before_the_cli_module_loads_ends_the_command_with_one_line(
+    tmp_path: Path, signum: int, code: int, why: str
+) -> None:
+    err = _interrupt(tmp_path, "", "", signum, code, script=_CONSOLE_SCRIPT)
+    assert err.strip() == f"ludic starting: interrupted ({why})", err
+    assert not (tmp_path / "ran").exists()
+
+
+def test_the_console_script_enters_through_the_light_module() -> None:
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert 'ludic = "ludic._console:main"' in pyproject
+    code = "import sys, ludic._console; print(sorted(m for m in sys.modules if 'ludic' in m))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['ludic', 'ludic._console']", out.stdout

@@ -9,8 +9,9 @@ Ctrl-C (SIGINT) or SIGTERM stops a command through its cleanup (`finally` blocks
 exits run: servers stop, files close) and ends it with one line naming the newest checkpoint
 this run saved (or the one it resumed from; never one an earlier run left in the same
 directory), where the command saves them, and exit code 130 or 143, instead of a traceback.
-One that arrives while tyro imports and parses the command's flags waits until that is done,
-then stops the command before it runs; a first one that arrives while a checkpoint is saved
+One that arrives while the process starts (recorded from `ludic._console`, the console script's
+first module) or tyro imports and parses the command's flags waits until that is done, then
+stops the command before it runs; a first one that arrives while a checkpoint is saved
 waits until the save completes, so the line names it (a second stops the save at once, rolled
 back: `ludic.training.checkpoint_signals`); an error the interrupted command raises after it is
 reported as the interrupt.
@@ -133,8 +134,25 @@ def main(argv: Sequence[str] | None = None, *, report_refusals: bool | None = No
     `report_refusals` (default: True when `argv` is None, i.e. run as the `ludic` command) prints
     a refusal as one `ludic <command>: error: ...` block and exits with `EXIT_REFUSED`, instead
     of raising it (see the module docstring)."""
+    _entry(argv, report_refusals, [])
+
+
+def console_main(received: list[int]) -> None:
+    """The `ludic` console script (`ludic._console`, which records SIGINT and SIGTERM from the
+    process's start): `main()` with the signals `received` before this module loaded. Output
+    piped into a reader that stops early (`ludic view ... | head`) ends the command quietly
+    with 141, as a program killed by SIGPIPE does, not with a BrokenPipeError traceback."""
     try:
-        _main(argv, report_refusals)
+        _entry(None, None, received)
+    except BrokenPipeError:
+        # Python flushes stdout once more at exit: into /dev/null, not the closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(EXIT_BROKEN_PIPE) from None
+
+
+def _entry(argv: Sequence[str] | None, report_refusals: bool | None, received: list[int]) -> None:
+    try:
+        _main(argv, report_refusals, received)
     finally:
         if argv is None:
             # The `ludic` process ends here: leave its objects out of the interpreter's last
@@ -144,8 +162,8 @@ def main(argv: Sequence[str] | None = None, *, report_refusals: bool | None = No
             gc.freeze()
 
 
-def _main(argv: Sequence[str] | None, report_refusals: bool | None) -> None:
-    received: list[int] = []  # SIGINT / SIGTERM, from here on
+def _main(argv: Sequence[str] | None, report_refusals: bool | None, received: list[int]) -> None:
+    # received: SIGINT / SIGTERM, from here on (the console script's: from the process's start)
     with _signals_recorded(received):  # until the command's own handler is set
         import tyro  # here: tyro and the parsing take a second on a busy machine
 
@@ -204,6 +222,9 @@ def _run_command(name: str, args: list[str], received: list[int]) -> None:
 def _exit_code(signum: int) -> int:
     return 143 if signum == signal.SIGTERM else 130
 
+
+EXIT_BROKEN_PIPE = 128 + 13
+"""The exit code when the reader of the command's output went away (128 + SIGPIPE)."""
 
 EXIT_REFUSED = 1
 """The exit code of a refused command (as before refusals were reported; tyro's own parse
