@@ -121,16 +121,23 @@ def rank_state_for(checkpoint: LoadedCheckpoint, rank: int, world_size: int) -> 
     """Rank `rank`'s own saved state when the checkpoint was written by `world_size` ranks;
     otherwise (another world size, or a single-process checkpoint) rank 0's, for every rank."""
     saved = checkpoint.rank_states
-    if saved is not None and len(saved) == world_size:
-        return saved[rank]
-    if saved is not None and rank == 0:
+    written_by = 1 if saved is None else len(saved)  # a one-process run saves no rank states
+    if written_by == world_size:
+        return _rank_0_state(checkpoint) if saved is None else saved[rank]
+    if rank == 0:
         logger.warning(
-            "%s was written by %d ranks, resuming on %d: every rank takes rank 0's RNG and data "
-            "position",
+            "%s was written by %d rank%s, resuming on %d: every rank takes rank 0's RNG and "
+            "data position",
             checkpoint.path.name,
-            len(saved),
+            written_by,
+            "" if written_by == 1 else "s",
             world_size,
         )
+    return _rank_0_state(checkpoint)
+
+
+def _rank_0_state(checkpoint: LoadedCheckpoint) -> RankState:
+    """Rank 0's RNG and data position, as every checkpoint holds them."""
     rng = checkpoint.rng_state
     return RankState(
         data_state=checkpoint.data_state, rng_json=rng.get("json"), rng_tensors=rng["tensors"]
