@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from ludic.training.batching.types import StatefulBatchSource
 from ludic.training.checkpoint import (
     CheckpointManager,
+    LoadedCheckpoint,
     capture_rank_state,
     check_checkpoint_fits,
     has_checkpoints,
@@ -34,7 +35,7 @@ from ludic.training.lr_resume import (
     optimizer_kernels,
     restore_optimizer_kernels,
 )
-from ludic.training.parallel.runtime import run_on_main, run_together
+from ludic.training.parallel.runtime import TrainingRuntime, run_on_main, run_together
 from ludic.types import JSON
 
 if TYPE_CHECKING:
@@ -120,11 +121,37 @@ def restore_checkpoint(
     own = rank_state_for(checkpoint, runtime.rank, runtime.world_size)
     if own.rng_json is not None:
         restore_rng_state(own.rng_json, own.rng_tensors)
-    if isinstance(trainer.batch_source, StatefulBatchSource):
-        trainer.batch_source.load_state_dict(own.data_state)
+    source = trainer.batch_source
+    if isinstance(source, StatefulBatchSource):  # a refusal on one rank stops every rank
+        run_together(
+            runtime,
+            lambda: _load_data_state(source, own.data_state, checkpoint, runtime),
+            f"restoring its data position from {chosen}",
+        )
     trainer.step = checkpoint.step
     trainer.policy_version = checkpoint.policy_version
     return chosen
+
+
+def _load_data_state(
+    source: StatefulBatchSource, state: JSON, checkpoint: LoadedCheckpoint, runtime: TrainingRuntime
+) -> None:
+    """`source.load_state_dict(state)`; a rank other than 0 that was handed rank 0's position
+    (the checkpoint was written by another number of ranks) and is refused says so."""
+    saved = checkpoint.rank_states
+    written_by = 1 if saved is None else len(saved)  # a one-process run saves no rank states
+    try:
+        source.load_state_dict(state)
+    except ValueError as e:
+        if runtime.rank == 0 or written_by == runtime.world_size:
+            raise
+        raise ValueError(
+            f"rank {runtime.rank} of {runtime.world_size} resumes {checkpoint.path.name}, "
+            f"written by {written_by} rank{'' if written_by == 1 else 's'}, from rank 0's data "
+            f"position, and its batch source refuses it: {e}. A source whose data or order "
+            "depends on its rank (a per-rank file or seed) resumes only on the number of "
+            "ranks that saved it"
+        ) from e
 
 
 def _manager(trainer: Trainer) -> CheckpointManager:
