@@ -32,7 +32,7 @@ from ludic.inference.sampling import SamplingConfig
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     include_usage: bool = False
 
@@ -79,9 +79,13 @@ function forces a call (vLLM constrains decoding for it); this server cannot, so
 
 
 class _SamplingFields(BaseModel):
-    """Sampling fields shared by chat and text completions (vLLM names)."""
+    """Sampling fields shared by chat and text completions (vLLM names), typed strictly as
+    OpenAI's API types them: `max_tokens: true` or `"n": "2"` is a 400 naming the field, not
+    served as 1 or 2 (pydantic's lax mode reads a bool as a number and a numeric string as
+    one, so a client's wrong field was sampled as something it never asked for)."""
 
-    model_config = ConfigDict(extra="allow")  # kept to refuse SAMPLING_FIELDS_REFUSED
+    # extra: kept to refuse SAMPLING_FIELDS_REFUSED; strict: floats take ints, nothing else
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: str | None = None
     temperature: float = 1.0
@@ -169,7 +173,7 @@ class CompletionRequest(_SamplingFields):
     """`prompt` as a list of token ids is token-in mode; a string is tokenized as is."""
 
     prompt: list[int] | str
-    logprobs: int | None = None
+    logprobs: bool | int | None = None
     """0 or 1 (or true): each sampled token's logprob; more top candidates are refused."""
 
     def unsupported(self) -> str | None:

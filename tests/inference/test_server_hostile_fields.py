@@ -1,0 +1,64 @@
+"""Wrongly typed fields sent to a real `ludic serve` subprocess while
+good requests are in flight: each bad request is a 400 naming its field and the fix, and
+every good request alongside it still succeeds.
+
+Before: pydantic's lax mode served `max_tokens: true` as 1, `temperature: true` as 1.0,
+`"n": "2"` as 2 and `"stream": "yes"` as a stream (a client's wrong field sampled as something
+it never asked for)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from test_server import Server, start_server
+
+from ludic.models import tiny_model_dir
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    srv = start_server(tiny_model_dir(), tmp_path_factory.mktemp("server") / "server.log")
+    yield srv
+    srv.stop()
+
+
+def chat(**fields: Any) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "seed": 1, **fields}
+
+
+WRONG_TYPES = [
+    ({"max_tokens": True}, "body.max_tokens: Input should be a valid integer"),
+    ({"max_tokens": 4.0}, "body.max_tokens: Input should be a valid integer"),
+    ({"temperature": True}, "body.temperature: Input should be a valid number"),
+    ({"temperature": "0.5"}, "body.temperature: Input should be a valid number"),
+    ({"n": "2"}, "body.n: Input should be a valid integer"),
+    ({"stream": "yes"}, "body.stream: Input should be a valid boolean"),
+    ({"return_token_ids": 1}, "body.return_token_ids: Input should be a valid boolean"),
+    ({"ignore_eos": "true"}, "body.ignore_eos: Input should be a valid boolean"),
+    ({"seed": "7"}, "body.seed: Input should be a valid integer"),
+    ({"stream": True, "stream_options": {"include_usage": "yes"}}, "include_usage"),
+]
+
+
+async def test_wrong_types_are_400s_naming_the_field_and_good_requests_go_on(
+    server: Server,
+) -> None:
+    async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
+
+        async def post(body: dict[str, Any]) -> httpx.Response:
+            return await client.post("/v1/chat/completions", json=body)
+
+        good = [post(chat(seed=i, max_tokens=8)) for i in range(6)]
+        bad = [post(chat(**fields)) for fields, _ in WRONG_TYPES]
+        replies = await asyncio.gather(*good, *bad)
+        assert all(r.status_code == 200 for r in replies[: len(good)])
+        for reply, (fields, message) in zip(replies[len(good) :], WRONG_TYPES, strict=True):
+            assert reply.status_code == 400, (fields, reply.text)
+            assert message in reply.json()["error"]["message"], (fields, reply.text)
+        assert (await client.get("/health")).json()["status"] == "ok"
