@@ -1,10 +1,11 @@
-"""Wrongly typed fields sent to a real `ludic serve` subprocess while
+"""Wrongly typed fields and OpenAI content parts sent to a real `ludic serve` subprocess while
 good requests are in flight: each bad request is a 400 naming its field and the fix, and
 every good request alongside it still succeeds.
 
 Before: pydantic's lax mode served `max_tokens: true` as 1, `temperature: true` as 1.0,
 `"n": "2"` as 2 and `"stream": "yes"` as a stream (a client's wrong field sampled as something
-it never asked for)."""
+it never asked for), and content parts, even plain text ones, failed in the chat template with
+"can only concatenate str (not list) to str", naming neither the part nor the fix."""
 
 from __future__ import annotations
 
@@ -43,6 +44,18 @@ WRONG_TYPES = [
     ({"ignore_eos": "true"}, "body.ignore_eos: Input should be a valid boolean"),
     ({"seed": "7"}, "body.seed: Input should be a valid integer"),
     ({"stream": True, "stream_options": {"include_usage": "yes"}}, "include_usage"),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
+        "messages[0].content[0] is type 'image_url': this server serves text only; send content",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, 5]}]},
+        "messages[0].content[1] is a int: this server serves text only",
+    ),
+    (
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": None}]}]},
+        "messages[0].content[0] is type 'text': this server serves text only",
+    ),
 ]
 
 
@@ -62,3 +75,23 @@ async def test_wrong_types_are_400s_naming_the_field_and_good_requests_go_on(
             assert reply.status_code == 400, (fields, reply.text)
             assert message in reply.json()["error"]["message"], (fields, reply.text)
         assert (await client.get("/health")).json()["status"] == "ok"
+
+
+async def test_text_content_parts_are_served_as_the_joined_string(server: Server) -> None:
+    parts = [{"type": "text", "text": "Your"}, {"type": "text", "text": "move."}]
+    async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
+        as_parts, as_text = await asyncio.gather(
+            client.post(
+                "/v1/chat/completions",
+                json=chat(messages=[{"role": "user", "content": parts}], return_token_ids=True),
+            ),
+            client.post(
+                "/v1/chat/completions",
+                json=chat(
+                    messages=[{"role": "user", "content": "Your\nmove."}], return_token_ids=True
+                ),
+            ),
+        )
+    assert as_parts.status_code == 200, as_parts.text
+    assert as_parts.json()["prompt_token_ids"] == as_text.json()["prompt_token_ids"]
+    assert as_parts.json()["choices"][0]["token_ids"] == as_text.json()["choices"][0]["token_ids"]

@@ -166,7 +166,30 @@ class ChatCompletionRequest(_SamplingFields):
             {"chat_template_kwargs": self.chat_template_kwargs} if self.chat_template_kwargs else {}
         )
         sampling = self.sampling(default_max_tokens, **extras)
-        return ChatRequest(messages=self.messages, sampling=sampling, tools=self.tools)
+        messages = [_text_content(m, i) for i, m in enumerate(self.messages)]
+        return ChatRequest(messages=messages, sampling=sampling, tools=self.tools)
+
+
+def _text_content(message: dict[str, Any], index: int) -> dict[str, Any]:
+    """`message` with OpenAI content parts (`[{"type": "text", "text": ...}, ...]`) joined into
+    one string, as vLLM gives a text-only model's chat template; ValueError (a 400) naming a
+    part that is not text. A chat template fed the list itself failed with a Jinja error
+    ("can only concatenate str (not list)") that named neither the part nor the fix."""
+    content = message.get("content")
+    if not isinstance(content, list):
+        return message
+    texts = []
+    for j, part in enumerate(content):
+        where = f"messages[{index}].content[{j}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text" or not isinstance(part.get("text"), str):
+            got = f"type {kind!r}" if isinstance(part, dict) else f"a {type(part).__name__}"
+            raise ValueError(
+                f"{where} is {got}: this server serves text only; send content as a string "
+                'or as parts {"type": "text", "text": "..."}'
+            )
+        texts.append(part["text"])
+    return {**message, "content": "\n".join(texts)}
 
 
 class CompletionRequest(_SamplingFields):
