@@ -351,7 +351,7 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         # Only rank 0 pushes; the Trainer gathers the weights on every rank for it.
         publisher = None if not cfg.server_url or source.rank != 0 else _publisher(cfg, model)
         trainer = _trainer(cfg, source, model, tokenizer, publisher)
-        return await _train(cfg, source, trainer)
+        return await _train(cfg, source, trainer, credit_check)
     finally:
         if trainer is not None:
             trainer.close()
@@ -360,8 +360,11 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         await source.aclose()
 
 
-async def _train(cfg: LearnerConfig, source: Any, trainer: Any) -> list[dict[str, float]]:
-    """The step loop; step and closing lines count what all ranks trained."""
+async def _train(
+    cfg: LearnerConfig, source: Any, trainer: Any, credit_check: CreditCheck
+) -> list[dict[str, float]]:
+    """The step loop; step and closing lines count what all ranks trained, and rank 0 says
+    the credit notices only other ranks' samples showed."""
     from ludic.training import BatchSourceExhausted
 
     runtime = trainer.runtime
@@ -380,6 +383,7 @@ async def _train(cfg: LearnerConfig, source: Any, trainer: Any) -> list[dict[str
         except BatchSourceExhausted as e:  # one rank only: the others would wait in a collective
             logger.info("learner stops: %s", e)
             break
+        credit_check.say_held(runtime.all_gather_object)  # every rank: a collective
         stop = report_step(trainer, source, history[-1])
         if stop is not None:  # every rank's batch came back empty
             logger.info("learner stops: %s", stop)
