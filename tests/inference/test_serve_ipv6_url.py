@@ -64,10 +64,7 @@ def test_the_startup_line_brackets_an_ipv6_host(
 def test_a_port_in_use_names_the_bracketed_address(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def load(*args: object, **kwargs: object) -> None:
-        raise AssertionError("the model loaded before the port was checked")
-
-    monkeypatch.setattr(EmbeddedEngine, "from_pretrained", load)
+    monkeypatch.setattr(EmbeddedEngine, "from_pretrained", _no_load)
     with socket.socket(socket.AF_INET6) as taken:
         taken.bind(("::1", 0))
         taken.listen()
@@ -80,6 +77,26 @@ def test_a_port_in_use_names_the_bracketed_address(
     assert exit_.value.code == EXIT_REFUSED
     first = capsys.readouterr().err.splitlines()[0]
     assert first.startswith(f"ludic serve: error: port [::1]:{port} is in use"), first
+
+
+def test_a_bracketed_host_is_refused_naming_the_address_without(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--host [::1]` (a URL's spelling) failed as "cannot listen on [::1]:8000 (Name or service
+    not known)", which reads as if ::1 could not be bound."""
+    monkeypatch.setattr(EmbeddedEngine, "from_pretrained", _no_load)
+    with pytest.raises(SystemExit) as exit_:
+        main(["serve", "--model", str(tiny_model_dir()), "--host", "[::1]"], report_refusals=True)
+    assert exit_.value.code == EXIT_REFUSED
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first == (
+        "ludic serve: error: --host [::1]: give the IPv6 address without brackets (--host ::1); "
+        "the URL the server prints brackets it"
+    ), first
+
+
+def _no_load(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the model loaded before the host was checked")
 
 
 async def _one_reply(url: str) -> tuple[int, ...]:

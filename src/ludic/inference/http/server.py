@@ -361,6 +361,11 @@ def _listen_socket(host: str, port: int) -> socket.socket:
     """A socket bound to `host:port` (port 0: a free one, which `getsockname()` names), bound as
     uvicorn binds (SO_REUSEADDR, so a port left in TIME_WAIT by a server that just stopped still
     counts as free), for uvicorn to serve on; LudicUsageError when it cannot be bound."""
+    if host.startswith("[") and host.endswith("]"):  # a URL's spelling, which bind() rejects
+        raise LudicUsageError(
+            f"--host {host}: give the IPv6 address without brackets (--host {host[1:-1]}); "
+            "the URL the server prints brackets it"
+        )
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
