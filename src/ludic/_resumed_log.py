@@ -4,9 +4,10 @@ the batch index `RolloutBatchSource` stamps in their meta).
 A run resumed from a checkpoint writes again the positions an interrupted run wrote after that
 checkpoint; those records belong to the stretch the resume discarded (as TensorBoard's
 `purge_step`). So the first record a writer logs with a position `p` drops the file's records
-at `p` and later, and any line a killed run cut off (no trailing newline, or not JSON).
-Records without a position (files written before positions were logged, or rollouts that were
-not drawn for a training batch) are kept. Lines are split on "\\n" only: JSON escapes it in
+at `p` and later, and any line a killed run cut off (not JSON). A last record without its
+newline (an editor saved the file so) is whole: it is kept and given one, so the next record
+starts its own line. Records without a position (files written before positions were logged,
+or rollouts that were not drawn for a training batch) are kept. Lines are split on "\\n" only: JSON escapes it in
 strings, but not U+2028 or the other characters `str.splitlines` would also split on.
 
 Deliberately small: one writer per file, no locking, no rotation.
@@ -30,25 +31,29 @@ def drop_from(path: Path, position: int, position_of: PositionOf) -> bool:
     if not path.is_file():
         return False
     with path.open(encoding="utf-8", newline="\n") as f:
-        if all(_earlier(line, position, position_of) for line in f):
+        if all(_kept(line, position, position_of) == line for line in f):
             return False
     scratch = path.with_name(path.name + ".tmp")
     with path.open(encoding="utf-8", newline="\n") as f, scratch.open("w", encoding="utf-8") as out:
-        out.writelines(line for line in f if _earlier(line, position, position_of))
+        for line in f:
+            kept = _kept(line, position, position_of)
+            if kept is not None:
+                out.write(kept)
     os.replace(scratch, path)
     return True
 
 
-def _earlier(line: str, position: int, position_of: PositionOf) -> bool:
-    """Whether `line` is a whole record from before `position`, or one with no position."""
-    if not line.endswith("\n"):
-        return False  # cut off mid-write
+def _kept(line: str, position: int, position_of: PositionOf) -> str | None:
+    """`line` as it stays when it is a whole record from before `position` or one with no
+    position (ending in a newline: only the file's last line can lack one); None otherwise."""
     try:
         record = json.loads(line)
     except json.JSONDecodeError:
-        return False
+        return None  # cut off mid-write, or not a record
     at = position_of(record)
-    return at is None or at < position
+    if at is not None and at >= position:
+        return None
+    return line if line.endswith("\n") else line + "\n"
 
 
 class ResumedLog:
