@@ -21,7 +21,7 @@ from pathlib import Path
 from ludic.pipeline.config import ActorConfig, LearnerConfig
 from ludic.pipeline.credit_check import MAX_TOKENS_PRESETS
 from ludic.pipeline.learner_settings import CHECKPOINTS_DIR
-from ludic.recipes.count_checks import check_count_flags, check_lr
+from ludic.recipes.count_checks import check_count_flags, check_lr, check_micro_batch_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -79,9 +79,9 @@ def check_learner_counts(cfg: LearnerConfig) -> None:
         ("--batch-size", cfg.batch_size, "samples per optimizer step on each rank, e.g. 32"),
         ("--publish-every", cfg.publish_every, "optimizer steps between weight pushes, e.g. 1"),
         ("--server-ranks", cfg.server_ranks, "weight-receiving ranks per server, e.g. 1"),
-        ("--micro-batch-tokens", cfg.micro_batch_tokens, "tokens per forward, or None"),
         ("--max-tokens", cfg.max_tokens, "the actors' --max-tokens, e.g. 128"),
     )
+    check_micro_batch_tokens(cfg.micro_batch_tokens)  # a token budget, in its own words
     every = cfg.checkpoint_every
     if every is not None and every < 1:
         raise ValueError(

@@ -1,8 +1,8 @@
-"""The refusal of a count flag below 1, in one wording for `ludic train`, `ludic actor` and
-`ludic learner`. It imports nothing (no torch), so the pipeline commands refuse their counts
-before Redis or a model is touched; it does not know which flags a command has. A flag whose
-value is not a count of things to train on (`--micro-batch-tokens`, a budget) gets its own
-words instead of "so nothing would train"."""
+"""The refusals of a count flag below 1 and of an `--lr` that is no peak, in one wording for
+`ludic train`, `ludic actor` and `ludic learner`, and of a `--micro-batch-tokens` below 1 in
+the words of the token budget it is (not a count of things to train on). It imports nothing
+(no torch), so the pipeline commands refuse their flags before Redis or a model is touched; it
+does not know which flags a command has."""
 
 from __future__ import annotations
 
@@ -14,9 +14,23 @@ def check_count_flags(*counts: tuple[str, int | None, str]) -> None:
     flag is off), naming the flag and the fix."""
     for flag, value, fix in counts:
         if value is not None and value < 1:
-            if flag == "--micro-batch-tokens":
-                raise ValueError(_micro_batch_refusal(value))
             raise ValueError(f"{flag} is {value}, so nothing would train: pass {flag} >= 1 ({fix})")
+
+
+def check_micro_batch_tokens(value: int | None) -> None:
+    """Refuse a `--micro-batch-tokens` below 1 (None: the whole batch in one pass). It is the
+    token budget of one forward/backward, not a count of samples: below 1 no micro-batch could
+    hold a sample."""
+    if value is None or value >= 1:
+        return
+    from ludic.recipes.configs import DEFAULT_MICRO_BATCH_TOKENS  # only when refusing
+
+    raise ValueError(
+        f"--micro-batch-tokens is {value}: a micro-batch of {value} tokens holds no sample; give "
+        f"a token budget per forward/backward >= 1, leave it out for "
+        f"{DEFAULT_MICRO_BATCH_TOKENS}, or pass --micro-batch-tokens None for the whole batch "
+        "in one pass"
+    )
 
 
 def check_lr(lr: float, example: str) -> None:
@@ -24,16 +38,3 @@ def check_lr(lr: float, example: str) -> None:
     an `example` peak that works for the command."""
     if not (math.isfinite(lr) and lr > 0):
         raise ValueError(f"--lr must be a finite number > 0, got {lr} (the peak, e.g. {example})")
-
-
-def _micro_batch_refusal(value: int) -> str:
-    """`--micro-batch-tokens` is the token budget of one forward/backward, not a count of
-    samples: below 1 no micro-batch could hold a sample."""
-    from ludic.recipes.configs import DEFAULT_MICRO_BATCH_TOKENS  # only when refusing
-
-    return (
-        f"--micro-batch-tokens is {value}: a micro-batch of {value} tokens holds no sample; give "
-        f"a token budget per forward/backward >= 1, leave it out for "
-        f"{DEFAULT_MICRO_BATCH_TOKENS}, or pass --micro-batch-tokens None for the whole batch "
-        "in one pass"
-    )
