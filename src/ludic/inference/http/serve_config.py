@@ -84,6 +84,8 @@ class ServeConfig:
 CHECKPOINT_SERVED_NAME = "ludic"
 """The name every training checkpoint serves under by default, whichever step it is."""
 _STEP = re.compile(r"^step_\d+$")
+MAX_POLICY_VERSION = 2**63 - 1
+"""The largest --policy-version: samples carry their versions as int64."""
 
 
 def served_name(config: ServeConfig) -> str:
@@ -105,6 +107,10 @@ def check_serve_config(config: ServeConfig) -> None:
     config.json)."""
     if config.policy_version is not None and config.policy_version < 0:
         raise ValueError(f"--policy-version must be >= 0, got {config.policy_version}")
+    if config.policy_version is not None and config.policy_version > MAX_POLICY_VERSION:
+        raise ValueError(  # a sample carries its version as an int64: the learner refuses more
+            f"--policy-version must be at most 2**63-1, got {config.policy_version}"
+        )
     if not 0 <= config.port < 65536:  # else a traceback from socket.bind (0: any free port)
         raise ValueError(f"--port must be in 0..65535, got {config.port}")
     if config.max_body_bytes < 1:
