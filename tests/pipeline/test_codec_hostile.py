@@ -14,6 +14,7 @@ from pipeline_fakes import RedisServer, redis_server, sample
 from ludic.pipeline.codec import BODY, HEADER, PayloadError, decode_sample, encode_sample
 from ludic.pipeline.source import PipelineBatchSource
 from ludic.pipeline.stream import SampleStream
+from ludic.rollouts.samples import SAWItem
 
 __all__ = ["redis_server"]
 
@@ -95,3 +96,10 @@ async def test_the_learner_dead_letters_a_hostile_entry_and_trains_the_rest(
     assert batch.stats["pipeline/invalid"] == 2.0
     errors = [f[b"error"] for _, f in redis_server.client().xrange("s:dead")]
     assert b"input_ids must be 4 x <i4" in errors[0] and b"policy_versions" in errors[1]
+
+
+def test_encode_names_an_int_msgpack_cannot_pack() -> None:
+    """Before: msgpack's OverflowError escaped encode_sample, not the PayloadError it promises."""
+    item = SAWItem(input_ids=(1,), action_mask=(1,), weight=1.0, meta={"x": 10**23})
+    with pytest.raises(PayloadError, match="sample s: meta is not JSON-like data"):
+        encode_sample(item, sample_id="s")

@@ -73,7 +73,7 @@ def encode_sample(item: SAWItem, *, sample_id: str) -> dict[bytes, bytes]:
     }
     try:
         packed = msgpack.packb(header, use_bin_type=True)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:  # OverflowError: an int past 2**64
         raise PayloadError(f"sample {sample_id}: meta is not JSON-like data ({e})") from e
     return {HEADER: packed, BODY: b"".join(a.tobytes() for _, a in arrays)}
 
