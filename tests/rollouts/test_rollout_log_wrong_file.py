@@ -141,3 +141,28 @@ def test_ludic_sft_on_samples_jsonl_names_the_rollouts_file(tmp_path) -> None:
     assert "KeyError" not in last
     assert f"{run / 'samples.jsonl'}:1: a training sample" in last
     assert f"rollouts these samples came from are in {run / 'rollouts.jsonl'}" in last
+
+
+def test_an_eval_record_file_moved_away_from_its_rollouts_names_no_made_up_file(
+    tmp_path,
+) -> None:
+    run = run_dir(tmp_path)
+    moved = tmp_path / "elsewhere" / "steps.jsonl"
+    moved.parent.mkdir()
+    (run / "eval" / "steps.jsonl").rename(moved)
+    message = refusal(moved)
+    assert message.startswith(f"{moved}:1: an eval summary record")
+    assert message.endswith(
+        "That eval's rollouts are in the rollouts.jsonl written with it (none is beside it)"
+    )
+    assert "ROLLOUTS" not in message
+
+
+def test_a_samples_file_without_its_rollouts_shows_where_they_go_in_the_command(
+    tmp_path,
+) -> None:
+    run = run_dir(tmp_path)
+    (run / "rollouts.jsonl").unlink()
+    message = refusal(run / "samples.jsonl")
+    assert "are in the rollouts.jsonl written with it (none is beside it)" in message
+    assert f"`ludic view <rollouts.jsonl> --samples {run / 'samples.jsonl'}`" in message

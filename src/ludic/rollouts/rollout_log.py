@@ -133,11 +133,13 @@ def _other_file(record: Any, path: Path) -> tuple[str, str]:
     if not isinstance(record, dict):
         return f"not a JSON object (a {type(record).__name__})", ""
     rollouts = path.parent / "rollouts.jsonl"
-    where = str(rollouts) if rollouts.is_file() else "ROLLOUTS.jsonl"
+    beside = rollouts.is_file()  # else the advice names the file it is looking for
+    where = str(rollouts) if beside else "the rollouts.jsonl written with it (none is beside it)"
     if "input_ids" in record and "action_mask" in record:
+        view = f"ludic view {rollouts if beside else '<rollouts.jsonl>'} --samples {path}"
         return "a training sample (SAWItem.to_dict(), as in samples.jsonl)", (
             f". The rollouts these samples came from are in {where}; to show the samples' "
-            f"weights, give both to the viewer: `ludic view {where} --samples {path}`"
+            f"weights, give both to the viewer: `{view}`"
         )
     if "step" in record and "id" not in record and "steps" not in record:
         return "a training metrics record (as in metrics.jsonl)", (
