@@ -1,18 +1,22 @@
 """Launched by test_credit_check_ranks.py under torchrun (2 gloo ranks): each rank checks the
 samples it would read with `CreditCheck(quiet=rank != 0)`, as `ludic learner` does, and calls
 `say_held` after each step with the group's `all_gather_object`. Every line each rank logs is
-printed as `rank R: LEVEL: line` for the test to read."""
+printed as `rank R: LEVEL: line`, and each refusal as `rank R: refused: message`, for the test
+to read. Its argument picks what the ranks read: `notices` (samples that need a notice, some
+read by rank 1 only) or `records` (two actors' differing records, each read by one rank)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 from typing import Any
 
 import torch.distributed as dist
 from pipeline_fakes import sample
 
-from ludic.pipeline.credit_check import CreditCheck, Held, credit_record
+from ludic.pipeline.credit_check import CreditCheck, CreditMismatchError, RankCredit, credit_record
+from ludic.recipes.algorithms import GiGPOOptions
 
 
 def _from(actor: str, record: dict[str, Any] | None) -> Any:
@@ -23,9 +27,9 @@ def _from(actor: str, record: dict[str, Any] | None) -> Any:
     return dataclasses.replace(item, meta=meta)
 
 
-def _all_gather(held: Held) -> list[Held]:
+def _all_gather(shared: RankCredit) -> list[RankCredit]:
     out: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(out, held)
+    dist.all_gather_object(out, shared)
     return out
 
 
@@ -38,12 +42,7 @@ class _Print(logging.Handler):
         print(f"rank {self.rank}: {record.levelname}: {record.getMessage()}", flush=True)
 
 
-def main() -> None:
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    log = logging.getLogger("ludic.pipeline.credit_check")
-    log.setLevel(logging.INFO)
-    log.addHandler(_Print(rank))
+def _notices(rank: int) -> None:
     grpo, old = credit_record("grpo"), None
     # STEPS[step][rank]: the samples each rank reads. Both ranks see a recorded sample first;
     # only rank 1 sees one from an actor that records nothing, until step 2, when both do.
@@ -60,6 +59,26 @@ def main() -> None:
     dr_grpo = CreditCheck("dr_grpo", max_tokens=64, quiet=rank != 0)
     dr_grpo(_from("c", credit_record("dr_grpo") | {"flags": {}}))
     dr_grpo.say_held(_all_gather)
+
+
+def _records(rank: int) -> None:
+    """Actor g0 (--gigpo.gamma 0.95) reaches rank 0 only, g1 (0.9) rank 1 only."""
+    check = CreditCheck("gigpo", quiet=rank != 0)
+    gamma = 0.95 if rank == 0 else 0.9
+    check(_from(f"g{rank}", credit_record("gigpo", GiGPOOptions(gamma=gamma))))
+    try:
+        check.say_held(_all_gather)
+    except CreditMismatchError as e:
+        print(f"rank {rank}: refused: {e}", flush=True)
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    log = logging.getLogger("ludic.pipeline.credit_check")
+    log.setLevel(logging.INFO)
+    log.addHandler(_Print(rank))
+    {"notices": _notices, "records": _records}[sys.argv[1]](rank)
     print(f"rank {rank}: done", flush=True)
     dist.destroy_process_group()
 

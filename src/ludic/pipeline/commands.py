@@ -363,8 +363,9 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
 async def _train(
     cfg: LearnerConfig, source: Any, trainer: Any, credit_check: CreditCheck
 ) -> list[dict[str, float]]:
-    """The step loop; step and closing lines count what all ranks trained, and rank 0 says
-    the credit notices only other ranks' samples showed."""
+    """The step loop; step and closing lines count what all ranks trained, rank 0 says the
+    credit notices only other ranks' samples showed, and every rank refuses alike credit
+    records that differ between ranks (actors whose samples reached different ranks)."""
     from ludic.training import BatchSourceExhausted
 
     runtime = trainer.runtime
@@ -383,7 +384,7 @@ async def _train(
         except BatchSourceExhausted as e:  # one rank only: the others would wait in a collective
             logger.info("learner stops: %s", e)
             break
-        credit_check.say_held(runtime.all_gather_object)  # every rank: a collective
+        credit_check.say_held(runtime.all_gather_object)  # every rank: a collective; may refuse
         stop = report_step(trainer, source, history[-1])
         if stop is not None:  # every rank's batch came back empty
             logger.info("learner stops: %s", stop)

@@ -12,8 +12,10 @@ travels in the learner's checkpoints (`state_dict`), so a resumed learner also r
 recorded with other settings than those it trained on before the restart, as `ludic train
 --resume` refuses other flags. Samples from actors older than the record, or than its
 `--max-tokens`, get one notice, not an error. Under torchrun each rank checks the samples it
-reads, and rank 0 says each notice once, those only another rank saw too (`say_held`). It does
-not build presets or read Redis.
+reads, and after each step the ranks share their first records and held notices (`say_held`):
+every rank refuses alike two first records that differ (actors whose samples reached different
+ranks), and rank 0 says each notice once, those only another rank saw too. It does not build
+presets or read Redis.
 """
 
 from __future__ import annotations
@@ -35,10 +37,22 @@ MAX_TOKENS_PRESETS = frozenset({"dr_grpo"})
 _RECORD = "record"  # the notice of the first record's settings
 Held = dict[str, tuple[int, str]]
 """A rank's notices not said yet, by kind: (logging level, line)."""
+First = tuple[JSON, str]
+"""The first recorded sample a rank checked: (its credit record, its actor)."""
 
 
 class CreditMismatchError(ValueError):
     """Samples on the stream were credited by another preset than the learner trains."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class RankCredit:
+    """What each learner rank shares with the others after a step (`say_held`)."""
+
+    held: Held
+    """The notices it holds, not said yet."""
+    first: First | None
+    """Its first recorded sample (None before one)."""
 
 
 def credit_record(
@@ -61,12 +75,13 @@ class CreditCheck:
 
     Raises `CreditMismatchError` on the first sample credited by another preset, generated
     with another dr_grpo `--max-tokens`, or recorded with other flags than the first recorded
-    sample (two actors disagreeing). The first recorded sample's settings are logged once. A
-    sample without a record (an actor older than the record) is accepted; the first one logs
-    one notice, as does the first dr_grpo record without `--max-tokens`. `quiet` (a learner
-    rank other than 0): hold each notice instead of logging it, until `say_held`, which every
-    rank calls together; rank 0 then says, once, those it has not said itself, so a notice
-    that only one rank's samples show still reaches the user."""
+    sample (two actors disagreeing; under torchrun, also another rank's first, at `say_held`).
+    The first recorded sample's settings are logged once. A sample without a record (an actor
+    older than the record) is accepted; the first one logs one notice, as does the first
+    dr_grpo record without `--max-tokens`. `quiet` (a learner rank other than 0): hold each
+    notice instead of logging it, until `say_held`, which every rank calls together; rank 0
+    then says, once, those it has not said itself, so a notice that only one rank's samples
+    show still reaches the user."""
 
     def __init__(
         self, algorithm: str, *, max_tokens: int | None = None, quiet: bool = False
@@ -74,7 +89,7 @@ class CreditCheck:
         self.algorithm = algorithm
         self.max_tokens = max_tokens
         self.quiet = quiet
-        self._first: tuple[JSON, str] | None = None  # (record, actor) of the first recorded
+        self._first: First | None = None
         self._resumed = False  # whether `_first` came from a checkpoint
         self._noticed: set[str] = set()  # kinds said, held, or said by rank 0 (`say_held`)
         self._held: Held = {}
@@ -126,13 +141,7 @@ class CreditCheck:
                 "run (another --out-dir)"
             )
         elif record != self._first[0]:
-            first, first_actor = self._first
-            raise CreditMismatchError(
-                f"actors on this stream assign credit differently: {first_actor!r} with "
-                f"{_flags_line(first, record)}, {actor!r} with {_flags_line(record, first)}: "
-                "run every actor "
-                "of a stream with the same --algorithm and --gigpo.* flags"
-            )
+            raise _actors_differ(self._first, (record, actor))
 
     def _check_max_tokens(self, record: JSON, actor: str) -> None:
         flags = record.get("flags") or {}
@@ -169,22 +178,31 @@ class CreditCheck:
             self.algorithm,
         )
 
-    def say_held(self, all_gather: Callable[[Held], list[Held]]) -> None:
-        """Say the notices only other ranks saw, once: called by every rank together (after
-        each step; `all_gather` is the ranks' all-gather of an object, in rank order), it
-        gathers each rank's held notices, and rank 0 (the one not `quiet`) logs each kind it
-        has not said itself, from the lowest rank that holds it, naming that rank. Every rank
-        then holds no notice of a kind said, so none is said twice."""
+    def say_held(self, all_gather: Callable[[RankCredit], list[RankCredit]]) -> None:
+        """Called by every rank together after each step (`all_gather` is the ranks'
+        all-gather of an object, in rank order): it gathers each rank's held notices and first
+        record. Rank 0 (the one not `quiet`) logs each kind of notice it has not said itself,
+        from the lowest rank that holds it, naming that rank; every rank then holds no notice
+        of a kind said, so none is said twice. Then, where two ranks' first records differ
+        (actors whose samples reached only different ranks), every rank raises the same
+        `CreditMismatchError`, naming both records and both ranks, so none waits alone in a
+        later collective."""
         held, self._held = self._held, {}
+        ranks = all_gather(RankCredit(held=held, first=self._first))
         said_now: set[str] = set()
-        for rank, notices in enumerate(all_gather(held)):
-            for what, (level, line) in notices.items():
+        for rank, shared in enumerate(ranks):
+            for what, (level, line) in shared.held.items():
                 if what in said_now or (not self.quiet and what in self._noticed):
                     continue
                 said_now.add(what)
                 if not self.quiet:
                     logger.log(level, "learner rank %d: %s", rank, line)
         self._noticed |= said_now
+        recorded = [(rank, shared.first) for rank, shared in enumerate(ranks) if shared.first]
+        for rank, first in recorded[1:]:  # each against the lowest rank's, on every rank alike
+            lowest_rank, lowest = recorded[0]
+            if first[0] != lowest[0]:
+                raise _actors_differ(lowest, first, ranks=(lowest_rank, rank))
 
     def _notice_once(self, what: str, level: int, message: str, *args: Any) -> None:
         if what in self._noticed:
@@ -194,6 +212,21 @@ class CreditCheck:
             self._held[what] = (level, message % args)
         else:
             logger.log(level, message, *args)
+
+
+def _actors_differ(
+    first: First, other: First, *, ranks: tuple[int, int] | None = None
+) -> CreditMismatchError:
+    """The refusal of two actors on one stream whose records differ; `ranks`: the learner
+    ranks that read each (under torchrun, where each rank checked only its own)."""
+    (record, actor), (other_record, other_actor) = first, other
+    read = ("", "") if ranks is None else tuple(f" (read by learner rank {r})" for r in ranks)
+    return CreditMismatchError(
+        f"actors on this stream assign credit differently: {actor!r}{read[0]} with "
+        f"{_flags_line(record, other_record)}, {other_actor!r}{read[1]} with "
+        f"{_flags_line(other_record, record)}: run every actor of a stream with the same "
+        "--algorithm and --gigpo.* flags"
+    )
 
 
 def _flags_line(record: JSON, other: JSON) -> str:
