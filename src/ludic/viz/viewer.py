@@ -171,6 +171,12 @@ def embed_json(data: object) -> str:
 def _load_rollouts(rollouts: RolloutSource) -> list[Rollout]:
     if isinstance(rollouts, str | Path):
         path = Path(rollouts)
+        inside = path / "rollouts.jsonl"
+        if path.is_dir() and inside.is_file():  # e.g. `ludic eval`'s --out-dir
+            raise FileNotFoundError(
+                f"{path} is a folder, not a rollout file; its rollouts are in {inside}: "
+                f"`ludic view {inside}`"
+            )
         if not path.is_file():
             raise FileNotFoundError(
                 f"no rollout file at {path}; pass a JSONL written by the RolloutEngine's "
