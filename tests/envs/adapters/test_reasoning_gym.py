@@ -12,6 +12,7 @@ import pytest
 from ludic._aio import maybe_await
 from ludic.agents import Agent
 from ludic.envs.adapters.reasoning_gym import ReasoningGymEnv, answer_parser
+from ludic.errors import is_refusal
 from ludic.eval.env_spec import resolve_env_factory
 from ludic.inference import ScriptedClient
 from ludic.interaction import SingleAgentProtocol
@@ -84,8 +85,14 @@ def test_difficulty_passes_through_as_config_fields_and_curriculum_level() -> No
 def test_unknown_datasets_and_fields_are_clear_errors() -> None:
     with pytest.raises(ValueError, match=r"no dataset 'no_such'.*countdown"):
         ReasoningGymEnv("no_such")
-    with pytest.raises(TypeError, match="not_a_field"):
+    with pytest.raises(ValueError, match=r"no config field not_a_field.*min_numbers") as typo:
         ReasoningGymEnv("countdown", not_a_field=1)
+    assert is_refusal(typo.value)  # `ludic train` prints one line, not the env's traceback
+    with pytest.raises(ValueError, match="pass dataset_seed, not seed"):
+        ReasoningGymEnv("countdown", seed=5)  # would be silently replaced by dataset_seed
+    with pytest.raises(ValueError, match="refused its config: min_numbers") as out_of_range:
+        ReasoningGymEnv("countdown", min_numbers=0)
+    assert is_refusal(out_of_range.value)
 
 
 def test_cli_resolves_reasoning_gym_names_with_the_answer_parser() -> None:

@@ -68,6 +68,7 @@ def make_dataset(
         raise ValueError(
             f"reasoning-gym has no dataset {name!r}; choose one of {sorted(rg.factory.DATASETS)}"
         )
+    _check_config(name, config, rg.factory.DATASETS[name][1])
     args: dict[str, Any] = {}
     if level is not None:
         if not rg.factory.has_curriculum(name):
@@ -81,7 +82,38 @@ def make_dataset(
         if is_dataclass(generated):
             args = {f.name: getattr(generated, f.name) for f in fields(generated)}
     args.update(config, seed=dataset_seed, size=size)
-    return rg.create_dataset(name, **args)
+    try:
+        return rg.create_dataset(name, **args)
+    except AssertionError as e:  # the config's own validate(): a value out of its range
+        raise ValueError(f"reasoning-gym dataset {name!r} refused its config: {e}") from e
+
+
+_OWN_KEYWORDS = (
+    "size",
+    "dataset_seed",
+    "level",
+    "system_prompt",
+    "sample_index",
+    "parse_failure_ends_episode",
+)
+
+
+def _check_config(name: str, config: Mapping[str, Any], config_cls: Any) -> None:
+    """Refuse keywords the dataset's config does not have (a typo would otherwise surface as
+    a TypeError from inside reasoning-gym) and its `seed` / `size`, which Ludic sets itself."""
+    taken = [f.name for f in fields(config_cls) if f.name not in ("seed", "size")]
+    if "seed" in config:
+        raise ValueError(
+            f"reasoning-gym dataset {name!r}: pass dataset_seed, not seed (the episode seed "
+            "picks the entry; dataset_seed fixes what the entries are)"
+        )
+    unknown = sorted(k for k in config if k not in taken)
+    if unknown:
+        raise ValueError(
+            f"reasoning-gym dataset {name!r} has no config field {', '.join(unknown)} "
+            f"(--env-kwargs); its fields: {', '.join(taken) or 'none'}; and Ludic's: "
+            f"{', '.join(_OWN_KEYWORDS)}"
+        )
 
 
 class ReasoningGymEnv(DatasetQAEnv):
