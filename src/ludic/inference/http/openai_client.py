@@ -8,13 +8,15 @@ never resends a request the server may still be generating: a read timeout is
 timed-out connection is closed, and `ludic serve` cancels a request whose client went away).
 Text with a lone surrogate is refused before sending. It does not stream and sends n=1 only.
 Servers that return no ids give responses with empty ids (no token trace); mismatched ids and
-logprobs are an error.
+logprobs are an error, and so is a reply that is not JSON or holds a value of the wrong kind
+(`InferenceResponseError` naming it: the episode fails, nothing is trained on it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import random
 from typing import Any
 
@@ -38,6 +40,19 @@ class InferenceRequestError(ValueError):
         super().__init__(f"inference server refused the request ({status_code}): {message}")
         self.status_code = status_code
         self.message = message
+
+
+class InferenceResponseError(ValueError):
+    """The server answered, but not with a well-formed OpenAI-compatible completion: not JSON,
+    a field missing, or a value of the wrong kind (a token id that is no int >= 0, a logprob
+    that is not finite, a policy version that is no int >= 0). Never retried (the server
+    would answer alike); the episode fails with this message rather than training on it."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(
+            f"{where} answered with a malformed reply ({problem}); is it an OpenAI-compatible "
+            "server (ludic serve, or vLLM with return_token_ids) at that address?"
+        )
 
 
 class InferenceUnavailableError(Refusal, ConnectionError):
@@ -85,13 +100,20 @@ class OpenAICompatibleClient:
 
     async def complete(self, request: ChatRequest) -> ChatResponse:
         if request.prompt_token_ids is not None:
-            body, headers = await self._post("/v1/completions", self._completion_body(request))
-            response = _parse_completion(body)
+            path, parse = "/v1/completions", _parse_completion
+            body, headers = await self._post(path, self._completion_body(request))
         else:
-            body, headers = await self._post("/v1/chat/completions", self._chat_body(request))
-            response = _parse_chat(body)
-        if response.policy_version is None and VERSION_HEADER in headers:
-            response = dataclasses.replace(response, policy_version=int(headers[VERSION_HEADER]))
+            path, parse = "/v1/chat/completions", _parse_chat
+            body, headers = await self._post(path, self._chat_body(request))
+        where = f"the server at {self.base_url}{path}"
+        try:
+            response = parse(body)
+            if response.policy_version is None and VERSION_HEADER in headers:
+                version = int(headers[VERSION_HEADER])
+                response = dataclasses.replace(response, policy_version=version)
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as e:
+            raise InferenceResponseError(where, f"{type(e).__name__}: {e}") from e
+        _check_reply(response, where)
         return response
 
     def _sampling_fields(self, request: ChatRequest) -> dict[str, Any]:
@@ -140,7 +162,16 @@ class OpenAICompatibleClient:
                 if response.status_code == 404 and message == "Not Found":  # no such route
                     message = self._no_route(path)
                 raise InferenceRequestError(response.status_code, message)
-            result: dict[str, Any] = response.json()
+            try:
+                result = response.json()
+            except ValueError:
+                result = None
+            if not isinstance(result, dict):
+                raise InferenceResponseError(
+                    f"the server at {self.base_url}{path}",
+                    f"a {response.status_code} whose body is not a JSON object: "
+                    f"{response.text[:200]!r}",
+                )
             return result, response.headers
         raise InferenceUnavailableError(
             f"{self.base_url}{path} failed after {self.max_retries + 1} attempts: {last_problem}"
@@ -287,6 +318,26 @@ def _parse_completion(body: dict[str, Any]) -> ChatResponse:
         policy_version=body.get("policy_version"),
         extra=_stop_reason(choice),
     )
+
+
+def _check_reply(r: ChatResponse, where: str) -> None:
+    """InferenceResponseError naming the first value of the wrong kind in a parsed reply."""
+    if not isinstance(r.text, str):
+        raise InferenceResponseError(where, f"its text is a {type(r.text).__name__}, not a string")
+    for name, ids in (("prompt", r.prompt_token_ids), ("completion", r.completion_token_ids)):
+        for token in ids:
+            if not _is_token_id(token):
+                problem = f"its {name} token ids hold {token!r:.50}, not an int >= 0"
+                raise InferenceResponseError(where, problem)
+    if not all(math.isfinite(lp) for lp in r.completion_logprobs or ()):
+        raise InferenceResponseError(where, "a sampled token's logprob is nan or inf")
+    if r.policy_version is not None and not _is_token_id(r.policy_version):
+        problem = f"its policy version is {r.policy_version!r:.50}, not an int >= 0"
+        raise InferenceResponseError(where, problem)
+
+
+def _is_token_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _stop_reason(choice: dict[str, Any]) -> dict[str, Any]:
