@@ -116,3 +116,12 @@ def test_a_rank_refusing_rank_0s_position_says_why_and_stops_the_others(tmp_path
     # It told the other rank (one all-reduce, then the causes), so rank 0 raises too.
     assert runtime.calls[-2:] == ["any_rank", "all_gather_object"]
     assert trainer.step == 0
+
+
+def test_the_fsdp_section_says_what_a_refused_position_does() -> None:
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    start = text.index("## Multi-process training (FSDP2)")
+    section = " ".join(text[start : text.index("\n## ", start + 1)].split())
+    assert "on another (a one-process checkpoint included), every rank takes rank 0's" in section
+    assert "stops every rank, saying so: resume it on the number of ranks that saved it" in section
