@@ -78,6 +78,8 @@ class RolloutEngine:
             )
         self.env_registry = dict(env_registry)
         self.protocol_registry = dict(protocol_registry)
+        _check_factories(self.env_registry, "env_registry", "env")
+        _check_factories(self.protocol_registry, "protocol_registry", "protocol")
         self.concurrency = concurrency
         self.episode_timeout_s = episode_timeout_s
         self.jsonl_log = None if jsonl_log is None else Path(jsonl_log)
@@ -151,6 +153,7 @@ class RolloutEngine:
         try:
             async with asyncio.timeout(self.episode_timeout_s) as deadline:
                 env = self.env_registry[request.env.name](**request.env.kwargs)
+                _check_built_env(env, request.env.name)
                 built.append(env)
                 phase = "protocol_factory"
                 protocol = self.protocol_registry[request.protocol.name](**request.protocol.kwargs)
@@ -207,6 +210,30 @@ class RolloutEngine:
                     e,
                 )
                 rollout.meta["log_error"] = f"{type(e).__name__}: {e}"
+
+
+def _check_factories(registry: Mapping[str, object], name: str, what: str) -> None:
+    """Refuse a registry entry that cannot be called (an env or protocol instance where a
+    factory belongs): it would fail every episode with "object is not callable"."""
+    for key, factory in registry.items():
+        if not callable(factory):
+            raise TypeError(
+                f"RolloutEngine {name}[{key!r}] must be a factory that builds a fresh {what} per "
+                f"episode, got a {type(factory).__name__} instance; register its class or a "
+                f"function, e.g. {{{key!r}: {type(factory).__name__}}} or "
+                f"{{{key!r}: lambda: {type(factory).__name__}(...)}}"
+            )
+
+
+def _check_built_env(env: object, name: str) -> None:
+    """A TypeError naming the factory when it built something that is not a LudicEnv (closing
+    such an object would otherwise raise outside the episode and abort the whole batch)."""
+    if not isinstance(env, LudicEnv):
+        raise TypeError(
+            f"env factory {name!r} returned {type(env).__name__} {env!r:.60}, not a LudicEnv; "
+            "return an instance of a LudicEnv subclass (e.g. a SingleAgentEnv), or wrap a "
+            "Gymnasium env in ludic.envs.adapters.GymnasiumEnv"
+        )
 
 
 def warn_if_all_failed(rollouts: Sequence[Rollout], *, stage: str = "") -> bool:
