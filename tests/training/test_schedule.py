@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ludic.training import build_scheduler, lr_multiplier
+from ludic.training import TrainerConfig, build_scheduler, lr_multiplier
 
 
 def test_warmup_then_constant() -> None:
@@ -29,3 +29,17 @@ def test_decay_without_total_steps_is_refused() -> None:
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     with pytest.raises(ValueError, match="total_steps"):
         build_scheduler(opt, schedule="cosine")
+
+
+@pytest.mark.parametrize("schedule", ["cosine", "linear"])
+@pytest.mark.parametrize("warmup", [8, 10])
+def test_decay_that_starts_at_or_after_its_end_is_refused(schedule: str, warmup: int) -> None:
+    # warmup 10, total 8: the LR warms up for the whole run and the decay never happens; warmup
+    # 8, total 8: it reaches the full lr at update 8 and the floor at update 9, a cliff.
+    with pytest.raises(ValueError, match=rf"warmup_steps={warmup} until total_steps=8"):
+        TrainerConfig(lr_schedule=schedule, warmup_steps=warmup, total_steps=8)  # type: ignore[arg-type]
+
+
+def test_constant_schedule_ignores_total_steps_for_its_warmup() -> None:
+    config = TrainerConfig(lr_schedule="constant", warmup_steps=10, total_steps=8)
+    assert config.warmup_steps == 10

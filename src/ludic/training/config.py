@@ -106,6 +106,19 @@ class TrainerConfig:
             raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
         if self.lr_schedule != "constant" and self.total_steps is None:
             raise ValueError(f"lr_schedule={self.lr_schedule!r} needs total_steps")
+        if (
+            self.lr_schedule != "constant"
+            and self.total_steps is not None
+            and self.warmup_steps >= self.total_steps
+        ):
+            # The decay would start at or after its own end: the LR warms up to the full lr
+            # and then drops to the floor within one update (or never decays in the run).
+            raise ValueError(
+                f"lr_schedule={self.lr_schedule!r} decays after warmup_steps={self.warmup_steps}"
+                f" until total_steps={self.total_steps}, which leaves nothing to decay over: "
+                f"make total_steps larger than warmup_steps, shorten the warmup, or use "
+                f"lr_schedule='constant'"
+            )
         for name in ("warmup_steps", "initial_policy_version"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
