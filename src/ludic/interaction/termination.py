@@ -9,6 +9,7 @@ runs no loop: each protocol checks the rules at its "act" and "env" phases.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -60,8 +61,7 @@ class MaxSteps:
     max_steps: int
 
     def __post_init__(self) -> None:
-        if self.max_steps < 1:
-            raise ValueError(f"MaxSteps.max_steps must be >= 1, got {self.max_steps}")
+        _check_count(self.max_steps, "MaxSteps.max_steps")
 
     def check(self, turn: TurnView) -> Termination | None:
         if turn.phase == "env" and len(turn.env_steps) >= self.max_steps:
@@ -76,6 +76,13 @@ class TerminateAction:
 
     actions: tuple[str, ...] = ("terminate",)
     case_sensitive: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.actions, str):  # would match each of its characters
+            raise TypeError(
+                f"TerminateAction.actions is a sequence of actions, got the str "
+                f"{self.actions!r}; pass actions=({self.actions!r},)"
+            )
 
     def check(self, turn: TurnView) -> Termination | None:
         action = turn.act.action
@@ -114,6 +121,17 @@ class OutputRegex:
         return Termination(reason="output_regex", detail=match.group(0))
 
 
+def _check_count(value: object, name: str) -> None:
+    """A TypeError for a count that is not an int ("3", 2.5, True would reach `range` or a
+    comparison and fail each episode with a message naming neither), a ValueError below 1."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"{name} must be an int, got {type(value).__name__} {value!r}; pass an int >= 1"
+        )
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+
+
 def _critical_detail(key: str, value: object) -> str:
     """A readable `termination_detail` for a truthy `info[key]`: a message as it is, an
     exception as "Type: message", a bare flag as which key was set, anything else with it."""
@@ -141,8 +159,8 @@ class CriticalError:
 
     def __post_init__(self) -> None:
         n = self.max_consecutive_parse_errors
-        if n is not None and n < 1:
-            raise ValueError(f"CriticalError.max_consecutive_parse_errors must be >= 1, got {n}")
+        if n is not None:
+            _check_count(n, "CriticalError.max_consecutive_parse_errors")
 
     def check(self, turn: TurnView) -> Termination | None:
         if turn.phase == "act":
@@ -173,8 +191,7 @@ class ContextBudget:
     max_tokens: int
 
     def __post_init__(self) -> None:
-        if self.max_tokens < 1:
-            raise ValueError(f"ContextBudget.max_tokens must be >= 1, got {self.max_tokens}")
+        _check_count(self.max_tokens, "ContextBudget.max_tokens")
 
     def check(self, turn: TurnView) -> Termination | None:
         if turn.phase != "act":
@@ -225,6 +242,8 @@ class TerminationRules:
                     f"{type(rule).__name__}; use MaxSteps, TerminateAction, OutputRegex, "
                     "CriticalError, ContextBudget or your own TerminationRule"
                 )
+        if max_steps is not None:
+            _check_count(max_steps, f"{owner} max_steps")
         limits = [r.max_steps for r in rules if isinstance(r, MaxSteps)]
         if max_steps is not None and limits and max_steps != min(limits):
             raise ValueError(
