@@ -338,6 +338,8 @@ class SampleStream:
                 self.reached = True
                 if _NO_DATABASE in str(e):  # /99 where Redis holds 16 databases
                     raise LudicUsageError(_no_database(self.url, e)) from e
+                if "WRONGTYPE" in str(e):  # another program's data under one of our keys
+                    raise LudicUsageError(await self._wrong_type(what)) from e
                 if "NOGROUP" not in str(e) or recreated:
                     raise
                 logger.warning("redis lost group %r (data lost?): recreating it", self.group)
@@ -359,6 +361,26 @@ class SampleStream:
                 delay = self._backoff.compute(failures)
                 logger.warning("redis %s failed (%s); retry %d in %.2fs", what, e, failures, delay)
                 await asyncio.sleep(delay)
+
+    async def _wrong_type(self, what: str) -> str:
+        """Which of this stream's keys holds something else than a stream (Redis's WRONGTYPE
+        names none), and the fix: a traceback before."""
+        keys = (self.stream, f"{self.stream}:dead", self.ledger or f"{self.stream}:ledger")
+        foreign = []
+        for key in keys:
+            try:
+                kind = await self.redis.type(key)
+            except (ResponseError, RedisConnectionError, RedisTimeoutError, OSError):
+                continue
+            kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+            if kind not in ("stream", "none"):
+                foreign.append(f"key {key!r} holds a {kind}")
+        held = "; ".join(foreign) or f"a key of stream {self.stream!r} holds another kind of value"
+        return (
+            f"redis at {shown_url(self.url)}: {what} failed: {held}, not a Ludic stream: another "
+            "program uses that name. Pass another --stream, or delete the key if its data may go "
+            "(redis-cli DEL KEY)"
+        )
 
     def _not_reached(self, what: str, error: Exception) -> str:
         return _not_reached(self.url, what, self.first_connect_s, error)
