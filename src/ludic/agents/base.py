@@ -117,6 +117,7 @@ class Agent:
         incomplete_penalty: float = DEFAULT_PENALTY,
     ) -> None:
         _check_client_and_parser(client, parser)
+        _check_context_and_sampling(context, sampling)
         self.client = client
         self.context = context if context is not None else FullDialog()
         # None is what env_parser returns for an env without a parser: the reply is the action.
@@ -186,7 +187,7 @@ class Agent:
                 info,
             )
         try:
-            result = await self._run_parser(response.text)
+            result = _checked_parse_result(await self._run_parser(response.text))
         except Exception as exc:  # a buggy parser is a parse failure, never a crash
             result = ParseResult(
                 action=None,
@@ -267,10 +268,47 @@ class Agent:
 __all__ = ["INCOMPLETE_FEEDBACK", "Agent", "AgentAct", "derive_call_seed", "resolve_sampling"]
 
 
+def _checked_parse_result(result: object) -> ParseResult:
+    """The parser's result, or a TypeError naming what it returned instead (a parser that
+    returns the action text itself failed the episode with an AttributeError)."""
+    if not isinstance(result, ParseResult):
+        raise TypeError(
+            f"the parser returned {type(result).__name__} {result!r:.60}, not a ParseResult; "
+            "return ParseResult(action=..., reward=..., obs=...)"
+        )
+    return result
+
+
+def _check_context_and_sampling(context: object, sampling: object) -> None:
+    """Refuse at construction a context or sampling of the wrong kind (a strategy's class
+    instead of an instance, a dict of sampling fields): each failed every episode later
+    with an AttributeError naming neither."""
+    if context is not None and not isinstance(context, ContextStrategy):
+        what = (
+            f"the class {context.__name__}"
+            if isinstance(context, type)
+            else f"{type(context).__name__} {context!r:.60}"
+        )
+        raise TypeError(
+            f"Agent context must be a ContextStrategy instance (or None: FullDialog()), got "
+            f"{what}; pass e.g. context=FullDialog() or context=LatestObservationContext()"
+        )
+    if sampling is not None and not isinstance(sampling, SamplingConfig):
+        raise TypeError(
+            f"Agent sampling must be a SamplingConfig (or None), got {type(sampling).__name__} "
+            f"{sampling!r:.60}; pass e.g. sampling=SamplingConfig(max_tokens=64)"
+        )
+
+
 def _check_client_and_parser(client: object, parser: object) -> None:
     """Refuse at construction what would otherwise fail on every model call: a client without
     `complete` (an AttributeError per episode) or a parser that is not callable (every reply
     silently a parse failure, since a raising parser is a parse failure by design)."""
+    if isinstance(client, type):  # the class has `complete` too, but unbound
+        raise TypeError(
+            f"Agent needs a ChatClient instance as its first argument, got the class "
+            f"{client.__name__}; pass {client.__name__}(...)"
+        )
     if not callable(getattr(client, "complete", None)):
         raise TypeError(
             f"Agent needs a ChatClient (an object with `async complete(request)`) as its first "
