@@ -41,7 +41,8 @@ class SandboxLimits:
     """Limits for one sandboxed run.
 
     - `wall_time_s`: killed after this many seconds of real time (`timed_out`).
-    - `cpu_time_s`: RLIMIT_CPU in whole seconds (SIGXCPU, then SIGKILL a second later).
+    - `cpu_time_s`: RLIMIT_CPU in whole seconds (SIGXCPU, then SIGKILL a second later): each
+      process's own, so a run that forks may use more in all (`wall_time_s` bounds it).
     - `memory_bytes`: memory of the whole run: every process together plus what it stores in
       its tmpfs mounts, capped by a memory cgroup (`SandboxResult.memory_scope` "cgroup1" or
       "cgroup2"; the kernel kills a process at the cap). It is also RLIMIT_AS per process
