@@ -13,6 +13,7 @@ import pytest
 
 from ludic.pipeline.commands import check_actor_preset, run_actor
 from ludic.pipeline.config import ActorConfig
+from ludic.recipes.algorithms import GiGPOOptions
 
 NO_REDIS = "redis://127.0.0.1:1/0"  # nothing listens: a check that ran late would fail there
 
@@ -50,3 +51,22 @@ def test_the_cli_prints_one_error_block() -> None:
     assert done.returncode == 1
     assert "ludic actor: error: --group-size 1 with --algorithm grpo:" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_gigpo_flags_with_another_preset_are_refused_before_redis() -> None:
+    cfg = ActorConfig(
+        redis_url=NO_REDIS, algorithm="grpo", gigpo=GiGPOOptions(omega=0.3), batches=1
+    )
+    with pytest.raises(ValueError, match=r"^--gigpo\.\* options apply only to --algorithm gigpo"):
+        run_actor(cfg)
+
+
+def test_a_gigpo_state_key_that_takes_no_turn_is_refused_before_redis() -> None:
+    cfg = ActorConfig(
+        redis_url=NO_REDIS,
+        algorithm="gigpo",
+        gigpo=GiGPOOptions(state_key="os:getcwd"),
+        batches=1,
+    )
+    with pytest.raises(ValueError, match=r"^--gigpo\.state-key os:getcwd: getcwd\(\) cannot be"):
+        run_actor(cfg)

@@ -89,6 +89,7 @@ def run_actor(cfg: ActorConfig) -> list[ActorBatchStats]:
     check_actor_counts(cfg)  # --group-size 0, --problems-per-batch 0, ...: nothing would train
     sampling = actor_sampling(cfg)  # a bad --temperature / --top-p fails before any work
     check_actor_preset(cfg)  # --group-size 1 or --temperature 0 where the preset cannot learn
+    check_gigpo_flags(cfg)  # --gigpo.* with another preset, a bad --gigpo.state-key
     check_engine_flags(  # as `ludic train` and `ludic eval` refuse them, before any model loads
         batch_invariant=cfg.batch_invariant,
         prepacked_gemm=cfg.prepacked_gemm,
@@ -116,6 +117,18 @@ def check_actor_preset(cfg: ActorConfig) -> None:
     algorithm = make_algorithm(cfg.algorithm, max_tokens=cfg.max_tokens, gigpo=cfg.gigpo)
     check_group_size(cfg, algorithm)
     check_greedy(cfg, algorithm)
+
+
+def check_gigpo_flags(cfg: ActorConfig) -> None:
+    """Refuse, as `ludic train` does and before any work, `--gigpo.*` flags with another
+    preset than gigpo (ignored otherwise), and with gigpo a `--gigpo.state-key` that cannot
+    be imported or called with one turn: both were found only once Redis answered and the
+    policy had loaded."""
+    from ludic.recipes.algorithms import check_gigpo_options
+
+    check_gigpo_options(cfg.algorithm, cfg.gigpo)
+    if cfg.algorithm == "gigpo":
+        cfg.gigpo.anchor_key()
 
 
 def actor_context(

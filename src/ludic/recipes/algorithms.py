@@ -219,15 +219,22 @@ def make_algorithm(
 ) -> RLAlgorithm:
     """The preset `name` (see `PRESETS`). GiGPO options other than the defaults are refused
     for any other preset, so a knob is never silently ignored."""
+    gigpo = gigpo or GiGPOOptions()
+    check_gigpo_options(name, gigpo)
+    return PRESETS[name](PresetInputs(max_tokens=max_tokens, gigpo=gigpo))
+
+
+def check_gigpo_options(name: str, gigpo: GiGPOOptions) -> None:
+    """Refuse an unknown preset `name`, and GiGPO options other than the defaults with any
+    preset but gigpo (they would be ignored). Imports no torch, so a command can run it
+    before any slow work (`ludic actor` before Redis and the model)."""
     if name not in PRESETS:
         raise ValueError(f"unknown algorithm {name!r}; choose one of {sorted(PRESETS)}")
-    gigpo = gigpo or GiGPOOptions()
     if name != "gigpo" and gigpo != GiGPOOptions():
         raise ValueError(
             f"--gigpo.* options apply only to --algorithm gigpo, not {name!r}: drop them or "
             "pass --algorithm gigpo"
         )
-    return PRESETS[name](PresetInputs(max_tokens=max_tokens, gigpo=gigpo))
 
 
 __all__ = [
@@ -236,6 +243,7 @@ __all__ = [
     "Algorithm",
     "GiGPOOptions",
     "PresetInputs",
+    "check_gigpo_options",
     "make_algorithm",
     "observation_anchor_key",
 ]
