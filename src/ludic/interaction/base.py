@@ -11,6 +11,7 @@ import numbers
 from collections.abc import Mapping
 from typing import Protocol, TypeVar, runtime_checkable
 
+from ludic.agents.base import Agent
 from ludic.envs.base import LudicEnv
 from ludic.envs.single_agent import check_reset_result, check_step_outcome, returns_checked
 from ludic.inference.sampling import SamplingConfig
@@ -52,6 +53,29 @@ def checked_env_seed(env_seed: object) -> int | None:
             f"pass env_seed=int(...)"
         )
     return int(env_seed)
+
+
+def checked_env(env: object, owner: str) -> LudicEnv:
+    """`env`, or a TypeError naming `owner` when it is not a LudicEnv instance (an env class
+    failed with "argument of type 'property' is not iterable")."""
+    if isinstance(env, LudicEnv):
+        return env
+    if isinstance(env, type):
+        got, fix = f"the class {env.__name__}", f"pass an instance, {env.__name__}(...)"
+    else:
+        got, fix = f"{type(env).__name__} {env!r:.60}", "pass a LudicEnv (e.g. a SingleAgentEnv)"
+    raise TypeError(f"{owner}.run needs a LudicEnv instance as env, got {got}; {fix}")
+
+
+def checked_agent(agent: object, owner: str) -> Agent:
+    """`agent`, or a TypeError naming `owner` when it is not an Agent (a string failed later
+    with "'str' object has no attribute 'agent_id'")."""
+    if isinstance(agent, Agent):
+        return agent
+    raise TypeError(
+        f"{owner} needs an Agent, got {type(agent).__name__} {agent!r:.60}; pass e.g. "
+        "Agent(client, parser=...)"
+    )
 
 
 class EnvReturns:

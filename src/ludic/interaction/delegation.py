@@ -24,6 +24,7 @@ from ludic.envs.base import LudicEnv, set_parse_failure_ends_episode
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ToolCallContext
+from ludic.interaction.base import checked_agent
 from ludic.interaction.info import merge_step_info
 from ludic.interaction.single_agent import SingleAgentProtocol
 from ludic.interaction.termination import TerminationRule, TerminationRules
@@ -139,7 +140,7 @@ class DelegatingProtocol:
         self.termination = TerminationRules.build(
             termination, max_steps, default_max_steps=20, owner="DelegatingProtocol"
         )
-        self.agent = agent
+        self.agent = checked_agent(agent, "DelegatingProtocol")
         self.registry = dict(registry)
         self.max_steps = self.termination.max_steps
         self.max_depth = max_depth

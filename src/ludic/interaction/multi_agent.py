@@ -21,7 +21,7 @@ from ludic.agents.base import Agent, AgentAct, derive_call_seed
 from ludic.envs.base import LudicEnv, call_env, closing_env, state_key_to_str
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ExternalToolHandler, act_with_tools
-from ludic.interaction.base import EnvReturns, checked_env_seed
+from ludic.interaction.base import EnvReturns, checked_agent, checked_env, checked_env_seed
 from ludic.interaction.collector import TraceCollector
 from ludic.interaction.info import merge_step_info
 from ludic.interaction.single_agent import parse_failure_end, synthetic_failure_step
@@ -63,7 +63,7 @@ class MultiAgentProtocol:
         self.termination = TerminationRules.build(
             termination, max_steps, default_max_steps=50, owner="MultiAgentProtocol"
         )
-        self.agents = dict(agents)
+        self.agents = {aid: checked_agent(a, "MultiAgentProtocol") for aid, a in agents.items()}
         for aid, agent in self.agents.items():
             agent.agent_id = aid
         self.max_steps = self.termination.max_steps
@@ -77,6 +77,7 @@ class MultiAgentProtocol:
         env_seed: int | None = None,
         sampling: SamplingConfig | None = None,
     ) -> list[Rollout]:
+        env = checked_env(env, "MultiAgentProtocol")
         env_seed = checked_env_seed(env_seed)
         missing = [a for a in env.agent_ids if a not in self.agents]
         if missing:

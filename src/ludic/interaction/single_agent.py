@@ -20,7 +20,7 @@ from ludic.agents.base import Agent, AgentAct
 from ludic.envs.base import LudicEnv, call_env, closing_env, state_key_to_str
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ExternalToolHandler, act_with_tools
-from ludic.interaction.base import EnvReturns, checked_env_seed
+from ludic.interaction.base import EnvReturns, checked_agent, checked_env, checked_env_seed
 from ludic.interaction.collector import TraceCollector
 from ludic.interaction.termination import (
     Termination,
@@ -74,7 +74,7 @@ class SingleAgentProtocol:
         self.termination = TerminationRules.build(
             termination, max_steps, default_max_steps=20, owner="SingleAgentProtocol"
         )
-        self.agent = agent
+        self.agent = checked_agent(agent, "SingleAgentProtocol")
         self.max_steps = self.termination.max_steps
         self.external_tool_handler = external_tool_handler
         self.max_external_calls = max_external_calls
@@ -88,6 +88,7 @@ class SingleAgentProtocol:
         env_seed: int | None = None,
         sampling: SamplingConfig | None = None,
     ) -> list[Rollout]:
+        env = checked_env(env, "SingleAgentProtocol")
         env_seed = checked_env_seed(env_seed)
         aid = seat = self.agent.agent_id
         if aid not in env.agent_ids:
