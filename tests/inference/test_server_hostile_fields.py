@@ -4,12 +4,14 @@ every good request alongside it still succeeds.
 
 Before: pydantic's lax mode served `max_tokens: true` as 1, `temperature: true` as 1.0,
 `"n": "2"` as 2 and `"stream": "yes"` as a stream (a client's wrong field sampled as something
-it never asked for), and content parts, even plain text ones, failed in the chat template with
-"can only concatenate str (not list) to str", naming neither the part nor the fix."""
+it never asked for); a stop string holding a lone surrogate (no text can match it) was accepted
+and never stopped anything; and content parts, even plain text ones, failed in the chat
+template with "can only concatenate str (not list) to str", naming neither the part nor the fix."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -44,6 +46,8 @@ WRONG_TYPES = [
     ({"ignore_eos": "true"}, "body.ignore_eos: Input should be a valid boolean"),
     ({"seed": "7"}, "body.seed: Input should be a valid integer"),
     ({"stream": True, "stream_options": {"include_usage": "yes"}}, "include_usage"),
+    ({"stop": ["x", "a\ud800"]}, "stop[1] holds a lone surrogate '\\ud800' at character 1"),
+    ({"stop": "\udfff", "stream": True}, "stop[0] holds a lone surrogate"),
     (
         {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
         "messages[0].content[0] is type 'image_url': this server serves text only; send content",
@@ -64,8 +68,10 @@ async def test_wrong_types_are_400s_naming_the_field_and_good_requests_go_on(
 ) -> None:
     async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
 
-        async def post(body: dict[str, Any]) -> httpx.Response:
-            return await client.post("/v1/chat/completions", json=body)
+        async def post(body: dict[str, Any]) -> httpx.Response:  # \ud800 escapes as JSON has them
+            content = json.dumps(body).encode()
+            headers = {"Content-Type": "application/json"}
+            return await client.post("/v1/chat/completions", content=content, headers=headers)
 
         good = [post(chat(seed=i, max_tokens=8)) for i in range(6)]
         bad = [post(chat(**fields)) for fields, _ in WRONG_TYPES]

@@ -29,6 +29,7 @@ from transformers import PreTrainedTokenizerBase
 from ludic.inference.client import ChatRequest, ChatResponse
 from ludic.inference.embedded.streaming import CompletionDelta
 from ludic.inference.sampling import SamplingConfig
+from ludic.inference.unicode_check import check_text
 
 
 class StreamOptions(BaseModel):
@@ -130,6 +131,7 @@ class _SamplingFields(BaseModel):
         if self.ignore_eos:
             extras["ignore_eos"] = True
         stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        check_text(stop, "stop")  # a lone surrogate never matches text: refused, not ignored
         return SamplingConfig(
             temperature=self.temperature,
             top_p=self.top_p,
