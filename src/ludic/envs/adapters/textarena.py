@@ -15,6 +15,8 @@ opponent: `"random"` picks one of the moves the game lists, a baseline for smoke
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
 import random
 import re
@@ -82,6 +84,7 @@ class TextArenaEnv(LudicEnv):
         ta = _ta()
         self.env_id = env_id
         _check_id(ta, env_id)
+        _check_make_kwargs(ta, env_id, make_kwargs)
         self._make = lambda: ta.make(env_id, **make_kwargs)
         self.num_players = num_players or _probe_players(self._make)
         self.llm_seats = tuple(sorted(set(llm_seats)))
@@ -209,6 +212,30 @@ def _check_id(ta: Any, env_id: str) -> None:
         raise ValueError(
             f"TextArena has no env {env_id!r}; e.g. TicTacToe-v0, TicTacToe-v0-train, "
             "GuessTheNumber-v0 (list them with textarena.pprint_registry_detailed())"
+        )
+
+
+_OWN_KEYWORDS = "num_players, llm_seats, opponent, opponent_seed, system_prompt"
+
+
+def _check_make_kwargs(ta: Any, env_id: str, make_kwargs: Mapping[str, Any]) -> None:
+    """Refuse keywords neither TextArenaEnv nor the game's class takes (--env-kwargs), naming
+    both lists, before `ta.make` fails with a TypeError from inside TextArena."""
+    if not make_kwargs:
+        return
+    entry_point = ta.envs.registration.ENV_REGISTRY[env_id].entry_point
+    if not isinstance(entry_point, str):  # a callable: what it takes is its own business
+        return
+    module, _, name = entry_point.partition(":")
+    params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    unknown = sorted(k for k in make_kwargs if k not in params)
+    if unknown:
+        game = ", ".join(n for n in params if n != "self") or "no keywords"
+        raise ValueError(
+            f"TextArena env {env_id!r} takes no keyword {', '.join(unknown)} (--env-kwargs); "
+            f"its game takes {game}, and Ludic's TextArenaEnv {_OWN_KEYWORDS}"
         )
 
 
