@@ -22,6 +22,7 @@ from ludic.inference import ChatRequest, SamplingConfig
 from ludic.recipes.inference import (
     InferenceArgs,
     ModelsUnauthorized,
+    as_flag,
     close_client,
     make_inference,
 )
@@ -92,7 +93,8 @@ def test_without_the_api_key_train_is_refused_naming_the_flag() -> None:
         keyed_server() as (url, seen),
         pytest.raises(ModelsUnauthorized, match="got none: pass the server's key with --api-key"),
     ):
-        make_inference(None, None, server_url=url, server_token=CONTROL)
+        # as `ludic train` calls it (from Python the refusal names `api_key=`)
+        make_inference(None, None, server_url=url, server_token=CONTROL, spell=as_flag)
     assert seen == [("/v1/models", None)]  # the control token is not sent as the key
 
 

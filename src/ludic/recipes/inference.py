@@ -9,8 +9,9 @@ publisher (training), `make_client` a client only (evaluation, sampling; `close_
 it); `check_engine_flags` refuses embedded-engine flags that cannot apply, `engine_settings`
 names those on, `server_push_token` refuses a push that cannot be made before any server is
 asked, `check_api_key` an API key with no server to send it to; each refusal names the
-settings as its caller's user gave them (`as_flag` for a `ludic` command: `--api-key`,
-`as_argument` for `make_inference`: `api_key=`). Several URLs give a
+settings as its caller's user gave them (`as_flag` for a `ludic` command or `InferenceArgs`:
+`--api-key`; `as_argument`, `make_inference`'s and `make_client`'s default: `api_key=`; both
+from `ludic.recipes.served_model`). Several URLs give a
 `ServerPool` client (calls spread over the servers, each episode kept on one) and one
 `BroadcastPolicyPublisher` that pushes to all of them. Importing this module is light (no
 torch); it starts no server.
@@ -21,7 +22,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -32,6 +33,15 @@ from ludic.recipes.served_model import (  # re-exported: importable from here as
 )
 from ludic.recipes.served_model import (
     ModelsUnauthorized as ModelsUnauthorized,
+)
+from ludic.recipes.served_model import (
+    Spell as Spell,
+)
+from ludic.recipes.served_model import (
+    as_argument as as_argument,
+)
+from ludic.recipes.served_model import (
+    as_flag as as_flag,
 )
 from ludic.recipes.served_model import (
     check_served_model as check_served_model,
@@ -55,18 +65,6 @@ if TYPE_CHECKING:
 
 ServerUrls = str | Sequence[str] | None
 """One server URL, several, or None (the embedded engine)."""
-Spell = Callable[[str], str]
-"""How a refusal names a setting, given its flag: as the caller's user gave it."""
-
-
-def as_flag(flag: str) -> str:
-    """A `ludic` command's spelling of a setting: the flag itself (`--api-key`)."""
-    return flag
-
-
-def as_argument(flag: str) -> str:
-    """`make_inference`'s spelling of a setting: its Python argument (`--api-key`: `api_key=`)."""
-    return flag.removeprefix("--").replace("-", "_") + "="
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,6 +113,7 @@ class InferenceArgs:
             prepacked_gemm=prepacked_gemm,
             server_ranks=self.server_ranks,
             wait_s=wait_s,
+            spell=as_flag,  # these are flags (`InferenceFlags`)
         )
 
     def make_client(self, model: str | None = None, *, seed: int = 0) -> ChatClient:
@@ -125,6 +124,7 @@ class InferenceArgs:
             served_model=self.served_model,
             api_key=self.api_key,
             seed=seed,
+            spell=as_flag,
         )
 
 
@@ -186,6 +186,7 @@ def make_inference(
     prepacked_gemm: bool = False,
     server_ranks: int = 1,
     wait_s: float | None = None,
+    spell: Spell = as_argument,
 ) -> Inference:
     """The embedded engine on a copy of `model` (a LoRA model, before or after `add_lora`:
     its merged base model, as the Trainer publishes it) with an in-process publisher, or, with
@@ -193,22 +194,24 @@ def make_inference(
     `BroadcastPolicyPublisher` pushing weights to all of them in one broadcast (gloo from CPU,
     NCCL from a CUDA device). `api_key` is the servers' inference key (vLLM --api-key), sent
     on the client's requests and on `/v1/models`; the push sends `server_token` only.
-    `served_model` None asks the first server which model it serves (`/v1/models`); either name is refused (`served_model_for`) where a server's `/v1/models`
-    does not list it, before any push or episode. `wait_s` waits up to that many seconds for
-    the servers to listen before asking them anything, as `ludic train` does (300: its
-    `SERVER_WAIT_S`), for a program that has just started them (`ludic serve ... &`): while
-    waiting it prints a line to stderr at once and every 30 s (a script without logging
-    configured shows it too), it blocks the caller (its event loop too), and a host that does
-    not resolve, or nothing listening once the wait is over, is a ValueError naming the server
-    and `server_url=` (`wait_for_servers_blocking`), as every refusal here names the arguments
-    (`as_argument`), not the `ludic` commands' flags. Default None: no wait, a server not listening yet
-    is refused (async code can `await wait_for_servers(urls)` first). Create it inside the
+    `served_model` None asks the first server which model it serves (`/v1/models`); either
+    name is refused (`served_model_for`) where a server's `/v1/models` does not list it, before
+    any push or episode. `wait_s` waits up to that many seconds for the servers to listen
+    before asking them anything, as `ludic train` does (300: its `SERVER_WAIT_S`), for a
+    program that has just started them (`ludic serve ... &`): while waiting it prints a line
+    to stderr at once and every 30 s (a script without logging configured shows it too), it
+    blocks the caller (its event loop too), and a host that does not resolve, or nothing
+    listening once the wait is over, is a ValueError naming the server and `server_url=`
+    (`wait_for_servers_blocking`). Default None: no wait, a server not listening yet is refused
+    (async code can `await wait_for_servers(urls)` first). Every refusal names the settings as
+    `spell` gives them: the arguments (`as_argument`, `served_model=`), or a command's flags
+    (`as_flag`, `--served-model`: `ludic train`, `InferenceArgs`). Create it inside the
     event loop that will use it (the HTTP client is bound to it).
     `batch_invariant` builds the embedded engine with `EngineConfig(batch_invariant=True)`,
     `prepacked_gemm` with `EngineConfig(prepacked_gemm=True)` (faster CPU decode, float-noise
     rounding against the trainer; `check_prepacked_gemm`); `server_ranks` is each server's
     tensor-parallel size (vLLM; every rank receives the push)."""
-    urls = server_urls(server_url, spell=as_argument)
+    urls = server_urls(server_url, spell=spell)
     if wait_s is not None and not wait_s >= 0:  # nan too
         raise ValueError(f"wait_s must be >= 0 seconds (None: no wait), got {wait_s}")
     check_prepacked_gemm(
@@ -216,9 +219,9 @@ def make_inference(
         batch_invariant=batch_invariant,
         server_url=urls,
         device=device,
-        spell=as_argument,
+        spell=spell,
     )
-    check_api_key(api_key, urls, spell=as_argument)
+    check_api_key(api_key, urls, spell=spell)
     if not urls:
         from ludic.distributed import InProcessPublisher
         from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
@@ -228,23 +231,21 @@ def make_inference(
         served: Any = merged_copy(model)  # LoRA: merged, under the names the Trainer publishes
         engine = EmbeddedEngine(served, tokenizer, config=config)
         return Inference(client=engine, publisher=InProcessPublisher(engine))
-    server_token = server_push_token(
-        server_token, batch_invariant=batch_invariant, spell=as_argument
-    )
+    server_token = server_push_token(server_token, batch_invariant=batch_invariant, spell=spell)
     if wait_s is not None:  # after what needs no server: a missing token is refused at once
         from ludic.inference.http.server_wait import wait_for_servers_blocking
 
-        setting = as_argument("--server-url")
+        setting = spell("--server-url")
         wait_for_servers_blocking(urls, within_s=wait_s, say=_say, setting=setting)
     from ludic.distributed import BroadcastPolicyPublisher
 
     # asked as the client asks, with the API key (the control token is not one)
-    name = served_model_for(urls, served_model, api_key)  # not one 404 per episode
+    name = served_model_for(urls, served_model, api_key, spell=spell)  # not one 404 per episode
     backend = push_backend_for(urls, server_token, device)
     publisher = BroadcastPolicyPublisher(
         urls, server_token, backend=backend, probe_model=model, server_ranks=server_ranks
     )
-    client = make_client(urls, served_model=name, api_key=api_key)
+    client = make_client(urls, served_model=name, api_key=api_key, spell=spell)
     return Inference(client=client, publisher=publisher)
 
 
@@ -438,11 +439,14 @@ def make_client(
     served_model: str | None = None,
     api_key: str | None = None,
     seed: int = 0,
+    spell: Spell = as_argument,
 ) -> ChatClient:
     """A client for the server(s) at `server_url` (several: a `ServerPool`), or, without one,
     the embedded engine over `model` (`load_policy`: a local directory, a hub id, or None for a
-    fresh tiny model). `api_key`: bearer token of the servers' inference endpoints, if any."""
-    urls = server_urls(server_url)
+    fresh tiny model). `api_key`: bearer token of the servers' inference endpoints, if any.
+    `served_model` None asks the first server which one model it serves (`/v1/models`).
+    `spell`: how refusals name the settings (a command passes `as_flag`)."""
+    urls = server_urls(server_url, spell=spell)
     if not urls:
         from ludic.inference.embedded.engine import EmbeddedEngine
         from ludic.recipes.training import load_policy
@@ -452,7 +456,7 @@ def make_client(
     from ludic.inference.http.openai_client import OpenAICompatibleClient
     from ludic.inference.http.pool import ServerPool
 
-    name = served_model or served_model_name(urls[0], api_key)
+    name = served_model or served_model_name(urls[0], api_key, spell=spell)
     if len(urls) == 1:
         return OpenAICompatibleClient(urls[0], model=name, api_key=api_key)
     return ServerPool.from_urls(urls, name, api_key=api_key)

@@ -2,13 +2,16 @@
 `/v1/models` before any episode: `served_model_for` (--served-model, else the one model the
 first server lists), `check_served_model` (a name a server that routes by name does not list is
 refused; others, such as SGLang, get a warning), `served_model_name`, `served_models` and
-`model_cards`. Importing it is light (no torch); `ludic.recipes.inference` re-exports it.
+`model_cards`. Each refusal names the settings as its caller's user gave them: `spell=as_flag`
+(the default, for a `ludic` command: `--served-model`) or `as_argument` (from Python:
+`served_model=`), defined here since `ludic.recipes.inference` imports this module (and
+re-exports all of it). Importing it is light (no torch).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +19,25 @@ if TYPE_CHECKING:
     from ludic.recipes.inference import ServerUrls
 
 _LOG = logging.getLogger(__name__)
+Spell = Callable[[str], str]
+"""How a refusal names a setting, given its flag: as the caller's user gave it."""
+
+
+def as_flag(flag: str) -> str:
+    """A `ludic` command's spelling of a setting: the flag itself (`--api-key`)."""
+    return flag
+
+
+def as_argument(flag: str) -> str:
+    """A Python caller's spelling of a setting: its argument (`--api-key`: `api_key=`)."""
+    return flag.removeprefix("--").replace("-", "_") + "="
+
+
+def _given(spell: Spell, flag: str, value: str) -> str:
+    """A setting with its value, as the caller's user gave it: `--served-model tiny` (a
+    command), `served_model='tiny'` (Python)."""
+    return f"{flag} {value}" if spell is as_flag else f"{spell(flag)}{value!r}"
+
 
 ROUTES_BY_NAME = frozenset({"ludic", "vllm"})
 """The `/v1/models` cards' `owned_by` of servers that answer a model name they do not list with
@@ -36,19 +58,20 @@ class ModelsUnauthorized(ValueError):
 
 
 def served_model_name(
-    server_url: str, api_key: str | None = None, *, key_flag: str = "--api-key"
+    server_url: str, api_key: str | None = None, *, spell: Spell = as_flag
 ) -> str:
-    """The one model an OpenAI-compatible server serves, from its `/v1/models` (`key_flag`:
-    see `model_cards`)."""
-    names = served_models(server_url, api_key, key_flag=key_flag)
+    """The one model an OpenAI-compatible server serves, from its `/v1/models` (`spell`: how
+    refusals name the settings, `as_argument` from Python)."""
+    names = served_models(server_url, api_key, spell=spell)
+    setting = spell("--served-model")
     if not names:
         raise ValueError(
             f"{_models_url(server_url)} lists no model, so there is no model name to send: "
-            "pass --served-model with the name the server serves (or wait until it has loaded one)"
+            f"pass {setting} with the name the server serves (or wait until it has loaded one)"
         )
     if len(names) != 1:
         raise ValueError(
-            f"{_models_url(server_url)} serves {', '.join(names)}; choose one with --served-model"
+            f"{_models_url(server_url)} serves {', '.join(names)}; choose one with {setting}"
         )
     return names[0]
 
@@ -58,18 +81,18 @@ def served_model_for(
     served_model: str | None,
     api_key: str | None,
     *,
-    key_flag: str = "--api-key",
+    spell: Spell = as_flag,
 ) -> str:
     """The model name to send to every server in `urls`: `served_model` (--served-model), else
     the one model the first server lists at `/v1/models`; refused (`check_served_model`) where
     another server's `/v1/models` does not list it, since a `ServerPool` asks each of them for
     that one name and every request to such a server fails with a 404. `api_key` is what the
-    client sends on inference requests (`key_flag`: see `model_cards`)."""
+    client sends on inference requests; `spell`: how refusals name the settings."""
     if served_model:
-        check_served_model(urls, served_model, api_key, key_flag=key_flag)
+        check_served_model(urls, served_model, api_key, spell=spell)
         return served_model
-    name = served_model_name(urls[0], api_key, key_flag=key_flag)
-    check_served_model(urls[1:], name, api_key, listed_by=urls[0], key_flag=key_flag)
+    name = served_model_name(urls[0], api_key, spell=spell)
+    check_served_model(urls[1:], name, api_key, listed_by=urls[0], spell=spell)
     return name
 
 
@@ -79,7 +102,7 @@ def check_served_model(
     api_key: str | None = None,
     *,
     listed_by: str | None = None,
-    key_flag: str = "--api-key",
+    spell: Spell = as_flag,
 ) -> None:
     """Refuse a model name that a server's `/v1/models` does not list (else every request to it
     fails with a 404), naming the models it lists; several URLs: each one, as a `ServerPool`
@@ -87,15 +110,15 @@ def check_served_model(
     --served-model was given), checked against the others. Refused only where the server is
     known to route by model name (`ROUTES_BY_NAME`: `ludic serve`, vLLM); another (SGLang
     answers any name) gets one warning line and goes on. A server that wants an API key not
-    given is refused (`ModelsUnauthorized`, naming `key_flag`); one without `/v1/models`, one
-    that lists nothing, or one that does not answer passes, and its first request says what is
-    wrong."""
+    given is refused (`ModelsUnauthorized`); one without `/v1/models`, one that lists nothing,
+    or one that does not answer passes, and its first request says what is wrong. `spell`: how
+    refusals name the settings (`as_argument` from Python)."""
     from ludic.recipes.inference import server_urls
 
-    urls = server_urls(server_url)  # a malformed URL is still refused
+    urls = server_urls(server_url, spell=spell)  # a malformed URL is still refused
     for url in urls:
         try:
-            cards = model_cards(url, api_key, key_flag=key_flag)
+            cards = model_cards(url, api_key, spell=spell)
         except ModelsUnauthorized:
             raise
         except ValueError:
@@ -103,21 +126,9 @@ def check_served_model(
         names = [card.id for card in cards]
         if not names or name in names:
             continue
-        head = (
-            f"--served-model {name}"
-            if listed_by is None
-            else f"the model {name} (no --served-model: the one {_models_url(listed_by)} lists)"
-        )
-        if len(urls) > 1 or listed_by is not None:  # a ServerPool asks every server for one name
-            fix = (
-                "every --server-url gets the same model name: start them all serving one "
-                "model, or pass --served-model with a name each of them lists"
-            )
-        elif len(names) == 1:
-            fix = f"pass --served-model {names[0]} or leave the flag out"
-        else:
-            fix = "pass --served-model with one of them"
-        problem = f"{head}: the server at {_models_url(url)} serves {', '.join(names)}, not {name}"
+        fix = _fix(names, several=len(urls) > 1 or listed_by is not None, spell=spell)
+        problem = f"{_named(name, listed_by, spell)}: the server at {_models_url(url)} serves "
+        problem += f"{', '.join(names)}, not {name}"
         owners = sorted({str(card.owned_by) for card in cards})
         if set(owners) <= ROUTES_BY_NAME:
             raise ValueError(f"{problem}; {fix}")
@@ -131,20 +142,45 @@ def check_served_model(
         )
 
 
+def _named(name: str, listed_by: str | None, spell: Spell) -> str:
+    """The model name checked: the one the caller gave, or the one `listed_by` lists."""
+    if listed_by is None:
+        return _given(spell, "--served-model", name)
+    return (
+        f"the model {name} (no {spell('--served-model')}: the one {_models_url(listed_by)} lists)"
+    )
+
+
+def _fix(names: list[str], *, several: bool, spell: Spell) -> str:
+    """What to do when a server lists `names` but not the one asked (`several`: a pool,
+    which asks every server for one name)."""
+    served_model = spell("--served-model")
+    if several:
+        each = "every --server-url gets" if spell is as_flag else "the servers get"
+        return (
+            f"{each} the same model name: start them all serving one model, or pass "
+            f"{served_model} with a name each of them lists"
+        )
+    if len(names) == 1:
+        it = "the flag" if spell is as_flag else "it"
+        return f"pass {_given(spell, '--served-model', names[0])} or leave {it} out"
+    return f"pass {served_model} with one of them"
+
+
 def served_models(
-    server_url: str, api_key: str | None = None, *, key_flag: str = "--api-key"
+    server_url: str, api_key: str | None = None, *, spell: Spell = as_flag
 ) -> list[str]:
     """The model names an OpenAI-compatible server lists at `/v1/models` (`model_cards`)."""
-    return [card.id for card in model_cards(server_url, api_key, key_flag=key_flag)]
+    return [card.id for card in model_cards(server_url, api_key, spell=spell)]
 
 
 def model_cards(
-    server_url: str, api_key: str | None = None, *, key_flag: str = "--api-key"
+    server_url: str, api_key: str | None = None, *, spell: Spell = as_flag
 ) -> list[ModelCard]:
     """The models an OpenAI-compatible server lists at `/v1/models`, asked with `api_key` (what
     the client sends on inference requests); ValueError saying why when it cannot be asked
     (down, no such route, an answer that is no model list), `ModelsUnauthorized` for a 401 or
-    403 naming `key_flag`, the command's API-key flag."""
+    403 naming the API-key setting as `spell` gives it."""
     import httpx
 
     url = _models_url(server_url)
@@ -152,7 +188,7 @@ def model_cards(
     try:
         response = httpx.get(url, headers=headers, timeout=30)
         if response.status_code in (401, 403):
-            raise ModelsUnauthorized(_unauthorized(url, response, api_key, key_flag))
+            raise ModelsUnauthorized(_unauthorized(url, response, api_key, spell))
         response.raise_for_status()
         return [
             ModelCard(id=str(card["id"]), owned_by=card.get("owned_by"))
@@ -163,22 +199,24 @@ def model_cards(
     except (httpx.HTTPError, KeyError, TypeError, AttributeError, ValueError) as e:
         raise ValueError(
             f"could not ask {url} which model it serves ({type(e).__name__}: {e}); is the "
-            "server up (`ludic serve --model DIR --port PORT`, or vLLM)? Or name the model "
-            "(--served-model)"
+            f"server up (`ludic serve --model DIR --port PORT`, or vLLM)? Or name the model "
+            f"({spell('--served-model')})"
         ) from e
 
 
-def _unauthorized(url: str, response: Any, api_key: str | None, key_flag: str) -> str:
+def _unauthorized(url: str, response: Any, api_key: str | None, spell: Spell) -> str:
     refused = (
         f"the server at {url} answers {response.status_code} {response.reason_phrase}: it wants "
         f"an API key on its OpenAI routes (vLLM --api-key)"
     )
-    if api_key is None:  # nor would the command's inference requests: every episode would fail
+    key = spell("--api-key")
+    if api_key is None:  # nor would the inference requests: every episode would fail
+        sender = "this command" if spell is as_flag else "the client"
         return (
-            f"{refused} and got none: pass the server's key with {key_flag} (without it this "
-            "command sends none on its inference requests; a control token is not one)"
+            f"{refused} and got none: pass the server's key with {key} (without it {sender} "
+            "sends none on its inference requests; a control token is not one)"
         )
-    return f"{refused} and refused the one {key_flag} gives: pass the server's key"
+    return f"{refused} and refused the one {key} gives: pass the server's key"
 
 
 def _models_url(server_url: str) -> str:
