@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from ludic.distributed.push_backend import device_identity, push_backend
+from ludic.recipes.inference import Spell, as_argument, as_flag
 
 ON_GPU0 = {"device": "cuda:0", "device_uuid": "GPU-aaaa"}
 ON_GPU1 = {"device": "cuda:1", "device_uuid": "GPU-bbbb"}
@@ -36,6 +37,40 @@ def test_a_server_on_the_trainers_gpu_gets_gloo_and_the_reason() -> None:
     )
     assert backend == "gloo"
     assert why is not None and "http://b" in why and "one GPU" in why and "GPU-aaaa" in why
+
+
+def test_the_same_gpu_reason_names_no_commands_flag_by_default() -> None:
+    """It said "drop --server-url" also to a Python caller, who never passed that flag."""
+    _, why = push_backend("cuda:0", {"http://b": ON_GPU0}, trainer_uuid="GPU-aaaa")
+    assert why is not None and "drop the server URL to serve from the trainer's process" in why
+    assert "--server-url" not in why
+
+
+@pytest.mark.parametrize(
+    ("spell", "words"), [(as_argument, "drop server_url= to"), (as_flag, "drop --server-url to")]
+)
+def test_make_inferences_reason_names_the_server_setting_as_its_caller_gave_it(
+    spell: Spell, words: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`push_backend_for` as `make_inference` calls it, with its `spell` (`as_argument` from
+    Python, `as_flag` from a command), against a server on the trainer's own GPU (faked: the
+    choice is made before any tensor moves, so no GPU is needed)."""
+    import httpx
+    import torch
+
+    import ludic.distributed.push_backend as backends
+    from ludic.recipes import inference
+
+    reply = httpx.Response(200, json=ON_GPU0, request=httpx.Request("GET", "http://srv"))
+    monkeypatch.setattr(httpx, "get", lambda url, **kwargs: reply)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(backends, "gpu_uuid", lambda device: "GPU-aaaa")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert inference.push_backend_for(["http://srv"], "t", "cuda:0", spell=spell) == "gloo"
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and "on the trainer's GPU (GPU-aaaa)" in said[0], said
+    assert words in said[0], said
 
 
 def test_a_server_on_the_cpu_gets_gloo_and_the_reason() -> None:

@@ -38,10 +38,13 @@ def push_backend(
     server_statuses: Mapping[str, Mapping[str, Any]],
     *,
     trainer_uuid: str | None = None,
+    server_setting: str = "the server URL",
 ) -> tuple[Backend, str | None]:
     """The backend for a push from `trainer_device` to servers whose weight-sync statuses are
     `server_statuses` (url -> status), and why it is not NCCL where the trainer is on a GPU
-    (None when there is nothing to say). `trainer_uuid` defaults to the device's own UUID."""
+    (None when there is nothing to say). `trainer_uuid` defaults to the device's own UUID;
+    `server_setting` is how the reason names the setting that points the trainer at servers,
+    as the caller's user gave it (`--server-url` for a command, `server_url=` from Python)."""
     device = torch.device(trainer_device)
     if device.type != "cuda":
         return "gloo", None
@@ -61,6 +64,6 @@ def push_backend(
                 f"server {url} is on the trainer's GPU ({trainer_uuid}) and NCCL cannot join "
                 "two processes on one GPU: weights go over gloo through host memory (slower; "
                 "start the server on another GPU, e.g. CUDA_VISIBLE_DEVICES=1, for NCCL, or "
-                "drop --server-url to serve from the trainer's process)"
+                f"drop {server_setting} to serve from the trainer's process)"
             )
     return "nccl", None

@@ -241,7 +241,7 @@ def make_inference(
 
     # asked as the client asks, with the API key (the control token is not one)
     name = served_model_for(urls, served_model, api_key, spell=spell)  # not one 404 per episode
-    backend = push_backend_for(urls, server_token, device)
+    backend = push_backend_for(urls, server_token, device, spell=spell)
     publisher = BroadcastPolicyPublisher(
         urls, server_token, backend=backend, probe_model=model, server_ranks=server_ranks
     )
@@ -320,10 +320,13 @@ def server_push_token(
     return token
 
 
-def push_backend_for(urls: Sequence[str], token: str, device: str) -> Literal["gloo", "nccl"]:
+def push_backend_for(
+    urls: Sequence[str], token: str, device: str, *, spell: Spell = as_flag
+) -> Literal["gloo", "nccl"]:
     """NCCL from a CUDA trainer, unless a server's weight-sync status says it serves on the CPU
-    or on the trainer's own GPU (NCCL cannot join those): then gloo, and a warning saying why.
-    A server whose status cannot be read keeps NCCL (the push then reports what is wrong)."""
+    or on the trainer's own GPU (NCCL cannot join those): then gloo, and a warning saying why
+    (naming the server setting as `spell` gives it). A server whose status cannot be read keeps
+    NCCL (the push then reports what is wrong)."""
     if not device.startswith("cuda"):
         return "gloo"
     import httpx
@@ -339,7 +342,7 @@ def push_backend_for(urls: Sequence[str], token: str, device: str) -> Literal["g
             statuses[url] = reply.json()
         except (httpx.HTTPError, ValueError):
             continue
-    backend, why = push_backend(device, statuses)
+    backend, why = push_backend(device, statuses, server_setting=spell("--server-url"))
     if why:
         warnings.warn(why, stacklevel=2)
     return backend
