@@ -15,6 +15,7 @@ import pytest
 
 from ludic.agents import Agent
 from ludic.envs.adapters.verifiers import VerifiersEnv
+from ludic.errors import is_refusal
 from ludic.eval.env_spec import resolve_env_factory
 from ludic.inference import ScriptedClient
 from ludic.interaction import SingleAgentProtocol
@@ -107,8 +108,13 @@ def test_cli_resolves_verifiers_tasksets_without_a_ludic_parser() -> None:
 
 
 def test_an_unknown_taskset_is_a_clear_error() -> None:
-    with pytest.raises(ModuleNotFoundError, match="taskset 'no_such_taskset' not found"):
+    with pytest.raises(ValueError, match="taskset 'no_such_taskset' not found") as caught:
         resolve_env_factory("verifiers:no_such_taskset")
+    assert "pip install it" in str(caught.value)
+    assert is_refusal(caught.value)  # `ludic train` prints one error line, not a traceback
+    # a taskset that is there but fails to import one of its own dependencies is its bug
+    with pytest.raises(ModuleNotFoundError, match="vf_broken_import_taskset"):
+        resolve_env_factory("verifiers:vf_broken_import_taskset")
 
 
 async def test_a_failing_verifiers_scorer_fails_the_episode_with_its_error() -> None:

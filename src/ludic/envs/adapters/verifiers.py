@@ -378,10 +378,25 @@ def _read_tasks(taskset: Any, name: str, num_tasks: int | None) -> list[Any]:
 def env_spec(taskset: str) -> EnvSpec:
     """The registry entry for `verifiers:TASKSET` (no parser: verifiers parses the reply)."""
     vf = _vf()
-    vf.taskset_config_type(taskset)  # a missing or malformed package fails here, with its message
+    try:
+        vf.taskset_config_type(taskset)  # a missing or malformed package fails here
+    except ModuleNotFoundError as e:
+        if not _is_the_taskset(e.__cause__, taskset):
+            raise  # the package exists but one of its own imports is missing: its traceback
+        raise ValueError(
+            f"{e} Install the environment package into this Python (pip install it), or run "
+            "from the folder that holds it (the working directory is importable)"
+        ) from e
     return EnvSpec(
         name=f"verifiers:{taskset}",
         factory=lambda **kwargs: VerifiersEnv(taskset, **kwargs),
         parser=None,
         description=f"verifiers environment {taskset}",
     )
+
+
+def _is_the_taskset(cause: BaseException | None, taskset: str) -> bool:
+    """Whether verifiers' "not found" came from the taskset module itself being absent (its
+    loader imports `owner/name@version` as `name`, dashes as underscores)."""
+    module = taskset.rsplit("/", 1)[-1].split("@", 1)[0].replace("-", "_").lower()
+    return isinstance(cause, ModuleNotFoundError) and cause.name == module
