@@ -24,6 +24,7 @@ from typing import Any
 
 from ludic.recipes.configs import RESUME_LATEST, SFTConfig
 from ludic.recipes.count_checks import check_lr
+from ludic.recipes.resume_refusal import no_checkpoint_message
 from ludic.recipes.training import (
     SETTINGS_KEYS,
     check_run_dir,
@@ -123,7 +124,7 @@ def resume_sft(trainer: Trainer, source: OfflineBatchSource, cfg: SFTConfig) -> 
         _check_left(trainer, source, cfg)
     except FileNotFoundError as e:
         trainer.close()
-        raise FileNotFoundError(f"--resume: {e}; run without --resume to start a new run") from e
+        raise FileNotFoundError(no_checkpoint_message(str(e), cfg.out_dir)) from e
     except LRScheduleMismatchError as e:
         trainer.close()
         old = e.changes.get("lr", (None, None))[0]

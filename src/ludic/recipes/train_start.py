@@ -28,6 +28,7 @@ from ludic.errors import LudicUsageError
 from ludic.inference.http.server_wait import wait_for_servers
 from ludic.recipes.configs import RESUME_LATEST, TrainConfig
 from ludic.recipes.inference import server_urls
+from ludic.recipes.resume_refusal import no_checkpoint_message
 from ludic.training import Trainer
 from ludic.training.lr_resume import LRScheduleMismatchError
 
@@ -57,7 +58,7 @@ def _resume(trainer: Trainer, cfg: TrainConfig, console: Console) -> None:
         trainer.resume(path, override_lr_schedule=cfg.override_lr_schedule)
     except FileNotFoundError as e:
         trainer.close()
-        raise FileNotFoundError(f"--resume: {e}; run without --resume to start a new run") from e
+        raise FileNotFoundError(no_checkpoint_message(str(e), cfg.out_dir)) from e
     except LRScheduleMismatchError as e:
         trainer.close()
         raise ValueError(_lr_mismatch_message(e, cfg)) from e

@@ -1,0 +1,24 @@
+"""What `ludic train` and `ludic sft` say when `--resume` finds no checkpoint to continue: how
+to start a new run instead. Running without `--resume` is that way only when OUT_DIR holds no
+complete checkpoint (damaged ones included), since `check_run_dir` refuses such an OUT_DIR.
+
+It does not decide which checkpoint is usable (`CheckpointManager.resolve` does)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ludic.recipes.training import CHECKPOINTS_DIR
+from ludic.training.checkpoint import complete_checkpoints
+
+
+def no_checkpoint_message(reason: str, out_dir: Path) -> str:
+    """The refusal of a `--resume` that found no checkpoint to continue (`reason`, the loader's
+    words), naming how to start a new run from this OUT_DIR."""
+    if complete_checkpoints(out_dir / CHECKPOINTS_DIR):
+        return (
+            f"--resume: {reason}; to start a new run, pass another --out-dir (or delete "
+            f"{out_dir}): without --resume, {out_dir} is refused too, as it holds these "
+            "checkpoints"
+        )
+    return f"--resume: {reason}; run without --resume to start a new run"
