@@ -66,6 +66,11 @@ def test_the_lr_follows_the_schedule_and_survives_resume(tmp_path: Path) -> None
         (["--min-lr-ratio", "1.5"], "--min-lr-ratio must be in"),
         (["--warmup-steps", "-1"], "--warmup-steps must be >= 0"),
         (["--schedule-steps", "0"], "--schedule-steps optimizer steps, which must be >= 1"),
+        (["--steps", "8", "--warmup-steps", "10"], "--warmup-steps 10 until --schedule-steps 8"),
+        (
+            ["--schedule-steps", "4", "--warmup-steps", "4"],
+            "--warmup-steps 4 until --schedule-steps 4",
+        ),
     ],
 )
 def test_bad_schedule_settings_are_refused_naming_the_flag(

@@ -134,6 +134,13 @@ def check_lr_schedule(
             f"--lr-schedule {lr_schedule} decays over --schedule-steps optimizer steps, which "
             f"must be >= 1 (got {schedule_steps}); ludic train defaults it to --steps"
         )
+    if lr_schedule != "constant" and schedule_steps is not None and warmup_steps >= schedule_steps:
+        raise ValueError(
+            f"--lr-schedule {lr_schedule} decays after --warmup-steps {warmup_steps} until "
+            f"--schedule-steps {schedule_steps} (default: --steps), which leaves nothing to decay "
+            f"over: give a --schedule-steps (or --steps) larger than --warmup-steps, or a shorter "
+            f"warmup"
+        )
 
 
 def refuse_earlier_checkpoints(out_dir: Path, *, fix: str) -> None:
