@@ -53,7 +53,12 @@ from ludic.recipes.configs import (
     suggested_context,
 )
 from ludic.recipes.context_overflow import ContextOverflowWatch, quiet_repeated_overflow_lines
-from ludic.recipes.inference import check_api_key, check_prepacked_gemm, server_push_token
+from ludic.recipes.inference import (
+    as_flag,
+    check_api_key,
+    check_prepacked_gemm,
+    server_push_token,
+)
 from ludic.recipes.run_lock import (
     LUDIC_RUN,
     RUN_LOCK,
@@ -243,6 +248,7 @@ async def _train(
         batch_invariant=cfg.batch_invariant,
         prepacked_gemm=cfg.prepacked_gemm and server is None,  # else the server packs
         server_ranks=cfg.server_ranks,
+        spell=as_flag,  # its refusals (--served-model, --api-key) name this command's flags
     )
     prefetch: PrefetchBatchSource | None = None
     first_batch: int | None = None  # the batch index this process draws first
