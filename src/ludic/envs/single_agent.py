@@ -57,8 +57,9 @@ class SingleAgentEnv(LudicEnv):
 
         `seed` picks the problem: the same seed must give the same start (GRPO compares the
         members of a group on one problem; eval's pass@k uses seeds seed, seed+1, ...). None:
-        any problem. The observation is the agent's first user message; `info` is a JSON dict
-        recorded with the rollout. May be `async def`.
+        any problem. The observation is the agent's first user message; `info` is a dict
+        handed to the agent's context strategy (`on_env_reset`), not recorded in the rollout
+        (put what a record needs in the first step's info). May be `async def`.
         """
 
     @abstractmethod
