@@ -17,6 +17,7 @@ import pytest
 from ludic.agents import Agent
 from ludic.envs.adapters.openenv import OpenEnvEnv
 from ludic.envs.registry import adapter_spec
+from ludic.errors import is_refusal
 from ludic.inference import ScriptedClient
 from ludic.interaction import SingleAgentProtocol
 
@@ -103,6 +104,14 @@ def test_ambiguous_actions_and_wrong_envs_are_clear_errors() -> None:
 def test_cli_resolves_an_environment_class() -> None:
     spec = adapter_spec(f"openenv:{__name__}:GuessWordEnvironment")
     assert spec is not None and isinstance(spec(), OpenEnvEnv)
+
+
+def test_a_missing_environment_module_or_class_is_refused_naming_it() -> None:
+    with pytest.raises(ValueError, match=r"cannot import module 'no_such_pkg\.server'") as caught:
+        adapter_spec("openenv:no_such_pkg.server:MyEnvironment")
+    assert is_refusal(caught.value)  # `ludic train` prints one error line, not a traceback
+    with pytest.raises(ValueError, match=f"module '{__name__}' has no attribute 'NoSuchEnv'"):
+        adapter_spec(f"openenv:{__name__}:NoSuchEnv")
 
 
 def test_missing_openenv_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -177,7 +177,7 @@ def env_spec(target: str) -> EnvSpec:
                 f"openenv:{target} is neither a server URL (openenv:http://localhost:8000) nor "
                 "an Environment class (openenv:my_package.server:MyEnvironment)"
             )
-        env_class = getattr(importlib.import_module(module_name), attr)
+        env_class = _import_class(target, module_name, attr)
         adapter_keys = ("action_field", "action_type", "observation_field", "system_prompt")
 
         def factory(**kwargs: Any) -> OpenEnvEnv:
@@ -190,3 +190,22 @@ def env_spec(target: str) -> EnvSpec:
         parser=None,
         description=f"OpenEnv environment {target}",
     )
+
+
+def _import_class(target: str, module_name: str, attr: str) -> Any:
+    """The Environment class `openenv:module:Class` names; a module that is not there or a
+    name it lacks is refused naming both (an import error inside the module keeps its
+    traceback: a bug of that package)."""
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as e:
+        if e.name is None or not (module_name + ".").startswith(e.name + "."):
+            raise
+        raise ValueError(
+            f"openenv:{target}: cannot import module {module_name!r} ({e}); install the package "
+            "that holds the Environment, or run from the folder that holds it (the working "
+            "directory is importable)"
+        ) from e
+    if not hasattr(module, attr):
+        raise ValueError(f"openenv:{target}: module {module_name!r} has no attribute {attr!r}")
+    return getattr(module, attr)
