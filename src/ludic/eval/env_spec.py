@@ -9,6 +9,7 @@ bug in the env's code), with a note naming `--env`.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import importlib
 import inspect
 import json
@@ -65,7 +66,12 @@ def resolve_env_factory(name: str) -> EnvFactory:
     if (spec := adapter_spec(name)) is not None:
         return spec
     if ":" in name:
-        factory = import_object(name)
+        try:
+            factory = import_object(name)
+        except ValueError as e:
+            if not (hint := _adapter_prefix_hint(name)):
+                raise
+            raise ValueError(f"{e}. {hint}") from e
     else:
         registry = _builtin_envs()
         if name not in registry:
@@ -77,6 +83,25 @@ def resolve_env_factory(name: str) -> EnvFactory:
     if not callable(factory):
         raise ValueError(f"env {name!r} resolves to {factory!r}, which is not callable")
     return factory  # type: ignore[no-any-return]
+
+
+def _adapter_prefix_hint(name: str) -> str:
+    """For `gym:FrozenLake-v1` or `reasoning-gym:countdown` (no such module): the adapter
+    prefix it most likely meant, since a failed import alone does not say it."""
+    from ludic.envs.registry import ADAPTER_PREFIXES
+
+    prefix, _, target = name.partition(":")
+    norm = prefix.replace("-", "_").lower()
+    close = [
+        p for p in ADAPTER_PREFIXES if len(norm) >= 3 and (p.startswith(norm) or norm.startswith(p))
+    ]
+    close = close or difflib.get_close_matches(norm, ADAPTER_PREFIXES, n=1, cutoff=0.75)
+    if not close or close[0] == prefix:
+        return ""
+    return (
+        f"Did you mean the {close[0]} adapter: --env {close[0]}:{target}? (adapter prefixes: "
+        f"{', '.join(ADAPTER_PREFIXES)})"
+    )
 
 
 def resolve_parser(
