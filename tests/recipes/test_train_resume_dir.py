@@ -114,3 +114,25 @@ def test_only_a_resume_older_than_the_out_dirs_checkpoints_is_refused(tmp_path: 
     (own / "step_00000005").mkdir()  # a partial save: no resume picks it
     for fine in (RESUME_LATEST, str(own), str(own / "step_00000004"), str(newer), None):
         check(fine)
+
+
+def test_a_damaged_newer_checkpoint_does_not_block_resuming_an_earlier_one(
+    tmp_path: Path,
+) -> None:
+    """`--resume step_3` where step 3 is damaged is refused naming step 2; `--resume step_2`
+    was then refused too, because the damaged step 3 is newer ("a later --resume would pick
+    it", which it would not: a bare --resume sets it aside). Only an intact newer one blocks."""
+    from ludic.training.checkpoint_manifest import write_manifest
+
+    root = tmp_path / "run" / "checkpoints"
+    for step in (2, 3):
+        path = root / f"step_{step:08d}"
+        path.mkdir(parents=True)
+        (path / "state.json").write_text(json.dumps({"step": step}))
+        write_manifest(path, step)
+    weights = root / "step_00000003" / "state.json"
+    weights.write_text(weights.read_text()[:-1])  # truncated after its save: damaged
+    check_resume_dir(tmp_path / "run", str(root / "step_00000002"))
+    weights.write_text(json.dumps({"step": 3}))  # intact again: it blocks
+    with pytest.raises(FileExistsError, match=r"holds newer checkpoints \(step_00000003\)"):
+        check_resume_dir(tmp_path / "run", str(root / "step_00000002"))

@@ -46,8 +46,10 @@ from ludic.training.checkpoint import (
     complete_checkpoints,
     is_checkpoint_root,
 )
+from ludic.training.checkpoint_manifest import check_files
 from ludic.training.config import DType
 from ludic.training.schedule import LR_SCHEDULES, LRSchedule
+from ludic.training.weights_io import CorruptCheckpointError
 
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINTS_DIR = "checkpoints"
@@ -180,12 +182,14 @@ def check_run_dir(out_dir: Path, resume: str | None) -> None:
 def check_resume_dir(out_dir: Path, resume: str | None) -> None:
     """Refuse `--resume PATH` whose checkpoint is older than complete ones in OUT_DIR (another
     run's, or the stretch this resume discards): this run's saves would land among them,
-    retention would keep those, and a later `--resume` would pick them. A bare `--resume`
-    takes OUT_DIR's newest, so it never is; no `--resume` is not checked here."""
+    retention would keep those, and a later `--resume` would pick them. A damaged newer one
+    (its files do not match its manifest) is no such step: a later bare `--resume` sets it
+    aside, and this run's save of that step replaces it. A bare `--resume` takes OUT_DIR's
+    newest, so it never is; no `--resume` is not checked here."""
     if resume in (None, RESUME_LATEST) or (step := checkpoint_step(resume)) is None:
         return
     root = out_dir / CHECKPOINTS_DIR
-    stale = checkpoints_after(root, step)
+    stale = [p for p in checkpoints_after(root, step) if _intact(p)]
     if stale:
         names = ", ".join(p.name for p in stale)
         raise FileExistsError(
@@ -195,6 +199,15 @@ def check_resume_dir(out_dir: Path, resume: str | None) -> None:
             f"(rm -r {' '.join(str(p) for p in stale)}) to continue from step {step} here, "
             f"or pass another --out-dir."
         )
+
+
+def _intact(checkpoint: Path) -> bool:
+    """Whether a later `--resume` would load `checkpoint`: every file matches its manifest."""
+    try:
+        check_files(checkpoint)
+    except CorruptCheckpointError:
+        return False
+    return True
 
 
 def resume_target(out_dir: Path, resume: str | None) -> Path | None:
