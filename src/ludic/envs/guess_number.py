@@ -11,6 +11,7 @@ import random
 import re
 from collections.abc import Hashable
 
+from ludic.envs.arg_types import checked_arguments
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.types import Info, StepOutcome
 
@@ -26,6 +27,7 @@ class GuessNumberEnv(SingleAgentEnv):
 
     inline_sync_calls = True  # pure and fast: no thread hop (see LudicEnv)
 
+    @checked_arguments
     def __init__(
         self, *, max_number: int = 16, success_reward: float = 1.0, step_penalty: float = 0.0
     ) -> None:

@@ -11,6 +11,7 @@ import random
 from collections import deque
 from collections.abc import Hashable
 
+from ludic.envs.arg_types import checked_arguments
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.types import Info, StepOutcome
 
@@ -89,6 +90,7 @@ class KeyDoorGridEnv(SingleAgentEnv):
 
     system_prompt = SYSTEM_PROMPT
 
+    @checked_arguments
     def __init__(
         self,
         *,

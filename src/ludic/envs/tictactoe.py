@@ -12,6 +12,7 @@ import re
 from collections.abc import Hashable
 from typing import Literal
 
+from ludic.envs.arg_types import checked_arguments
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.envs.tictactoe_solver import (
     EMPTY,
@@ -108,6 +109,7 @@ class TicTacToeEnv(SingleAgentEnv):
     system_prompt = SYSTEM_PROMPT
     suggested_context = "latest"  # each observation shows the whole board (`ludic train`)
 
+    @checked_arguments
     def __init__(
         self,
         *,
