@@ -147,7 +147,8 @@ def declared_parser(
 
 def check_env_kwargs(env_factory: EnvFactory, env_kwargs: dict[str, Any]) -> None:
     """Refuse `--env-kwargs` that the env factory's signature cannot take (an unknown or a
-    missing keyword), naming the factory and the keywords it takes, before anything is built.
+    missing keyword, or a value its annotation refuses: `"0.2"` for a float, see
+    `ludic.envs.arg_types`), naming the factory and the fix, before anything is built.
     A factory whose signature cannot be read, or that takes `**kwargs`, is not checked here."""
     from ludic.envs.registry import EnvSpec
 
@@ -176,6 +177,32 @@ def check_env_kwargs(env_factory: EnvFactory, env_kwargs: dict[str, Any]) -> Non
             f"--env-kwargs {given} does not fit env {_factory_name(env_factory)!r}: {e}; it "
             f"takes {takes_text}{fix}"
         ) from None
+    _check_env_kwarg_types(env_factory, target, env_kwargs)
+
+
+def _check_env_kwarg_types(
+    env_factory: EnvFactory, target: Callable[..., Any], env_kwargs: dict[str, Any]
+) -> None:
+    """Refuse the first `--env-kwargs` value whose type the factory's annotation refuses,
+    naming the env, the key, the value, the type wanted and the corrected flag."""
+    from ludic.envs.arg_types import corrected, describe, mismatches
+
+    wrong = mismatches(target, env_kwargs)
+    if not wrong:
+        return
+    key, annotation = wrong[0]
+    value = env_kwargs[key]
+    fix = corrected(value, annotation)
+    if fix is not None:  # "0.2" -> 0.2: the same flag without the quotes
+        flag = json.dumps({**env_kwargs, key: fix})
+        how = f"write it without quotes: --env-kwargs '{flag}'"
+    else:
+        null = " (None is null in JSON)" if "None" in describe(annotation) else ""
+        how = f"pass {describe(annotation)} for {json.dumps(key)} in --env-kwargs{null}"
+    raise ValueError(
+        f"--env-kwargs: env {_factory_name(env_factory)!r} takes {key!r} as "
+        f"{describe(annotation)}, got {json.dumps(value)} ({type(value).__name__}); {how}"
+    )
 
 
 def _factory_name(env_factory: EnvFactory) -> str:
