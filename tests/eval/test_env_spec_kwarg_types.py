@@ -92,3 +92,9 @@ def test_a_user_factory_is_checked_by_its_annotations_unless_it_has_none_or_take
         check_env_kwargs(user_env, {"sizes": ["3"]})
     check_env_kwargs(open_env, {"size": "3"})  # **kwargs: what it passes them to decides
     check_env_kwargs(bare_env, {"size": "3"})  # no annotation: nothing to check against
+
+
+def test_a_value_json_cannot_write_is_named_by_its_repr() -> None:
+    """with_env also takes kwargs from Python, which may hold what JSON cannot write."""
+    with pytest.raises(ValueError, match=r"got \"PosixPath\('3'\)\" \(PosixPath\)"):
+        check_env_kwargs(resolve_env_factory("guess_number"), {"max_number": Path("3")})

@@ -194,14 +194,15 @@ def _check_env_kwarg_types(
     value = env_kwargs[key]
     fix = corrected(value, annotation)
     if fix is not None:  # "0.2" -> 0.2: the same flag without the quotes
-        flag = json.dumps({**env_kwargs, key: fix})
+        flag = json.dumps({**env_kwargs, key: fix}, default=repr)
         how = f"write it without quotes: --env-kwargs '{flag}'"
     else:
         null = " (None is null in JSON)" if "None" in describe(annotation) else ""
         how = f"pass {describe(annotation)} for {json.dumps(key)} in --env-kwargs{null}"
     raise ValueError(
         f"--env-kwargs: env {_factory_name(env_factory)!r} takes {key!r} as "
-        f"{describe(annotation)}, got {json.dumps(value)} ({type(value).__name__}); {how}"
+        f"{describe(annotation)}, got {json.dumps(value, default=repr)} ({type(value).__name__}); "
+        f"{how}"
     )
 
 
