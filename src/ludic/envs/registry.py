@@ -135,9 +135,20 @@ _EXAMPLES = {
 }
 
 
+def _check_name(name: object, function: str) -> None:
+    """Refuse a `name` that is not a string (None, an env class) naming what to pass."""
+    if not isinstance(name, str):
+        raise TypeError(
+            f"{function} takes an env's name as a str: a built-in env (one of "
+            f"{sorted(BUILTIN_ENVS)}) or 'PREFIX:TARGET' (e.g. 'gymnasium:FrozenLake-v1'), "
+            f"got {name!r} ({type(name).__name__})"
+        )
+
+
 def make_env(name: str, **kwargs: Any) -> LudicEnv:
     """Build the built-in (or `PREFIX:TARGET` ecosystem) env `name` with `kwargs`; KeyError
-    listing the names if unknown."""
+    listing the names if unknown, TypeError if `name` is not a str."""
+    _check_name(name, "make_env")
     if (spec := adapter_spec(name)) is not None:
         return spec(**kwargs)
     if name not in BUILTIN_ENVS:
@@ -146,7 +157,9 @@ def make_env(name: str, **kwargs: Any) -> LudicEnv:
 
 
 def env_parser(name: str) -> Parser | None:
-    """The parser suggested for built-in env `name` (None: use the completion as the action)."""
+    """The parser suggested for built-in env `name` (None: use the completion as the action);
+    KeyError listing the names if unknown, TypeError if `name` is not a str."""
+    _check_name(name, "env_parser")
     if (spec := adapter_spec(name)) is not None:
         return spec.parser
     if name not in BUILTIN_ENVS:
