@@ -1,7 +1,7 @@
 """`ludic train --parser auto` notes when the env declares no parser (the whole reply becomes
 the action), and only then: an env class with a `parser`, or a registry entry that declares the
 identity parser on purpose (TextArena: the reply is the move), gets no such note. The note is
-printed before the sampling flags are checked, so a bad --top-p ends each run early."""
+printed before the model loads, so a --model that does not exist ends each run early."""
 
 from __future__ import annotations
 
@@ -37,10 +37,10 @@ def make_tagged() -> Tagged:
 
 
 def _printed(env: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> str:
-    with pytest.raises(ValueError, match="top-p"):
-        ludic_main(
-            ["train", "--no-progress", "--out-dir", str(tmp_path), "--env", env, "--top-p", "5"]
-        )
+    model = str(tmp_path / "no_model")
+    with pytest.raises(FileNotFoundError, match="no model directory"):
+        args = ["--out-dir", str(tmp_path / "run"), "--env", env, "--model", model]
+        ludic_main(["train", "--no-progress", *args])
     return capsys.readouterr().out
 
 
