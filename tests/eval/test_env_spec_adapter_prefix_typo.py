@@ -1,7 +1,10 @@
-"""`--env gym:FrozenLake-v1` (no module `gym`) names the adapter prefix it most likely meant,
-instead of only the failed import of a module called `gym`."""
+"""`--env gym:FrozenLake-v1` (no module `gym`) names the adapter prefix it most likely meant, and
+`--env lights:LightEnv` the name in the module it most likely meant,
+instead of only "cannot import module 'gym'" or "has no attribute 'LightEnv'"."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -28,3 +31,18 @@ def test_an_unrelated_missing_module_gets_no_adapter_hint(name: str) -> None:
     with pytest.raises(ValueError, match="cannot import module") as caught:
         resolve_env_factory(name)
     assert "adapter" not in str(caught.value)
+
+
+def test_a_misspelt_name_in_the_module_names_the_closest_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "lamps_env.py").write_text("class LightsEnv:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError) as caught:
+        resolve_env_factory("lamps_env:LightEnv")
+    assert str(caught.value) == (
+        "module 'lamps_env' has no attribute 'LightEnv'; did you mean 'LightsEnv'?"
+    )
+    with pytest.raises(ValueError) as unrelated:
+        resolve_env_factory("lamps_env:Zzz")
+    assert str(unrelated.value) == "module 'lamps_env' has no attribute 'Zzz'"

@@ -40,7 +40,9 @@ def import_object(spec: str) -> Any:
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None
+            close = difflib.get_close_matches(part, [n for n in dir(obj) if n[:1] != "_"], n=1)
+            meant = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"module {module_name!r} has no attribute {attr!r}{meant}") from None
     return obj
 
 
