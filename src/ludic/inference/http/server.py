@@ -99,17 +99,13 @@ def create_app(
     app.add_middleware(_VersionHeader, engine=engine)
 
     @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-        )
-        return JSONResponse(error_body(400, f"invalid request: {problems}"), status_code=400)
+    async def _invalid(http: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(error_body(400, _invalid_message(http, exc)), status_code=400)
 
     @app.exception_handler(HTTPException)
     async def _http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        return JSONResponse(
-            error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code
-        )
+        detail = _unparsable_body(exc) or str(exc.detail)
+        return JSONResponse(error_body(exc.status_code, detail), status_code=exc.status_code)
 
     async def generate(
         http: Request,
@@ -337,6 +333,49 @@ async def _disconnected(http: Request) -> None:
     """Returns when the client has gone (the body is read: what arrives next is the end)."""
     while (await http.receive())["type"] != "http.disconnect":
         pass
+
+
+def _invalid_message(http: Request, exc: RequestValidationError) -> str:
+    """What is wrong with a request FastAPI could not validate, and the fix: a body that is
+    not JSON or not sent as JSON is named as such, not as a field error at 'body.28'."""
+    errors = exc.errors()
+    if errors and errors[0].get("type") == "json_invalid":
+        error = errors[0]
+        reason = (error.get("ctx") or {}).get("error", error["msg"])
+        return (
+            f"the body is not valid JSON ({reason} at character {error['loc'][-1]}); send one "
+            "JSON object"
+        )
+    content_type = http.headers.get("content-type")
+    if content_type and not _is_json(content_type) and any(e["loc"] == ("body",) for e in errors):
+        return (
+            f"the body was sent as Content-Type {content_type!r}, which this endpoint does not "
+            "read: send it as JSON with Content-Type: application/json"
+        )
+    problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errors)
+    return f"invalid request: {problems}"
+
+
+def _is_json(content_type: str) -> bool:
+    kind = content_type.split(";", 1)[0].strip().lower()
+    return kind == "application/json" or (
+        kind.startswith("application/") and kind.endswith("+json")
+    )
+
+
+def _unparsable_body(exc: HTTPException) -> str | None:
+    """FastAPI's 'There was an error parsing the body' said neither what nor the fix: a body
+    that is not UTF-8, or JSON nested past the parser's recursion limit."""
+    cause = exc.__cause__
+    if isinstance(cause, UnicodeDecodeError):
+        bad = cause.object[cause.start : cause.start + 1]
+        return (
+            f"the body is not UTF-8 (byte 0x{bad.hex()} at position {cause.start}); send JSON "
+            "encoded as UTF-8 (\\u escapes for other characters)"
+        )
+    if isinstance(cause, RecursionError):
+        return "the body's JSON nests too deep to parse; send a flatter JSON object"
+    return None
 
 
 def _failure_status(error: RuntimeError) -> int:
