@@ -157,6 +157,8 @@ class WeightManifest:
             raise ManifestError(f"malformed weight manifest ({type(e).__name__}: {e})") from e
         if not isinstance(version, int) or isinstance(version, bool) or version < 0:
             raise ManifestError(f"manifest version must be an int >= 0, got {version!r}")
+        if version >= 2**63:
+            raise ManifestError(f"manifest version must be below 2**63, got {version!r}")
         for key, flag in (("full", full), ("checksums", wants_checksums)):
             if not isinstance(flag, bool):
                 raise ManifestError(f"manifest {key!r} must be a bool, got {flag!r}")

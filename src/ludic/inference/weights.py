@@ -50,6 +50,11 @@ def check_policy_version(version: object) -> None:
             f"update_weights: version must be an int >= 0 (or left out: the old one plus one), "
             f"got {version!r}"
         )
+    if version >= 2**63:
+        raise ValueError(
+            f"update_weights: version must be below 2**63 (samples carry it as an int64), "
+            f"got {version!r}"
+        )
 
 
 @torch.no_grad()

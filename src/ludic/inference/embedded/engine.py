@@ -77,6 +77,8 @@ def _check_start_version(version: object) -> None:
     `ludic serve --policy-version` and every push require."""
     if isinstance(version, bool) or not isinstance(version, int) or version < 0:
         raise ValueError(f"policy_version must be an int >= 0, got {version!r}")
+    if version >= 2**63:
+        raise ValueError(f"policy_version must be below 2**63 (an int64), got {version!r}")
 
 
 class EmbeddedEngine:
