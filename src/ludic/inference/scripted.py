@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 
 from ludic.inference.client import ChatRequest, ChatResponse
+from ludic.inference.unicode_check import check_text
 from ludic.types import Message
 
 IM_START = 256
@@ -24,6 +25,13 @@ ReplyFn = Callable[[Sequence[Message]], Reply]
 
 def encode_text(text: str) -> list[int]:
     return list(text.encode("utf-8"))
+
+
+def _reply_ids(text: str) -> list[int]:
+    """A reply's byte ids. A lone surrogate (an OpenAI-compatible server's JSON reply can hold
+    one, as a `\\ud800` escape) is written as its three "surrogatepass" bytes: the ids decode
+    to replacement characters, not to the text, as a real server's ids would."""
+    return list(text.encode("utf-8", "surrogatepass"))
 
 
 def render_chatml_ids(messages: Sequence[Message], add_generation_prompt: bool = True) -> list[int]:
@@ -66,7 +74,10 @@ class ScriptedClient:
 
     A reply may be `(text, "length")` to simulate a completion cut off by max_tokens.
     Logprobs are a deterministic function of the tokens so tests can check alignment.
-    `policy_version` is reported on every response and may be bumped by tests.
+    `policy_version` is reported on every response and may be bumped by tests. Lone surrogates
+    are treated as `OpenAICompatibleClient` treats them: a reply holding one is returned (a
+    server's JSON reply can; the parser records it as a parse failure), and a request whose
+    messages hold one is refused with a ValueError naming where, as both real clients refuse it.
     """
 
     def __init__(
@@ -104,8 +115,9 @@ class ScriptedClient:
         if request.prompt_token_ids is not None:
             prompt_ids = list(request.prompt_token_ids)
         else:
+            check_text(list(request.messages), "messages")
             prompt_ids = render_chatml_ids(request.messages)
-        completion_ids = encode_text(text)
+        completion_ids = _reply_ids(text)
         if finish_reason != "length":
             completion_ids.append(IM_END)
         logprobs = None
