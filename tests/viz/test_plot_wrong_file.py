@@ -40,3 +40,12 @@ def test_plotting_a_samples_jsonl_names_it_and_the_metrics_file(tmp_path: Path) 
 def test_plotting_a_missing_file_says_where_metrics_are_written(tmp_path: Path) -> None:
     message = _plot(tmp_path / "nope.jsonl")
     assert "no metrics file at" in message and "metrics.jsonl" in message, message
+
+
+@pytest.mark.parametrize("text", ["", "\n\n"])
+def test_an_empty_metrics_file_says_it_has_no_record_yet(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(text)  # a run that has not finished its first step
+    message = _plot(path)
+    assert f"{path} holds no metrics record yet" in message, message
+    assert "the records have []" not in message, message

@@ -202,6 +202,11 @@ def plot_metrics(
     a directory: metrics.png (every panel) plus one <panel>.png each. Returns the paths.
     `title` heads the figure (default: `default_title`, what is plotted and from which run)."""
     records = read_metrics(metrics_jsonl)
+    if not records:
+        raise ValueError(
+            f"{metrics_jsonl} holds no metrics record yet (a run writes one line per step): "
+            "plot it again after the run's first step"
+        )
     panels = metric_panels(records, keys)
     title = title or default_title(panels, metrics_jsonl)
     out = Path(out)
