@@ -71,6 +71,13 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The records of a metrics JSONL; a record without "step" gets its line position."""
     records: list[dict[str, Any]] = []
     if not Path(path).is_file():
+        inside = (Path(path) / "metrics.jsonl", Path(path) / "rl" / "metrics.jsonl")
+        found = next((m for m in inside if m.is_file()), None)
+        if Path(path).is_dir() and found is not None:
+            raise ValueError(
+                f"{path} is a folder, not a metrics file; its metrics are in {found}: "
+                f"`ludic plot {found}`"
+            )
         raise ValueError(
             f"no metrics file at {path}; `ludic train` writes <--out-dir>/metrics.jsonl (and the "
             "quickstart <out-dir>/rl/metrics.jsonl)"
