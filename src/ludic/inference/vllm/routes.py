@@ -124,10 +124,32 @@ def probe_sampling_params() -> Any:
     return SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
 
 
-async def _weights_init(request: Any, engine: Any) -> dict[str, Any]:
+def init_request(body: object) -> Any:
+    """`body` (a `/ludic/weights/init` request's JSON) as an `InitRequest`; ValueError (a 400)
+    naming each bad or missing field, or saying the body is not a JSON object (a list was a
+    500 traceback). Fields it does not know are ignored, as on the embedded server: a newer
+    trainer may send more (`trainer` was added that way)."""
+    from pydantic import ValidationError
+
     from ludic.inference.http.weight_join import InitRequest
 
-    req = InitRequest(**await request.json())
+    if not isinstance(body, dict):
+        raise ValueError(
+            f"the /ludic/weights/init body must be a JSON object (host, port, ...), got "
+            f"{type(body).__name__}"
+        )
+    try:
+        return InitRequest.model_validate(body)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in err['loc']) or 'body'}: {err['msg']}"
+            for err in e.errors()
+        )
+        raise ValueError(f"bad /ludic/weights/init body: {problems}") from None
+
+
+async def _weights_init(request: Any, engine: Any) -> dict[str, Any]:
+    req = init_request(await request.json())
     if req.control != "http":
         raise ValueError("the vLLM extension drives pushes over HTTP only: use control='http'")
     holder, replaced = _tenure.begin(f"{req.host}:{req.port}", req.trainer)
