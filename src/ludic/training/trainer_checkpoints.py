@@ -45,6 +45,9 @@ __all__ = ["restore_checkpoint", "write_checkpoint"]
 
 logger = logging.getLogger(__name__)
 
+ALGORITHM_KEY = "algorithm"
+"""The checkpoint's record of the algorithm (`RLAlgorithm.name`) that trained it."""
+
 
 def write_checkpoint(trainer: Trainer) -> Path:
     """Save `trainer`'s model, optimizer, schedule, RNG, step, version and the source's data
@@ -65,7 +68,11 @@ def write_checkpoint(trainer: Trainer) -> Path:
             data_state=rank_states[0].data_state,
             rank_states=rank_states,
             tokenizer=trainer.tokenizer,
-            extra={**trainer.checkpoint_extra, RECORD_KEY: lr_settings(trainer.config)},
+            extra={
+                **trainer.checkpoint_extra,
+                RECORD_KEY: lr_settings(trainer.config),
+                ALGORITHM_KEY: trainer.algorithm.name,
+            },
         ),
         f"saving the checkpoint of step {trainer.step}",
     )
@@ -100,6 +107,7 @@ def restore_checkpoint(
         lambda: read_checkpoint(chosen, with_weights=runtime.is_main),
         f"reading the checkpoint {chosen}",
     )
+    _warn_other_algorithm(checkpoint.extra.get(ALGORITHM_KEY), trainer, chosen)
     changes = lr_changes(checkpoint.extra.get(RECORD_KEY), trainer.config)
     if changes and not override_lr_schedule:
         raise LRScheduleMismatchError(str(chosen), changes)
@@ -131,6 +139,25 @@ def restore_checkpoint(
     trainer.step = checkpoint.step
     trainer.policy_version = checkpoint.policy_version
     return chosen
+
+
+def _warn_other_algorithm(saved: object, trainer: Trainer, checkpoint: Path) -> None:
+    """A checkpoint trained by another algorithm (by name) is resumed, but not silently: its
+    optimizer state, step count and logs go on under another loss. The `ludic` commands refuse
+    it (their run records); a Python resume may mean it, or only have renamed the algorithm."""
+    name = trainer.algorithm.name
+    if saved is None or saved == name or not trainer.runtime.is_main:
+        return
+    logger.warning(
+        "resuming %s, trained with algorithm %r, under algorithm %r: its optimizer state, step "
+        "count and logs go on under another loss. If that is not meant, resume with %r, or "
+        "start a new run (another checkpoint dir) from its weights (%s)",
+        checkpoint,
+        saved,
+        name,
+        saved,
+        checkpoint / "model",
+    )
 
 
 def _load_data_state(
