@@ -98,3 +98,9 @@ def test_a_value_json_cannot_write_is_named_by_its_repr() -> None:
     """with_env also takes kwargs from Python, which may hold what JSON cannot write."""
     with pytest.raises(ValueError, match=r"got \"PosixPath\('3'\)\" \(PosixPath\)"):
         check_env_kwargs(resolve_env_factory("guess_number"), {"max_number": Path("3")})
+
+
+def test_an_unknown_keyword_beside_a_value_json_cannot_write_is_still_named() -> None:
+    """It raised json's "Object of type PosixPath is not JSON serializable" instead."""
+    with pytest.raises(ValueError, match=r"unexpected keyword argument 'sise'.*takes max_number"):
+        check_env_kwargs(resolve_env_factory("guess_number"), {"sise": Path("3")})

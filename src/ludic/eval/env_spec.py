@@ -169,7 +169,7 @@ def check_env_kwargs(env_factory: EnvFactory, env_kwargs: dict[str, Any]) -> Non
             for n, p in signature.parameters.items()
             if p.kind in named and p.default is inspect.Parameter.empty and n not in env_kwargs
         ]
-        given = json.dumps(env_kwargs)
+        given = json.dumps(env_kwargs, default=repr)  # Python callers may pass any object
         takes_text = ", ".join(takes) if takes else "no keyword arguments (pass --env-kwargs '{}')"
         fix = ""
         if required:  # e.g. (pass them: --env-kwargs '{"size": ...}')
