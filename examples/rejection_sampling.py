@@ -22,7 +22,7 @@ import tyro
 from ludic.agents import Agent
 from ludic.context import LatestObservationContext
 from ludic.eval.command import parse_env_kwargs
-from ludic.eval.env_spec import resolve_env_factory, resolve_parser
+from ludic.eval.env_spec import check_env_kwargs, resolve_env_factory, resolve_parser
 from ludic.inference import ChatClient, SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.recipes import InferenceArgs, InferenceFlags, close_client, load_policy
@@ -115,6 +115,9 @@ async def sample(cfg: RejectionSamplingConfig, client: ChatClient) -> list[Rollo
 
 
 def main(cfg: RejectionSamplingConfig) -> tuple[Path, int, int]:
+    # as `ludic train` and `ludic eval`: a wrong --env-kwargs is refused before the model loads
+    check_env_kwargs(resolve_env_factory(cfg.env), env_kwargs(cfg))
+
     async def run() -> list[Rollout]:
         client = make_client(cfg)  # inside the event loop: an HTTP client is bound to it
         try:
