@@ -4,8 +4,10 @@ laying parameters out back to back so a weight push can land in them without a c
 Names, shapes and values are validated up front, so a bad update leaves the model untouched:
 a tensor holding a nan or an inf is refused (`check_finite`, `NonFiniteWeightsError`, the one
 check every path that loads weights into a serving engine runs), as is a policy version that is
-not an int >= 0 (`check_policy_version`). Tensors are cast to each parameter's dtype and
-device. It does not handle sharded (FSDP/DTensor) state.
+not an int >= 0 (`check_policy_version`), and a tensor of another dtype kind than its parameter
+(`check_dtype_kind`: an int64 or bool tensor into float weights). Tensors are cast to each
+parameter's dtype (floating into floating of any width) and device. It does not handle sharded
+(FSDP/DTensor) state.
 """
 
 from __future__ import annotations
@@ -57,6 +59,19 @@ def check_policy_version(version: object) -> None:
         )
 
 
+def check_dtype_kind(name: str, sent: torch.dtype, held: torch.dtype) -> None:
+    """Raise ValueError unless a `sent` tensor may be cast into `held`: floating into floating
+    (any width: a bf16 trainer's weights into an fp32 server, as `wire_dtype` sends, or the
+    reverse), and a non-floating dtype into a non-floating one. An int or bool tensor cast
+    into float weights (or floats truncated into an int buffer) is a wrong state dict."""
+    if sent.is_floating_point != held.is_floating_point or sent.is_complex != held.is_complex:
+        raise ValueError(
+            f"update_weights: {name} is {str(sent).removeprefix('torch.')}, the model holds "
+            f"it as {str(held).removeprefix('torch.')}; a tensor is cast only within its kind "
+            "(floating into floating): send the model's own state dict"
+        )
+
+
 @torch.no_grad()
 def copy_weights_(
     model: torch.nn.Module, state: Mapping[str, torch.Tensor], *, strict: bool = True
@@ -88,6 +103,7 @@ def copy_weights_(
                 f"update_weights: {name} has shape {tuple(tensor.shape)}, the model expects "
                 f"{tuple(targets[name].shape)}"
             )
+        check_dtype_kind(name, tensor.dtype, targets[name].dtype)
     check_finite(state)
     for name, tensor in state.items():
         target = targets[name]
