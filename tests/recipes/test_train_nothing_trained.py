@@ -13,7 +13,7 @@ from rich.console import Console
 
 from ludic.errors import is_refusal
 from ludic.recipes.configs import TrainConfig
-from ludic.recipes.train import NothingTrainedError, _report
+from ludic.recipes.train_report import NothingTrainedError, report_run
 from ludic.rollouts import append_rollouts_jsonl
 from ludic.types import Rollout
 
@@ -27,7 +27,7 @@ def failed(message: str) -> Rollout:
 
 def report(tmp_path: Path, history: list[dict[str, float]]) -> str:
     console = Console(record=True, width=200)
-    _report(TrainConfig(out_dir=tmp_path), history, tmp_path / "checkpoints" / "step_2", console)
+    report_run(TrainConfig(out_dir=tmp_path), history, tmp_path / "checkpoints" / "step_2", console)
     return console.export_text()
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from ludic.recipes.configs import TrainConfig
-from ludic.recipes.train import _report
+from ludic.recipes.train_report import report_run
 
 
 def _run(tmp_path: Path, history: list[dict[str, float]]) -> str:
@@ -18,7 +18,7 @@ def _run(tmp_path: Path, history: list[dict[str, float]]) -> str:
         "".join(json.dumps({"step": i + 1, **m}) + "\n" for i, m in enumerate(history))
     )
     console = Console(record=True, width=200)
-    _report(TrainConfig(out_dir=tmp_path), history, tmp_path / "checkpoints" / "step_2", console)
+    report_run(TrainConfig(out_dir=tmp_path), history, tmp_path / "checkpoints" / "step_2", console)
     return console.export_text()
 
 
