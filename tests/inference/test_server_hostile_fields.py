@@ -54,11 +54,11 @@ WRONG_TYPES = [
     ),
     (
         {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, 5]}]},
-        "messages[0].content[1] is a int: this server serves text only",
+        "messages[0].content[1] is a int, not a content part",
     ),
     (
         {"messages": [{"role": "user", "content": [{"type": "text", "text": None}]}]},
-        "messages[0].content[0] is type 'text': this server serves text only",
+        "messages[0].content[0] is a text part whose 'text' is not a string",
     ),
 ]
 

@@ -184,10 +184,19 @@ def _text_content(message: dict[str, Any], index: int) -> dict[str, Any]:
     for j, part in enumerate(content):
         where = f"messages[{index}].content[{j}]"
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind != "text" or not isinstance(part.get("text"), str):
-            got = f"type {kind!r}" if isinstance(part, dict) else f"a {type(part).__name__}"
+        if not isinstance(part, dict):
             raise ValueError(
-                f"{where} is {got}: this server serves text only; send content as a string "
+                f"{where} is a {type(part).__name__}, not a content part; send content as a "
+                'string or as parts {"type": "text", "text": "..."}'
+            )
+        if kind == "text" and not isinstance(part.get("text"), str):
+            raise ValueError(
+                f"{where} is a text part whose 'text' is not a string; send "
+                '{"type": "text", "text": "..."}'
+            )
+        if kind != "text":
+            raise ValueError(
+                f"{where} is type {kind!r}: this server serves text only; send content as a string "
                 'or as parts {"type": "text", "text": "..."}'
             )
         texts.append(part["text"])
