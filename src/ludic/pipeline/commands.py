@@ -127,7 +127,9 @@ def check_gigpo_flags(cfg: ActorConfig) -> None:
     from ludic.recipes.algorithms import check_gigpo_options
 
     check_gigpo_options(cfg.algorithm, cfg.gigpo)
-    if cfg.algorithm == "gigpo":
+    # only a 'module:function' key can fail; "env" would import torch (ludic.training.credit)
+    # before the Redis check, which must refuse a stopped Redis in seconds
+    if cfg.algorithm == "gigpo" and cfg.gigpo.state_key not in ("env", "observation"):
         cfg.gigpo.anchor_key()
 
 

@@ -97,9 +97,9 @@ class GiGPOOptions:
 
     def anchor_key(self) -> Callable[[Any], Any]:
         """The function giving a turn's anchor state (see `state_key`)."""
-        from ludic.training.credit import default_anchor_key
-
         if self.state_key == "env":
+            from ludic.training.credit import default_anchor_key  # torch: only when used
+
             return default_anchor_key
         if self.state_key == "observation":
             return observation_anchor_key
