@@ -19,7 +19,10 @@ from ludic.recipes.sft import sft_command
     [
         ({"lr": 0.0}, "--lr must be a finite number > 0, got 0.0 (the peak, e.g. 1e-3)"),
         ({"lr": float("inf")}, "--lr must be a finite number > 0, got inf (the peak, e.g. 1e-3)"),
-        ({"micro_batch_tokens": 0}, "--micro-batch-tokens is 0: pass --micro-batch-tokens >= 1"),
+        (
+            {"micro_batch_tokens": 0},
+            "--micro-batch-tokens is 0: a micro-batch of 0 tokens holds no sample",
+        ),
     ],
 )
 def test_a_flag_out_of_bounds_is_refused_before_the_out_dir_is_made(

@@ -21,7 +21,10 @@ from ludic.recipes.train_checks import check_counts
         ({"lr": 0.0}, "--lr must be a finite number > 0, got 0.0"),
         ({"lr": float("nan")}, "--lr must be a finite number > 0, got nan"),
         ({"checkpoint_every": 0}, "--checkpoint-every must be >= 1, got 0"),
-        ({"micro_batch_tokens": 0}, "--micro-batch-tokens must be >= 1, got 0"),
+        (
+            {"micro_batch_tokens": 0},
+            "--micro-batch-tokens is 0: a micro-batch of 0 tokens holds no sample",
+        ),
     ],
 )
 def test_a_flag_out_of_bounds_is_refused_before_the_out_dir_is_made(

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ludic.recipes.configs import RESUME_LATEST, SFTConfig
-from ludic.recipes.count_checks import check_lr
+from ludic.recipes.count_checks import check_lr, check_micro_batch_tokens
 from ludic.recipes.resume_refusal import no_checkpoint_message
 from ludic.recipes.training import (
     SETTINGS_KEYS,
@@ -48,11 +48,11 @@ def check_sft_counts(cfg: SFTConfig) -> None:
         ("--batch-size", cfg.batch_size, "samples per step, e.g. 32"),
         ("--checkpoint-every", cfg.checkpoint_every, "or leave it out: only a final one"),
         ("--keep-checkpoints", cfg.keep_checkpoints, "or None: keep every one"),
-        ("--micro-batch-tokens", cfg.micro_batch_tokens, "e.g. 8192; None: one pass per batch"),
     )
     for flag, value, fix in counts:
         if value is not None and value < 1:
             raise ValueError(f"{flag} is {value}: pass {flag} >= 1 ({fix})")
+    check_micro_batch_tokens(cfg.micro_batch_tokens)  # a token budget, in its own words
     check_lr(cfg.lr, "1e-3")
 
 
@@ -124,7 +124,9 @@ def resume_sft(trainer: Trainer, source: OfflineBatchSource, cfg: SFTConfig) -> 
         _check_left(trainer, source, cfg)
     except FileNotFoundError as e:
         trainer.close()
-        raise FileNotFoundError(no_checkpoint_message(str(e), cfg.out_dir)) from e
+        raise FileNotFoundError(
+            no_checkpoint_message(str(e), cfg.out_dir, latest=cfg.resume == RESUME_LATEST)
+        ) from e
     except LRScheduleMismatchError as e:
         trainer.close()
         old = e.changes.get("lr", (None, None))[0]

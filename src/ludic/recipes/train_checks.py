@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from ludic.parsers import Parser, identity_parser, parser_name
 from ludic.recipes.configs import TrainConfig, context_of
-from ludic.recipes.count_checks import check_count_flags, check_lr
+from ludic.recipes.count_checks import check_count_flags, check_lr, check_micro_batch_tokens
 from ludic.recipes.training import SETTINGS_KEYS, recorded_settings, refuse_other_settings
 from ludic.training.algorithm_types import RLAlgorithm
 
@@ -52,10 +52,10 @@ def check_counts(cfg: TrainConfig) -> None:
     )
     for flag, value, fix in (
         ("--checkpoint-every", cfg.checkpoint_every, "or leave it out: a final one is saved"),
-        ("--micro-batch-tokens", cfg.micro_batch_tokens, "e.g. 8192; None: one pass per batch"),
     ):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value} ({fix})")
+    check_micro_batch_tokens(cfg.micro_batch_tokens)  # a token budget, in its own words
     check_lr(cfg.lr, "1e-4")
 
 
