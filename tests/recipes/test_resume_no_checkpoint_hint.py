@@ -49,3 +49,18 @@ def test_an_out_dir_without_checkpoints_is_told_to_run_without_resume(tmp_path: 
     message = no_checkpoint_message("no complete checkpoint under x", tmp_path / "fresh")
     assert message.endswith("run without --resume to start a new run")
     check_run_dir(tmp_path / "fresh", None)  # and that run is accepted
+
+
+def test_a_mistyped_resume_path_names_the_out_dirs_checkpoints_not_deleting_them(
+    tmp_path: Path,
+) -> None:
+    """`--resume OUT/checkpoints/step_2` where only step_1 exists (a typo) was told to delete
+    OUT, which holds that good checkpoint; it now names it and `--resume latest`."""
+    out = tmp_path / "run"
+    saved = _trainer(out).save_checkpoint()
+    typo = str(saved.parent / "step_00000009")
+    with pytest.raises(FileNotFoundError) as raised:
+        _resume(_trainer(out), TrainConfig(out_dir=out, resume=typo), Console(quiet=True))
+    message = str(raised.value)
+    assert f"holds {saved.name} (the newest): pass --resume latest" in message, message
+    assert "delete" not in message, message

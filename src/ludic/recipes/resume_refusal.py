@@ -12,10 +12,19 @@ from ludic.recipes.training import CHECKPOINTS_DIR
 from ludic.training.checkpoint import complete_checkpoints
 
 
-def no_checkpoint_message(reason: str, out_dir: Path) -> str:
+def no_checkpoint_message(reason: str, out_dir: Path, *, latest: bool = True) -> str:
     """The refusal of a `--resume` that found no checkpoint to continue (`reason`, the loader's
-    words), naming how to start a new run from this OUT_DIR."""
-    if complete_checkpoints(out_dir / CHECKPOINTS_DIR):
+    words), naming how to start a new run from this OUT_DIR. `latest`: whether it asked for
+    the newest one (`--resume latest`); a path that is not a checkpoint (a typo) while OUT_DIR
+    holds some is pointed at those first, never told to delete them."""
+    saved = complete_checkpoints(out_dir / CHECKPOINTS_DIR)
+    if saved and not latest:
+        return (
+            f"--resume: {reason}; {out_dir} holds {saved[-1].name} (the newest): pass --resume "
+            "latest, or the path of one of its checkpoints, to continue; to start a new run, "
+            "pass another --out-dir"
+        )
+    if saved:
         return (
             f"--resume: {reason}; to start a new run, pass another --out-dir (or delete "
             f"{out_dir}): without --resume, {out_dir} is refused too, as it holds these "

@@ -58,7 +58,9 @@ def _resume(trainer: Trainer, cfg: TrainConfig, console: Console) -> None:
         trainer.resume(path, override_lr_schedule=cfg.override_lr_schedule)
     except FileNotFoundError as e:
         trainer.close()
-        raise FileNotFoundError(no_checkpoint_message(str(e), cfg.out_dir)) from e
+        raise FileNotFoundError(
+            no_checkpoint_message(str(e), cfg.out_dir, latest=cfg.resume == RESUME_LATEST)
+        ) from e
     except LRScheduleMismatchError as e:
         trainer.close()
         raise ValueError(_lr_mismatch_message(e, cfg)) from e
