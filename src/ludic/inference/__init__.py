@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig, EngineStatus
     from ludic.inference.http.openai_client import (
         InferenceRequestError,
+        InferenceResponseError,
         InferenceUnavailableError,
         OpenAICompatibleClient,
     )
@@ -36,6 +37,7 @@ _LAZY = {
     "EngineConfig": "ludic.inference.embedded.engine",
     "EngineStatus": "ludic.inference.embedded.engine",
     "InferenceRequestError": "ludic.inference.http.openai_client",
+    "InferenceResponseError": "ludic.inference.http.openai_client",
     "InferenceUnavailableError": "ludic.inference.http.openai_client",
     "NonFiniteWeightsError": "ludic.inference.weights",
     "OpenAICompatibleClient": "ludic.inference.http.openai_client",
@@ -55,6 +57,7 @@ __all__ = [
     "EngineConfig",
     "EngineStatus",
     "InferenceRequestError",
+    "InferenceResponseError",
     "InferenceUnavailableError",
     "NonFiniteWeightsError",
     "OpenAICompatibleClient",
