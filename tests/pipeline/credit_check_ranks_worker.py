@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import sys
 from typing import Any
 
@@ -17,6 +18,12 @@ from pipeline_fakes import sample
 
 from ludic.pipeline.credit_check import CreditCheck, CreditMismatchError, RankCredit, credit_record
 from ludic.recipes.algorithms import GiGPOOptions
+
+
+def say(line: str) -> None:
+    """One line in one write: both ranks share torchrun's stdout, and print's separate writes
+    of the text and its newline interleaved there ('rank 0: donerank 1: done')."""
+    os.write(sys.stdout.fileno(), f"{line}\n".encode())
 
 
 def _from(actor: str, record: dict[str, Any] | None) -> Any:
@@ -39,7 +46,7 @@ class _Print(logging.Handler):
         self.rank = rank
 
     def emit(self, record: logging.LogRecord) -> None:
-        print(f"rank {self.rank}: {record.levelname}: {record.getMessage()}", flush=True)
+        say(f"rank {self.rank}: {record.levelname}: {record.getMessage()}")
 
 
 def _notices(rank: int) -> None:
@@ -69,7 +76,7 @@ def _records(rank: int) -> None:
     try:
         check.say_held(_all_gather)
     except CreditMismatchError as e:
-        print(f"rank {rank}: refused: {e}", flush=True)
+        say(f"rank {rank}: refused: {e}")
 
 
 def main() -> None:
@@ -79,7 +86,7 @@ def main() -> None:
     log.setLevel(logging.INFO)
     log.addHandler(_Print(rank))
     {"notices": _notices, "records": _records}[sys.argv[1]](rank)
-    print(f"rank {rank}: done", flush=True)
+    say(f"rank {rank}: done")
     dist.destroy_process_group()
 
 
