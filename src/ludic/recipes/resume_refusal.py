@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ludic.recipes.training import CHECKPOINTS_DIR
 from ludic.training.checkpoint import complete_checkpoints
+
+CHECKPOINTS_DIR = "checkpoints"
+"""Where a run's checkpoints live under its OUT_DIR."""
 
 
 def no_checkpoint_message(reason: str, out_dir: Path, *, latest: bool = True) -> str:

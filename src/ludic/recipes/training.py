@@ -28,6 +28,8 @@ from ludic.errors import Refusal
 from ludic.recipes.configs import RESUME_LATEST
 from ludic.recipes.inference import Inference as Inference  # re-exported from its module
 from ludic.recipes.inference import make_inference as make_inference
+from ludic.recipes.resume_refusal import CHECKPOINTS_DIR as CHECKPOINTS_DIR
+from ludic.recipes.resume_refusal import no_checkpoint_message
 from ludic.recipes.wrapped_source import WrappedSource
 from ludic.rollouts import every_episode_failed
 from ludic.training import (
@@ -52,7 +54,6 @@ from ludic.training.schedule import LR_SCHEDULES, LRSchedule
 from ludic.training.weights_io import CorruptCheckpointError
 
 METRICS_FILE = "metrics.jsonl"
-CHECKPOINTS_DIR = "checkpoints"
 SAMPLES_FILE = "samples.jsonl"
 
 
@@ -185,8 +186,17 @@ def check_resume_dir(out_dir: Path, resume: str | None) -> None:
     retention would keep those, and a later `--resume` would pick them. A damaged newer one
     (its files do not match its manifest) is no such step: a later bare `--resume` sets it
     aside, and this run's save of that step replaces it. A bare `--resume` takes OUT_DIR's
-    newest, so it never is; no `--resume` is not checked here."""
-    if resume in (None, RESUME_LATEST) or (step := checkpoint_step(resume)) is None:
+    newest, so it never is; no `--resume` is not checked here. A PATH that does not exist (a
+    typo) is refused here too, naming OUT_DIR's newest checkpoint, before the model loads."""
+    if resume in (None, RESUME_LATEST):
+        return
+    if not Path(resume).exists():  # a typo: refused before the model loads, not after
+        raise FileNotFoundError(
+            no_checkpoint_message(
+                f"{resume}: no such checkpoint or checkpoint directory", out_dir, latest=False
+            )
+        )
+    if (step := checkpoint_step(resume)) is None:
         return
     root = out_dir / CHECKPOINTS_DIR
     stale = [p for p in checkpoints_after(root, step) if _intact(p)]
