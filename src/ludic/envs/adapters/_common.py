@@ -1,9 +1,11 @@
-"""Shared helpers of the ecosystem adapters: the lazy import with an install hint, and ANSI to
-plain text. They deliberately know nothing about any one ecosystem."""
+"""Shared helpers of the ecosystem adapters: the lazy import with an install hint, the keywords
+an adapter's constructor takes, and ANSI to plain text. They deliberately know nothing about
+any one ecosystem."""
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 from types import ModuleType
 
@@ -23,6 +25,23 @@ def require(module: str, *, extra: str, package: str | None = None) -> ModuleTyp
             f"this env needs the {package or module!r} package, which is not installed "
             f"({e}); install it with: pip install 'ludic[{extra}]'"
         ) from e
+
+
+def own_keywords(cls: type, adapter: type) -> list[str]:
+    """The keyword-only parameters of `cls`'s constructor and of each class between it and
+    `adapter` (a subclass that adds keywords and passes the rest on), in that order: what the
+    adapter's refusal of an unknown `--env-kwargs` keyword lists as Ludic's own. Read from the
+    signatures, so a keyword added to a constructor is listed without a list to keep in step."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        if not issubclass(klass, adapter):
+            break
+        if "__init__" not in vars(klass):
+            continue
+        for param in inspect.signature(klass.__init__).parameters.values():
+            if param.kind is inspect.Parameter.KEYWORD_ONLY and param.name not in names:
+                names.append(param.name)
+    return names
 
 
 def ansi_to_text(text: str, *, highlight: str = "[{}]") -> str:

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import fields, is_dataclass
 from typing import Any, overload
 
-from ludic.envs.adapters._common import require
+from ludic.envs.adapters._common import own_keywords, require
 from ludic.envs.dataset_qa import DatasetQAEnv, Sample
 from ludic.envs.registry import EnvSpec
 from ludic.parsers import Parser, xml_tag_parser
@@ -58,17 +58,25 @@ class _Entries(Sequence[Mapping[str, Any]]):
 
 
 def make_dataset(
-    name: str, *, size: int, dataset_seed: int, level: int | None, config: Mapping[str, Any]
+    name: str,
+    *,
+    size: int,
+    dataset_seed: int,
+    level: int | None,
+    config: Mapping[str, Any],
+    env_class: type | None = None,
 ) -> Any:
     """`reasoning_gym.create_dataset(name, seed=, size=, **config)`; with `level`, the
     dataset's curriculum at that global level first sets the difficulty (explicit `config`
-    fields still win). Clear errors for an unknown name or a dataset without a curriculum."""
+    fields still win). Clear errors for an unknown name or a dataset without a curriculum;
+    an unknown config field's error lists `env_class`'s keywords (default `ReasoningGymEnv`)."""
     rg = _rg()
     if name not in rg.factory.DATASETS:
         raise ValueError(
             f"reasoning-gym has no dataset {name!r}; choose one of {sorted(rg.factory.DATASETS)}"
         )
-    _check_config(name, config, rg.factory.DATASETS[name][1])
+    ludic_keywords = own_keywords(env_class or ReasoningGymEnv, ReasoningGymEnv)
+    _check_config(name, config, rg.factory.DATASETS[name][1], ludic_keywords)
     args: dict[str, Any] = {}
     if level is not None:
         if not rg.factory.has_curriculum(name):
@@ -88,17 +96,9 @@ def make_dataset(
         raise ValueError(f"reasoning-gym dataset {name!r} refused its config: {e}") from e
 
 
-_OWN_KEYWORDS = (
-    "size",
-    "dataset_seed",
-    "level",
-    "system_prompt",
-    "sample_index",
-    "parse_failure_ends_episode",
-)
-
-
-def _check_config(name: str, config: Mapping[str, Any], config_cls: Any) -> None:
+def _check_config(
+    name: str, config: Mapping[str, Any], config_cls: Any, ludic_keywords: Sequence[str]
+) -> None:
     """Refuse keywords the dataset's config does not have (a typo would otherwise surface as
     a TypeError from inside reasoning-gym) and its `seed` / `size`, which Ludic sets itself."""
     taken = [f.name for f in fields(config_cls) if f.name not in ("seed", "size")]
@@ -112,7 +112,7 @@ def _check_config(name: str, config: Mapping[str, Any], config_cls: Any) -> None
         raise ValueError(
             f"reasoning-gym dataset {name!r} has no config field {', '.join(unknown)} "
             f"(--env-kwargs); its fields: {', '.join(taken) or 'none'}; and Ludic's: "
-            f"{', '.join(_OWN_KEYWORDS)}"
+            f"{', '.join(ludic_keywords)}"
         )
 
 
@@ -141,7 +141,12 @@ class ReasoningGymEnv(DatasetQAEnv):
         **config: Any,
     ) -> None:
         self.rg_dataset = make_dataset(
-            name, size=size, dataset_seed=dataset_seed, level=level, config=config
+            name,
+            size=size,
+            dataset_seed=dataset_seed,
+            level=level,
+            config=config,
+            env_class=type(self),
         )
         if system_prompt is None:
             system_prompt = _rg().utils.SYSTEM_PROMPTS["default"]

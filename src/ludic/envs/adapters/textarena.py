@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-from ludic.envs.adapters._common import require
+from ludic.envs.adapters._common import own_keywords, require
 from ludic.envs.base import LudicEnv, ResetResult, StepResult
 from ludic.envs.registry import EnvSpec
 from ludic.parsers import identity_parser
@@ -84,7 +84,7 @@ class TextArenaEnv(LudicEnv):
         ta = _ta()
         self.env_id = env_id
         _check_id(ta, env_id)
-        _check_make_kwargs(ta, env_id, make_kwargs)
+        _check_make_kwargs(ta, env_id, make_kwargs, own_keywords(type(self), TextArenaEnv))
         self._make = lambda: ta.make(env_id, **make_kwargs)
         self.num_players = num_players or _probe_players(self._make)
         self.llm_seats = tuple(sorted(set(llm_seats)))
@@ -215,12 +215,12 @@ def _check_id(ta: Any, env_id: str) -> None:
         )
 
 
-_OWN_KEYWORDS = "num_players, llm_seats, opponent, opponent_seed, system_prompt"
-
-
-def _check_make_kwargs(ta: Any, env_id: str, make_kwargs: Mapping[str, Any]) -> None:
-    """Refuse keywords neither TextArenaEnv nor the game's class takes (--env-kwargs), naming
-    both lists, before `ta.make` fails with a TypeError from inside TextArena."""
+def _check_make_kwargs(
+    ta: Any, env_id: str, make_kwargs: Mapping[str, Any], ludic_keywords: Sequence[str]
+) -> None:
+    """Refuse keywords neither TextArenaEnv (`ludic_keywords`) nor the game's class takes
+    (--env-kwargs), naming both lists, before `ta.make` fails with a TypeError from inside
+    TextArena."""
     if not make_kwargs:
         return
     entry_point = ta.envs.registration.ENV_REGISTRY[env_id].entry_point
@@ -235,7 +235,7 @@ def _check_make_kwargs(ta: Any, env_id: str, make_kwargs: Mapping[str, Any]) -> 
         game = ", ".join(n for n in params if n != "self") or "no keywords"
         raise ValueError(
             f"TextArena env {env_id!r} takes no keyword {', '.join(unknown)} (--env-kwargs); "
-            f"its game takes {game}, and Ludic's TextArenaEnv {_OWN_KEYWORDS}"
+            f"its game takes {game}, and Ludic's TextArenaEnv {', '.join(ludic_keywords)}"
         )
 
 
