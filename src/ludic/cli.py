@@ -48,6 +48,35 @@ DESCRIPTION = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class ScopedFlags:
+    """Flags that one setting's value reads (`--gigpo.*` only `--algorithm gigpo`): typed with
+    another value they would be ignored, so the command refuses them. Checked on the typed
+    arguments, so a flag typed at its default value is refused too (the config cannot tell it
+    from one left out)."""
+
+    prefix: str
+    setting: str
+    value: str
+
+    def typed(self, args: Sequence[str]) -> list[str]:
+        """The flags in `args` under this prefix, as typed (without a `=value`)."""
+        flags = (arg.split("=", 1)[0] for arg in args if arg.startswith("--"))
+        return [flag for flag in flags if flag.replace("_", "-").startswith(self.prefix)]
+
+    def check(self, cfg: Any, args: Sequence[str]) -> None:
+        current = getattr(cfg, self.setting)
+        typed = self.typed(args)
+        if not typed or current == self.value:
+            return
+        them, apply = ("it", "applies") if len(typed) == 1 else ("them", "apply")
+        option = "--" + self.setting.replace("_", "-")
+        raise ValueError(
+            f"{' '.join(typed)} {apply} only to {option} {self.value}, not {current!r} (which "
+            f"would ignore {them}): drop {them} or pass {option} {self.value}"
+        )
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Command:
     """A subcommand: its config class and the function that runs it, as import strings, and
@@ -59,6 +88,8 @@ class Command:
     checkpoints: tuple[str, ...] = ()
     """Where the command saves checkpoints, relative to its config's `out_dir` (the first that
     holds one this run saved is named when the command is interrupted)."""
+    scoped: tuple[ScopedFlags, ...] = ()
+    """Flags refused unless a setting has one value (`ScopedFlags`), checked once parsed."""
 
     def load_config(self) -> type[Any]:
         return _import(self.config)  # type: ignore[no-any-return]
@@ -66,6 +97,8 @@ class Command:
     def execute(self, cfg: Any) -> None:
         _import(self.run)(cfg)
 
+
+_GIGPO_FLAGS = ScopedFlags("--gigpo.", "algorithm", "gigpo")
 
 COMMANDS: dict[str, Command] = {
     "quickstart": Command(
@@ -80,17 +113,20 @@ COMMANDS: dict[str, Command] = {
         run="ludic.recipes.train:train_command",
         summary="Online RL (GRPO and other presets) on a built-in or user env.",
         checkpoints=("checkpoints",),
+        scoped=(_GIGPO_FLAGS,),
     ),
     "sft": Command(
         config="ludic.recipes.configs:SFTConfig",
         run="ludic.recipes.sft:sft_command",
         summary="Supervised fine-tuning on stored rollouts (JSONL).",
         checkpoints=("checkpoints",),
+        scoped=(ScopedFlags("--awr-", "algorithm", "awr"),),
     ),
     "eval": Command(
         config="ludic.eval.command:EvalConfig",
         run="ludic.eval.command:run_eval_command",
         summary="Evaluate a model or an inference server on an env; print a summary table.",
+        scoped=(ScopedFlags("--gigpo.", "credit", "gigpo"),),
     ),
     "serve": Command(
         config="ludic.inference.http.serve_config:ServeConfig",
@@ -102,6 +138,7 @@ COMMANDS: dict[str, Command] = {
         run="ludic.pipeline.commands:actor_command",
         summary="Pipeline actor: generate rollouts with the served policy and push samples to "
         "Redis.",
+        scoped=(_GIGPO_FLAGS,),
     ),
     "learner": Command(
         config="ludic.pipeline.config:LearnerConfig",
@@ -197,6 +234,8 @@ def _run_command(name: str, args: list[str], received: list[int]) -> None:
     command = COMMANDS[name]
     config_type = command.load_config()
     cfg = tyro.cli(config_type, args=args, prog=f"ludic {name}")
+    for scoped in command.scoped:
+        scoped.check(cfg, args)
     started = time.time()
     try:
         with _signals_interrupt(received):
