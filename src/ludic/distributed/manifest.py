@@ -372,9 +372,14 @@ _SAME_MODEL = (
 )
 
 
-def check_against(manifest: WeightManifest, shapes: Mapping[str, tuple[int, ...]]) -> None:
+def check_against(
+    manifest: WeightManifest,
+    shapes: Mapping[str, tuple[int, ...]],
+    dtypes: Mapping[str, torch.dtype] | None = None,
+) -> None:
     """ManifestError unless every tensor exists in `shapes` (the served model's state dict) with
-    the same shape, and, for a full push, every name of `shapes` is present."""
+    the same shape and, where `dtypes` (the served tensors' dtypes) names it, a dtype of the
+    same kind (`check_dtype_kinds`), and, for a full push, every name of `shapes` is present."""
     unknown = [e.name for e in manifest.tensors if e.name not in shapes]
     if unknown:
         raise ManifestError(
@@ -388,6 +393,8 @@ def check_against(manifest: WeightManifest, shapes: Mapping[str, tuple[int, ...]
     ]
     if wrong:
         raise ManifestError(f"{len(wrong)} shape mismatches, e.g. {wrong[:3]} ({_SAME_MODEL})")
+    if dtypes is not None:
+        check_dtype_kinds(manifest, dtypes)
     if manifest.full:
         missing = sorted(set(shapes) - {e.name for e in manifest.tensors})
         if missing:
@@ -395,6 +402,28 @@ def check_against(manifest: WeightManifest, shapes: Mapping[str, tuple[int, ...]
                 f"a full push misses {len(missing)} tensors of the served model, e.g. "
                 f"{missing[:3]}; send the whole state dict or mark the push partial (full=False)"
             )
+
+
+def check_dtype_kinds(manifest: WeightManifest, dtypes: Mapping[str, torch.dtype]) -> None:
+    """ManifestError unless each tensor of `manifest` that `dtypes` names is sent in a dtype of
+    the served tensor's kind: floating for floating (any width: a bf16 wire for fp32 weights, as
+    `wire_dtype` sends, is cast on arrival), non-floating for non-floating. A float entry for an
+    int buffer (or the reverse) would be cast into nonsense, so it is refused before any byte
+    moves, naming each tensor with both dtypes."""
+    wrong = [
+        f"{e.name}: sent {e.dtype}, served {str(dtypes[e.name]).removeprefix('torch.')}"
+        for e in manifest.tensors
+        if e.name in dtypes
+        and DTYPES[e.dtype].is_floating_point != dtypes[e.name].is_floating_point
+    ]
+    if wrong:
+        raise ManifestError(
+            f"{len(wrong)} tensors sent in another dtype kind than the served model holds them, "
+            f"e.g. {wrong[:3]}: a weight is cast on arrival only within its kind (floating into "
+            "floating of any width, integer or bool into integer or bool); the trainer sends "
+            f"another model's state dict, or casts its buffers ({_SAME_MODEL}, and keep "
+            "wire_dtype for floating tensors)"
+        )
 
 
 def _count(value: Any, what: str) -> int:
