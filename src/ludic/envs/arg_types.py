@@ -54,15 +54,18 @@ def _items_fit(items: list[object], args: tuple[Any, ...]) -> bool:
     return len(items) == len(args) and all(fits(i, a) for i, a in zip(items, args, strict=True))
 
 
-def describe(annotation: Any) -> str:
-    """`annotation` as the message names it: "float (or int)", "one of 'X', 'O'", "int or None"."""
+def describe(annotation: Any, *, bool_as: str = "bool") -> str:
+    """`annotation` as the message names it: "float (or int)", "one of 'X', 'O'", "int or None";
+    a bool as `bool_as`."""
     origin, args = get_origin(annotation), get_args(annotation)
     if annotation is None or annotation is type(None):
         return "None"
     if origin is Union or origin is types.UnionType:
-        return " or ".join(describe(arm) for arm in args)
+        return " or ".join(describe(arm, bool_as=bool_as) for arm in args)
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in args)
+    if annotation is bool:
+        return bool_as
     if annotation is float:
         return "float (or int)"
     if isinstance(annotation, type) and origin is None:
@@ -135,8 +138,9 @@ def checked_arguments(init: Callable[P, R]) -> Callable[P, R]:
             if not _kind_fits(value := bound.arguments[name], annotation):
                 fix = corrected(value, annotation)
                 hint = f"; pass {name}={fix!r}" if fix is not None else ""
+                wanted = describe(annotation, bool_as="true or false")  # as envs' own checks say
                 raise TypeError(
-                    f"{owner}: {name} must be {describe(annotation)}, got {value!r} "
+                    f"{owner}: {name} must be {wanted}, got {value!r} "
                     f"({type(value).__name__}){hint}"
                 )
         return init(*args, **kwargs)

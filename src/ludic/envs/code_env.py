@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+from ludic.envs.arg_types import checked_arguments
 from ludic.envs.base import set_parse_failure_ends_episode
 from ludic.envs.qa_data import load_jsonl_dataset
 from ludic.envs.single_agent import SingleAgentEnv
@@ -147,6 +148,7 @@ class CodeTestEnv(SingleAgentEnv):
 
     system_prompt = SYSTEM_PROMPT
 
+    @checked_arguments
     def __init__(
         self,
         problems: Sequence[CodeProblem] | None = None,

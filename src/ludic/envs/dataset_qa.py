@@ -12,6 +12,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ludic.envs.arg_types import checked_arguments
 from ludic.envs.base import set_parse_failure_ends_episode
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.envs.verifiers import Verifier, exact_match
@@ -67,6 +68,7 @@ class DatasetQAEnv(SingleAgentEnv):
 
     parse_failure_ends_episode = True  # one answer per episode (see __init__)
 
+    @checked_arguments
     def __init__(
         self,
         dataset: Sequence[Sample],

@@ -13,6 +13,7 @@ import random
 import re
 from collections.abc import Hashable
 
+from ludic.envs.arg_types import checked_arguments
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.types import Info, StepOutcome
 
@@ -53,6 +54,7 @@ class MemoryCorridorEnv(SingleAgentEnv):
 
     system_prompt = SYSTEM_PROMPT
 
+    @checked_arguments
     def __init__(
         self,
         *,

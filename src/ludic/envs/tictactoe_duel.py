@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 
+from ludic.envs.arg_types import checked_arguments
 from ludic.envs.base import LudicEnv, ResetResult, StepResult
 from ludic.envs.tictactoe import (
     SYSTEM_PROMPT,
@@ -43,6 +44,7 @@ class TicTacToeDuelEnv(LudicEnv):
 
     system_prompt = SYSTEM_PROMPT
 
+    @checked_arguments
     def __init__(
         self,
         *,
