@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
-from fastapi import APIRouter, Depends, FastAPI, HTTPException
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ludic.distributed.live_state import LiveStateDict
@@ -23,6 +23,7 @@ from ludic.inference.http.weight_receiver import (
     LoadFn,
     WeightSyncReceiver,
 )
+from ludic.inference.http.weight_tenure import group_in_body, group_named
 from ludic.inference.weights import pack_parameters_
 
 
@@ -51,17 +52,20 @@ def weight_sync_router(receiver: WeightSyncReceiver, token: str | None) -> APIRo
         except ManifestError as e:
             raise HTTPException(400, str(e)) from e
         store = body.get("store")  # the sender's group (absent from older trainers)
-        await _call(receiver.start, manifest, _text(store), _text(body.get("group")))
+        group = _bad_request(group_named, body.get("group"), "/ludic/weights/start")
+        await _call(receiver.start, manifest, _text(store), group)
         return {"status": "receiving"}
 
     @router.post("/finish")
-    async def finish(body: dict[str, Any] | None = None) -> dict[str, Any]:
-        result: SyncResult = await _call(receiver.finish, _group(body))
+    async def finish(request: Request) -> dict[str, Any]:
+        group = await _group(request, "/ludic/weights/finish")
+        result: SyncResult = await _call(receiver.finish, group)
         return result.to_dict()
 
     @router.post("/close")
-    async def close(body: dict[str, Any] | None = None) -> dict[str, str]:
-        await _call(receiver.close, _group(body))  # waits for a store-driven listener to stop
+    async def close(request: Request) -> dict[str, str]:
+        group = await _group(request, "/ludic/weights/close")
+        await _call(receiver.close, group)  # waits for a store-driven listener to stop
         return {"status": "closed"}
 
     served_on = device_identity(receiver.device)  # lets a CUDA trainer pick NCCL or gloo
@@ -135,9 +139,17 @@ def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _group(body: dict[str, Any] | None) -> str | None:
-    """The group id a request carries (None from older trainers, which send no body)."""
-    return None if body is None else _text(body.get("group"))
+async def _group(request: Request, route: str) -> str | None:
+    """The group id a request's body carries (None from older trainers, which send no body);
+    a 400 for a body that is not a JSON object, which must not pass for "no group"."""
+    return _bad_request(group_in_body, await request.body(), route)
+
+
+def _bad_request(parse: Callable[[Any, str], str | None], value: Any, route: str) -> str | None:
+    try:
+        return parse(value, route)
+    except ValueError as e:
+        raise HTTPException(400, str(e)) from e
 
 
 async def _call(fn: Callable[..., Any], *args: Any) -> Any:

@@ -12,6 +12,7 @@ extension's routes; it does no I/O and holds no group itself.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections import OrderedDict
@@ -24,6 +25,41 @@ from ludic.inference.http.weight_outcomes import WeightSyncError
 # What a refusal says, and what a trainer looks for to stop instead of rejoining.
 REPLACED = "replaced by another trainer"
 _KEEP = 64  # replaced groups remembered (oldest forgotten first)
+
+
+def group_named(value: object, route: str) -> str | None:
+    """The group id a weight-sync request names (`value`: its body's "group"); None when it
+    names none (an older trainer). ValueError (a 400) for anything but a string: a list or an
+    object is no id this server minted, and must not pass for one."""
+    if value is None or isinstance(value, str):
+        return value
+    raise ValueError(
+        f'{route}: "group" must be the group id string /ludic/weights/init returned, got '
+        f"{type(value).__name__}"
+    )
+
+
+def group_in_body(raw: bytes, route: str) -> str | None:
+    """The group id a `/finish` or `/close` body carries: None for no body (an older trainer
+    sends none) or an object without one. ValueError (a 400) for a body that is not a JSON
+    object (`[]`, `"x"`, `null`): read as no group, it closed or finished whatever group the
+    server held."""
+    if not raw.strip():
+        return None
+    try:
+        body = json.loads(raw)
+    except ValueError as e:  # also a body that is not UTF-8
+        raise ValueError(
+            f"{route}: the body is not JSON ({e}); send a JSON object such as "
+            '{"group": "<id from /ludic/weights/init>"}, or no body'
+        ) from None
+    if not isinstance(body, dict):
+        raise ValueError(
+            f"{route}: the body must be a JSON object such as "
+            f'{{"group": "<id from /ludic/weights/init>"}} (or no body), got '
+            f"{'null' if body is None else type(body).__name__}; nothing was changed"
+        )
+    return group_named(body.get("group"), route)
 
 
 class TrainerInfo(BaseModel):

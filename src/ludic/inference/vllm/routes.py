@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ludic.inference.http.auth import resolve_token, token_matches
-from ludic.inference.http.weight_tenure import Tenure
+from ludic.inference.http.weight_tenure import Tenure, group_in_body, group_named
 from ludic.inference.vllm.logits import require_vllm
 
 logger = logging.getLogger(__name__)
@@ -166,15 +166,10 @@ async def _weights_init(request: Any, engine: Any) -> dict[str, Any]:
 
 
 async def _group(request: Any) -> str | None:
-    """The group id a request's JSON body carries (None: an older trainer, or no body)."""
-    raw = await request.body()
-    if not raw:
-        return None
-    import json
-
-    body = json.loads(raw)
-    group = body.get("group") if isinstance(body, dict) else None
-    return None if group is None else str(group)
+    """The group id a request's JSON body carries (None: an older trainer, or no body);
+    ValueError (a 400) for a body that is not a JSON object, which must not pass for "no
+    group": read so, `[]` or `null` closed the group held."""
+    return group_in_body(await request.body(), request.url.path)
 
 
 def _forget_receive() -> None:
@@ -198,8 +193,7 @@ async def _weights_start(request: Any, engine: Any) -> dict[str, Any]:
 
     body = await request.json()
     manifest = WeightManifest.from_json(body)  # ManifestError is a ValueError -> 400
-    group = body.get("group")
-    _tenure.check(None if group is None else str(group))  # 409: another group's push
+    _tenure.check(group_named(body.get("group"), "/ludic/weights/start"))  # 409: not ours
     check_push_shapes(manifest, getattr(getattr(engine, "model_config", None), "model", None))
     if _push.get("receive") is not None:
         raise RuntimeError("a push is already in progress: finish it first")
