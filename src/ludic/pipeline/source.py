@@ -367,9 +367,10 @@ class PipelineBatchSource:
         try:
             decoded = decode_sample(entry.fields)
         except PayloadError as e:
-            logger.error("dead-lettering undecodable entry %s: %s", entry.entry_id, e)
             self._trained.append((entry.entry_id, f"invalid:{entry.entry_id}"))
-            await self.stream.dead_letter(entry, str(e))
+            copied = await self.stream.dead_letter(entry, str(e))
+            again = "" if copied else " (read again before an ack: copied there once already)"
+            logger.error("dead-lettering undecodable entry %s%s: %s", entry.entry_id, again, e)
             stats["invalid"] += 1
             return None
         if self.check_sample is not None:  # raising leaves the entry pending, for a fixed learner

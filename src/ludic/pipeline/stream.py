@@ -16,7 +16,8 @@ Every command retries connection failures with jittered exponential backoff, and
 group lost with Redis's data is recreated; until a first command has reached Redis, though,
 the stream gives up after `first_connect_s` (a few seconds) with an error naming the URL and
 the fix, since nothing listening there at startup is a wrong URL or a Redis not started, not
-an outage to wait out. It does not decode payloads.
+an outage to wait out. Entries the learner will not train are copied to `<stream>:dead` once
+per entry id (a replay after a restart adds no second copy). It does not decode payloads.
 """
 
 from __future__ import annotations
@@ -48,14 +49,16 @@ FIRST_CONNECT_S = 5.0
 """How long the actor and the learner wait at startup for Redis (`check_reachable`, a
 `SampleStream`'s first command): a `redis-server ... &` on the line above has time to listen."""
 
-# KEYS: stream, ledger, acked-steps hash. ARGV: group, step, record (1/0), consumer ('' for
-# none), then entry id / sample id pairs. The hash keeps, per consumer, the highest step up to
-# which it has acked everything it trained (a world-size change on resume checks it).
+# KEYS: stream, ledger, acked-steps hash, dead-lettered ids hash. ARGV: group, step, record
+# (1/0), consumer ('' for none), then entry id / sample id pairs. The acked-steps hash keeps,
+# per consumer, the highest step up to which it has acked everything it trained (a world-size
+# change on resume checks it); an acked entry is never read again, so its dead-letter mark goes.
 _COMMIT = """
 local acked = {}
 for i = 5, #ARGV, 2 do
   if redis.call('XACK', KEYS[1], ARGV[1], ARGV[i]) == 1 then
     redis.call('XDEL', KEYS[1], ARGV[i])
+    redis.call('HDEL', KEYS[4], ARGV[i])
     table.insert(acked, ARGV[i + 1])
   end
 end
@@ -83,6 +86,21 @@ for i = 3, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
 return redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(fields))
+"""
+
+
+# KEYS: dead-letter stream, dead-lettered ids hash. ARGV: the original entry id, then field /
+# value pairs. Marked by entry id, so an entry replayed (a learner restarted before a checkpoint
+# acked it) or a retried call after a lost reply is copied once.
+_DEAD_LETTER = """
+if redis.call('HSETNX', KEYS[2], ARGV[1], '1') == 0 then
+  return false
+end
+local fields = {}
+for i = 2, #ARGV do
+  fields[#fields + 1] = ARGV[i]
+end
+return redis.call('XADD', KEYS[1], 'MAXLEN', '~', '10000', '*', unpack(fields))
 """
 
 
@@ -151,6 +169,7 @@ class SampleStream:
         self._backoff = ExponentialWithJitterBackoff(cap=retry_cap_s, base=retry_base_s)
         self._commit_script = self.redis.register_script(_COMMIT)
         self._add_once_script = self.redis.register_script(_ADD_ONCE)
+        self._dead_letter_script = self.redis.register_script(_DEAD_LETTER)
         self.reconnect_attempts = 0
 
     async def ensure_group(self) -> None:
@@ -277,7 +296,7 @@ class SampleStream:
         args: list[str | int] = [self.group, step, "1" if self.ledger else "0", consumer or ""]
         for entry_id, sample_id in entries:
             args += [entry_id, sample_id]
-        keys = [self.stream, ledger, self._acked_key]
+        keys = [self.stream, ledger, self._acked_key, self._dead_ids_key]
         acked = await self._call(
             "commit",
             lambda: self._commit_script(keys=keys, args=args),  # type: ignore[arg-type]
@@ -307,17 +326,30 @@ class SampleStream:
     def _acked_key(self) -> str:
         return f"{self.stream}:acked:{self.group}"
 
-    async def dead_letter(self, entry: StreamEntry, error: str) -> None:
-        """Keep a copy of an undecodable entry in `<stream>:dead` for inspection."""
+    @property
+    def _dead_ids_key(self) -> str:
+        return f"{self.stream}:dead:ids"
+
+    async def dead_letter(self, entry: StreamEntry, error: str) -> bool:
+        """Keep a copy of an entry the learner will not train (undecodable, another run's) in
+        `<stream>:dead` for inspection, once per entry id: an entry read again before it is
+        acked (a learner restarted from a checkpoint taken before it) is not copied twice, nor
+        is a retry whose first attempt reached Redis. Returns whether it was copied now. The
+        mark goes when the entry is committed."""
         fields: dict[bytes, bytes] = {
             b"entry_id": entry.entry_id.encode(),
             b"error": error.encode(),
         }
         fields.update(entry.fields or {})
-        await self._call(
+        args = [entry.entry_id.encode()]
+        for name, value in fields.items():
+            args += [name, value]
+        keys = [f"{self.stream}:dead", self._dead_ids_key]
+        copied = await self._call(
             "XADD dead",
-            lambda: self.redis.xadd(f"{self.stream}:dead", fields, maxlen=10_000),  # type: ignore[arg-type]
+            lambda: self._dead_letter_script(keys=keys, args=args),  # type: ignore[arg-type]
         )
+        return copied is not None
 
     async def aclose(self) -> None:
         await self.redis.aclose()
@@ -365,15 +397,17 @@ class SampleStream:
     async def _wrong_type(self, what: str) -> str:
         """Which of this stream's keys holds something else than a stream (Redis's WRONGTYPE
         names none), and the fix: a traceback before."""
-        keys = (self.stream, f"{self.stream}:dead", self.ledger or f"{self.stream}:ledger")
+        ledger = self.ledger or f"{self.stream}:ledger"
+        keys = {self.stream: "stream", f"{self.stream}:dead": "stream", ledger: "stream"}
+        keys[self._dead_ids_key] = "hash"
         foreign = []
-        for key in keys:
+        for key, ours in keys.items():
             try:
                 kind = await self.redis.type(key)
             except (ResponseError, RedisConnectionError, RedisTimeoutError, OSError):
                 continue
             kind = kind.decode() if isinstance(kind, bytes) else str(kind)
-            if kind not in ("stream", "none"):
+            if kind not in (ours, "none"):
                 foreign.append(f"key {key!r} holds a {kind}")
         held = "; ".join(foreign) or f"a key of stream {self.stream!r} holds another kind of value"
         return (
