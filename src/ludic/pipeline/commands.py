@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -324,7 +325,6 @@ def run_learner(cfg: LearnerConfig) -> list[dict[str, float]]:
 
 async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
     from ludic.models import load_model, tiny_model_dir
-    from ludic.pipeline.source import PipelineBatchSource
     from ludic.recipes.inference import server_urls
 
     stream = SampleStream(
@@ -341,7 +341,8 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
     trainer: Any = None
     # refuses samples another preset credited, or generated with another dr_grpo budget
     credit_check = CreditCheck(cfg.algorithm, max_tokens=cfg.max_tokens)
-    source = PipelineBatchSource(
+    source = _credit_checked_source(
+        credit_check,
         stream,
         batch_size=cfg.batch_size,
         consumer=cfg.consumer,
@@ -351,7 +352,6 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         stale_decay=cfg.stale_decay,
         current_version=lambda: int(trainer.policy_version),
         max_wait_s=cfg.max_wait_s,
-        check_sample=credit_check,
         lease_ttl_s=cfg.lease_ttl_s,
     )
     credit_check.quiet = source.rank != 0  # under torchrun, rank 0 says it once
@@ -366,7 +366,7 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         # Only rank 0 pushes; the Trainer gathers the weights on every rank for it.
         publisher = None if not cfg.server_url or source.rank != 0 else _publisher(cfg, model)
         trainer = _trainer(cfg, source, model, tokenizer, publisher)
-        return await _train(cfg, source, trainer, credit_check)
+        return await _train(cfg, source, trainer)
     finally:
         if trainer is not None:
             trainer.close()
@@ -375,12 +375,24 @@ async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         await source.aclose()
 
 
-async def _train(
-    cfg: LearnerConfig, source: Any, trainer: Any, credit_check: CreditCheck
-) -> list[dict[str, float]]:
-    """The step loop; step and closing lines count what all ranks trained, rank 0 says the
-    credit notices only other ranks' samples showed, and every rank refuses alike credit
-    records that differ between ranks (actors whose samples reached different ranks)."""
+def _credit_checked_source(credit_check: CreditCheck, stream: SampleStream, **options: Any) -> Any:
+    """A `PipelineBatchSource` checking each sample with `credit_check`, whose ranks compare
+    their credit records once each batch is read, before the step trains on it: the Trainer
+    calls `check_ranks` (a `RankCheckedSource`) on every rank, which runs `say_held`, so rank 0
+    says the notices only other ranks' samples showed and every rank refuses alike records
+    that differ between ranks (actors whose samples reached only different ranks)."""
+    from ludic.pipeline.source import PipelineBatchSource  # torch: loaded when the learner runs
+
+    class CreditCheckedSource(PipelineBatchSource):
+        def check_ranks(self, all_gather: Callable[[Any], list[Any]]) -> None:
+            credit_check.say_held(all_gather)
+
+    return CreditCheckedSource(stream, check_sample=credit_check, **options)
+
+
+async def _train(cfg: LearnerConfig, source: Any, trainer: Any) -> list[dict[str, float]]:
+    """The step loop; step and closing lines count what all ranks trained (the ranks' credit
+    records are compared inside each step, before it trains: `_credit_checked_source`)."""
     from ludic.training import BatchSourceExhausted
 
     runtime = trainer.runtime
@@ -399,7 +411,6 @@ async def _train(
         except BatchSourceExhausted as e:  # one rank only: the others would wait in a collective
             logger.info("learner stops: %s", e)
             break
-        credit_check.say_held(runtime.all_gather_object)  # every rank: a collective; may refuse
         stop = report_step(trainer, source, history[-1])
         if stop is not None:  # every rank's batch came back empty
             logger.info("learner stops: %s", stop)

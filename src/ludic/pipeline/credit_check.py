@@ -12,9 +12,11 @@ travels in the learner's checkpoints (`state_dict`), so a resumed learner also r
 recorded with other settings than those it trained on before the restart, as `ludic train
 --resume` refuses other flags. Samples from actors older than the record, or than its
 `--max-tokens`, get one notice, not an error. Under torchrun each rank checks the samples it
-reads, and after each step the ranks share their first records and held notices (`say_held`):
-every rank refuses alike two first records that differ (actors whose samples reached different
-ranks), and rank 0 says each notice once, those only another rank saw too. It does not build
+reads, and once each batch is read, before the step trains on it, the ranks share their first
+records and held notices (`say_held`, the learner's batch source's `check_ranks`, which the
+Trainer calls on every rank): every rank refuses alike two first records that differ (actors
+whose samples reached only different ranks), and rank 0 says each notice once, those only
+another rank saw too. It does not build
 presets or read Redis.
 """
 
@@ -47,7 +49,7 @@ class CreditMismatchError(ValueError):
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class RankCredit:
-    """What each learner rank shares with the others after a step (`say_held`)."""
+    """What each learner rank shares with the others once it has read a batch (`say_held`)."""
 
     held: Held
     """The notices it holds, not said yet."""
@@ -179,14 +181,14 @@ class CreditCheck:
         )
 
     def say_held(self, all_gather: Callable[[RankCredit], list[RankCredit]]) -> None:
-        """Called by every rank together after each step (`all_gather` is the ranks'
-        all-gather of an object, in rank order): it gathers each rank's held notices and first
+        """Called by every rank together once each batch is read, before the step trains on
+        it (`all_gather` is the ranks' all-gather of an object, in rank order): it gathers each rank's held notices and first
         record. Rank 0 (the one not `quiet`) logs each kind of notice it has not said itself,
         from the lowest rank that holds it, naming that rank; every rank then holds no notice
         of a kind said, so none is said twice. Then, where two ranks' first records differ
         (actors whose samples reached only different ranks), every rank raises the same
-        `CreditMismatchError`, naming both records and both ranks, so none waits alone in a
-        later collective."""
+        `CreditMismatchError`, naming both records and both ranks, so none trains on the mixed
+        credit and none waits alone in a later collective."""
         held, self._held = self._held, {}
         ranks = all_gather(RankCredit(held=held, first=self._first))
         said_now: set[str] = set()

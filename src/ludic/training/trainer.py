@@ -57,6 +57,7 @@ from ludic.training.mismatch import policy_lag_metrics
 from ludic.training.parallel.auto import auto_runtime
 from ludic.training.parallel.runtime import (
     TrainingRuntime,
+    check_batch_together,
     next_batch_together,
     raise_if_any_failed,
 )
@@ -208,6 +209,9 @@ class Trainer:
             self.runtime,
             lambda: maybe_await(self.batch_source.next_batch()),
             f"fetching the batch of step {self.step + 1}",
+        )
+        check_batch_together(  # e.g. ranks that read differently credited samples: before training
+            self.runtime, self.batch_source, f"checking the batch of step {self.step + 1}"
         )
         batch_seconds = time.perf_counter() - started
         version = self.policy_version

@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Any
 from ludic.training.parallel.auto import auto_runtime, launched_world_size
 from ludic.training.parallel.runtime import (
     LocalRuntime,
+    RankCheckedSource,
     RankFailedError,
     TrainingRuntime,
+    check_batch_together,
     check_reference_model,
     check_same_on_every_rank,
     next_batch_together,
@@ -51,9 +53,11 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "FSDPRuntime",
     "LocalRuntime",
+    "RankCheckedSource",
     "RankFailedError",
     "TrainingRuntime",
     "auto_runtime",
+    "check_batch_together",
     "check_reference_model",
     "check_same_on_every_rank",
     "fit_state_to_model",

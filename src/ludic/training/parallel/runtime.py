@@ -7,8 +7,9 @@ in `fsdp.py`; `auto.auto_runtime` picks it under torchrun. Nothing here launches
 
 What one rank alone does inside a step (its publisher's push, writing a checkpoint, its logger,
 its share of an eval) runs through `run_on_main` / `run_together`, its batch fetch through
-`next_batch_together`, and its own work before an all-reduce the step makes anyway reports
-there (`raise_if_any_failed`): when it raises on one rank, every rank raises (`RankFailedError`
+`next_batch_together` (and a source's cross-rank check of it through `check_batch_together`),
+and its own work before an all-reduce the step makes anyway reports there
+(`raise_if_any_failed`): when it raises on one rank, every rank raises (`RankFailedError`
 on the others, naming the rank and the cause) instead of going on alone into the next
 collective and waiting there until the process group times out.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import torch
 
@@ -364,6 +365,28 @@ async def next_batch_together(
             f"rank {runtime.rank} stops with the others: another rank's batch source is exhausted"
         )
     return batch
+
+
+@runtime_checkable
+class RankCheckedSource(Protocol):
+    """A batch source whose ranks must agree on what they read before a step trains on it
+    (the pipeline learner's: actors whose credit settings differ, their samples read by
+    different ranks). Optional: the Trainer calls `check_ranks` when a source has it."""
+
+    def check_ranks(self, all_gather: Callable[[Any], list[Any]]) -> None:
+        """Called on every rank together after each batch is fetched, before the step trains
+        on it. `all_gather(obj)` is the ranks' all-gather of a picklable object (every rank's,
+        in rank order; `[obj]` in one process): call it exactly once on every rank, whatever
+        this rank found, and raise only after it (every rank then stops, none trains)."""
+        ...
+
+
+def check_batch_together(runtime: TrainingRuntime, source: object, doing: str) -> None:
+    """`source.check_ranks` (a `RankCheckedSource`; any other source: nothing) through
+    `run_together`: when it raises on any rank, every rank raises before the optimizer step,
+    that rank its own error and the others a `RankFailedError` naming it."""
+    if isinstance(source, RankCheckedSource):
+        run_together(runtime, lambda: source.check_ranks(runtime.all_gather_object), doing)
 
 
 _WHY_EVERY_RANK = {
