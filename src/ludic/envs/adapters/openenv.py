@@ -7,7 +7,8 @@ the action (`action_field`, default: the action's only text field); the observat
 reads is the observation's text field (`observation_field`, default: its only text field, else
 its JSON without `done` / `reward` / `metadata`). OpenEnv's `reward` and `done` are the
 reward and termination. It deliberately does not start containers or servers: give it a
-running server's URL, or the Environment itself.
+running server's URL (checked reachable when `openenv:URL` is resolved, before a model loads),
+or the Environment itself.
 """
 
 from __future__ import annotations
@@ -15,16 +16,26 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import socket
 import typing
 from collections.abc import Awaitable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from ludic.envs.adapters._common import require
 from ludic.envs.registry import EnvSpec
 from ludic.envs.single_agent import SingleAgentEnv
+from ludic.errors import Refusal
 from ludic.types import Info, StepOutcome
 
 _RESULT_FIELDS = ("done", "reward", "metadata")
+_URL_SCHEMES = ("http://", "https://", "ws://", "wss://")
+_DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
+REACH_TIMEOUT_S = 5.0
+
+
+class OpenEnvUnreachableError(Refusal, ConnectionError):
+    """`openenv:URL` names a server that does not accept a connection."""
 
 
 def _openenv() -> Any:
@@ -165,7 +176,8 @@ def env_spec(target: str) -> EnvSpec:
     """The registry entry for `openenv:URL` (a running server) or `openenv:module:Class` (an
     in-process Environment built with the env kwargs). The reply is the action text."""
     _openenv()
-    if target.startswith(("http://", "https://", "ws://", "wss://")):
+    if target.startswith(_URL_SCHEMES):
+        check_reachable(target)
 
         def factory(**kwargs: Any) -> OpenEnvEnv:
             return OpenEnvEnv(base_url=target, **kwargs)
@@ -190,6 +202,28 @@ def env_spec(target: str) -> EnvSpec:
         parser=None,
         description=f"OpenEnv environment {target}",
     )
+
+
+def check_reachable(url: str, *, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Open (and close) a TCP connection to `url`'s host and port, so a server that is down or
+    a mistyped URL is refused in one line when the env is resolved, not by every episode's
+    reset once a model has loaded and the run has started."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port or _DEFAULT_PORTS[parts.scheme]
+    except ValueError as e:  # a port that is not a number, or out of range
+        raise ValueError(f"openenv:{url}: {e}; write openenv:http://HOST:PORT") from None
+    if not parts.hostname:
+        raise ValueError(f"openenv:{url} names no host; write openenv:http://HOST:PORT")
+    try:
+        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
+            pass
+    except OSError as e:
+        reason = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        raise OpenEnvUnreachableError(
+            f"openenv:{url}: cannot reach the OpenEnv server at {parts.hostname}:{port} "
+            f"({reason}); start the server, or fix the URL"
+        ) from None
 
 
 def _import_class(target: str, module_name: str, attr: str) -> Any:
