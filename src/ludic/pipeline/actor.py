@@ -6,8 +6,9 @@ baselines (GRPO) are computed here, before the samples leave. Before each batch 
 while the stream holds `max_backlog` or more undelivered entries, which bounds both Redis memory
 and how stale queued samples can get. Batch indices (which pick the env and sampling seeds and
 name the sample ids) come from a counter in Redis per actor id, so a restarted actor continues
-its seed sequence and actors sharing an id split it. It does not train or publish weights; the
-policy it samples from is whatever its ChatClient serves.
+its seed sequence and actors sharing an id split it. Every sample carries the run id it is given
+(`ludic.pipeline.run_check`), so a learner refuses another run's samples on its stream. It does
+not train or publish weights; the policy it samples from is whatever its ChatClient serves.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import asdict, dataclass
 from ludic._aio import maybe_await
 from ludic.pipeline.codec import encode_sample
 from ludic.pipeline.credit_check import CREDIT_KEY
+from ludic.pipeline.run_check import MAX_RUN_ID, RUN_KEY
 from ludic.pipeline.stream import SampleStream
 from ludic.rollouts import (
     CreditAssigner,
@@ -80,7 +82,10 @@ class PipelineActor:
     generated, so a restart (or another actor with the same id) never reuses a batch's seeds or
     ids; a batch that crashed midway is skipped, not redone. `credit_record` (see
     `ludic.pipeline.credit_check`) is stamped into every sample's meta, so the learner can
-    refuse samples credited by another preset than it trains.
+    refuse samples credited by another preset than it trains. `run_id` (`run_id_for` of the
+    run's settings; the same for every actor of the run and across restarts) is stamped into
+    every sample's meta, so a learner dead-letters another run's samples; None stamps none (the
+    learner cannot tell this actor's run).
     """
 
     def __init__(
@@ -100,6 +105,7 @@ class PipelineActor:
         poll_s: float = 0.1,
         wait_notice_s: float = 60.0,
         credit_record: JSON | None = None,
+        run_id: str | None = None,
     ) -> None:
         if max_backlog < 1:
             raise ValueError(f"max_backlog must be >= 1, got {max_backlog}")
@@ -119,6 +125,12 @@ class PipelineActor:
         self.poll_s = poll_s
         self.wait_notice_s = wait_notice_s
         self.credit_record = credit_record
+        if run_id is not None and not (isinstance(run_id, str) and 0 < len(run_id) <= MAX_RUN_ID):
+            raise ValueError(
+                f"run_id must be a string of 1-{MAX_RUN_ID} characters, got {run_id!r}"
+            )
+        self.run_id = run_id
+        self._said_run = run_id is None
         self.batch_index = -1  # the last batch generated (-1: none yet)
         self.samples_pushed = 0
 
@@ -141,10 +153,20 @@ class PipelineActor:
         )
         generated = time.perf_counter() - started
         versions = [v for s in result.samples for v in s.policy_versions]
+        if not self._said_run:
+            self._said_run = True
+            logger.info(
+                "actor %s stamps its samples with run id %s (the same for every actor started "
+                "with this run's flags; a learner dead-letters samples of another run)",
+                self.actor_id,
+                self.run_id,
+            )
         for i, sample in enumerate(result.samples):
             meta = {**sample.meta, "actor_id": self.actor_id, "actor_batch": self.batch_index}
             if self.credit_record is not None:
                 meta[CREDIT_KEY] = self.credit_record
+            if self.run_id is not None:
+                meta[RUN_KEY] = self.run_id
             tagged = dataclasses.replace(sample, meta=meta)
             sample_id = f"{self.actor_id}:{self.batch_index}:{i}"
             await self.stream.add(encode_sample(tagged, sample_id=sample_id), key=sample_id)

@@ -5,9 +5,9 @@ Entry fields: `h` = msgpack map {format, sample_id, num_tokens, weight, meta, ar
 (input_ids int32, action_mask uint8, behavior_logprobs float64 when present). Decoding checks
 every field, size and value before building a `SAWItem` and raises `PayloadError` naming the
 problem, meta included: it must be JSON data, and the keys the learner reads later
-(`policy_versions`, `behavior_sampling`, `forced_action_tokens`) well-formed, so that an entry
-a foreign or broken writer put on the stream is dead-lettered, never a crash at every restart
-of the learner. Nothing is ever unpickled; this module does no I/O.
+(`policy_versions`, `behavior_sampling`, `forced_action_tokens`, `run_id`) well-formed, so that
+an entry a foreign or broken writer put on the stream is dead-lettered, never a crash at every
+restart of the learner. Nothing is ever unpickled; this module does no I/O.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ try:
 except ImportError as e:  # an optional extra
     raise ImportError("the Redis pipeline needs msgpack: pip install 'ludic[redis]'") from e
 
+from ludic.pipeline.run_check import MAX_RUN_ID, RUN_KEY
 from ludic.rollouts.samples import (
     BEHAVIOR_SAMPLING_KEY,
     FORCED_ACTION_TOKENS_KEY,
@@ -144,6 +145,12 @@ def _check_meta(sample_id: str, meta: dict[str, Any], action_tokens: int) -> Non
         raise PayloadError(
             f"sample {sample_id}: meta 'policy_versions' must be a list of ints in [0, 2**63), "
             f"got {versions!r:.200}"
+        )
+    run = meta.get(RUN_KEY, "-")
+    if not isinstance(run, str) or not 0 < len(run) <= MAX_RUN_ID:
+        raise PayloadError(
+            f"sample {sample_id}: meta {RUN_KEY!r} must be a string of 1-{MAX_RUN_ID} "
+            f"characters, got {run!r:.200}"
         )
     forced = meta.get(FORCED_ACTION_TOKENS_KEY, [])
     if not isinstance(forced, list) or not all(_is_count(t) for t in forced):

@@ -11,8 +11,9 @@ ones read after the checkpoint. Rank 0 then claims the entries of consumers that
 this run (an earlier run's extra ranks at once, unknown names once idle `claim_min_idle_ms`);
 it never touches a live sibling's (what is taken back: `ludic.pipeline.recovery`). `ack="step"`
 acks after every step (without checkpoints). Stale samples (more than `max_lag` versions
-behind `current_version()`) are dropped or down-weighted and counted, undecodable entries are
-dead-lettered, repeated sample ids (XADD retries) are skipped. It does not generate rollouts or train.
+behind `current_version()`) are dropped or down-weighted and counted, undecodable entries and
+samples of another run than the learner's (`ludic.pipeline.run_check`) are dead-lettered,
+repeated sample ids (XADD retries) are skipped. It does not generate rollouts or train.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Literal
 from ludic.pipeline import recovery
 from ludic.pipeline.codec import PayloadError, decode_sample
 from ludic.pipeline.lease import ConsumerLease
+from ludic.pipeline.run_check import RunCheck, foreign_note
 from ludic.pipeline.stream import SampleStream, StreamEntry
 from ludic.rollouts.samples import SAWItem
 from ludic.training.batching.types import BatchSourceExhausted, SAWBatch
@@ -76,6 +78,10 @@ class PipelineBatchSource:
       `CreditCheck`); an exception it raises stops the read, leaving the entry unacked. If it
       has `state_dict()` / `load_state_dict(state)`, its state travels in checkpoints (under
       "check"), so a resumed learner keeps checking against what it trained on before.
+
+    The run of the first sample that carries a run id is this learner's (`run_check`, kept in
+    checkpoints under "run"); a sample of another run is dead-lettered, counted as
+    `pipeline/foreign_run`, and the first of each such run logged with both runs and the fix.
     """
 
     def __init__(
@@ -124,6 +130,7 @@ class PipelineBatchSource:
         self.warn_unacked = warn_unacked
         self.wait_notice_s = wait_notice_s
         self.check_sample = check_sample
+        self.run_check = RunCheck(stream=stream.stream)
         self.lease_ttl_s = lease_ttl_s
         self._lease: ConsumerLease | None = None
         self.batches_served = 0
@@ -172,7 +179,8 @@ class PipelineBatchSource:
                     break
                 if self.world_size == 1:  # counted first: the closing line names the drops
                     self.totals.update(stats)
-                    raise BatchSourceExhausted(self.exhausted_line(stats["dropped_stale"]))
+                    line = self.exhausted_line(stats["dropped_stale"])
+                    raise BatchSourceExhausted(line + foreign_note(stats["foreign_run"]))
                 self.timed_out, self.timed_out_dropped = True, stats["dropped_stale"]
                 stats["timed_out"] += 1
                 break
@@ -222,6 +230,7 @@ class PipelineBatchSource:
             "batches_served": self.batches_served,
             "trained": [list(pair) for pair in self._captured],
             "check": getattr(self.check_sample, "state_dict", lambda: None)(),
+            "run": self.run_check.state_dict(),
         }
 
     def load_state_dict(self, state: JSON) -> None:
@@ -242,6 +251,8 @@ class PipelineBatchSource:
         load_check = getattr(self.check_sample, "load_state_dict", None)
         if load_check is not None and state.get("check") is not None:
             load_check(state["check"])
+        self.run_check = RunCheck(stream=self.stream.stream)
+        self.run_check.load_state_dict(state.get("run"))  # None: saved before run ids
         self._resume = state
         self.batches_served = int(state["batches_served"])
         self._trained, self._captured, self._captured_at = [], [], None
@@ -373,6 +384,15 @@ class PipelineBatchSource:
             logger.error("dead-lettering undecodable entry %s%s: %s", entry.entry_id, again, e)
             stats["invalid"] += 1
             return None
+        foreign = self.run_check.foreign(decoded.item, entry.entry_id)
+        if foreign is not None:  # before the credit check: another run may credit otherwise
+            described = self.run_check.describe_foreign(decoded.item, entry.entry_id)
+            if described is not None:
+                logger.error(described)
+            self._trained.append((entry.entry_id, f"foreign:{entry.entry_id}"))
+            await self.stream.dead_letter(entry, f"a sample of another run: {foreign}")
+            stats["foreign_run"] += 1
+            return None
         if self.check_sample is not None:  # raising leaves the entry pending, for a fixed learner
             self.check_sample(decoded.item)
         if decoded.sample_id in self._seen:
@@ -436,6 +456,7 @@ class PipelineBatchSource:
             f"after {time.monotonic() - started:.0f}s on stream {self.stream.stream!r} (group "
             f"{self.stream.group!r})"
         )
+        line += foreign_note(stats["foreign_run"])
         if stats["dropped_stale"]:
             return line + (
                 f"; {stats['dropped_stale']} arrived more than max_lag (--max-lag) "
@@ -448,9 +469,10 @@ class PipelineBatchSource:
             )
         if stats["samples"] or have:
             return line + "; the actors push samples slower than this learner trains on them"
+        of_its_run = " of its run" if stats["foreign_run"] else ""
         return line + (
-            "; no sample arrived: is an actor pushing to this stream (`ludic actor --redis-url "
-            "... --stream ...`, the same as the learner's), or is its first batch still "
+            f"; no sample{of_its_run} arrived: is an actor pushing to this stream (`ludic actor "
+            "--redis-url ... --stream ...`, the same as the learner's), or is its first batch still "
             "generating (an actor pushes a batch's samples once all its episodes end)?"
         )
 
