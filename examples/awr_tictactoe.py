@@ -35,8 +35,12 @@ games of its own at temperature 1 (illegal and unparseable moves, losses and all
 model, sft and awr each train `--continue-steps` on the expert games plus its own (sft: the
 kept ones). The stage-1 model is evaluated too ("start" rows).
 
-Prints the evaluations, mean and 95% t-interval per method and for the paired difference,
-and how the weights treat optimal, other legal and illegal moves; writes `results.json`.
+Prints the evaluations, mean and 95% t-interval per method (win and illegal-move rates in
+percent) and for the paired difference (in percentage points), and how the weights treat
+optimal, other legal and illegal moves; writes `results.json`. Calls into one `--out-dir`
+merge (other seeds with `--first-seed`, other methods with `--methods`): each seed's runs and
+data are kept in `seed_N/` (its games written once, by the first call that plays them) and
+`results.json` summarises every seed there; a call with other settings is refused.
 Which turns AWR trains on, the board features and that weight report are in
 `awr_tictactoe_weights.py`, beside this file.
 """
@@ -172,16 +176,21 @@ class AWRConfig:
     seeds: int = 3
     """Repeat everything (model, tokenizer, data, training) with seeds first_seed, ...."""
     first_seed: int = 0
-    """The first seed (split seeds over calls; each writes its own results.json)."""
+    """The first seed (seeds may be split over calls into one --out-dir: results.json merges
+    them)."""
     methods: tuple[Literal["sft", "awr"], ...] = METHODS
     """Methods to run (each is deterministic per seed: the sft runs of two calls with the same
-    data flags are the same runs, so a second call may run awr only)."""
+    data flags are the same runs, so a second call may run awr only, on the games the first
+    call stored)."""
     threads: int = 1
     """torch CPU threads (the quickstart's default)."""
     out_dir: Path = Path("ludic_runs/awr_tictactoe")
-    """Where data, runs and results.json go (refused when a run of this call, its seed's
-    start, sft or awr, would train where an earlier call left checkpoints: pass another one
-    for a new run)."""
+    """Where data, runs and results.json go. Calls into one out-dir merge: results.json
+    summarises every seed's runs there (earlier calls' included) and a seed's games are played
+    once (a later call trains on the stored ones). Refused, before anything is written, when
+    earlier results there came from other settings (any flag but --first-seed, --seeds,
+    --methods and --out-dir), or a run of this call (its seed's start, sft or awr) would train
+    where an earlier call left checkpoints: pass another one for a new run."""
 
 
 def env_kwargs(cfg: AWRConfig) -> dict[str, Any]:
@@ -376,10 +385,16 @@ def check_out_dir(cfg: AWRConfig) -> None:
 
 
 def run_seed(cfg: AWRConfig, seed: int) -> dict[str, Any]:
-    """Data, both runs and their evaluations for one seed."""
+    """Data, both runs and their evaluations for one seed; its `result.json` keeps the runs
+    an earlier call left there (same settings: `check_settings`)."""
     out = seed_dir(cfg, seed)
     start, tokenizer = fresh_model(cfg, seed, out / "init")
-    rollouts = asyncio.run(expert_games(cfg, tokenizer, seed))
+    stored = out / "data" / "all.jsonl", out / "data" / "kept.jsonl"
+    reuse = cfg.self_episodes == 0 and all(p.is_file() for p in stored)
+    if reuse:  # an earlier call's games: its runs trained on these very ones
+        rollouts = read_rollouts_jsonl(stored[0])
+    else:
+        rollouts = asyncio.run(expert_games(cfg, tokenizer, seed))
     record: dict[str, Any] = {}
     steps = cfg.steps
     if cfg.self_episodes > 0:
@@ -389,7 +404,7 @@ def run_seed(cfg: AWRConfig, seed: int) -> dict[str, Any]:
         model, tokenizer = load_model(start)
         rollouts += asyncio.run(own_games(cfg, model, tokenizer, seed))
         steps = cfg.continue_steps
-    all_path, kept_path = write_data(rollouts, out / "data")
+    all_path, kept_path = stored if reuse else write_data(rollouts, out / "data")
     record["data"] = {
         "games": len(rollouts),
         "kept": sum(map(won_or_drew, rollouts)),
@@ -400,8 +415,66 @@ def run_seed(cfg: AWRConfig, seed: int) -> dict[str, Any]:
         trained = train(cfg, method, data, start, steps, seed, out / method)
         record[method] = evaluate(cfg, trained, f"{method} (seed {seed})")
     stages = {k: v.to_dict() for k, v in record.items() if isinstance(v, StageResult)}
-    (out / "result.json").write_text(json.dumps({**stages, "data": record["data"]}) + "\n")
+    earlier = read_seed_record(out / "result.json")
+    earlier_stages = {k: v.to_dict() for k, v in earlier.items() if isinstance(v, StageResult)}
+    merged = {**earlier_stages, **stages, "data": record["data"], "config": config_of(cfg)}
+    (out / "result.json").write_text(json.dumps(merged) + "\n")
     return record
+
+
+RUN_SELECTION = ("first_seed", "seeds", "methods", "out_dir")
+"""The flags that say which runs a call makes and where, not what a run is: calls into one
+--out-dir may differ in these only."""
+
+
+def config_of(cfg: AWRConfig) -> dict[str, Any]:
+    """`cfg` as results files record it (JSON: tuples become lists, the path a string)."""
+    config = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()}
+    loaded: dict[str, Any] = json.loads(json.dumps(config))
+    return loaded
+
+
+def read_seed_record(path: Path) -> dict[str, Any]:
+    """A seed's `result.json` with its evaluations as StageResults ({} when there is none)."""
+    if not path.is_file():
+        return {}
+    raw = json.loads(path.read_text())
+    return {k: StageResult(**v) if k in ("start", *METHODS) else v for k, v in raw.items()}
+
+
+def seed_records(cfg: AWRConfig) -> dict[int, dict[str, Any]]:
+    """Every seed's record in --out-dir (this call's and earlier calls'), by seed."""
+    records = {}
+    for path in cfg.out_dir.glob("seed_*/result.json"):
+        suffix = path.parent.name.removeprefix("seed_")
+        if suffix.isdigit():
+            records[int(suffix)] = read_seed_record(path)
+    return dict(sorted(records.items()))
+
+
+def check_settings(cfg: AWRConfig) -> None:
+    """ValueError, before anything is written, when --out-dir holds results (results.json or a
+    seed's result.json) of other settings: results.json would summarise two experiments as
+    one. Only the flags of `RUN_SELECTION` may differ between calls into one --out-dir."""
+    wanted = {k: v for k, v in config_of(cfg).items() if k not in RUN_SELECTION}
+    earlier = [cfg.out_dir / "results.json", *sorted(cfg.out_dir.glob("seed_*/result.json"))]
+    for path in (p for p in earlier if p.is_file()):
+        recorded = json.loads(path.read_text()).get("config")
+        if not isinstance(recorded, dict):
+            raise ValueError(
+                f"{path} records no settings (an earlier version of this example wrote it), so "
+                f"this call's results cannot be merged with it: pass another --out-dir"
+            )
+        differ = [k for k in wanted if recorded.get(k, wanted[k]) != wanted[k]]
+        if differ:
+            flags = "; ".join(
+                f"--{k.replace('_', '-')} {recorded[k]} there, {wanted[k]} here" for k in differ
+            )
+            raise ValueError(
+                f"{path} holds results of other settings ({flags}); calls into one --out-dir "
+                "merge their results, so they may differ only in --first-seed, --seeds and "
+                "--methods: pass another --out-dir for these settings"
+            )
 
 
 def interval(values: Sequence[float]) -> dict[str, float | None]:
@@ -410,23 +483,44 @@ def interval(values: Sequence[float]) -> dict[str, float | None]:
     return {"mean": mean, "ci95": None if math.isnan(half) else half, "n": len(values)}
 
 
-def _plus_minus(half: float | None) -> str:
+def _plus_minus(half: float | None, scale: float = 1.0, digits: int = 3) -> str:
     """The " +- half" of a printed interval, or a note that one seed gives none."""
-    return " (one seed: no interval)" if half is None else f" +- {half:.3f}"
+    return " (one seed: no interval)" if half is None else f" +- {half * scale:.{digits}f}"
+
+
+RATES = {"win": "win", "illegal": "illegal moves"}
+"""The summary's shares (printed in percent; a difference of them in percentage points)."""
+
+
+def summary_line(name: str, stats: dict[str, dict[str, Any]]) -> str:
+    """One printed summary row: rates in percent (points for the paired difference, whose
+    name has a " - "), the mean reward as a signed number, and the number of seeds."""
+    cells = []
+    for key, v in stats.items():
+        if key in RATES:
+            mean = 100 * v["mean"]
+            text = f"{mean:+.1f} points" if " - " in name else f"{mean:.1f}%"
+            cells.append(f"{RATES[key]} {text}{_plus_minus(v['ci95'], 100, 1)}")
+        else:
+            cells.append(f"mean reward {v['mean']:+.3f}{_plus_minus(v['ci95'])}")
+    n = next(iter(stats.values()))["n"]
+    return f"{name}: {', '.join(cells)} ({n} seed{'s' if n != 1 else ''})"
 
 
 def summarise(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Mean and 95% interval of win, illegal and reward per method, and of awr minus sft."""
+    """Mean and 95% interval of win, illegal and reward per method over the records (seeds)
+    that ran it, and of awr minus sft over those that ran both."""
     keys = ("win", "illegal", "mean_reward")
-    stages = [m for m in ("start", *METHODS) if m in records[0]]
-    summary: dict[str, Any] = {
-        m: {k: interval([getattr(r[m], k) for r in records]) for k in keys} for m in stages
-    }
-    if not all(m in records[0] for m in METHODS):
-        return summary
-    summary["awr - sft"] = {
-        k: interval([getattr(r["awr"], k) - getattr(r["sft"], k) for r in records]) for k in keys
-    }
+    summary: dict[str, Any] = {}
+    for m in ("start", *METHODS):
+        ran = [r[m] for r in records if m in r]
+        if ran:
+            summary[m] = {k: interval([getattr(s, k) for s in ran]) for k in keys}
+    both = [r for r in records if all(m in r for m in METHODS)]
+    if both:
+        summary["awr - sft"] = {
+            k: interval([getattr(r["awr"], k) - getattr(r["sft"], k) for r in both]) for k in keys
+        }
     return summary
 
 
@@ -440,6 +534,7 @@ def main(cfg: AWRConfig) -> dict[str, list[StageResult]]:
     """Each method's evaluations, one per seed: {"sft": [...], "awr": [...]} (and "start")."""
     expert_shares(cfg.expert_episodes, len(cfg.expert_epsilons))  # refuse bad splits early
     check_baseline_flags(cfg)
+    check_settings(cfg)
     check_out_dir(cfg)
     torch.set_num_threads(cfg.threads)
     records = [run_seed(cfg, seed) for seed in range(cfg.first_seed, cfg.first_seed + cfg.seeds)]
@@ -448,17 +543,22 @@ def main(cfg: AWRConfig) -> dict[str, list[StageResult]]:
         [s for stages in by_method.values() for s in stages],
         title="AWR vs rejection-sampled SFT",
     )
-    summary = summarise(records)
+    every = seed_records(cfg)  # earlier calls' seeds in --out-dir too
+    summary = summarise(list(every.values()))
     console = Console()
+    console.print(f"Over the seeds in {cfg.out_dir} ({', '.join(map(str, every))}):")
     for name, stats in summary.items():
-        cells = ", ".join(f"{k} {v['mean']:+.3f}{_plus_minus(v['ci95'])}" for k, v in stats.items())
-        console.print(f"{name}: {cells}")
-    cfg.out_dir.mkdir(parents=True, exist_ok=True)
+        console.print(summary_line(name, stats))
+    runs = {
+        m: [{**r[m].to_dict(), "seed": seed} for seed, r in every.items() if m in r]
+        for m in ("start", *METHODS)
+    }
     result = {
         "summary": summary,
-        "runs": {m: [s.to_dict() for s in stages] for m, stages in by_method.items()},
-        "data": [r["data"] for r in records],
-        "config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+        "runs": {m: stage_runs for m, stage_runs in runs.items() if stage_runs},
+        "data": [{**r["data"], "seed": seed} for seed, r in every.items()],
+        "seeds": list(every),
+        "config": config_of(cfg),
     }
     (cfg.out_dir / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     return by_method
