@@ -6,9 +6,11 @@ class to the plain `tokenizer.json` backend, and loading checks the loaded token
 `tokenizer.json` itself. A checkpoint step folder (`.../checkpoints/step_N`, the path a run
 prints as its last checkpoint) loads from its `model/` subfolder, once its files match the
 sizes and sha256 its MANIFEST.json recorded (`verify="size"`: sizes only; a damaged one is
-refused naming the file and an earlier step that verifies); a run folder is refused naming its latest checkpoint. A LoRA run's
-checkpoint (a peft adapter directory) loads as its base model with the adapter merged in.
-Nothing here downloads from a model hub.
+refused naming the file and an earlier step that verifies); a run folder is refused naming its
+latest checkpoint. Files transformers would misread or work around (a config.json the weights
+do not fit) are refused first, naming the file
+(`ludic.models.model_files`). A LoRA run's checkpoint (a peft adapter directory) loads as its
+base model with the adapter merged in. Nothing here downloads from a model hub.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from safetensors import SafetensorError
@@ -28,6 +30,12 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
+)
+
+from ludic.models.model_files import (
+    check_loading_info,
+    load_config,
+    no_load_report,
 )
 
 if TYPE_CHECKING:
@@ -155,19 +163,23 @@ def load_model(
     _check_manifest(directory, deep=deep)
     if not (directory / "config.json").is_file():  # a LoRA run's checkpoint: its adapter
         return _load_merged_adapter(directory, dtype, device, verify=verify)
+    config = load_config(directory)  # not JSON, or values transformers rejects: refused here
     try:
-        model = AutoModelForCausalLM.from_pretrained(directory, dtype=resolve_dtype(dtype))
+        with no_load_report():  # check_loading_info refuses what its table would show
+            loaded = AutoModelForCausalLM.from_pretrained(
+                directory,
+                config=config,
+                dtype=resolve_dtype(dtype),
+                output_loading_info=True,
+                ignore_mismatched_sizes=True,
+            )
     except (OSError, SafetensorError) as e:
         raise ValueError(
             f"{directory}: the model's weights are missing or damaged ({e}); copy the folder "
             "again, or load another checkpoint"
         ) from e
-    except ValueError as e:  # transformers' word for a config.json it cannot build a model from
-        raise ValueError(
-            f"{directory}: transformers cannot build a model from its config.json ({e}); a "
-            "model directory holds the config.json that `save_pretrained` writes (with its "
-            "model_type)"
-        ) from e
+    model, info = cast(tuple[PreTrainedModel, dict[str, Any]], loaded)  # with loading info
+    check_loading_info(directory, info, model.base_model_prefix)
     model.to(device)  # type: ignore[arg-type]  # transformers' decorated `to` confuses mypy
     return model.eval(), load_tokenizer(directory)
 

@@ -1,0 +1,127 @@
+"""A model directory's files that transformers would misread or silently work around, refused
+in one line naming the file, what is wrong and what to do: a config.json that is not a JSON
+object, a config.json transformers cannot build a model from, and weights that do not fit
+config.json (transformers initialises missing tensors at random and drops unused ones, with a
+warning table).
+
+It does not check a checkpoint's files against its MANIFEST.json (`ludic.models.loading`) and
+never edits a file.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from ludic.errors import LudicUsageError
+
+_SAVED_WITH = "restore the file saved with these weights (copy the folder again)"
+
+
+def read_json_object(file: Path) -> dict[str, Any]:
+    """`file` parsed as a JSON object; LudicUsageError naming it when it is unreadable, not
+    UTF-8, not JSON or not an object."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise LudicUsageError(f"{file}: not UTF-8 text ({e}); {_SAVED_WITH}") from e
+    except OSError as e:
+        raise LudicUsageError(f"{file}: cannot be read ({e}); {_SAVED_WITH}") from e
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        what = "empty" if not text.strip() else f"not valid JSON ({e})"
+        raise LudicUsageError(f"{file}: {what}; {_SAVED_WITH}") from e
+    if not isinstance(value, dict):
+        raise LudicUsageError(
+            f"{file}: a JSON {type(value).__name__}, not the JSON object it must hold; "
+            f"{_SAVED_WITH}"
+        )
+    return value
+
+
+def load_config(directory: Path) -> Any:
+    """The `PretrainedConfig` of `directory`'s config.json; LudicUsageError naming the file when
+    it is not a JSON object or transformers rejects its values (a wrong type, an impossible
+    size, no model_type)."""
+    from huggingface_hub.errors import StrictDataclassError
+    from transformers import AutoConfig
+
+    file = directory / "config.json"
+    read_json_object(file)
+    try:
+        return AutoConfig.from_pretrained(directory)
+    except (ValueError, TypeError, KeyError, StrictDataclassError) as e:
+        raise LudicUsageError(
+            f"{directory}: transformers cannot build a model from its config.json "
+            f"({_one_line(e)}); a model directory holds the config.json that `save_pretrained` "
+            f"writes (with its model_type): {_SAVED_WITH}"
+        ) from e
+
+
+@contextmanager
+def no_load_report() -> Iterator[None]:
+    """Hold back transformers' LOAD REPORT table while a model loads: `check_loading_info`
+    refuses what it reports, in one line."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logger = hf_logging.get_logger("transformers.modeling_utils")
+    drop_report = _DropLoadReport()
+    hf_logger.addFilter(drop_report)
+    try:
+        yield
+    finally:
+        hf_logger.removeFilter(drop_report)
+
+
+class _DropLoadReport(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "LOAD REPORT" not in str(record.msg)
+
+
+def check_loading_info(directory: Path, info: Mapping[str, Any], base_prefix: str) -> None:
+    """LudicUsageError when the weights in `directory` do not fit its config.json, from
+    `from_pretrained(..., output_loading_info=True, ignore_mismatched_sizes=True)`'s `info`: a
+    tensor of another shape, a tensor the model needs that the weights lack (transformers would
+    initialise it at random), or a backbone tensor (under `base_prefix`) the model has no place
+    for (a config.json with fewer layers than the weights). Extra tensors outside the backbone
+    (a value head saved beside the LM) are allowed."""
+    mismatched = sorted(info.get("mismatched_keys") or ())
+    missing = sorted(info.get("missing_keys") or ())
+    unused = sorted(k for k in info.get("unexpected_keys") or () if k.startswith(f"{base_prefix}."))
+    if mismatched:
+        key, saved, built = mismatched[0]
+        problem = (
+            f"{key} is {list(saved)} in the weights but {list(built)} in config.json's model "
+            f"({_count(len(mismatched), 'tensor')} of another shape)"
+        )
+    elif missing:
+        problem = (
+            f"config.json's model needs {missing[0]}, which the weights lack "
+            f"({_count(len(missing), 'tensor')} missing, which would start at random values)"
+        )
+    elif unused:
+        problem = (
+            f"the weights hold {unused[0]}, which config.json's model has no place for "
+            f"({_count(len(unused), 'tensor')} unused: config.json describes a smaller model)"
+        )
+    else:
+        return
+    raise LudicUsageError(
+        f"{directory}: the weights do not fit config.json: {problem}. One of the two was "
+        "edited or comes from another model: restore the config.json and weights saved together "
+        "(copy the folder again)"
+    )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _one_line(error: BaseException) -> str:
+    """`error`'s message without line breaks (transformers' span several lines)."""
+    return " ".join(str(error).split()) or type(error).__name__
