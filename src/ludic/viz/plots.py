@@ -185,7 +185,9 @@ def metrics_figure(
                 ax.plot(steps, values, label=label, marker=marker, markersize=3)
         ax.set_title(panel.title, fontsize=11, fontweight="bold", loc="left")
         ax.set_xlabel("step")
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no 1.25 ticks
+        # Steps are whole: no 1.25 ticks, nor 0.96 ones for a run one step in (the default
+        # min_n_ticks=2 drops the integer rule when the view holds only one integer).
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
         ax.grid(True, alpha=0.3)
         ax.spines[["top", "right"]].set_visible(False)
         if len(panel.keys) > 1:
