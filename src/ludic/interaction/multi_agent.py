@@ -8,8 +8,10 @@ wait; one still waiting when the episode ends closes its turn with an unexecuted
 `info["action_not_executed"]`). On an env that takes one reply per episode
 (`parse_failure_ends_episode`) a parse failure instead ends the episode, recorded on the
 failing agent's step as in SingleAgentProtocol (`termination_reason` "parse_error"), and for
-every seat still playing, since the env cannot step without that agent's action. It does not
-schedule turns itself: `env.active_agents` does.
+every seat still playing, since the env cannot step without that agent's action. A seat that
+took no part (the episode ended before it acted or was told anything) gets no rollout: an empty
+one would enter its seat's group baseline and the batch's mean reward as a return of 0 that
+nobody earned. It does not schedule turns itself: `env.active_agents` does.
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ class MultiAgentProtocol:
     own timeline). A rule that fires ends the episode for every agent the env has not finished,
     each recorded with the same reason (`record_termination`). Seats without an agent are an
     error: every seat the env schedules must have an agent.
+
+    `run` returns one rollout per seat that has a step (one it acted in or only observed);
+    a seat with none, say the second player of a game the first ended at its first reply, gets
+    no rollout, and the others' `meta["seats_without_steps"]` lists it. An episode in which no
+    seat has a step (no seat was ever active) is an error naming the env.
     """
 
     def __init__(
@@ -90,7 +97,7 @@ class MultiAgentProtocol:
         collector = TraceCollector(self.agents)
         async with closing_env(env):
             await self._run_episode(env, collector, sampling, env_seed)
-        return collector.rollouts(env_seed=env_seed)
+        return _seats_that_took_part(collector.rollouts(env_seed=env_seed), env)
 
     async def _run_episode(
         self,
@@ -276,6 +283,23 @@ class MultiAgentProtocol:
         obs[aid] = outcome.obs
         self.agents[aid].on_after_step(outcome.obs, outcome.info)
         return step
+
+
+def _seats_that_took_part(rollouts: list[Rollout], env: LudicEnv) -> list[Rollout]:
+    """The rollouts with at least one step; the others' seats are named in the kept ones'
+    `meta["seats_without_steps"]`. ValueError when no seat has a step."""
+    kept = [r for r in rollouts if r.steps]
+    if not kept:
+        raise ValueError(
+            f"{type(env).__name__}: no seat acted or observed anything in this episode "
+            f"(env.active_agents named none of {[r.agent_id for r in rollouts]} after reset); "
+            "an env must make at least one seat active after reset"
+        )
+    absent = [r.agent_id for r in rollouts if not r.steps]
+    if absent:
+        for rollout in kept:
+            rollout.meta["seats_without_steps"] = absent
+    return kept
 
 
 def _seat_sampling(sampling: SamplingConfig | None, seat: int) -> SamplingConfig | None:
