@@ -2,7 +2,8 @@
 `ludic eval --model`, `ludic serve`) in one line naming the file, the problem and the fix, never
 loaded with tensors transformers initialised at random or dropped: a config.json that is not a
 JSON object or holds values transformers rejects, weights that do not fit config.json (another
-shape, fewer or more layers, a missing tensor)."""
+shape, fewer or more layers, a missing tensor), and tokenizer files that are not JSON or do not
+load, or that hold more tokens than the model's embedding has rows."""
 
 from __future__ import annotations
 
@@ -137,3 +138,49 @@ def test_tied_embeddings_and_an_extra_head_still_load(saved: Path, tmp_path: Pat
     _edit_weights(lambda t: t.update({"v_head.weight": torch.zeros(1, 32)}))(folder)
     model, _ = load_model(folder)
     assert model.lm_head.weight is model.model.embed_tokens.weight
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "problem"),
+    [
+        ("tokenizer.json", b"{garbage", "not valid JSON"),
+        ("tokenizer.json", b"", "empty"),
+        ("tokenizer.json", b"[]", "a JSON list"),
+        ("tokenizer_config.json", b"[]", "a JSON list"),
+        ("tokenizer_config.json", b"{garbage", "not valid JSON"),
+    ],
+)
+def test_tokenizer_files_that_are_no_json_object_are_named(
+    saved: Path, tmp_path: Path, name: str, content: bytes, problem: str
+) -> None:
+    folder = _copy(saved, tmp_path, lambda f: (f / name).write_bytes(content))
+    assert f"{folder / name}: {problem}" in _refusal(folder)
+
+
+def test_a_tokenizer_that_does_not_load_is_refused_naming_the_folder(
+    saved: Path, tmp_path: Path
+) -> None:
+    """tokenizer_config.json without its tokenizer.json: transformers' multi-line ValueError
+    about sentencepiece, worded as one line naming the folder and the fix."""
+    folder = _copy(saved, tmp_path, lambda f: (f / "tokenizer.json").unlink())
+    message = _refusal(folder)
+    assert f"{folder}: the tokenizer does not load from its files" in message, message
+    assert "copy tokenizer.json and tokenizer_config.json again" in message, message
+
+
+def test_a_tokenizer_larger_than_the_embedding_is_refused(saved: Path, tmp_path: Path) -> None:
+    """Ids past the embedding's last row would crash generation (or read garbage on a GPU)."""
+
+    def grow_vocab(folder: Path) -> None:
+        tokenizer = json.loads((folder / "tokenizer.json").read_text())
+        vocab = tokenizer["model"]["vocab"]
+        size = len(vocab)
+        vocab.update({f"extra{i}": size + i for i in range(200)})
+        (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+
+    folder = _copy(saved, tmp_path, grow_vocab)
+    rows = json.loads((folder / "config.json").read_text())["vocab_size"]
+    message = _refusal(folder)
+    assert f"the tokenizer has {rows + 200} tokens but the model's embedding only {rows}" in (
+        message
+    ), message

@@ -8,7 +8,7 @@ prints as its last checkpoint) loads from its `model/` subfolder, once its files
 sizes and sha256 its MANIFEST.json recorded (`verify="size"`: sizes only; a damaged one is
 refused naming the file and an earlier step that verifies); a run folder is refused naming its
 latest checkpoint. Files transformers would misread or work around (a config.json the weights
-do not fit) are refused first, naming the file
+do not fit, tokenizer files that are not JSON) are refused first, naming the file
 (`ludic.models.model_files`). A LoRA run's checkpoint (a peft adapter directory) loads as its
 base model with the adapter merged in. Nothing here downloads from a model hub.
 """
@@ -34,8 +34,11 @@ from transformers import (
 
 from ludic.models.model_files import (
     check_loading_info,
+    check_tokenizer_files,
+    check_tokenizer_fits,
     load_config,
     no_load_report,
+    tokenizer_load_error,
 )
 
 if TYPE_CHECKING:
@@ -164,6 +167,7 @@ def load_model(
     if not (directory / "config.json").is_file():  # a LoRA run's checkpoint: its adapter
         return _load_merged_adapter(directory, dtype, device, verify=verify)
     config = load_config(directory)  # not JSON, or values transformers rejects: refused here
+    check_tokenizer_files(directory)  # before the weights load, the slow part
     try:
         with no_load_report():  # check_loading_info refuses what its table would show
             loaded = AutoModelForCausalLM.from_pretrained(
@@ -181,7 +185,16 @@ def load_model(
     model, info = cast(tuple[PreTrainedModel, dict[str, Any]], loaded)  # with loading info
     check_loading_info(directory, info, model.base_model_prefix)
     model.to(device)  # type: ignore[arg-type]  # transformers' decorated `to` confuses mypy
-    return model.eval(), load_tokenizer(directory)
+    tokenizer = load_tokenizer(directory)
+    _check_tokenizer_fits(directory, model, tokenizer)
+    return model.eval(), tokenizer
+
+
+def _check_tokenizer_fits(
+    directory: Path, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
+) -> None:
+    weight = cast(torch.Tensor, model.get_input_embeddings().weight)
+    check_tokenizer_fits(directory, len(tokenizer), int(weight.shape[0]))
 
 
 def _load_merged_adapter(
@@ -210,7 +223,9 @@ def _load_merged_adapter(
     model, _ = load_model(base, dtype=dtype, device=device, verify=verify)
     merged = PeftModel.from_pretrained(model, str(directory)).merge_and_unload()
     logger.info("loaded %s: LoRA adapter merged into its base model %s", directory, base)
-    return merged.eval(), load_tokenizer(directory)
+    tokenizer = load_tokenizer(directory)
+    _check_tokenizer_fits(directory, merged, tokenizer)
+    return merged.eval(), tokenizer
 
 
 def _base_not_found(directory: Path, recorded: str) -> str:
@@ -313,11 +328,16 @@ def load_tokenizer(path: str | os.PathLike[str]) -> PreTrainedTokenizerBase:
         directory = directory / "model"
     if not _has_tokenizer(directory):
         raise FileNotFoundError(_no_tokenizer(Path(path), directory))
-    tokenizer = AutoTokenizer.from_pretrained(directory)
+    check_tokenizer_files(directory)
     raw_file = directory / "tokenizer.json"
-    if not raw_file.is_file():
+    try:  # JSON objects that tokenizers or transformers cannot build a tokenizer from
+        tokenizer = AutoTokenizer.from_pretrained(directory)
+        raw = Tokenizer.from_file(str(raw_file)) if raw_file.is_file() else None
+    except Exception as e:  # tokenizers raises bare Exceptions for malformed contents
+        raise tokenizer_load_error(directory, e) from e
+    if raw is None:
         return tokenizer
-    expected = Tokenizer.from_file(str(raw_file)).encode(_PROBE_TEXT, add_special_tokens=False).ids
+    expected = raw.encode(_PROBE_TEXT, add_special_tokens=False).ids
     if tokenizer.encode(_PROBE_TEXT, add_special_tokens=False) == expected:
         return tokenizer
     logger.warning(

@@ -1,8 +1,9 @@
 """A model directory's files that transformers would misread or silently work around, refused
-in one line naming the file, what is wrong and what to do: a config.json that is not a JSON
-object, a config.json transformers cannot build a model from, and weights that do not fit
-config.json (transformers initialises missing tensors at random and drops unused ones, with a
-warning table).
+in one line naming the file, what is wrong and what to do: a config.json or tokenizer JSON file
+that is not a JSON object, a config.json transformers cannot build a model from, weights that
+do not fit config.json (transformers initialises missing tensors at random and drops unused
+ones, with a warning table), tokenizer files that do not load, and a tokenizer with more tokens
+than the model's embedding has rows.
 
 It does not check a checkpoint's files against its MANIFEST.json (`ludic.models.loading`) and
 never edits a file.
@@ -19,6 +20,7 @@ from typing import Any
 
 from ludic.errors import LudicUsageError
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 _SAVED_WITH = "restore the file saved with these weights (copy the folder again)"
 
 
@@ -116,6 +118,35 @@ def check_loading_info(directory: Path, info: Mapping[str, Any], base_prefix: st
         "edited or comes from another model: restore the config.json and weights saved together "
         "(copy the folder again)"
     )
+
+
+def check_tokenizer_files(directory: Path) -> None:
+    """LudicUsageError naming the first tokenizer file in `directory` that is present but not a
+    JSON object (transformers would raise json's bare "Expecting value")."""
+    for name in TOKENIZER_FILES:
+        if (directory / name).is_file():
+            read_json_object(directory / name)
+
+
+def tokenizer_load_error(directory: Path, error: Exception) -> LudicUsageError:
+    """The refusal for tokenizer files in `directory` that are JSON objects but do not load."""
+    return LudicUsageError(
+        f"{directory}: the tokenizer does not load from its files ({type(error).__name__}: "
+        f"{_one_line(error)}); copy tokenizer.json and tokenizer_config.json again from the model "
+        "these weights were saved with"
+    )
+
+
+def check_tokenizer_fits(directory: Path, tokenizer_size: int, embedding_rows: int) -> None:
+    """LudicUsageError when the tokenizer has more tokens than the model's input embedding has
+    rows: ids at or past the last row would index past it (a crash, or garbage on a GPU)."""
+    if tokenizer_size > embedding_rows:
+        raise LudicUsageError(
+            f"{directory}: the tokenizer has {tokenizer_size} tokens but the model's embedding "
+            f"only {embedding_rows} rows, so token ids {embedding_rows} and above have no "
+            "embedding: the tokenizer files come from another model. Restore the tokenizer.json "
+            "and tokenizer_config.json saved with these weights (copy the folder again)"
+        )
 
 
 def _count(n: int, noun: str) -> str:
