@@ -39,6 +39,14 @@ class ServeConfig:
     does not show); without one they are disabled."""
     max_body_bytes: int = 8 * 2**20
     """Largest request body accepted (413 beyond it); the weight upload is exempt."""
+    header_timeout: float = 30.0
+    """Seconds a connection may take to send a request's head (from when it opens, or from the
+    first byte after a reply); then it is closed (408 if part came), so clients that trickle
+    bytes cannot hold connections until good clients are refused."""
+    body_timeout: float = 30.0
+    """Seconds the server waits for a request's body, plus 1 s per 64 KiB of it received (a
+    large weight upload over a slow link still lands); a body that stops arriving gets a 408
+    and its connection closed."""
     served_model_name: str | None = None
     """Name reported by /v1/models and expected in requests (default: the directory name; a
     training checkpoint, `.../step_N` or `.../step_N/model`, serves as "ludic")."""
@@ -115,6 +123,11 @@ def check_serve_config(config: ServeConfig) -> None:
         raise ValueError(f"--port must be in 0..65535, got {config.port}")
     if config.max_body_bytes < 1:
         raise ValueError(f"--max-body-bytes must be >= 1, got {config.max_body_bytes}")
+    for flag, seconds in (("header", config.header_timeout), ("body", config.body_timeout)):
+        if not 0 < seconds < float("inf"):  # also nan
+            raise ValueError(
+                f"--{flag}-timeout must be a positive number of seconds, got {seconds}"
+            )
     _check_max_model_len(config)
     if not config.prepacked_gemm:
         return

@@ -8,7 +8,8 @@ receiver `/ludic/weights/*` (`ludic.inference.http.weight_receiver`, driven by
 `stream=true` (server-sent events, as vLLM and OpenAI send them). Binds 127.0.0.1 by default.
 Request bodies are capped (413 beyond `max_body_bytes`; the weight upload is exempt) and prompts
 are tokenized off the event loop (a text far over the context only by its head), so one huge
-request cannot stall `/health` or other requests. A client that disconnects cancels its request,
+request cannot stall `/health` or other requests; `serve` closes connections whose request head
+or body does not arrive in time (`read_deadlines`). A client that disconnects cancels its request,
 streamed or not. It does not batch several choices per request or serve more than one model.
 """
 
@@ -48,6 +49,7 @@ from ludic.inference.http.openai_protocol import (
     completion_body,
     error_body,
 )
+from ludic.inference.http.read_deadlines import guard_reads
 from ludic.inference.http.serve_config import ServeConfig, check_serve_config, served_name
 from ludic.inference.http.serve_shutdown import stop_at_first_signal
 from ludic.inference.http.weight_routes import install_weight_sync_routes
@@ -484,9 +486,17 @@ def _serve_on(config: ServeConfig, listening: socket.socket) -> None:
         f"{engine_settings(engine_config)}",
         flush=True,
     )
+    timed_app, protocol = guard_reads(
+        app, header_timeout_s=config.header_timeout, body_timeout_s=config.body_timeout
+    )
     try:
         uvicorn.run(  # on the socket bound above (fd), at the port it holds
-            app, host=config.host, port=port, fd=listening.fileno(), log_level=config.log_level
+            timed_app,
+            host=config.host,
+            port=port,
+            fd=listening.fileno(),
+            log_level=config.log_level,
+            http=protocol,  # closes connections whose request head or body does not arrive
         )
     finally:
         engine.close()
