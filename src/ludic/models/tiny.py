@@ -11,7 +11,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -39,6 +39,27 @@ class TinyModelSpec:
     max_position_embeddings: int = 2048
     initializer_range: float = 0.1
     tokenizer_vocab_size: int = 2048
+
+    def __post_init__(self) -> None:
+        """Refuse sizes that build a model whose first forward fails (or that cannot be built),
+        naming the fields: transformers accepts key/value heads that do not divide the heads
+        and an odd head size, and fails inside attention on the first forward."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not value > 0:
+                raise ValueError(f"TinyModelSpec: {f.name} must be > 0, got {value}")
+        heads, kv_heads = self.num_attention_heads, self.num_key_value_heads
+        if self.hidden_size % heads or (self.hidden_size // heads) % 2:
+            raise ValueError(
+                f"TinyModelSpec: hidden_size {self.hidden_size} must be num_attention_heads "
+                f"{heads} times an even head size (rotary embeddings rotate pairs), e.g. "
+                f"hidden_size {heads * 2 * max(1, round(self.hidden_size / heads / 2))}"
+            )
+        if heads % kv_heads:
+            raise ValueError(
+                f"TinyModelSpec: num_key_value_heads {kv_heads} must divide num_attention_heads "
+                f"{heads} (each key/value head serves a whole group of query heads)"
+            )
 
     def cache_key(self, seed: int) -> str:
         payload = json.dumps(
