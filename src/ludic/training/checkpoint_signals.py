@@ -8,6 +8,14 @@ called with it as soon as the save completes. A second signal during the save ca
 at once, for the first signal and then this one: the save is cut short and rolled back as
 without deferral (its temporary directory is removed; the previous checkpoint stays intact).
 
+Under torchrun every rank takes part in a save (each gathers its shards of the full states
+that rank 0 writes), so every rank defers, from the first gather to the end of rank 0's write
+(`trainer_checkpoints.write_checkpoint`; a save nested in it, `CheckpointManager.save`, adds no
+deferral of its own). A signal to the whole group then lets every rank finish its part, and the
+ranks agree (`agree`: one all-reduce after the save) on whether any rank got one, so every rank
+stops with it, also a rank the signal did not reach, instead of going on alone into the next
+collective.
+
 Only in the main thread (where Python runs signal handlers), and only for a signal whose
 handler is a Python callable: one at the default action (a bare process's SIGTERM ends it at
 once) or ignored (`nohup`) is left as is. Without a signal nothing changes.
@@ -29,12 +37,19 @@ _Handler = Callable[[int, FrameType | None], object]
 _NAMES: dict[int, str] = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
 
 
+_deferring = False  # a save nested in a deferring one (main thread only) defers nothing more
+
+
 @contextmanager
-def signals_deferred(what: str) -> Iterator[None]:
+def signals_deferred(what: str, *, agree: Callable[[int], int] | None = None) -> Iterator[None]:
     """Run the body (saving `what`, named in the notice) with SIGINT and SIGTERM deferred as the
     module docstring says; the deferred signal's handler runs as the body exits (after it, also
-    when the body raised), so whatever it raises comes from here."""
-    if threading.current_thread() is not threading.main_thread():
+    when the body raised), so whatever it raises comes from here. `agree` (several ranks, every
+    one saving together): called on every rank once the body completed, with the number of the
+    signal this rank deferred (0: none), it returns the one every rank acts on (0: none), e.g.
+    an all-reduce max; a rank that deferred none then raises the agreed signal in itself."""
+    global _deferring
+    if _deferring or threading.current_thread() is not threading.main_thread():
         yield
         return
     previous: dict[int, _Handler] = {}
@@ -56,21 +71,33 @@ def signals_deferred(what: str) -> Iterator[None]:
             previous[signum](signum, frame)  # first signal asked; a handler that returns: both
             return
         pending.append((signum, frame))
-        name = _NAMES.get(signum, f"signal {signum}")
         _notice(
-            f"ludic: {name}: finishing the save of {what} first, then stopping "
+            f"ludic: {_name(signum)}: finishing the save of {what} first, then stopping "
             f"(Ctrl-C or SIGTERM again stops at once, without this checkpoint)\n"
         )
 
     for deferred in previous:
         signal.signal(deferred, defer)
+    _deferring = True
+    agreed = 0
     try:
         yield
+        if agree is not None:  # every rank completed its part: all meet here
+            agreed = agree(pending[0][0] if pending else 0)
     finally:
+        _deferring = False
         restore()
         if pending:
+            agreed = 0  # this rank stops with its own signal
             signum, frame = pending.pop()
             previous[signum](signum, frame)
+    if agreed:  # only another rank got it: this one stops with it too, as if it had
+        _notice(f"ludic: {_name(agreed)} on another rank during the save of {what}: stopping\n")
+        signal.raise_signal(agreed)
+
+
+def _name(signum: int) -> str:
+    return _NAMES.get(signum, f"signal {signum}")
 
 
 def _notice(text: str) -> None:

@@ -26,6 +26,7 @@ from ludic.training.checkpoint import (
     read_checkpoint,
     restore_rng_state,
 )
+from ludic.training.checkpoint_signals import signals_deferred
 from ludic.training.lr_resume import (
     RECORD_KEY,
     LRScheduleMismatchError,
@@ -51,8 +52,16 @@ ALGORITHM_KEY = "algorithm"
 
 def write_checkpoint(trainer: Trainer) -> Path:
     """Save `trainer`'s model, optimizer, schedule, RNG, step, version and the source's data
-    position (full states gathered from every rank, written by rank 0); every rank calls it."""
+    position (full states gathered from every rank, written by rank 0); every rank calls it.
+    A first SIGINT/SIGTERM during it waits on every rank until the save is complete, then
+    every rank stops with it, also one the signal did not reach (`checkpoint_signals`)."""
     manager, runtime = _manager(trainer), trainer.runtime
+    agree = None if runtime.world_size == 1 else runtime.all_reduce_max
+    with signals_deferred(f"checkpoint {manager.path_for(trainer.step)}", agree=agree):
+        return _write(trainer, manager, runtime)
+
+
+def _write(trainer: Trainer, manager: CheckpointManager, runtime: TrainingRuntime) -> Path:
     model_state = runtime.full_model_state(trainer.model)
     optimizer_state = runtime.full_optimizer_state(trainer.model, trainer.optimizer)
     rank_states = runtime.all_gather_object(capture_rank_state(_data_state(trainer)))
