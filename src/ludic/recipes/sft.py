@@ -189,7 +189,7 @@ def _offline_source(
         filters=filters,
         retokenizer=ChatTemplateRetokenizer(tokenizer=tokenizer) if cfg.retokenize else None,
     )
-    _check_vocab(source, model)
+    _check_vocab(source, model, cfg.data)
     if not cfg.retokenize:
         _check_token_ids(cfg.data, tokenizer)
     _report_weights(source, algorithm, console)
@@ -310,9 +310,18 @@ def _report_weights(source: OfflineBatchSource, algorithm: RLAlgorithm, console:
         )
 
 
-def _check_vocab(source: OfflineBatchSource, model: torch.nn.Module) -> None:
-    """Token ids from another tokenizer would index past the embedding: say so up front."""
+def _check_vocab(source: OfflineBatchSource, model: torch.nn.Module, data: Path) -> None:
+    """Token ids from another tokenizer would index past the embedding, and a negative one
+    (a damaged file) from its end: say so up front."""
     vocab = int(model.get_input_embeddings().weight.shape[0])  # type: ignore[operator]
+    negative = next((s for s in source.samples if min(s.input_ids) < 0), None)
+    if negative is not None:
+        raise ValueError(
+            f"{data}: rollout {negative.meta.get('rollout_id')!r} holds token id "
+            f"{min(negative.input_ids)}, and token ids are >= 0: the file is damaged or was "
+            "edited. Drop that rollout's line, or pass --retokenize to rebuild the ids from "
+            "the messages with this model's chat template"
+        )
     top = max(max(s.input_ids) for s in source.samples)
     if top >= vocab:
         raise ValueError(
