@@ -7,8 +7,8 @@ while the stream holds `max_backlog` or more undelivered entries, which bounds b
 and how stale queued samples can get. Batch indices (which pick the env and sampling seeds and
 name the sample ids) come from a counter in Redis per actor id, so a restarted actor continues
 its seed sequence and actors sharing an id split it. Every sample carries the run id it is given
-(`ludic.pipeline.run_check`), so a learner refuses another run's samples on its stream. It does
-not train or publish weights; the policy it samples from is whatever its ChatClient serves.
+(`ludic.pipeline.run_check`), so a learner dead-letters another run's samples on its stream. It
+does not train or publish weights; the policy it samples from is whatever its ChatClient serves.
 """
 
 from __future__ import annotations
