@@ -25,6 +25,7 @@ FORMAT = 1
 _STEP_NAME = re.compile(r"^step_(\d+)$")
 # a damaged checkpoint may be asked about under its quarantined name too (`quarantine_checkpoint`)
 _DAMAGED_NAME = re.compile(r"^step_(\d+)(?:\.corrupt(?:-\d+)?)?$")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 VerifyMode = Literal["sha256", "size"]
 """What loading checks against the manifest: "sha256", each file's size and contents (one
@@ -86,9 +87,29 @@ def manifest_files(directory: Path) -> dict[str, dict[str, Any]]:
         files = json.loads(manifest.read_text())["files"]
         if not isinstance(files, dict) or not all(isinstance(e, dict) for e in files.values()):
             raise ValueError("'files' is not a table of file entries")
+        for name, entry in files.items():
+            _check_entry(name, entry)
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise CorruptCheckpointError(f"{manifest}: unreadable manifest ({e})") from e
+        raise CorruptCheckpointError(
+            f"{manifest}: unreadable manifest ({e}); it was edited or damaged after the save"
+        ) from e
     return files
+
+
+def _check_entry(name: str, entry: dict[str, Any]) -> None:
+    """ValueError naming what is wrong with manifest entry `name`, as `write_manifest` never
+    writes it: a path outside the checkpoint, a size that is no byte count, a sha256 that is
+    no hex digest (each compared as is, they would call the file damaged, or a size "123"
+    differs from 123 bytes)."""
+    path = Path(name)
+    if not name or path.is_absolute() or ".." in path.parts:
+        raise ValueError(f"entry {name!r} is not a path inside the checkpoint")
+    size = entry.get("size")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise ValueError(f"entry {name!r} has size {size!r}, not a byte count")
+    sha = entry.get("sha256")
+    if sha is not None and not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
+        raise ValueError(f"entry {name!r} has sha256 {sha!r}, not 64 hex digits")
 
 
 def check_files(directory: Path, *, deep: bool = True, prefix: str = "") -> None:
