@@ -15,6 +15,8 @@ import types
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, ParamSpec, TypeVar, Union, get_args, get_origin
 
+from ludic.errors import Refusal
+
 P = ParamSpec("P")
 R = TypeVar("R")
 _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -121,11 +123,17 @@ def _kind_fits(value: object, annotation: Any) -> bool:
     return fits(value, annotation)
 
 
+class EnvArgumentTypeError(Refusal, TypeError):
+    """An env built with a keyword of the wrong type (`checked_arguments`): a TypeError whose
+    message names the class, the argument, the type wanted and the fix, so the `ludic` command
+    prints it as a refusal, not a traceback."""
+
+
 def checked_arguments(init: Callable[P, R]) -> Callable[P, R]:
     """Decorate an env's `__init__` so that a keyword of the wrong type (`epsilon="0.2"`) raises
     TypeError naming the class, the argument, the value and the type wanted, before the body
-    runs. A Literal value of the right type but not allowed (`opponent="best"`) is left to the
-    body's own ValueError, as ranges are."""
+    runs (`EnvArgumentTypeError`). A Literal value of the right type but not allowed
+    (`opponent="best"`) is left to the body's own ValueError, as ranges are."""
     signature = inspect.signature(init)
 
     @functools.wraps(init)
@@ -139,7 +147,7 @@ def checked_arguments(init: Callable[P, R]) -> Callable[P, R]:
                 fix = corrected(value, annotation)
                 hint = f"; pass {name}={fix!r}" if fix is not None else ""
                 wanted = describe(annotation, bool_as="true or false")  # as envs' own checks say
-                raise TypeError(
+                raise EnvArgumentTypeError(
                     f"{owner}: {name} must be {wanted}, got {value!r} "
                     f"({type(value).__name__}){hint}"
                 )
