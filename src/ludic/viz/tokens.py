@@ -19,6 +19,8 @@ from ludic.types import Rollout
 TokenDecoder = Callable[[Sequence[int]], list[str]]
 _BYTE_SPECIALS = {IM_START: "<|im_start|>", IM_END: "<|im_end|>"}
 _AUTO_CHECK_STEPS = 32
+IDS_NO_TOKENIZER = "ids (no tokenizer given)"
+"""The page's "tokens shown as" when no tokenizer was given and the ids are not byte-level."""
 
 
 @runtime_checkable
@@ -113,7 +115,7 @@ def resolve_decoder(
     if tokenizer is None:
         if looks_byte_level(rollouts):
             return byte_decoder, "bytes (auto-detected)"
-        return id_decoder, "ids (no tokenizer given)"
+        return id_decoder, IDS_NO_TOKENIZER
     if isinstance(tokenizer, str):
         if tokenizer == "bytes":
             return byte_decoder, "bytes"

@@ -27,7 +27,7 @@ from ludic.rollouts.token_check import TextDecoder, foreign_token_ids
 from ludic.types import JSON, Rollout
 from ludic.viz._viewer_js import JS
 from ludic.viz._viewer_page import CSS, PAGE_TEMPLATE
-from ludic.viz.tokens import TokenDecoder, TokenizerLike, resolve_decoder
+from ludic.viz.tokens import IDS_NO_TOKENIZER, TokenDecoder, TokenizerLike, resolve_decoder
 from ludic.viz.view_model import build_view
 
 RolloutSource = str | Path | Iterable[Rollout]
@@ -56,6 +56,19 @@ def write_viewer(
       check `ludic sft` makes, `ludic.rollouts.token_check`); default: `warnings.warn`. The
       page is still written, its "tokens shown as" saying so.
     """
+    return _write_page(rollouts, out_html, samples, tokenizer, title, max_episodes, on_warning)[0]
+
+
+def _write_page(
+    rollouts: RolloutSource,
+    out_html: str | Path,
+    samples: SampleSource | None,
+    tokenizer: TokenizerLike | str | Path | None,
+    title: str | None,
+    max_episodes: int | None,
+    on_warning: Callable[[str], None] | None,
+) -> tuple[Path, str]:
+    """`write_viewer`, also returning what the page's tokens are shown as."""
     source = str(rollouts) if isinstance(rollouts, str | Path) else None
     episodes = _load_rollouts(rollouts)
     if max_episodes is not None:
@@ -78,7 +91,7 @@ def write_viewer(
     out = Path(out_html)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_html(data, title=title or "ludic rollouts"), encoding="utf-8")
-    return out
+    return out, decoder_name
 
 
 def samples_not_shown(
@@ -249,14 +262,32 @@ def view_command(cfg: ViewConfig, *, console: Console | None = None) -> Path:
     """`ludic view`: write the page and print where it is."""
     out = cfg.out or cfg.rollouts.with_suffix(".html")
     console = console or Console()
-    path = write_viewer(
+    path, shown_as = _write_page(
         cfg.rollouts,
         out,
-        samples=cfg.samples,
-        tokenizer=cfg.tokenizer,
-        title=cfg.title,
-        max_episodes=cfg.max_episodes,
+        cfg.samples,
+        cfg.tokenizer,
+        cfg.title,
+        cfg.max_episodes,
         on_warning=lambda text: console.print(f"[yellow]warning[/yellow]: {escape(text)}"),
     )
     console.print(f"wrote [bold]{path}[/bold] (open it in a browser)")
+    if shown_as == IDS_NO_TOKENIZER:
+        console.print(ids_note(cfg.rollouts), markup=False, highlight=False)
     return path
+
+
+def ids_note(rollouts: Path) -> str:
+    """What to pass when the page shows token ids because no --tokenizer was given (a model's
+    ids are not byte-level): the newest checkpoint's model beside the rollouts, when a
+    `ludic train` run folder holds one."""
+    beside = sorted((rollouts.parent / "checkpoints").glob("step_*/model/tokenizer_config.json"))
+    where = (
+        f" (this run's: --tokenizer {beside[-1].parent})"
+        if beside
+        else " (a run's checkpoint .../checkpoints/step_N/model)"
+    )
+    return (
+        "its tokens are shown as ids (no --tokenizer given): to see them as text, pass "
+        f"--tokenizer with the model directory that generated them{where}"
+    )
