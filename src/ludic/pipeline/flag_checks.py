@@ -5,7 +5,10 @@ Counts must be >= 1: the actor's `--problems-per-batch`, `--group-size`, `--max-
 `--concurrency`, `--batches`, `--max-backlog`, `--max-stream-len`; the learner's `--steps`,
 `--batch-size`, `--publish-every`, `--checkpoint-every`, `--server-ranks`,
 `--micro-batch-tokens`, `--max-tokens` (None turns the optional ones off), its `--lr` must be
-a finite number > 0 and its `--max-lag` >= 0. The learner under dr_grpo needs `--max-tokens` (its loss divides by the actors'
+a finite number > 0 and its `--max-lag` >= 0; its seconds and fractions must make sense
+(`--max-wait-s` > 0, `--stale-decay` in [0, 1], `--bucket-mb` > 0, `--verify-atol` >= 0):
+out of range they were taken as given (a learner that stopped at once, a push verification
+that fails every time) or refused only after the model loaded, in a field's words. The learner under dr_grpo needs `--max-tokens` (its loss divides by the actors'
 generation budget; `CreditCheck` then refuses samples generated with another one); under any
 other preset a given `--max-tokens` is unused and a warning says so. The actor's preset checks
 (`--group-size 1`, `--temperature 0`) stay in `ludic.pipeline.commands.check_actor_preset`.
@@ -16,6 +19,7 @@ so the learner checks Redis before torch loads (`refusals_need_torch`).
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 
 from ludic.pipeline.config import ActorConfig, LearnerConfig
@@ -90,6 +94,7 @@ def check_learner_counts(cfg: LearnerConfig) -> None:
             f"{LearnerConfig().checkpoint_every} steps) or pass --checkpoint-every None (none)"
         )
     check_lr(cfg.lr, "1e-5")
+    _check_learner_reals(cfg)
     if not cfg.lease_ttl_s > 0:  # nan too
         raise ValueError(
             f"--lease-ttl-s is {cfg.lease_ttl_s}: pass seconds > 0 (how long a killed "
@@ -113,4 +118,28 @@ def check_learner_counts(cfg: LearnerConfig) -> None:
             cfg.max_tokens,
             "/".join(sorted(MAX_TOKENS_PRESETS)),
             cfg.algorithm,
+        )
+
+
+def _check_learner_reals(cfg: LearnerConfig) -> None:
+    """Refuse the learner's seconds, fractions and sizes out of range, naming the flag."""
+    if cfg.max_wait_s is not None and not cfg.max_wait_s > 0:  # nan too
+        raise ValueError(
+            f"--max-wait-s is {cfg.max_wait_s}: pass seconds > 0 (how long the learner waits "
+            "without a sample before it stops) or leave it out (None: wait forever)"
+        )
+    if not 0 <= cfg.stale_decay <= 1:
+        raise ValueError(
+            f"--stale-decay is {cfg.stale_decay}: pass a factor in [0, 1] (a stale sample's "
+            "weight is multiplied by it per version beyond --max-lag; 0.5 by default)"
+        )
+    if not (math.isfinite(cfg.bucket_mb) and cfg.bucket_mb > 0):
+        raise ValueError(
+            f"--bucket-mb is {cfg.bucket_mb}: pass a finite size > 0 in MiB (one weight "
+            "broadcast; 64 by default)"
+        )
+    if not (math.isfinite(cfg.verify_atol) and cfg.verify_atol >= 0):
+        raise ValueError(
+            f"--verify-atol is {cfg.verify_atol}: pass a finite logprob gap >= 0 (the largest "
+            "accepted between server and learner after a push; 1e-3 by default)"
         )
