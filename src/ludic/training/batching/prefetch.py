@@ -35,6 +35,11 @@ running, and does not watch a reference model or the optimizer step.
 
 Checkpoints: `state_dict()` is the wrapped source's state from before the batch in flight was
 drawn, so a resumed run draws that batch again.
+
+Cross-rank checks: a wrapped source with `check_ranks` (a `RankCheckedSource`, e.g. the pipeline
+learner's credit check) keeps it: this source has it too, and then starts the next draw only
+after the Trainer's `check_ranks` call, so the ranks compare what the handed batch read, not
+part of the next one, and the check never runs beside a draw on the background thread.
 """
 
 from __future__ import annotations
@@ -72,6 +77,11 @@ class PrefetchBatchSource:
         self._thread.start()
         self._inflight: Future[SAWBatch] | None = None
         self._state_before: JSON | None = None  # the source's state before the batch in flight
+        self._inner_check: Callable[[Callable[[Any], list[Any]]], None] | None = getattr(
+            source, "check_ranks", None
+        )
+        if self._inner_check is not None:  # an instance attribute: RankCheckedSource only then
+            self.check_ranks = self._check_ranks
 
     def watch_model(self, model: torch.nn.Module) -> None:
         """Look for an idle source between `model`'s layers (a no-op unless lending is on).
@@ -131,8 +141,17 @@ class PrefetchBatchSource:
         if self._lend is not None:
             batch = replace(batch, stats={**batch.stats, **self._lender.report()})
         self._lender.arm()
-        self._start()
+        if self._inner_check is None:  # else the draw starts once `check_ranks` has run
+            self._start()
         return batch
+
+    def _check_ranks(self, all_gather: Callable[[Any], list[Any]]) -> None:
+        """The wrapped source's `check_ranks` on the batch just handed out, then the next draw
+        (none when the check raises: the run stops; a later `next_batch` starts it)."""
+        assert self._inner_check is not None
+        self._inner_check(all_gather)
+        if self._inflight is None:
+            self._start()
 
     def _start(self) -> None:
         if isinstance(self.source, StatefulBatchSource):
