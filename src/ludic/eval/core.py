@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,10 +30,12 @@ from ludic.inference.sampling import SamplingConfig
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
+    RolloutEngine,
     RolloutRequest,
     derive_seed,
     write_rollouts_jsonl,
 )
+from ludic.rollouts.engine import warn_if_all_failed
 from ludic.types import Rollout
 
 DEFAULT_CONCURRENCY = 32
@@ -131,16 +134,45 @@ async def _run_with_progress(
     # concurrency limit applies per call, so the same limit is enforced here.
     limit = int(getattr(engine, "concurrency", DEFAULT_CONCURRENCY))
     semaphore = asyncio.Semaphore(max(1, limit))
-    with EvalProgress(total=len(requests)) as bar:
+    engine_log = logging.getLogger(RolloutEngine.__module__)
+    once = _OneBatchLog()
+    engine_log.addFilter(once)
+    try:
+        with EvalProgress(total=len(requests)) as bar:
 
-        async def one(request: RolloutRequest) -> list[Rollout]:
-            async with semaphore:
-                rollouts = await engine.run([request])
-            bar.advance([episode_record(r, success_fn) for r in rollouts])
-            return rollouts
+            async def one(request: RolloutRequest) -> list[Rollout]:
+                async with semaphore:
+                    rollouts = await engine.run([request])
+                bar.advance([episode_record(r, success_fn) for r in rollouts])
+                return rollouts
 
-        per_request = await asyncio.gather(*(one(r) for r in requests))
-    return [r for rollouts in per_request for r in rollouts]
+            per_request = await asyncio.gather(*(one(r) for r in requests))
+    finally:
+        engine_log.removeFilter(once)
+    rollouts = [r for rollouts in per_request for r in rollouts]
+    if isinstance(engine, RolloutEngine):
+        warn_if_all_failed(rollouts)  # once over the evaluation, as one engine.run says it
+    return rollouts
+
+
+class _OneBatchLog(logging.Filter):
+    """The engine's once-per-`run` lines, said once over a progress run's per-episode calls:
+    the first failed episode's traceback only, and no "every one of the 1 episodes in this
+    batch failed" per failed episode (`_run_with_progress` says it once, over them all)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.traceback_logged = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.msg if isinstance(record.msg, str) else ""
+        if message.startswith("every one of the %d episodes in this batch failed"):
+            return False
+        if message.startswith("traceback of episode "):
+            if self.traceback_logged:
+                return False
+            self.traceback_logged = True
+        return True
 
 
 def make_eval_requests(
