@@ -35,7 +35,7 @@ from ludic.distributed.interfaces import PolicyPublisher
 from ludic.inference.weights import NonFiniteWeightsError
 from ludic.rollouts.samples import SAWItem
 from ludic.training.algorithm_types import RLAlgorithm
-from ludic.training.batching.prefetch import PrefetchBatchSource
+from ludic.training.batching.prefetch import prefetch_inside
 from ludic.training.batching.types import BatchSource, BatchSourceExhausted, SAWBatch
 from ludic.training.checkpoint import CheckpointManager, checkpoint_tokenizer
 from ludic.training.collate import (
@@ -146,8 +146,9 @@ class Trainer:
             compile_trainer_model(self.model, world_size=runtime.world_size)
         self.algorithm = algorithm
         self.batch_source = batch_source
-        if isinstance(batch_source, PrefetchBatchSource):  # lend_idle_threads looks between layers
-            batch_source.watch_model(self.model)
+        prefetch = prefetch_inside(batch_source)  # also under a wrapper such as log_samples
+        if prefetch is not None:  # lend_idle_threads looks between layers
+            prefetch.watch_model(self.model)
         self.publisher = publisher
         self._publishes = check_publisher_rank(runtime, publisher)  # rank 0 holds it if any
         self._logs = runtime.any_rank(logger is not None)  # then every rank agrees on each log

@@ -31,7 +31,7 @@ from ludic._aio import maybe_await
 from ludic.distributed.interfaces import PolicyPublisher, diverged_error, finite_checked
 from ludic.inference.weights import NonFiniteWeightsError
 from ludic.training.algorithm_types import Loss, LossInputs, LossOutput, RLAlgorithm
-from ludic.training.batching.prefetch import PrefetchBatchSource
+from ludic.training.batching.prefetch import prefetch_inside
 from ludic.training.checkpoint import CheckpointManager
 from ludic.training.config import TrainerConfig
 from ludic.training.contiguous_params import contiguous_problem, make_contiguous_
@@ -69,10 +69,11 @@ __all__ = [
 
 
 def check_prefetch_lag(batch_source: object, config: TrainerConfig) -> None:
-    """A `PrefetchBatchSource` draws each batch while the step before it trains, so its samples
-    are one policy version old when they arrive: with `max_lag=0` every second step would drop
-    its whole batch as stale, forever (half the generation thrown away, no error)."""
-    if isinstance(batch_source, PrefetchBatchSource) and config.max_lag == 0:
+    """A `PrefetchBatchSource` (the source or one it wraps) draws each batch while the step
+    before it trains, so its samples are one policy version old when they arrive: with
+    `max_lag=0` every second step would drop its whole batch as stale, forever (half the
+    generation thrown away, no error)."""
+    if prefetch_inside(batch_source) is not None and config.max_lag == 0:
         raise ValueError(
             "TrainerConfig(max_lag=0) with a PrefetchBatchSource: the prefetched batch is drawn "
             "while the previous step trains, so it is always one policy version old and would be "

@@ -201,6 +201,19 @@ class PrefetchBatchSource:
         self._loop.close()
 
 
+def prefetch_inside(source: object) -> PrefetchBatchSource | None:
+    """The `PrefetchBatchSource` that `source` is or wraps, else None. A wrapper keeps what it
+    wraps as `.source` (as `PrefetchBatchSource` and `ludic.recipes`' `SampleLog` and
+    `ContextOverflowWatch` do), so the Trainer finds one under `log_samples(...)` too."""
+    seen: set[int] = set()
+    while source is not None and id(source) not in seen:
+        if isinstance(source, PrefetchBatchSource):
+            return source
+        seen.add(id(source))
+        source = getattr(source, "source", None)
+    return None
+
+
 # lent threads are kept only while a layer takes less than this share of its time on the
 # caller's own threads (the latest such layer of the same phase, forward or backward)
 LENT_SPEEDUP = 0.9
