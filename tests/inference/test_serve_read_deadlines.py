@@ -9,18 +9,22 @@ with `guard_reads` as `ludic serve` runs it (small bounds); one test through `lu
 
 from __future__ import annotations
 
+import asyncio
 import io
 import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 import uvicorn
 from safetensors.torch import save
+from starlette.responses import PlainTextResponse, StreamingResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.inference.http.local_server import LocalServer
@@ -34,30 +38,34 @@ BOUND_S = 1.0
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 
+@contextmanager
+def _serving(app: ASGIApp, lifespan: str = "auto") -> Iterator[str]:
+    """`app` under `guard_reads` (bounds of `BOUND_S`), served by uvicorn with its protocol
+    in a thread, as `ludic serve` runs it; yields its URL."""
+    timed, protocol = guard_reads(app, header_timeout_s=BOUND_S, body_timeout_s=BOUND_S)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    config = uvicorn.Config(timed, http=protocol, log_level="error", lifespan=lifespan)  # type: ignore[arg-type]
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        assert thread.is_alive(), "the test server stopped before it listened"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()
+
+
 @pytest.fixture(scope="module")
 def served() -> Iterator[tuple[str, EmbeddedEngine]]:
     model, tokenizer = load_tiny_model()
     engine = EmbeddedEngine(model, tokenizer)
-    app, protocol = guard_reads(
-        create_app(engine, model_name="tiny", token=TOKEN),
-        header_timeout_s=BOUND_S,
-        body_timeout_s=BOUND_S,
-    )
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, http=protocol, log_level="error"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    with engine:
-        thread.start()
-        while not server.started:
-            assert thread.is_alive(), "the test server stopped before it listened"
-            time.sleep(0.05)
-        try:
-            yield f"http://127.0.0.1:{sock.getsockname()[1]}", engine
-        finally:
-            server.should_exit = True
-            thread.join(timeout=30)
-            sock.close()
+    with engine, _serving(create_app(engine, model_name="tiny", token=TOKEN)) as url:
+        yield url, engine
 
 
 def _connect(url: str) -> socket.socket:
@@ -183,6 +191,35 @@ def test_a_slow_but_progressing_weight_upload_lands(served: tuple[str, EmbeddedE
     )
     assert reply.startswith(b"HTTP/1.1 200"), reply[:400]
     assert b'"policy_version":7' in reply, reply[-200:]
+
+
+def test_a_reply_its_client_does_not_read_is_abandoned() -> None:
+    """A client that asks for a long reply and never reads it: once the connection's buffers
+    are full the reply waits for it for ever, holding the connection (and a stream's
+    request). The bound drops it; a good client is served meanwhile."""
+    ended = threading.Event()
+
+    async def endless() -> AsyncIterator[bytes]:
+        while True:  # waiting between chunks, as the engine's stream does
+            await asyncio.sleep(0)
+            yield b"x" * 65536
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["path"] != "/endless":
+            await PlainTextResponse("ok")(scope, receive, send)
+            return
+        try:
+            await StreamingResponse(endless())(scope, receive, send)
+        finally:
+            ended.set()
+
+    with _serving(app, lifespan="off") as url, socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        host, port = url.removeprefix("http://").split(":")
+        sock.connect((host, int(port)))
+        sock.sendall(b"GET /endless HTTP/1.1\r\nHost: x\r\n\r\n")  # and never reads
+        assert httpx.get(url + "/", timeout=60).text == "ok"
+        assert ended.wait(timeout=60), "the unread reply was still being sent after 60 s"
 
 
 @pytest.mark.parametrize("field", ["header_timeout", "body_timeout"])

@@ -1,11 +1,12 @@
 """Read deadlines for `ludic serve`: a connection whose request head has not arrived
 `header_timeout_s` after the connection opened (or after the first byte following its previous
-reply) is closed, and a request whose body stalls is answered 408 and its connection closed.
-uvicorn bounds neither (its keep-alive timeout runs only between requests, until the first
-byte), so
+reply) is closed, a request whose body stalls is answered 408 and its connection closed, and a
+reply its client stops reading for `body_timeout_s` is abandoned (the connection dropped, a
+stream's request cancelled). uvicorn bounds none of these (its keep-alive timeout runs only
+between requests, until the first byte), so
 clients that open connections and trickle a byte every few seconds (slowloris), or declare a
-Content-Length and never send it, held the server's file descriptors until good clients were
-refused.
+Content-Length and never send it, or never read a long reply, held the server's file
+descriptors until good clients were refused.
 
 The body's deadline grows with what arrives (mod_reqtimeout's rule): it may take
 `body_timeout_s` plus 1 s per `BODY_MIN_RATE` bytes received, counting only the time the
@@ -126,6 +127,12 @@ class _TimedHead(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         self.timer = loop.call_later(self._watch.header_timeout_s, self._head_late)
 
+    def abandon(self) -> None:
+        """Drop the connection at once, unsent bytes and all (`close()` would wait for a
+        client that does not read to take them)."""
+        if self.transport is not None:
+            self.transport.abort()
+
     def _stop_timer(self) -> None:
         if self.timer is not None:
             self.timer.cancel()
@@ -151,7 +158,9 @@ class _TimedBody:
     """Times each wait for request body bytes against the body's allowance (`body_timeout_s`
     plus 1 s per `BODY_MIN_RATE` bytes received); past it, the app sees the client as gone
     (`http.disconnect`) and the client gets a 408 and a closed connection instead of the
-    app's reply. Also tells the connection's head timer when a request starts and ends."""
+    app's reply. A reply whose client reads none of it for `body_timeout_s` (each send
+    waits while the connection's buffer is full) drops the connection. Also tells the
+    connection's head timer when a request starts and ends."""
 
     def __init__(self, app: ASGIApp, watch: _Watch, body_timeout_s: float) -> None:
         self.app, self.watch, self.body_timeout_s = app, watch, body_timeout_s
@@ -164,12 +173,14 @@ class _TimedBody:
         if connection is not None:
             connection.request_started()
         try:
-            await self._timed(scope, receive, send)
+            await self._timed(scope, receive, send, connection)
         finally:
             if connection is not None:
                 connection.request_ended()
 
-    async def _timed(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _timed(
+        self, scope: Scope, receive: Receive, send: Send, connection: _TimedHead | None
+    ) -> None:
         loop = asyncio.get_running_loop()
         waited = received = 0.0
         complete = stalled = replying = False
@@ -183,7 +194,8 @@ class _TimedBody:
             allowance = self.body_timeout_s + received / BODY_MIN_RATE
             began = loop.time()
             try:
-                message = await asyncio.wait_for(receive(), timeout=allowance - waited)
+                async with asyncio.timeout(allowance - waited):
+                    message = await receive()
             except TimeoutError:
                 stalled = True
                 return {"type": "http.disconnect"}
@@ -197,7 +209,14 @@ class _TimedBody:
             if stalled:
                 return  # the app's reply to a body that never came: the 408 replaces it
             replying = replying or message["type"] == "http.response.start"
-            await send(message)
+            if connection is None:  # served without the protocol: nothing to drop
+                await send(message)
+                return
+            try:
+                async with asyncio.timeout(self.body_timeout_s):
+                    await send(message)
+            except TimeoutError:  # the client stopped reading: later sends go nowhere
+                connection.abandon()
 
         try:
             await self.app(scope, timed_receive, guarded_send)

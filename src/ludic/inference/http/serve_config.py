@@ -46,7 +46,8 @@ class ServeConfig:
     body_timeout: float = 30.0
     """Seconds the server waits for a request's body, plus 1 s per 64 KiB of it received (a
     large weight upload over a slow link still lands); a body that stops arriving gets a 408
-    and its connection closed."""
+    and its connection closed. Also how long a reply waits for its client to read (then the
+    connection is dropped and a streamed request cancelled)."""
     served_model_name: str | None = None
     """Name reported by /v1/models and expected in requests (default: the directory name; a
     training checkpoint, `.../step_N` or `.../step_N/model`, serves as "ludic")."""
