@@ -134,6 +134,7 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     """Build the env, client and engine from `cfg`, evaluate, print and write the results."""
     console = console or Console()
     _check_engine_options(cfg)
+    _check_credit_options(cfg)  # flag checks: before the out-dir, the model and any output
     sampling = eval_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
     env_factory = resolve_env_factory(cfg.env)  # a flag typo is named before the out-dir
     env_kwargs = parse_env_kwargs(cfg.env_kwargs)
@@ -173,7 +174,6 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
         sampling=sampling,
         meta={"env": cfg.env},
     )
-    _check_credit_options(cfg)
     served_model = None
     if cfg.server_url:  # after the checks that need no server, before --overwrite deletes
         served_model = reach_server(cfg.server_url, cfg, console)
