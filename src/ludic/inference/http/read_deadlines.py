@@ -3,10 +3,9 @@
 reply) is closed, a request whose body stalls is answered 408 and its connection closed, and a
 reply its client stops reading for `body_timeout_s` is abandoned (the connection dropped, a
 stream's request cancelled). uvicorn bounds none of these (its keep-alive timeout runs only
-between requests, until the first byte), so
-clients that open connections and trickle a byte every few seconds (slowloris), or declare a
-Content-Length and never send it, or never read a long reply, held the server's file
-descriptors until good clients were refused.
+between requests, until the first byte), so clients that open connections and trickle a byte
+every few seconds (slowloris), declare a Content-Length and never send it, or never read a
+long reply, held the server's file descriptors until good clients were refused.
 
 The body's deadline grows with what arrives (mod_reqtimeout's rule): it may take
 `body_timeout_s` plus 1 s per `BODY_MIN_RATE` bytes received, counting only the time the
@@ -36,8 +35,9 @@ _Peer = tuple[str, int]
 def guard_reads(
     app: ASGIApp, *, header_timeout_s: float, body_timeout_s: float
 ) -> tuple[ASGIApp, type[asyncio.Protocol]]:
-    """`app` wrapped to time request bodies, and the HTTP protocol class to give uvicorn
-    (`uvicorn.run(app, http=protocol)`) that times request heads; both are needed."""
+    """`app` wrapped to time request bodies and replies, and the HTTP protocol class to give
+    uvicorn (`uvicorn.run(app, http=protocol)`) that times request heads (and drops the
+    connection of a reply not read); both are needed."""
     for flag, value in (("header", header_timeout_s), ("body", body_timeout_s)):
         if not 0 < value < float("inf"):
             raise ValueError(f"{flag}_timeout_s must be a positive number of seconds, got {value}")
