@@ -69,6 +69,11 @@ def _write_page(
     on_warning: Callable[[str], None] | None,
 ) -> tuple[Path, str]:
     """`write_viewer`, also returning what the page's tokens are shown as."""
+    if max_episodes is not None and max_episodes < 1:  # [:-1] would drop the last, silently
+        raise ValueError(
+            f"max_episodes (--max-episodes) must be >= 1 (or left out for every episode), got "
+            f"{max_episodes}"
+        )
     source = str(rollouts) if isinstance(rollouts, str | Path) else None
     episodes = _load_rollouts(rollouts)
     if max_episodes is not None:
