@@ -93,26 +93,27 @@ def test_matching_gigpo_actor_and_learner_train(
 
 
 @pytest.mark.slow
-def test_resumed_learner_refuses_actors_restarted_with_other_gigpo_knobs(
-    redis_server: RedisServer, tmp_path: Path
+def test_resumed_learner_dead_letters_actors_restarted_with_other_gigpo_knobs(
+    redis_server: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The learner takes no --gigpo.* flags, so a run whose actors are all restarted with other
-    knobs would mix two credit assignments across a learner restart: the first record travels
-    in the learner's checkpoint and the resumed learner refuses the new samples, as `ludic
-    train --resume` refuses other --gigpo.* flags."""
+    knobs would mix two credit assignments across a learner restart: such actors are another
+    run (their run id differs), and the resumed learner, whose checkpoint records its run,
+    dead-letters their samples, naming both runs, instead of training them."""
     out = tmp_path / "l"
     _actor(redis_server, "--algorithm", "gigpo", "--gigpo.omega", "0.3")
     _learner(redis_server, out, "--algorithm", "gigpo", "--checkpoint-every", "1")
     _actor(redis_server, "--algorithm", "gigpo", "--gigpo.omega", "0.5")
-    with pytest.raises(CreditMismatchError) as e:
+    with caplog.at_level(logging.INFO, logger="ludic.pipeline"):
         _learner(redis_server, out, "--algorithm", "gigpo", "--steps", "2")
-    message = str(e.value)
-    assert "resumed a checkpoint trained on samples of actor 'actor' credited with " in message
-    assert "--algorithm gigpo --gigpo.omega 0.3, but actor 'actor' credits with " in message
-    assert "--algorithm gigpo --gigpo.omega 0.5: the run would mix" in message
+    [error] = [r.getMessage() for r in caplog.records if "two runs" in r.getMessage()]
+    assert "as its checkpoint records" in error and "another --stream" in error
+    [done] = [r.getMessage() for r in caplog.records if "learner done" in r.getMessage()]
+    assert "'foreign_run': 4" in done, done
     assert (out / "metrics.jsonl").read_text().count("\n") == 1  # no step on the new credit
-    assert _pending(redis_server) > 0  # kept for a run with the right flags
-    _learner(redis_server, tmp_path / "new", "--algorithm", "gigpo")  # a new run trains them
+    assert redis_server.client().xlen("s:dead") == 4  # kept there, never trained by this run
+    assert _pending(redis_server) > 0  # no checkpoint acked them: a run of their own trains them
+    _learner(redis_server, tmp_path / "new", "--algorithm", "gigpo")
     assert (tmp_path / "new" / "metrics.jsonl").read_text().count("\n") == 1
 
 

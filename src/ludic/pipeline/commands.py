@@ -35,6 +35,7 @@ from ludic.pipeline.learner_settings import (
     learner_settings,
     refuse_fresh_run_over_checkpoints,
 )
+from ludic.pipeline.run_check import run_id_for
 from ludic.pipeline.stream import SampleStream, check_reachable
 from ludic.recipes.algorithms import GiGPOOptions
 from ludic.recipes.inference import (  # shared with `ludic eval` and `ludic train`
@@ -219,6 +220,7 @@ async def _act(
         actor_id=cfg.actor_id,
         # the learner checks it
         credit_record=credit_record(cfg.algorithm, cfg.gigpo, max_tokens=cfg.max_tokens),
+        run_id=actor_run_id(cfg, env_kwargs),  # the learner dead-letters another run's samples
     )
     try:
         history: list[ActorBatchStats] = []
@@ -237,6 +239,30 @@ async def _act(
     finally:
         await stream.aclose()
         await _close(client)
+
+
+def actor_run_id(cfg: ActorConfig, env_kwargs: dict[str, Any]) -> str:
+    """The run id `ludic actor` stamps on its samples: a hash of the flags that give them their
+    meaning (the episode, the credit, the sampling, the model), not of the ones that may differ
+    between the actors of one run (--actor-id, --seed, --server-url, --concurrency, ...). Every
+    actor started with the run's flags, and a restarted one, stamps the same id; an actor started
+    with other flags is another run, whose samples the learner dead-letters."""
+    return run_id_for(
+        {
+            "env": cfg.env,
+            "env_kwargs": env_kwargs,
+            "parser": cfg.parser,
+            "context": cfg.context,
+            "system_prompt": cfg.system_prompt,
+            "max_steps": cfg.max_steps,
+            "credit": credit_record(cfg.algorithm, cfg.gigpo, max_tokens=cfg.max_tokens),
+            "group_size": cfg.group_size,
+            "max_tokens": cfg.max_tokens,
+            "temperature": cfg.temperature,
+            "top_p": cfg.top_p,
+            "model": cfg.served_model if cfg.server_url else cfg.model,
+        }
+    )
 
 
 def batch_line(cfg: ActorConfig, stats: ActorBatchStats) -> str:

@@ -21,6 +21,7 @@ TOTAL_KEYS = (
     "downweighted",
     "ahead",
     "invalid",
+    "foreign_run",
     "trimmed",
     "timed_out",
 )

@@ -1,0 +1,85 @@
+"""`ludic actor` stamps a run id on every sample: the same for every actor started with the run's
+flags (whatever its --actor-id, --seed or --server-url) and for a restarted one, another for an
+actor started with other flags, whose samples the learner dead-letters."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+from pipeline_fakes import RedisServer, redis_server
+
+from ludic.pipeline.commands import actor_run_id, run_actor
+from ludic.pipeline.config import ActorConfig
+from ludic.pipeline.run_check import RUN_KEY
+from ludic.pipeline.source import PipelineBatchSource
+from ludic.pipeline.stream import SampleStream
+from ludic.training import SAWBatch
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(180)]
+__all__ = ["redis_server"]
+
+KWARGS = {"opponent": "random"}
+
+
+def _config(url: str = "redis://127.0.0.1:1/0", **changes: object) -> ActorConfig:
+    base = ActorConfig(
+        redis_url=url,
+        stream="s",
+        env="tictactoe",
+        env_kwargs='{"opponent": "random"}',
+        problems_per_batch=1,
+        group_size=2,
+        max_steps=1,
+        max_tokens=6,
+        batches=1,
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_actors_of_one_run_share_its_id_and_other_flags_make_another_run() -> None:
+    run = actor_run_id(_config(), KWARGS)
+    assert run == actor_run_id(_config(), dict(KWARGS))  # a restart
+    same_run = (
+        {"actor_id": "actor-1"},
+        {"seed": 7},
+        {"concurrency": 2},
+        {"batches": 9},
+        {"max_backlog": 3},
+        {"redis_url": "redis://10.0.0.1:6379/0"},
+    )
+    for changes in same_run:
+        assert actor_run_id(_config(**changes), KWARGS) == run, changes
+    other_runs = (
+        {"env": "guess_number"},
+        {"algorithm": "rloo"},
+        {"temperature": 0.5},
+        {"max_tokens": 7},
+        {"group_size": 4},
+        {"model": "/models/other"},
+    )
+    for changes in other_runs:
+        assert actor_run_id(_config(**changes), KWARGS) != run, changes
+    assert actor_run_id(_config(), {"opponent": "first_legal"}) != run
+
+
+def test_the_learner_dead_letters_an_actor_started_with_other_flags(
+    redis_server: RedisServer,
+) -> None:
+    run_actor(_config(redis_server.url, actor_id="a"))
+    run_actor(_config(redis_server.url, actor_id="b", temperature=0.5))  # another run
+
+    async def read() -> SAWBatch:
+        stream = SampleStream(redis_server.url, stream="s", group="g")
+        source = PipelineBatchSource(stream, batch_size=4, block_ms=200, max_wait_s=1.0)
+        try:
+            return await source.next_batch()
+        finally:
+            await source.aclose()
+
+    batch = asyncio.run(read())
+    assert [i.meta["actor_id"] for i in batch.items] == ["a", "a"]
+    assert {i.meta[RUN_KEY] for i in batch.items} == {actor_run_id(_config(), KWARGS)}
+    assert batch.stats["pipeline/foreign_run"] == 2.0
+    assert redis_server.client().xlen("s:dead") == 2
