@@ -212,8 +212,11 @@ class WeightSyncReceiver:
             )
 
     def _check(self, manifest: WeightManifest) -> None:
+        # the live tensors' dtypes: an int buffer sent as float (or the reverse) is refused here,
+        # before any byte moves, not cast into nonsense or refused at load
+        dtypes = None if self.targets is None else {n: t.dtype for n, t in self.targets().items()}
         try:
-            check_against(manifest, self.shapes())
+            check_against(manifest, self.shapes(), dtypes)
         except ManifestError as e:
             raise WeightSyncError(f"refused weight manifest: {e}", status=400) from e
 

@@ -245,7 +245,7 @@ def check_push_shapes(manifest: Any, model: str | None) -> None:
     layers left unloaded, and the engine die at the next request. Only names the checkpoint
     holds are compared (a tied lm_head may be absent from it); a model that is not a local
     directory of safetensors files (a hub id) is not checked."""
-    from ludic.distributed.manifest import ManifestError
+    from ludic.distributed.manifest import ManifestError, check_dtype_kinds
 
     shapes = checkpoint_shapes(model) if model else None
     if not shapes:
@@ -262,6 +262,47 @@ def check_push_shapes(manifest: Any, model: str | None) -> None:
             "the model the server loaded (`ludic train --model DIR` or `ludic learner "
             "--model DIR` with the DIR given to `python -m ludic.inference.vllm.server DIR`)"
         )
+    try:  # the kinds, not the widths: vLLM may serve an fp32 checkpoint in bf16
+        check_dtype_kinds(manifest, checkpoint_dtypes(model) or {})
+    except ManifestError as e:
+        raise ManifestError(f"refused weight manifest ({model}): {e}; nothing was loaded") from e
+
+
+# safetensors' dtype names, as its headers write them, and torch's
+_SAFETENSORS_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+}
+
+
+@functools.lru_cache(maxsize=4)
+def checkpoint_dtypes(model: str) -> dict[str, Any] | None:
+    """Each tensor's torch dtype in the safetensors files of the local model directory `model`,
+    read from their headers (no weights loaded; dtypes not listed above are left out); None if
+    it holds none."""
+    directory = Path(model)
+    files = sorted(directory.glob("*.safetensors")) if directory.is_dir() else []
+    if not files:
+        return None
+    import torch
+    from safetensors import safe_open
+
+    dtypes: dict[str, Any] = {}
+    for file in files:
+        with safe_open(str(file), framework="pt") as weights:
+            for name in weights.keys():  # noqa: SIM118 (a safe_open handle, not a dict)
+                dtype = _SAFETENSORS_DTYPES.get(weights.get_slice(name).get_dtype())
+                if dtype is not None:
+                    dtypes[name] = getattr(torch, dtype)
+    return dtypes
 
 
 @functools.lru_cache(maxsize=4)
