@@ -39,6 +39,7 @@ from ludic.training.checkpoint_faults import (  # the first two re-exported: the
     CheckpointModelMismatchError,  # noqa: F401
     check_checkpoint_fits,  # noqa: F401
     quarantine_checkpoint,
+    saved_state_problem,
 )
 from ludic.training.checkpoint_manifest import (
     MANIFEST,
@@ -442,6 +443,15 @@ def read_checkpoint(path: str | Path, *, with_weights: bool = True) -> LoadedChe
     except (OSError, ValueError) as e:
         raise CorruptCheckpointError(f"{path}: {STATE} is missing or unreadable ({e})") from e
     rng_tensors = _torch_file(path / "rng.pt") or {}
+    problem = saved_state_problem(state, rng_tensors if (path / "rng.pt").is_file() else None)
+    if problem is not None:
+        file, what = problem
+        earlier = earlier_good_checkpoint(path, deep=False)
+        instead = f"resume from {earlier}" if earlier is not None else "start a new run"
+        raise CorruptCheckpointError(
+            f"{path / file}: {what}, which a save never writes: the file was edited after the "
+            f"save. Restore it, or {instead}"
+        )
     ranks = _torch_file(path / RANK_STATES)
     return LoadedCheckpoint(
         path=path,

@@ -1,6 +1,7 @@
 """Checkpoints that cannot be used as they are: renaming a corrupt one out of the way
 (`quarantine_checkpoint`) and refusing weights that do not fit the model being resumed
-(`check_checkpoint_fits`, raising `CheckpointModelMismatchError`). A corrupt checkpoint newer
+(`check_checkpoint_fits`, raising `CheckpointModelMismatchError`), and naming a state.json
+or rng.pt that holds what no save writes (`saved_state_problem`). A corrupt checkpoint newer
 than the one a run resumes from must leave the `step_*` names: retention would otherwise count it,
 keep it and delete the good one resumed from, and every later resume would skip it again.
 
@@ -17,6 +18,7 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -42,6 +44,31 @@ def quarantine_checkpoint(path: Path) -> Path:
         target.name,
     )
     return target
+
+
+def saved_state_problem(state: Any, rng_tensors: Any | None) -> tuple[str, str] | None:
+    """(file, what is wrong) when a checkpoint's state.json (`state`, parsed) or rng.pt
+    (`rng_tensors`, loaded; None when absent) is not what a save writes: read as they are, they
+    raised a bare TypeError or ValueError mid-resume. A manifest rewritten after an edit lets
+    such files verify."""
+    if not isinstance(state, dict):
+        return "state.json", f"a JSON {type(state).__name__}, not an object"
+    for key in ("step", "policy_version"):
+        value = state.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            return "state.json", f"{key} is {value!r}, not an int >= 0"
+    for key in ("data_state", "extra"):
+        if not isinstance(state.get(key, {}), dict):
+            return "state.json", f"{key} is a JSON {type(state[key]).__name__}, not an object"
+    rng = state.get("rng")
+    if rng is not None and not (isinstance(rng, dict) and {"python", "numpy"} <= rng.keys()):
+        return "state.json", "rng is not the python and numpy RNG states"
+    if rng_tensors is None:
+        return None
+    saved = rng_tensors.get("torch") if isinstance(rng_tensors, dict) else None
+    if not isinstance(saved, torch.Tensor) or saved.dtype != torch.uint8:
+        return "rng.pt", "it holds no torch RNG state (a uint8 tensor under 'torch')"
+    return None
 
 
 class CheckpointModelMismatchError(ValueError):
