@@ -134,6 +134,7 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     """Build the env, client and engine from `cfg`, evaluate, print and write the results."""
     console = console or Console()
     _check_engine_options(cfg)
+    _check_counts(cfg)
     _check_credit_options(cfg)  # flag checks: before the out-dir, the model and any output
     sampling = eval_sampling(cfg)  # a bad --temperature / --top-p fails before the model loads
     env_factory = resolve_env_factory(cfg.env)  # a flag typo is named before the out-dir
@@ -276,6 +277,25 @@ def _check_engine_options(cfg: EvalConfig) -> None:
         )
     if cfg.threads is not None and cfg.threads < 1:
         raise ValueError(f"--threads must be >= 1 (or left out), got {cfg.threads}")
+
+
+def _check_counts(cfg: EvalConfig) -> None:
+    """Refuse a count below 1 (or a timeout <= 0) naming its flag, before anything loads: they
+    were refused by the components, after the model's lines (--concurrency after its load)."""
+    counts = {
+        "--num-problems": cfg.num_problems,
+        "--samples-per-problem": cfg.samples_per_problem,
+        "--max-steps": cfg.max_steps,
+        "--concurrency": cfg.concurrency,
+    }
+    for flag, value in counts.items():
+        if value < 1:
+            raise ValueError(f"{flag} must be >= 1, got {value}")
+    if cfg.episode_timeout_s is not None and not cfg.episode_timeout_s > 0:
+        raise ValueError(
+            f"--episode-timeout-s must be > 0 seconds (or None: no limit), got "
+            f"{cfg.episode_timeout_s}"
+        )
 
 
 def _check_credit_options(cfg: EvalConfig) -> None:
