@@ -268,14 +268,16 @@ class CheckpointManager:
         after: killed between the renames, the aside (named after this dead writer) is renamed
         back by the next listing (`restore_interrupted_resaves`), so the step is never lost."""
         old = None
-        if final.exists():
+        if final.exists() or final.is_symlink():  # a symlink, even a broken one or a loop
             old = final.with_name(scratch_name("old", final.name))
             os.replace(final, old)
             fsync_path(self.root)
         os.replace(tmp, final)
         fsync_path(self.root)
-        if old is not None:
+        if old is not None and old.is_dir() and not old.is_symlink():
             shutil.rmtree(old, ignore_errors=True)
+        elif old is not None:  # a file or symlink in the step's name: no checkpoint
+            old.unlink(missing_ok=True)
 
     def _apply_retention(self, *, saved: Path) -> None:
         """Keep the newest `keep_last` complete checkpoints, and always `saved` (the one just
