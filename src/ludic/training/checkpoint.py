@@ -38,6 +38,7 @@ import torch
 from ludic.training.checkpoint_faults import (  # the first two re-exported: their old home
     CheckpointModelMismatchError,  # noqa: F401
     check_checkpoint_fits,  # noqa: F401
+    check_optimizer_state_fits,
     quarantine_checkpoint,
     saved_state_problem,
 )
@@ -482,6 +483,7 @@ def restore_into(
     fitted, partial = fit_state_to_model(model, checkpoint.model_state)
     model.load_state_dict(fitted, strict=not partial)
     if optimizer is not None and checkpoint.optimizer_state is not None:
+        check_optimizer_state_fits(optimizer, checkpoint.optimizer_state, checkpoint.path)
         optimizer.load_state_dict(checkpoint.optimizer_state)
     if scheduler is not None and checkpoint.scheduler_state is not None:
         scheduler.load_state_dict(checkpoint.scheduler_state)

@@ -1,7 +1,8 @@
 """Checkpoints that cannot be used as they are: renaming a corrupt one out of the way
 (`quarantine_checkpoint`) and refusing weights that do not fit the model being resumed
 (`check_checkpoint_fits`, raising `CheckpointModelMismatchError`), and naming a state.json
-or rng.pt that holds what no save writes (`saved_state_problem`). A corrupt checkpoint newer
+or rng.pt that holds what no save writes (`saved_state_problem`) and an optimizer state that
+does not fit the optimizer (`check_optimizer_state_fits`). A corrupt checkpoint newer
 than the one a run resumes from must leave the `step_*` names: retention would otherwise count it,
 keep it and delete the good one resumed from, and every later resume would skip it again.
 
@@ -102,6 +103,47 @@ def check_checkpoint_fits(
             f"{checkpoint} does not fit the model: {first} is {list(fitted[first].shape)} in "
             f"the checkpoint but {list(own[first].shape)} in the model ({len(differ)} of "
             f"{len(fitted)} tensors differ in shape). {fix}"
+        )
+
+
+def check_optimizer_state_fits(
+    optimizer: torch.optim.Optimizer, state: Mapping[str, Any], checkpoint: Path
+) -> None:
+    """Raise `CheckpointModelMismatchError` unless checkpoint `checkpoint`'s optimizer state
+    (the single-process `optimizer.state_dict()` layout) has `optimizer`'s groups, each of its
+    size, and per-parameter tensors (Adam's moments) of each parameter's shape. torch checks
+    only the group sizes, and a moment of another shape (an optimizer.pt from another model)
+    failed at the first step after the resume."""
+    saved_groups = state.get("param_groups") or []
+    saved_state = state.get("state") or {}
+    live = [group["params"] for group in optimizer.param_groups]
+    sizes = [len(group.get("params", [])) for group in saved_groups]
+    problem = None
+    if sizes != [len(params) for params in live]:
+        problem = (
+            f"parameter groups of {sizes} parameters, the optimizer's {[len(p) for p in live]}"
+        )
+    else:
+        pairs = (
+            (index, param)
+            for group, params in zip(saved_groups, live, strict=True)
+            for index, param in zip(group["params"], params, strict=True)
+        )
+        for index, param in pairs:
+            for key, value in (saved_state.get(index) or {}).items():
+                if isinstance(value, torch.Tensor) and value.dim() and value.shape != param.shape:
+                    problem = (
+                        f"{key} of parameter {index} is {list(value.shape)}, the parameter "
+                        f"{list(param.shape)}"
+                    )
+                    break
+            if problem is not None:
+                break
+    if problem is not None:
+        raise CheckpointModelMismatchError(
+            f"{checkpoint / 'optimizer.pt'} does not fit this model's optimizer: {problem}. It "
+            "comes from another model or was edited after the save: restore it, or resume from "
+            "another checkpoint"
         )
 
 
