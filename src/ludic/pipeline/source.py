@@ -31,6 +31,7 @@ from ludic.pipeline import recovery
 from ludic.pipeline.codec import PayloadError, decode_sample
 from ludic.pipeline.lease import ConsumerLease
 from ludic.pipeline.run_check import RunCheck, foreign_note
+from ludic.pipeline.source_checks import ahead_warning, check_source_settings
 from ludic.pipeline.stream import SampleStream, StreamEntry
 from ludic.rollouts.samples import SAWItem
 from ludic.training.batching.types import BatchSourceExhausted, SAWBatch
@@ -108,7 +109,7 @@ class PipelineBatchSource:
     ) -> None:
         rank = int(os.environ.get("RANK", "0")) if rank is None else rank
         world_size = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
-        _check_settings(batch_size, stale, stale_decay, max_lag, current_version, ack)
+        check_source_settings(batch_size, stale, stale_decay, max_lag, current_version, ack)
         if not 0 <= rank < world_size:
             raise ValueError(f"rank must be in [0, world_size), got {rank} of {world_size}")
         if not consumer:
@@ -431,18 +432,7 @@ class PipelineBatchSource:
         if self._warned_ahead:
             return
         self._warned_ahead = True
-        logger.warning(
-            "a sample carries policy version %d, newer than this learner's %d: weights this "
-            "learner does not hold sampled it (it resumed from a checkpoint older than the last "
-            "weights it published, or started afresh against a server an earlier run published "
-            "to, or a server or embedded actor started on a training checkpoint carries that "
-            "checkpoint's version while this learner starts a new run from its weights: pass "
-            "--policy-version 0 to `ludic serve` / `ludic actor`, or two runs share the "
-            "stream). Such samples are never counted stale; if they come from another run, "
-            "start with a new --stream and restart the server",
-            min(item.policy_versions),
-            self.current_version(),
-        )
+        logger.warning(ahead_warning(min(item.policy_versions), self.current_version()))
 
     def _remember(self, sample_id: str) -> None:
         self._seen[sample_id] = None
@@ -492,23 +482,3 @@ class PipelineBatchSource:
 
     def _timed_out(self, started: float) -> bool:
         return self.max_wait_s is not None and time.monotonic() - started >= self.max_wait_s
-
-
-def _check_settings(
-    batch_size: int,
-    stale: str,
-    stale_decay: float,
-    max_lag: int | None,
-    current_version: Callable[[], int] | None,
-    ack: str,
-) -> None:
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if stale not in ("drop", "downweight"):
-        raise ValueError(f"stale must be 'drop' or 'downweight', got {stale!r}")
-    if max_lag is not None and (max_lag < 0 or current_version is None):
-        raise ValueError("max_lag needs to be >= 0 and a current_version callable")
-    if not 0.0 <= stale_decay <= 1.0:
-        raise ValueError(f"stale_decay must be in [0, 1], got {stale_decay}")
-    if ack not in ("checkpoint", "step"):
-        raise ValueError(f"ack must be 'checkpoint' or 'step', got {ack!r}")
