@@ -120,7 +120,10 @@ def main(cfg: EvalConfig) -> StageResult:
     result = asyncio.run(evaluate(cfg))
     rules = f"illegal moves: {cfg.illegal_move}"
     print_results([result], title=f"Tic-tac-toe vs a {cfg.opponent} opponent ({rules})")
-    print(f"episodes in {cfg.out_dir} (ludic view {cfg.out_dir / 'rollouts.jsonl'})")
+    view = f"ludic view {cfg.out_dir / 'rollouts.jsonl'}"
+    if cfg.model and not cfg.inference.server_url:  # its tokens as text, as `ludic eval` prints
+        view += f" --tokenizer {cfg.model}"
+    print(f"episodes in {cfg.out_dir} ({view})")
     return result
 
 
