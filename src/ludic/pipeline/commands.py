@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -186,7 +186,8 @@ async def _act(
         await stream.ensure_group()
         if cfg.server_url:  # one started just before may still be loading its model
             await wait_for_servers(server_urls(cfg.server_url))
-        client = await _actor_client(cfg)
+        served = await _served_name(cfg) if cfg.server_url else None
+        client = await _actor_client(cfg, served)
     except BaseException:
         await stream.aclose()
         raise
@@ -220,7 +221,8 @@ async def _act(
         actor_id=cfg.actor_id,
         # the learner checks it
         credit_record=credit_record(cfg.algorithm, cfg.gigpo, max_tokens=cfg.max_tokens),
-        run_id=actor_run_id(cfg, env_kwargs),  # the learner dead-letters another run's samples
+        # the learner dead-letters another run's samples
+        run_id=actor_run_id(cfg, env_kwargs, served_model=served),
     )
     try:
         history: list[ActorBatchStats] = []
@@ -231,6 +233,7 @@ async def _act(
             if cfg.metrics_path is not None:
                 with Path(cfg.metrics_path).open("a") as f:
                     f.write(json.dumps(stats.to_dict()) + "\n")
+            await wait_after_failed_batch(cfg, stats)
         pushed = sum(stats.num_samples for stats in history)
         logger.info(
             "actor %s done: %d batches, %d samples pushed", cfg.actor_id, len(history), pushed
@@ -241,12 +244,19 @@ async def _act(
         await _close(client)
 
 
-def actor_run_id(cfg: ActorConfig, env_kwargs: dict[str, Any]) -> str:
+def actor_run_id(
+    cfg: ActorConfig, env_kwargs: dict[str, Any], *, served_model: str | None = None
+) -> str:
     """The run id `ludic actor` stamps on its samples: a hash of the flags that give them their
     meaning (the episode, the credit, the sampling, the model), not of the ones that may differ
     between the actors of one run (--actor-id, --seed, --server-url, --concurrency, ...). Every
     actor started with the run's flags, and a restarted one, stamps the same id; an actor started
-    with other flags is another run, whose samples the learner dead-letters."""
+    with other flags is another run, whose samples the learner dead-letters. The model is the
+    one sampled, not the flag as spelled: `served_model`, the name the servers were asked for
+    (`--served-model`, else the one the first server lists), or the embedded engine's model
+    directory, resolved (`--model`, else the tiny model's), so an actor leaving --served-model
+    out and one naming the served model are one run, and an embedded actor (whose weights never
+    change) is never the run of a served one."""
     return run_id_for(
         {
             "env": cfg.env,
@@ -260,9 +270,25 @@ def actor_run_id(cfg: ActorConfig, env_kwargs: dict[str, Any]) -> str:
             "max_tokens": cfg.max_tokens,
             "temperature": cfg.temperature,
             "top_p": cfg.top_p,
-            "model": cfg.served_model if cfg.server_url else cfg.model,
+            "model": _sampled_model(cfg, served_model),
         }
     )
+
+
+async def wait_after_failed_batch(
+    cfg: ActorConfig,
+    stats: ActorBatchStats,
+    wait: Callable[[list[str]], Awaitable[None]] = wait_for_servers,
+) -> None:
+    """After a batch whose every episode failed, wait for the servers to listen again (up to
+    `wait_for_servers`' 5 minutes, then the actor stops naming the URL), as at startup: a
+    server restarted mid-run (a crash, a new `ludic serve`) failed every batch while it loaded
+    its model, each in seconds once the client's retries ran out, burning the seed sequence.
+    A server that listens (episodes failing for another reason) passes at once."""
+    from ludic.recipes.inference import server_urls
+
+    if cfg.server_url and stats.every_episode_failed:
+        await wait(server_urls(cfg.server_url))
 
 
 def batch_line(cfg: ActorConfig, stats: ActorBatchStats) -> str:
@@ -293,17 +319,35 @@ def _versions(stats: ActorBatchStats) -> str:
     return f"policy version {low}" if low == high else f"policy versions {low}..{high}"
 
 
-async def _actor_client(cfg: ActorConfig) -> Any:
+def _sampled_model(cfg: ActorConfig, served_model: str | None) -> str:
+    """What `actor_run_id` hashes for the model: the served name, or the embedded model's
+    resolved directory."""
+    if cfg.server_url:
+        return f"served:{served_model or cfg.served_model}"
+    from ludic.models import tiny_model_dir
+
+    return f"embedded:{Path(cfg.model or tiny_model_dir()).expanduser().resolve()}"
+
+
+async def _served_name(cfg: ActorConfig) -> str:
+    """--served-model, else the first server's one model; refused where a server's /v1/models
+    does not list it (each episode sent there would fail with a 404). Asked once the servers
+    listen (`wait_for_servers` in `_act`), so one still loading is not refused."""
+    from ludic.recipes.inference import served_model_for, server_urls
+
+    urls = server_urls(cfg.server_url)
+    return await asyncio.to_thread(served_model_for, urls, cfg.served_model, cfg.api_key)
+
+
+async def _actor_client(cfg: ActorConfig, served_model: str | None = None) -> Any:
+    """The embedded engine, or a client of the servers (several: a ServerPool spreading the
+    episodes) for `served_model` (None: `_served_name` asks them)."""
     if not cfg.server_url:
         return _embedded_engine(cfg)
-    from ludic.recipes.inference import make_client, served_model_for, server_urls
+    from ludic.recipes.inference import make_client, server_urls
 
-    urls = server_urls(cfg.server_url)  # several: a ServerPool spreading the episodes
-    # --served-model, else the first server's one model; refused where a server's /v1/models
-    # does not list it (each episode sent there would fail with a 404). Asked once the servers
-    # listen (`wait_for_servers` in `_act`), so one still loading is not refused.
-    name = await asyncio.to_thread(served_model_for, urls, cfg.served_model, cfg.api_key)
-    return make_client(urls, served_model=name, api_key=cfg.api_key)
+    name = served_model or await _served_name(cfg)
+    return make_client(server_urls(cfg.server_url), served_model=name, api_key=cfg.api_key)
 
 
 def _embedded_engine(cfg: ActorConfig) -> Any:
