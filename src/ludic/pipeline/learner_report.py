@@ -116,11 +116,14 @@ def done_line(trainer: Any, totals: dict[str, int], world_size: int = 1) -> str:
     """The closing line: the step reached, what all ranks read, where the model is, and how
     many samples read were trained when stale ones were dropped."""
     newest = None if trainer.checkpoints is None else trainer.checkpoints.path_for(trainer.step)
-    where = (
-        f"model: {newest / 'model'}"
-        if newest is not None and newest.is_dir()
-        else "no checkpoint kept (--checkpoint-every None), so the trained weights are gone"
-    )
+    if newest is not None and newest.is_dir():
+        where = f"model: {newest / 'model'}"
+    elif trainer.step == 0:  # stopped before its first step (--max-wait-s): nothing to keep
+        where = "no step trained, so no checkpoint was written"
+    elif newest is None:
+        where = "no checkpoint kept (--checkpoint-every None), so the trained weights are gone"
+    else:
+        where = f"no checkpoint at {newest}, so the weights of step {trainer.step} are gone"
     ranks = f" (all {world_size} ranks)" if world_size > 1 else ""
     return f"learner done at step {trainer.step}: {totals}{ranks}; {where}{_stale_note(totals)}"
 
