@@ -35,7 +35,7 @@ def require_vllm() -> None:
         raise ImportError(
             "ludic.inference.vllm.server needs vLLM: pip install 'ludic[vllm]' on a GPU "
             "(on a CPU vLLM's CPU build, in a venv of its own: scripts/test_vllm_cpu.sh), "
-            "or use the embedded server (ludic.inference.http.server)."
+            "or use the embedded server (`ludic serve --model DIR`)."
         ) from VLLM_IMPORT_ERROR
 
 

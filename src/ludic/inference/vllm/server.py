@@ -161,7 +161,10 @@ def serves_on_cpu() -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    require_vllm()
+    try:
+        require_vllm()
+    except ImportError as e:  # one line, as the other refusals of this command
+        raise SystemExit(f"{MODULE}: error: {e}") from None
     from vllm.entrypoints.cli.main import main as vllm_main
 
     alias_vllm_distribution()
