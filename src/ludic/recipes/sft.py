@@ -123,8 +123,11 @@ def sft_command(cfg: SFTConfig, *, console: Console | None = None) -> SFTResult:
 
 def _fine_tune(cfg: SFTConfig, algorithm: RLAlgorithm, console: Console) -> SFTResult:
     """`sft_command`'s run, under OUT_DIR's lock."""
+    # the data first where no tokenizer is needed: a damaged line is named before a large
+    # model spends minutes loading (--retokenize rebuilds ids with the model's tokenizer)
+    data = None if cfg.retokenize else _read_data(cfg, algorithm, None)
     model, tokenizer = load_policy(cfg.model, seed=cfg.seed, device=cfg.device)
-    source = _offline_source(cfg, algorithm, model, tokenizer, console)
+    source = _offline_source(cfg, algorithm, model, tokenizer, console, data)
     trainer = make_trainer(
         model,
         tokenizer,
@@ -174,21 +177,12 @@ def _offline_source(
     model: torch.nn.Module,
     tokenizer: PreTrainedTokenizerBase,
     console: Console,
+    source: OfflineBatchSource | None,
 ) -> OfflineBatchSource:
-    """The data, filtered (`drop_parse_errors`, `--min-reward`) and credited, checked against
-    the model's tokenizer, with a line saying how much of it trains."""
-    filters: list[SampleFilter] = [drop_parse_errors()]
-    if cfg.min_reward is not None:
-        filters.append(min_episode_return(cfg.min_reward))
-    source = OfflineBatchSource(
-        paths=cfg.data,
-        credit_assigner=algorithm.credit_assigner,
-        batch_size=cfg.batch_size,
-        seed=cfg.seed,
-        num_epochs=cfg.epochs,
-        filters=filters,
-        retokenizer=ChatTemplateRetokenizer(tokenizer=tokenizer) if cfg.retokenize else None,
-    )
+    """The data (`source`, read before the model loaded, or read now with the model's
+    tokenizer), checked against the model's tokenizer, with a line saying how much of it
+    trains."""
+    source = source or _read_data(cfg, algorithm, tokenizer)
     _check_vocab(source, model, cfg.data)
     if not cfg.retokenize:
         _check_token_ids(cfg.data, tokenizer)
@@ -198,6 +192,28 @@ def _offline_source(
         f"rollouts ({source.num_filtered_out} filtered out)"
     )
     return source
+
+
+def _read_data(
+    cfg: SFTConfig, algorithm: RLAlgorithm, tokenizer: PreTrainedTokenizerBase | None
+) -> OfflineBatchSource:
+    """The data, filtered (`drop_parse_errors`, `--min-reward`) and credited; with
+    `--retokenize`, its ids rebuilt by `tokenizer`'s chat template."""
+    filters: list[SampleFilter] = [drop_parse_errors()]
+    if cfg.min_reward is not None:
+        filters.append(min_episode_return(cfg.min_reward))
+    retokenizer = None
+    if cfg.retokenize and tokenizer is not None:
+        retokenizer = ChatTemplateRetokenizer(tokenizer=tokenizer)
+    return OfflineBatchSource(
+        paths=cfg.data,
+        credit_assigner=algorithm.credit_assigner,
+        batch_size=cfg.batch_size,
+        seed=cfg.seed,
+        num_epochs=cfg.epochs,
+        filters=filters,
+        retokenizer=retokenizer,
+    )
 
 
 def _launch(resumed_at: int, launched: int) -> str:
