@@ -302,7 +302,7 @@ class BroadcastPolicyPublisher:
         except PushFailed as failure:  # a server died or broke the group: redo it over a fresh one
             left = isinstance(failure, ServerLeftGroup)
             if not left:
-                logger.warning("weight push of version %d failed on %s; retrying", version, failure)
+                logger.warning("weight push of version %d failed: %s; retrying", version, failure)
             self.connect()
             if left:
                 logger.warning(
