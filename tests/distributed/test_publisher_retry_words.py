@@ -9,7 +9,7 @@ import logging
 import httpx
 import pytest
 import torch
-from distributed_fakes import TOKEN, ServerProcess, nudge_
+from distributed_fakes import ServerProcess, nudge_
 from test_publisher_rejoin import _publisher, _RefusingStart
 
 pytestmark = [pytest.mark.distributed, pytest.mark.timeout(180)]
