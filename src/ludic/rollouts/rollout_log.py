@@ -12,6 +12,7 @@ with ASCII JSON escapes, which read back to the same string.
 
 from __future__ import annotations
 
+import codecs
 import json
 import warnings
 from collections.abc import Iterable, Iterator
@@ -89,9 +90,17 @@ def _is_destination(value: object) -> bool:
 
 
 def iter_rollouts_jsonl(path: str | Path) -> Iterator[Rollout]:
-    """Yield the rollouts of a JSONL file in order; blank lines are skipped."""
-    with Path(path).open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    """Yield the rollouts of a JSONL file in order; blank lines are skipped, and so is a UTF-8
+    byte order mark at its start (an editor's). A line that is not UTF-8 is refused naming
+    the file, the line and, for a compressed or UTF-16 file, what it is."""
+    with Path(path).open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if lineno == 1:
+                raw = raw.removeprefix(codecs.BOM_UTF8)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(_not_utf8(path, lineno, raw, e)) from e
             if not line.strip():
                 continue
             try:
@@ -103,6 +112,19 @@ def iter_rollouts_jsonl(path: str | Path) -> Iterator[Rollout]:
                     undecodable_line(path, lineno, line, e, "rollout record", advice)
                 ) from e
             yield _rollout_from_record(record, path, lineno)
+
+
+def _not_utf8(path: str | Path, lineno: int, raw: bytes, error: UnicodeDecodeError) -> str:
+    """Why line `lineno` of `path` (`raw`) does not decode, and what to do."""
+    head = f"{path}:{lineno}: not UTF-8 text (byte {raw[error.start]:#04x} at byte {error.start})"
+    if lineno == 1 and raw.startswith(b"\x1f\x8b"):
+        return f"{head}: the file is gzip-compressed; decompress it (gunzip) and pass that file"
+    if lineno == 1 and raw[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
+        return (
+            f"{head}: the file is UTF-16 text; re-encode it as UTF-8 (`iconv -f UTF-16 -t "
+            "UTF-8`), as Ludic writes rollouts"
+        )
+    return f"{head}: the line is damaged; drop it, or write the file again as UTF-8"
 
 
 def _rollout_from_record(record: Any, path: str | Path, lineno: int) -> Rollout:
