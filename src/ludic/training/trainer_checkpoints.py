@@ -21,6 +21,7 @@ from ludic.training.checkpoint import (
     LoadedCheckpoint,
     capture_rank_state,
     check_checkpoint_fits,
+    check_optimizer_state_fits,
     has_checkpoints,
     rank_state_for,
     read_checkpoint,
@@ -40,6 +41,8 @@ from ludic.training.parallel.runtime import TrainingRuntime, run_on_main, run_to
 from ludic.types import JSON
 
 if TYPE_CHECKING:
+    import torch
+
     from ludic.training.trainer import Trainer
 
 __all__ = ["restore_checkpoint", "write_checkpoint"]
@@ -127,6 +130,11 @@ def restore_checkpoint(
         f"checking that the checkpoint {chosen} fits the model",
     )
     runtime.load_model_state(model, checkpoint.model_state)
+    run_on_main(  # another model's optimizer.pt: named here, not at the first Adam update
+        runtime,
+        lambda: _check_optimizer_state(optimizer, checkpoint, chosen),
+        f"checking that the checkpoint {chosen}'s optimizer state fits the optimizer",
+    )
     kernels = optimizer_kernels(optimizer)  # this run's (fused=...), not the saved run's
     runtime.load_optimizer_state(model, optimizer, checkpoint.optimizer_state)
     restore_optimizer_kernels(optimizer, kernels)
@@ -167,6 +175,13 @@ def _warn_other_algorithm(saved: object, trainer: Trainer, checkpoint: Path) -> 
         saved,
         checkpoint / "model",
     )
+
+
+def _check_optimizer_state(
+    optimizer: torch.optim.Optimizer, checkpoint: LoadedCheckpoint, chosen: Path
+) -> None:
+    if checkpoint.optimizer_state is not None:  # rank 0 read it; the others were handed none
+        check_optimizer_state_fits(optimizer, checkpoint.optimizer_state, chosen)
 
 
 def _load_data_state(
