@@ -36,8 +36,14 @@ def guard_reads(
     app: ASGIApp, *, header_timeout_s: float, body_timeout_s: float
 ) -> tuple[ASGIApp, type[asyncio.Protocol]]:
     """`app` wrapped to time request bodies and replies, and the HTTP protocol class to give
-    uvicorn (`uvicorn.run(app, http=protocol)`) that times request heads (and drops the
-    connection of a reply not read); both are needed."""
+    uvicorn (`uvicorn.run(app, http=protocol, proxy_headers=False)`) that times request heads
+    (and drops the connection of a reply not read); both are needed. The app also applies
+    uvicorn's proxy-header rewrite of the client address (`X-Forwarded-For` from a trusted
+    local proxy), inside the bounds: they find a request's connection by the peer address the
+    socket gives, so uvicorn's own rewrite (`proxy_headers=True`, outside them) would hide it
+    and the head timer would cut a proxied request at `header_timeout_s`."""
+    from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
+
     for flag, value in (("header", header_timeout_s), ("body", body_timeout_s)):
         if not 0 < value < float("inf"):
             raise ValueError(f"{flag}_timeout_s must be a positive number of seconds, got {value}")
@@ -46,7 +52,8 @@ def guard_reads(
     class Protocol(_TimedHead):
         _watch: ClassVar[_Watch] = watch
 
-    return _TimedBody(app, watch, body_timeout_s), Protocol
+    proxied = ProxyHeadersMiddleware(app)  # type: ignore[arg-type]
+    return _TimedBody(proxied, watch, body_timeout_s), Protocol  # type: ignore[arg-type]
 
 
 class _Watch:

@@ -497,6 +497,7 @@ def _serve_on(config: ServeConfig, listening: socket.socket) -> None:
             fd=listening.fileno(),
             log_level=config.log_level,
             http=protocol,  # closes connections whose request head or body does not arrive
+            proxy_headers=False,  # the app applies them, inside the read bounds (guard_reads)
         )
     finally:
         engine.close()
