@@ -33,9 +33,9 @@ async def test_the_learners_source_compares_the_ranks_first_records() -> None:
         rank_0 = RankCredit(held={}, first=(_record(0.95), "g0"))
         shared: list[RankCredit] = []
 
-        def all_gather(mine: RankCredit) -> list[RankCredit]:
-            shared.append(mine)
-            return [rank_0, mine]
+        def all_gather(mine: tuple[RankCredit, str | None]) -> list[tuple[RankCredit, str | None]]:
+            shared.append(mine[0])  # with the run this rank pinned (none here)
+            return [(rank_0, None), mine]
 
         with pytest.raises(CreditMismatchError, match="'g0' \\(read by learner rank 0\\)"):
             source.check_ranks(all_gather)

@@ -455,7 +455,23 @@ def _credit_checked_source(credit_check: CreditCheck, stream: SampleStream, **op
 
     class CreditCheckedSource(PipelineBatchSource):
         def check_ranks(self, all_gather: Callable[[Any], list[Any]]) -> None:
-            credit_check.say_held(all_gather)
+            runs: list[str | None] = []  # each rank's pinned run, shared in the same gather
+
+            def gather(mine: Any) -> list[Any]:
+                shared = all_gather((mine, self.run_check.run))
+                runs.extend(run for _, run in shared)
+                return [credit for credit, _ in shared]
+
+            credit_check.say_held(gather)
+            pinned = {rank: run for rank, run in enumerate(runs) if run is not None}
+            if len(set(pinned.values())) > 1:  # every rank sees the same list: all refuse
+                named = ", ".join(f"rank {rank} run {run}" for rank, run in pinned.items())
+                raise ValueError(
+                    f"the learner's ranks read samples of different runs on stream "
+                    f"{stream.stream!r} ({named}): each pinned the run of the first sample it "
+                    "read, so this step would train two runs at once. Give each run its own "
+                    "--stream (restart the other run's actors with another one)"
+                )
 
     return CreditCheckedSource(stream, check_sample=credit_check, **options)
 
