@@ -382,11 +382,24 @@ class RankCheckedSource(Protocol):
 
 
 def check_batch_together(runtime: TrainingRuntime, source: object, doing: str) -> None:
-    """`source.check_ranks` (a `RankCheckedSource`; any other source: nothing) through
-    `run_together`: when it raises on any rank, every rank raises before the optimizer step,
-    that rank its own error and the others a `RankFailedError` naming it."""
-    if isinstance(source, RankCheckedSource):
-        run_together(runtime, lambda: source.check_ranks(runtime.all_gather_object), doing)
+    """`check_ranks` of `source` or of the first source it wraps that has one (a wrapper keeps
+    what it wraps as `.source`, as `log_samples` does; none: nothing) through `run_together`:
+    when it raises on any rank, every rank raises before the optimizer step, that rank its own
+    error and the others a `RankFailedError` naming it."""
+    checked = _rank_checked(source)
+    if checked is not None:
+        run_together(runtime, lambda: checked.check_ranks(runtime.all_gather_object), doing)
+
+
+def _rank_checked(source: object) -> RankCheckedSource | None:
+    """`source`, or the first source it wraps (through `.source`), that has `check_ranks`."""
+    seen: set[int] = set()
+    while source is not None and id(source) not in seen:
+        if isinstance(source, RankCheckedSource):
+            return source
+        seen.add(id(source))
+        source = getattr(source, "source", None)
+    return None
 
 
 _WHY_EVERY_RANK = {
