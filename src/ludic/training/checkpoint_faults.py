@@ -106,6 +106,26 @@ def check_checkpoint_fits(
         )
 
 
+_PARAMETER_SHAPED = frozenset(
+    {
+        "exp_avg",
+        "exp_avg_sq",
+        "max_exp_avg_sq",
+        "momentum_buffer",
+        "square_avg",
+        "grad_avg",
+        "acc_delta",
+        "sum",
+        "ax",
+        "exp_inf",
+        "prev",
+        "step_size",
+    }
+)
+"""torch optimizers' per-parameter state that has the parameter's shape (Adam(W), SGD, RMSprop,
+Adadelta, Adagrad, ASGD, Adamax, Rprop); others' (Adafactor's factored moments) need not."""
+
+
 def check_optimizer_state_fits(
     optimizer: torch.optim.Optimizer, state: Mapping[str, Any], checkpoint: Path
 ) -> None:
@@ -131,6 +151,8 @@ def check_optimizer_state_fits(
         )
         for index, param in pairs:
             for key, value in (saved_state.get(index) or {}).items():
+                if key not in _PARAMETER_SHAPED:  # e.g. Adafactor's factored row_var/col_var
+                    continue
                 if isinstance(value, torch.Tensor) and value.dim() and value.shape != param.shape:
                     problem = (
                         f"{key} of parameter {index} is {list(value.shape)}, the parameter "
