@@ -286,7 +286,9 @@ def ids_note(rollouts: Path) -> str:
     """What to pass when the page shows token ids because no --tokenizer was given (a model's
     ids are not byte-level): the newest checkpoint's model beside the rollouts, when a
     `ludic train` run folder holds one."""
-    beside = sorted((rollouts.parent / "checkpoints").glob("step_*/model/tokenizer_config.json"))
+    found = (rollouts.parent / "checkpoints").glob("step_*/model/tokenizer_config.json")
+    # step_N only: not a quarantined step_N.corrupt (nor a save's scratch copy)
+    beside = sorted(p for p in found if p.parent.parent.name.removeprefix("step_").isdigit())
     where = (
         f" (this run's: --tokenizer {beside[-1].parent})"
         if beside
