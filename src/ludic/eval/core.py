@@ -8,6 +8,7 @@ training stack (no credit assignment, no samples, no torch). It does not build e
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -141,6 +142,7 @@ async def _run_with_progress(
         with EvalProgress(total=len(requests)) as bar:
 
             async def one(request: RolloutRequest) -> list[Rollout]:
+                _FILTERED_BY.set(once)  # this task's engine lines only: not another run's
                 async with semaphore:
                     rollouts = await engine.run([request])
                 bar.advance([episode_record(r, success_fn) for r in rollouts])
@@ -155,6 +157,12 @@ async def _run_with_progress(
     return rollouts
 
 
+_FILTERED_BY: contextvars.ContextVar[_OneBatchLog | None] = contextvars.ContextVar(
+    "ludic_eval_filtered_by", default=None
+)
+"""The `_OneBatchLog` of the progress run whose per-episode task logs (set in each task)."""
+
+
 class _OneBatchLog(logging.Filter):
     """The engine's once-per-`run` lines, said once over a progress run's per-episode calls:
     the first failed episode's traceback only, and no "every one of the 1 episodes in this
@@ -165,6 +173,8 @@ class _OneBatchLog(logging.Filter):
         self.traceback_logged = False
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if _FILTERED_BY.get() is not self:  # a line of an engine run outside this evaluation
+            return True
         message = record.msg if isinstance(record.msg, str) else ""
         if message.startswith("every one of the %d episodes in this batch failed"):
             return False
