@@ -40,7 +40,8 @@ percent) and for the paired difference (in percentage points), and how the weigh
 optimal, other legal and illegal moves; writes `results.json`. Calls into one `--out-dir`
 merge (other seeds with `--first-seed`, other methods with `--methods`): each seed's runs and
 data are kept in `seed_N/` (its games written once, by the first call that plays them) and
-`results.json` summarises every seed there; a call with other settings is refused.
+`results.json` summarises every seed there; a call with other settings is refused. With
+`--self-episodes N > 0` methods cannot be split over calls (a seed's start run exists).
 Which turns AWR trains on, the board features and that weight report are in
 `awr_tictactoe_weights.py`, beside this file.
 """
