@@ -17,7 +17,8 @@ group lost with Redis's data is recreated; until a first command has reached Red
 the stream gives up after `first_connect_s` (a few seconds) with an error naming the URL and
 the fix, since nothing listening there at startup is a wrong URL or a Redis not started, not
 an outage to wait out. Entries the learner will not train are copied to `<stream>:dead` once
-per entry id (a replay after a restart adds no second copy). It does not decode payloads.
+per entry id (a replay after a restart adds no second copy; `stream_dead`). It does not decode
+payloads.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ try:
     from redis.exceptions import TimeoutError as RedisTimeoutError
 except ImportError as e:  # an optional extra
     raise ImportError("the Redis pipeline needs redis-py: pip install 'ludic[redis]'") from e
+
+from ludic.pipeline import stream_dead
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -86,21 +89,6 @@ for i = 3, #ARGV do
   fields[#fields + 1] = ARGV[i]
 end
 return redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(fields))
-"""
-
-
-# KEYS: dead-letter stream, dead-lettered ids hash. ARGV: the original entry id, then field /
-# value pairs. Marked by entry id, so an entry replayed (a learner restarted before a checkpoint
-# acked it) or a retried call after a lost reply is copied once.
-_DEAD_LETTER = """
-if redis.call('HSETNX', KEYS[2], ARGV[1], '1') == 0 then
-  return false
-end
-local fields = {}
-for i = 2, #ARGV do
-  fields[#fields + 1] = ARGV[i]
-end
-return redis.call('XADD', KEYS[1], 'MAXLEN', '~', '10000', '*', unpack(fields))
 """
 
 
@@ -169,7 +157,7 @@ class SampleStream:
         self._backoff = ExponentialWithJitterBackoff(cap=retry_cap_s, base=retry_base_s)
         self._commit_script = self.redis.register_script(_COMMIT)
         self._add_once_script = self.redis.register_script(_ADD_ONCE)
-        self._dead_letter_script = self.redis.register_script(_DEAD_LETTER)
+        self._dead_letter_script = self.redis.register_script(stream_dead.DEAD_LETTER_SCRIPT)
         self.reconnect_attempts = 0
 
     async def ensure_group(self) -> None:
@@ -328,7 +316,7 @@ class SampleStream:
 
     @property
     def _dead_ids_key(self) -> str:
-        return f"{self.stream}:dead:ids"
+        return stream_dead.dead_ids_key(self.stream)
 
     async def dead_letter(self, entry: StreamEntry, error: str) -> bool:
         """Keep a copy of an entry the learner will not train (undecodable, another run's) in
@@ -336,20 +324,7 @@ class SampleStream:
         acked (a learner restarted from a checkpoint taken before it) is not copied twice, nor
         is a retry whose first attempt reached Redis. Returns whether it was copied now. The
         mark goes when the entry is committed."""
-        fields: dict[bytes, bytes] = {
-            b"entry_id": entry.entry_id.encode(),
-            b"error": error.encode(),
-        }
-        fields.update(entry.fields or {})
-        args = [entry.entry_id.encode()]
-        for name, value in fields.items():
-            args += [name, value]
-        keys = [f"{self.stream}:dead", self._dead_ids_key]
-        copied = await self._call(
-            "XADD dead",
-            lambda: self._dead_letter_script(keys=keys, args=args),  # type: ignore[arg-type]
-        )
-        return copied is not None
+        return await stream_dead.dead_letter(self, entry, error)
 
     async def aclose(self) -> None:
         await self.redis.aclose()
@@ -371,7 +346,7 @@ class SampleStream:
                 if _NO_DATABASE in str(e):  # /99 where Redis holds 16 databases
                     raise LudicUsageError(_no_database(self.url, e)) from e
                 if "WRONGTYPE" in str(e):  # another program's data under one of our keys
-                    raise LudicUsageError(await self._wrong_type(what)) from e
+                    raise LudicUsageError(await stream_dead.wrong_type(self, what)) from e
                 if "NOGROUP" not in str(e) or recreated:
                     raise
                 logger.warning("redis lost group %r (data lost?): recreating it", self.group)
@@ -393,28 +368,6 @@ class SampleStream:
                 delay = self._backoff.compute(failures)
                 logger.warning("redis %s failed (%s); retry %d in %.2fs", what, e, failures, delay)
                 await asyncio.sleep(delay)
-
-    async def _wrong_type(self, what: str) -> str:
-        """Which of this stream's keys holds something else than a stream (Redis's WRONGTYPE
-        names none), and the fix: a traceback before."""
-        ledger = self.ledger or f"{self.stream}:ledger"
-        keys = {self.stream: "stream", f"{self.stream}:dead": "stream", ledger: "stream"}
-        keys[self._dead_ids_key] = "hash"
-        foreign = []
-        for key, ours in keys.items():
-            try:
-                kind = await self.redis.type(key)
-            except (ResponseError, RedisConnectionError, RedisTimeoutError, OSError):
-                continue
-            kind = kind.decode() if isinstance(kind, bytes) else str(kind)
-            if kind not in (ours, "none"):
-                foreign.append(f"key {key!r} holds a {kind}")
-        held = "; ".join(foreign) or f"a key of stream {self.stream!r} holds another kind of value"
-        return (
-            f"redis at {shown_url(self.url)}: {what} failed: {held}, not a Ludic stream: another "
-            "program uses that name. Pass another --stream, or delete the key if its data may go "
-            "(redis-cli DEL KEY)"
-        )
 
     def _not_reached(self, what: str, error: Exception) -> str:
         return _not_reached(self.url, what, self.first_connect_s, error)
