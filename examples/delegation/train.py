@@ -189,11 +189,11 @@ def rewards_by_role(rollouts: Sequence[Rollout]) -> dict[str, float]:
     }
 
 
-async def evaluate(client: ChatClient, cfg: DelegationConfig, batch: int) -> dict[str, float]:
+async def evaluate(client: ChatClient, cfg: DelegationConfig) -> dict[str, float]:
+    """The boss's and helper's rewards on the same `eval_episodes` numbers and sampling seeds
+    every time it is called, so before and after RL compare like with like."""
     seeds = SeedSequencer(run_seed=cfg.seed + 1_000)
-    rollouts = await rollout_engine(client).run(
-        seeds.seed_requests(requests(cfg.eval_episodes), batch)
-    )
+    rollouts = await rollout_engine(client).run(seeds.seed_requests(requests(cfg.eval_episodes), 0))
     return rewards_by_role(rollouts)
 
 
@@ -231,7 +231,7 @@ async def train(cfg: DelegationConfig) -> dict[str, Any]:
     algorithm = RLAlgorithm(name="grpo_hierarchical", credit_assigner=credit, loss=make_grpo().loss)
     with EmbeddedEngine(copy.deepcopy(model), tokenizer, policy_version=version) as engine:
         publisher = InProcessPublisher(engine)
-        before = await evaluate(engine, cfg, 0)
+        before = await evaluate(engine, cfg)
         log = cfg.out_dir / "rl" / "rollouts.jsonl"
         source = RolloutBatchSource(
             engine=rollout_engine(engine, jsonl_log=log),
@@ -253,7 +253,7 @@ async def train(cfg: DelegationConfig) -> dict[str, Any]:
         )
         history = await trainer.train(cfg.rl_steps, progress=False)
         checkpoint = finish(trainer)
-        after = await evaluate(engine, cfg, 1)
+        after = await evaluate(engine, cfg)
     return {
         "before": before,
         "after": after,

@@ -352,3 +352,16 @@ def test_one_delegation_batch_trains_boss_and_helper_together(tmp_path: Path) ->
     rollouts = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
     helpers = [r for r in rollouts if r["agent_id"] == "helper"]
     assert len(helpers) == 4 and all(r["meta"]["parent_rollout_id"] for r in helpers)
+
+
+def test_delegation_evaluates_before_and_after_on_the_same_episodes() -> None:
+    """Both evaluations draw the same numbers and sampling seeds, so before and after RL compare
+    like with like (they used two batches of seeds)."""
+    example = load_example("delegation/train.py")
+    _, tokenizer = build_tiny_model(seed=0, spec=TinyModelSpec(hidden_size=32))
+    client = PolicyClient(example.scripted_expert(0.3), tokenizer)
+    cfg = config(example, "DelegationConfig", eval_episodes=16)
+    before = asyncio.run(example.evaluate(client, cfg))
+    after = asyncio.run(example.evaluate(client, cfg))
+    assert before == after
+    assert 0.0 < before["boss_reward"] < 1.0  # the expert's wrong answers: a real spread
