@@ -16,7 +16,7 @@ import torch
 from ludic.distributed import BroadcastPolicyPublisher
 from ludic.inference.client import ChatRequest
 from ludic.inference.embedded.engine import EngineConfig
-from ludic.inference.http import server as server_module
+from ludic.inference.http import serve_run
 from ludic.inference.http.local_server import LocalServer
 from ludic.inference.http.openai_client import OpenAICompatibleClient
 from ludic.inference.http.serve_config import ServeConfig, check_serve_config
@@ -141,8 +141,8 @@ def test_serve_builds_its_engine_with_packed_gemms(monkeypatch: pytest.MonkeyPat
         built.append(config)
         return Engine()
 
-    monkeypatch.setattr(server_module.EmbeddedEngine, "from_pretrained", from_pretrained)
-    monkeypatch.setattr(server_module, "create_app", lambda *a, **k: None)
+    monkeypatch.setattr(serve_run.EmbeddedEngine, "from_pretrained", from_pretrained)
+    monkeypatch.setattr(serve_run, "create_app", lambda *a, **k: None)
     monkeypatch.setattr("uvicorn.run", lambda *a, **k: None)
     serve(ServeConfig(model=str(tiny_model_dir()), prepacked_gemm=True, port=0))  # any free port
     serve(ServeConfig(model=str(tiny_model_dir()), port=0))
