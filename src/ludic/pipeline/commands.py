@@ -4,7 +4,8 @@ An actor = env + agent + ChatClient (the served policy) + `PipelineActor`; the l
 model + `Trainer` over a `PipelineBatchSource`, publishing with `BroadcastPolicyPublisher`.
 Under torchrun each learner rank reads its own share of the stream. With checkpoints (the
 default) samples are acked once the checkpoint that holds them is saved; without, after each
-step. Heavy imports happen when a command runs. It starts no server and no Redis.
+step. The learner's run after its flag checks is `learner_run`. Heavy imports happen when a
+command runs. It starts no server and no Redis.
 """
 
 from __future__ import annotations
@@ -19,20 +20,20 @@ from typing import TYPE_CHECKING, Any
 from ludic.inference.http.server_wait import wait_for_servers
 from ludic.pipeline.actor import ActorBatchStats, PipelineActor
 from ludic.pipeline.config import ActorConfig, Algorithm, LearnerConfig
-from ludic.pipeline.credit_check import CreditCheck, credit_record
+from ludic.pipeline.credit_check import credit_record
 from ludic.pipeline.flag_checks import (
     check_actor_counts,
     check_learner_counts,
     check_learner_model,
     refusals_need_torch,
 )
-from ludic.pipeline.learner_report import report_done, report_step
+from ludic.pipeline.learner_run import _credit_checked_source as _credit_checked_source
+from ludic.pipeline.learner_run import _publisher as _publisher
+from ludic.pipeline.learner_run import _resume_learner as _resume_learner
+from ludic.pipeline.learner_run import _trainer as _trainer
+from ludic.pipeline.learner_run import learn
 from ludic.pipeline.learner_settings import (
-    CHECKPOINTS_DIR,
-    LEARNER_SETTINGS_KEY,
-    OVERRIDE_LR,
     check_learner_resume,
-    learner_settings,
     refuse_fresh_run_over_checkpoints,
 )
 from ludic.pipeline.run_check import run_id_for
@@ -390,191 +391,4 @@ def run_learner(cfg: LearnerConfig) -> list[dict[str, float]]:
     check_learner_model(cfg)  # a --model that is no model directory
     check_learner_resume(cfg)  # other --algorithm, --lr (unless overridden), --model: refused
     refuse_fresh_run_over_checkpoints(cfg)  # --no-resume over an earlier run's checkpoints
-    return asyncio.run(_learn(cfg))
-
-
-async def _learn(cfg: LearnerConfig) -> list[dict[str, float]]:
-    from ludic.models import load_model, tiny_model_dir
-    from ludic.recipes.inference import server_urls
-
-    stream = SampleStream(
-        cfg.redis_url,
-        stream=cfg.stream,
-        group=cfg.group,
-        ledger=f"{cfg.stream}:ledger" if cfg.ledger else None,
-    )
-    try:  # Redis first: a wrong --redis-url fails in seconds, before the model loads
-        await stream.ensure_group()
-    except BaseException:
-        await stream.aclose()
-        raise
-    trainer: Any = None
-    # refuses samples another preset credited, or generated with another dr_grpo budget
-    credit_check = CreditCheck(cfg.algorithm, max_tokens=cfg.max_tokens)
-    source = _credit_checked_source(
-        credit_check,
-        stream,
-        batch_size=cfg.batch_size,
-        consumer=cfg.consumer,
-        ack="step" if cfg.checkpoint_every is None else "checkpoint",
-        max_lag=cfg.max_lag,
-        stale=cfg.stale,
-        stale_decay=cfg.stale_decay,
-        current_version=lambda: int(trainer.policy_version),
-        max_wait_s=cfg.max_wait_s,
-        lease_ttl_s=cfg.lease_ttl_s,
-    )
-    credit_check.quiet = source.rank != 0  # under torchrun, rank 0 says it once
-    publisher = None
-    try:
-        # before the model loads: a second learner under this consumer name is refused in
-        # seconds (after waiting out a killed holder's lease), not after it read samples
-        await source.hold_lease()
-        if cfg.server_url and source.rank == 0:  # one started just before may still be loading
-            await wait_for_servers(server_urls(cfg.server_url))
-        model, tokenizer = load_model(cfg.model or tiny_model_dir(), dtype="float32")
-        # Only rank 0 pushes; the Trainer gathers the weights on every rank for it.
-        publisher = None if not cfg.server_url or source.rank != 0 else _publisher(cfg, model)
-        trainer = _trainer(cfg, source, model, tokenizer, publisher)
-        return await _train(cfg, source, trainer)
-    finally:
-        if trainer is not None:
-            trainer.close()
-        if publisher is not None:
-            publisher.close()
-        await source.aclose()
-
-
-def _credit_checked_source(credit_check: CreditCheck, stream: SampleStream, **options: Any) -> Any:
-    """A `PipelineBatchSource` checking each sample with `credit_check`, whose ranks compare
-    their credit records once each batch is read, before the step trains on it: the Trainer
-    calls `check_ranks` (a `RankCheckedSource`) on every rank, which runs `say_held`, so rank 0
-    says the notices only other ranks' samples showed and every rank refuses alike records
-    that differ between ranks (actors whose samples reached only different ranks)."""
-    from ludic.pipeline.source import PipelineBatchSource  # torch: loaded when the learner runs
-
-    class CreditCheckedSource(PipelineBatchSource):
-        def check_ranks(self, all_gather: Callable[[Any], list[Any]]) -> None:
-            runs: list[str | None] = []  # each rank's pinned run, shared in the same gather
-
-            def gather(mine: Any) -> list[Any]:
-                shared = all_gather((mine, self.run_check.run))
-                runs.extend(run for _, run in shared)
-                return [credit for credit, _ in shared]
-
-            credit_check.say_held(gather)
-            pinned = {rank: run for rank, run in enumerate(runs) if run is not None}
-            if len(set(pinned.values())) > 1:  # every rank sees the same list: all refuse
-                named = ", ".join(f"rank {rank} run {run}" for rank, run in pinned.items())
-                raise ValueError(
-                    f"the learner's ranks read samples of different runs on stream "
-                    f"{stream.stream!r} ({named}): each pinned the run of the first sample it "
-                    "read, so this step would train two runs at once. Give each run its own "
-                    "--stream (restart the other run's actors with another one)"
-                )
-
-    return CreditCheckedSource(stream, check_sample=credit_check, **options)
-
-
-async def _train(cfg: LearnerConfig, source: Any, trainer: Any) -> list[dict[str, float]]:
-    """The step loop; step and closing lines count what all ranks trained (the ranks' credit
-    records are compared inside each step, before it trains: `_credit_checked_source`)."""
-    from ludic.training import BatchSourceExhausted
-
-    runtime = trainer.runtime
-    if (runtime.rank, runtime.world_size) != (source.rank, source.world_size):
-        raise RuntimeError(
-            f"the training runtime is rank {runtime.rank} of {runtime.world_size} but RANK and "
-            f"WORLD_SIZE say {source.rank} of {source.world_size}: launch with torchrun"
-        )
-    history: list[dict[str, float]] = []
-    started_at = trainer.step  # the same on every rank, as the steps that follow
-    if trainer.step == 0:  # the server starts from the learner's weights (resume has
-        trainer.publish_weights()  # published the restored ones); every rank calls it
-    while trainer.step < cfg.steps:
-        try:
-            history.append(await trainer.train_step())
-        except BatchSourceExhausted as e:  # one rank only: the others would wait in a collective
-            logger.info("learner stops: %s", e)
-            break
-        stop = report_step(trainer, source, history[-1])
-        if stop is not None:  # every rank's batch came back empty
-            logger.info("learner stops: %s", stop)
-            break
-    if trainer.checkpoints is None:
-        await source.commit()
-    else:  # the last checkpoint must hold every step before its samples are acked
-        if trainer.step > started_at and not trainer.checkpoints.due(trainer.step):
-            trainer.save_checkpoint()  # not a step this launch only resumed at: kept as saved
-        await source.ack_checkpointed()
-    report_done(trainer, source)
-    return history
-
-
-def _publisher(cfg: LearnerConfig, model: Any) -> Any:
-    from ludic.distributed import BroadcastPolicyPublisher
-    from ludic.recipes.inference import server_urls
-
-    return BroadcastPolicyPublisher(
-        server_urls(cfg.server_url),  # several: one broadcast reaches them all
-        server_push_token(cfg.token, flag="--token"),  # `run_learner` refused a bad one at once
-        backend=cfg.backend,
-        bucket_mb=cfg.bucket_mb,
-        atol=cfg.verify_atol,
-        master_addr=cfg.master_addr,
-        server_ranks=cfg.server_ranks,
-        probe_model=model,  # the Trainer publishes state dicts: probe with its live model
-    )
-
-
-def _trainer(cfg: LearnerConfig, source: Any, model: Any, tokenizer: Any, publisher: Any) -> Any:
-    from ludic.training import CheckpointConfig, JsonlLogger, Trainer, TrainerConfig
-
-    out = Path(cfg.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    checkpoint = None
-    if cfg.checkpoint_every is not None:
-        checkpoint = CheckpointConfig(
-            dir=str(out / CHECKPOINTS_DIR), every_n_steps=cfg.checkpoint_every, keep_last=2
-        )
-    config = TrainerConfig(
-        lr=cfg.lr,
-        seed=cfg.seed,
-        pad_token_id=int(tokenizer.pad_token_id or 0),
-        micro_batch_tokens=cfg.micro_batch_tokens,
-        max_lag=None,  # the source already dropped (or downweighted) stale samples
-        publish_every=cfg.publish_every,
-        checkpoint=checkpoint,
-        device=cfg.device,
-    )
-    trainer = Trainer(
-        model,
-        make_algorithm(cfg.algorithm, max_tokens=cfg.max_tokens),
-        source,
-        config,
-        publisher=publisher,
-        logger=JsonlLogger(out / "metrics.jsonl") if source.rank == 0 else None,
-        tokenizer=tokenizer,
-    )
-    trainer.checkpoint_extra[LEARNER_SETTINGS_KEY] = learner_settings(cfg)  # --resume checks it
-    if cfg.resume and trainer.checkpoints is not None and trainer.checkpoints.latest():
-        step = _resume_learner(trainer, cfg)
-        logger.info("resumed from step %d (policy version %d)", step, trainer.policy_version)
-    return trainer
-
-
-def _resume_learner(trainer: Any, cfg: LearnerConfig) -> int:
-    """`trainer.resume()` (applying this launch's --lr under --override-lr-schedule), naming
-    --lr when it differs from the checkpoint's (one saved before learners recorded their
-    flags: `check_learner_resume` refuses the others first)."""
-    from ludic.training.lr_resume import LRScheduleMismatchError
-
-    try:
-        return int(trainer.resume(override_lr_schedule=cfg.override_lr_schedule))
-    except LRScheduleMismatchError as e:
-        old = e.changes.get("lr", (None, None))[0]
-        raise ValueError(
-            f"--lr is {cfg.lr}, the checkpoint's is {old}: restart the learner with --lr {old} "
-            f"to continue the run, add {OVERRIDE_LR} to apply this --lr from the checkpoint's "
-            "step on, or pass another --out-dir to start a new run"
-        ) from e
+    return asyncio.run(learn(cfg))
