@@ -1,8 +1,14 @@
 """The server-side weight-sync routes on a bare FastAPI app: auth, state machine, manifest
-checks, and a push that loads every tensor at once with the manifest's version."""
+checks, a push that loads every tensor at once with the manifest's version, and joins
+abandoned (a `/close`, or the process exiting) before their trainer's store answered."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -223,3 +229,54 @@ def test_an_unverified_push_skips_the_checksums() -> None:
         reply = _push(engine, new, verified=False)
         assert reply["policy_version"] == 5 and "checksums" not in reply
         assert all(torch.equal(engine.model.state_dict()[k], v) for k, v in new.items())
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_close_ends_a_join_still_waiting_for_its_store() -> None:
+    # Nothing listens at the store: the join waited inside c10d for its whole timeout_s after
+    # the /close that abandoned it (a thread c10d could not be asked to leave).
+    client, _ = _client()
+    before = set(threading.enumerate())
+    body = {"host": "127.0.0.1", "port": _closed_port(), "timeout_s": 60}
+    assert client.post("/ludic/weights/init", headers=AUTH, json=body).is_success
+    joins = [t for t in set(threading.enumerate()) - before if t.name == "ludic-weights-join"]
+    assert len(joins) == 1
+    assert client.post("/ludic/weights/close", headers=AUTH).is_success
+    joins[0].join(timeout=30)  # ends at once now; 60 s (its timeout) before
+    assert not joins[0].is_alive()
+    status = client.get("/ludic/weights/status", headers=AUTH).json()
+    assert not status["joining"] and status["last_error"] is None  # abandoned, not failed
+
+
+@pytest.mark.parametrize("abandoned", [True, False])
+def test_a_join_pending_at_exit_does_not_abort_the_process(abandoned: bool) -> None:
+    # A join aimed at a store nobody listens at, abandoned (as a /close does) or still pending
+    # when the interpreter exits; an object whose __del__ keeps the finalizing interpreter
+    # busy past the join's 1 s timeout: the join's thread came back from c10d then and
+    # aborted the process ("terminate called without an active exception", exit 134).
+    script = textwrap.dedent(
+        f"""
+        import time
+        from ludic.inference.http.weight_join import InitRequest, join_in_background
+
+        class HoldsFinalization:
+            def __del__(self) -> None:
+                time.sleep(2.5)  # past the join's timeout, while the interpreter finalizes
+
+        req = InitRequest(host="127.0.0.1", port={_closed_port()}, timeout_s=1)
+        joining = join_in_background(req)
+        if {abandoned}:
+            assert joining.cancel()
+        held = HoldsFinalization()
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=50
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "terminate called" not in done.stderr and "c10d" not in done.stderr, done.stderr

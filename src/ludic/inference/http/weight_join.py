@@ -4,17 +4,28 @@ daemon thread and returns a future of the `Link`, failed with a `TimeoutError` n
 if the join has not completed `req.timeout_s` after it started; `in_background(fn, ...)` is
 the daemon-thread future (with an optional deadline) it is built on, also used for pushes.
 
-Daemon threads, so a join blocked in c10d on an unreachable trainer never delays the server's
-exit. It does not cancel a join that ran past its deadline (c10d offers no way to: the thread
-is abandoned, and what it returns later is dropped), retry a join, record errors for
-`/ludic/weights/status` (the receiver does), or receive any weights.
+Daemon threads, so a join blocked on an unreachable trainer never delays the server's exit.
+Until the trainer's store accepts a connection the join waits in Python (a TCP probe), never in
+c10d: cancelling its future (`Future.cancel()`: the receiver does, when a newer `/init` or a
+`/close` abandons the join) or its deadline ends it at once. Once the store answers, the join
+is inside c10d, which offers no way to cancel it: an abandoned one runs until it returns (at
+most `req.timeout_s`; a store that accepts and never answers: for ever), and what it returns
+is dropped. At interpreter exit the joins still probing are stopped and waited for, and one
+inside c10d whose timeout is seconds away is waited for until it returns: a daemon thread
+coming back from c10d while the interpreter finalizes aborts the process ("terminate called
+without an active exception", exit 134). It does not retry a join, record errors for `/ludic/weights/status`
+(the receiver does), or receive any weights.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import socket
 import threading
+import time
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -68,20 +79,34 @@ class Link:
 
 def join_in_background(req: InitRequest) -> Future[Link]:
     """Join the group `req` names on a daemon thread; the future fails with a `TimeoutError`
-    naming the trainer's store if that takes longer than `req.timeout_s`."""
+    naming the trainer's store if that takes longer than `req.timeout_s`. Cancel the future
+    (`future.cancel()`) to abandon the join: one still waiting for the store ends at once."""
+    deadline = time.monotonic() + req.timeout_s
+    over = threading.Event()  # set once the future is settled: cancelled or timed out
 
     def join() -> Link:
-        store = join_store(req.host, req.port, world_size=req.world_size, timeout_s=req.timeout_s)
-        group = open_group(
-            store,
-            rank=req.rank,
-            world_size=req.world_size,
-            backend=req.backend,
-            timeout_s=req.timeout_s,
-        )
-        return Link(group, store)
+        me, pending = threading.current_thread(), _Pending(over, deadline)
+        with _PENDING_LOCK:  # stopped and waited for at exit: `_at_exit`
+            _PENDING[me] = pending
+        try:
+            _reach(req, deadline, over)  # cancellable: never in c10d before the store answers
+            pending.in_c10d = True
+            store = join_store(
+                req.host, req.port, world_size=req.world_size, timeout_s=req.timeout_s
+            )
+            group = open_group(
+                store,
+                rank=req.rank,
+                world_size=req.world_size,
+                backend=req.backend,
+                timeout_s=req.timeout_s,
+            )
+            return Link(group, store)
+        finally:
+            with _PENDING_LOCK:
+                _PENDING.pop(me, None)
 
-    return in_background(
+    future = in_background(
         join,
         name="ludic-weights-join",
         timeout_s=req.timeout_s,
@@ -90,6 +115,34 @@ def join_in_background(req: InitRequest) -> Future[Link]:
             f"({describe_store(req)} is unreachable, or the trainer never opened its group)"
         ),
     )
+    future.add_done_callback(lambda _: over.set())
+    return future
+
+
+# How long one TCP probe of the trainer's store may take (an unreachable host drops the SYN),
+# and the pause between two probes refused at once (nothing listening yet).
+_PROBE_S = 0.25
+_RETRY_S = 0.05
+
+
+class JoinAbandoned(RuntimeError):
+    """The join's future was settled (cancelled, or timed out) before the store answered."""
+
+
+def _reach(req: InitRequest, deadline: float, over: threading.Event) -> None:
+    """Return once the trainer's store accepts a TCP connection; raises `JoinAbandoned` once
+    `over` is set, `TimeoutError` at `deadline`. A plain socket (closed at once), so that an
+    abandoned join, or one pending at exit, never waits in c10d for a store that is not there."""
+    while not over.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"{describe_store(req)} did not accept a connection in time")
+        try:
+            with socket.create_connection((req.host, req.port), timeout=min(left, _PROBE_S)):
+                return
+        except OSError:
+            over.wait(min(_RETRY_S, max(0.0, deadline - time.monotonic())))
+    raise JoinAbandoned(f"the join via {describe_store(req)} was abandoned")
 
 
 def join_failed(error: BaseException, where: str | None = None) -> str:
@@ -123,10 +176,12 @@ def in_background(
         with lock:
             if future.done():
                 return
-            if error is None:
-                future.set_result(result)
-            else:
-                future.set_exception(error)
+            # a `future.cancel()` racing with this wins: what `fn` gave is dropped
+            with contextlib.suppress(InvalidStateError):
+                if error is None:
+                    future.set_result(result)
+                else:
+                    future.set_exception(error)
 
     def run() -> None:
         try:
@@ -144,3 +199,38 @@ def in_background(
         timer.start()
         future.add_done_callback(lambda _: timer.cancel())
     return future
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A join's thread still running: `over` stops its probe; `in_c10d` once the store answered."""
+
+    over: threading.Event
+    deadline: float  # time.monotonic() at its timeout_s
+    in_c10d: bool = False
+
+
+_PENDING: dict[threading.Thread, _Pending] = {}
+_PENDING_LOCK = threading.Lock()
+# At exit, a join inside c10d is waited for only if its timeout falls within this many seconds
+# (it is about to come back, into the finalizing interpreter), and then until this long past it.
+_EXIT_GRACE_S = 2.0
+
+
+@atexit.register
+def _at_exit() -> None:
+    """Stop the joins still running and wait for their threads: one still probing its store
+    ends at once; one inside c10d is waited for if its timeout is near (c10d returns then: a
+    daemon thread coming back from c10d while the interpreter finalizes aborts the process).
+    One whose timeout is far off is left: c10d may block past it (a store that accepts and
+    never answers), and it cannot come back before the process is gone."""
+    with _PENDING_LOCK:
+        pending = list(_PENDING.items())
+    for _, join in pending:
+        join.over.set()
+    for thread, join in pending:
+        while thread.is_alive() and not join.in_c10d:
+            thread.join(_PROBE_S)
+        left = join.deadline - time.monotonic()
+        if thread.is_alive() and left <= _EXIT_GRACE_S:
+            thread.join(max(left, 0.0) + _EXIT_GRACE_S)

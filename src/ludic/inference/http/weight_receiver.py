@@ -23,7 +23,8 @@ A push holding a nan or an inf is refused (422; `weight_outcomes.NonfiniteRefusa
 the served model holds it); the group stays joined. A join that has not completed `timeout_s` after
 `/init` gives up, with the reason in `join_error` and `last_error`; joins and pushes run on
 daemon threads (`weight_join`), so a join blocked on an unreachable trainer never delays
-the server's exit. A newer `/init` or `/close` frees the old group, closing its connections,
+the server's exit (one waiting for the store ends when abandoned, or at exit). A newer `/init`
+or `/close` abandons a join in progress or frees the old group, closing its connections,
 and ends a receive in flight on it (gloo: within a fraction of a second; its push fails naming
 why), so the trainer that built it fails its next push at once. What that receive posted
 still takes bytes its trainer sends (c10d cannot withdraw a posted receive), so never into
@@ -177,6 +178,8 @@ class WeightSyncReceiver:
 
     def _join_ended(self, joining: Future[Link], where: str) -> None:
         """Record why a join failed in `last_error` (while it is still the current one)."""
+        if joining.cancelled():  # abandoned by `_forget_link`: a newer /init or a /close
+            return
         error = joining.exception()
         if error is not None and self._link is joining:  # may run inside `init`: no lock
             self.last_error = join_failed(error, where)
@@ -453,7 +456,9 @@ class WeightSyncReceiver:
             self._listening.wake()
             self._listening = None
         link = self._link
-        if link is not None and link.done() and link.exception() is None:
+        # a join still pending is abandoned (one waiting for an unreachable store ends at
+        # once: `weight_join`); a completed one's group is freed
+        if link is not None and not link.cancel() and link.exception() is None:
             link.result().release()
         self._link, self._push, self._store_at = None, None, None
         self._pool = BufferPool(self.device)  # a receive left on it may still take bytes
