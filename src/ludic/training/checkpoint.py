@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import re
 import shutil
@@ -39,21 +38,21 @@ from ludic.training.checkpoint_faults import (  # the first two re-exported: the
     CheckpointModelMismatchError,  # noqa: F401
     check_checkpoint_fits,  # noqa: F401
     check_optimizer_state_fits,
+    check_saved_state,
     quarantine_checkpoint,
-    saved_state_problem,
 )
 from ludic.training.checkpoint_manifest import (
     MANIFEST,
     check_files,
     deep_verify,
     earlier_good_checkpoint,
-    fsync_path,
     write_manifest,
 )
 from ludic.training.checkpoint_scratch import (
     remove_stale_scratch,
     restore_interrupted_resaves,
     scratch_name,
+    swap_in,
 )
 from ludic.training.checkpoint_signals import signals_deferred
 from ludic.training.parallel.state import fit_state_to_model
@@ -265,20 +264,7 @@ class CheckpointManager:
         write_manifest(tmp, step)
 
     def _swap_in(self, tmp: Path, final: Path) -> None:
-        """Rename `tmp` to `final`. Re-saving a step moves the old one aside first and drops it
-        after: killed between the renames, the aside (named after this dead writer) is renamed
-        back by the next listing (`restore_interrupted_resaves`), so the step is never lost."""
-        old = None
-        if final.exists() or final.is_symlink():  # a symlink, even a broken one or a loop
-            old = final.with_name(scratch_name("old", final.name))
-            os.replace(final, old)
-            fsync_path(self.root)
-        os.replace(tmp, final)
-        fsync_path(self.root)
-        if old is not None and old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-        elif old is not None:  # a file or symlink in the step's name: no checkpoint
-            old.unlink(missing_ok=True)
+        swap_in(tmp, final)
 
     def _apply_retention(self, *, saved: Path) -> None:
         """Keep the newest `keep_last` complete checkpoints, and always `saved` (the one just
@@ -446,15 +432,7 @@ def read_checkpoint(path: str | Path, *, with_weights: bool = True) -> LoadedChe
     except (OSError, ValueError) as e:
         raise CorruptCheckpointError(f"{path}: {STATE} is missing or unreadable ({e})") from e
     rng_tensors = _torch_file(path / "rng.pt") or {}
-    problem = saved_state_problem(state, rng_tensors if (path / "rng.pt").is_file() else None)
-    if problem is not None:
-        file, what = problem
-        earlier = earlier_good_checkpoint(path, deep=False)
-        instead = f"resume from {earlier}" if earlier is not None else "start a new run"
-        raise CorruptCheckpointError(
-            f"{path / file}: {what}, which a save never writes: the file was edited after the "
-            f"save. Restore it, or {instead}"
-        )
+    check_saved_state(path, state, rng_tensors if (path / "rng.pt").is_file() else None)
     ranks = _torch_file(path / RANK_STATES)
     return LoadedCheckpoint(
         path=path,

@@ -23,8 +23,10 @@ from typing import Any
 
 import torch
 
+from ludic.training.checkpoint_manifest import earlier_good_checkpoint
 from ludic.training.lora import is_lora_model
 from ludic.training.parallel.state import fit_state_to_model
+from ludic.training.weights_io import CorruptCheckpointError
 
 logger = logging.getLogger("ludic.training.checkpoint")
 
@@ -45,6 +47,21 @@ def quarantine_checkpoint(path: Path) -> Path:
         target.name,
     )
     return target
+
+
+def check_saved_state(path: Path, state: Any, rng_tensors: Any | None) -> None:
+    """Refuse the checkpoint `path` when its state.json or rng.pt is not what a save writes
+    (`saved_state_problem`), naming the file, the problem and an earlier step to resume from."""
+    problem = saved_state_problem(state, rng_tensors)
+    if problem is None:
+        return
+    file, what = problem
+    earlier = earlier_good_checkpoint(path, deep=False)
+    instead = f"resume from {earlier}" if earlier is not None else "start a new run"
+    raise CorruptCheckpointError(
+        f"{path / file}: {what}, which a save never writes: the file was edited after the "
+        f"save. Restore it, or {instead}"
+    )
 
 
 def saved_state_problem(state: Any, rng_tensors: Any | None) -> tuple[str, str] | None:

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from ludic.training.checkpoint_manifest import fsync_path
+
 logger = logging.getLogger(__name__)
 
 UNOWNED_GRACE_S = 3600.0
@@ -72,6 +74,25 @@ def scratch_name(kind: Literal["tmp", "old"], final_name: str) -> str:
     """`.{kind}-{final_name}-{random}-{pid}-{start}-{host}`: unique, and names its writer."""
     writer = this_writer()
     return f".{kind}-{final_name}-{uuid.uuid4().hex[:8]}-{writer.pid}-{writer.start}-{writer.host}"
+
+
+def swap_in(tmp: Path, final: Path) -> None:
+    """Rename the written checkpoint `tmp` to `final`. Re-saving a step moves the old one aside
+    first and drops it after: killed between the renames, the aside (named after this dead
+    writer) is renamed back by the next listing (`restore_interrupted_resaves`), so the step is
+    never lost. A file or symlink (even a broken one or a loop) in the step's name is replaced
+    too."""
+    old = None
+    if final.exists() or final.is_symlink():
+        old = final.with_name(scratch_name("old", final.name))
+        os.replace(final, old)
+        fsync_path(final.parent)
+    os.replace(tmp, final)
+    fsync_path(final.parent)
+    if old is not None and old.is_dir() and not old.is_symlink():
+        shutil.rmtree(old, ignore_errors=True)
+    elif old is not None:  # a file or symlink in the step's name: no checkpoint
+        old.unlink(missing_ok=True)
 
 
 def writer_of(name: str) -> Writer | None:
