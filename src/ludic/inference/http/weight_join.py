@@ -77,6 +77,17 @@ class Link:
         return self.group
 
 
+def link_status(link: Future[Link] | None) -> dict[str, Any]:
+    """What `GET /ludic/weights/status` says of the join `link` (None: no group held):
+    `connected`, `joining`, and `join_error` when it failed."""
+    failed = link.exception() if link is not None and link.done() else None
+    return {
+        "connected": link is not None and link.done() and failed is None,
+        "joining": link is not None and not link.done(),
+        "join_error": None if failed is None else f"{type(failed).__name__}: {failed}",
+    }
+
+
 def join_in_background(req: InitRequest) -> Future[Link]:
     """Join the group `req` names on a daemon thread; the future fails with a `TimeoutError`
     naming the trainer's store if that takes longer than `req.timeout_s`. Cancel the future

@@ -91,6 +91,17 @@ def nonfinite_refusal(names: list[str], *, landed_in_place: bool) -> str:
     )
 
 
+def receive_failed(e: Exception, *, in_place: bool) -> WeightSyncError:
+    """A push whose receive failed (a failed collective leaves the group unusable): a 500 that
+    says to `/init` again, and that the served model may be partly updated when the bytes
+    landed in place."""
+    partly = " (the served model may be partly updated: push again)" if in_place else ""
+    return WeightSyncError(
+        f"receiving weights failed ({type(e).__name__}: {e}); POST /init again{partly}",
+        status=500,
+    )
+
+
 def held_checksums(
     manifest: WeightManifest,
     landed: LandedChecksums | None,

@@ -69,12 +69,14 @@ from ludic.inference.http.weight_join import (
     in_background,
     join_failed,
     join_in_background,
+    link_status,
 )
 from ludic.inference.http.weight_outcomes import (
     NonfiniteRefusal,
     SyncResult,
     WeightSyncError,
     held_checksums,
+    receive_failed,
     served_dtype,
 )
 from ludic.inference.http.weight_tenure import Tenure
@@ -435,12 +437,7 @@ class WeightSyncReceiver:
             if current:
                 self._forget_link(f"its receive failed ({type(e).__name__})")
                 self._tenure.end()
-        partly = " (the served model may be partly updated: push again)"
-        error = WeightSyncError(
-            f"receiving weights failed ({type(e).__name__}: {e}); POST /init again"
-            + (partly if self.load_in_place is not None else ""),
-            status=500,
-        )
+        error = receive_failed(e, in_place=self.load_in_place is not None)
         if current:
             self.last_error = str(error)
         return error
@@ -487,15 +484,8 @@ class WeightSyncReceiver:
         """What `GET /ludic/weights/status` answers; with `group` (`?group=`), also whether
         another trainer replaced that group (`replaced_by`: the refusal its pushes get)."""
         with self._lock:
-            link = self._link
-            connected = link is not None and link.done() and link.exception() is None
-            error = None
-            if link is not None and link.done() and link.exception() is not None:
-                error = f"{type(link.exception()).__name__}: {link.exception()}"
             return {
-                "connected": connected,
-                "joining": link is not None and not link.done(),
-                "join_error": error,
+                **link_status(self._link),
                 "in_progress": self._push is not None,
                 "last_version": None if self.last is None else self.last.policy_version,
                 "last_error": self.last_error,
