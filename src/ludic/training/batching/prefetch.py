@@ -57,7 +57,12 @@ from typing import Any
 import torch
 
 from ludic._aio import maybe_await
-from ludic.training.batching.types import BatchSource, SAWBatch, StatefulBatchSource
+from ludic.training.batching.types import (
+    BatchSource,
+    SAWBatch,
+    StatefulBatchSource,
+    wrapped_sources,
+)
 from ludic.types import JSON
 
 
@@ -205,13 +210,8 @@ def prefetch_inside(source: object) -> PrefetchBatchSource | None:
     """The `PrefetchBatchSource` that `source` is or wraps, else None. A wrapper keeps what it
     wraps as `.source` (as `PrefetchBatchSource` and `ludic.recipes`' `SampleLog` and
     `ContextOverflowWatch` do), so the Trainer finds one under `log_samples(...)` too."""
-    seen: set[int] = set()
-    while source is not None and id(source) not in seen:
-        if isinstance(source, PrefetchBatchSource):
-            return source
-        seen.add(id(source))
-        source = getattr(source, "source", None)
-    return None
+    found = (s for s in wrapped_sources(source) if isinstance(s, PrefetchBatchSource))
+    return next(found, None)
 
 
 # lent threads are kept only while a layer takes less than this share of its time on the

@@ -7,6 +7,7 @@ exposes `state_dict` / `load_state_dict` with JSON state. Nothing here trains.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -42,3 +43,13 @@ class StatefulBatchSource(Protocol):
     def state_dict(self) -> JSON: ...
 
     def load_state_dict(self, state: JSON) -> None: ...
+
+
+def wrapped_sources(source: object) -> Iterator[object]:
+    """`source`, then each source it wraps: a wrapper keeps what it wraps as `.source` (as
+    `PrefetchBatchSource` and `ludic.recipes`' `SampleLog` and `ContextOverflowWatch` do)."""
+    seen: set[int] = set()
+    while source is not None and id(source) not in seen:
+        yield source
+        seen.add(id(source))
+        source = getattr(source, "source", None)

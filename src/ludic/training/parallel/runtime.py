@@ -24,7 +24,7 @@ import torch
 
 from ludic._aio import maybe_await
 from ludic.distributed.interfaces import Weights
-from ludic.training.batching.types import BatchSourceExhausted
+from ludic.training.batching.types import BatchSourceExhausted, wrapped_sources
 from ludic.training.lora import inference_weights, is_lora_model
 from ludic.training.parallel.state import fit_state_to_model
 
@@ -393,13 +393,8 @@ def check_batch_together(runtime: TrainingRuntime, source: object, doing: str) -
 
 def _rank_checked(source: object) -> RankCheckedSource | None:
     """`source`, or the first source it wraps (through `.source`), that has `check_ranks`."""
-    seen: set[int] = set()
-    while source is not None and id(source) not in seen:
-        if isinstance(source, RankCheckedSource):
-            return source
-        seen.add(id(source))
-        source = getattr(source, "source", None)
-    return None
+    found = (s for s in wrapped_sources(source) if isinstance(s, RankCheckedSource))
+    return next(found, None)
 
 
 _WHY_EVERY_RANK = {
