@@ -51,7 +51,7 @@ def test_the_actors_top_p_travels_with_every_sample(redis_server: RedisServer) -
 
 
 def test_a_top_p_out_of_range_is_refused_naming_it() -> None:
-    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\], got 1.5"):
+    with pytest.raises(ValueError, match=r"--top-p must be in \(0, 1\], got 1.5"):
         run_actor(_config("redis://127.0.0.1:1/0", top_p=1.5))  # fails before Redis is reached
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import ludic.recipes.train as train_recipe
 from ludic import cli
-from ludic.recipes.configs import TrainConfig
+from ludic.recipes.configs import TrainConfig, sampling_from_flags
 from ludic.recipes.train import rollout_sampling
 
 
@@ -28,5 +28,22 @@ def test_a_top_p_out_of_range_fails_before_the_model_loads(
         raise AssertionError("the model was loaded before the flags were checked")
 
     monkeypatch.setattr(train_recipe, "load_policy", no_model)
-    with pytest.raises(ValueError, match=r"--top-p.*top_p must be in \(0, 1\]"):
+    with pytest.raises(ValueError, match=r"^--top-p must be in \(0, 1\], got "):
         cli.main(["train", "--top-p", top_p, "--out-dir", str(tmp_path), "--no-progress"])
+
+
+@pytest.mark.parametrize(
+    ("flags", "refusal"),
+    [
+        ((1.0, 1.0, 0), "--max-tokens must be in [1, 9223372036854775807], got 0"),
+        ((-1.0, 1.0, 8), "--temperature must be a finite number >= 0 (0: greedy), got -1.0"),
+    ],
+)
+def test_a_sampling_flag_out_of_range_is_named_as_typed(
+    flags: tuple[float, float, int], refusal: str
+) -> None:
+    """The refusal names the flag, not SamplingConfig's field (`max_tokens must be ...` after a
+    list of three flags read as if the user had typed a field name)."""
+    with pytest.raises(ValueError) as refused:
+        sampling_from_flags(*flags)
+    assert str(refused.value) == refusal

@@ -86,13 +86,17 @@ def parse_env_kwargs(text: str) -> dict[str, Any]:
 
 def sampling_from_flags(temperature: float, top_p: float, max_tokens: int) -> SamplingConfig:
     """The episodes' sampling from `--temperature`, `--top-p` and `--max-tokens` (of `ludic
-    train`, `ludic eval`, `ludic actor`); a value out of range raises ValueError naming the
-    flags."""
+    train`, `ludic eval`, `ludic actor`); a value out of range raises ValueError naming its
+    flag (`--max-tokens must be in [1, ...], got 0`)."""
     from ludic.inference.sampling import SamplingConfig
 
     try:
         return SamplingConfig(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
     except ValueError as e:
+        message = str(e)
+        for name in ("temperature", "top_p", "max_tokens"):
+            if message.startswith(f"{name} "):
+                raise ValueError(f"--{name.replace('_', '-')}{message[len(name) :]}") from e
         raise ValueError(f"--temperature / --top-p / --max-tokens: {e}") from e
 
 
