@@ -252,7 +252,7 @@ def reach_server(server_url: str, cfg: EvalConfig, console: Console) -> str:
 
     say = partial(console.print, markup=False, highlight=False)
     asyncio.run(wait_for_servers(server_urls(server_url), say=say))  # `localhost:8000`: refused
-    return served_model_for([server_url], cfg.served_model, cfg.api_key)
+    return served_model_for([server_url], cfg.served_model, cfg.api_key, max_tokens=cfg.max_tokens)
 
 
 def _check_engine_options(cfg: EvalConfig) -> None:

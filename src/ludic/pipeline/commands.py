@@ -337,7 +337,9 @@ async def _served_name(cfg: ActorConfig) -> str:
     from ludic.recipes.inference import served_model_for, server_urls
 
     urls = server_urls(cfg.server_url)
-    return await asyncio.to_thread(served_model_for, urls, cfg.served_model, cfg.api_key)
+    return await asyncio.to_thread(  # and a --max-tokens past its context: every episode a 400
+        lambda: served_model_for(urls, cfg.served_model, cfg.api_key, max_tokens=cfg.max_tokens)
+    )
 
 
 async def _actor_client(cfg: ActorConfig, served_model: str | None = None) -> Any:

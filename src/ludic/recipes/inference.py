@@ -186,6 +186,7 @@ def make_inference(
     prepacked_gemm: bool = False,
     server_ranks: int = 1,
     wait_s: float | None = None,
+    max_tokens: int | None = None,
     spell: Spell = as_argument,
 ) -> Inference:
     """The embedded engine on a copy of `model` (a LoRA model, before or after `add_lora`:
@@ -240,7 +241,8 @@ def make_inference(
     from ludic.distributed import BroadcastPolicyPublisher
 
     # asked as the client asks, with the API key (the control token is not one)
-    name = served_model_for(urls, served_model, api_key, spell=spell)  # not one 404 per episode
+    # not one 404 (or, past the context, one 400) per episode
+    name = served_model_for(urls, served_model, api_key, max_tokens=max_tokens, spell=spell)
     backend = push_backend_for(urls, server_token, device, spell=spell)
     publisher = BroadcastPolicyPublisher(
         urls, server_token, backend=backend, probe_model=model, server_ranks=server_ranks

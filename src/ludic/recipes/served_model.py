@@ -50,6 +50,8 @@ class ModelCard:
 
     id: str
     owned_by: str | None
+    max_model_len: int | None = None
+    """The longest prompt plus completion the server takes for it (`ludic serve`, vLLM)."""
 
 
 class ModelsUnauthorized(ValueError):
@@ -81,19 +83,55 @@ def served_model_for(
     served_model: str | None,
     api_key: str | None,
     *,
+    max_tokens: int | None = None,
     spell: Spell = as_flag,
 ) -> str:
     """The model name to send to every server in `urls`: `served_model` (--served-model), else
     the one model the first server lists at `/v1/models`; refused (`check_served_model`) where
     another server's `/v1/models` does not list it, since a `ServerPool` asks each of them for
     that one name and every request to such a server fails with a 404. `api_key` is what the
-    client sends on inference requests; `spell`: how refusals name the settings."""
+    client sends on inference requests; `spell`: how refusals name the settings. With
+    `max_tokens` (the episodes' completion budget), a server whose card gives the model a
+    `max_model_len` at or below it is refused too (`check_context_room`)."""
     if served_model:
         check_served_model(urls, served_model, api_key, spell=spell)
-        return served_model
-    name = served_model_name(urls[0], api_key, spell=spell)
-    check_served_model(urls[1:], name, api_key, listed_by=urls[0], spell=spell)
+        name = served_model
+    else:
+        name = served_model_name(urls[0], api_key, spell=spell)
+        check_served_model(urls[1:], name, api_key, listed_by=urls[0], spell=spell)
+    if max_tokens is not None:
+        check_context_room(urls, name, max_tokens, api_key, spell=spell)
     return name
+
+
+def check_context_room(
+    urls: Sequence[str], name: str, max_tokens: int, api_key: str | None, *, spell: Spell
+) -> None:
+    """Refuse a completion budget `max_tokens` that leaves no room for a prompt where a server
+    lists `name` with a `max_model_len` (prompt and completion together) at or below it: the
+    server answers every such request with a 400, so every episode would fail. A server whose
+    card has no `max_model_len`, or that does not answer, passes."""
+    for url in urls:
+        try:
+            cards = model_cards(url, api_key, spell=spell)
+        except ValueError:
+            continue
+        for card in cards:
+            if card.id != name or card.max_model_len is None or max_tokens < card.max_model_len:
+                continue
+            setting = spell("--max-tokens").removesuffix("=")
+            given = f"{setting} {max_tokens}" if spell is as_flag else f"{setting}={max_tokens}"
+            raise ValueError(
+                f"{given} leaves no room for a prompt: the server at {_models_url(url)} serves "
+                f"{name} with max_model_len {card.max_model_len} (prompt and completion "
+                f"together), so it would refuse every request; pass {setting} below "
+                f"{card.max_model_len} (the prompt's tokens count too), or serve a longer "
+                "context (--max-model-len on `ludic serve` or vLLM)"
+            )
+
+
+def _positive_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def check_served_model(
@@ -191,7 +229,11 @@ def model_cards(
             raise ModelsUnauthorized(_unauthorized(url, response, api_key, spell))
         response.raise_for_status()
         return [
-            ModelCard(id=str(card["id"]), owned_by=card.get("owned_by"))
+            ModelCard(
+                id=str(card["id"]),
+                owned_by=card.get("owned_by"),
+                max_model_len=_positive_int(card.get("max_model_len")),
+            )
             for card in response.json()["data"]
         ]
     except ModelsUnauthorized:

@@ -248,6 +248,7 @@ async def _train(
         batch_invariant=cfg.batch_invariant,
         prepacked_gemm=cfg.prepacked_gemm and server is None,  # else the server packs
         server_ranks=cfg.server_ranks,
+        max_tokens=cfg.max_tokens,  # refused where a server's context cannot hold it
         spell=as_flag,  # its refusals (--served-model, --api-key) name this command's flags
     )
     prefetch: PrefetchBatchSource | None = None
