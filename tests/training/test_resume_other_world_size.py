@@ -97,7 +97,8 @@ class _SeededByRank(ListSource):
 
 def test_a_rank_refusing_rank_0s_position_says_why_and_stops_the_others(tmp_path: Path) -> None:
     checkpoint = _one_process_checkpoint(tmp_path / "ckpt")
-    runtime = _RankOneOfTwo(broadcasts=[(True, checkpoint), (True, None)])
+    # rank 0's answers: the checkpoint chosen, then its weights and its optimizer state fit
+    runtime = _RankOneOfTwo(broadcasts=[(True, checkpoint), (True, None), (True, None)])
     config = TrainerConfig(
         lr=1e-3, checkpoint=CheckpointConfig(dir=str(tmp_path / "resumed"), every_n_steps=1)
     )
