@@ -19,6 +19,7 @@ from ludic.recipes.tictactoe import (
     stage_result,
     task_corpus,
     task_tokenizer,
+    whole_percents,
 )
 
 
@@ -196,3 +197,23 @@ def test_expert_names_taken_cells_when_asked_and_training_leaves_them_out(tmp_pa
         board = board_from_observation(prompt)
         move = int(text.split("<move>")[1][0])
         assert board[move - 1] == "."
+
+
+def test_outcome_percents_add_up_to_100() -> None:
+    assert whole_percents([0.335, 0.335, 0.33]) == [34, 33, 33]
+    assert whole_percents([1 / 3, 1 / 3, 1 / 3]) == [34, 33, 33]
+    assert whole_percents([0.29, 0.0, 0.71]) == [29, 0, 71]
+    assert whole_percents([0.125, 0.125, 0.75]) == [13, 12, 75]
+    console = Console(record=True, width=100)
+    row = StageResult(
+        stage="after RL",
+        episodes=200,
+        win=0.335,
+        draw=0.335,
+        loss=0.33,
+        illegal=0.25,
+        mean_reward=0.0,
+    )
+    print_results([row], console=console)
+    text = console.export_text()
+    assert "34%" in text and text.count("33%") == 2 and "25%" in text and "101" not in text

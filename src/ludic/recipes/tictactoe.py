@@ -43,7 +43,6 @@ MAX_EPISODE_STEPS = 12
 # The observation already says how to reply, so no system prompt: shorter prompts.
 SYSTEM_PROMPT = ""
 EVAL_SEED = 1_000_000
-STAGE_COLUMNS = ("win", "draw", "loss", "illegal")  # StageResult fields shown as percentages
 
 
 def quickstart_env_kwargs(cfg: QuickstartConfig | None = None) -> dict[str, Any]:
@@ -269,9 +268,25 @@ def results_table(results: Sequence[StageResult], *, title: str = "Tic-tac-toe")
     for name in ("win", "draw", "loss", "illegal moves", "mean reward"):
         table.add_column(name, justify="right")
     for r in results:
-        rates = [f"{getattr(r, name):.0%}" for name in STAGE_COLUMNS]
+        outcomes = whole_percents([r.win, r.draw, r.loss])
+        rates = [f"{p}%" for p in outcomes] + [f"{r.illegal:.0%}"]
         table.add_row(r.stage, *rates, f"{r.mean_reward:+.2f}")
     return table
+
+
+def whole_percents(shares: Sequence[float]) -> list[int]:
+    """`shares` (of one whole, such as win / draw / loss) as whole percents that add up to 100,
+    by largest remainder: rounded each on its own, 1/3 + 1/3 + 1/3 reads 33 + 33 + 33 and
+    0.335 + 0.335 + 0.33 reads 34 + 34 + 33 = 101. Shares that are not of one whole are rounded
+    each on its own."""
+    exact = [100 * s for s in shares]
+    if abs(sum(exact) - 100) > 1e-6:
+        return [round(e) for e in exact]
+    floors = [int(e + 1e-9) for e in exact]
+    by_remainder = sorted(range(len(exact)), key=lambda i: floors[i] - exact[i])
+    for i in by_remainder[: 100 - sum(floors)]:
+        floors[i] += 1
+    return floors
 
 
 def print_results(
