@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from ludic._aio import abandoned_worker_calls, maybe_await
-from ludic.agents import Agent
+from ludic.agents import Agent, ToolAgent
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.inference.client import ChatRequest, ChatResponse
 from ludic.inference.scripted import ScriptedClient
@@ -136,6 +136,25 @@ async def test_a_blocking_sync_env_step_times_out_while_the_others_finish(
     assert bad.meta["error"] == "episode exceeded episode_timeout_s=0.5"
     for rid in ("r0", "r2", "r3"):
         assert_ok(rollouts[rid])
+
+
+async def test_a_blocking_sync_tool_times_out_while_the_others_finish(gate: Gate) -> None:
+    def lookup() -> str:
+        """A sync tool that blocks (a network call that never answers)."""
+        gate.block()
+        return "late"
+
+    def protocol(slow: bool = False) -> SingleAgentProtocol:
+        call = '<tool_call>{"name": "lookup", "arguments": {}}</tool_call>'
+        agent = ToolAgent(ScriptedClient([call, "ok", "ok"] if slow else ["ok"]), tools=[lookup])
+        return SingleAgentProtocol(agent, max_steps=4)
+
+    engine = make_engine(protocol, episode_timeout_s=0.5)
+    rollouts = by_request(await engine.run([req(0), req(1, protocol={"slow": True}), req(2)]))
+    assert not gate.passed.is_set()  # the tool still blocks; it held neither the loop nor the batch
+    assert rollouts["r1"].meta["error_phase"] == "timeout"
+    assert_ok(rollouts["r0"])
+    assert_ok(rollouts["r2"])
 
 
 def spin_parser(gate: Gate):

@@ -3,7 +3,8 @@ parsing from completion text, and safe execution.
 
 A tool is a plain (sync or async) function with type hints and a docstring. Its name is the
 function name, its description the docstring's first paragraph, and parameter descriptions come
-from an "Args:" section. Execution never raises: errors become `ToolResult(is_error=True)`.
+from an "Args:" section. Execution never raises: errors become `ToolResult(is_error=True)`. Sync tools run on a worker
+thread, so a blocking one holds only its own episode.
 It does not sandbox code; see `ludic.sandbox` for untrusted code.
 """
 
@@ -18,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ludic._aio import maybe_await
+from ludic._aio import call_off_loop
 from ludic.parsers import tag_blocks
 from ludic.types import ToolCall, ToolResult, new_id
 
@@ -179,7 +180,11 @@ def validate_arguments(tool: Tool, arguments: Any) -> str | None:
 
 
 async def execute_tool(tool: Tool | None, call: ToolCall, *, max_chars: int = 4000) -> ToolResult:
-    """Run one call; any problem (unknown tool, bad JSON, bad args, exception) is an error result."""
+    """Run one call; any problem (unknown tool, bad JSON, bad args, exception) is an error result.
+
+    A sync tool runs on a worker thread, as env methods do: a tool that blocks (a network call,
+    a subprocess, a slow computation) holds its own episode only, and the engine's
+    `episode_timeout_s` bounds it. An async tool runs on the event loop."""
 
     def error(msg: str) -> ToolResult:
         return ToolResult(
@@ -196,7 +201,7 @@ async def execute_tool(tool: Tool | None, call: ToolCall, *, max_chars: int = 40
     if problem:
         return error(problem)
     try:
-        value = await maybe_await(tool.fn(**arguments))
+        value = await call_off_loop(tool.fn, **arguments)  # a sync tool on a worker thread
         content = value if isinstance(value, str) else json.dumps(value, default=str)
     except Exception as exc:  # a tool that raises must not crash the episode
         return error(f"{type(exc).__name__}: {exc}")
