@@ -33,6 +33,7 @@ from transformers import (
 )
 
 from ludic.models.model_files import (
+    check_finite_weights,
     check_loading_info,
     check_tokenizer_files,
     check_tokenizer_fits,
@@ -185,6 +186,7 @@ def load_model(
     model, info = cast(tuple[PreTrainedModel, dict[str, Any]], loaded)  # with loading info
     check_loading_info(directory, info, model.base_model_prefix)
     model.to(device)  # type: ignore[arg-type]  # transformers' decorated `to` confuses mypy
+    check_finite_weights(directory, model)  # on `device`: a GPU sums the tensors fastest
     tokenizer = load_tokenizer(directory)
     _check_tokenizer_fits(directory, model, tokenizer)
     return model.eval(), tokenizer
@@ -222,6 +224,7 @@ def _load_merged_adapter(
 
     model, _ = load_model(base, dtype=dtype, device=device, verify=verify)
     merged = PeftModel.from_pretrained(model, str(directory)).merge_and_unload()
+    check_finite_weights(directory, merged)  # a NaN in the adapter spreads into its layers
     logger.info("loaded %s: LoRA adapter merged into its base model %s", directory, base)
     tokenizer = load_tokenizer(directory)
     _check_tokenizer_fits(directory, merged, tokenizer)

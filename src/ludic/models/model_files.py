@@ -2,8 +2,8 @@
 in one line naming the file, what is wrong and what to do: a config.json or tokenizer JSON file
 that is not a JSON object, a config.json transformers cannot build a model from, weights that
 do not fit config.json (transformers initialises missing tensors at random and drops unused
-ones, with a warning table), tokenizer files that do not load, and a tokenizer with more tokens
-than the model's embedding has rows.
+ones, with a warning table), weights holding a NaN or an infinity, tokenizer files that do not
+load, and a tokenizer with more tokens than the model's embedding has rows.
 
 It does not check a checkpoint's files against its MANIFEST.json (`ludic.models.loading`) and
 never edits a file.
@@ -17,6 +17,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from ludic.errors import LudicUsageError
 
@@ -117,6 +119,27 @@ def check_loading_info(directory: Path, info: Mapping[str, Any], base_prefix: st
         f"{directory}: the weights do not fit config.json: {problem}. One of the two was "
         "edited or comes from another model: restore the config.json and weights saved together "
         "(copy the folder again)"
+    )
+
+
+def check_finite_weights(directory: Path, model: torch.nn.Module) -> None:
+    """LudicUsageError naming the first parameter of `model` (loaded from `directory`) that holds
+    a NaN or an infinity: such a model outputs NaN logits, so every episode samples garbage or
+    fails far from the cause. One float sum per tensor finds the suspects (`checksum.nonfinite`);
+    only they are checked element by element."""
+    from ludic.distributed.checksum import nonfinite
+
+    bad = nonfinite(dict(model.named_parameters()))
+    if not bad:
+        return
+    tensor = model.get_parameter(bad[0]).detach()
+    nans, infs = int(tensor.isnan().sum()), int(tensor.isinf().sum())
+    more = f"; {_count(len(bad) - 1, 'more tensor')} too" if len(bad) > 1 else ""
+    raise LudicUsageError(
+        f"{directory}: the weights hold non-finite values: {bad[0]} has {nans} NaN and {infs} "
+        f"infinite of its {tensor.numel()} values{more}. A model with them outputs NaN logits; "
+        "they were saved from a run whose weights diverged, or the file was edited: load an "
+        "earlier checkpoint, or the model the run started from"
     )
 
 
