@@ -4,6 +4,8 @@ never reach the env, external tool round trips, seeds and bookkeeping."""
 from __future__ import annotations
 
 import json
+import logging
+import threading
 from collections.abc import Sequence
 
 import pytest
@@ -13,7 +15,7 @@ from ludic.agents import Agent, ReActAgent, ToolAgent
 from ludic.agents.base import INCOMPLETE_FEEDBACK
 from ludic.inference.sampling import SamplingConfig
 from ludic.inference.scripted import ScriptedClient
-from ludic.interaction import SingleAgentProtocol, ToolCallContext
+from ludic.interaction import SingleAgentProtocol, ToolCallContext, acting
 from ludic.parsers import xml_tag_parser
 from ludic.types import AgentStep, EnvironmentStep, Rollout, ToolCall, ToolResult
 
@@ -246,6 +248,40 @@ async def test_a_failing_or_forgetful_handler_gives_error_results() -> None:
     (result,) = rollout.agent_steps[0].tool_results
     assert result.is_error and "returned no result" in result.content
     assert rollout.agent_steps[1].prompt_messages[-1] == result.to_message()
+
+
+async def test_a_sync_handler_runs_on_a_worker_thread() -> None:
+    threads: list[int] = []
+
+    def handler(calls: Sequence[ToolCall], ctx: ToolCallContext) -> list[ToolResult]:
+        threads.append(threading.get_ident())
+        return [ToolResult(tool_call_id=c.id, name=c.name, content="sync answer") for c in calls]
+
+    rollout, env = await run_external(handler, [EXTERNAL_CALL, "<move>good</move>"])
+    (result,) = rollout.agent_steps[0].tool_results
+    assert not result.is_error and result.content == "sync answer" and env.actions == ["good"]
+    assert threads and threads[0] != threading.get_ident()
+
+
+@pytest.mark.parametrize(
+    ("returned", "named"),
+    [("answer!", "got str"), (["answer!"], "ToolResult items, got str"), (None, "got NoneType")],
+)
+async def test_a_handler_returning_the_wrong_type_is_named_and_logged(
+    returned: object, named: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(acting, "_reported", set())  # each distinct failure is logged once
+
+    async def handler(calls: Sequence[ToolCall], ctx: ToolCallContext) -> object:
+        return returned
+
+    with caplog.at_level(logging.WARNING, logger="ludic.interaction.acting"):
+        rollout, _ = await run_external(handler, [EXTERNAL_CALL, "<move>good</move>"])
+    (result,) = rollout.agent_steps[0].tool_results
+    assert (
+        result.is_error and named in result.content and "tool_results_from_json" in result.content
+    )
+    assert named in caplog.text and "external_tool_handler" in caplog.text
 
 
 async def test_too_many_external_round_trips_end_the_turn_as_a_parse_failure() -> None:

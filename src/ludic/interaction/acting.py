@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 
+from ludic._aio import call_off_loop
 from ludic.agents.base import Agent, AgentAct
 from ludic.inference.sampling import SamplingConfig
 from ludic.types import AgentStep, Info, ToolCall, ToolResult
 
+logger = logging.getLogger(__name__)
+
 ExternalToolHandler = Callable[
-    [Sequence[ToolCall], "ToolCallContext"], Awaitable[Sequence[ToolResult]]
+    [Sequence[ToolCall], "ToolCallContext"],
+    Awaitable[Sequence[ToolResult]] | Sequence[ToolResult],
 ]
+"""`handler(calls, ctx)` -> one `ToolResult` per call. An `async def` runs on the event loop; a
+plain function on a worker thread (so a blocking one holds only its own episode)."""
+_reported: set[str] = set()  # handler failures already logged (each distinct message once)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -67,9 +75,10 @@ async def act_with_tools(
                 sampling=sampling,
             )
             try:
-                results = _match_results(calls, await handler(calls, ctx))
+                results = _match_results(calls, await call_off_loop(handler, calls, ctx))
             except Exception as exc:  # a failing handler is a tool error, not a crash
                 results = _error_results(calls, f"{type(exc).__name__}: {exc}")
+                _report(handler, exc)
         agent.on_tool_results(results)
         steps[-1] = dataclasses.replace(steps[-1], tool_results=(*steps[-1].tool_results, *results))
     return agent.give_up(
@@ -79,9 +88,34 @@ async def act_with_tools(
     )
 
 
-def _match_results(calls: Sequence[ToolCall], results: Sequence[ToolResult]) -> list[ToolResult]:
+def _report(handler: object, exc: Exception) -> None:
+    """Log a handler failure the first time its message is seen: the model sees it as an
+    error result, and so should whoever wrote the handler (a bug there fails every call)."""
+    message = f"{type(exc).__name__}: {exc}"
+    if message not in _reported:
+        _reported.add(message)
+        name = getattr(handler, "__qualname__", type(handler).__name__)
+        logger.warning(
+            "external_tool_handler %s failed: %s (given to the model as the tool result)",
+            name,
+            message,
+        )
+
+
+def _match_results(calls: Sequence[ToolCall], results: object) -> list[ToolResult]:
     """One result per call, in call order; a call the handler left unanswered gets an error
     (the model must see a reply to every tool call it made)."""
+    if isinstance(results, str | bytes) or not isinstance(results, Sequence):
+        raise TypeError(
+            f"external_tool_handler must return a list of ToolResult, got {type(results).__name__} "
+            "(ludic.agents.tool_results_from_json pairs plain outputs with their calls)"
+        )
+    strays = [type(r).__name__ for r in results if not isinstance(r, ToolResult)]
+    if strays:
+        raise TypeError(
+            f"external_tool_handler must return ToolResult items, got {strays[0]} "
+            "(ludic.agents.tool_results_from_json pairs plain outputs with their calls)"
+        )
     by_id = {r.tool_call_id: r for r in results}
     return [
         by_id.get(c.id) or _error_results([c], "the tool handler returned no result")[0]
