@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 from pipeline_fakes import RedisServer, redis_server
 
+from ludic.errors import LudicUsageError
 from ludic.pipeline.commands import actor_run_id, run_actor
 from ludic.pipeline.config import ActorConfig
 from ludic.pipeline.run_check import RUN_KEY
@@ -64,11 +65,23 @@ def test_actors_of_one_run_share_its_id_and_other_flags_make_another_run() -> No
     assert actor_run_id(_config(), {"opponent": "first_legal"}) != run
 
 
-def test_the_learner_dead_letters_an_actor_started_with_other_flags(
+def test_an_actor_of_another_run_is_refused_on_a_stream_holding_the_old_runs_samples(
     redis_server: RedisServer,
 ) -> None:
+    """A stream whose newest samples are another run's: a new learner would take that run and
+    dead-letter this actor's samples, so the actor refuses before its first batch, naming both
+    runs, the stream and the fixes."""
     run_actor(_config(redis_server.url, actor_id="a"))
-    run_actor(_config(redis_server.url, actor_id="b", temperature=0.5))  # another run
+    old, new = actor_run_id(_config(), KWARGS), actor_run_id(_config(temperature=0.5), KWARGS)
+    with pytest.raises(LudicUsageError) as refused:
+        run_actor(_config(redis_server.url, actor_id="b", temperature=0.5))
+    message = str(refused.value)
+    assert f"stream 's' at {redis_server.url} holds 2 samples" in message
+    assert f"from actor 'a') of run {old}" in message and f"('b') is run {new}" in message
+    assert "--stream" in message and "DEL s`" in message
+    assert redis_server.client().xlen("s") == 2  # nothing pushed, no batch reserved
+    assert redis_server.client().get("s:actor:b:batches") is None
+    run_actor(_config(redis_server.url, actor_id="c"))  # an actor of the run itself starts
 
     async def read() -> SAWBatch:
         stream = SampleStream(redis_server.url, stream="s", group="g")
@@ -79,7 +92,5 @@ def test_the_learner_dead_letters_an_actor_started_with_other_flags(
             await source.aclose()
 
     batch = asyncio.run(read())
-    assert [i.meta["actor_id"] for i in batch.items] == ["a", "a"]
-    assert {i.meta[RUN_KEY] for i in batch.items} == {actor_run_id(_config(), KWARGS)}
-    assert batch.stats["pipeline/foreign_run"] == 2.0
-    assert redis_server.client().xlen("s:dead") == 2
+    assert [i.meta["actor_id"] for i in batch.items] == ["a", "a", "c", "c"]
+    assert {i.meta[RUN_KEY] for i in batch.items} == {old}

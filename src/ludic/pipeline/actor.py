@@ -7,8 +7,9 @@ while the stream holds `max_backlog` or more undelivered entries, which bounds b
 and how stale queued samples can get. Batch indices (which pick the env and sampling seeds and
 name the sample ids) come from a counter in Redis per actor id, so a restarted actor continues
 its seed sequence and actors sharing an id split it. Every sample carries the run id it is given
-(`ludic.pipeline.run_check`), so a learner dead-letters another run's samples on its stream. It
-does not train or publish weights; the policy it samples from is whatever its ChatClient serves.
+(`ludic.pipeline.run_check`), so a learner dead-letters another run's samples on its stream, and
+it refuses to start on a stream whose newest samples are another run's (`stream_runs`). It does
+not train or publish weights; the policy it samples from is whatever its ChatClient serves.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from ludic.pipeline.codec import encode_sample
 from ludic.pipeline.credit_check import CREDIT_KEY
 from ludic.pipeline.run_check import MAX_RUN_ID, RUN_KEY
 from ludic.pipeline.stream import SampleStream
+from ludic.pipeline.stream_runs import refuse_another_run
 from ludic.rollouts import (
     CreditAssigner,
     RequestStrategy,
@@ -131,11 +133,17 @@ class PipelineActor:
             )
         self.run_id = run_id
         self._said_run = run_id is None
+        self._checked_stream = run_id is None
         self.batch_index = -1  # the last batch generated (-1: none yet)
         self.samples_pushed = 0
 
     async def step(self) -> ActorBatchStats:
-        """Wait for room in the stream, generate one batch and push its samples."""
+        """Wait for room in the stream, generate one batch and push its samples. Before the
+        first batch, a stream whose newest stamped sample is of another run is refused
+        (`stream_runs`): a learner would train one of the two runs and dead-letter the other."""
+        if not self._checked_stream and self.run_id is not None:
+            await refuse_another_run(self.stream, run_id=self.run_id, actor_id=self.actor_id)
+            self._checked_stream = True
         waited = await self._wait_for_room()
         started = time.perf_counter()
         self.batch_index = await self.stream.next_actor_batch(self.actor_id)

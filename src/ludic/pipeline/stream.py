@@ -236,6 +236,17 @@ class SampleStream:
         )
         return [_entry(e) for _, entries in (reply or []) for e in entries]
 
+    async def newest(self, count: int) -> list[StreamEntry]:
+        """The stream's newest `count` entries, newest first (XREVRANGE; nothing is delivered)."""
+        reply: Any = await self._call(
+            "XREVRANGE", lambda: self.redis.xrevrange(self.stream, count=count)
+        )
+        return [_entry(e) for e in reply or []]
+
+    async def length(self) -> int:
+        """Entries in the stream: undelivered ones and those read but not yet acked."""
+        return int(await self._call("XLEN", lambda: self.redis.xlen(self.stream)))
+
     async def pending_consumers(self) -> dict[str, int]:
         """Consumers of the group that hold uncommitted entries, with how many each holds."""
         summary: Any = await self._call(

@@ -1,0 +1,49 @@
+"""The actor's check, before its first batch, that the samples waiting on its stream are of its
+own run: a stream still holding another run's samples (a backlog no learner acknowledged) would
+have a new learner take that run, from the first sample it reads, and dead-letter this actor's.
+
+It reads the newest entries (XREVRANGE: nothing is delivered or acked) and looks at the newest
+one that carries a run id; entries without one (older actors) or undecodable ones say nothing.
+It does not look at what a running learner trains once the stream is drained (acked entries are
+deleted), and never changes the stream.
+"""
+
+from __future__ import annotations
+
+from ludic.errors import LudicUsageError
+from ludic.pipeline.codec import PayloadError, decode_sample
+from ludic.pipeline.run_check import RUN_KEY
+from ludic.pipeline.stream import SampleStream, shown_url
+
+NEWEST = 32
+"""How many of the stream's newest entries are read for a run id."""
+
+
+async def refuse_another_run(stream: SampleStream, *, run_id: str, actor_id: str) -> None:
+    """Raise LudicUsageError, naming both runs, the stream and the fixes, when the newest
+    stamped sample on `stream` belongs to another run than `run_id`."""
+    for entry in await stream.newest(NEWEST):
+        if entry.fields is None:
+            continue
+        try:
+            meta = decode_sample(entry.fields).item.meta
+        except PayloadError:  # a learner dead-letters it; it names no run
+            continue
+        other = meta.get(RUN_KEY)
+        if other is None:
+            continue
+        if str(other) == run_id:
+            return
+        held = await stream.length()
+        raise LudicUsageError(
+            f"stream {stream.stream!r} at {shown_url(stream.url)} holds {held} samples no "
+            f"learner has acknowledged, the newest (entry {entry.entry_id}, from actor "
+            f"{str(meta.get('actor_id', '?'))!r}) of run {other}, but this actor "
+            f"({actor_id!r}) is run {run_id}: its flags differ from that run's actors' (--env, "
+            "--env-kwargs, --algorithm and its flags, --group-size, --max-tokens, "
+            "--temperature, --top-p, the model, ...). A learner trains one run per stream and "
+            f"dead-letters the other's samples, and a new one takes run {other}, whose samples "
+            "it reads first. Start this run on its own stream (the same new --stream for its "
+            f"actors and learner), or, if run {other} is over, stop its learner and delete its "
+            f"samples first (`redis-cli -u {shown_url(stream.url)} DEL {stream.stream}`)"
+        )
