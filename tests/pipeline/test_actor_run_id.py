@@ -70,7 +70,7 @@ def test_an_actor_of_another_run_is_refused_on_a_stream_holding_the_old_runs_sam
 ) -> None:
     """A stream whose newest samples are another run's: a new learner would take that run and
     dead-letter this actor's samples, so the actor refuses before its first batch, naming both
-    runs, the stream and the fixes."""
+    runs, the stream and the fixes; with --run-id of the old run it continues that run."""
     run_actor(_config(redis_server.url, actor_id="a"))
     old, new = actor_run_id(_config(), KWARGS), actor_run_id(_config(temperature=0.5), KWARGS)
     with pytest.raises(LudicUsageError) as refused:
@@ -78,10 +78,11 @@ def test_an_actor_of_another_run_is_refused_on_a_stream_holding_the_old_runs_sam
     message = str(refused.value)
     assert f"stream 's' at {redis_server.url} holds 2 samples" in message
     assert f"from actor 'a') of run {old}" in message and f"('b') is run {new}" in message
-    assert "--stream" in message and "DEL s`" in message
+    assert "--stream" in message and "DEL s`" in message and f"--run-id {old}" in message
     assert redis_server.client().xlen("s") == 2  # nothing pushed, no batch reserved
     assert redis_server.client().get("s:actor:b:batches") is None
-    run_actor(_config(redis_server.url, actor_id="c"))  # an actor of the run itself starts
+    # the same flags changed on purpose, keeping the run's id: started, and trained as the run's
+    run_actor(_config(redis_server.url, actor_id="c", temperature=0.5, run_id=old))
 
     async def read() -> SAWBatch:
         stream = SampleStream(redis_server.url, stream="s", group="g")
@@ -94,3 +95,6 @@ def test_an_actor_of_another_run_is_refused_on_a_stream_holding_the_old_runs_sam
     batch = asyncio.run(read())
     assert [i.meta["actor_id"] for i in batch.items] == ["a", "a", "c", "c"]
     assert {i.meta[RUN_KEY] for i in batch.items} == {old}
+    assert batch.stats.get("pipeline/foreign_run", 0.0) == 0.0
+    with pytest.raises(LudicUsageError, match="--run-id must be 1-128 printable ASCII"):
+        run_actor(_config(run_id="my run"))  # refused before Redis (none at this URL)

@@ -36,7 +36,7 @@ from ludic.pipeline.learner_settings import (
     check_learner_resume,
     refuse_fresh_run_over_checkpoints,
 )
-from ludic.pipeline.run_check import run_id_for
+from ludic.pipeline.run_check import check_run_id, run_id_for
 from ludic.pipeline.stream import SampleStream, check_reachable
 from ludic.recipes.algorithms import GiGPOOptions
 from ludic.recipes.inference import (  # shared with `ludic eval` and `ludic train`
@@ -90,6 +90,7 @@ def run_actor(cfg: ActorConfig) -> list[ActorBatchStats]:
     from ludic.recipes.inference import check_engine_flags
 
     check_actor_counts(cfg)  # --group-size 0, --problems-per-batch 0, ...: nothing would train
+    check_run_id(cfg.run_id)
     sampling = actor_sampling(cfg)  # a bad --temperature / --top-p fails before any work
     check_actor_preset(cfg)  # --group-size 1 or --temperature 0 where the preset cannot learn
     check_gigpo_flags(cfg)  # --gigpo.* with another preset, a bad --gigpo.state-key
@@ -223,7 +224,7 @@ async def _act(
         # the learner checks it
         credit_record=credit_record(cfg.algorithm, cfg.gigpo, max_tokens=cfg.max_tokens),
         # the learner dead-letters another run's samples
-        run_id=actor_run_id(cfg, env_kwargs, served_model=served),
+        run_id=_stamped_run_id(cfg, actor_run_id(cfg, env_kwargs, served_model=served)),
     )
     try:
         history: list[ActorBatchStats] = []
@@ -274,6 +275,21 @@ def actor_run_id(
             "model": _sampled_model(cfg, served_model),
         }
     )
+
+
+def _stamped_run_id(cfg: ActorConfig, flags_run: str) -> str:
+    """--run-id, said with the id of the flags it replaces, else the flags' run id."""
+    if cfg.run_id is None or cfg.run_id == flags_run:
+        return flags_run
+    logger.info(
+        "actor %s stamps run id %s (--run-id) instead of %s, its flags' run id: its samples are "
+        "trained as run %s's",
+        cfg.actor_id,
+        cfg.run_id,
+        flags_run,
+        cfg.run_id,
+    )
+    return cfg.run_id
 
 
 async def wait_after_failed_batch(
@@ -386,6 +402,7 @@ async def _close(client: Any) -> None:
 def run_learner(cfg: LearnerConfig) -> list[dict[str, float]]:
     """Train `cfg.steps` steps on samples from the stream; returns each step's metrics."""
     check_learner_counts(cfg)  # --steps 0, --lr 0, dr_grpo without --max-tokens: before Redis
+    check_run_id(cfg.run_id)
     if cfg.server_url:  # no --token (nor $LUDIC_SERVER_TOKEN): refused before any wait or load
         server_push_token(cfg.token, flag="--token")
     if not refusals_need_torch(cfg):  # Redis not started: refused in seconds, not after torch

@@ -96,6 +96,10 @@ class ActorConfig:
     or ids twice)."""
     seed: int = 0
     """Run seed of env problems and sampling (with the batch index from the counter)."""
+    run_id: str | None = None
+    """Stamp this run id on the samples instead of the hash of the flags that define the run
+    (logged at the first batch): to keep a run going with actor flags changed on purpose, pass
+    the id its learner trains. Its learner then trains these samples as the run's."""
     metrics_path: Path | None = None
     """Append one JSON line of stats per batch here."""
 
@@ -180,6 +184,10 @@ class LearnerConfig:
     """Record each commit's sample ids in `<stream>:ledger` (audits, exactly-once checks)."""
     seed: int = 0
     """Seeds training."""
+    run_id: str | None = None
+    """Train only this run's samples and dead-letter every other run's (default: the run of
+    the first stamped sample read, or the one the checkpoint records). On resume it replaces
+    the checkpoint's run, and the log says so."""
     device: str = "cpu"
     """Training device."""
     out_dir: Path = Path("ludic_runs/learner")

@@ -58,6 +58,7 @@ async def learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         current_version=lambda: int(trainer.policy_version),
         max_wait_s=cfg.max_wait_s,
         lease_ttl_s=cfg.lease_ttl_s,
+        run_id=cfg.run_id,
     )
     credit_check.quiet = source.rank != 0  # under torchrun, rank 0 says it once
     publisher = None

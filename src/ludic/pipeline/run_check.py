@@ -18,6 +18,7 @@ import json
 import logging
 from collections.abc import Mapping
 
+from ludic.errors import LudicUsageError
 from ludic.rollouts.samples import SAWItem
 from ludic.types import JSON
 
@@ -35,6 +36,18 @@ def run_id_for(settings: Mapping[str, object]) -> str:
     return "run-" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def check_run_id(run_id: str | None, *, flag: str = "--run-id") -> None:
+    """Refuse a run id that is empty, longer than `MAX_RUN_ID` or not printable ASCII without
+    spaces (it is typed on command lines and shown in logs), naming `flag`."""
+    if run_id is None:
+        return
+    if not 0 < len(run_id) <= MAX_RUN_ID or not all("!" <= c <= "~" for c in run_id):
+        raise LudicUsageError(
+            f"{flag} must be 1-{MAX_RUN_ID} printable ASCII characters without spaces, got "
+            f"{run_id!r}: pass the id the run's actors and learner log (run-<16 hex digits>)"
+        )
+
+
 def foreign_note(count: int) -> str:
     """What a learner's waiting or closing line adds when `count` samples it read were foreign."""
     if not count:
@@ -48,11 +61,13 @@ class RunCheck:
     `foreign(item, entry_id)` returns None for a sample of this learner's run (the first stamped
     one pins it, logged once) or without a run id (one notice), else the reason to dead-letter
     it; each foreign run is described at length once, by `describe_foreign`. The pinned run
-    travels in the learner's checkpoints (`state_dict`), so a resumed learner keeps it."""
+    travels in the learner's checkpoints (`state_dict`), so a resumed learner keeps it. `run`
+    pins the run from the start (`--run-id`), over the checkpoint's."""
 
-    def __init__(self, *, stream: str) -> None:
+    def __init__(self, *, stream: str, run: str | None = None) -> None:
         self.stream = stream
-        self.run: str | None = None
+        self.run: str | None = run
+        self.given = run  # the run --run-id names, kept over a checkpoint's
         self.first_actor = "?"
         self.resumed = False  # whether `run` came from a checkpoint
         self._noticed_unstamped = False
@@ -65,6 +80,16 @@ class RunCheck:
 
     def load_state_dict(self, state: JSON | None) -> None:
         if state is None:  # a checkpoint from before run ids: the first stamped sample pins
+            return
+        if self.given is not None:
+            if str(state["id"]) != self.given:
+                logger.warning(
+                    "the checkpoint's learner trained run %s; --run-id switches it to run %s "
+                    "from this step on (samples of run %s are dead-lettered from now)",
+                    state["id"],
+                    self.given,
+                    state["id"],
+                )
             return
         self.run, self.first_actor = str(state["id"]), str(state["actor"])
         self.resumed = True
@@ -99,7 +124,9 @@ class RunCheck:
         self._described.add(run)
         actor = str(item.meta.get("actor_id", "?"))
         since = (
-            "as its checkpoint records"
+            "as --run-id says"
+            if self.given is not None
+            else "as its checkpoint records"
             if self.resumed
             else f"since its first sample, from actor {self.first_actor!r}"
         )
@@ -112,7 +139,9 @@ class RunCheck:
             f"as pipeline/foreign_run. Give each run its own stream: restart run {run}'s actors "
             "with another --stream (and give them a learner of their own). If this learner "
             f"should train run {run} instead, stop it and start a new one (another --out-dir) "
-            "with those actors on a fresh --stream"
+            f"with those actors on a fresh --stream, or restart it with --run-id {run}. Actors "
+            f"of run {self.run} restarted with flags changed on purpose keep its id with "
+            f"`ludic actor --run-id {self.run}`"
         )
 
     def _notice_unstamped(self, actor: str, entry_id: str) -> None:

@@ -81,7 +81,7 @@ class PipelineBatchSource:
       "check"), so a resumed learner keeps checking against what it trained on before.
 
     The run of the first sample that carries a run id is this learner's (`run_check`, kept in
-    checkpoints under "run"); a sample of another run is dead-lettered, counted as
+    checkpoints under "run"; `run_id` names it from the start, over a checkpoint's); a sample of another run is dead-lettered, counted as
     `pipeline/foreign_run`, and the first of each such run logged with both runs and the fix.
     """
 
@@ -106,6 +106,7 @@ class PipelineBatchSource:
         wait_notice_s: float = 60.0,
         check_sample: Callable[[SAWItem], None] | None = None,
         lease_ttl_s: float | None = 15.0,
+        run_id: str | None = None,
     ) -> None:
         rank = int(os.environ.get("RANK", "0")) if rank is None else rank
         world_size = int(os.environ.get("WORLD_SIZE", "1")) if world_size is None else world_size
@@ -131,7 +132,15 @@ class PipelineBatchSource:
         self.warn_unacked = warn_unacked
         self.wait_notice_s = wait_notice_s
         self.check_sample = check_sample
-        self.run_check = RunCheck(stream=stream.stream)
+        self.run_id = run_id
+        self.run_check = RunCheck(stream=stream.stream, run=run_id)
+        if run_id is not None and rank == 0:
+            logger.info(
+                "this learner trains run %s (--run-id); samples of other runs on stream %r are "
+                "dead-lettered",
+                run_id,
+                stream.stream,
+            )
         self.lease_ttl_s = lease_ttl_s
         self._lease: ConsumerLease | None = None
         self.batches_served = 0
@@ -252,7 +261,7 @@ class PipelineBatchSource:
         load_check = getattr(self.check_sample, "load_state_dict", None)
         if load_check is not None and state.get("check") is not None:
             load_check(state["check"])
-        self.run_check = RunCheck(stream=self.stream.stream)
+        self.run_check = RunCheck(stream=self.stream.stream, run=self.run_id)
         self.run_check.load_state_dict(state.get("run"))  # None: saved before run ids
         self._resume = state
         self.batches_served = int(state["batches_served"])

@@ -45,5 +45,6 @@ async def refuse_another_run(stream: SampleStream, *, run_id: str, actor_id: str
             f"dead-letters the other's samples, and a new one takes run {other}, whose samples "
             "it reads first. Start this run on its own stream (the same new --stream for its "
             f"actors and learner), or, if run {other} is over, stop its learner and delete its "
-            f"samples first (`redis-cli -u {shown_url(stream.url)} DEL {stream.stream}`)"
+            f"samples first (`redis-cli -u {shown_url(stream.url)} DEL {stream.stream}`), or, "
+            f"to continue run {other} with these flags on purpose, pass --run-id {other}"
         )
