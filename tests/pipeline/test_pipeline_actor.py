@@ -88,7 +88,10 @@ async def test_backpressure_waits_for_the_learner(redis_server: RedisServer) -> 
     await asyncio.sleep(0.3)
     assert not blocked.done() and actor.samples_pushed == 2
     source = PipelineBatchSource(_stream(redis_server), batch_size=1, block_ms=100)
-    await source.next_batch()  # one delivered: backlog 1 < 2
+    await source.next_batch()  # one delivered: backlog 1, no room for a batch of 2 yet
+    await asyncio.sleep(0.3)
+    assert not blocked.done() and actor.waiting_for_room
+    await source.next_batch()  # both delivered: room for the next batch
     stats = await asyncio.wait_for(blocked, timeout=10)
     assert stats.backpressure_seconds > 0.2 and actor.samples_pushed == 4
 

@@ -2,9 +2,11 @@
 training sample to the Redis stream, tagged with the policy version(s) that produced it.
 
 A batch is one `generate_batch` call (requests -> rollouts -> credit -> samples), so group
-baselines (GRPO) are computed here, before the samples leave. Before each batch the actor waits
-while the stream holds `max_backlog` or more undelivered entries, which bounds both Redis memory
-and how stale queued samples can get. Batch indices (which pick the env and sampling seeds and
+baselines (GRPO) are computed here, before the samples leave. The stream never holds more than
+`max_backlog` undelivered samples (a batch larger than that is pushed alone into a drained
+stream), whatever the number of actors: a batch is pushed in one atomic step only where it fits
+(`stream_push`), and before generating one the actor waits until a batch as large as its last
+would fit. This bounds both Redis memory and how stale queued samples can get. Batch indices (which pick the env and sampling seeds and
 name the sample ids) come from a counter in Redis per actor id, so a restarted actor continues
 its seed sequence and actors sharing an id split it. Every sample carries the run id it is given
 (`ludic.pipeline.run_check`), so a learner dead-letters another run's samples on its stream, and
@@ -27,6 +29,7 @@ from ludic.pipeline.codec import encode_sample
 from ludic.pipeline.credit_check import CREDIT_KEY
 from ludic.pipeline.run_check import MAX_RUN_ID, RUN_KEY
 from ludic.pipeline.stream import SampleStream
+from ludic.pipeline.stream_push import push_within
 from ludic.pipeline.stream_runs import refuse_another_run
 from ludic.rollouts import (
     CreditAssigner,
@@ -78,8 +81,9 @@ class PipelineActor:
     """Runs batches of episodes on `engine` and XADDs their samples to `stream`.
 
     `requests_fn`, `strategy`, `credit_assigner`, `filters`, `seed_sequencer`, `sample_mode`
-    and `snapshot_policy` mean what they mean for `RolloutBatchSource`. While the backlog is
-    full the actor logs that it waits, and why, every `wait_notice_s`. Sample ids are
+    and `snapshot_policy` mean what they mean for `RolloutBatchSource`. While the backlog has no
+    room (`max_backlog`) the actor logs that it waits, and why, every `wait_notice_s`, and
+    `waiting_for_room` is True. Sample ids are
     `<actor_id>:<batch>:<index>`; each batch index is reserved in Redis before the batch is
     generated, so a restart (or another actor with the same id) never reuses a batch's seeds or
     ids; a batch that crashed midway is skipped, not redone. `credit_record` (see
@@ -136,6 +140,8 @@ class PipelineActor:
         self._checked_stream = run_id is None
         self.batch_index = -1  # the last batch generated (-1: none yet)
         self.samples_pushed = 0
+        self.waiting_for_room = False
+        self._last_batch = 1  # samples of the last batch: the room waited for before the next
 
     async def step(self) -> ActorBatchStats:
         """Wait for room in the stream, generate one batch and push its samples. Before the
@@ -144,7 +150,7 @@ class PipelineActor:
         if not self._checked_stream and self.run_id is not None:
             await refuse_another_run(self.stream, run_id=self.run_id, actor_id=self.actor_id)
             self._checked_stream = True
-        waited = await self._wait_for_room()
+        waited = await self._wait_for_room(self._last_batch)
         started = time.perf_counter()
         self.batch_index = await self.stream.next_actor_batch(self.actor_id)
         requests = list(await maybe_await(self.requests_fn()))
@@ -169,6 +175,7 @@ class PipelineActor:
                 self.actor_id,
                 self.run_id,
             )
+        entries = []
         for i, sample in enumerate(result.samples):
             meta = {**sample.meta, "actor_id": self.actor_id, "actor_batch": self.batch_index}
             if self.credit_record is not None:
@@ -177,8 +184,10 @@ class PipelineActor:
                 meta[RUN_KEY] = self.run_id
             tagged = dataclasses.replace(sample, meta=meta)
             sample_id = f"{self.actor_id}:{self.batch_index}:{i}"
-            await self.stream.add(encode_sample(tagged, sample_id=sample_id), key=sample_id)
+            entries.append((sample_id, encode_sample(tagged, sample_id=sample_id)))
+        waited += await self._push(entries)
         self.samples_pushed += len(result.samples)
+        self._last_batch = max(1, len(result.samples))
         stats = ActorBatchStats(
             batch_index=self.batch_index,
             num_rollouts=result.stats.num_rollouts,
@@ -206,25 +215,46 @@ class PipelineActor:
             logger.info("actor %s batch %d: %s", self.actor_id, stats.batch_index, stats)
         return history
 
-    async def _wait_for_room(self) -> float:
-        """Wait while the backlog is full, saying so when the wait starts and every
-        `wait_notice_s` after (a stream nobody reads would otherwise stall the actor silently)."""
-        started = time.perf_counter()
-        noticed = -math.inf
-        while (backlog := await self.stream.backlog()) >= self.max_backlog:
-            now = time.perf_counter()
-            if now - noticed >= self.wait_notice_s:
-                noticed = now
-                logger.info(
-                    "actor %s waits for the learner (%.0fs so far): stream %r holds %d "
-                    "undelivered samples, max_backlog (--max-backlog) is %d; the next batch "
-                    "starts once a learner of group %r reads them",
-                    self.actor_id,
-                    now - started,
-                    self.stream.stream,
-                    backlog,
-                    self.max_backlog,
-                    self.stream.group,
-                )
+    async def _wait_for_room(self, need: int) -> float:
+        """Before a batch: wait while `need` more samples (the last batch's) would not fit in
+        the backlog, saying so when the wait starts and every `wait_notice_s` after (a stream
+        nobody reads would otherwise stall the actor silently)."""
+        started, noticed = time.perf_counter(), -math.inf
+        while (backlog := await self.stream.backlog()) > 0 and backlog + need > self.max_backlog:
+            noticed = self._notice_wait(started, noticed, backlog, "the next batch starts")
             await asyncio.sleep(self.poll_s)
+        self.waiting_for_room = False
         return time.perf_counter() - started
+
+    async def _push(self, entries: list[tuple[str, dict[bytes, bytes]]]) -> float:
+        """Push a generated batch once it fits in the backlog (other actors may have filled it
+        since `_wait_for_room`); returns how long it waited."""
+        started, noticed = time.perf_counter(), -math.inf
+        while True:
+            pushed, backlog = await push_within(self.stream, entries, max_backlog=self.max_backlog)
+            if pushed:
+                self.waiting_for_room = False
+                return time.perf_counter() - started
+            what = f"its batch of {len(entries)} samples is pushed"
+            noticed = self._notice_wait(started, noticed, backlog, what)
+            await asyncio.sleep(self.poll_s)
+
+    def _notice_wait(self, started: float, noticed: float, backlog: int, then: str) -> float:
+        """Log that the actor waits for room (when the wait starts, then every
+        `wait_notice_s`); returns when it last said so."""
+        self.waiting_for_room = True
+        now = time.perf_counter()
+        if now - noticed < self.wait_notice_s:
+            return noticed
+        logger.info(
+            "actor %s waits for the learner (%.0fs so far): stream %r holds %d undelivered "
+            "samples, max_backlog (--max-backlog) is %d; %s once a learner of group %r reads them",
+            self.actor_id,
+            now - started,
+            self.stream.stream,
+            backlog,
+            self.max_backlog,
+            then,
+            self.stream.group,
+        )
+        return now

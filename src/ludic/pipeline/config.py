@@ -86,8 +86,10 @@ class ActorConfig:
     batches: int | None = None
     """Stop after this many batches (None: run until interrupted)."""
     max_backlog: int = 256
-    """Wait before a batch while the stream holds this many undelivered samples (bounds Redis
-    memory and how stale queued samples get)."""
+    """The most undelivered samples the stream holds, whatever the number of actors: a batch
+    is pushed only where it fits (one larger than this alone, into a drained stream), and
+    before generating one an actor waits until a batch as large as its last would fit (bounds
+    Redis memory and how stale queued samples get)."""
     max_stream_len: int = 100_000
     """Safety cap on the stream (XADD MAXLEN ~); only reached if backpressure is bypassed."""
     actor_id: str = "actor"
