@@ -129,7 +129,8 @@ class SandboxPool:
     """Runs programs on one backend, at most `max_concurrency` at a time.
 
     `backend=None` picks one on first use with `detect_backend` (`allow_weak=False` refuses
-    the restricted-subprocess fallback). `cache_size=0` disables the cache. Warns
+    the restricted-subprocess fallback); a given backend is probed on first use and refused
+    (RuntimeError, naming why) when it cannot run programs here. `cache_size=0` disables the cache. Warns
     (`SandboxIsolationWarning`) at construction about every `isolation_gaps` of this host.
     """
 
@@ -153,6 +154,7 @@ class SandboxPool:
         self.misses = 0
         self.allow_weak = allow_weak
         self._backend = backend
+        self._probed = False
         for gap in isolation_gaps(backend):
             _log.warning("ludic.sandbox: %s", gap)
             warnings.warn(f"ludic.sandbox: {gap}", SandboxIsolationWarning, stacklevel=2)
@@ -162,9 +164,22 @@ class SandboxPool:
         self._in_flight: dict[str, asyncio.Future[SandboxResult]] = {}
 
     async def backend(self) -> SandboxBackend:
+        """The backend runs go to: the one given, probed on first use (a backend that cannot
+        run here is refused, naming why, instead of failing every run; the probe also settles
+        what it adapts to the host, e.g. the restricted backend's network namespace), or the
+        best one `detect_backend` finds."""
         async with self._backend_lock:
             if self._backend is None:
                 self._backend = await detect_backend(allow_weak=self.allow_weak)
+            elif not self._probed:
+                problem = await self._backend.probe()
+                if problem is not None:
+                    raise RuntimeError(
+                        f"the sandbox backend given to SandboxPool "
+                        f"({type(self._backend).__name__}) cannot run programs here: {problem}. "
+                        "Fix that, or give no backend (SandboxPool() picks one that works)"
+                    )
+            self._probed = True
             return self._backend
 
     async def run(
