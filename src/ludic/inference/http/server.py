@@ -6,7 +6,8 @@ version, logprob probe, weight update from safetensors bytes, and the torch.dist
 receiver `/ludic/weights/*` (`ludic.inference.http.weight_receiver`, driven by
 `ludic.distributed.BroadcastPolicyPublisher`). Both completion endpoints stream with
 `stream=true` (server-sent events, as vLLM and OpenAI send them). Binds 127.0.0.1 by default.
-Request bodies are capped (413 beyond `max_body_bytes`; the weight upload is exempt) and prompts
+Request bodies are capped (413 beyond `max_body_bytes`; the weight upload is exempt), JSON ones
+also by their count of values, before parsing (`json_body`), and prompts
 are tokenized off the event loop (a text far over the context only by its head), so one huge
 request cannot stall `/health` or other requests; `serve` closes connections whose request head
 or body does not arrive in time (`read_deadlines`). A client that disconnects cancels its request,
@@ -36,6 +37,7 @@ from ludic.inference.embedded.engine import CompletionStream, EmbeddedEngine
 from ludic.inference.embedded.prompts import encode_prompt_text
 from ludic.inference.embedded.streaming import TextStream
 from ludic.inference.http.auth import token_matches
+from ludic.inference.http.json_body import DuplicateKey, json_route_class
 from ludic.inference.http.openai_client import VERSION_HEADER
 from ludic.inference.http.openai_protocol import (
     ChatCompletionRequest,
@@ -81,6 +83,7 @@ def create_app(
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
     app = FastAPI(title="ludic embedded inference server", lifespan=lifespan)
+    app.router.route_class = json_route_class(engine.max_model_len)  # before the routes
     app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
     bearer = HTTPBearer(auto_error=False)
 
@@ -361,7 +364,7 @@ def _is_json(content_type: str) -> bool:
 
 def _unparsable_body(exc: HTTPException) -> str | None:
     """FastAPI's 'There was an error parsing the body' said neither what nor the fix: a body
-    that is not UTF-8, or JSON nested past the parser's recursion limit."""
+    that is not UTF-8, JSON nested past the parser's recursion limit, or a key given twice."""
     cause = exc.__cause__
     if isinstance(cause, UnicodeDecodeError):
         bad = cause.object[cause.start : cause.start + 1]
@@ -371,6 +374,8 @@ def _unparsable_body(exc: HTTPException) -> str | None:
         )
     if isinstance(cause, RecursionError):
         return "the body's JSON nests too deep to parse; send a flatter JSON object"
+    if isinstance(cause, DuplicateKey):
+        return str(cause)
     return None
 
 

@@ -1,0 +1,105 @@
+"""How `ludic serve` reads a JSON request body: its size in values bounded before it is parsed,
+and a key given twice in one object refused. `json_route_class` gives FastAPI the route class
+that reads bodies so; it leaves validating the parsed body to FastAPI and the request models.
+
+Parsing holds the GIL (the json module's C scanner and pydantic's validators run no bytecode),
+so a worker thread would not keep the event loop free: an 8 MiB body of four million token ids
+took ~1.5 s to parse and validate, and one of `[[],[],...]` ~6 s, with every other client
+waiting. What parsing costs grows with the number of values, not bytes (a long string is
+cheap), and no request a server can serve holds more than its context's worth of them, so
+such a body is refused (413) from a count of its commas and opening brackets, which takes
+milliseconds, before it is parsed. It does not bound requests under the count (a request at
+the context parses in milliseconds).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
+
+__all__ = [
+    "MIN_JSON_VALUES",
+    "VALUES_PER_CONTEXT_TOKEN",
+    "DuplicateKey",
+    "json_route_class",
+    "max_json_values",
+    "parse_bounded",
+]
+
+MIN_JSON_VALUES = 65536
+"""The fewest commas and opening brackets a body may hold, whatever the context."""
+VALUES_PER_CONTEXT_TOKEN = 8
+"""Commas and opening brackets allowed per token of context beyond `MIN_JSON_VALUES`: a
+token-in prompt has one comma per token, text rarely more than a few per token."""
+
+
+class DuplicateKey(ValueError):
+    """A JSON object gives one key twice: parsers disagree on which one counts (Python's
+    takes the last), so a proxy or log and the server could read different requests."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(
+            f"the body's JSON gives the key {key!r} twice in one object; send each key once"
+        )
+
+
+def max_json_values(max_model_len: int) -> int:
+    """The most commas and opening brackets a body for a `max_model_len` context may hold."""
+    return max(MIN_JSON_VALUES, VALUES_PER_CONTEXT_TOKEN * max_model_len)
+
+
+def json_route_class(max_model_len: int) -> type[APIRoute]:
+    """An `APIRoute` whose JSON bodies are bounded (`max_json_values(max_model_len)`, else a
+    413 before parsing) and parsed refusing a duplicate key (`DuplicateKey`, which FastAPI
+    raises as the cause of its 400); set it as `app.router.route_class` before adding routes."""
+    limit = max_json_values(max_model_len)
+
+    class BoundedRequest(Request):
+        async def json(self) -> Any:
+            if not hasattr(self, "_json"):
+                self._json = parse_bounded(await self.body(), limit, max_model_len)
+            return self._json
+
+    class BoundedJSONRoute(APIRoute):
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            handler = super().get_route_handler()
+
+            async def bounded(request: Request) -> Response:
+                return await handler(BoundedRequest(request.scope, request.receive))
+
+            return bounded
+
+    return BoundedJSONRoute
+
+
+def parse_bounded(body: bytes, limit: int, max_model_len: int) -> Any:
+    """`body` parsed as JSON (UTF-8, a BOM allowed, as `json.loads` reads bytes); HTTPException
+    413 when it holds more than `limit` commas and opening brackets (inside strings too: an
+    overcount only for text far longer than any context), `DuplicateKey` for a key repeated."""
+    if len(body) > limit:  # fewer bytes cannot hold more
+        count = body.count(b",") + body.count(b"[") + body.count(b"{")
+        if count > limit:
+            raise HTTPException(
+                413,
+                f"the body's JSON holds {count} commas and opening brackets, more than a "
+                f"request within this server's {max_model_len}-token context can use (at most "
+                f"{limit} are read); send a shorter prompt (token ids past the context are "
+                "refused anyway), or serve a longer context (--max-model-len)",
+            )
+    return json.loads(body, object_pairs_hook=_unique_keys)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(key)
+            seen.add(key)
+    return obj
