@@ -33,6 +33,7 @@ from transformers import (
 )
 
 from ludic.models.model_files import (
+    check_chat_template,
     check_finite_weights,
     check_loading_info,
     check_tokenizer_files,
@@ -168,7 +169,7 @@ def load_model(
     if not (directory / "config.json").is_file():  # a LoRA run's checkpoint: its adapter
         return _load_merged_adapter(directory, dtype, device, verify=verify)
     config = load_config(directory)  # not JSON, or values transformers rejects: refused here
-    check_tokenizer_files(directory)  # before the weights load, the slow part
+    tokenizer = load_tokenizer(directory)  # its files and template: before the slow part
     try:
         with no_load_report():  # check_loading_info refuses what its table would show
             loaded = AutoModelForCausalLM.from_pretrained(
@@ -187,7 +188,6 @@ def load_model(
     check_loading_info(directory, info, model.base_model_prefix)
     model.to(device)  # type: ignore[arg-type]  # transformers' decorated `to` confuses mypy
     check_finite_weights(directory, model)  # on `device`: a GPU sums the tensors fastest
-    tokenizer = load_tokenizer(directory)
     _check_tokenizer_fits(directory, model, tokenizer)
     return model.eval(), tokenizer
 
@@ -338,6 +338,7 @@ def load_tokenizer(path: str | os.PathLike[str]) -> PreTrainedTokenizerBase:
         raw = Tokenizer.from_file(str(raw_file)) if raw_file.is_file() else None
     except Exception as e:  # tokenizers raises bare Exceptions for malformed contents
         raise tokenizer_load_error(directory, e) from e
+    check_chat_template(directory, tokenizer)
     if raw is None:
         return tokenizer
     expected = raw.encode(_PROBE_TEXT, add_special_tokens=False).ids

@@ -3,7 +3,8 @@ in one line naming the file, what is wrong and what to do: a config.json or toke
 that is not a JSON object, a config.json transformers cannot build a model from, weights that
 do not fit config.json (transformers initialises missing tensors at random and drops unused
 ones, with a warning table), weights holding a NaN or an infinity, tokenizer files that do not
-load, and a tokenizer with more tokens than the model's embedding has rows.
+load, a chat template that does not compile or renders no assistant turn, and a tokenizer with
+more tokens than the model's embedding has rows.
 
 It does not check a checkpoint's files against its MANIFEST.json (`ludic.models.loading`) and
 never edits a file.
@@ -158,6 +159,63 @@ def tokenizer_load_error(directory: Path, error: Exception) -> LudicUsageError:
         f"{_one_line(error)}); copy tokenizer.json and tokenizer_config.json again from the model "
         "these weights were saved with"
     )
+
+
+def check_chat_template(directory: Path, tokenizer: Any) -> None:
+    """LudicUsageError naming the file that holds `tokenizer`'s chat template (loaded from
+    `directory`) when the template does not compile (a Jinja syntax error), fails on a plain
+    user / assistant / user conversation, or drops the assistant's turn from it (episodes would
+    lose the policy's own replies from their history). Every episode's first prompt would raise
+    or be wrong, far from the file. A tokenizer without a template is left alone (a base model
+    trained on pre-tokenized samples needs none)."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str):
+        return
+    file = _chat_template_file(directory)
+    try:
+        text = tokenizer.apply_chat_template(
+            [dict(m) for m in _TEMPLATE_PROBE], add_generation_prompt=True, tokenize=False
+        )
+    except Exception as e:  # a template's Jinja code may raise anything
+        line = getattr(e, "lineno", None)
+        where = f" at line {line}" if isinstance(line, int) else ""
+        what = (
+            "does not compile"
+            if type(e).__name__ == "TemplateSyntaxError"
+            else "fails on a plain user / assistant / user conversation"
+        )
+        raise LudicUsageError(
+            f"{file}: the chat template {what}{where} ({type(e).__name__}: {_one_line(e)}); "
+            f"fix its Jinja code, or {_TEMPLATE_FIX}"
+        ) from e
+    missing = [m["content"] for m in _TEMPLATE_PROBE if m["content"] not in str(text)]
+    if missing:
+        raise LudicUsageError(
+            f"{file}: the chat template renders no {_role_of(missing[0])} turn: the message "
+            f"{missing[0]!r} is missing from its rendering of a plain user / assistant / user "
+            f"conversation, so episodes would lose it from their history; {_TEMPLATE_FIX}"
+        )
+
+
+_TEMPLATE_PROBE = (
+    {"role": "user", "content": "Ludic probe one"},
+    {"role": "assistant", "content": "Ludic probe two"},
+    {"role": "user", "content": "Ludic probe three"},
+)
+_TEMPLATE_FIX = "restore the template saved with this tokenizer (copy the folder again)"
+
+
+def _role_of(content: str) -> str:
+    return next(m["role"] for m in _TEMPLATE_PROBE if m["content"] == content)
+
+
+def _chat_template_file(directory: Path) -> Path:
+    """The file transformers read the chat template from: chat_template.jinja when present
+    (transformers 5 saves it there), else the older chat_template.json or tokenizer_config.json."""
+    for name in ("chat_template.jinja", "chat_template.json"):
+        if (directory / name).is_file():
+            return directory / name
+    return directory / "tokenizer_config.json"
 
 
 def check_tokenizer_fits(directory: Path, tokenizer_size: int, embedding_rows: int) -> None:
