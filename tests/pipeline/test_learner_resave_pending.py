@@ -141,6 +141,6 @@ def test_a_learner_resumed_at_its_last_step_keeps_the_samples_to_acknowledge(
     code, log = learner("l3.log", 4)
     assert code == 0, log[-3000:]
     assert "acked 4 entries the checkpoint already holds" in log, log[-3000:]
-    assert "replaying" not in log
+    assert "replays" not in log
     assert Counter(_sample_ids(redis_server)) == Counter(produced)  # each exactly once
     assert redis_server.client().xlen("ludic:samples") == 0

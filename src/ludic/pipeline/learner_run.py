@@ -195,7 +195,8 @@ def _trainer(cfg: LearnerConfig, source: Any, model: Any, tokenizer: Any, publis
     trainer.checkpoint_extra[LEARNER_SETTINGS_KEY] = learner_settings(cfg)  # --resume checks it
     if cfg.resume and trainer.checkpoints is not None and trainer.checkpoints.latest():
         step = _resume_learner(trainer, cfg)
-        logger.info("resumed from step %d (policy version %d)", step, trainer.policy_version)
+        if source.rank == 0:  # the same on every rank: said once
+            logger.info("resumed from step %d (policy version %d)", step, trainer.policy_version)
     return trainer
 
 

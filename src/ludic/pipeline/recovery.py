@@ -59,9 +59,10 @@ async def check_world(
             f"{saved} ranks (it acknowledges them at its first step), then change the number "
             "of ranks"
         )
-    logger.info(
-        "resuming a %d-rank checkpoint on %d rank%s", saved, world_size, "s" * (world_size != 1)
-    )
+    if rank == 0:  # every rank checks; one says so
+        logger.info(
+            "resuming a %d-rank checkpoint on %d rank%s", saved, world_size, "s" * (world_size != 1)
+        )
 
 
 async def claim_orphans(
@@ -97,5 +98,9 @@ async def lost_deliveries(
     Returns every pending entry whose id is not in `held` (what the source already holds)."""
     lost = [e for e in await read_pending(stream, consumer_name) if e.entry_id not in held]
     if lost:
-        logger.warning("taking back %d entries whose delivery reply was lost", len(lost))
+        logger.warning(
+            "consumer %s takes back %d entries whose delivery reply was lost",
+            consumer_name,
+            len(lost),
+        )
     return lost

@@ -62,10 +62,12 @@ class RunCheck:
     one pins it, logged once) or without a run id (one notice), else the reason to dead-letter
     it; each foreign run is described at length once, by `describe_foreign`. The pinned run
     travels in the learner's checkpoints (`state_dict`), so a resumed learner keeps it. `run`
-    pins the run from the start (`--run-id`), over the checkpoint's."""
+    pins the run from the start (`--run-id`), over the checkpoint's. `who` names the learner
+    in its lines (under torchrun, its rank: each rank pins and says it alone)."""
 
-    def __init__(self, *, stream: str, run: str | None = None) -> None:
+    def __init__(self, *, stream: str, run: str | None = None, who: str = "this learner") -> None:
         self.stream = stream
+        self.who = who
         self.run: str | None = run
         self.given = run  # the run --run-id names, kept over a checkpoint's
         self.first_actor = "?"
@@ -104,8 +106,9 @@ class RunCheck:
         if self.run is None:
             self.run, self.first_actor = run, actor
             logger.info(
-                "this learner trains run %s (its first sample came from actor %r); samples of "
-                "other runs on stream %r are dead-lettered",
+                "%s trains run %s (its first sample came from actor %r); samples of other runs "
+                "on stream %r are dead-lettered",
+                self.who,
                 run,
                 actor,
                 self.stream,
@@ -132,7 +135,7 @@ class RunCheck:
         )
         return (
             f"stream {self.stream!r} carries samples of two runs: entry {entry_id} comes from "
-            f"run {run} (actor {actor!r}), but this learner trains run {self.run} ({since}). An "
+            f"run {run} (actor {actor!r}), but {self.who} trains run {self.run} ({since}). An "
             "actor started with other flags than the run's (--env, --env-kwargs, --algorithm, "
             "--temperature, --max-tokens, --model, ...) is another run. Its samples are "
             f"dead-lettered to {self.stream + ':dead'!r} (kept there, never trained) and counted "
@@ -150,8 +153,9 @@ class RunCheck:
         self._noticed_unstamped = True
         logger.info(  # a supported setup (run_id=None), not a fault: no warning
             "entry %s (actor %r) carries no run id (an actor older than run ids, or a "
-            "PipelineActor given no run_id): it is trained, but this learner cannot tell whether "
-            "it belongs to its run; samples of other runs are refused only where they carry one",
+            "PipelineActor given no run_id): it is trained, but %s cannot tell whether it "
+            "belongs to its run; samples of other runs are refused only where they carry one",
             entry_id,
             actor,
+            self.who,
         )

@@ -133,7 +133,9 @@ class PipelineBatchSource:
         self.wait_notice_s = wait_notice_s
         self.check_sample = check_sample
         self.run_id = run_id
-        self.run_check = RunCheck(stream=stream.stream, run=run_id)
+        # under torchrun every rank says what it alone did, so its lines name it
+        self.who = f"learner rank {rank}" if world_size > 1 else "this learner"
+        self.run_check = RunCheck(stream=stream.stream, run=run_id, who=self.who)
         if run_id is not None and rank == 0:
             logger.info(
                 "this learner trains run %s (--run-id); samples of other runs on stream %r are "
@@ -261,7 +263,7 @@ class PipelineBatchSource:
         load_check = getattr(self.check_sample, "load_state_dict", None)
         if load_check is not None and state.get("check") is not None:
             load_check(state["check"])
-        self.run_check = RunCheck(stream=self.stream.stream, run=self.run_id)
+        self.run_check = RunCheck(stream=self.stream.stream, run=self.run_id, who=self.who)
         self.run_check.load_state_dict(state.get("run"))  # None: saved before run ids
         self._resume = state
         self.batches_served = int(state["batches_served"])
@@ -341,7 +343,7 @@ class PipelineBatchSource:
             done = await self.stream.commit(
                 pairs, step=self.batches_served, consumer=self.consumer_name
             )
-            logger.info("acked %d entries the checkpoint already holds", done)
+            logger.info("%s acked %d entries the checkpoint already holds", self.who, done)
             self._resume = None  # only now does a checkpoint no longer need to list them
         self._replay.extend(await recovery.read_pending(self.stream, self.consumer_name))
         if self.rank == 0:
@@ -355,7 +357,9 @@ class PipelineBatchSource:
                 )
             )
         if self._replay:
-            logger.info("replaying %d entries read but not checkpointed", len(self._replay))
+            logger.info(
+                "%s replays %d entries read but not checkpointed", self.who, len(self._replay)
+            )
         self.totals["redelivered"] += len(self._replay)
         self._recovered = True
 
