@@ -35,6 +35,7 @@ from transformers import (
 from ludic.models.model_files import (
     check_chat_template,
     check_finite_weights,
+    check_generation_config,
     check_loading_info,
     check_tokenizer_files,
     check_tokenizer_fits,
@@ -169,6 +170,7 @@ def load_model(
     if not (directory / "config.json").is_file():  # a LoRA run's checkpoint: its adapter
         return _load_merged_adapter(directory, dtype, device, verify=verify)
     config = load_config(directory)  # not JSON, or values transformers rejects: refused here
+    check_generation_config(directory, getattr(config, "vocab_size", None))
     tokenizer = load_tokenizer(directory)  # its files and template: before the slow part
     try:
         with no_load_report():  # check_loading_info refuses what its table would show

@@ -1,6 +1,7 @@
 """A model directory's files that transformers would misread or silently work around, refused
-in one line naming the file, what is wrong and what to do: a config.json or tokenizer JSON file
-that is not a JSON object, a config.json transformers cannot build a model from, weights that
+in one line naming the file, what is wrong and what to do: a config.json, generation_config.json
+or tokenizer JSON file that is not a JSON object, a generation_config.json whose token ids are
+not token ids (the embedded engine stops at its eos_token_id), a config.json transformers cannot build a model from, weights that
 do not fit config.json (transformers initialises missing tensors at random and drops unused
 ones, with a warning table), weights holding a NaN or an infinity, tokenizer files that do not
 load, a chat template that does not compile or renders no assistant turn, and a tokenizer with
@@ -66,6 +67,40 @@ def load_config(directory: Path) -> Any:
             f"({_one_line(e)}); a model directory holds the config.json that `save_pretrained` "
             f"writes (with its model_type): {_SAVED_WITH}"
         ) from e
+
+
+def check_generation_config(directory: Path, vocab_size: object) -> None:
+    """LudicUsageError naming `directory`'s generation_config.json when it is not a JSON object
+    (transformers then ignores it without a word, so the model stops at config.json's eos ids
+    instead) or when its token ids (the embedded engine stops at eos_token_id) are not ids of the
+    model's `vocab_size` tokens. Its other fields are not ludic's: sampling comes from the
+    SamplingConfig, and transformers warns about values it cannot use."""
+    file = directory / GENERATION_CONFIG
+    if not file.is_file():
+        return
+    values = read_json_object(file)
+    for key in _TOKEN_ID_KEYS:
+        value = values.get(key)
+        ids = value if isinstance(value, list) and key == "eos_token_id" else [value]
+        if value is None or all(_is_token_id(i, vocab_size) for i in ids):
+            continue
+        span = f"from 0 to {vocab_size - 1}" if isinstance(vocab_size, int) else ">= 0"
+        eos = key == "eos_token_id"
+        raise LudicUsageError(
+            f"{file}: {key} is {json.dumps(value)}, not a token id of this model (an int "
+            f"{span}){' or a list of them: the embedded engine stops at them' if eos else ''}; "
+            f"{_SAVED_WITH}, or delete the file (config.json's token ids then apply)"
+        )
+
+
+GENERATION_CONFIG = "generation_config.json"
+_TOKEN_ID_KEYS = ("eos_token_id", "pad_token_id", "bos_token_id", "decoder_start_token_id")
+
+
+def _is_token_id(value: object, vocab_size: object) -> bool:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        return False
+    return not isinstance(vocab_size, int) or value < vocab_size
 
 
 @contextmanager
