@@ -152,7 +152,7 @@ class PipelineActor:
             self._checked_stream = True
         waited = await self._wait_for_room(self._last_batch)
         started = time.perf_counter()
-        self.batch_index = await self.stream.next_actor_batch(self.actor_id)
+        self.batch_index = await self.stream.next_actor_batch(self.actor_id, after=self.batch_index)
         requests = list(await maybe_await(self.requests_fn()))
         if self.seed_sequencer is not None:
             requests = self.seed_sequencer.seed_requests(requests, self.batch_index)

@@ -90,6 +90,18 @@ async def claim_orphans(
     return claimed
 
 
+def repeated_id(who: str, entry_id: str, sample_id: str) -> str:
+    """Why a sample id read twice is dropped, and what to do when it is more than a retry."""
+    actor = sample_id.split(":", 1)[0]
+    return (
+        f"entry {entry_id} repeats sample id {sample_id!r}, which {who} already read: it is "
+        "dropped, as are later repeats (counted as pipeline/duplicates). One add retried without "
+        "a key does that; so does an actor restarted after Redis lost its data (restarted "
+        "without --appendonly yes: its batch counter starts again at 0), and then every batch "
+        f"it pushes repeats ids already trained: restart actor {actor!r} with a new --actor-id"
+    )
+
+
 async def lost_deliveries(
     stream: SampleStream, consumer_name: str, held: set[str]
 ) -> list[StreamEntry]:

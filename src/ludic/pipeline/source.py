@@ -156,7 +156,7 @@ class PipelineBatchSource:
         self._replay: deque[StreamEntry] = deque()
         self._recovered = False
         self._warned_unacked = False
-        self._warned_ahead = False
+        self._warned_ahead = self._warned_repeat = False
         self._seen: OrderedDict[str, None] = OrderedDict()
 
     # -- BatchSource ----------------------------------------------------------------------
@@ -412,6 +412,9 @@ class PipelineBatchSource:
         if decoded.sample_id in self._seen:
             self._trained.append((entry.entry_id, f"duplicate:{decoded.sample_id}"))
             stats["duplicates"] += 1
+            if not self._warned_repeat:  # once: an actor restarted after a Redis data loss
+                self._warned_repeat = True  # repeats every id it had pushed before
+                logger.warning(recovery.repeated_id(self.who, entry.entry_id, decoded.sample_id))
             return None
         self._trained.append((entry.entry_id, decoded.sample_id))
         self._remember(decoded.sample_id)

@@ -44,7 +44,7 @@ try:
 except ImportError as e:  # an optional extra
     raise ImportError("the Redis pipeline needs redis-py: pip install 'ludic[redis]'") from e
 
-from ludic.pipeline import stream_dead
+from ludic.pipeline import stream_dead, stream_push
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -307,12 +307,12 @@ class SampleStream:
         raw: Any = await self._call("HGETALL", lambda: self.redis.hgetall(self._acked_key))
         return {_text(k): int(v) for k, v in raw.items()}
 
-    async def next_actor_batch(self, actor_id: str) -> int:
+    async def next_actor_batch(self, actor_id: str, *, after: int = -1) -> int:
         """Reserve the next batch index of actor `actor_id` (0, 1, 2, ... across restarts and
-        across processes sharing the id): its seeds and sample ids are never used twice."""
-        key = f"{self.stream}:actor:{actor_id}:batches"
-        reserved = await self._call("INCR", lambda: self.redis.incr(key))
-        return int(reserved) - 1
+        across processes sharing the id): its seeds and sample ids are never used twice. A
+        counter Redis lost (restarted without its data) that falls to `after` (the caller's
+        last index) or below is raised past it, with a warning."""
+        return await stream_push.reserve_batch(self, actor_id, after=after)
 
     async def lease_holder(self, consumer: str) -> str | None:
         """Who holds the live learner lease on `consumer` (`ConsumerLease`), or None."""

@@ -1,4 +1,5 @@
-"""An actor's batch pushed to a `SampleStream` in one step, only while the backlog has room.
+"""An actor's side of a `SampleStream`: its batch pushed in one step, only while the backlog has
+room, and the reservation of its batch indices.
 
 One Lua script measures the backlog (XLEN minus the group's pending entries, as
 `SampleStream.backlog`) and XADDs the whole batch only if it fits under `max_backlog`, or if the
@@ -10,11 +11,27 @@ push retried after a lost reply adds nothing twice. It does not wait: the actor 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ludic.pipeline.stream import SampleStream
+
+logger = logging.getLogger(__name__)
+
+# KEYS: an actor's batch counter. ARGV: the caller's last batch index. Returns {index, -1}, or
+# {index, what INCR gave} when the counter had fallen to that index or below (Redis lost it).
+RESERVE_SCRIPT = """
+local index = redis.call('INCR', KEYS[1]) - 1
+local after = tonumber(ARGV[1])
+if index > after then
+  return {index, -1}
+end
+redis.call('SET', KEYS[1], after + 2)
+return {after + 1, index}
+"""
+
 
 # KEYS: stream, then one dedupe key per entry. ARGV: group, max_len, dedupe ttl (s), max_backlog,
 # arguments per entry, then each entry's field / value pairs. Returns {added, backlog}, added
@@ -69,3 +86,22 @@ async def push_within(
     )
     added, backlog = int(reply[0]), int(reply[1])
     return added >= 0, backlog
+
+
+async def reserve_batch(stream: SampleStream, actor_id: str, *, after: int) -> int:
+    """`SampleStream.next_actor_batch`: the next batch index of `actor_id`, past `after`."""
+    script = stream.redis.register_script(RESERVE_SCRIPT)
+    key = f"{stream.stream}:actor:{actor_id}:batches"
+    reply: Any = await stream._call("INCR", lambda: script(keys=[key], args=[after]))
+    index, was = int(reply[0]), int(reply[1])
+    if was >= 0:
+        logger.warning(
+            "redis lost actor %r's batch counter (it gave batch %d after %d): Redis restarted "
+            "without its data (start it with --appendonly yes); samples pushed and not yet "
+            "trained are lost, and this actor continues at batch %d",
+            actor_id,
+            was,
+            after,
+            index,
+        )
+    return index
