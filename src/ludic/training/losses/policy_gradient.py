@@ -20,6 +20,8 @@ from ludic.training.algorithm_types import LossOutput
 from ludic.training.losses.aggregation import ratio_extremes
 from ludic.training.losses.base import AggregatedLoss, LossBatch, check_clip
 
+_DUAL_CLIP_C = 3.0  # dual-clip PPO's c (Ye et al. 2020)
+
 
 def token_ratio_metrics(batch: LossBatch, clipped_BT: torch.Tensor) -> dict[str, float]:
     """clip_frac, ratio_mean, approx_kl (k3 estimate of KL(mu || pi): r - 1 - log r) are
@@ -82,13 +84,14 @@ class TokenClippedSurrogateLoss(AggregatedLoss):
     `dual_clip=True` (dual-clip PPO, Ye et al. 2020, arXiv:1912.09729) also bounds the loss of
     tokens with A < 0 by -c * A: loss_t = min(max(-r_t A, -clip(r_t) A), -c A) there, so a
     huge ratio on a bad token cannot dominate (c = `dual_clip_c` > 1, 3 as in the paper).
+    A `dual_clip_c` other than 3 without `dual_clip=True` is refused: it would be ignored.
     """
 
     name: ClassVar[str] = "pg"
     clip_eps_low: float = 0.2
     clip_eps_high: float = 0.2
     dual_clip: bool = False
-    dual_clip_c: float = 3.0
+    dual_clip_c: float = _DUAL_CLIP_C
 
     def _check_config(self) -> None:
         check_clip(self.clip_eps_low, self.clip_eps_high, "TokenClippedSurrogateLoss")
@@ -96,6 +99,11 @@ class TokenClippedSurrogateLoss(AggregatedLoss):
             raise ValueError(
                 f"TokenClippedSurrogateLoss: dual_clip_c must be > 1 (3 in the paper), got "
                 f"{self.dual_clip_c}"
+            )
+        if not self.dual_clip and self.dual_clip_c != _DUAL_CLIP_C:
+            raise ValueError(
+                f"TokenClippedSurrogateLoss: dual_clip_c={self.dual_clip_c} is read only with "
+                "dual_clip=True (it would be ignored): pass dual_clip=True or drop dual_clip_c"
             )
 
     def compute(self, batch: LossBatch) -> LossOutput:
