@@ -45,6 +45,7 @@ except ImportError as e:  # an optional extra
     raise ImportError("the Redis pipeline needs redis-py: pip install 'ludic[redis]'") from e
 
 from ludic.pipeline import stream_dead, stream_push
+from ludic.pipeline.redis_memory import full_error, is_out_of_memory, warn_if_evicting
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -354,6 +355,8 @@ class SampleStream:
                 return result
             except ResponseError as e:
                 self.reached = True
+                if is_out_of_memory(e):  # past maxmemory: waiting frees nothing by itself
+                    raise full_error(shown_url(self.url), what, e) from e
                 if _NO_DATABASE in str(e):  # /99 where Redis holds 16 databases
                     raise LudicUsageError(_no_database(self.url, e)) from e
                 if "WRONGTYPE" in str(e):  # another program's data under one of our keys
@@ -399,6 +402,7 @@ def check_reachable(url: str, *, within_s: float = FIRST_CONNECT_S, retry_s: flo
         while True:
             try:
                 client.ping()
+                warn_if_evicting(client, shown_url(url))  # a full Redis would drop samples
                 return
             except (BusyLoadingError, ResponseError) as e:  # Redis answers (loading, or refusing
                 if _NO_DATABASE in str(e):  # PING itself): the commands that follow report
