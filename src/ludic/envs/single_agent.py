@@ -4,7 +4,8 @@ Subclasses implement `env_reset(seed) -> (obs, info)` and `env_step(action) -> S
 either sync or async, and optionally `env_state_key()` and `env_current_observation()`. A synchronous env stays synchronous
 for its users (`env.reset(0)` returns the result); protocols still run its calls on a worker
 thread (see `LudicEnv`). What they return is checked where it leaves the env (the
-observation a str, the outcome a `StepOutcome` with a finite number as reward), so a slip is
+observation a str, the outcome a `StepOutcome` with a finite number as reward, a dict as
+info and bools as `terminated` / `truncated`), so a slip is
 refused naming the method instead of failing later in the chat template or the credit
 assignment; protocols apply the same checks (`check_reset_result`, `check_step_outcome`) to
 any other `LudicEnv`. It deliberately adds nothing else.
@@ -164,9 +165,32 @@ def check_step_outcome(outcome: object, *, where: str) -> StepOutcome:
             f"{where} returned a StepOutcome whose reward is {reward}; the reward must be "
             "finite (a nan or inf reward would turn every advantage of its group into nan)"
         )
-    if type(reward) is not float:  # True/False (reward=solved), ints, numpy scalars: as floats
-        return dataclasses.replace(outcome, reward=float(reward))
-    return outcome
+    if not isinstance(outcome.info, dict):
+        raise TypeError(
+            f"{where} returned a StepOutcome whose info is {_kind(outcome.info)}; return a "
+            "dict ({}: none)"
+        )
+    for flag in _FLAGS:
+        if not _is_flag(value := getattr(outcome, flag)):
+            raise TypeError(
+                f"{where} returned a StepOutcome whose {flag} is {_kind(value)}; {flag} must "
+                "be True or False (a non-empty str such as 'False' would end the episode)"
+            )
+    fixes = {
+        **({} if type(reward) is float else {"reward": float(reward)}),
+        **{f: bool(getattr(outcome, f)) for f in _FLAGS if type(getattr(outcome, f)) is not bool},
+    }  # True/False (reward=solved), ints, numpy scalars: as plain floats and bools
+    return dataclasses.replace(outcome, **fixes) if fixes else outcome
+
+
+_FLAGS = ("terminated", "truncated")
+
+
+def _is_flag(value: object) -> bool:
+    """A bool, a numpy bool (Gymnasium's envs return them), or the int 0 or 1."""
+    if isinstance(value, bool) or type(value).__name__ in ("bool_", "bool"):  # numpy 1, 2
+        return True
+    return isinstance(value, numbers.Integral) and value in (0, 1)
 
 
 def _kind(value: object) -> str:
