@@ -5,6 +5,7 @@ Messages and steps live in the sibling modules; nothing here imports torch.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -83,9 +84,8 @@ class TokenTrace:
     forced_positions: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "prompt_token_ids", tuple(map(int, self.prompt_token_ids)))
-        object.__setattr__(self, "completion_token_ids", tuple(map(int, self.completion_token_ids)))
-        object.__setattr__(self, "forced_positions", tuple(map(int, self.forced_positions)))
+        for name in ("prompt_token_ids", "completion_token_ids", "forced_positions"):
+            object.__setattr__(self, name, _integers(name, getattr(self, name)))
         n = len(self.completion_token_ids)
         if any(not 0 <= i < n for i in self.forced_positions):
             raise ValueError(
@@ -127,3 +127,31 @@ class TokenTrace:
             sampling=None if sampling is None else BehaviorSampling.from_dict(sampling),
             forced_positions=tuple(d.get("forced_positions", ())),
         )
+
+
+def _integers(field: str, values: Any) -> tuple[int, ...]:
+    """`values` as a tuple of ints; ValueError naming `field` and the first value that is not an
+    integer (3.7, True, "5"), which `int()` would truncate or convert without a word. Integral
+    floats (3.0, as some JSON writers give ids) and numpy / torch integer scalars are ints."""
+    out = tuple(values)
+    if all(type(v) is int for v in out):  # the common case, one cheap pass
+        return out
+    return tuple(_integer(field, i, v) for i, v in enumerate(out))
+
+
+def _integer(field: str, index: int, value: Any) -> int:
+    if type(value) is int:
+        return value
+    is_bool = isinstance(value, bool) or str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
+    if not is_bool:
+        try:
+            return operator.index(value)  # int subclasses, numpy and torch integer scalars
+        except TypeError:
+            pass
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    raise ValueError(
+        f"TokenTrace: {field}[{index}] is {value!r} ({type(value).__name__}), not an integer: "
+        "token ids and positions are ints; fix the backend or file that gave it (a float id "
+        "is not rounded to one)"
+    )
