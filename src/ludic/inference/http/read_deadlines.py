@@ -5,7 +5,9 @@ reply its client stops reading for `body_timeout_s` is abandoned (the connection
 stream's request cancelled). uvicorn bounds none of these (its keep-alive timeout runs only
 between requests, until the first byte), so clients that open connections and trickle a byte
 every few seconds (slowloris), declare a Content-Length and never send it, or never read a
-long reply, held the server's file descriptors until good clients were refused.
+long reply, held the server's file descriptors until good clients were refused. A client
+that closes its sending side before its reply, or in the middle of its request, is told so
+(a 400) as the connection closes, where uvicorn closed it silently.
 
 The body's deadline grows with what arrives (mod_reqtimeout's rule): it may take
 `body_timeout_s` plus 1 s per `BODY_MIN_RATE` bytes received, counting only the time the
@@ -106,7 +108,39 @@ class _TimedHead(asyncio.Protocol):
         self.inner.data_received(data)
 
     def eof_received(self) -> bool | None:
+        """The client sent its FIN. A closed socket sends the same as one only shut for
+        sending (`shutdown(SHUT_WR)`), so the connection closes as uvicorn closes it and a
+        request in flight is cancelled (its client is taken as gone); a client that still
+        reads first gets a 400 saying so, or that its request was cut off, not silence."""
+        why = self._cut_short()
+        if why is not None and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(_error_response(400, "Bad Request", why))
         return self.inner.eof_received()
+
+    def _cut_short(self) -> str | None:
+        """Why the request on this connection cannot be answered now that its client sent
+        its FIN, or None when nothing is waiting for a reply (or one has begun)."""
+        cycle = getattr(self.inner, "cycle", None)  # uvicorn's request being handled
+        if cycle is not None and not cycle.response_complete:
+            if cycle.response_started:
+                return None
+            if cycle.more_body:
+                return (
+                    "the request body ended early: the client closed its sending side before "
+                    "the body's Content-Length (or a chunked body's last chunk) arrived; send "
+                    "the whole body"
+                )
+            return (
+                "the client closed its sending side (shutdown(SHUT_WR)) before its reply: the "
+                "server takes that as the client gone (a closed socket sends the same) and "
+                "cancels its request; keep the connection open until the reply arrives"
+            )
+        if self.awaiting_head and self.head_bytes:
+            return (
+                "the request head ended early: the client closed its sending side before the "
+                "blank line that ends a head; send the whole request"
+            )
+        return None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_timer()
@@ -153,9 +187,11 @@ class _TimedHead(asyncio.Protocol):
         if self.head_bytes:
             seconds = self._watch.header_timeout_s
             transport.write(
-                _response_408(
+                _error_response(
+                    408,
+                    "Request Timeout",
                     f"the request head did not arrive within {seconds:g} s; send it at once "
-                    "(raise the server's --header-timeout for a slower client)"
+                    "(raise the server's --header-timeout for a slower client)",
                 )
             )
         transport.close()
@@ -250,10 +286,11 @@ class _TimedBody:
         await send({"type": "http.response.body", "body": body})
 
 
-def _response_408(message: str) -> bytes:
-    body = json.dumps(error_body(408, message)).encode()
+def _error_response(status: int, reason: str, message: str) -> bytes:
+    """A whole HTTP reply carrying `error_body(status, message)`, closing the connection."""
+    body = json.dumps(error_body(status, message)).encode()
     head = (
-        "HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
     )
     return head.encode("latin-1") + body
