@@ -59,12 +59,40 @@ class ModelsUnauthorized(ValueError):
     one); its inference requests would be refused the same way."""
 
 
+Ask = Callable[[str], "list[ModelCard]"]
+"""How a check asks a server (its URL) for its `/v1/models` cards: `model_cards` by default."""
+
+
+class _AskedOnce:
+    """Each server's `/v1/models` asked once for one `served_model_for` (its cards, or the
+    ValueError saying why not, kept), so its name and context checks read one answer."""
+
+    def __init__(self, api_key: str | None, spell: Spell) -> None:
+        self.api_key, self.spell = api_key, spell
+        self.answers: dict[str, list[ModelCard] | ValueError] = {}
+
+    def __call__(self, url: str) -> list[ModelCard]:
+        if url not in self.answers:
+            try:
+                self.answers[url] = model_cards(url, self.api_key, spell=self.spell)
+            except ValueError as e:  # ModelsUnauthorized too: raised again at each ask
+                self.answers[url] = e
+        answer = self.answers[url]
+        if isinstance(answer, ValueError):
+            raise answer
+        return answer
+
+
+def _asker(ask: Ask | None, api_key: str | None, spell: Spell) -> Ask:
+    return ask or (lambda url: model_cards(url, api_key, spell=spell))
+
+
 def served_model_name(
-    server_url: str, api_key: str | None = None, *, spell: Spell = as_flag
+    server_url: str, api_key: str | None = None, *, spell: Spell = as_flag, ask: Ask | None = None
 ) -> str:
     """The one model an OpenAI-compatible server serves, from its `/v1/models` (`spell`: how
-    refusals name the settings, `as_argument` from Python)."""
-    names = served_models(server_url, api_key, spell=spell)
+    refusals name the settings, `as_argument` from Python; `ask`: how to ask it)."""
+    names = [card.id for card in _asker(ask, api_key, spell)(server_url)]
     setting = spell("--served-model")
     if not names:
         raise ValueError(
@@ -92,28 +120,37 @@ def served_model_for(
     that one name and every request to such a server fails with a 404. `api_key` is what the
     client sends on inference requests; `spell`: how refusals name the settings. With
     `max_tokens` (the episodes' completion budget), a server whose card gives the model a
-    `max_model_len` at or below it is refused too (`check_context_room`)."""
+    `max_model_len` at or below it is refused too (`check_context_room`). Each server is asked
+    once for both checks."""
+    ask = _AskedOnce(api_key, spell)
     if served_model:
-        check_served_model(urls, served_model, api_key, spell=spell)
+        check_served_model(urls, served_model, api_key, spell=spell, ask=ask)
         name = served_model
     else:
-        name = served_model_name(urls[0], api_key, spell=spell)
-        check_served_model(urls[1:], name, api_key, listed_by=urls[0], spell=spell)
+        name = served_model_name(urls[0], api_key, spell=spell, ask=ask)
+        check_served_model(urls[1:], name, api_key, listed_by=urls[0], spell=spell, ask=ask)
     if max_tokens is not None:
-        check_context_room(urls, name, max_tokens, api_key, spell=spell)
+        check_context_room(urls, name, max_tokens, api_key, spell=spell, ask=ask)
     return name
 
 
 def check_context_room(
-    urls: Sequence[str], name: str, max_tokens: int, api_key: str | None, *, spell: Spell
+    urls: Sequence[str],
+    name: str,
+    max_tokens: int,
+    api_key: str | None,
+    *,
+    spell: Spell,
+    ask: Ask | None = None,
 ) -> None:
     """Refuse a completion budget `max_tokens` that leaves no room for a prompt where a server
     lists `name` with a `max_model_len` (prompt and completion together) at or below it: the
     server answers every such request with a 400, so every episode would fail. A server whose
     card has no `max_model_len`, or that does not answer, passes."""
+    ask = _asker(ask, api_key, spell)
     for url in urls:
         try:
-            cards = model_cards(url, api_key, spell=spell)
+            cards = ask(url)
         except ValueError:
             continue
         for card in cards:
@@ -141,6 +178,7 @@ def check_served_model(
     *,
     listed_by: str | None = None,
     spell: Spell = as_flag,
+    ask: Ask | None = None,
 ) -> None:
     """Refuse a model name that a server's `/v1/models` does not list (else every request to it
     fails with a 404), naming the models it lists; several URLs: each one, as a `ServerPool`
@@ -150,13 +188,14 @@ def check_served_model(
     answers any name) gets one warning line and goes on. A server that wants an API key not
     given is refused (`ModelsUnauthorized`); one without `/v1/models`, one that lists nothing,
     or one that does not answer passes, and its first request says what is wrong. `spell`: how
-    refusals name the settings (`as_argument` from Python)."""
+    refusals name the settings (`as_argument` from Python); `ask`: how to ask a server."""
     from ludic.recipes.inference import server_urls
 
     urls = server_urls(server_url, spell=spell)  # a malformed URL is still refused
+    ask = _asker(ask, api_key, spell)
     for url in urls:
         try:
-            cards = model_cards(url, api_key, spell=spell)
+            cards = ask(url)
         except ModelsUnauthorized:
             raise
         except ValueError:
