@@ -6,6 +6,7 @@ Trainer waits for rollouts. To overlap rollouts and training, wrap it in `Prefet
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 
@@ -26,6 +27,8 @@ from ludic.rollouts import (
 from ludic.training.batching.types import SAWBatch
 from ludic.types import JSON
 
+logger = logging.getLogger(__name__)
+
 RequestsFn = Callable[[], Sequence[RolloutRequest] | Awaitable[Sequence[RolloutRequest]]]
 
 
@@ -35,7 +38,10 @@ class RolloutBatchSource:
     - `requests_fn()` gives the logical requests of the next batch (sync or async);
       `strategy` expands them (e.g. `GRPORequestStrategy(group_size=8)`).
     - `seed_sequencer` fills unset env / sampling seeds from the batch index, so a run (and a
-      resumed run) replays the same seeds; the batch index is the checkpointed state.
+      resumed run) replays the same seeds; the batch index is the checkpointed state. Without
+      one, a strategy derives the seeds of an unseeded request from its `request_id`, so the
+      same request objects every batch (`requests_fn=lambda: prompts`) replay the same
+      problems and sampling seeds every step: logged once as a warning naming the fix.
     - `credit_assigner`, `filters`, `sample_mode`, `snapshot_policy`, `retokenizer` go to
       `generate_batch`.
 
@@ -66,11 +72,15 @@ class RolloutBatchSource:
         self.snapshot_policy: SnapshotPolicy = snapshot_policy
         self.retokenizer = retokenizer
         self.batch_index = 0
+        self._unseeded_ids: set[str] = set()  # the previous batch's unseeded request ids
+        self._warned_replay = False
 
     async def next_batch(self) -> SAWBatch:
         requests = list(await maybe_await(self.requests_fn()))
         if self.seed_sequencer is not None:
             requests = self.seed_sequencer.seed_requests(requests, self.batch_index)
+        else:
+            self._warn_on_replay(requests)
         requests = [replace(r, meta={**r.meta, BATCH_INDEX: self.batch_index}) for r in requests]
         result = await generate_batch(
             self.engine,
@@ -87,6 +97,30 @@ class RolloutBatchSource:
         self.batch_index += 1
         stats = {k: float(v) for k, v in result.stats.to_dict().items()}
         return SAWBatch(items=result.samples, rollouts=result.rollouts, stats=stats)
+
+    def _warn_on_replay(self, requests: Sequence[RolloutRequest]) -> None:
+        """Warn once when an unseeded request of the previous batch comes back: the strategy
+        derives its env and sampling seeds from its id, so the batch repeats the last one's
+        problems and seeds (a silent loss of data diversity)."""
+        if self.strategy is None or self._warned_replay:
+            return
+        unseeded = {
+            r.request_id for r in requests if r.env_seed is None and r.sampling_seed is None
+        }
+        repeated = sorted(unseeded & self._unseeded_ids)
+        self._unseeded_ids = unseeded
+        if repeated:
+            self._warned_replay = True
+            logger.warning(
+                "RolloutBatchSource: batch %d reuses unseeded request %r (and %d more) from "
+                "the batch before, and %s derives seeds from the request id, so every batch "
+                "plays the same problems with the same sampling seeds; pass "
+                "seed_sequencer=SeedSequencer(run_seed=...) or give each batch new requests",
+                self.batch_index,
+                repeated[0],
+                len(repeated) - 1,
+                type(self.strategy).__name__,
+            )
 
     def state_dict(self) -> JSON:
         return {"batch_index": self.batch_index}
