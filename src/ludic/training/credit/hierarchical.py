@@ -13,10 +13,13 @@ then each child turn's weight becomes
 where w_parent_turn is the final weight of the parent turn that made the `delegate` call (so a
 grandchild inherits through its parent). Parent turns keep their base weight: this module does
 not pass child rewards up to the parent (the child's answer already shaped the parent's outcome).
+A child whose parent is in the batch but failed (`rollout.failed`, e.g. its samples could not be
+built) has no parent credit to take: it keeps w_own, with a logged warning.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +29,8 @@ from ludic.rollouts.samples import CreditAssigner, TurnKey
 from ludic.training.credit.assigners import GroupNormalizedReturn
 from ludic.training.credit.core import active_rollouts
 from ludic.types import Rollout
+
+logger = logging.getLogger(__name__)
 
 HierarchyMode = Literal["inherit", "own", "mix"]
 _MODES: tuple[str, ...] = ("inherit", "own", "mix")
@@ -72,7 +77,12 @@ def hierarchical_weights(
     lam = 1.0 if mode == "inherit" else mix
     live = active_rollouts(rollouts)
     by_id = {r.id: r for r in live}
+    failed_ids = {r.id for r in rollouts if r.failed}
+    orphans: list[Rollout] = []
     for child in sorted((r for r in live if _depth(r) > 0), key=_depth):  # parents first
+        if str(child.meta["parent_rollout_id"]) in failed_ids:
+            orphans.append(child)  # no parent credit to pass down: it keeps its own
+            continue
         parent_key = _parent_turn(child, by_id)
         if parent_key not in out:
             raise ValueError(
@@ -84,6 +94,16 @@ def hierarchical_weights(
             key = (child.id, turn.turn_id)
             if key in out:
                 out[key] = lam * inherited + (1.0 - lam) * own[key]
+    if orphans:
+        first = orphans[0]
+        logger.warning(
+            "hierarchical credit: %d child rollout(s) keep their own weight (mode=%r ignored "
+            "for them), as the parent episode that delegated to them failed: e.g. %r under %r",
+            len(orphans),
+            mode,
+            first.id,
+            first.meta["parent_rollout_id"],
+        )
     return out
 
 
