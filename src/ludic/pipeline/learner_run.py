@@ -5,6 +5,7 @@ step loop, publishing with `BroadcastPolicyPublisher`. It checks no flags (`comm
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ from ludic.pipeline.learner_settings import (
     OVERRIDE_LR,
     learner_settings,
 )
+from ludic.pipeline.lease import refuse_other_learners
 from ludic.pipeline.stream import SampleStream
 from ludic.recipes.algorithms import make_algorithm as make_preset
 from ludic.recipes.inference import server_push_token
@@ -66,6 +68,14 @@ async def learn(cfg: LearnerConfig) -> list[dict[str, float]]:
         # before the model loads: a second learner under this consumer name is refused in
         # seconds (after waiting out a killed holder's lease), not after it read samples
         await source.hold_lease()
+        if source.rank == 0 and cfg.lease_ttl_s is not None:  # another job's learner: refused
+            await asyncio.to_thread(
+                refuse_other_learners,
+                cfg.redis_url,
+                stream=cfg.stream,
+                group=cfg.group,
+                consumer=cfg.consumer,
+            )
         if cfg.server_url and source.rank == 0:  # one started just before may still be loading
             await wait_for_servers(server_urls(cfg.server_url))
         model, tokenizer = load_model(cfg.model or tiny_model_dir(), dtype="float32")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -233,9 +234,64 @@ class ConsumerLease:
             f"learner consumer {self.consumer!r} of group {self.group!r} on stream "
             f"{self.stream!r} is held by a running learner ({holder}; its lease did not expire "
             f"in {self.wait_s:.0f}s): two learners under one consumer name would train the same "
-            "samples. Start this one with another --consumer name (a second learner job reads "
-            "its own share of the stream), or stop the other one first"
+            "samples: stop the other one first, or start this one on its own --stream with its "
+            "own actors (under another --consumer name it would be refused too: two learner "
+            "jobs on one stream each train only part of its samples)"
         )
+
+
+def refuse_other_learners(url: str, *, stream: str, group: str, consumer: str) -> None:
+    """Raise ConsumerInUseError when a learner of another job (a lease on `stream` that is not
+    a rank of `consumer` in `group`) is alive: a group splits the stream's samples between its
+    consumers, and a learner of another group deletes what it acknowledges from under this one,
+    so each would train only part of the run. A lease nobody renews (a learner killed just
+    before) is waited out."""
+    client = redis.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=5.0)
+    ours = lease_key(stream, group, f"{consumer}-r")
+    prefix = f"{stream}:lease:"  # of every group's leases (`lease_key`), glob-escaped
+    pattern = "".join("\\" + c if c in "*?[]\\" else c for c in prefix) + "*"
+    expires: dict[bytes, float] = {}  # when each lease expires unless renewed (monotonic s)
+    announced = False
+    try:
+        while True:
+            others = [
+                key
+                for key in client.scan_iter(match=pattern, count=1000)
+                if not (key.decode().startswith(ours) and key.decode()[len(ours) :].isdigit())
+            ]
+            if not others:
+                return
+            for key in others:
+                pttl, now = int(client.pttl(key)), time.monotonic()
+                renewed = pttl / 1000 + now > expires.get(key, math.inf) + 0.05
+                if pttl == -1 or renewed:  # no expiry, or renewed: a live learner's
+                    holder = describe_holder(client.get(key))
+                    raise ConsumerInUseError(_other_learner(stream, key.decode(), holder))
+                expires[key] = pttl / 1000 + now
+            if not announced:
+                announced = True
+                logger.info(
+                    "another learner's lease on stream %r (%s) is still set: waiting for it to "
+                    "expire (a learner stopped without releasing it) or be renewed (a live one: "
+                    "this learner is then refused)",
+                    stream,
+                    others[0].decode(),
+                )
+            time.sleep(0.2)
+    finally:
+        client.close()
+
+
+def _other_learner(stream: str, key: str, holder: str) -> str:
+    group_consumer = key[len(f"{stream}:lease:") :]
+    return (
+        f"stream {stream!r} is read by another running learner ({holder}, lease {key!r}: group "
+        f"and consumer {group_consumer!r}): two learner jobs on one stream each train only part "
+        "of its samples (a group splits them between its consumers; another group's learner "
+        "deletes what it acknowledges from under this one). Stop that learner first, or start "
+        "this one on its own --stream with its own actors; data-parallel learners are the ranks "
+        "of one torchrun job"
+    )
 
 
 def _heartbeat(
