@@ -22,6 +22,7 @@ import logging
 import math
 from pathlib import Path
 
+from ludic.errors import LudicUsageError
 from ludic.pipeline.config import ActorConfig, LearnerConfig
 from ludic.pipeline.credit_check import MAX_TOKENS_PRESETS
 from ludic.pipeline.learner_settings import CHECKPOINTS_DIR
@@ -42,6 +43,7 @@ def check_actor_counts(cfg: ActorConfig) -> None:
             )
         if cfg.policy_version < 0:
             raise ValueError(f"--policy-version must be >= 0, got {cfg.policy_version}")
+    check_key_names(stream=cfg.stream, actor_id=cfg.actor_id)
     check_count_flags(
         ("--problems-per-batch", cfg.problems_per_batch, "problems per batch, e.g. 4"),
         ("--group-size", cfg.group_size, "episodes per problem, e.g. 8"),
@@ -72,12 +74,36 @@ def refusals_need_torch(cfg: LearnerConfig) -> bool:
     return cfg.checkpoint_every is not None and checkpoints.is_dir() and any(checkpoints.iterdir())
 
 
+def check_key_names(**flags: str) -> None:
+    """Refuse a Redis name flag (`--stream`, `--group`, `--consumer`, `--actor-id`) that is
+    empty, has surrounding spaces or holds a control character, naming it: `--stream ""` (an
+    unset shell variable) or `--stream "ludic:samples "` put the actor and the learner on two
+    streams, each waiting for the other in words that hardly show why. Inner spaces are fine."""
+    for name, value in flags.items():
+        flag = "--" + name.replace("_", "-")
+        if not value or value != value.strip() or not value.isprintable():
+            raise LudicUsageError(
+                f"{flag} {value!r} is no usable Redis name (empty, surrounding spaces or a "
+                f"control character): pass the same name to the actors and the learner, e.g. "
+                f"{flag} {_EXAMPLE_NAMES[name]}"
+            )
+
+
+_EXAMPLE_NAMES = {
+    "stream": "ludic:samples",
+    "group": "ludic-learners",
+    "consumer": "learner",
+    "actor_id": "actor-0",
+}
+
+
 def check_learner_counts(cfg: LearnerConfig) -> None:
     """The learner's checks that import nothing heavy: counts below 1 (`--checkpoint-every` in
     its own words: it is an interval, and a run without checkpoints still trains), an `--lr`
     that is not a finite number > 0 (the trainer refused it only after Redis and the model,
     naming its own field: `lr must be > 0`), a `--lease-ttl-s` <= 0, a negative `--max-lag`,
     dr_grpo without `--max-tokens`, an unused `--max-tokens`."""
+    check_key_names(stream=cfg.stream, group=cfg.group, consumer=cfg.consumer)
     check_count_flags(
         ("--steps", cfg.steps, "optimizer steps of the whole run, e.g. --steps 100"),
         ("--batch-size", cfg.batch_size, "samples per optimizer step on each rank, e.g. 32"),

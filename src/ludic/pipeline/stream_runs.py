@@ -10,6 +10,8 @@ deleted), and never changes the stream.
 
 from __future__ import annotations
 
+import shlex
+
 from ludic.errors import LudicUsageError
 from ludic.pipeline.codec import PayloadError, decode_sample
 from ludic.pipeline.run_check import RUN_KEY
@@ -35,6 +37,7 @@ async def refuse_another_run(stream: SampleStream, *, run_id: str, actor_id: str
         if str(other) == run_id:
             return
         held = await stream.length()
+        key = shlex.quote(stream.stream)  # a name with spaces is one argument
         raise LudicUsageError(
             f"stream {stream.stream!r} at {shown_url(stream.url)} holds {held} samples no "
             f"learner has acknowledged, the newest (entry {entry.entry_id}, from actor "
@@ -45,6 +48,6 @@ async def refuse_another_run(stream: SampleStream, *, run_id: str, actor_id: str
             f"dead-letters the other's samples, and a new one takes run {other}, whose samples "
             "it reads first. Start this run on its own stream (the same new --stream for its "
             f"actors and learner), or, if run {other} is over, stop its learner and delete its "
-            f"samples first (`redis-cli -u {shown_url(stream.url)} DEL {stream.stream}`), or, "
+            f"samples first (`redis-cli -u {shown_url(stream.url)} DEL {key}`), or, "
             f"to continue run {other} with these flags on purpose, pass --run-id {other}"
         )
