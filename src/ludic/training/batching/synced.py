@@ -42,6 +42,10 @@ class RolloutBatchSource:
       one, a strategy derives the seeds of an unseeded request from its `request_id`, so the
       same request objects every batch (`requests_fn=lambda: prompts`) replay the same
       problems and sampling seeds every step: logged once as a warning naming the fix.
+    - The same request more than once in a batch (`requests_fn=lambda: [problem] * 4`) is that
+      many problems: each repeat gets its own `request_id` (`<id>@<position>`), since a strategy
+      groups by request id and would otherwise put every copy's episodes, each copy with its
+      own seeds, in one baseline group.
     - `credit_assigner`, `filters`, `sample_mode`, `snapshot_policy`, `retokenizer` go to
       `generate_batch`.
 
@@ -81,6 +85,7 @@ class RolloutBatchSource:
             requests = self.seed_sequencer.seed_requests(requests, self.batch_index)
         else:
             self._warn_on_replay(requests)
+        requests = _distinct_request_ids(requests)
         requests = [replace(r, meta={**r.meta, BATCH_INDEX: self.batch_index}) for r in requests]
         result = await generate_batch(
             self.engine,
@@ -127,3 +132,19 @@ class RolloutBatchSource:
 
     def load_state_dict(self, state: JSON) -> None:
         self.batch_index = int(state.get("batch_index", 0))
+
+
+def _distinct_request_ids(requests: Sequence[RolloutRequest]) -> list[RolloutRequest]:
+    """The requests, each repeat of a request id renamed `<id>@<position>` (kept unique)."""
+    seen: set[str] = set()
+    out: list[RolloutRequest] = []
+    for position, request in enumerate(requests):
+        rid = request.request_id
+        if rid in seen:
+            rid = f"{request.request_id}@{position}"
+            while rid in seen:
+                rid += "'"
+            request = replace(request, request_id=rid)
+        seen.add(rid)
+        out.append(request)
+    return out
