@@ -98,6 +98,7 @@ def run_quickstart(cfg: QuickstartConfig, *, console: Console | None = None) -> 
         if cfg.threads < 1:  # as ludic train and ludic eval refuse it
             raise ValueError(f"--threads must be >= 1 (or left out), got {cfg.threads}")
         torch.set_num_threads(cfg.threads)
+    policy_spec(cfg)  # a bad size flag is refused before an earlier run's outputs are replaced
     lock = cfg.out_dir / RUN_LOCK
     check_run_lock(lock, what=LUDIC_RUN)  # another live run in OUT_DIR: before anything is built
     with run_lock(  # one lock for every stage: SFT and RL train in sft/ and rl/ under it
@@ -236,18 +237,34 @@ def build_policy(
     """A tiny Llama built from scratch, with a tokenizer trained on the game's text
     (`task_tokenizer`) unless `cfg.task_tokenizer` is off (then the general tiny one)."""
     tokenizer = task_tokenizer(env_kwargs, seed=cfg.seed) if cfg.task_tokenizer else None
-    spec = TinyModelSpec(
-        hidden_size=cfg.hidden_size,
-        intermediate_size=3 * cfg.hidden_size,
-        num_hidden_layers=cfg.num_layers,
-    )
-    model, tokenizer = build_tiny_model(seed=cfg.seed, spec=spec, tokenizer=tokenizer)
+    model, tokenizer = build_tiny_model(seed=cfg.seed, spec=policy_spec(cfg), tokenizer=tokenizer)
     n_params = sum(p.numel() for p in model.parameters())
     console.print(
         f"built a tiny Llama model from scratch: {n_params / 1e6:.2f}M parameters, "
         f"a {len(tokenizer)}-token vocabulary"
     )
     return model, tokenizer
+
+
+def policy_spec(cfg: QuickstartConfig) -> TinyModelSpec:
+    """The tiny model `cfg`'s --hidden-size and --num-layers give; ValueError naming the flag as
+    typed when the model cannot be built (TinyModelSpec's own words name its fields)."""
+    if cfg.num_layers < 1:
+        raise ValueError(f"--num-layers must be >= 1, got {cfg.num_layers}")
+    heads = TinyModelSpec().num_attention_heads
+    width = 2 * heads  # each of the heads an even size: rotary embeddings rotate pairs
+    if cfg.hidden_size < width or cfg.hidden_size % width:
+        nearest = width * max(1, round(cfg.hidden_size / width))
+        raise ValueError(
+            f"--hidden-size must be a positive multiple of {width} (the tiny model's {heads} "
+            f"attention heads, each of an even size), got {cfg.hidden_size}: e.g. "
+            f"--hidden-size {nearest}"
+        )
+    return TinyModelSpec(
+        hidden_size=cfg.hidden_size,
+        intermediate_size=3 * cfg.hidden_size,
+        num_hidden_layers=cfg.num_layers,
+    )
 
 
 async def _expert_data(
