@@ -115,3 +115,16 @@ def test_a_database_of_a_unix_socket_url_is_named(redis_socket: Path) -> None:
     assert str(e.value).startswith(f"redis at {url} has no database 99 (")
     assert "e.g. ?db=0" in str(e.value)
     check_reachable(f"unix://{redis_socket}?db=3")  # one it has: reached
+
+
+@pytest.mark.parametrize("password", ["p@ss/word", "s3cr#t", "a?b", "x:y/z"])
+def test_a_password_needing_percent_encoding_is_refused_without_showing_it(password: str) -> None:
+    """A '/', '?' or '#' in a raw password ends the URL's host part: redis-py connected to a
+    host made of the password's tail, and the message showed that part of the password."""
+    url = f"redis://:{password}@127.0.0.1:6379/0"
+    with pytest.raises(LudicUsageError) as e:
+        check_reachable(url)
+    message = str(e.value)
+    assert message.startswith("--redis-url redis://***@127.0.0.1:6379/0 has an '@' past its host")
+    assert "percent-encode" in message and "urllib.parse.quote" in message
+    assert password not in message

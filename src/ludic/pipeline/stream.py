@@ -432,6 +432,14 @@ def check_url(url: str) -> None:
             f"--redis-url {shown_url(url)!r} is not a Redis URL (scheme {scheme or 'missing'!r}; "
             f"it takes one of {', '.join(s + '://' for s in _SCHEMES)}): write it as {example}"
         )
+    parts = urlparse(url)
+    if "@" in url[len(f"{scheme}://{parts.netloc}") :]:  # a password's '/', '?' or '#' ended it
+        raise LudicUsageError(
+            f"--redis-url {scheme}://***@{url.rpartition('@')[2]!s} has an '@' past its host: "
+            "percent-encode the password's '/', '?', '#', '@' and ':' (python -c \"import "
+            "urllib.parse; print(urllib.parse.quote('PASSWORD', safe=''))\"), as in "
+            "redis://:p%40ss%2Fword@127.0.0.1:6379/0"
+        )
     try:
         urlparse(url).port  # noqa: B018 - raises ValueError on a port that is not a number
     except ValueError as e:
