@@ -21,6 +21,8 @@ from typing import Any, Literal, get_args
 from ludic.training.weights_io import CorruptCheckpointError
 
 MANIFEST = "MANIFEST.json"
+# the step folder's own files that `CheckpointManager.save` writes beside `model/`
+SAVED_FILES = ("state.json", "optimizer.pt", "scheduler.pt", "rng.pt", "rank_states.pt")
 FORMAT = 1
 _STEP_NAME = re.compile(r"^step_(\d+)$")
 # a damaged checkpoint may be asked about under its quarantined name too (`quarantine_checkpoint`)
@@ -115,8 +117,18 @@ def _check_entry(name: str, entry: dict[str, Any]) -> None:
 def check_files(directory: Path, *, deep: bool = True, prefix: str = "") -> None:
     """Raise CorruptCheckpointError naming the first file (of those whose name starts with
     `prefix`) that `directory`'s manifest lists but that is missing, of another size or, with
-    `deep`, of other contents than its recorded sha256 (entries without one: size only)."""
-    for name, expected in manifest_files(directory).items():
+    `deep`, of other contents than its recorded sha256 (entries without one: size only), or that
+    loading reads (`saved_files`) but the manifest does not list: a manifest that lists fewer
+    files than the save wrote (edited, or another save's) would let them load unverified."""
+    listed = manifest_files(directory)
+    unlisted = [name for name in saved_files(directory, prefix) if name not in listed]
+    if unlisted:
+        more = f" ({len(unlisted)} files unlisted)" if len(unlisted) > 1 else ""
+        raise CorruptCheckpointError(
+            f"{directory} is damaged: {unlisted[0]} is not listed in {MANIFEST}{more}, so it "
+            "cannot be verified (the manifest was edited, or comes from another save)"
+        )
+    for name, expected in listed.items():
         if not name.startswith(prefix):
             continue
         file = directory / name
@@ -136,6 +148,23 @@ def check_files(directory: Path, *, deep: bool = True, prefix: str = "") -> None
                 f"{directory} is damaged: {name} does not match its sha256 in {MANIFEST} (its "
                 "contents changed after the save: a disk, memory or copy fault)"
             )
+
+
+def saved_files(directory: Path, prefix: str = "") -> list[str]:
+    """The files under `directory` (names relative to it, starting with `prefix`) that loading a
+    checkpoint reads, so its manifest must list them: everything under `model/` and the step
+    folder's own files (`SAVED_FILES`). Other files (a note a user left beside them) are not
+    read, so not required."""
+    names = (
+        path.relative_to(directory).as_posix()
+        for path in directory.rglob("*")
+        if path.is_file()
+    )
+    return sorted(
+        name
+        for name in names
+        if name.startswith(prefix) and (name.startswith("model/") or name in SAVED_FILES)
+    )
 
 
 def earlier_good_checkpoint(path: Path, *, deep: bool = True, prefix: str = "") -> Path | None:
