@@ -3,7 +3,8 @@ a body holding more values than any request within the context can use (four mil
 ids just under the 8 MiB cap, or millions of empty lists) is a 413 before it is parsed (it was
 parsed on the event loop, holding the GIL: ~1.5 s and ~6 s during which no other client got
 an answer), and a key given twice in one object is a 400 naming it (Python's parser kept the
-last one silently, where other parsers keep the first). A prompt at the context still parses;
+last one silently, where other parsers keep the first), and so is JSON nested past 100 levels
+(900 parsed and failed in the chat template). A prompt at the context still parses;
 a UTF-8 BOM is read as JSON allows. In process, through `ludic serve`'s app over the tiny
 model; a good request after each bad one still succeeds."""
 
@@ -18,7 +19,12 @@ from fastapi.testclient import TestClient
 
 from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.inference.http import json_body
-from ludic.inference.http.json_body import MIN_JSON_VALUES, max_json_values, parse_bounded
+from ludic.inference.http.json_body import (
+    MAX_JSON_DEPTH,
+    MIN_JSON_VALUES,
+    max_json_values,
+    parse_bounded,
+)
 from ludic.inference.http.server import create_app
 from ludic.models import load_tiny_model
 
@@ -134,3 +140,36 @@ def test_a_utf8_bom_is_read_as_json_allows(client: TestClient) -> None:
     with_bom = _post(client, "/v1/chat/completions", b"\xef\xbb\xbf" + json.dumps(body).encode())
     assert plain.status_code == with_bom.status_code == 200, with_bom.text
     assert with_bom.json()["choices"] == plain.json()["choices"]
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize(
+    ("body", "around"),  # around: the levels of lists and objects outside the nested one
+    [
+        ('{"messages": [{"role": "user", "content": "hi", "x": %s}], "max_tokens": 2}', 3),
+        (
+            '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "tools": '
+            '[{"type": "function", "function": {"name": "f", "parameters": {"x": %s}}}]}',
+            5,
+        ),
+        ('{"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"x": %s}}', 2),
+    ],
+    ids=["in-a-message", "in-a-tool-schema", "in-template-kwargs"],
+)
+def test_json_nested_past_the_depth_read_is_a_400_naming_it(
+    client: TestClient, body: str, around: int
+) -> None:
+    """900 levels parse, but the chat template failed on them with 'maximum recursion depth
+    exceeded in comparison', naming neither the nesting nor the fix."""
+    for nested in (900, MAX_JSON_DEPTH - around + 1):
+        reply = _post(client, "/v1/chat/completions", (body % _nested(nested)).encode())
+        assert reply.status_code == 400, reply.text
+        assert reply.json()["error"]["message"] == (
+            f"the body's JSON nests lists and objects {nested + around} levels deep, more than "
+            f"the {MAX_JSON_DEPTH} this server reads; send a flatter JSON object"
+        )
+    at_limit = body % _nested(MAX_JSON_DEPTH - around)
+    assert _post(client, "/v1/chat/completions", at_limit.encode()).status_code == 200

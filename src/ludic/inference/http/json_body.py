@@ -1,5 +1,5 @@
 """How `ludic serve` reads a JSON request body: its size in values bounded before it is parsed,
-and a key given twice in one object refused. `json_route_class` gives FastAPI the route class
+a key given twice in one object refused, and nesting past `MAX_JSON_DEPTH` refused. `json_route_class` gives FastAPI the route class
 that reads bodies so; it leaves validating the parsed body to FastAPI and the request models.
 
 Parsing holds the GIL (the json module's C scanner and pydantic's validators run no bytecode),
@@ -23,9 +23,11 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 __all__ = [
+    "MAX_JSON_DEPTH",
     "MIN_JSON_VALUES",
     "VALUES_PER_CONTEXT_TOKEN",
     "DuplicateKey",
+    "TooDeep",
     "json_route_class",
     "max_json_values",
     "parse_bounded",
@@ -36,6 +38,19 @@ MIN_JSON_VALUES = 65536
 VALUES_PER_CONTEXT_TOKEN = 8
 """Commas and opening brackets allowed per token of context beyond `MIN_JSON_VALUES`: a
 token-in prompt has one comma per token, text rarely more than a few per token."""
+MAX_JSON_DEPTH = 100
+"""The deepest nesting of lists and objects read. Tool schemas nest a few levels; a chat
+template rendering ~900 failed with 'maximum recursion depth exceeded', naming neither."""
+
+
+class TooDeep(ValueError):
+    """The body's JSON nests lists and objects deeper than `MAX_JSON_DEPTH`."""
+
+    def __init__(self, depth: int) -> None:
+        super().__init__(
+            f"the body's JSON nests lists and objects {depth} levels deep, more than the "
+            f"{MAX_JSON_DEPTH} this server reads; send a flatter JSON object"
+        )
 
 
 class DuplicateKey(ValueError):
@@ -80,9 +95,11 @@ def json_route_class(max_model_len: int) -> type[APIRoute]:
 def parse_bounded(body: bytes, limit: int, max_model_len: int) -> Any:
     """`body` parsed as JSON (UTF-8, a BOM allowed, as `json.loads` reads bytes); HTTPException
     413 when it holds more than `limit` commas and opening brackets (inside strings too: an
-    overcount only for text far longer than any context), `DuplicateKey` for a key repeated."""
+    overcount only for text far longer than any context), `DuplicateKey` for a key repeated,
+    `TooDeep` for nesting past `MAX_JSON_DEPTH`."""
+    opens = body.count(b"[") + body.count(b"{")
     if len(body) > limit:  # fewer bytes cannot hold more
-        count = body.count(b",") + body.count(b"[") + body.count(b"{")
+        count = body.count(b",") + opens
         if count > limit:
             raise HTTPException(
                 413,
@@ -91,7 +108,23 @@ def parse_bounded(body: bytes, limit: int, max_model_len: int) -> Any:
                 f"{limit} are read); send a shorter prompt (token ids past the context are "
                 "refused anyway), or serve a longer context (--max-model-len)",
             )
-    return json.loads(body, object_pairs_hook=_unique_keys)
+    parsed = json.loads(body, object_pairs_hook=_unique_keys)
+    if opens > MAX_JSON_DEPTH and (depth := _depth(parsed)) > MAX_JSON_DEPTH:
+        raise TooDeep(depth)  # fewer brackets (most bodies) cannot nest deeper: not walked
+    return parsed
+
+
+def _depth(value: Any) -> int:
+    """How deep lists and objects nest in `value` (a scalar: 0), walked without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if not isinstance(item, (dict, list)):
+            continue
+        deepest = max(deepest, level)
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, level + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from ludic.inference.embedded.engine import CompletionStream, EmbeddedEngine
 from ludic.inference.embedded.prompts import encode_prompt_text
 from ludic.inference.embedded.streaming import TextStream
 from ludic.inference.http.auth import token_matches
-from ludic.inference.http.json_body import DuplicateKey, json_route_class
+from ludic.inference.http.json_body import DuplicateKey, TooDeep, json_route_class
 from ludic.inference.http.openai_client import VERSION_HEADER
 from ludic.inference.http.openai_protocol import (
     ChatCompletionRequest,
@@ -364,7 +364,8 @@ def _is_json(content_type: str) -> bool:
 
 def _unparsable_body(exc: HTTPException) -> str | None:
     """FastAPI's 'There was an error parsing the body' said neither what nor the fix: a body
-    that is not UTF-8, JSON nested past the parser's recursion limit, or a key given twice."""
+    that is not UTF-8, JSON nested past the parser's recursion limit or `MAX_JSON_DEPTH`, or a
+    key given twice."""
     cause = exc.__cause__
     if isinstance(cause, UnicodeDecodeError):
         bad = cause.object[cause.start : cause.start + 1]
@@ -374,7 +375,7 @@ def _unparsable_body(exc: HTTPException) -> str | None:
         )
     if isinstance(cause, RecursionError):
         return "the body's JSON nests too deep to parse; send a flatter JSON object"
-    if isinstance(cause, DuplicateKey):
+    if isinstance(cause, (DuplicateKey, TooDeep)):
         return str(cause)
     return None
 
