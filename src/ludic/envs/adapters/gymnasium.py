@@ -12,10 +12,12 @@ those are not text environments.
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from ludic.envs.adapters._common import ansi_to_text, require
+from ludic.envs.arg_types import corrected, describe, mismatches
 from ludic.envs.registry import EnvSpec
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.parsers import DEFAULT_PENALTY, Parser, xml_tag_parser
@@ -146,6 +148,7 @@ def make_gym_env(env_id: str, **make_kwargs: Any) -> Any:
     creator = gym.envs.registration.load_env_creator(spec.entry_point)
     given = sorted(make_kwargs)
     offers_ansi = "ansi" in getattr(creator, "metadata", {}).get("render_modes", ())
+    _check_kwarg_types(env_id, creator, make_kwargs)
     if "render_mode" not in make_kwargs and offers_ansi:
         make_kwargs["render_mode"] = "ansi"
     try:
@@ -157,6 +160,24 @@ def make_gym_env(env_id: str, **make_kwargs: Any) -> Any:
             f"Gymnasium env {env_id!r} did not take the keywords {given} (--env-kwargs): {e}; "
             f"it takes {_parameters(creator)}"
         ) from e
+
+
+def _check_kwarg_types(env_id: str, creator: Any, kwargs: Mapping[str, Any]) -> None:
+    """Refuse a keyword whose value the env's constructor annotation refuses (`"no"` for
+    FrozenLake's `is_slippery: bool`, which Gymnasium would take as true), naming the env, the
+    keyword, the value and the fix, as `--env-kwargs` is checked for Ludic's own envs."""
+    for name, annotation in mismatches(creator, kwargs):
+        value, wanted = kwargs[name], describe(annotation, bool_as="true or false")
+        fix = corrected(value, annotation)
+        write = (
+            f"write it without quotes: --env-kwargs '{json.dumps({name: fix})}'"
+            if fix is not None
+            else f"pass {wanted} for {json.dumps(name)} in --env-kwargs"
+        )
+        raise ValueError(
+            f"Gymnasium env {env_id!r} takes {name!r} as {wanted}, got {json.dumps(value)} "
+            f"({type(value).__name__}); {write}"
+        )
 
 
 def _parameters(creator: Any) -> str:
