@@ -16,6 +16,7 @@ import pytest
 
 from ludic.recipes.configs import RESUME_LATEST, TrainConfig
 from ludic.recipes.training import check_resume_dir
+from ludic.training.checkpoint_manifest import write_manifest
 
 ENV = """
 from ludic.envs import SingleAgentEnv
@@ -90,7 +91,7 @@ def _checkpoint(root: Path, step: int) -> Path:
     path = root / f"step_{step:08d}"
     path.mkdir(parents=True)
     (path / "state.json").write_text(json.dumps({"step": step}))
-    (path / "MANIFEST.json").write_text(json.dumps({"files": {}}))
+    write_manifest(path, step)  # lists state.json: a manifest that lists nothing verifies nothing
     return path
 
 
