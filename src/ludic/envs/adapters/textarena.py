@@ -24,6 +24,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from ludic.envs.adapters._common import own_keywords, require
+from ludic.envs.arg_types import EnvArgumentTypeError
 from ludic.envs.base import LudicEnv, ResetResult, StepResult
 from ludic.envs.registry import EnvSpec
 from ludic.parsers import identity_parser
@@ -86,6 +87,7 @@ class TextArenaEnv(LudicEnv):
         _check_id(ta, env_id)
         _check_make_kwargs(ta, env_id, make_kwargs, own_keywords(type(self), TextArenaEnv))
         self._make = lambda: ta.make(env_id, **make_kwargs)
+        _check_seat_types(num_players, llm_seats)
         self.num_players = num_players or _probe_players(self._make)
         self.llm_seats = tuple(sorted(set(llm_seats)))
         if not self.llm_seats or any(not 0 <= p < self.num_players for p in self.llm_seats):
@@ -236,6 +238,26 @@ def _check_make_kwargs(
         raise ValueError(
             f"TextArena env {env_id!r} takes no keyword {', '.join(unknown)} (--env-kwargs); "
             f"its game takes {game}, and Ludic's TextArenaEnv {', '.join(ludic_keywords)}"
+        )
+
+
+def _check_seat_types(num_players: object, llm_seats: object) -> None:
+    """Refuse a `num_players` that is not an int, or `llm_seats` that are not a list of ints
+    (`"0"`, `[0.5]`, `0`), naming the keyword and the fix; the game's seats are player numbers,
+    and a str or float compared with them failed later as "'<=' not supported ..." or never
+    matched the current player."""
+    if num_players is not None and (
+        isinstance(num_players, bool) or not isinstance(num_players, int) or num_players < 1
+    ):
+        raise EnvArgumentTypeError(
+            f"TextArenaEnv: num_players must be an int >= 1 or None (the game's own count), "
+            f"got {num_players!r} ({type(num_players).__name__})"
+        )
+    seats = llm_seats if isinstance(llm_seats, list | tuple) else None
+    if seats is None or any(isinstance(p, bool) or not isinstance(p, int) for p in seats):
+        raise EnvArgumentTypeError(
+            f"TextArenaEnv: llm_seats must be a list of player numbers (ints), e.g. [0] or "
+            f"[0, 1], got {llm_seats!r} ({type(llm_seats).__name__})"
         )
 
 
