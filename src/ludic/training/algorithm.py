@@ -54,6 +54,11 @@ def with_regularizers(
     coefficients are 0. The extra terms use the same aggregation as the policy term."""
     if kl_beta < 0 or entropy_coef < 0:
         raise ValueError(f"kl_beta and entropy_coef must be >= 0, got {kl_beta}, {entropy_coef}")
+    if kl_clamp is not None and kl_beta == 0:
+        raise ValueError(
+            f"kl_clamp={kl_clamp} caps the KL-to-reference term, which kl_beta=0 leaves out (it "
+            "would be ignored): pass kl_beta > 0 (e.g. 0.04) or drop kl_clamp"
+        )
     terms: list[tuple[float, Loss]] = [(1.0, loss)]
     if kl_beta > 0:
         kl = KLToReferenceLoss(
