@@ -8,6 +8,7 @@ does not decide when an episode ends; protocols do.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,10 @@ from ludic.inference.client import ChatClient, ChatRequest, ChatResponse
 from ludic.inference.sampling import SamplingConfig
 from ludic.parsers import DEFAULT_PENALTY, Parser, identity_parser
 from ludic.types import AgentStep, Info, Message, ParseResult, ToolCall, ToolResult
+
+logger = logging.getLogger(__name__)
+# (parser, exception type) pairs already reported: a parser bug hits every reply, so once
+_REPORTED_PARSER_ERRORS: set[tuple[str, str]] = set()
 
 INCOMPLETE_FEEDBACK = (
     "Your reply was cut off before it finished (it hit the token limit). Answer more briefly."
@@ -195,6 +200,7 @@ class Agent:
                 obs=f"Your reply could not be parsed ({type(exc).__name__}).",
             )
             info["parser_exception"] = f"{type(exc).__name__}: {exc}"
+            _report_parser_error(self.parser, exc)
         if result.action is None:
             info["parse_error"] = True
         return result, info
@@ -322,3 +328,23 @@ def _check_client_and_parser(client: object, parser: object) -> None:
             f"action), got {type(parser).__name__} {parser!r:.60}; pass e.g. "
             "xml_tag_parser('answer') or env_parser('tictactoe')"
         )
+
+
+def _report_parser_error(parser: Parser, exc: Exception) -> None:
+    """Log, once per parser and exception type, that the parser raised: the reply counts as a
+    parse failure, which alone would only show as parse errors and the penalty."""
+    name = getattr(parser, "__qualname__", None) or type(parser).__name__
+    key = (f"{getattr(parser, '__module__', '')}.{name}", type(exc).__name__)
+    if key in _REPORTED_PARSER_ERRORS:
+        return
+    _REPORTED_PARSER_ERRORS.add(key)
+    logger.warning(
+        "the parser %s raised %s: %s; each reply it raises on counts as a parse failure "
+        "(penalty %s, recorded in the step's info['parser_exception']). Fix the parser: for a "
+        "reply it cannot read, return ParseResult(action=None, reward=..., obs=feedback)",
+        name,
+        type(exc).__name__,
+        exc,
+        DEFAULT_PENALTY,
+        exc_info=exc,
+    )
