@@ -30,6 +30,8 @@ def import_object(spec: str) -> Any:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ValueError(f"{spec!r} is not an import string; write it as 'package.module:name'")
+    if module_name.startswith(".") or "/" in module_name or module_name.endswith(".py"):
+        raise ValueError(_file_not_module(spec, module_name, attr))
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as e:
@@ -44,6 +46,18 @@ def import_object(spec: str) -> Any:
             meant = f"; did you mean {close[0]!r}?" if close else ""
             raise ValueError(f"module {module_name!r} has no attribute {attr!r}{meant}") from None
     return obj
+
+
+def _file_not_module(spec: str, module_name: str, attr: str) -> str:
+    """For `./my_env.py:make_env` (a path, or a relative module name, which importlib cannot
+    take): the module name to write instead and where to run from."""
+    path = Path(module_name.removesuffix(".py"))
+    folder = str(path.parent) if str(path.parent) not in (".", "") else "the folder that holds it"
+    return (
+        f"{spec!r} names a file, not a module: write the module name, "
+        f"'{path.name.lstrip('.')}:{attr}', and run from {folder} (the working directory is "
+        "importable, as with `python -m`; or add that folder to PYTHONPATH)"
+    )
 
 
 def _not_found_hint(error: ImportError, module_name: str) -> str:
