@@ -114,6 +114,29 @@ def corrected(value: object, annotation: Any) -> object | None:
     return parsed if parsed is not None and fits(parsed, annotation) else None
 
 
+def kwarg_refusal(owner: str, name: str, value: object, annotation: Any) -> str:
+    """Why `name=value` does not fit `owner`'s ("Gymnasium env 'FrozenLake-v1'") annotation for
+    it, and the `--env-kwargs` to write instead: for an env whose keywords pass through to
+    another package's constructor, where `mismatches` on Ludic's factory cannot see them."""
+    wanted = describe(annotation, bool_as="true or false")
+    fix = corrected(value, annotation)
+    write = (
+        f"write it without quotes: --env-kwargs '{json.dumps({name: fix})}'"
+        if fix is not None
+        else f"pass {wanted} for {json.dumps(name)} in --env-kwargs"
+    )
+    shown = json.dumps(value) if _is_json(value) else repr(value)
+    return f"{owner} takes {name!r} as {wanted}, got {shown} ({type(value).__name__}); {write}"
+
+
+def _is_json(value: object) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _kind_fits(value: object, annotation: Any) -> bool:
     """`fits`, with a Literal standing for the types of its values."""
     if get_origin(annotation) is Literal:

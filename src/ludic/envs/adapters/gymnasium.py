@@ -12,12 +12,11 @@ those are not text environments.
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from ludic.envs.adapters._common import ansi_to_text, require
-from ludic.envs.arg_types import corrected, describe, mismatches
+from ludic.envs.arg_types import kwarg_refusal, mismatches
 from ludic.envs.registry import EnvSpec
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.parsers import DEFAULT_PENALTY, Parser, xml_tag_parser
@@ -167,17 +166,7 @@ def _check_kwarg_types(env_id: str, creator: Any, kwargs: Mapping[str, Any]) -> 
     FrozenLake's `is_slippery: bool`, which Gymnasium would take as true), naming the env, the
     keyword, the value and the fix, as `--env-kwargs` is checked for Ludic's own envs."""
     for name, annotation in mismatches(creator, kwargs):
-        value, wanted = kwargs[name], describe(annotation, bool_as="true or false")
-        fix = corrected(value, annotation)
-        write = (
-            f"write it without quotes: --env-kwargs '{json.dumps({name: fix})}'"
-            if fix is not None
-            else f"pass {wanted} for {json.dumps(name)} in --env-kwargs"
-        )
-        raise ValueError(
-            f"Gymnasium env {env_id!r} takes {name!r} as {wanted}, got {json.dumps(value)} "
-            f"({type(value).__name__}); {write}"
-        )
+        raise ValueError(kwarg_refusal(f"Gymnasium env {env_id!r}", name, kwargs[name], annotation))
 
 
 def _parameters(creator: Any) -> str:

@@ -12,11 +12,13 @@ feedback.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import fields, is_dataclass
 from typing import Any, overload
 
 from ludic.envs.adapters._common import own_keywords, require
+from ludic.envs.arg_types import fits, kwarg_refusal
 from ludic.envs.dataset_qa import DatasetQAEnv, Sample
 from ludic.envs.registry import EnvSpec
 from ludic.parsers import Parser, xml_tag_parser
@@ -77,6 +79,11 @@ def make_dataset(
         )
     ludic_keywords = own_keywords(env_class or ReasoningGymEnv, ReasoningGymEnv)
     _check_config(name, config, rg.factory.DATASETS[name][1], ludic_keywords)
+    _check_types(
+        name,
+        {"size": size, "dataset_seed": dataset_seed, "level": level, **config},
+        rg.factory.DATASETS[name][1],
+    )
     args: dict[str, Any] = {}
     if level is not None:
         if not rg.factory.has_curriculum(name):
@@ -114,6 +121,24 @@ def _check_config(
             f"(--env-kwargs); its fields: {', '.join(taken) or 'none'}; and Ludic's: "
             f"{', '.join(ludic_keywords)}"
         )
+
+
+_OWN_TYPES: dict[str, Any] = {"size": int, "dataset_seed": int, "level": int | None}
+
+
+def _check_types(name: str, settings: Mapping[str, Any], config_cls: Any) -> None:
+    """Refuse a setting whose value its type refuses (Ludic's `size` / `dataset_seed` / `level`,
+    and the dataset config's annotated fields): reasoning-gym takes any value, and `"2"` for
+    an int failed inside it as "'<' not supported between instances of 'int' and 'str'"."""
+    try:
+        types = {**typing.get_type_hints(config_cls), **_OWN_TYPES}
+    except Exception:  # an annotation only a type checker can resolve: Ludic's own, then
+        types = dict(_OWN_TYPES)
+    for key, value in settings.items():
+        if key in types and not fits(value, types[key]):
+            raise ValueError(
+                kwarg_refusal(f"reasoning-gym dataset {name!r}", key, value, types[key])
+            )
 
 
 class ReasoningGymEnv(DatasetQAEnv):
