@@ -7,7 +7,9 @@ between requests, until the first byte), so clients that open connections and tr
 every few seconds (slowloris), declare a Content-Length and never send it, or never read a
 long reply, held the server's file descriptors until good clients were refused. A client
 that closes its sending side before its reply, or in the middle of its request, is told so
-(a 400) as the connection closes, where uvicorn closed it silently.
+(a 400) as the connection closes, where uvicorn closed it silently; a request that is not
+HTTP/1.1 gets a 400 naming what the parser found (uvicorn said only "Invalid HTTP request
+received.").
 
 The body's deadline grows with what arrives (mod_reqtimeout's rule): it may take
 `body_timeout_s` plus 1 s per `BODY_MIN_RATE` bytes received, counting only the time the
@@ -22,6 +24,7 @@ import asyncio
 import json
 from typing import Any, ClassVar, cast
 
+import httptools
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
@@ -83,6 +86,10 @@ class _TimedHead(asyncio.Protocol):
 
     def __init__(self, **uvicorn_args: Any) -> None:
         self.inner = AutoHTTPProtocol(**uvicorn_args)  # type: ignore[call-arg]
+        if isinstance(getattr(self.inner, "parser", None), httptools.HttpRequestParser):
+            self.parser = _ReasonedParser(self.inner.parser)  # type: ignore[attr-defined]
+            self.inner.parser = self.parser  # type: ignore[attr-defined]
+            self.inner.send_400_response = self._refuse_malformed  # type: ignore[attr-defined]
         self.transport: asyncio.Transport | None = None
         self.peer: _Peer | None = None
         self.in_flight = 0  # requests whose app is running (pipelined ones queue after)
@@ -164,6 +171,20 @@ class _TimedHead(asyncio.Protocol):
         if self.in_flight == 0:  # the timer starts at the next byte
             self.awaiting_head, self.head_bytes = True, 0
 
+    def _refuse_malformed(self, _: str) -> None:
+        """uvicorn's answer to a request that is not HTTP, as it answers it (400, close), with
+        httptools' reason: uvicorn said 'Invalid HTTP request received.' of every one."""
+        reason = self.parser.reason or "unreadable"
+        if self.transport is not None:
+            self.transport.write(
+                _error_response(
+                    400,
+                    "Bad Request",
+                    f"the request is not valid HTTP/1.1 ({reason}); send a well-formed request",
+                )
+            )
+            self.transport.close()
+
     def _start_timer(self) -> None:
         loop = asyncio.get_running_loop()
         self.timer = loop.call_later(self._watch.header_timeout_s, self._head_late)
@@ -195,6 +216,23 @@ class _TimedHead(asyncio.Protocol):
                 )
             )
         transport.close()
+
+
+class _ReasonedParser:
+    """uvicorn's httptools request parser, keeping the reason of the error that stops it."""
+
+    def __init__(self, parser: httptools.HttpRequestParser) -> None:
+        self.parser, self.reason = parser, ""
+
+    def feed_data(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as e:
+            self.reason = str(e)  # "Invalid character in chunk size", ...
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.parser, name)
 
 
 class _TimedBody:
