@@ -3,7 +3,8 @@ and state.json, optimizer.pt, scheduler.pt, rng.pt, rank_states.pt): one that li
 empty `{"files": {}}`, an entry removed by hand, a manifest copied from another save) verified
 anything, so a flipped weight loaded unnoticed. It is refused naming the unlisted file, by
 resume and by `load_model`, and the earlier step that verifies is named and used. A file no
-loading reads (a note left beside the checkpoint) needs no entry."""
+loading reads (a note left beside the checkpoint) needs no entry. An unreadable manifest is
+refused by `load_model` too, as resume refuses it."""
 
 from __future__ import annotations
 
@@ -96,3 +97,19 @@ def test_a_file_no_loading_reads_needs_no_entry(manager: CheckpointManager) -> N
     manager.verify(second)
     assert manager.resolve() == second
     load_model(second)
+
+
+@pytest.mark.parametrize("content", ['{"files": 5}', "{", '{"step": 2}'])
+def test_load_model_refuses_an_unreadable_manifest_as_resume_does(
+    manager: CheckpointManager, content: str
+) -> None:
+    """It loaded the weights unverified, while resume refused the same checkpoint."""
+    second = manager.path_for(2)
+    (second / MANIFEST).write_text(content)
+    with pytest.raises(CorruptCheckpointError):
+        manager.resolve(second)
+    with pytest.raises(ValueError) as e:
+        load_model(second)
+    message = str(e.value)
+    assert f"{second / MANIFEST}: unreadable manifest" in message, message
+    assert f"the earlier step {manager.path_for(1)} verifies" in message, message

@@ -266,25 +266,20 @@ def _check_manifest(directory: Path, *, deep: bool) -> None:
     """ValueError naming the first file of a checkpoint's `model/` that its step folder's
     MANIFEST.json lists but that is missing, of another size (a copy in part, a full disk) or,
     with `deep`, of other contents than its recorded sha256 (a bit flip: one streaming pass over
-    the weights), and the newest earlier step whose `model/` verifies (checked the same way).
-    Files recorded without a sha256 (older saves): sizes only. A folder without a readable
-    manifest is left to loading to judge."""
+    the weights), or that it does not list, or the manifest itself when it is unreadable, and the
+    newest earlier step whose `model/` verifies (checked the same way). Files recorded without a
+    sha256 (older saves): sizes only. A folder without a manifest is left to loading to judge."""
     from ludic.training.checkpoint_manifest import (
         MANIFEST,
         check_files,
         earlier_good_checkpoint,
-        manifest_files,
     )
     from ludic.training.weights_io import CorruptCheckpointError
 
     step_dir = directory.parent
     if directory.name != "model" or not (step_dir / MANIFEST).is_file():
         return
-    try:
-        manifest_files(step_dir)
-    except CorruptCheckpointError:
-        return  # not ours to judge: loading says what is wrong with the weights themselves
-    try:
+    try:  # an unreadable manifest too: it verifies nothing, as resume refuses it
         check_files(step_dir, deep=deep, prefix="model/")
     except CorruptCheckpointError as e:
         earlier = earlier_good_checkpoint(step_dir, deep=deep, prefix="model/")
