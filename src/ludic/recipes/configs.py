@@ -251,6 +251,9 @@ class TrainConfig:
     rounds differently with the batch's make-up (which depends on timing), so behaviour logprobs
     vary in their last bits from run to run; 1 or --batch-invariant makes a run (and a resumed
     one) bit-reproducible, at the cost of speed."""
+    episode_timeout_s: float | None = 600.0
+    """Wall-clock limit per episode (None: no limit): an env or tool that hangs fails its
+    episode, logged naming this flag, instead of stalling the run without a word."""
     batch_invariant: bool = False
     """Run the embedded engine batch-invariant (EngineConfig(batch_invariant=True)): a seeded run
     gives the same weights whatever the machine's load and --concurrency's batching, on the same

@@ -324,6 +324,7 @@ def _rollout_source(run: _Run, algorithm: RLAlgorithm, client: ChatClient) -> Ro
         env_registry={cfg.env: run.env_factory},  # records name the env as --env does
         protocol_registry={"agent": lambda: _protocol(cfg, run.context, client, run.parser)},
         concurrency=cfg.concurrency,
+        episode_timeout_s=cfg.episode_timeout_s,
         jsonl_log=cfg.out_dir / ROLLOUTS_FILE,
     )
     return RolloutBatchSource(

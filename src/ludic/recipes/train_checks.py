@@ -57,6 +57,11 @@ def check_counts(cfg: TrainConfig) -> None:
             raise ValueError(f"{flag} must be >= 1, got {value} ({fix})")
     check_micro_batch_tokens(cfg.micro_batch_tokens)  # a token budget, in its own words
     check_lr(cfg.lr, "1e-4")
+    if cfg.episode_timeout_s is not None and not cfg.episode_timeout_s > 0:
+        raise ValueError(
+            f"--episode-timeout-s must be > 0 seconds (or None: no limit), got "
+            f"{cfg.episode_timeout_s}"
+        )
 
 
 def group_baseline(algorithm: RLAlgorithm) -> bool:
