@@ -31,7 +31,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import tyro
@@ -97,8 +97,8 @@ class BenchConfig:
     """Tiny model depth (4 is the library default)."""
     init_std: float = 0.02
     """Weight init std: small gives a flat random policy that explores (library default 0.1)."""
-    algorithms: tuple[str, ...] = ("grpo", "gigpo")
-    """Which algorithms to run."""
+    algorithms: tuple[Literal["grpo", "gigpo"], ...] = ("grpo", "gigpo")
+    """Which algorithms to run (each once)."""
     gigpo_combine: Combine = "paper"
     """GiGPO's A_E / A_S mix: paper (A_E + omega A_S) or seed003 (omega A_E + (1-omega) A_S)."""
     gigpo_omega: float | None = None
@@ -108,6 +108,21 @@ class BenchConfig:
     first_seed: int = 0
     """Run seeds first_seed .. first_seed + seeds - 1 (to split one comparison over processes;
     `merge` combines their JSON files)."""
+
+    def __post_init__(self) -> None:
+        counts = ("seeds", "steps", "groups_per_step", "group_size", "eval_episodes", "length")
+        counts += ("max_steps", "max_tokens", "micro_batch_tokens", "hidden_size", "num_layers")
+        for name in counts:
+            if getattr(self, name) < 1:
+                raise ValueError(
+                    f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}"
+                )
+        if self.first_seed < 0:
+            raise ValueError(f"--first-seed must be >= 0, got {self.first_seed}")
+        if not self.algorithms or len(set(self.algorithms)) < len(self.algorithms):
+            raise ValueError(
+                f"--algorithms must name grpo and/or gigpo once each, got {self.algorithms}"
+            )
 
 
 # Short, so turn samples stay short (the env's own prompt explains the actions in words).
@@ -469,4 +484,5 @@ if __name__ == "__main__":
             raise SystemExit(2) from None
         print(json.dumps(merged, indent=2, allow_nan=False))
     else:
+        # tyro shows a ValueError of BenchConfig's checks as a usage error (exit 2)
         print(json.dumps(main(tyro.cli(BenchConfig)), indent=2, allow_nan=False))

@@ -60,6 +60,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _args import non_negative_int, positive_int, positive_int_list
 from trl_side import (
     COMPLETION_TOKENS,
     DEFAULT_TRL_PYTHON,
@@ -345,6 +346,9 @@ def parse_list(text: str, allowed: tuple[str, ...] | None = None) -> list[str]:
     bad = [v for v in values if allowed is not None and v not in allowed]
     if bad:
         raise SystemExit(f"unknown value(s) {bad}; choose from {list(allowed or ())}")
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:  # one arm per name: a second would replace the first, left running
+        raise SystemExit(f"{twice} given twice in {text!r}: name each arm once")
     return values
 
 
@@ -381,8 +385,10 @@ def comparisons(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(MODEL_SPECS), default="tiny")
-    parser.add_argument("--rounds", "--pairs", type=int, default=8, help="measured rounds")
-    parser.add_argument("--warmup", type=int, default=2, help="unmeasured steps per arm")
+    parser.add_argument("--rounds", "--pairs", type=positive_int, default=8, help="measured rounds")
+    parser.add_argument(
+        "--warmup", type=non_negative_int, default=2, help="unmeasured steps per arm"
+    )
     parser.add_argument(
         "--ludic",
         default="sync,process",
@@ -395,14 +401,18 @@ def main() -> None:
         "thread and process only), e.g. thread_packed_shared_compile_fused",
     )
     parser.add_argument(
-        "--threads", type=int, default=1, help="torch threads of Ludic's trainer process"
+        "--threads", type=positive_int, default=1, help="torch threads of Ludic's trainer process"
     )
     parser.add_argument(
-        "--server-threads", type=int, default=1, help="torch threads of the process arm's server"
+        "--server-threads",
+        type=positive_int,
+        default=1,
+        help="torch threads of the process arm's server",
     )
     parser.add_argument(
         "--trl-threads",
-        default="1,2",
+        type=positive_int_list,
+        default=[1, 2],
         help="TRL arms, one per torch thread count, comma-separated (each its own process)",
     )
     parser.add_argument(
@@ -415,7 +425,7 @@ def main() -> None:
     ludic_modes = parse_list(args.ludic)
     for name in ludic_modes:
         ludic_arm(name)
-    trl_threads = [int(t) for t in parse_list(args.trl_threads)]
+    trl_threads: list[int] = args.trl_threads
     check_trl_python(args.trl_python)
     import torch
     import transformers

@@ -380,14 +380,16 @@ def training_arms(names: list[str], model: str, rounds: int, warmup: int) -> dic
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=positive_int, default=3)
+    parser.add_argument(
+        "--steps", type=positive_int, default=None, help="measured steps (without --arms; 3)"
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     parser.add_argument(
         "--shared-prefix",
         choices=("on", "off", "paired"),
-        default="on",
+        default=None,
         help="shared prompt once per group in the training forward (on, the default), per "
-        "row (off), or both alternated (paired)",
+        "row (off), or both alternated (paired); without --arms",
     )
     parser.add_argument(
         "--arms",
@@ -395,17 +397,30 @@ def main() -> None:
         help="training only, paired: comma-separated arms of "
         f"{sorted(TRAINING_ARMS)}; ratios are against the first",
     )
-    parser.add_argument("--model", choices=("tiny", "50m"), default="tiny", help="with --arms")
     parser.add_argument(
-        "--rounds", type=positive_int, default=9, help="measured rounds (with --arms)"
+        "--model", choices=("tiny", "50m"), default=None, help="with --arms (default: tiny)"
+    )
+    parser.add_argument(
+        "--rounds", type=positive_int, default=None, help="measured rounds (with --arms; 9)"
     )
     parser.add_argument(
         "--warmup",
         type=positive_int,
-        default=2,
-        help="unmeasured steps per arm, the first included (--arms)",
+        default=None,
+        help="unmeasured steps per arm, the first included (with --arms; 2)",
     )
     args = parser.parse_args()
+    given = {k for k in ("model", "rounds", "warmup", "steps", "shared_prefix") if getattr(args, k)}
+    arms_only = sorted(given & {"model", "rounds", "warmup"})
+    step_only = sorted(given & {"steps", "shared_prefix"})
+    if arms_only and not args.arms:  # the whole-step run has one model and --steps
+        flags = ", ".join(f"--{k}" for k in arms_only)
+        parser.error(f"{flags}: only with --arms (e.g. --arms base)")
+    if step_only and args.arms:  # arms time training alone, --rounds times each
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in step_only)
+        parser.error(f"{flags}: only without --arms (with --arms: --rounds, --warmup)")
+    args.model, args.rounds, args.warmup = args.model or "tiny", args.rounds or 9, args.warmup or 2
+    args.steps, args.shared_prefix = args.steps or 3, args.shared_prefix or "on"
     load_before = os.getloadavg()
     torch.set_num_threads(args.threads or (1 if args.arms else torch.get_num_threads()))
     if args.arms:
