@@ -22,6 +22,7 @@ from ludic.inference.http import json_body
 from ludic.inference.http.json_body import (
     MAX_JSON_DEPTH,
     MIN_JSON_VALUES,
+    JSONBound,
     max_json_values,
     parse_bounded,
 )
@@ -86,11 +87,12 @@ def test_the_count_bound_is_exact_and_grows_with_the_context() -> None:
     limit = max_json_values(CONTEXT)
     assert limit == MIN_JSON_VALUES  # 8 per token of a 2048 context is fewer
     assert max_json_values(2**20) == 8 * 2**20
+    bound = JSONBound.for_context(CONTEXT)
     at = b"[" + b",".join([b"1"] * limit) + b"]"  # limit - 1 commas and one bracket
-    assert parse_bounded(at, limit, CONTEXT) == [1] * limit
+    assert parse_bounded(at, bound) == [1] * limit
     over = b"[" + b",".join([b"1"] * (limit + 1)) + b"]"
     with pytest.raises(Exception, match=f"holds {limit + 1} commas") as caught:
-        parse_bounded(over, limit, CONTEXT)
+        parse_bounded(over, bound)
     assert getattr(caught.value, "status_code", None) == 413
 
 
@@ -173,3 +175,25 @@ def test_json_nested_past_the_depth_read_is_a_400_naming_it(
         )
     at_limit = body % _nested(MAX_JSON_DEPTH - around)
     assert _post(client, "/v1/chat/completions", at_limit.encode()).status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/ludic/weights/init", "/ludic/weights/start"])
+def test_a_weight_route_body_past_any_manifest_is_refused_before_the_token_check(
+    path: str,
+) -> None:
+    """FastAPI parses a body before the route's bearer-token check: four million numbers from
+    a client without the token were parsed (~1 s of the event loop) to answer 401."""
+    model, tokenizer = load_tiny_model()
+    tensors = len(model.state_dict())
+    body = b'{"tensors":[' + b",".join([b"5"] * 4_000_000) + b"]}"
+    with (
+        EmbeddedEngine(model, tokenizer) as engine,
+        TestClient(create_app(engine, model_name="tiny", token="T")) as client,
+    ):
+        reply = _post(client, path, body)
+        assert reply.status_code == 413, reply.text[:300]
+        message = reply.json()["error"]["message"]
+        assert "more than a weight manifest of this model's" in message
+        assert f"at most {MIN_JSON_VALUES + 16 * tensors} are read" in message
+        unauthorized = _post(client, path, b'{"tensors": []}')
+        assert unauthorized.status_code == 401, unauthorized.text

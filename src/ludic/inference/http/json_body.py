@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import Request, Response
@@ -27,6 +28,7 @@ __all__ = [
     "MIN_JSON_VALUES",
     "VALUES_PER_CONTEXT_TOKEN",
     "DuplicateKey",
+    "JSONBound",
     "TooDeep",
     "json_route_class",
     "max_json_values",
@@ -68,16 +70,38 @@ def max_json_values(max_model_len: int) -> int:
     return max(MIN_JSON_VALUES, VALUES_PER_CONTEXT_TOKEN * max_model_len)
 
 
-def json_route_class(max_model_len: int) -> type[APIRoute]:
-    """An `APIRoute` whose JSON bodies are bounded (`max_json_values(max_model_len)`, else a
-    413 before parsing) and parsed refusing a duplicate key (`DuplicateKey`, which FastAPI
-    raises as the cause of its 400); set it as `app.router.route_class` before adding routes."""
-    limit = max_json_values(max_model_len)
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JSONBound:
+    """The most commas and opening brackets a route's JSON body may hold (`limit`), what that
+    covers (`covers`: "a request within this server's 2048-token context can use") and what a
+    client over it should do (`fix`), for its 413."""
+
+    limit: int
+    covers: str
+    fix: str
+
+    @classmethod
+    def for_context(cls, max_model_len: int) -> JSONBound:
+        """The bound of the completion endpoints (and the logprob probe) of a served context."""
+        return cls(
+            limit=max_json_values(max_model_len),
+            covers=f"a request within this server's {max_model_len}-token context can use",
+            fix="send a shorter prompt (token ids past the context are refused anyway), or "
+            "serve a longer context (--max-model-len)",
+        )
+
+
+def json_route_class(bound: JSONBound) -> type[APIRoute]:
+    """An `APIRoute` whose JSON bodies are parsed by `parse_bounded`: over `bound` a 413 before
+    parsing; a duplicate key or nesting too deep a `DuplicateKey` or `TooDeep`, which FastAPI
+    raises as the cause of its 400. FastAPI reads a body before a route's dependencies run, a
+    bearer-token check included, so the bound also holds for clients without the token. Set it
+    as `app.router.route_class` before adding routes (or an `APIRouter`'s `route_class`)."""
 
     class BoundedRequest(Request):
         async def json(self) -> Any:
             if not hasattr(self, "_json"):
-                self._json = parse_bounded(await self.body(), limit, max_model_len)
+                self._json = parse_bounded(await self.body(), bound)
             return self._json
 
     class BoundedJSONRoute(APIRoute):
@@ -92,21 +116,19 @@ def json_route_class(max_model_len: int) -> type[APIRoute]:
     return BoundedJSONRoute
 
 
-def parse_bounded(body: bytes, limit: int, max_model_len: int) -> Any:
+def parse_bounded(body: bytes, bound: JSONBound) -> Any:
     """`body` parsed as JSON (UTF-8, a BOM allowed, as `json.loads` reads bytes); HTTPException
-    413 when it holds more than `limit` commas and opening brackets (inside strings too: an
-    overcount only for text far longer than any context), `DuplicateKey` for a key repeated,
-    `TooDeep` for nesting past `MAX_JSON_DEPTH`."""
+    413 when it holds more than `bound.limit` commas and opening brackets (inside strings too:
+    an overcount only for text far longer than any context), `DuplicateKey` for a key
+    repeated, `TooDeep` for nesting past `MAX_JSON_DEPTH`."""
     opens = body.count(b"[") + body.count(b"{")
-    if len(body) > limit:  # fewer bytes cannot hold more
+    if len(body) > bound.limit:  # fewer bytes cannot hold more
         count = body.count(b",") + opens
-        if count > limit:
+        if count > bound.limit:
             raise HTTPException(
                 413,
-                f"the body's JSON holds {count} commas and opening brackets, more than a "
-                f"request within this server's {max_model_len}-token context can use (at most "
-                f"{limit} are read); send a shorter prompt (token ids past the context are "
-                "refused anyway), or serve a longer context (--max-model-len)",
+                f"the body's JSON holds {count} commas and opening brackets, more than "
+                f"{bound.covers} (at most {bound.limit} are read); {bound.fix}",
             )
     parsed = json.loads(body, object_pairs_hook=_unique_keys)
     if opens > MAX_JSON_DEPTH and (depth := _depth(parsed)) > MAX_JSON_DEPTH:

@@ -37,7 +37,7 @@ from ludic.inference.embedded.engine import CompletionStream, EmbeddedEngine
 from ludic.inference.embedded.prompts import encode_prompt_text
 from ludic.inference.embedded.streaming import TextStream
 from ludic.inference.http.auth import token_matches
-from ludic.inference.http.json_body import DuplicateKey, TooDeep, json_route_class
+from ludic.inference.http.json_body import DuplicateKey, JSONBound, TooDeep, json_route_class
 from ludic.inference.http.openai_client import VERSION_HEADER
 from ludic.inference.http.openai_protocol import (
     ChatCompletionRequest,
@@ -83,7 +83,7 @@ def create_app(
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
     app = FastAPI(title="ludic embedded inference server", lifespan=lifespan)
-    app.router.route_class = json_route_class(engine.max_model_len)  # before the routes
+    app.router.route_class = json_route_class(JSONBound.for_context(engine.max_model_len))
     app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
     bearer = HTTPBearer(auto_error=False)
 

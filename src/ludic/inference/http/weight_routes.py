@@ -10,12 +10,14 @@ from typing import Any
 
 import torch
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from ludic.distributed.live_state import LiveStateDict
 from ludic.distributed.manifest import ManifestError, WeightManifest
 from ludic.distributed.push_backend import device_identity
 from ludic.inference.http.auth import token_matches
+from ludic.inference.http.json_body import MIN_JSON_VALUES, JSONBound, json_route_class
 from ludic.inference.http.weight_outcomes import SyncResult, WeightSyncError
 from ludic.inference.http.weight_receiver import (
     InitRequest,
@@ -27,8 +29,12 @@ from ludic.inference.http.weight_tenure import group_in_body, group_named
 from ludic.inference.weights import pack_parameters_
 
 
-def weight_sync_router(receiver: WeightSyncReceiver, token: str | None) -> APIRouter:
-    """The `/ludic/weights/*` routes over `receiver`, guarded by the bearer `token`."""
+def weight_sync_router(
+    receiver: WeightSyncReceiver, token: str | None, *, tensors: int | None = None
+) -> APIRouter:
+    """The `/ludic/weights/*` routes over `receiver`, guarded by the bearer `token`; with the
+    model's count of `tensors`, their JSON bodies are bounded to what its manifest needs
+    (`json_body`: FastAPI parses a body before the token is checked)."""
     bearer = HTTPBearer(auto_error=False)
 
     def require_token(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> None:
@@ -37,7 +43,10 @@ def weight_sync_router(receiver: WeightSyncReceiver, token: str | None) -> APIRo
         if credentials is None or not token_matches(credentials.credentials, token):
             raise HTTPException(401, "missing or wrong bearer token for a control endpoint")
 
-    router = APIRouter(prefix="/ludic/weights", dependencies=[Depends(require_token)])
+    route_class = APIRoute if tensors is None else json_route_class(_manifest_bound(tensors))
+    router = APIRouter(
+        prefix="/ludic/weights", dependencies=[Depends(require_token)], route_class=route_class
+    )
 
     @router.post("/init")
     async def init(req: InitRequest) -> dict[str, str]:
@@ -112,8 +121,18 @@ def install_weight_sync_routes(
         arrange=lambda groups: pack_parameters_(model, groups),
         rehome=lambda names: rehome_(model, names),
     )
-    app.include_router(weight_sync_router(receiver, token))
+    app.include_router(weight_sync_router(receiver, token, tensors=len(live())))
     return receiver
+
+
+def _manifest_bound(tensors: int) -> JSONBound:
+    """A manifest lists each tensor as [name, dtype, [dims...], bucket, offset]: ~10 commas
+    and brackets; 16 each leaves room for more dimensions and the other fields."""
+    return JSONBound(
+        limit=MIN_JSON_VALUES + 16 * tensors,
+        covers=f"a weight manifest of this model's {tensors} tensors needs",
+        fix="send the manifest of the model this server serves",
+    )
 
 
 def rehome_(model: torch.nn.Module, names: Iterable[str]) -> None:
