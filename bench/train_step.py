@@ -52,6 +52,7 @@ from ludic.agents import Agent
 from ludic.distributed import InProcessPublisher
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.inference.embedded.engine import EmbeddedEngine
+from ludic.inference.embedded.lean_forward import LeanForward
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.models import load_tiny_model
@@ -103,8 +104,14 @@ class Stopwatch:
         self.add(name, time.perf_counter() - self._starts.pop(name))
 
     def time_forwards(self, name: str, module: torch.nn.Module) -> None:
+        """Time `module`'s forwards, also those the engine's lean forward (`LeanForward`, the
+        default for Llama-family models) runs on its parameters without calling it, which its
+        forward hooks never see."""
         module.register_forward_pre_hook(lambda *_: self.start(name))
         module.register_forward_hook(lambda *_: self.stop(name))
+        _LEAN_TIMED[id(module)] = (self, name)
+        if not hasattr(LeanForward.__call__, "timed"):  # once for every Stopwatch
+            LeanForward.__call__ = _timed_lean_call(LeanForward.__call__)  # type: ignore[method-assign]
 
     def add(self, name: str, seconds: float) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
@@ -112,6 +119,26 @@ class Stopwatch:
     def take(self) -> dict[str, float]:
         out, self.seconds = self.seconds, {}
         return out
+
+
+_LEAN_TIMED: dict[int, tuple[Stopwatch, str]] = {}
+"""id(model) -> where the lean forwards run on that model are timed."""
+
+
+def _timed_lean_call(call: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    def timed(lean: LeanForward, *args: Any, **kwargs: Any) -> torch.Tensor:
+        target = _LEAN_TIMED.get(id(lean.model))
+        if target is None:
+            return call(lean, *args, **kwargs)
+        watch, name = target
+        started = time.perf_counter()
+        try:
+            return call(lean, *args, **kwargs)
+        finally:
+            watch.add(name, time.perf_counter() - started)
+
+    timed.timed = True  # type: ignore[attr-defined]
+    return timed
 
 
 class TimedCredit:
