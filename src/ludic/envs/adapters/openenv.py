@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ludic.envs.adapters._common import require
+from ludic.envs.arg_types import checked_arguments
 from ludic.envs.registry import EnvSpec
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.errors import Refusal
@@ -52,6 +53,7 @@ class OpenEnvEnv(SingleAgentEnv):
     `reset(seed)` passes the seed on. A client session is closed by `close()`.
     """
 
+    @checked_arguments  # a wrong type (from --env-kwargs JSON) is refused naming the keyword
     def __init__(
         self,
         env: Any = None,
