@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 
 from ludic.training.checkpoint_faults import (  # the first two re-exported: their old home
     CheckpointModelMismatchError,  # noqa: F401
@@ -48,6 +49,7 @@ from ludic.training.checkpoint_manifest import (
     earlier_good_checkpoint,
     write_manifest,
 )
+from ludic.training.checkpoint_save_failure import save_failed
 from ludic.training.checkpoint_scratch import (
     remove_stale_scratch,
     restore_interrupted_resaves,
@@ -209,14 +211,13 @@ class CheckpointManager:
         (a sharded model's full states gathered on rank 0); `rank_states` (one per rank) are
         written when there is more than one.
         """
-        self.root.mkdir(parents=True, exist_ok=True)
         final = self.path_for(step)
         tmp = self.root / scratch_name("tmp", final.name)
         if optimizer_state is None and optimizer is not None:
             optimizer_state = optimizer.state_dict()
         with signals_deferred(f"checkpoint {final}"):  # a first Ctrl-C/SIGTERM: after the save
             try:
-                tmp.mkdir(parents=True)
+                tmp.mkdir(parents=True)  # and the root: a read-only one is refused as below
                 save_weights(
                     model,
                     tmp / "model",
@@ -232,6 +233,13 @@ class CheckpointManager:
                     tokenizer.save_pretrained(str(tmp / "model"))
                 self._write_manifest(tmp, step)
                 self._swap_in(tmp, final)
+            except (OSError, RuntimeError, SafetensorError) as e:  # a full or read-only disk
+                done = complete_checkpoints(self.root)
+                last = done[-1] if done else None
+                failed = save_failed(e, final=final, scratch=tmp, last_complete=last)
+                if failed is None:
+                    raise
+                raise failed from e
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
             self._apply_retention(saved=final)
