@@ -75,16 +75,18 @@ def describe(annotation: Any, *, bool_as: str = "bool") -> str:
     return str(annotation).replace("typing.", "")
 
 
-def annotations_of(factory: Callable[..., Any]) -> dict[str, Any]:
+def annotations_of(
+    factory: Callable[..., Any], *, with_var_keyword: bool = False
+) -> dict[str, Any]:
     """The annotated keyword parameters of `factory` (a function, or a class through its
     `__init__`); empty when they cannot be read or the factory takes `**kwargs` (whatever it
-    passes them on to decides)."""
+    passes them on to decides), unless `with_var_keyword` (its named ones, then)."""
     try:
         signature = inspect.signature(factory, eval_str=True)
     except Exception:  # no signature, or an annotation naming what only a type checker imports
         return {}
     params = signature.parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+    if not with_var_keyword and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return {}
     return {
         p.name: p.annotation for p in params if p.kind in _NAMED and p.annotation is not p.empty
@@ -181,4 +183,5 @@ def checked_arguments(init: Callable[P, R]) -> Callable[P, R]:
 
 @functools.cache
 def _hints(init: Callable[..., Any]) -> dict[str, Any]:
-    return annotations_of(init)
+    # the named parameters even beside **kwargs (an adapter passing the rest on to a package)
+    return annotations_of(init, with_var_keyword=True)

@@ -55,3 +55,14 @@ def test_ludic_eval_refuses_it_before_any_episode(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="takes 'is_slippery' as true or false"):
         ludic_main([*argv, "--no-progress", "--out-dir", str(tmp_path / "eval")])
     assert not (tmp_path / "eval" / "episodes.jsonl").exists()
+
+
+def test_the_adapters_own_keywords_are_checked_beside_the_envs() -> None:
+    """GymnasiumEnv's own `invalid_action_reward="-1"` was taken, and every illegal move then
+    failed its episode as "GymnasiumEnv.env_step returned a StepOutcome whose reward is '-1'"
+    (the **kwargs beside it kept `checked_arguments` from reading its named parameters)."""
+    from ludic.errors import is_refusal
+
+    with pytest.raises(TypeError, match=r"GymnasiumEnv: invalid_action_reward must be float") as e:
+        GymnasiumEnv("FrozenLake-v1", invalid_action_reward="-1")  # type: ignore[arg-type]
+    assert "pass invalid_action_reward=-1" in str(e.value) and is_refusal(e.value)

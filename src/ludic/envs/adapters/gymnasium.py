@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from ludic.envs.adapters._common import ansi_to_text, require
-from ludic.envs.arg_types import kwarg_refusal, mismatches
+from ludic.envs.arg_types import checked_arguments, kwarg_refusal, mismatches
 from ludic.envs.registry import EnvSpec
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.parsers import DEFAULT_PENALTY, Parser, xml_tag_parser
@@ -51,6 +51,7 @@ class GymnasiumEnv(SingleAgentEnv):
     `invalid_action_reward` and the legal actions, and the episode goes on.
     """
 
+    @checked_arguments  # its own keywords; the env's are checked against its constructor
     def __init__(
         self,
         env_id: str | None = None,
