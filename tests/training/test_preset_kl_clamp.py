@@ -35,5 +35,5 @@ def test_a_clamp_on_an_estimator_it_does_not_apply_to_is_refused(make) -> None:
 @pytest.mark.parametrize("make", [make_grpo, make_reinforce_pp, make_gigpo])
 def test_a_clamp_without_a_kl_term_is_refused(make) -> None:
     # kl_beta defaults to 0, which leaves the KL term out: the clamp would be ignored silently
-    with pytest.raises(ValueError, match="kl_clamp=10.0 caps the KL-to-reference term"):
+    with pytest.raises(ValueError, match=r"kl_clamp=10\.0 caps the KL-to-reference term"):
         make(kl_clamp=10.0)
