@@ -16,7 +16,7 @@ from rich.console import Console
 from train_envs import LongTalkEnv
 
 from ludic.envs import TicTacToeEnv
-from ludic.recipes.configs import DEFAULT_MICRO_BATCH_TOKENS, TrainConfig
+from ludic.recipes.configs import DEFAULT_MICRO_BATCH_TOKENS, TrainConfig, one_seat_env
 from ludic.recipes.context_overflow import (
     ContextOverflowWatch,
     ended_by_context_overflow,
@@ -25,7 +25,6 @@ from ludic.recipes.context_overflow import (
 from ludic.recipes.train import (
     NothingTrainedError,
     TrainResult,
-    _inspect_env,
     context_of,
     train_command,
 )
@@ -97,10 +96,10 @@ def test_only_the_first_overflow_line_of_the_engine_is_logged(
 
 
 def test_tictactoe_defaults_to_the_latest_observation() -> None:
-    suggested = _inspect_env(TicTacToeEnv, {}, "tictactoe")
+    suggested = one_seat_env(TicTacToeEnv, {}, "tictactoe", command="train")
     assert context_of(TrainConfig(), suggested) == "latest"
     assert context_of(TrainConfig(context="full"), suggested) == "full"
-    plain = _inspect_env(LongTalkEnv, {}, "train_envs:LongTalkEnv")
+    plain = one_seat_env(LongTalkEnv, {}, "train_envs:LongTalkEnv", command="train")
     assert plain is None and context_of(TrainConfig(), plain) == "full"
     assert context_of(TrainConfig(context="latest"), plain) == "latest"
 
@@ -110,7 +109,7 @@ def test_a_bad_suggested_context_is_named() -> None:
         suggested_context = "everything"
 
     with pytest.raises(ValueError, match=r"suggested_context = 'everything'.*--context full"):
-        _inspect_env(Odd, {}, "odd")
+        one_seat_env(Odd, {}, "odd", command="train")
 
 
 def _train(cfg: TrainConfig) -> tuple[TrainResult, str]:

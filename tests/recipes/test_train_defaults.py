@@ -19,8 +19,8 @@ from ludic.recipes.configs import (
     QuickstartConfig,
     SFTConfig,
     TrainConfig,
+    one_seat_env,
 )
-from ludic.recipes.train import _inspect_env
 from ludic.recipes.training import make_trainer
 from ludic.training.collate import plan_micro_batches
 
@@ -54,5 +54,5 @@ class AsyncCloseEnv(LongTalkEnv):
 def test_the_env_probe_awaits_an_async_close() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # "coroutine ... was never awaited"
-        assert _inspect_env(AsyncCloseEnv, {}, "async_close") is None
+        assert one_seat_env(AsyncCloseEnv, {}, "async_close", command="train") is None
     assert AsyncCloseEnv.closed

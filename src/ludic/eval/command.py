@@ -21,7 +21,7 @@ from ludic.context.full_dialog import FullDialog
 from ludic.context.latest_observation import LatestObservationContext
 from ludic.eval.core import EvalResult, make_eval_requests, run_eval
 from ludic.eval.credit_report import CREDIT_FILE
-from ludic.eval.env_spec import EnvFactory, resolve_env_factory, resolve_parser, with_env
+from ludic.eval.env_spec import EnvFactory, resolve_env_factory, resolve_parser
 from ludic.eval.summary import print_summary
 from ludic.inference.client import ChatClient
 from ludic.inference.sampling import SamplingConfig
@@ -33,9 +33,9 @@ from ludic.recipes.configs import (
     ContextKind,
     context_line,
     context_of,
+    one_seat_env,
     parse_env_kwargs,
     sampling_from_flags,
-    suggested_context,
 )
 from ludic.rollouts import ComponentSpec, RolloutEngine, RolloutRequest
 
@@ -148,12 +148,10 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
         )
     if cfg.model is not None and not cfg.server_url:  # a bad --model: its error, and no more
         check_model(cfg.model)
-    # One env built up front (its kwargs checked, and that it is one), which also reads the
-    # context it suggests: --context auto needs it.
+    # One env built up front (its kwargs checked, that it is one, with one seat), which also
+    # reads the context it suggests: --context auto needs it.
     auto = cfg.context == "auto"
-    suggested = with_env(
-        env_factory, env_kwargs, lambda env: suggested_context(env, cfg.env) if auto else None
-    )
+    suggested = one_seat_env(env_factory, env_kwargs, cfg.env, command="eval", auto=auto)
     parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
     context = context_of(cfg, suggested)
     console.print(context_line(cfg, suggested))

@@ -142,15 +142,12 @@ def actor_context(
 ) -> ContextChoice:
     """What --context resolves to (auto: the env's `suggested_context`, else full), logged with
     its reason as `ludic train` and `ludic eval` print it."""
-    from ludic.eval.env_spec import with_env
-    from ludic.recipes.configs import context_line, context_of, suggested_context
+    from ludic.recipes.configs import context_line, context_of, one_seat_env
 
-    # built once whatever --context, as `ludic eval` does: bad --env-kwargs or a factory that
-    # returns no env fail here, not in every episode
+    # built once whatever --context, as `ludic eval` does: bad --env-kwargs, a factory that
+    # returns no env or a multi-seat env fail here, not in every episode
     auto = cfg.context == "auto"  # an explicit --context overrides what the env declares
-    suggested = with_env(
-        env_factory, env_kwargs, lambda env: suggested_context(env, cfg.env) if auto else None
-    )
+    suggested = one_seat_env(env_factory, env_kwargs, cfg.env, command="actor", auto=auto)
     logger.info(context_line(cfg, suggested))
     return context_of(cfg, suggested)
 

@@ -72,6 +72,29 @@ def suggested_context(env: object, name: str) -> str | None:
     return suggested
 
 
+def one_seat_env(
+    factory: Any, kwargs: dict[str, Any], name: str, *, command: str, auto: bool = True
+) -> str | None:
+    """Build one env (`with_env`: its kwargs checked, that it is an env), check that it has one
+    seat, as `ludic train`, `eval` and `actor` drive one agent, and return its
+    `suggested_context` when `auto` (else None). A multi-seat env is refused naming its seats
+    and where self-play lives: every episode would fail in SingleAgentProtocol."""
+    from ludic.eval.env_spec import with_env
+
+    seats, suggested = with_env(
+        factory,
+        kwargs,
+        lambda env: (list(env.agent_ids), suggested_context(env, name) if auto else None),
+    )
+    if len(seats) != 1:
+        raise ValueError(
+            f"env {name!r} has {len(seats)} seats {seats}; `ludic {command}` drives one agent. "
+            "For multi-agent self-play see examples/tictactoe/selfplay.py (MultiAgentProtocol "
+            "with the Python API)"
+        )
+    return suggested
+
+
 def parse_env_kwargs(text: str) -> dict[str, Any]:
     """The JSON object `--env-kwargs` holds (of `ludic train`, `ludic eval`, `ludic actor`);
     anything else raises ValueError naming the flag."""

@@ -35,7 +35,7 @@ from rich.console import Console
 from ludic._resumed_log import BATCH_INDEX, batch_index_of, drop_from
 from ludic.agents import Agent
 from ludic.context import ContextStrategy, FullDialog, LatestObservationContext
-from ludic.eval.env_spec import declared_parser, resolve_env_factory, resolve_parser, with_env
+from ludic.eval.env_spec import declared_parser, resolve_env_factory, resolve_parser
 from ludic.inference.client import ChatClient
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
@@ -48,9 +48,9 @@ from ludic.recipes.configs import (
     TrainConfig,
     context_line,
     context_of,
+    one_seat_env,
     parse_env_kwargs,
     sampling_from_flags,
-    suggested_context,
 )
 from ludic.recipes.context_overflow import ContextOverflowWatch, quiet_repeated_overflow_lines
 from ludic.recipes.inference import (
@@ -138,7 +138,7 @@ def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainR
         raise ValueError(f"--threads must be >= 1 (or left out), got {cfg.threads}")
     env_factory = resolve_env_factory(cfg.env)
     env_kwargs = parse_env_kwargs(cfg.env_kwargs)
-    suggested = _inspect_env(env_factory, env_kwargs, cfg.env)
+    suggested = one_seat_env(env_factory, env_kwargs, cfg.env, command="train")
     context = context_of(cfg, suggested)
     check_prepacked_gemm(  # before the model loads, as every flag check here
         cfg.prepacked_gemm,
@@ -396,16 +396,3 @@ def _protocol(
         reject_incomplete_completions=cfg.reject_incomplete,
     )
     return SingleAgentProtocol(agent, max_steps=cfg.max_steps)
-
-
-def _inspect_env(factory: Callable[..., Any], kwargs: dict[str, Any], name: str) -> str | None:
-    """Check that the env has one seat; return its `suggested_context` (None if it has none)."""
-    seats, suggested = with_env(
-        factory, kwargs, lambda env: (list(env.agent_ids), suggested_context(env, name))
-    )
-    if len(seats) != 1:
-        raise ValueError(
-            f"env {name!r} has {len(seats)} seats {seats}; `ludic train` trains one agent. For "
-            "multi-agent self-play see examples/tictactoe/selfplay.py (MultiAgentProtocol)"
-        )
-    return suggested
