@@ -110,8 +110,8 @@ class BenchConfig:
     `merge` combines their JSON files)."""
 
     def __post_init__(self) -> None:
-        counts = ("seeds", "steps", "groups_per_step", "group_size", "eval_episodes", "length")
-        counts += ("max_steps", "max_tokens", "micro_batch_tokens", "hidden_size", "num_layers")
+        counts = ["seeds", "steps", "groups_per_step", "group_size", "eval_episodes", "length"]
+        counts += ["max_steps", "max_tokens", "micro_batch_tokens", "hidden_size", "num_layers"]
         for name in counts:
             if getattr(self, name) < 1:
                 raise ValueError(
