@@ -37,6 +37,7 @@ from ludic.recipes.configs import (
     parse_env_kwargs,
     sampling_from_flags,
 )
+from ludic.recipes.context_overflow import ended_by_context_overflow
 from ludic.rollouts import ComponentSpec, RolloutEngine, RolloutRequest
 
 
@@ -191,7 +192,7 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     if model_dir is not None:
         view += f" --tokenizer {model_dir}"
     console.print(f"records in [bold]{cfg.out_dir}[/bold]; browse the episodes with: {view}")
-    line = failure_line(result)
+    line = failure_line(result, context=context)
     if line is not None:
         console.print(line, style="bold red", markup=False, highlight=False)
     if result.rollouts and all(r.failed for r in result.rollouts):
@@ -213,10 +214,11 @@ def earlier_records(out_dir: Path) -> list[Path]:
     return [out_dir / name for name in EVAL_RECORDS if (out_dir / name).exists()]
 
 
-def failure_line(result: EvalResult) -> str | None:
+def failure_line(result: EvalResult, *, context: str = "full") -> str | None:
     """The closing line for failed episodes (None when none failed): how many, and the first
-    one's error, phase and type (each rollout's `meta["error"]` holds its own). When every
-    episode failed, the table above measures nothing and `ludic eval` exits 1."""
+    one's error, phase and type (each rollout's `meta["error"]` holds its own). A prompt past
+    the model's context gets the flags that shorten it (`context`: what --context resolved
+    to). When every episode failed, the table above measures nothing and `ludic eval` exits 1."""
     failed = [r for r in result.rollouts if r.failed]
     if not failed:
         return None
@@ -225,6 +227,13 @@ def failure_line(result: EvalResult) -> str | None:
         f"the first error ({first.get('error_phase', '?')}, {first.get('error_type', '?')}): "
         f"{first.get('error', '?')}"
     )
+    if ended_by_context_overflow(failed[0]):  # the engine's own advice names its API
+        shorter = "--context latest (the system prompt and the latest observation only), "
+        cause += (
+            ". The dialog outgrew the model's context: pass "
+            f"{shorter if context == 'full' else ''}a smaller --max-tokens or fewer --max-steps"
+            + ("" if context == "full" else ", or shorten the env's observation or system prompt")
+        )
     total = len(result.rollouts)
     if len(failed) == total:
         return (
