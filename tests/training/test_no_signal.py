@@ -41,3 +41,12 @@ def test_the_watch_repeats_every_25_steps_of_a_streak() -> None:
     assert said == [3, 28, 53]
     assert watch.record(60, {**flat, "skipped_empty": 1.0}) is None  # a skipped step: stall.py
     assert watch.streak == 0
+
+
+def test_a_rollout_correction_that_rejected_every_token_is_named_not_the_advantages() -> None:
+    watch = NoSignalWatch()
+    rejected = {"num_samples": 8.0, "grad_norm": 0.0, "loss/rollout_is/weight_mean": 0.0}
+    said = [watch.record(step, rejected) for step in range(1, 4)]
+    assert said[:2] == [None, None] and said[2] is not None
+    assert "the rollout correction gave every action token weight 0" in said[2]
+    assert "advantage is 0" not in said[2] and "RejectOutside" in said[2]

@@ -164,6 +164,14 @@ class NoSignalWatch:
         due = self.streak - self.first
         if due < 0 or due % self.every:
             return None
+        if metrics.get("loss/rollout_is/weight_mean") == 0.0:
+            return (
+                f"steps {self.since}..{step} changed no weight: the rollout correction gave "
+                "every action token weight 0 (loss/rollout_is/weight_mean 0: each was rejected "
+                "as too far from the behaviour policy, see loss/rollout_is/*_frac and "
+                "mismatch/*). Widen RejectOutside's band, or find why the trainer's logprobs "
+                "differ from the sampler's (stale weights, another sampling transform)"
+            )
         reward = metrics.get("reward_mean", float("nan"))
         parse = metrics.get("parse_error_rate")
         parse_text = "" if parse is None else f", parse error rate {parse:.2f}"
