@@ -273,9 +273,11 @@ class RecordingCredit:
 
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
+        self.failed: list[list[str]] = []
 
     def assign(self, rollouts: Sequence[Rollout]) -> dict[tuple[str, str], float]:
         self.calls.append([r.meta["request_id"] for r in rollouts])
+        self.failed.append([r.meta["request_id"] for r in rollouts if r.failed])
         return {(r.id, t.turn_id): 1.0 for r in rollouts for t in r.turns()}
 
 
@@ -292,8 +294,11 @@ async def test_a_rollout_whose_samples_cannot_be_built_fails_alone() -> None:
     assert bad.failed and bad.meta["error_phase"] == "build_samples"
     assert bad.meta["error_type"] == "ValueError" and "trace" in bad.meta["error"]
     assert len(bad.agent_steps) == 2  # kept for inspection
-    # Credit was assigned again without it, so it is in no group baseline; the rest trained.
-    assert credit.calls == [["r0", "r1", "r2"], ["r0", "r2"]]
+    # Credit was assigned again with it marked failed (every assigner leaves failed rollouts
+    # out of group baselines; HierarchicalCredit keeps a failed parent's children); the rest
+    # trained.
+    assert credit.calls == [["r0", "r1", "r2"], ["r0", "r1", "r2"]]
+    assert credit.failed == [[], ["r1"]]
     assert {s.meta["request_id"] for s in result.samples} == {"r0", "r2"}
     assert len(result.samples) == 4
     stats = result.stats

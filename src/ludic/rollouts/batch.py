@@ -97,8 +97,14 @@ async def generate_batch(
     ok = [r for r in rollouts if not r.failed]
     built, broken = _build(ok, credit_assigner, sample_mode, snapshot_policy, retokenizer)
     if broken:
+        # the rollouts that just failed stay in the credit's view, marked failed (every
+        # assigner leaves those out): HierarchicalCredit then sees a child's parent failed
+        # and keeps the child's own weight, instead of refusing a parent it cannot find
+        credit_view = ok
         ok = [r for r in ok if not r.failed]
-        built, _ = _build(ok, credit_assigner, sample_mode, snapshot_policy, retokenizer)
+        built, _ = _build(
+            ok, credit_assigner, sample_mode, snapshot_policy, retokenizer, credit_view
+        )
         if not ok:  # the engine saw some succeed; building samples failed the rest
             warn_if_all_failed(rollouts, stage=" (building samples)")
     calls = [s for r in ok for s in r.agent_steps]
@@ -129,10 +135,12 @@ def _build(
     mode: SampleMode,
     snapshot_policy: SnapshotPolicy,
     retokenizer: Retokenizer | None,
+    credit_view: Sequence[Rollout] | None = None,
 ) -> tuple[list[SAWItem], int]:
-    """Weight and build samples rollout by rollout; a rollout that fails to build is marked
-    failed in place. Returns the samples and how many rollouts failed."""
-    weights = credit_assigner.assign(rollouts)
+    """Weight (over `credit_view`, default `rollouts`) and build samples rollout by rollout;
+    a rollout that fails to build is marked failed in place. Returns the samples and how many
+    rollouts failed."""
+    weights = credit_assigner.assign(rollouts if credit_view is None else credit_view)
     samples: list[SAWItem] = []
     broken = 0
     for rollout in rollouts:
