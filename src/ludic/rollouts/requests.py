@@ -130,6 +130,15 @@ class GRPORequestStrategy:
             raise ValueError(f"GRPORequestStrategy.group_size must be >= 1, got {self.group_size}")
 
     def expand(self, requests: Sequence[RolloutRequest]) -> list[RolloutRequest]:
+        ids = [r.request_id for r in requests if r.group_id is None]
+        if len(set(ids)) < len(ids):
+            repeated = next(rid for rid in ids if ids.count(rid) > 1)
+            raise ValueError(
+                f"GRPORequestStrategy: request {repeated!r} appears more than once without a "
+                "group_id; its copies would share one group (and its baseline) whatever their "
+                "seeds: build one RolloutRequest per problem, or give the copies distinct "
+                "request_id / group_id values (RolloutBatchSource renames repeats itself)"
+            )
         out: list[RolloutRequest] = []
         for request in requests:
             base = request.sampling_seed
