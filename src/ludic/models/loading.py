@@ -34,6 +34,7 @@ from transformers import (
 
 from ludic.models.model_files import (
     check_chat_template,
+    check_eos_tokens,
     check_finite_weights,
     check_generation_config,
     check_loading_info,
@@ -199,6 +200,8 @@ def _check_tokenizer_fits(
 ) -> None:
     weight = cast(torch.Tensor, model.get_input_embeddings().weight)
     check_tokenizer_fits(directory, len(tokenizer), int(weight.shape[0]))
+    generation_config = getattr(model, "generation_config", None)
+    check_eos_tokens(directory, tokenizer, getattr(generation_config, "eos_token_id", None))
 
 
 def _load_merged_adapter(

@@ -265,6 +265,25 @@ def check_tokenizer_fits(directory: Path, tokenizer_size: int, embedding_rows: i
         )
 
 
+def check_eos_tokens(directory: Path, tokenizer: Any, eos_token_id: object) -> None:
+    """LudicUsageError when an id the model stops generating at (`eos_token_id` of its
+    generation config: generation_config.json, else config.json) is an ordinary token of the
+    tokenizer, not one of its added special tokens: the tokenizer files come from another model
+    (generation would stop at that ordinary token, and token ids mean other text)."""
+    ids = eos_token_id if isinstance(eos_token_id, list) else [eos_token_id]
+    added = getattr(tokenizer, "added_tokens_decoder", {})
+    for token_id in ids:
+        if not isinstance(token_id, int) or token_id in added or token_id >= len(tokenizer):
+            continue
+        token = tokenizer.convert_ids_to_tokens(token_id)
+        raise LudicUsageError(
+            f"{directory}: the model stops generating at token id {token_id} (its eos_token_id), "
+            f"which the tokenizer holds as the ordinary token {token!r}, not a special token: "
+            "the tokenizer files come from another model. Restore the tokenizer.json and "
+            "tokenizer_config.json saved with these weights (copy the folder again)"
+        )
+
+
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
