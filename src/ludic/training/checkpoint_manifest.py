@@ -156,9 +156,7 @@ def saved_files(directory: Path, prefix: str = "") -> list[str]:
     folder's own files (`SAVED_FILES`). Other files (a note a user left beside them) are not
     read, so not required."""
     names = (
-        path.relative_to(directory).as_posix()
-        for path in directory.rglob("*")
-        if path.is_file()
+        path.relative_to(directory).as_posix() for path in directory.rglob("*") if path.is_file()
     )
     return sorted(
         name
