@@ -110,6 +110,12 @@ class LocalRuntime:
 
     def __init__(self, device: str | torch.device = "cpu") -> None:
         self._device = torch.device(device)
+        if self._device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(
+                f"device={str(device)!r} but CUDA is not available in this process (torch "
+                f"{torch.__version__}): train with device='cpu' (TrainerConfig(device='cpu')), "
+                "or install a CUDA build of torch on a machine with a GPU"
+            )
 
     @property
     def rank(self) -> int:
