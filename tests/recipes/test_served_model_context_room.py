@@ -59,3 +59,19 @@ def test_make_inference_refuses_it_as_ludic_train_passes_it() -> None:
     with models_stub([_card(64)]) as (url, _), pytest.raises(ValueError) as refused:
         make_inference(None, None, server_url=url, server_token="t", max_tokens=128)
     assert str(refused.value).startswith("max_tokens=128 leaves no room for a prompt")
+
+
+def test_the_embedded_engine_refuses_a_budget_past_the_models_context() -> None:
+    # without a server the engine serves max_position_embeddings: past it, every episode of
+    # the first step failed and an unchanged checkpoint was saved before any error
+    from ludic.models import build_tiny_model
+
+    model, tokenizer = build_tiny_model()
+    context = model.config.max_position_embeddings
+    with pytest.raises(ValueError) as refused:
+        make_inference(model, tokenizer, max_tokens=context)
+    assert str(refused.value).startswith(  # named as the caller spells it: here the argument
+        f"max_tokens {context} leaves no room for a prompt: the model's context is {context}"
+    )
+    assert f"pass max_tokens below {context}" in str(refused.value)
+    assert make_inference(model, tokenizer, max_tokens=context - 1).client is not None

@@ -228,6 +228,14 @@ def make_inference(
         from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
         from ludic.training.lora import merged_copy
 
+        context = int(getattr(model.config, "max_position_embeddings", 0) or 2048)  # the engine's
+        if max_tokens is not None and max_tokens >= context:  # else every episode fails (a step)
+            flag = spell("--max-tokens").removesuffix("=")
+            raise ValueError(
+                f"{flag} {max_tokens} leaves no room for a prompt: the model's context is "
+                f"{context} tokens (prompt and completion together), so every request would be "
+                f"refused; pass {flag} below {context} (the prompt's tokens count too)"
+            )
         config = EngineConfig(batch_invariant=batch_invariant, prepacked_gemm=prepacked_gemm)
         served: Any = merged_copy(model)  # LoRA: merged, under the names the Trainer publishes
         engine = EmbeddedEngine(served, tokenizer, config=config)
