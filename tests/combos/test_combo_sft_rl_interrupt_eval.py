@@ -28,7 +28,7 @@ INTERRUPTED = re.compile(r"ludic train: interrupted \(Ctrl-C\); last checkpoint:
 RL_FLAGS = (
     *("--env", "tictactoe", "--problems-per-step", "2", "--group-size", "2"),
     *("--max-steps", "3", "--max-tokens", "8", "--lr", "1e-3", "--temperature", "1.0"),
-    *("--steps", "4", "--checkpoint-every", "1", "--concurrency", "1", "--no-progress"),
+    *("--checkpoint-every", "1", "--concurrency", "1", "--no-progress"),
 )
 
 
@@ -74,7 +74,8 @@ def _tokens_by_batch(path: Path) -> dict[int, list[str]]:
 def _interrupt_after_two_steps(cwd: Path, model: str) -> str:
     out = cwd / "interrupted"
     child = subprocess.Popen(
-        _ludic("train", *RL_FLAGS, "--model", model, "--out-dir", "interrupted"),
+        # --steps 40: stopped long before its end, however fast the machine
+        _ludic("train", *RL_FLAGS, "--steps", "40", "--model", model, "--out-dir", "interrupted"),
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -117,12 +118,13 @@ def test_sft_then_rl_interrupted_resumed_evaluated_and_viewed(tmp_path: Path) ->
     model = "sft/checkpoints/step_00000002/model"
     assert model in sft and (tmp_path / model / "config.json").is_file()
 
-    _run(_ludic("train", *RL_FLAGS, "--model", model, "--out-dir", "straight"), tmp_path)
+    straight_run = _ludic("train", *RL_FLAGS, "--steps", "4", "--model", model)
+    _run([*straight_run, "--out-dir", "straight"], tmp_path)
     last = _interrupt_after_two_steps(tmp_path, model)
     stopped_at = int(last.rsplit("_", 1)[1])
     assert last == f"interrupted/checkpoints/step_{stopped_at:08d}" and 2 <= stopped_at < 4
     resumed = _run(
-        _ludic("train", *RL_FLAGS, "--model", model, "--out-dir", "interrupted", "--resume"),
+        [*straight_run, "--out-dir", "interrupted", "--resume"],
         tmp_path,
     )
     assert f"resumed at step {stopped_at} (policy version {stopped_at})" in resumed
