@@ -391,6 +391,9 @@ class Trainer:
         history: list[dict[str, float]] = []
         with tqdm(total=num_steps, desc="train", disable=not progress) as bar:
             for _ in range(num_steps):
+                # A step may never suspend (a source that is pure computation): without this,
+                # the cancellation `asyncio.run` makes of a first Ctrl-C would land after the run.
+                await asyncio.sleep(0)
                 try:
                     metrics = await self.train_step()
                 except BatchSourceExhausted as e:
