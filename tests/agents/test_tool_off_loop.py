@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
 
+import pytest
+
+from ludic.agents import tools
 from ludic.agents.tools import execute_tool, tool_from_callable
 from ludic.types import ToolCall
 
@@ -50,3 +54,24 @@ async def test_sync_tools_run_off_the_loop_thread_and_async_ones_on_it() -> None
         result = await execute_tool(tool_from_callable(fn), call(fn.__name__))
         assert not result.is_error
     assert threads["async"] == threading.get_ident() != threads["sync"]
+
+
+async def test_a_failing_tool_is_logged_once_per_exception_type(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # e.g. a sqlite3 connection made on the main thread, used from the tool's worker thread
+    monkeypatch.setattr(tools, "_reported", set())
+    made_on = threading.get_ident()
+
+    def query(sql: str) -> str:
+        """Run `sql` on a connection bound to the thread that made it."""
+        if threading.get_ident() != made_on:
+            raise RuntimeError(f"objects created in a thread can only be used there ({sql})")
+        return "[[42]]"
+
+    tool = tool_from_callable(query)
+    with caplog.at_level(logging.WARNING, logger="ludic.agents.tools"):
+        results = [await execute_tool(tool, call("query", sql=f"q{i}")) for i in range(3)]
+    assert all(r.is_error and "RuntimeError" in r.content for r in results)
+    (record,) = [r.getMessage() for r in caplog.records]
+    assert record.startswith("tool 'query' raised RuntimeError") and "async def" in record

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import logging
 import re
 import types
 import typing
@@ -22,6 +23,8 @@ from typing import Any, Literal
 from ludic._aio import call_off_loop
 from ludic.parsers import tag_blocks
 from ludic.types import ToolCall, ToolResult, new_id
+
+logger = logging.getLogger(__name__)
 
 _JSON_TYPES: dict[type, str] = {
     str: "string",
@@ -204,10 +207,31 @@ async def execute_tool(tool: Tool | None, call: ToolCall, *, max_chars: int = 40
         value = await call_off_loop(tool.fn, **arguments)  # a sync tool on a worker thread
         content = value if isinstance(value, str) else json.dumps(value, default=str)
     except Exception as exc:  # a tool that raises must not crash the episode
+        _report_tool_error(call.name, exc)
         return error(f"{type(exc).__name__}: {exc}")
     if len(content) > max_chars:
         content = content[:max_chars] + f"... [truncated {len(content) - max_chars} chars]"
     return ToolResult(tool_call_id=call.id, name=call.name, content=content)
+
+
+_reported: set[tuple[str, str]] = set()  # (tool, exception type) already logged
+
+
+def _report_tool_error(name: str, exc: Exception) -> None:
+    """Log a tool's exception once per tool and exception type: the model sees it as an error
+    result, but a tool that fails on every call (a bug, an object bound to another thread such
+    as a sqlite3 connection: sync tools run on worker threads) must not fail in silence."""
+    if (name, type(exc).__name__) in _reported:
+        return
+    _reported.add((name, type(exc).__name__))
+    logger.warning(
+        "tool %r raised %s: %s (given to the model as an error result; sync tools run on a "
+        "worker thread, so objects bound to one thread must be made inside the tool or the "
+        "tool written as async def)",
+        name,
+        type(exc).__name__,
+        exc,
+    )
 
 
 def _json_problem(exc: Exception) -> str:

@@ -19,7 +19,7 @@ ExternalToolHandler = Callable[
 ]
 """`handler(calls, ctx)` -> one `ToolResult` per call. An `async def` runs on the event loop; a
 plain function on a worker thread (so a blocking one holds only its own episode)."""
-_reported: set[str] = set()  # handler failures already logged (each distinct message once)
+_reported: set[tuple[str, str]] = set()  # (handler, exception type) already logged
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -89,12 +89,12 @@ async def act_with_tools(
 
 
 def _report(handler: object, exc: Exception) -> None:
-    """Log a handler failure the first time its message is seen: the model sees it as an
+    """Log a handler failure once per handler and exception type: the model sees it as an
     error result, and so should whoever wrote the handler (a bug there fails every call)."""
     message = f"{type(exc).__name__}: {exc}"
-    if message not in _reported:
-        _reported.add(message)
-        name = getattr(handler, "__qualname__", type(handler).__name__)
+    name = getattr(handler, "__qualname__", type(handler).__name__)
+    if (name, type(exc).__name__) not in _reported:
+        _reported.add((name, type(exc).__name__))
         logger.warning(
             "external_tool_handler %s failed: %s (given to the model as the tool result)",
             name,
