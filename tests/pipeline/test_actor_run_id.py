@@ -98,3 +98,35 @@ def test_an_actor_of_another_run_is_refused_on_a_stream_holding_the_old_runs_sam
     assert batch.stats.get("pipeline/foreign_run", 0.0) == 0.0
     with pytest.raises(LudicUsageError, match="--run-id must be 1-128 printable ASCII"):
         run_actor(_config(run_id="my run"))  # refused before Redis (none at this URL)
+
+
+def test_a_run_named_with_run_id_starts_on_an_old_runs_backlog(redis_server: RedisServer) -> None:
+    # run B named on purpose: its learner (`ludic learner --run-id run-b`) dead-letters the
+    # old backlog, so the actor is not refused for it
+    run_actor(_config(redis_server.url, actor_id="a"))
+    run_actor(_config(redis_server.url, actor_id="b", temperature=0.5, run_id="run-b"))
+    entries = redis_server.client().xrange("s")
+    assert len(entries) == 4
+
+
+def test_a_stray_sample_of_another_run_does_not_refuse_the_runs_own_actor(
+    redis_server: RedisServer,
+) -> None:
+    from dataclasses import replace
+
+    from pipeline_fakes import sample
+
+    from ludic.pipeline.codec import encode_sample
+
+    run_actor(_config(redis_server.url, actor_id="a"))
+
+    async def stray() -> None:
+        stream = SampleStream(redis_server.url, stream="s", group="ludic-learners")
+        item = sample()
+        meta = {**item.meta, "actor_id": "stray", RUN_KEY: "run-stray"}
+        await stream.add(encode_sample(replace(item, meta=meta), sample_id="stray:0:0"))
+        await stream.aclose()
+
+    asyncio.run(stray())
+    run_actor(_config(redis_server.url, actor_id="a"))  # restarted with the same flags: its run
+    assert redis_server.client().xlen("s") == 5

@@ -91,7 +91,9 @@ class PipelineActor:
     refuse samples credited by another preset than it trains. `run_id` (`run_id_for` of the
     run's settings; the same for every actor of the run and across restarts) is stamped into
     every sample's meta, so a learner dead-letters another run's samples; None stamps none (the
-    learner cannot tell this actor's run).
+    learner cannot tell this actor's run). Before the first batch, a stream whose newest
+    samples are all another run's is refused (`stream_runs`); `check_stream_run=False` skips
+    that (`ludic actor --run-id`: a run named on purpose, whose learner is told it too).
     """
 
     def __init__(
@@ -112,6 +114,7 @@ class PipelineActor:
         wait_notice_s: float = 60.0,
         credit_record: JSON | None = None,
         run_id: str | None = None,
+        check_stream_run: bool = True,
     ) -> None:
         if max_backlog < 1:
             raise ValueError(f"max_backlog must be >= 1, got {max_backlog}")
@@ -137,7 +140,7 @@ class PipelineActor:
             )
         self.run_id = run_id
         self._said_run = run_id is None
-        self._checked_stream = run_id is None
+        self._checked_stream = run_id is None or not check_stream_run
         self.batch_index = -1  # the last batch generated (-1: none yet)
         self.samples_pushed = 0
         self.waiting_for_room = False

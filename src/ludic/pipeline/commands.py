@@ -222,6 +222,7 @@ async def _act(
         credit_record=credit_record(cfg.algorithm, cfg.gigpo, max_tokens=cfg.max_tokens),
         # the learner dead-letters another run's samples
         run_id=_stamped_run_id(cfg, actor_run_id(cfg, env_kwargs, served_model=served)),
+        check_stream_run=cfg.run_id is None,  # a run named on purpose: its learner is told too
     )
     try:
         history: list[ActorBatchStats] = []

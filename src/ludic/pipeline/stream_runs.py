@@ -2,8 +2,10 @@
 own run: a stream still holding another run's samples (a backlog no learner acknowledged) would
 have a new learner take that run, from the first sample it reads, and dead-letter this actor's.
 
-It reads the newest entries (XREVRANGE: nothing is delivered or acked) and looks at the newest
-one that carries a run id; entries without one (older actors) or undecodable ones say nothing.
+It reads the newest entries (XREVRANGE: nothing is delivered or acked): any of them stamped
+with this actor's run lets it start (its run is on the stream; a stray sample of another run
+is the learner's to dead-letter), else the newest one stamped with another run refuses it.
+Entries without a run id (older actors) or undecodable ones say nothing.
 It does not look at what a running learner trains once the stream is drained (acked entries are
 deleted), and never changes the stream.
 """
@@ -23,7 +25,8 @@ NEWEST = 32
 
 async def refuse_another_run(stream: SampleStream, *, run_id: str, actor_id: str) -> None:
     """Raise LudicUsageError, naming both runs, the stream and the fixes, when the newest
-    stamped sample on `stream` belongs to another run than `run_id`."""
+    `NEWEST` entries of `stream` hold stamped samples of other runs and none of `run_id`."""
+    first: tuple[str, dict] | None = None  # the newest sample of another run
     for entry in await stream.newest(NEWEST):
         if entry.fields is None:
             continue
@@ -31,16 +34,20 @@ async def refuse_another_run(stream: SampleStream, *, run_id: str, actor_id: str
             meta = decode_sample(entry.fields).item.meta
         except PayloadError:  # a learner dead-letters it; it names no run
             continue
-        other = meta.get(RUN_KEY)
-        if other is None:
+        stamped = meta.get(RUN_KEY)
+        if stamped is None:
             continue
-        if str(other) == run_id:
+        if str(stamped) == run_id:
             return
+        first = first or (entry.entry_id, meta)
+    if first is not None:
+        entry_id, meta = first
+        other = meta[RUN_KEY]
         held = await stream.length()
         key = shlex.quote(stream.stream)  # a name with spaces is one argument
         raise LudicUsageError(
             f"stream {stream.stream!r} at {shown_url(stream.url)} holds {held} samples no "
-            f"learner has acknowledged, the newest (entry {entry.entry_id}, from actor "
+            f"learner has acknowledged, the newest (entry {entry_id}, from actor "
             f"{str(meta.get('actor_id', '?'))!r}) of run {other}, but this actor "
             f"({actor_id!r}) is run {run_id}: its flags differ from that run's actors' (--env, "
             "--env-kwargs, --algorithm and its flags, --group-size, --max-tokens, "
@@ -49,5 +56,7 @@ async def refuse_another_run(stream: SampleStream, *, run_id: str, actor_id: str
             "it reads first. Start this run on its own stream (the same new --stream for its "
             f"actors and learner), or, if run {other} is over, stop its learner and delete its "
             f"samples first (`redis-cli -u {shown_url(stream.url)} DEL {key}`), or, "
-            f"to continue run {other} with these flags on purpose, pass --run-id {other}"
+            f"to continue run {other} with these flags on purpose, pass --run-id {other} (a new "
+            "run on this stream: --run-id NEW to its actors and `ludic learner --run-id NEW`, "
+            "which dead-letters the old samples)"
         )
