@@ -99,7 +99,8 @@ def check_checkpoint_fits(
 ) -> None:
     """Raise `CheckpointModelMismatchError` unless `state` (checkpoint `checkpoint`'s weights)
     has the keys and shapes of `model`'s (global shapes, also when sharded). Resuming needs the
-    model the run started from; the message says so instead of torch's state-dict dump."""
+    model the run started from; the message says so instead of torch's state-dict dump. Weights
+    holding a NaN or an inf raise `CorruptCheckpointError`."""
     source = getattr(getattr(model, "config", None), "_name_or_path", "") or "the model given"
     fix = _lora_fix(model, state) or (
         f"Resume with the model the run started from (`ludic train --model`, or the model "
@@ -121,6 +122,24 @@ def check_checkpoint_fits(
             f"the checkpoint but {list(own[first].shape)} in the model ({len(differ)} of "
             f"{len(fitted)} tensors differ in shape). {fix}"
         )
+    _check_finite(state, checkpoint)
+
+
+def _check_finite(state: Mapping[str, torch.Tensor], checkpoint: Path) -> None:
+    """CorruptCheckpointError naming the first tensor of `state` holding a NaN or an inf (an
+    edited file: a run refuses to publish such weights), and an earlier step that verifies:
+    resuming from it would train on NaN logits, every step skipped as non-finite."""
+    from ludic.distributed.checksum import nonfinite
+
+    bad = nonfinite(state)
+    if not bad:
+        return
+    earlier = earlier_good_checkpoint(checkpoint)
+    instead = f"the earlier step {earlier}" if earlier is not None else "another checkpoint"
+    raise CorruptCheckpointError(
+        f"{checkpoint}: the saved weights hold NaN or inf values ({bad[0]}; {len(bad)} "
+        f"tensor(s)), so training from them cannot make progress: resume from {instead}"
+    )
 
 
 _PARAMETER_SHAPED = frozenset(
