@@ -128,3 +128,10 @@ def test_a_password_needing_percent_encoding_is_refused_without_showing_it(passw
     assert message.startswith("--redis-url redis://***@127.0.0.1:6379/0 has an '@' past its host")
     assert "percent-encode" in message and "urllib.parse.quote" in message
     assert password not in message
+
+
+def test_a_unix_socket_path_with_an_at_sign_is_a_valid_url() -> None:
+    # redis-py parses it (path /run/redis/redis@main.sock); only a host part ends at a password
+    from ludic.pipeline.stream import check_url
+
+    check_url("unix:///run/redis/redis@main.sock?db=0")

@@ -433,7 +433,8 @@ def check_url(url: str) -> None:
             f"it takes one of {', '.join(s + '://' for s in _SCHEMES)}): write it as {example}"
         )
     parts = urlparse(url)
-    if "@" in url[len(f"{scheme}://{parts.netloc}") :]:  # a password's '/', '?' or '#' ended it
+    tail = url[len(f"{scheme}://{parts.netloc}") :]  # a unix socket's path may hold an '@'
+    if scheme != "unix" and "@" in tail:  # a password's '/', '?' or '#' ended the host part
         raise LudicUsageError(
             f"--redis-url {scheme}://***@{url.rpartition('@')[2]!s} has an '@' past its host: "
             "percent-encode the password's '/', '?', '#', '@' and ':' (python -c \"import "
