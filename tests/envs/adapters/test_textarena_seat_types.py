@@ -34,3 +34,10 @@ def test_a_player_count_that_is_not_an_int_is_refused(players: object) -> None:
 def test_player_numbers_as_a_list_or_tuple_pass() -> None:
     assert TextArenaEnv("TicTacToe-v0", llm_seats=[0, 1]).agent_ids == ("player_0", "player_1")
     assert TextArenaEnv("TicTacToe-v0", llm_seats=(1,), num_players=2).agent_ids == ("player_1",)
+
+
+def test_a_range_or_numpy_ints_are_player_numbers_too() -> None:
+    np = pytest.importorskip("numpy")
+    assert TextArenaEnv("TicTacToe-v0", llm_seats=range(2)).agent_ids == ("player_0", "player_1")
+    env = TextArenaEnv("TicTacToe-v0", llm_seats=list(np.arange(1, 2)))
+    assert env.agent_ids == ("player_1",) and type(env.llm_seats[0]) is int

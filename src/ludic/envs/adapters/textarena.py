@@ -21,6 +21,7 @@ import json
 import random
 import re
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from numbers import Integral
 from typing import Any
 
 from ludic.envs.adapters._common import own_keywords, require
@@ -89,7 +90,7 @@ class TextArenaEnv(LudicEnv):
         self._make = lambda: ta.make(env_id, **make_kwargs)
         _check_seat_types(num_players, llm_seats)
         self.num_players = num_players or _probe_players(self._make)
-        self.llm_seats = tuple(sorted(set(llm_seats)))
+        self.llm_seats = tuple(sorted({int(p) for p in llm_seats}))  # numpy ints, a range
         if not self.llm_seats or any(not 0 <= p < self.num_players for p in self.llm_seats):
             raise ValueError(
                 f"llm_seats {tuple(llm_seats)} must name players in 0..{self.num_players - 1} "
@@ -243,7 +244,7 @@ def _check_make_kwargs(
 
 def _check_seat_types(num_players: object, llm_seats: object) -> None:
     """Refuse a `num_players` that is not an int, or `llm_seats` that are not a list of ints
-    (`"0"`, `[0.5]`, `0`), naming the keyword and the fix; the game's seats are player numbers,
+    (`"0"`, `[0.5]`, `0`; a range or numpy ints are ints), naming the keyword and the fix; the game's seats are player numbers,
     and a str or float compared with them failed later as "'<=' not supported ..." or never
     matched the current player."""
     if num_players is not None and (
@@ -253,8 +254,10 @@ def _check_seat_types(num_players: object, llm_seats: object) -> None:
             f"TextArenaEnv: num_players must be an int >= 1 or None (the game's own count), "
             f"got {num_players!r} ({type(num_players).__name__})"
         )
-    seats = llm_seats if isinstance(llm_seats, list | tuple) else None
-    if seats is None or any(isinstance(p, bool) or not isinstance(p, int) for p in seats):
+    seats = (
+        llm_seats if isinstance(llm_seats, Sequence) and not isinstance(llm_seats, str) else None
+    )
+    if seats is None or any(isinstance(p, bool) or not isinstance(p, Integral) for p in seats):
         raise EnvArgumentTypeError(
             f"TextArenaEnv: llm_seats must be a list of player numbers (ints), e.g. [0] or "
             f"[0, 1], got {llm_seats!r} ({type(llm_seats).__name__})"
