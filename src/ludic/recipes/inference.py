@@ -226,9 +226,10 @@ def make_inference(
     if not urls:
         from ludic.distributed import InProcessPublisher
         from ludic.inference.embedded.engine import EmbeddedEngine, EngineConfig
+        from ludic.inference.embedded.engine_config import model_context
         from ludic.training.lora import merged_copy
 
-        context = int(getattr(model.config, "max_position_embeddings", 0) or 2048)  # the engine's
+        context = model_context(model)  # the engine's
         if max_tokens is not None and max_tokens >= context:  # else every episode fails (a step)
             flag = spell("--max-tokens").removesuffix("=")
             raise ValueError(

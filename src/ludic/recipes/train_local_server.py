@@ -24,13 +24,14 @@ from typing import Any
 
 from rich.console import Console
 
+from ludic.inference.embedded.engine_config import model_context
 from ludic.inference.http.local_server import LocalServer
 from ludic.recipes.configs import TrainConfig
 
 __all__ = [
     "LOCAL_SERVER_LOG",
     "LOCAL_SERVER_MODEL",
-    "check_context_room",
+    "check_local_server_context",
     "local_server",
     "local_server_args",
     "served_version",
@@ -85,13 +86,13 @@ def _check_local_server_flags(cfg: TrainConfig) -> None:
         raise ValueError(f"--local-server-threads must be >= 1, got {cfg.local_server_threads}")
 
 
-def check_context_room(cfg: TrainConfig, model: Any) -> None:
+def check_local_server_context(cfg: TrainConfig, model: Any) -> None:
     """Refuse a --max-tokens at or past the context the child server gives `model` (its
     max_position_embeddings, as `ludic serve` without --max-model-len): every request would be
     a 400. Before the weights are saved and the server started, naming the flag the user can
     change; the server's own refusal named its URL and `ludic serve --max-model-len`, which
     --local-server does not take (nor could it raise the model's limit)."""
-    context = int(getattr(model.config, "max_position_embeddings", 0) or 2048)
+    context = model_context(model)
     if cfg.max_tokens >= context:
         raise ValueError(
             f"--max-tokens {cfg.max_tokens} leaves no room for a prompt: --local-server serves "
@@ -113,8 +114,8 @@ def local_server(
     """`ludic serve` in a child process on `model`'s current weights, stopped on exit (an
     exception, Ctrl-C and SIGTERM included). The caller holds the run directory's lock
     (`ludic.recipes.run_lock`), so no other run touches the weights copy meanwhile. A
-    --max-tokens the model's context cannot hold is refused first (`check_context_room`)."""
-    check_context_room(cfg, model)
+    --max-tokens the model's context cannot hold is refused first (`check_local_server_context`)."""
+    check_local_server_context(cfg, model)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     copy = cfg.out_dir / LOCAL_SERVER_MODEL
     with _serving(cfg, model, tokenizer, console, copy) as server:

@@ -39,7 +39,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ludic.inference.client import ChatRequest, ChatResponse
 from ludic.inference.embedded.batching import DecodeBatch
-from ludic.inference.embedded.engine_config import EngineConfig, EngineStatus
+from ludic.inference.embedded.engine_config import EngineConfig, EngineStatus, model_context
 from ludic.inference.embedded.engine_stream import CompletionStream, call_on_loop, resolve_response
 from ludic.inference.embedded.prompts import build_sequence
 from ludic.inference.embedded.sequence import SequenceState, TextCodec
@@ -98,9 +98,7 @@ class EmbeddedEngine:
         warn_if_not_append_only(tokenizer)  # once per template; drift splits samples otherwise
         self.config = config or EngineConfig()
         self.codec = TextCodec(tokenizer)
-        self.max_model_len = self.config.max_model_len or int(
-            getattr(model.config, "max_position_embeddings", 0) or 2048
-        )
+        self.max_model_len = self.config.max_model_len or model_context(model)
         self.vocab_size = max(len(tokenizer), int(model.config.vocab_size))
         self.eos_ids = frozenset(self.config.eos_token_ids or _default_eos_ids(model, tokenizer))
         self._version = policy_version

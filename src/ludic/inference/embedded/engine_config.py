@@ -85,3 +85,9 @@ class EngineStatus:
             "prefix_hits": self.prefix_hits,
             "cancelled": self.cancelled,
         }
+
+
+def model_context(model: Any) -> int:
+    """The context (prompt and completion, in tokens) the embedded engine and `ludic serve`
+    give `model` without a `max_model_len`: its config's `max_position_embeddings`, else 2048."""
+    return int(getattr(model.config, "max_position_embeddings", 0) or 2048)
