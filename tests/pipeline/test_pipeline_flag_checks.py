@@ -9,13 +9,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pipeline_fakes import ludic_without_torch
+from pipeline_fakes import SMALL_SPEC, RedisServer, ludic_without_torch, redis_server
 
 from ludic.cli import main as ludic_main
+from ludic.models import tiny_model_dir
 from ludic.pipeline.commands import run_actor, run_learner
 from ludic.pipeline.config import ActorConfig, LearnerConfig
 from ludic.pipeline.flag_checks import check_learner_counts
 
+__all__ = ["redis_server"]
 NO_REDIS = "redis://127.0.0.1:1/0"  # nothing listens: a check that ran late would fail there
 pytestmark = pytest.mark.timeout(60)
 
@@ -115,3 +117,38 @@ def test_a_count_below_one_is_refused_without_torch(command: str, tmp_path: Path
         result.stderr
     )
     assert "imported before the Redis check" not in result.stderr
+
+
+@pytest.mark.parametrize("value", [0.0, -5.0, float("nan")])
+def test_an_episode_timeout_not_above_zero_is_refused_before_redis(value: float) -> None:
+    with pytest.raises(ValueError, match=r"--episode-timeout-s must be > 0 seconds"):
+        run_actor(ActorConfig(redis_url=NO_REDIS, env="tictactoe", episode_timeout_s=value))
+
+
+@pytest.mark.redis
+def test_the_actors_engine_bounds_each_episode(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # ludic actor had no episode timeout: an env whose step never returned stalled it silently
+    import ludic.rollouts
+
+    built: dict[str, Any] = {}
+
+    class Stop(Exception):
+        pass
+
+    def engine(**kwargs: Any) -> None:
+        built.update(kwargs)
+        raise Stop
+
+    assert ActorConfig().episode_timeout_s == 600.0
+    monkeypatch.setattr(ludic.rollouts, "RolloutEngine", engine)
+    cfg = ActorConfig(
+        redis_url=redis_server.url,
+        env="tictactoe",
+        model=str(tiny_model_dir(spec=SMALL_SPEC)),
+        episode_timeout_s=12.5,
+    )
+    with pytest.raises(Stop):
+        run_actor(cfg)
+    assert built["episode_timeout_s"] == 12.5

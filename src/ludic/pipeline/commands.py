@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ludic.errors import Refusal
 from ludic.inference.http.server_wait import wait_for_servers
 from ludic.pipeline.actor import ActorBatchStats, PipelineActor
 from ludic.pipeline.config import ActorConfig, Algorithm, LearnerConfig
@@ -208,6 +209,7 @@ async def _act(
             env_registry={cfg.env: env_factory},  # records name the env as --env does
             protocol_registry={"single": protocol},
             concurrency=cfg.concurrency,
+            episode_timeout_s=cfg.episode_timeout_s,
         ),
         stream=stream,
         requests_fn=requests,
@@ -234,6 +236,12 @@ async def _act(
                 with Path(cfg.metrics_path).open("a") as f:
                     f.write(json.dumps(stats.to_dict()) + "\n")
             await wait_after_failed_batch(cfg, stats)
+        if history and all(stats.every_episode_failed for stats in history):
+            raise NothingPushedError(
+                f"actor {cfg.actor_id}: every episode of all {len(history)} batch(es) failed, "
+                "so no sample reached the stream; the first error and its traceback are logged "
+                "above (each batch's first error too). Fix the cause and run again"
+            )
         pushed = sum(stats.num_samples for stats in history)
         logger.info(
             "actor %s done: %d batches, %d samples pushed", cfg.actor_id, len(history), pushed
@@ -242,6 +250,11 @@ async def _act(
     finally:
         await stream.aclose()
         await _close(client)
+
+
+class NothingPushedError(Refusal, RuntimeError):
+    """Every episode of every batch of an actor run with `--batches N` failed: as `ludic train`
+    ends with NothingTrainedError, the command exits 1 instead of reporting `done`."""
 
 
 def actor_run_id(

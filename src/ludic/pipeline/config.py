@@ -83,6 +83,9 @@ class ActorConfig:
     learner recomputes logprobs on the same truncated support."""
     concurrency: int = 32
     """Episodes in flight at once."""
+    episode_timeout_s: float | None = 600.0
+    """Wall-clock limit per episode (None: no limit), as `ludic train` and `ludic eval`: an env,
+    tool or server that hangs fails its episode, logged, and the batch goes on without it."""
     batches: int | None = None
     """Stop after this many batches (None: run until interrupted)."""
     max_backlog: int = 256

@@ -32,8 +32,9 @@ logger = logging.getLogger(__name__)
 
 
 def check_actor_counts(cfg: ActorConfig) -> None:
-    """Refuse any of the actor's counts below 1, naming the flag, and a `--policy-version` that
-    is negative or given with `--server-url` (whose server says the version)."""
+    """Refuse any of the actor's counts below 1, naming the flag, an `--episode-timeout-s` not
+    above 0, and a `--policy-version` that is negative or given with `--server-url` (whose
+    server says the version)."""
     if cfg.policy_version is not None:
         if cfg.server_url:
             raise ValueError(
@@ -43,6 +44,11 @@ def check_actor_counts(cfg: ActorConfig) -> None:
             )
         if cfg.policy_version < 0:
             raise ValueError(f"--policy-version must be >= 0, got {cfg.policy_version}")
+    if cfg.episode_timeout_s is not None and not cfg.episode_timeout_s > 0:  # nan too
+        raise ValueError(
+            "--episode-timeout-s must be > 0 seconds (or None: no limit), got "
+            f"{cfg.episode_timeout_s}"
+        )
     check_key_names(stream=cfg.stream, actor_id=cfg.actor_id)
     check_count_flags(
         ("--problems-per-batch", cfg.problems_per_batch, "problems per batch, e.g. 4"),
