@@ -1,9 +1,11 @@
-"""A MANIFEST.json must list every file loading a checkpoint reads (everything under `model/`,
-and state.json, optimizer.pt, scheduler.pt, rng.pt, rank_states.pt): one that lists fewer (an
+"""A MANIFEST.json must list every file that holds trained state (the weights and model configs
+under `model/`, and state.json, optimizer.pt, scheduler.pt, rng.pt, rank_states.pt): one that
+lists fewer (an
 empty `{"files": {}}`, an entry removed by hand, a manifest copied from another save) verified
 anything, so a flipped weight loaded unnoticed. It is refused naming the unlisted file, by
-resume and by `load_model`, and the earlier step that verifies is named and used. A file no
-loading reads (a note left beside the checkpoint) needs no entry. An unreadable manifest is
+resume and by `load_model`, and the earlier step that verifies is named and used. Other files
+(a note left beside the checkpoint, a `.DS_Store`, a tokenizer added to `model/` later) need no
+entry: the newest step stays the one resumed. An unreadable manifest is
 refused by `load_model` too, as resume refuses it."""
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def _flip_a_bit(file: Path) -> None:
 @pytest.mark.parametrize(
     ("edit", "named"),
     [
-        (lambda files: files.clear(), "model/chat_template.jinja is not listed in MANIFEST.json ("),
+        (lambda files: files.clear(), "model/config.json is not listed in MANIFEST.json ("),
         (
             lambda files: files.pop("model/model.safetensors"),
             "model/model.safetensors is not listed in MANIFEST.json, so",
@@ -87,13 +89,15 @@ def test_load_model_refuses_a_checkpoint_whose_manifest_lists_no_files(
         load_model(second)
     message = str(e.value)
     assert is_refusal(e.value), message
-    assert "model/chat_template.jinja is not listed in MANIFEST.json" in message, message
+    assert "model/config.json is not listed in MANIFEST.json" in message, message
     assert f"the earlier step {manager.path_for(1)} verifies" in message, message
 
 
 def test_a_file_no_loading_reads_needs_no_entry(manager: CheckpointManager) -> None:
     second = manager.path_for(2)
     (second / "NOTES.txt").write_text("the run before the lr change\n")
+    (second / "model" / ".DS_Store").write_bytes(b"\0\0\0\1Bud1")
+    (second / "model" / "special_tokens_map.json").write_text("{}")
     manager.verify(second)
     assert manager.resolve() == second
     load_model(second)

@@ -361,19 +361,10 @@ def _no_tokenizer(path: Path, directory: Path) -> str:
     if latest is not None:
         return f"{path} holds checkpoints, not one tokenizer: pass one of them, e.g. {latest}"
     if (directory / "config.json").is_file():
-        from ludic.training.checkpoint_manifest import MANIFEST
-
-        saved = f"{directory} holds no tokenizer (no tokenizer.json or tokenizer_config.json): it "
-        saved += "was saved without one (a Trainer without tokenizer=...). "
-        if directory.name == "model" and (directory.parent / MANIFEST).is_file():
-            return saved + (  # files added to the checkpoint would be unlisted in its manifest
-                f"Copy the folder elsewhere (the checkpoint's {MANIFEST} lists its files as "
-                "saved), add the tokenizer of the model it was trained from there: "
-                "load_tokenizer(SOURCE_DIR).save_pretrained(COPY), and load the copy"
-            )
-        return saved + (
-            "Copy the tokenizer of the model it was trained from: "
-            "load_tokenizer(SOURCE_DIR).save_pretrained(DIR)"
+        return (
+            f"{directory} holds no tokenizer (no tokenizer.json or tokenizer_config.json): it "
+            "was saved without one (a Trainer without tokenizer=...). Copy the tokenizer of the "
+            "model it was trained from: load_tokenizer(SOURCE_DIR).save_pretrained(DIR)"
         )
     return (
         f"{directory} holds no tokenizer (no tokenizer.json or tokenizer_config.json): pass a "

@@ -118,8 +118,9 @@ def check_files(directory: Path, *, deep: bool = True, prefix: str = "") -> None
     """Raise CorruptCheckpointError naming the first file (of those whose name starts with
     `prefix`) that `directory`'s manifest lists but that is missing, of another size or, with
     `deep`, of other contents than its recorded sha256 (entries without one: size only), or that
-    loading reads (`saved_files`) but the manifest does not list: a manifest that lists fewer
-    files than the save wrote (edited, or another save's) would let them load unverified."""
+    holds trained state (`saved_files`: weights, model configs, the step's own files) but the
+    manifest does not list: a manifest that lists fewer files than the save wrote (edited, or
+    another save's) would let them load unverified."""
     listed = manifest_files(directory)
     unlisted = [name for name in saved_files(directory, prefix) if name not in listed]
     if unlisted:
@@ -150,19 +151,30 @@ def check_files(directory: Path, *, deep: bool = True, prefix: str = "") -> None
             )
 
 
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".index.json")
+_MODEL_CONFIGS = ("config.json", "generation_config.json", "adapter_config.json")
+
+
 def saved_files(directory: Path, prefix: str = "") -> list[str]:
-    """The files under `directory` (names relative to it, starting with `prefix`) that loading a
-    checkpoint reads, so its manifest must list them: everything under `model/` and the step
-    folder's own files (`SAVED_FILES`). Other files (a note a user left beside them) are not
-    read, so not required."""
+    """The files under `directory` (names relative to it, starting with `prefix`) whose bytes
+    make the trained state, so its manifest must list them: the weights and model configs
+    under `model/` and the step folder's own files (`SAVED_FILES`). Other files need no entry
+    (those the save wrote are listed, so verified, anyway): a tokenizer added later to a
+    checkpoint saved without one, a `.DS_Store`, a note a user left beside them; requiring
+    them would call the newest step damaged and resume from an older one."""
     names = (
         path.relative_to(directory).as_posix() for path in directory.rglob("*") if path.is_file()
     )
-    return sorted(
-        name
-        for name in names
-        if name.startswith(prefix) and (name.startswith("model/") or name in SAVED_FILES)
-    )
+    return sorted(name for name in names if name.startswith(prefix) and _state_file(name))
+
+
+def _state_file(name: str) -> bool:
+    if name in SAVED_FILES:
+        return True
+    base = name.rsplit("/", 1)[-1]
+    if not name.startswith("model/") or base.startswith("."):
+        return False
+    return base.endswith(_WEIGHT_SUFFIXES) or base in _MODEL_CONFIGS
 
 
 def earlier_good_checkpoint(path: Path, *, deep: bool = True, prefix: str = "") -> Path | None:
