@@ -72,29 +72,27 @@ def load_config(directory: Path) -> Any:
 def check_generation_config(directory: Path, vocab_size: object) -> None:
     """LudicUsageError naming `directory`'s generation_config.json when it is not a JSON object
     (transformers then ignores it without a word, so the model stops at config.json's eos ids
-    instead) or when its token ids (the embedded engine stops at eos_token_id) are not ids of the
-    model's `vocab_size` tokens. Its other fields are not ludic's: sampling comes from the
-    SamplingConfig, and transformers warns about values it cannot use."""
+    instead) or when its eos_token_id (the embedded engine stops there) is not an id of the
+    model's `vocab_size` tokens. Its other fields are not ludic's (a pad_token_id of -1, as
+    older conversions have, loads): sampling comes from the SamplingConfig, and transformers
+    warns about values it cannot use."""
     file = directory / GENERATION_CONFIG
     if not file.is_file():
         return
     values = read_json_object(file)
-    for key in _TOKEN_ID_KEYS:
-        value = values.get(key)
-        ids = value if isinstance(value, list) and key == "eos_token_id" else [value]
-        if value is None or all(_is_token_id(i, vocab_size) for i in ids):
-            continue
-        span = f"from 0 to {vocab_size - 1}" if isinstance(vocab_size, int) else ">= 0"
-        eos = key == "eos_token_id"
-        raise LudicUsageError(
-            f"{file}: {key} is {json.dumps(value)}, not a token id of this model (an int "
-            f"{span}){' or a list of them: the embedded engine stops at them' if eos else ''}; "
-            f"{_SAVED_WITH}, or delete the file (config.json's token ids then apply)"
-        )
+    value = values.get("eos_token_id")
+    ids = value if isinstance(value, list) else [value]
+    if value is None or all(_is_token_id(i, vocab_size) for i in ids):
+        return
+    span = f"from 0 to {vocab_size - 1}" if isinstance(vocab_size, int) else ">= 0"
+    raise LudicUsageError(
+        f"{file}: eos_token_id is {json.dumps(value)}, not a token id of this model (an int "
+        f"{span} or a list of them: the embedded engine stops at them); {_SAVED_WITH}, or "
+        "delete the file (config.json's token ids then apply)"
+    )
 
 
 GENERATION_CONFIG = "generation_config.json"
-_TOKEN_ID_KEYS = ("eos_token_id", "pad_token_id", "bos_token_id", "decoder_start_token_id")
 
 
 def _is_token_id(value: object, vocab_size: object) -> bool:
