@@ -6,6 +6,7 @@ a subprocess, as a user types it."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -396,3 +397,11 @@ def test_ludics_own_refusal_classes_that_are_not_value_errors() -> None:
     ]
     assert all(is_refusal(e) for e in refusals)
     assert not is_refusal(RuntimeError("one torch raised"))
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.ENOSPC, errno.EDQUOT])
+def test_a_read_only_or_full_disk_naming_its_path_is_one_line(code: int) -> None:
+    # `ludic eval --out-dir` on a read-only filesystem printed a whole OSError traceback
+    assert is_refusal(OSError(code, os.strerror(code), "/mnt/ro/runs/eval"))
+    assert not is_refusal(OSError(code, os.strerror(code)))  # no path: where is unknown
+    assert not is_refusal(OSError(errno.EIO, os.strerror(errno.EIO), "/mnt/ro/runs/eval"))

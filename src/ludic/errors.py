@@ -18,7 +18,8 @@ decides, and this is its rule:
   exception keeps the traceback of where it was raised). A ValueError that a builtin raised
   inside ludic's code (`a, b = (1, 2, 3)`, `zip(..., strict=True)`, `int("x")`, also when a
   bare `raise` re-raises it) is a bug: its innermost frame stopped at the unpacking or the call.
-- a file error from anywhere that names its file (`filename` set: the OS's message says which).
+- a file error from anywhere that names its file (`filename` set: the OS's message says which),
+  and so an OSError for a read-only or full disk (EROFS, ENOSPC, EDQUOT) that names its file.
 
 Not refusals: TypeError, AttributeError, KeyError, any RuntimeError from torch, a ValueError
 raised inside torch, transformers or the standard library (`json`'s "Expecting value"), and
@@ -29,6 +30,7 @@ module does not print, exit or change what any function raises.
 from __future__ import annotations
 
 import dis
+import errno
 import os
 from types import TracebackType
 
@@ -52,6 +54,7 @@ _FILE_ERRORS = (
     NotADirectoryError,
     FileExistsError,
 )
+_DISK_ERRNOS = (errno.EROFS, errno.ENOSPC, errno.EDQUOT)
 _PACKAGE_DIR = os.path.dirname(os.path.realpath(__file__)) + os.sep
 
 
@@ -63,6 +66,8 @@ def is_refusal(exc: BaseException) -> bool:
         return True
     if isinstance(exc, _FILE_ERRORS) and exc.filename is not None:
         return True
+    if isinstance(exc, OSError) and exc.errno in _DISK_ERRNOS and exc.filename is not None:
+        return True  # a read-only or full disk under the path it names: the message says so
     return isinstance(exc, (ValueError, *_FILE_ERRORS)) and raised_by_ludic(exc)
 
 
