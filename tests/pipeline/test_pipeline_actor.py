@@ -111,3 +111,19 @@ async def test_a_restarted_actor_continues_its_seed_sequence(redis_server: Redis
     source = PipelineBatchSource(_stream(redis_server), batch_size=8, block_ms=100)
     ids = [i.meta["sample_id"] for i in (await source.next_batch()).items]
     assert ids == [f"a:{b}:{i}" for b in range(4) for i in range(2)]  # none dropped as repeats
+
+
+async def test_a_request_given_twice_is_two_problems_in_two_groups(
+    redis_server: RedisServer,
+) -> None:
+    # requests_fn=lambda: [problem] * 2 means two problems (each its own seeds): two GRPO
+    # groups, as RolloutBatchSource makes them, not one group across both
+    actor = _actor(_stream(redis_server), ScriptedClient(["oo", "x", "o", "oo"]))
+    request = actor.requests_fn()[0]
+    actor.requests_fn = lambda: [request, request]
+    (stats,) = await actor.run(num_batches=1)
+    assert stats.num_samples == 4
+    source = PipelineBatchSource(_stream(redis_server), batch_size=4, block_ms=100)
+    items = (await source.next_batch()).items
+    groups = [i.meta["group_id"] for i in items]
+    assert len(set(groups)) == 2 and groups.count(groups[0]) == 2

@@ -40,6 +40,7 @@ from ludic.rollouts import (
     SampleMode,
     SeedSequencer,
     SnapshotPolicy,
+    distinct_request_ids,
     every_episode_failed,
     generate_batch,
 )
@@ -159,6 +160,7 @@ class PipelineActor:
         requests = list(await maybe_await(self.requests_fn()))
         if self.seed_sequencer is not None:
             requests = self.seed_sequencer.seed_requests(requests, self.batch_index)
+        requests = distinct_request_ids(requests)  # [problem] * 4: four problems, four groups
         result = await generate_batch(
             self.engine,
             requests,

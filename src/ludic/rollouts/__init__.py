@@ -19,6 +19,7 @@ from ludic.rollouts.requests import (
     RolloutRequest,
     SeedSequencer,
     derive_seed,
+    distinct_request_ids,
 )
 from ludic.rollouts.retokenize import ChatTemplateRetokenizer, ChatTemplateTokenizer, Retokenizer
 from ludic.rollouts.rollout_log import (
@@ -56,6 +57,7 @@ __all__ = [
     "append_rollouts_jsonl",
     "build_samples",
     "derive_seed",
+    "distinct_request_ids",
     "every_episode_failed",
     "generate_batch",
     "iter_rollouts_jsonl",

@@ -194,3 +194,22 @@ class SeedSequencer:
             )
             for i, r in enumerate(requests)
         ]
+
+
+def distinct_request_ids(requests: Sequence[RolloutRequest]) -> list[RolloutRequest]:
+    """The requests, each repeat of a request id renamed `<id>@<position>` (kept unique): the
+    same request given twice in a batch (`requests_fn=lambda: [problem] * 4`) is that many
+    problems, each its own GRPO group (`GRPORequestStrategy.expand` refuses repeats). What
+    RolloutBatchSource and PipelineActor do with each batch's requests."""
+    seen: set[str] = set()
+    out: list[RolloutRequest] = []
+    for position, request in enumerate(requests):
+        rid = request.request_id
+        if rid in seen:
+            rid = f"{request.request_id}@{position}"
+            while rid in seen:
+                rid += "'"
+            request = replace(request, request_id=rid)
+        seen.add(rid)
+        out.append(request)
+    return out

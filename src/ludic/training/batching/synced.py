@@ -22,6 +22,7 @@ from ludic.rollouts import (
     SampleMode,
     SeedSequencer,
     SnapshotPolicy,
+    distinct_request_ids,
     generate_batch,
 )
 from ludic.training.batching.types import SAWBatch
@@ -85,7 +86,7 @@ class RolloutBatchSource:
             requests = self.seed_sequencer.seed_requests(requests, self.batch_index)
         else:
             self._warn_on_replay(requests)
-        requests = _distinct_request_ids(requests)
+        requests = distinct_request_ids(requests)
         requests = [replace(r, meta={**r.meta, BATCH_INDEX: self.batch_index}) for r in requests]
         result = await generate_batch(
             self.engine,
@@ -132,19 +133,3 @@ class RolloutBatchSource:
 
     def load_state_dict(self, state: JSON) -> None:
         self.batch_index = int(state.get("batch_index", 0))
-
-
-def _distinct_request_ids(requests: Sequence[RolloutRequest]) -> list[RolloutRequest]:
-    """The requests, each repeat of a request id renamed `<id>@<position>` (kept unique)."""
-    seen: set[str] = set()
-    out: list[RolloutRequest] = []
-    for position, request in enumerate(requests):
-        rid = request.request_id
-        if rid in seen:
-            rid = f"{request.request_id}@{position}"
-            while rid in seen:
-                rid += "'"
-            request = replace(request, request_id=rid)
-        seen.add(rid)
-        out.append(request)
-    return out
