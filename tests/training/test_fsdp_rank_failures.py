@@ -23,7 +23,12 @@ pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 # mode: (rank 0's own error class, what rank 1's error says rank 0 was doing, the cause, step)
 CASES = {
     "publish": ("WeightPushError", "publishing policy version 2", "409 version conflict", 2),
-    "checkpoint": ("OSError", "saving the checkpoint of step 4", "No space left on device", 4),
+    "checkpoint": (
+        "CheckpointSaveError",
+        "saving the checkpoint of step 4",
+        "No space left on device",
+        4,
+    ),
     "logger": ("OSError", "logging step 2", "No space left on device", 2),
     "eval": ("ConnectionError", "evaluating at step 2", "unreachable", 2),
 }

@@ -3,9 +3,9 @@ parsing from completion text, and safe execution.
 
 A tool is a plain (sync or async) function with type hints and a docstring. Its name is the
 function name, its description the docstring's first paragraph, and parameter descriptions come
-from an "Args:" section. Execution never raises: errors become `ToolResult(is_error=True)`. Sync tools run on a worker
-thread, so a blocking one holds only its own episode.
-It does not sandbox code; see `ludic.sandbox` for untrusted code.
+from an "Args:" section. Execution never raises: errors become `ToolResult(is_error=True)`.
+Sync tools run on a worker thread, so a blocking one holds only its own episode. It does not
+sandbox code; see `ludic.sandbox` for untrusted code.
 """
 
 from __future__ import annotations

@@ -37,8 +37,8 @@ from ludic.recipes.configs import (
     parse_env_kwargs,
     sampling_from_flags,
 )
-from ludic.recipes.context_overflow import ended_by_context_overflow
 from ludic.rollouts import ComponentSpec, RolloutEngine, RolloutRequest
+from ludic.rollouts.overflow import ended_by_context_overflow
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

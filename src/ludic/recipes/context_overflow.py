@@ -12,29 +12,18 @@ anything itself (the caller's advice says how).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from ludic._aio import maybe_await
 from ludic.recipes.wrapped_source import WrappedSource
+from ludic.rollouts.overflow import OVERFLOW_ERROR, ended_by_context_overflow
 from ludic.training import BatchSource, SAWBatch
 from ludic.types import Rollout
 
 __all__ = ["ContextOverflowWatch", "ended_by_context_overflow", "quiet_repeated_overflow_lines"]
 
-_OVERFLOW = re.compile(
-    r"model's context is|maximum context length|context length|context window", re.IGNORECASE
-)
 _EPISODE_LOGGER = "ludic.rollouts.engine"
-
-
-def ended_by_context_overflow(rollout: Rollout) -> bool:
-    """True when the episode failed on a prompt longer than the model's context, or was
-    truncated because its sequence reached the length limit (`max_seq_len`)."""
-    if rollout.failed:
-        return bool(_OVERFLOW.search(str(rollout.meta.get("error", ""))))
-    return rollout.meta.get("truncation_reason") == "max_seq_len"
 
 
 class ContextOverflowWatch(WrappedSource):
@@ -75,7 +64,7 @@ class _FirstOverflowOnly(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        if not message.startswith("episode ") or not _OVERFLOW.search(message):
+        if not message.startswith("episode ") or not OVERFLOW_ERROR.search(message):
             return True
         self.seen += 1
         return self.seen == 1
