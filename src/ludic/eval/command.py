@@ -37,6 +37,7 @@ from ludic.recipes.configs import (
     parse_env_kwargs,
     sampling_from_flags,
 )
+from ludic.recipes.count_checks import check_episode_timeout
 from ludic.rollouts import ComponentSpec, RolloutEngine, RolloutRequest
 from ludic.rollouts.overflow import ended_by_context_overflow
 
@@ -298,11 +299,7 @@ def _check_counts(cfg: EvalConfig) -> None:
     for flag, value in counts.items():
         if value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value}")
-    if cfg.episode_timeout_s is not None and not cfg.episode_timeout_s > 0:
-        raise ValueError(
-            f"--episode-timeout-s must be > 0 seconds (or None: no limit), got "
-            f"{cfg.episode_timeout_s}"
-        )
+    check_episode_timeout(cfg.episode_timeout_s)
 
 
 def _check_credit_options(cfg: EvalConfig) -> None:

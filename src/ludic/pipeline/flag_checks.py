@@ -26,7 +26,12 @@ from ludic.errors import LudicUsageError
 from ludic.pipeline.config import ActorConfig, LearnerConfig
 from ludic.pipeline.credit_check import MAX_TOKENS_PRESETS
 from ludic.pipeline.learner_settings import CHECKPOINTS_DIR
-from ludic.recipes.count_checks import check_count_flags, check_lr, check_micro_batch_tokens
+from ludic.recipes.count_checks import (
+    check_count_flags,
+    check_episode_timeout,
+    check_lr,
+    check_micro_batch_tokens,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -44,11 +49,7 @@ def check_actor_counts(cfg: ActorConfig) -> None:
             )
         if cfg.policy_version < 0:
             raise ValueError(f"--policy-version must be >= 0, got {cfg.policy_version}")
-    if cfg.episode_timeout_s is not None and not cfg.episode_timeout_s > 0:  # nan too
-        raise ValueError(
-            "--episode-timeout-s must be > 0 seconds (or None: no limit), got "
-            f"{cfg.episode_timeout_s}"
-        )
+    check_episode_timeout(cfg.episode_timeout_s)
     check_key_names(stream=cfg.stream, actor_id=cfg.actor_id)
     check_count_flags(
         ("--problems-per-batch", cfg.problems_per_batch, "problems per batch, e.g. 4"),

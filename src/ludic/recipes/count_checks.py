@@ -1,6 +1,7 @@
 """The refusals of a count flag below 1 and of an `--lr` that is no peak, in one wording for
 `ludic train`, `ludic actor` and `ludic learner`, and of a `--micro-batch-tokens` below 1 in
-the words of the token budget it is (not a count of things to train on). It imports nothing
+the words of the token budget it is (not a count of things to train on), and of an
+`--episode-timeout-s` not above 0 (`ludic train`, `eval` and `actor`). It imports nothing
 (no torch), so the pipeline commands refuse their flags before Redis or a model is touched; it
 does not know which flags a command has."""
 
@@ -38,3 +39,11 @@ def check_lr(lr: float, example: str) -> None:
     an `example` peak that works for the command."""
     if not (math.isfinite(lr) and lr > 0):
         raise ValueError(f"--lr must be a finite number > 0, got {lr} (the peak, e.g. {example})")
+
+
+def check_episode_timeout(seconds: float | None) -> None:
+    """Refuse an `--episode-timeout-s` that is not above 0 (nan too); None is no limit."""
+    if seconds is not None and not seconds > 0:
+        raise ValueError(
+            f"--episode-timeout-s must be > 0 seconds (or None: no limit), got {seconds}"
+        )

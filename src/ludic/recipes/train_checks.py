@@ -32,7 +32,12 @@ from typing import Any, Protocol
 
 from ludic.parsers import Parser, identity_parser, parser_name
 from ludic.recipes.configs import TrainConfig, context_of
-from ludic.recipes.count_checks import check_count_flags, check_lr, check_micro_batch_tokens
+from ludic.recipes.count_checks import (
+    check_count_flags,
+    check_episode_timeout,
+    check_lr,
+    check_micro_batch_tokens,
+)
 from ludic.recipes.training import SETTINGS_KEYS, recorded_settings, refuse_other_settings
 from ludic.training.algorithm_types import RLAlgorithm
 
@@ -57,11 +62,7 @@ def check_counts(cfg: TrainConfig) -> None:
             raise ValueError(f"{flag} must be >= 1, got {value} ({fix})")
     check_micro_batch_tokens(cfg.micro_batch_tokens)  # a token budget, in its own words
     check_lr(cfg.lr, "1e-4")
-    if cfg.episode_timeout_s is not None and not cfg.episode_timeout_s > 0:
-        raise ValueError(
-            f"--episode-timeout-s must be > 0 seconds (or None: no limit), got "
-            f"{cfg.episode_timeout_s}"
-        )
+    check_episode_timeout(cfg.episode_timeout_s)
 
 
 def group_baseline(algorithm: RLAlgorithm) -> bool:
