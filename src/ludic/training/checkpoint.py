@@ -168,7 +168,11 @@ def restore_rng_state(json_state: JSON, tensors: dict[str, Any]) -> None:
     np.random.set_state((kind, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(tensors["torch"])
     if "cuda" in tensors and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(tensors["cuda"])
+        # One state per GPU the saving process saw: a run saved where 8 were visible resumes
+        # where 1 is (`set_rng_state_all` raised "invalid device ordinal" for the 2nd to 8th).
+        saved, visible = tensors["cuda"], torch.cuda.device_count()
+        for index, state in enumerate(saved[:visible]):
+            torch.cuda.set_rng_state(state, index)
 
 
 class CheckpointManager:
