@@ -9,6 +9,7 @@ import logging
 
 import pytest
 
+from ludic._log_once import forget_warnings
 from ludic.agents import Agent
 from ludic.inference.scripted import ScriptedClient
 from ludic.types import ParseResult
@@ -29,6 +30,7 @@ def other_buggy_parser(text: str) -> ParseResult:
 
 
 async def test_a_raising_parser_is_reported_once(caplog: pytest.LogCaptureFixture) -> None:
+    forget_warnings()
     agent = started(Agent(ScriptedClient(["a", "b", "c"]), parser=buggy_parser))
     with caplog.at_level(logging.WARNING, logger="ludic.agents.base"):
         for _ in range(3):

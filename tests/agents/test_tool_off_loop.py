@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from ludic.agents import tools
+from ludic._log_once import forget_warnings
 from ludic.agents.tools import execute_tool, tool_from_callable
 from ludic.types import ToolCall
 
@@ -57,10 +57,10 @@ async def test_sync_tools_run_off_the_loop_thread_and_async_ones_on_it() -> None
 
 
 async def test_a_failing_tool_is_logged_once_per_exception_type(
-    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # e.g. a sqlite3 connection made on the main thread, used from the tool's worker thread
-    monkeypatch.setattr(tools, "_reported", set())
+    forget_warnings()
     made_on = threading.get_ident()
 
     def query(sql: str) -> str:

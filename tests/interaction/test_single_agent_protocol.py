@@ -11,11 +11,12 @@ from collections.abc import Sequence
 import pytest
 from interaction_fakes import CountingEnv
 
+from ludic._log_once import forget_warnings
 from ludic.agents import Agent, ReActAgent, ToolAgent
 from ludic.agents.base import INCOMPLETE_FEEDBACK
 from ludic.inference.sampling import SamplingConfig
 from ludic.inference.scripted import ScriptedClient
-from ludic.interaction import SingleAgentProtocol, ToolCallContext, acting
+from ludic.interaction import SingleAgentProtocol, ToolCallContext
 from ludic.parsers import xml_tag_parser
 from ludic.types import AgentStep, EnvironmentStep, Rollout, ToolCall, ToolResult
 
@@ -268,9 +269,9 @@ async def test_a_sync_handler_runs_on_a_worker_thread() -> None:
     [("answer!", "got str"), (["answer!"], "ToolResult items, got str"), (None, "got NoneType")],
 )
 async def test_a_handler_returning_the_wrong_type_is_named_and_logged(
-    returned: object, named: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    returned: object, named: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(acting, "_reported", set())  # each distinct failure is logged once
+    forget_warnings()  # each distinct failure is logged once
 
     async def handler(calls: Sequence[ToolCall], ctx: ToolCallContext) -> object:
         return returned

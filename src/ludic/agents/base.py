@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ludic._aio import run_in_worker
+from ludic._log_once import warn_once
 from ludic.context.base import CONTEXT_VERSION_KEY, ContextStrategy
 from ludic.context.full_dialog import FullDialog
 from ludic.inference.client import ChatClient, ChatRequest, ChatResponse
@@ -22,8 +23,6 @@ from ludic.parsers import DEFAULT_PENALTY, Parser, identity_parser
 from ludic.types import AgentStep, Info, Message, ParseResult, ToolCall, ToolResult
 
 logger = logging.getLogger(__name__)
-# (parser, exception type) pairs already reported: a parser bug hits every reply, so once
-_REPORTED_PARSER_ERRORS: set[tuple[str, str]] = set()
 
 INCOMPLETE_FEEDBACK = (
     "Your reply was cut off before it finished (it hit the token limit). Answer more briefly."
@@ -334,11 +333,9 @@ def _report_parser_error(parser: Parser, exc: Exception) -> None:
     """Log, once per parser and exception type, that the parser raised: the reply counts as a
     parse failure, which alone would only show as parse errors and the penalty."""
     name = getattr(parser, "__qualname__", None) or type(parser).__name__
-    key = (f"{getattr(parser, '__module__', '')}.{name}", type(exc).__name__)
-    if key in _REPORTED_PARSER_ERRORS:
-        return
-    _REPORTED_PARSER_ERRORS.add(key)
-    logger.warning(
+    warn_once(
+        logger,
+        ("parser", f"{getattr(parser, '__module__', '')}.{name}", type(exc).__name__),
         "the parser %s raised %s: %s; each reply it raises on counts as a parse failure "
         "(penalty %s, recorded in the step's info['parser_exception']). Fix the parser: for a "
         "reply it cannot read, return ParseResult(action=None, reward=..., obs=feedback)",

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ludic._aio import call_off_loop
+from ludic._log_once import warn_once
 from ludic.parsers import tag_blocks
 from ludic.types import ToolCall, ToolResult, new_id
 
@@ -214,17 +215,13 @@ async def execute_tool(tool: Tool | None, call: ToolCall, *, max_chars: int = 40
     return ToolResult(tool_call_id=call.id, name=call.name, content=content)
 
 
-_reported: set[tuple[str, str]] = set()  # (tool, exception type) already logged
-
-
 def _report_tool_error(name: str, exc: Exception) -> None:
     """Log a tool's exception once per tool and exception type: the model sees it as an error
     result, but a tool that fails on every call (a bug, an object bound to another thread such
     as a sqlite3 connection: sync tools run on worker threads) must not fail in silence."""
-    if (name, type(exc).__name__) in _reported:
-        return
-    _reported.add((name, type(exc).__name__))
-    logger.warning(
+    warn_once(
+        logger,
+        ("tool", name, type(exc).__name__),
         "tool %r raised %s: %s (given to the model as an error result; sync tools run on a "
         "worker thread, so objects bound to one thread must be made inside the tool or the "
         "tool written as async def)",

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from ludic._aio import call_off_loop
+from ludic._log_once import warn_once
 from ludic.agents.base import Agent, AgentAct
 from ludic.inference.sampling import SamplingConfig
 from ludic.types import AgentStep, Info, ToolCall, ToolResult
@@ -19,7 +20,6 @@ ExternalToolHandler = Callable[
 ]
 """`handler(calls, ctx)` -> one `ToolResult` per call. An `async def` runs on the event loop; a
 plain function on a worker thread (so a blocking one holds only its own episode)."""
-_reported: set[tuple[str, str]] = set()  # (handler, exception type) already logged
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -93,13 +93,13 @@ def _report(handler: object, exc: Exception) -> None:
     error result, and so should whoever wrote the handler (a bug there fails every call)."""
     message = f"{type(exc).__name__}: {exc}"
     name = getattr(handler, "__qualname__", type(handler).__name__)
-    if (name, type(exc).__name__) not in _reported:
-        _reported.add((name, type(exc).__name__))
-        logger.warning(
-            "external_tool_handler %s failed: %s (given to the model as the tool result)",
-            name,
-            message,
-        )
+    warn_once(
+        logger,
+        ("handler", name, type(exc).__name__),
+        "external_tool_handler %s failed: %s (given to the model as the tool result)",
+        name,
+        message,
+    )
 
 
 def _match_results(calls: Sequence[ToolCall], results: object) -> list[ToolResult]:
