@@ -37,7 +37,9 @@ from ludic.training.losses import (
     SequenceClippedSurrogateLoss,
     TokenClippedSurrogateLoss,
 )
+from ludic.training.losses.regularizers import check_kl_options
 from ludic.training.losses.rollout_correction import Correction
+from ludic.training.option_warnings import warn_unread_option
 
 
 def with_regularizers(
@@ -51,14 +53,41 @@ def with_regularizers(
     kl_clamp: float | None = None,
 ) -> Loss:
     """`loss + kl_beta * KL(pi || pi_ref) - entropy_coef * H`, or `loss` unchanged when both
-    coefficients are 0. The extra terms use the same aggregation as the policy term."""
+    coefficients are 0. The extra terms use the same aggregation as the policy term.
+    With kl_beta=0, a `kl_clamp` or a `kl_estimator` other than k3 is ignored with an
+    `UnreadOptionWarning` (an ablation grid's kl_beta=0 arm); an invalid one still raises."""
+    return _regularized(
+        loss,
+        owner="with_regularizers",
+        estimator_default="k3",
+        kl_beta=kl_beta,
+        kl_estimator=kl_estimator,
+        entropy_coef=entropy_coef,
+        aggregation=aggregation,
+        constant_normalizer=constant_normalizer,
+        kl_clamp=kl_clamp,
+    )
+
+
+def _regularized(
+    loss: Loss,
+    *,
+    owner: str,
+    estimator_default: KLEstimator,
+    kl_beta: float,
+    kl_estimator: KLEstimator,
+    kl_clamp: float | None,
+    aggregation: Aggregation,
+    entropy_coef: float = 0.0,
+    constant_normalizer: float | None = None,
+) -> Loss:
+    """`with_regularizers` for `owner`, whose own KL estimator default is `estimator_default`
+    (a preset's default is not a knob the user set, so it draws no warning)."""
     if kl_beta < 0 or entropy_coef < 0:
         raise ValueError(f"kl_beta and entropy_coef must be >= 0, got {kl_beta}, {entropy_coef}")
-    if kl_clamp is not None and kl_beta == 0:
-        raise ValueError(
-            f"kl_clamp={kl_clamp} caps the KL-to-reference term, which kl_beta=0 leaves out (it "
-            "would be ignored): pass kl_beta > 0 (e.g. 0.04) or drop kl_clamp"
-        )
+    check_kl_options(kl_estimator, kl_clamp, owner)
+    if kl_beta == 0:
+        _warn_unread_kl_options(owner, kl_estimator, estimator_default, kl_clamp)
     terms: list[tuple[float, Loss]] = [(1.0, loss)]
     if kl_beta > 0:
         kl = KLToReferenceLoss(
@@ -72,6 +101,17 @@ def with_regularizers(
         bonus = EntropyBonus(aggregation=aggregation, constant_normalizer=constant_normalizer)
         terms.append((entropy_coef, bonus))
     return loss if len(terms) == 1 else CompositeLoss(terms=terms)
+
+
+def _warn_unread_kl_options(
+    owner: str, kl_estimator: str, estimator_default: str, kl_clamp: float | None
+) -> None:
+    """kl_beta=0 leaves the KL term out: name each KL knob the user set, which nothing reads."""
+    why = "kl_beta=0 leaves the KL-to-reference term out (pass kl_beta > 0, e.g. 0.04, to use it)"
+    if kl_clamp is not None:
+        warn_unread_option(owner, "kl_clamp", kl_clamp, why)
+    if kl_estimator != estimator_default:
+        warn_unread_option(owner, "kl_estimator", kl_estimator, why)
 
 
 def with_rollout_correction(algorithm: RLAlgorithm, *corrections: Correction) -> RLAlgorithm:
@@ -147,8 +187,10 @@ def make_grpo(
     return RLAlgorithm(
         name="grpo",
         credit_assigner=GroupNormalizedReturn(normalize_std=True),
-        loss=with_regularizers(
+        loss=_regularized(
             loss,
+            owner="make_grpo",
+            estimator_default="k3",
             kl_beta=kl_beta,
             kl_estimator=kl_estimator,
             kl_clamp=kl_clamp,
@@ -270,8 +312,10 @@ def make_reinforce_pp(
     return RLAlgorithm(
         name="reinforce_pp_baseline" if group_baseline else "reinforce_pp",
         credit_assigner=ReinforcePlusPlus(group_baseline=group_baseline, gamma=gamma),
-        loss=with_regularizers(
+        loss=_regularized(
             loss,
+            owner="make_reinforce_pp",
+            estimator_default="k2",
             kl_beta=kl_beta,
             kl_estimator=kl_estimator,
             kl_clamp=kl_clamp,
@@ -382,8 +426,10 @@ def make_gigpo(
     return RLAlgorithm(
         name="gigpo",
         credit_assigner=credit,
-        loss=with_regularizers(
+        loss=_regularized(
             loss,
+            owner="make_gigpo",
+            estimator_default="k3",
             kl_beta=kl_beta,
             kl_estimator=kl_estimator,
             kl_clamp=kl_clamp,

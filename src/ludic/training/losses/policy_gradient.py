@@ -19,6 +19,7 @@ import torch
 from ludic.training.algorithm_types import LossOutput
 from ludic.training.losses.aggregation import ratio_extremes
 from ludic.training.losses.base import AggregatedLoss, LossBatch, check_clip
+from ludic.training.option_warnings import warn_unread_option
 
 _DUAL_CLIP_C = 3.0  # dual-clip PPO's c (Ye et al. 2020)
 
@@ -84,7 +85,8 @@ class TokenClippedSurrogateLoss(AggregatedLoss):
     `dual_clip=True` (dual-clip PPO, Ye et al. 2020, arXiv:1912.09729) also bounds the loss of
     tokens with A < 0 by -c * A: loss_t = min(max(-r_t A, -clip(r_t) A), -c A) there, so a
     huge ratio on a bad token cannot dominate (c = `dual_clip_c` > 1, 3 as in the paper).
-    A `dual_clip_c` other than 3 without `dual_clip=True` is refused: it would be ignored.
+    A `dual_clip_c` other than 3 without `dual_clip=True` is ignored with an
+    `UnreadOptionWarning` (an ablation grid passes it to the arms without dual clip too).
     """
 
     name: ClassVar[str] = "pg"
@@ -101,9 +103,11 @@ class TokenClippedSurrogateLoss(AggregatedLoss):
                 f"{self.dual_clip_c}"
             )
         if not self.dual_clip and self.dual_clip_c != _DUAL_CLIP_C:
-            raise ValueError(
-                f"TokenClippedSurrogateLoss: dual_clip_c={self.dual_clip_c} is read only with "
-                "dual_clip=True (it would be ignored): pass dual_clip=True or drop dual_clip_c"
+            warn_unread_option(
+                "TokenClippedSurrogateLoss",
+                "dual_clip_c",
+                self.dual_clip_c,
+                "it is read only with dual_clip=True",
             )
 
     def compute(self, batch: LossBatch) -> LossOutput:

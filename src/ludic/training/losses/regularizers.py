@@ -21,7 +21,7 @@ KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3", "abs", "k1+", "k3+")
 K3_LOG_RATIO_LIMIT = 20.0
 
 
-def _check_kl(estimator: str, clamp: float | None, owner: str) -> None:
+def check_kl_options(estimator: str, clamp: float | None, owner: str) -> None:
     if estimator not in KL_ESTIMATORS:
         raise ValueError(f"{owner}: estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
     if clamp is not None:
@@ -50,7 +50,7 @@ def kl_estimate(
                  k2 - sg(k2) + sg(k), since grad k2 = -d grad log pi is the unbiased
                  gradient of KL(pi || pi_ref) on on-policy samples (verl's "k1+" / "k3+").
     """
-    _check_kl(estimator, clamp, "kl_estimate")
+    check_kl_options(estimator, clamp, "kl_estimate")
     d_BT = ref_logprobs_BT - logprobs_BT
     if estimator.endswith("+"):
         value_BT = kl_estimate(logprobs_BT, ref_logprobs_BT, estimator[:-1], clamp=clamp)  # type: ignore[arg-type]
@@ -94,7 +94,7 @@ class KLToReferenceLoss(AggregatedLoss):
     clamp: float | None = None
 
     def _check_config(self) -> None:
-        _check_kl(self.estimator, self.clamp, "KLToReferenceLoss")
+        check_kl_options(self.estimator, self.clamp, "KLToReferenceLoss")
 
     def compute(self, batch: LossBatch) -> LossOutput:
         assert batch.ref_logprobs_BT is not None  # __call__ refuses a batch without them
