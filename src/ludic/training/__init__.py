@@ -38,6 +38,8 @@ from ludic.training.checkpoint import (
     read_checkpoint,
     restore_into,
 )
+from ludic.training.checkpoint_faults import CheckpointModelMismatchError
+from ludic.training.checkpoint_save_failure import CheckpointSaveError
 from ludic.training.collate import (
     CollatedBatch,
     PackedRow,
@@ -48,6 +50,7 @@ from ludic.training.collate import (
     plan_micro_batches,
     shared_prefix_groups,
 )
+from ludic.training.compiled import CompileFallbackWarning
 from ludic.training.config import TrainerConfig
 from ludic.training.credit import (
     AWRCredit,
@@ -61,6 +64,7 @@ from ludic.training.credit import (
     PerStepReward,
     ReinforcePlusPlus,
 )
+from ludic.training.credit.awr import UnreadAWROptionError
 from ludic.training.filters import (
     combine,
     drop_incomplete_completions,
@@ -94,6 +98,8 @@ from ludic.training.losses import (
     TokenClippedSurrogateLoss,
     TruncatedIS,
 )
+from ludic.training.lr_resume import LRScheduleMismatchError
+from ludic.training.option_warnings import UnreadOptionWarning
 from ludic.training.parallel import (
     LocalRuntime,
     RankFailedError,
@@ -122,7 +128,10 @@ __all__ = [
     "CISPOLoss",
     "CheckpointConfig",
     "CheckpointManager",
+    "CheckpointModelMismatchError",
+    "CheckpointSaveError",
     "CollatedBatch",
+    "CompileFallbackWarning",
     "CompositeLoss",
     "ConstantCredit",
     "CorruptCheckpointError",
@@ -134,6 +143,7 @@ __all__ = [
     "HierarchicalCredit",
     "JsonlLogger",
     "KLToReferenceLoss",
+    "LRScheduleMismatchError",
     "LeaveOneOutReturn",
     "LoadedCheckpoint",
     "LocalRuntime",
@@ -172,6 +182,8 @@ __all__ = [
     "TrainingRuntime",
     "TrainingStalledError",
     "TruncatedIS",
+    "UnreadAWROptionError",
+    "UnreadOptionWarning",
     "WandbLogger",
     "accumulate_gradients",
     "add_lora",
