@@ -397,12 +397,26 @@ def _event(body: dict[str, Any]) -> str:
     return f"data: {json.dumps(body)}\n\n"
 
 
-_ERROR_TYPES = {401: "AuthenticationError", 403: "PermissionDeniedError", 404: "NotFoundError"}
-"""The `openai` SDK's exception names for these statuses (vLLM's server names its errors so)."""
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    409: "ConflictError",
+    422: "UnprocessableEntityError",
+    429: "RateLimitError",
+    # Statuses the `openai` SDK has no exception of its own for, named after their HTTP reason
+    405: "MethodNotAllowedError",
+    408: "RequestTimeoutError",
+    413: "PayloadTooLargeError",
+    499: "ClientClosedRequestError",
+}
+"""The `openai` SDK's exception names for these statuses (vLLM's server names its errors so):
+a 413 called a BadRequestError sent a client looking for a malformed field, not a size."""
 
 
 def error_body(status: int, message: str) -> dict[str, Any]:
-    """OpenAI-style error payload."""
-    fallback = "BadRequestError" if status < 500 else "InternalServerError"
+    """OpenAI-style error payload; a 4xx named nowhere above is the SDK's `APIStatusError`."""
+    fallback = "APIStatusError" if status < 500 else "InternalServerError"
     kind = _ERROR_TYPES.get(status, fallback)
     return {"error": {"message": message, "type": kind, "param": None, "code": status}}
