@@ -12,6 +12,7 @@ re-tokenize unless given a retokenizer and never generates rollouts.
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 from array import array
 from collections.abc import Sequence
@@ -32,6 +33,8 @@ from ludic.training.batching.types import BatchSourceExhausted, SAWBatch
 from ludic.training.filters import apply_filters
 from ludic.types import JSON, Rollout
 
+logger = logging.getLogger(__name__)
+
 
 class OfflineBatchSource:
     """Serves `batch_size` samples per batch from JSONL rollout files.
@@ -39,7 +42,10 @@ class OfflineBatchSource:
     - `shuffle`: a fresh permutation per epoch from `derive_seed(seed, "offline", epoch)`.
     - `num_epochs`: stop (raise `BatchSourceExhausted`) after this many passes; None cycles
       forever. `drop_last`: skip an epoch's final short batch.
-    - Failed rollouts are skipped; `filters` drop samples after credit assignment.
+    - Failed rollouts are skipped; so is a rollout whose samples cannot be built (an agent step
+      without a token trace, say), with one warning naming how many, the first one's file and
+      id and why, and credit assigned again without them (as online batches drop them).
+      `num_build_failed` counts them. `filters` drop samples after credit assignment.
     - `state_dict()` is the position (epoch, samples served in it) and what identifies the
       data; `load_state_dict` refuses a state saved over other samples or another shuffle.
     """
@@ -62,20 +68,21 @@ class OfflineBatchSource:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         files = [paths] if isinstance(paths, str | Path) else list(paths)
-        rollouts: list[Rollout] = [r for p in files for r in iter_rollouts_jsonl(p)]
+        read = [(Path(p), r) for p in files for r in iter_rollouts_jsonl(p)]
+        rollouts = [r for _, r in read]
         ok = [r for r in rollouts if not r.failed]
-        built = build_samples(
-            ok,
-            credit_assigner.assign(ok),
-            mode=sample_mode,
-            snapshot_policy=snapshot_policy,
-            retokenizer=retokenizer,
+        built, broken = _build_dropping_broken(
+            ok, credit_assigner, sample_mode, snapshot_policy, retokenizer
         )
+        if broken:
+            _warn_build_failures(broken, read, len(rollouts))
+        self.num_build_failed = len(broken)
         self.samples, self.num_filtered_out = apply_filters(built, filters)
         if not self.samples:
             raise ValueError(
                 f"OfflineBatchSource: no samples from {[str(f) for f in files]} "
                 f"({len(rollouts)} rollouts, {len(rollouts) - len(ok)} failed, "
+                f"{_build_failed_line(broken, read)}"
                 f"{len(built)} samples built{_filtered_line(built, filters)})"
             )
         if drop_last and batch_size > len(self.samples):
@@ -172,6 +179,74 @@ class OfflineBatchSource:
                 f"it was shuffled with seed {state['shuffle_seed']}, this source with {shuffle_seed}"
             )
         return problems
+
+
+_Broken = list[tuple[Rollout, Exception]]
+
+
+def _build_dropping_broken(
+    rollouts: Sequence[Rollout],
+    credit_assigner: CreditAssigner,
+    mode: SampleMode,
+    snapshot_policy: SnapshotPolicy,
+    retokenizer: Retokenizer | None,
+) -> tuple[list[SAWItem], _Broken]:
+    """The samples of `rollouts`, built rollout by rollout, and the rollouts that raised (with
+    what). Those are marked failed (`meta["error_phase"] == "build_samples"`) and credit is
+    assigned again without them, so no group baseline counts a rollout that does not train."""
+    build_samples([], {}, mode=mode, snapshot_policy=snapshot_policy)  # bad settings raise
+    weights = credit_assigner.assign(rollouts)
+    samples: list[SAWItem] = []
+    broken: _Broken = []
+    for rollout in rollouts:
+        try:
+            samples += build_samples(
+                [rollout],
+                weights,
+                mode=mode,
+                snapshot_policy=snapshot_policy,
+                retokenizer=retokenizer,
+            )
+        except Exception as e:
+            broken.append((rollout, e))
+            rollout.meta.update(
+                error=f"building samples failed: {type(e).__name__}: {e}",
+                error_type=type(e).__name__,
+                error_phase="build_samples",
+            )
+    if not broken:
+        return samples, broken
+    kept = [r for r in rollouts if not r.failed]
+    weights = credit_assigner.assign(rollouts)  # every assigner leaves failed rollouts out
+    return build_samples(
+        kept, weights, mode=mode, snapshot_policy=snapshot_policy, retokenizer=retokenizer
+    ), broken
+
+
+def _first_broken(broken: _Broken, read: Sequence[tuple[Path, Rollout]]) -> str:
+    """'rollout <id> of <file> (ValueError: why)' for the first rollout that did not build."""
+    rollout, error = broken[0]
+    path = next(p for p, r in read if r is rollout)
+    return f"rollout {rollout.id} of {path} ({type(error).__name__}: {error})"
+
+
+def _warn_build_failures(
+    broken: _Broken, read: Sequence[tuple[Path, Rollout]], num_rollouts: int
+) -> None:
+    logger.warning(
+        "OfflineBatchSource: %d of %d rollouts could not be built into samples and are left "
+        "out (their meta['error'] says why); the first: %s",
+        len(broken),
+        num_rollouts,
+        _first_broken(broken, read),
+    )
+
+
+def _build_failed_line(broken: _Broken, read: Sequence[tuple[Path, Rollout]]) -> str:
+    """'K could not be built (the first: ...), ' for the no-samples error, or ''."""
+    if not broken:
+        return ""
+    return f"{len(broken)} could not be built (the first: {_first_broken(broken, read)}), "
 
 
 _FILTER_ADVICE = {
