@@ -50,7 +50,7 @@ def test_checks_that_need_torch_keep_their_place(tmp_path: Path) -> None:
 
 @pytest.mark.redis
 def test_a_live_redis_passes(redis_server: RedisServer) -> None:
-    from ludic.pipeline.stream import check_reachable
+    from ludic.pipeline.stream_url import check_reachable
 
     check_reachable(redis_server.url)
     redis_server.stop()

@@ -12,8 +12,9 @@ from pipeline_fakes import RedisServer, redis_server
 
 from ludic.errors import is_refusal
 from ludic.pipeline.redis_memory import RedisFullError
-from ludic.pipeline.stream import SampleStream, check_reachable
+from ludic.pipeline.stream import SampleStream
 from ludic.pipeline.stream_push import push_within
+from ludic.pipeline.stream_url import check_reachable
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
 __all__ = ["redis_server"]

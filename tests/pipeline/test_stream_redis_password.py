@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from ludic.pipeline.stream import RedisUnavailableError, SampleStream, check_reachable, shown_url
+from ludic.pipeline.stream import SampleStream
+from ludic.pipeline.stream_url import RedisUnavailableError, check_reachable, shown_url
 
 pytestmark = pytest.mark.timeout(60)
 

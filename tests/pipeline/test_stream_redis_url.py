@@ -16,7 +16,8 @@ import redis
 from pipeline_fakes import REDIS_BINARY, RedisServer, redis_server
 
 from ludic.errors import LudicUsageError, is_refusal
-from ludic.pipeline.stream import SampleStream, check_reachable
+from ludic.pipeline.stream import SampleStream
+from ludic.pipeline.stream_url import check_reachable
 
 pytestmark = pytest.mark.timeout(60)
 __all__ = ["redis_server"]
@@ -132,6 +133,6 @@ def test_a_password_needing_percent_encoding_is_refused_without_showing_it(passw
 
 def test_a_unix_socket_path_with_an_at_sign_is_a_valid_url() -> None:
     # redis-py parses it (path /run/redis/redis@main.sock); only a host part ends at a password
-    from ludic.pipeline.stream import check_url
+    from ludic.pipeline.stream_url import check_url
 
     check_url("unix:///run/redis/redis@main.sock?db=0")

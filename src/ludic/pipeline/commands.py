@@ -38,7 +38,8 @@ from ludic.pipeline.learner_settings import (
     refuse_fresh_run_over_checkpoints,
 )
 from ludic.pipeline.run_check import check_run_id, run_id_for
-from ludic.pipeline.stream import SampleStream, check_reachable
+from ludic.pipeline.stream import SampleStream
+from ludic.pipeline.stream_url import check_reachable
 from ludic.recipes.algorithms import GiGPOOptions
 from ludic.recipes.inference import (  # shared with `ludic eval` and `ludic train`
     engine_settings,

@@ -19,7 +19,6 @@ repeated sample ids (XADD retries) are skipped. It does not generate rollouts or
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import time
@@ -31,14 +30,14 @@ from ludic.pipeline import recovery
 from ludic.pipeline.codec import PayloadError, decode_sample
 from ludic.pipeline.lease import ConsumerLease
 from ludic.pipeline.run_check import RunCheck, foreign_note
-from ludic.pipeline.source_checks import ahead_warning, check_source_settings
+from ludic.pipeline.source_checks import check_source_settings
+from ludic.pipeline.source_stale import Staleness, StalePolicy
 from ludic.pipeline.stream import SampleStream, StreamEntry
 from ludic.rollouts.samples import SAWItem
 from ludic.training.batching.types import BatchSourceExhausted, SAWBatch
 from ludic.types import JSON
 
 logger = logging.getLogger(__name__)
-StalePolicy = Literal["drop", "downweight"]
 AckPolicy = Literal["checkpoint", "step"]
 Pair = tuple[str, str]  # (entry id, sample id)
 _STATE_FORMAT = 2
@@ -121,10 +120,12 @@ class PipelineBatchSource:
         self.rank, self.world_size = rank, world_size
         self.consumer_name = recovery.rank_name(consumer, rank)
         self.ack: AckPolicy = ack
-        self.max_lag = max_lag
-        self.stale: StalePolicy = stale
-        self.stale_decay = stale_decay
-        self.current_version = current_version or (lambda: 0)
+        self.staleness = Staleness(
+            max_lag=max_lag,
+            stale=stale,
+            stale_decay=stale_decay,
+            current_version=current_version or (lambda: 0),
+        )
         self.block_ms = block_ms
         self.max_wait_s = max_wait_s
         self.claim_min_idle_ms = claim_min_idle_ms
@@ -156,7 +157,7 @@ class PipelineBatchSource:
         self._replay: deque[StreamEntry] = deque()
         self._recovered = False
         self._warned_unacked = False
-        self._warned_ahead = self._warned_repeat = False
+        self._warned_repeat = False
         self._seen: OrderedDict[str, None] = OrderedDict()
 
     # -- BatchSource ----------------------------------------------------------------------
@@ -419,36 +420,7 @@ class PipelineBatchSource:
         self._trained.append((entry.entry_id, decoded.sample_id))
         self._remember(decoded.sample_id)
         stats["samples"] += 1
-        return self._apply_staleness(decoded.item, stats, lags)
-
-    def _apply_staleness(
-        self, item: SAWItem, stats: Counter[str], lags: list[int]
-    ) -> SAWItem | None:
-        if not item.policy_versions:
-            return item
-        lag = self.current_version() - min(item.policy_versions)
-        if lag < 0:
-            self._warn_ahead(item, stats)
-        if self.max_lag is None or lag <= self.max_lag:
-            lags.append(lag)
-            return item
-        if self.stale == "drop":  # counted apart: the lag metrics describe trained samples
-            stats["dropped_stale"] += 1
-            return None
-        lags.append(lag)  # downweighted samples are trained, at their own lag
-        stats["downweighted"] += 1
-        factor = self.stale_decay ** (lag - self.max_lag)
-        meta = {**item.meta, "stale_weight_factor": factor}
-        return dataclasses.replace(item, weight=item.weight * factor, meta=meta)
-
-    def _warn_ahead(self, item: SAWItem, stats: Counter[str]) -> None:
-        """A sample newer than the learner: weights this learner does not hold sampled it (it
-        publishes a version only once it has it). Warned once per source."""
-        stats["ahead"] += 1
-        if self._warned_ahead:
-            return
-        self._warned_ahead = True
-        logger.warning(ahead_warning(min(item.policy_versions), self.current_version()))
+        return self.staleness.apply(decoded.item, stats, lags)
 
     def _remember(self, sample_id: str) -> None:
         self._seen[sample_id] = None
@@ -464,15 +436,7 @@ class PipelineBatchSource:
         )
         line += foreign_note(stats["foreign_run"])
         if stats["dropped_stale"]:
-            return line + (
-                f"; {stats['dropped_stale']} arrived more than max_lag (--max-lag) "
-                f"{self.max_lag} policy versions behind the learner's {self.current_version()} "
-                "and were dropped: do the actors sample from the servers this learner publishes "
-                "to (the same --server-url on both)? Samples that waited in the stream (a "
-                "backlog from before this learner started, or from while it was slow) age the "
-                "same way, which ends once the backlog is drained. Else raise --max-lag or pass "
-                "--stale downweight"
-            )
+            return line + self.staleness.waiting_note(stats["dropped_stale"])
         if stats["samples"] or have:
             return line + "; the actors push samples slower than this learner trains on them"
         of_its_run = " of its run" if stats["foreign_run"] else ""
@@ -490,10 +454,8 @@ class PipelineBatchSource:
         if not dropped:
             return f"no samples arrived for {self.max_wait_s}s{ranks}"
         return (
-            f"no trainable sample arrived for {self.max_wait_s}s{ranks}: {dropped} read were "
-            f"more than max_lag (--max-lag) {self.max_lag} policy versions behind the learner's "
-            f"{self.current_version()} and dropped (do the actors sample from the servers this "
-            "learner publishes to? else raise --max-lag or pass --stale downweight)"
+            f"no trainable sample arrived for {self.max_wait_s}s{ranks}: "
+            + self.staleness.exhausted_note(dropped)
         )
 
     def _timed_out(self, started: float) -> bool:

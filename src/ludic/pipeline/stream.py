@@ -17,8 +17,8 @@ group lost with Redis's data is recreated; until a first command has reached Red
 the stream gives up after `first_connect_s` (a few seconds) with an error naming the URL and
 the fix, since nothing listening there at startup is a wrong URL or a Redis not started, not
 an outage to wait out. Entries the learner will not train are copied to `<stream>:dead` once
-per entry id (a replay after a restart adds no second copy; `stream_dead`). It does not decode
-payloads.
+per entry id (a replay after a restart adds no second copy; `stream_dead`). The URL's checks
+and refusals are `stream_url`'s. It does not decode payloads.
 """
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, urlparse
 
-from ludic.errors import LudicUsageError, Refusal
+from ludic.errors import LudicUsageError
 from ludic.pipeline.lease import describe_holder, lease_key
 
 try:
@@ -45,13 +44,19 @@ except ImportError as e:  # an optional extra
     raise ImportError("the Redis pipeline needs redis-py: pip install 'ludic[redis]'") from e
 
 from ludic.pipeline import stream_dead, stream_push
-from ludic.pipeline.redis_memory import full_error, is_out_of_memory, warn_if_evicting
+from ludic.pipeline.redis_memory import full_error, is_out_of_memory
+from ludic.pipeline.stream_url import (
+    FIRST_CONNECT_S,
+    NO_DATABASE,
+    RedisUnavailableError,
+    check_url,
+    no_database,
+    not_reached,
+    shown_url,
+)
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
-FIRST_CONNECT_S = 5.0
-"""How long the actor and the learner wait at startup for Redis (`check_reachable`, a
-`SampleStream`'s first command): a `redis-server ... &` on the line above has time to listen."""
 
 # KEYS: stream, ledger, acked-steps hash, dead-lettered ids hash. ARGV: group, step, record
 # (1/0), consumer ('' for none), then entry id / sample id pairs. The acked-steps hash keeps,
@@ -91,10 +96,6 @@ for i = 3, #ARGV do
 end
 return redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', unpack(fields))
 """
-
-
-class RedisUnavailableError(Refusal, ConnectionError):
-    """Redis stayed unreachable for longer than `give_up_after_s`."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -357,8 +358,8 @@ class SampleStream:
                 self.reached = True
                 if is_out_of_memory(e):  # past maxmemory: waiting frees nothing by itself
                     raise full_error(shown_url(self.url), what, e) from e
-                if _NO_DATABASE in str(e):  # /99 where Redis holds 16 databases
-                    raise LudicUsageError(_no_database(self.url, e)) from e
+                if NO_DATABASE in str(e):  # /99 where Redis holds 16 databases
+                    raise LudicUsageError(no_database(self.url, e)) from e
                 if "WRONGTYPE" in str(e):  # another program's data under one of our keys
                     raise LudicUsageError(await stream_dead.wrong_type(self, what)) from e
                 if "NOGROUP" not in str(e) or recreated:
@@ -384,110 +385,7 @@ class SampleStream:
                 await asyncio.sleep(delay)
 
     def _not_reached(self, what: str, error: Exception) -> str:
-        return _not_reached(self.url, what, self.first_connect_s, error)
-
-
-def check_reachable(url: str, *, within_s: float = FIRST_CONNECT_S, retry_s: float = 0.1) -> None:
-    """PING Redis at `url` until it answers, for up to `within_s`; else raise the
-    `RedisUnavailableError` a `SampleStream` raises when its first command never reaches Redis,
-    naming the URL and the fix. Blocking and light (redis-py only): for a command to run before
-    it imports torch, so that a Redis not started fails in seconds. A refused password fails at
-    once."""
-    import redis
-
-    check_url(url)
-    client = redis.Redis.from_url(url, socket_connect_timeout=within_s, socket_timeout=within_s)
-    started = time.monotonic()
-    try:
-        while True:
-            try:
-                client.ping()
-                warn_if_evicting(client, shown_url(url))  # a full Redis would drop samples
-                return
-            except (BusyLoadingError, ResponseError) as e:  # Redis answers (loading, or refusing
-                if _NO_DATABASE in str(e):  # PING itself): the commands that follow report
-                    raise LudicUsageError(_no_database(url, e)) from e  # their own errors,
-                return  # but the database of the URL is chosen on connecting, before PING
-            except (RedisConnectionError, RedisTimeoutError, OSError) as e:
-                if isinstance(e, AuthenticationError):
-                    raise RedisUnavailableError(_not_reached(url, "PING", within_s, e)) from e
-                if time.monotonic() - started + retry_s > within_s:
-                    raise RedisUnavailableError(_not_reached(url, "PING", within_s, e)) from e
-                time.sleep(retry_s)
-    finally:
-        client.close()
-
-
-_NO_DATABASE = "DB index is out of range"
-_SCHEMES = ("redis", "rediss", "unix")
-
-
-def check_url(url: str) -> None:
-    """Refuse a `--redis-url` that redis-py cannot parse (`http://...`, no scheme, a port that
-    is not a number), naming the flag and the form it takes; connects to nothing."""
-    example = "redis://HOST:PORT/DB, e.g. redis://127.0.0.1:6379/0"
-    scheme = urlparse(url).scheme
-    if scheme not in _SCHEMES:
-        raise LudicUsageError(
-            f"--redis-url {shown_url(url)!r} is not a Redis URL (scheme {scheme or 'missing'!r}; "
-            f"it takes one of {', '.join(s + '://' for s in _SCHEMES)}): write it as {example}"
-        )
-    parts = urlparse(url)
-    tail = url[len(f"{scheme}://{parts.netloc}") :]  # a unix socket's path may hold an '@'
-    if scheme != "unix" and "@" in tail:  # a password's '/', '?' or '#' ended the host part
-        raise LudicUsageError(
-            f"--redis-url {scheme}://***@{url.rpartition('@')[2]!s} has an '@' past its host: "
-            "percent-encode the password's '/', '?', '#', '@' and ':' (python -c \"import "
-            "urllib.parse; print(urllib.parse.quote('PASSWORD', safe=''))\"), as in "
-            "redis://:p%40ss%2Fword@127.0.0.1:6379/0"
-        )
-    try:
-        urlparse(url).port  # noqa: B018 - raises ValueError on a port that is not a number
-    except ValueError as e:
-        raise LudicUsageError(
-            f"--redis-url {shown_url(url)!r} is not a Redis URL ({e}): write it as {example}"
-        ) from e
-
-
-def _no_database(url: str, error: Exception) -> str:
-    from redis.connection import parse_url
-
-    db = parse_url(url).get("db") or 0  # as redis-py reads it: ?db=N, else redis://.../N
-    parts = urlparse(url)
-    by_query = "db" in parse_qs(parts.query) or parts.scheme == "unix"
-    where, example = (
-        ("the db= of", "?db=0") if by_query else ("the number after the last / of", "/0")
-    )
-    return (
-        f"redis at {shown_url(url)} has no database {db} ({error}): {where} --redis-url picks "
-        "the database, 0 to 15 on a default Redis (`databases` in redis.conf); use one of those, "
-        f"e.g. {example}"
-    )
-
-
-def shown_url(url: str) -> str:
-    """`url` with its password replaced by `***`, for messages and logs."""
-    parts = urlparse(url)
-    if parts.password is None:
-        return url
-    user = f"{parts.username}:" if parts.username else ":"
-    return parts._replace(netloc=f"{user}***@{parts.netloc.rpartition('@')[2]}").geturl()
-
-
-def _not_reached(url: str, what: str, within_s: float, error: Exception) -> str:
-    port = urlparse(url).port or 6379
-    url = shown_url(url)
-    if isinstance(error, AuthenticationError):
-        return (
-            f"redis at {url} refused the password/credentials in --redis-url ({what}: {error}): "
-            "put Redis's password in the URL (redis://:PASSWORD@HOST:PORT/DB, or "
-            "redis://USER:PASSWORD@... for an ACL user)"
-        )
-    return (
-        f"redis at {url} unreachable since startup ({what} failed for {within_s:g}s: {error}). "
-        f"Is Redis running there? Start it (e.g. `redis-server --port {port} --appendonly yes "
-        "--appendfsync always`), or check --redis-url (host, port, database, password)"
-    )
+        return not_reached(self.url, what, self.first_connect_s, error)
 
 
 def _text(value: Any) -> str:

@@ -12,6 +12,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from ludic.pipeline.stream_url import shown_url
+
 if TYPE_CHECKING:
     from ludic.pipeline.stream import SampleStream, StreamEntry
 
@@ -58,8 +60,6 @@ async def dead_letter(stream: SampleStream, entry: StreamEntry, error: str) -> b
 async def wrong_type(stream: SampleStream, what: str) -> str:
     """Which of `stream`'s keys holds something else than a stream (Redis's WRONGTYPE names
     none), and the fix: a traceback before."""
-    from ludic.pipeline.stream import shown_url  # stream.py imports this module
-
     ledger = stream.ledger or f"{stream.stream}:ledger"
     keys = {stream.stream: "stream", f"{stream.stream}:dead": "stream", ledger: "stream"}
     keys[dead_ids_key(stream.stream)] = "hash"

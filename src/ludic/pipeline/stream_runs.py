@@ -17,7 +17,8 @@ import shlex
 from ludic.errors import LudicUsageError
 from ludic.pipeline.codec import PayloadError, decode_sample
 from ludic.pipeline.run_check import RUN_KEY
-from ludic.pipeline.stream import SampleStream, shown_url
+from ludic.pipeline.stream import SampleStream
+from ludic.pipeline.stream_url import shown_url
 
 NEWEST = 32
 """How many of the stream's newest entries are read for a run id."""
