@@ -17,12 +17,16 @@ This module knows tokens and that cause only: no rewards, weights or sample meta
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from ludic._log_once import warn_once
 from ludic.context.base import CONTEXT_VERSION_KEY
 from ludic.types import AgentStep, TokenTrace
+
+logger = logging.getLogger(__name__)
 
 SegmentEnd = Literal["edit", "drift", "end"]
 
@@ -111,6 +115,8 @@ def stitch_traces(steps: Sequence[AgentStep], traces: Sequence[TokenTrace]) -> l
             current.append_prompt_suffix(prompt)
         else:
             edited = history_rewritten(current.steps[-1], step)
+            if not edited:
+                _warn_if_unmarked_rewrite(current.steps[-1], step)
             segments.append(current.close("edit" if edited else "drift"))
             current = _OpenSegment(prompt)
         current.append_completion(step, trace)
@@ -131,10 +137,37 @@ def history_rewritten(previous: AgentStep, step: AgentStep) -> bool:
     before, after = previous.info.get(CONTEXT_VERSION_KEY), step.info.get(CONTEXT_VERSION_KEY)
     if before is not None and after is not None:
         return bool(before != after)
+    return _messages_rewritten(previous, step)
+
+
+def _messages_rewritten(previous: AgentStep, step: AgentStep) -> bool:
+    """Whether `step`'s prompt messages do not start with `previous`'s (False when either
+    call recorded none)."""
     old, new = previous.prompt_messages, step.prompt_messages
     if not old or not new:
         return False
     return tuple(new[: len(old)]) != tuple(old)
+
+
+def _warn_if_unmarked_rewrite(previous: AgentStep, step: AgentStep) -> None:
+    """Warn (once per agent id) when a cut counted as drift is an edit the context strategy
+    did not mark: the history version stayed the same, yet the prompt messages no longer start
+    with the previous call's. The cut stays a drift split (the version decides), so the
+    strategy's author learns why it made no snapshot and `snapshot_policy` did not apply."""
+    if CONTEXT_VERSION_KEY not in step.info or not _messages_rewritten(previous, step):
+        return
+    warn_once(
+        logger,
+        ("unmarked_rewrite", step.agent_id),
+        "%s's prompt (AgentStep %s) no longer starts with its previous prompt's messages, yet "
+        "its info[%r] did not change: the context strategy rewrote history without calling "
+        "mark_rewrite(), so the cut counts as template drift (num_drift_splits), not a "
+        "snapshot, and snapshot_policy does not apply to it. Call self.mark_rewrite() in the "
+        "strategy where it drops or rewrites shown messages. Warned once per agent id.",
+        step.agent_id,
+        step.id,
+        CONTEXT_VERSION_KEY,
+    )
 
 
 def _single_call_segment(step: AgentStep, trace: TokenTrace) -> TokenSegment:
