@@ -30,7 +30,7 @@ from ludic.pipeline.credit_check import CREDIT_KEY
 from ludic.pipeline.run_check import MAX_RUN_ID, RUN_KEY
 from ludic.pipeline.stream import SampleStream
 from ludic.pipeline.stream_push import push_within
-from ludic.pipeline.stream_runs import refuse_another_run
+from ludic.pipeline.stream_runs import refuse_another_run, refuse_live_learner_run
 from ludic.rollouts import (
     CreditAssigner,
     RequestStrategy,
@@ -92,9 +92,10 @@ class PipelineActor:
     refuse samples credited by another preset than it trains. `run_id` (`run_id_for` of the
     run's settings; the same for every actor of the run and across restarts) is stamped into
     every sample's meta, so a learner dead-letters another run's samples; None stamps none (the
-    learner cannot tell this actor's run). Before the first batch, a stream whose newest
-    samples are all another run's is refused (`stream_runs`); `check_stream_run=False` skips
-    that (`ludic actor --run-id`: a run named on purpose, whose learner is told it too).
+    learner cannot tell this actor's run). Before the first batch, a stream whose live learner
+    trains another run, or whose newest samples are all another run's, is refused
+    (`stream_runs`); `check_stream_run=False` skips the second (`ludic actor --run-id`: a run
+    named on purpose, whose learner is told it too), never the first.
     """
 
     def __init__(
@@ -141,7 +142,8 @@ class PipelineActor:
             )
         self.run_id = run_id
         self._said_run = run_id is None
-        self._checked_stream = run_id is None or not check_stream_run
+        self.check_stream_run = check_stream_run
+        self._checked_stream = run_id is None
         self.batch_index = -1  # the last batch generated (-1: none yet)
         self.samples_pushed = 0
         self.waiting_for_room = False
@@ -149,10 +151,13 @@ class PipelineActor:
 
     async def step(self) -> ActorBatchStats:
         """Wait for room in the stream, generate one batch and push its samples. Before the
-        first batch, a stream whose newest stamped sample is of another run is refused
-        (`stream_runs`): a learner would train one of the two runs and dead-letter the other."""
+        first batch, a stream whose live learner trains another run, or whose newest stamped
+        sample is of another run, is refused (`stream_runs`): a learner would train one of the
+        two runs and dead-letter the other."""
         if not self._checked_stream and self.run_id is not None:
-            await refuse_another_run(self.stream, run_id=self.run_id, actor_id=self.actor_id)
+            await refuse_live_learner_run(self.stream, run_id=self.run_id, actor_id=self.actor_id)
+            if self.check_stream_run:
+                await refuse_another_run(self.stream, run_id=self.run_id, actor_id=self.actor_id)
             self._checked_stream = True
         waited = await self._wait_for_room(self._last_batch)
         started = time.perf_counter()

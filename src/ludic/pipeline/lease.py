@@ -7,7 +7,9 @@ stops once the lease is released, dropped unreleased (it then deletes it), or th
 is gone. A second learner finding it held waits up to one ttl (a killed holder's lease expires
 by then) and otherwise refuses, naming the holder. A renewal that fails (Redis restarting) is
 retried at the next tick; if the lease expired meanwhile it is taken again, and if someone else
-took it, the lease is lost and `check()` raises. It does not read or ack samples.
+took it, the lease is lost and `check()` raises. A lease may also publish the run its learner
+trains (`publish_run`: `<stream>:learner-run`, renewed and released with the lease), which an
+actor of another run reads to refuse (`stream_runs`). It does not read or ack samples.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import threading
 import time
 import uuid
 import weakref
+from typing import Any
 
 import redis
 
@@ -29,28 +32,36 @@ from ludic.errors import Refusal
 
 logger = logging.getLogger(__name__)
 
-# KEYS: lease. ARGV: token (a random hex string inside the value), ttl (ms), value. Renew our lease, or take it again if it expired (an
-# outage longer than the ttl, or Redis lost it); 0 when another holder has it.
+# KEYS: lease, published run. ARGV: token (a random hex string inside the value), ttl (ms),
+# value, published run's value ('' for none). Renew our lease, or take it again if it expired
+# (an outage longer than the ttl, or Redis lost it), and the run with it; 0 when another holder
+# has it (the run is then left alone).
 _RENEW = """
 local value = redis.call('GET', KEYS[1])
+local state = 0
 if value == false then
   redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[2])
-  return 2
-end
-if string.find(value, ARGV[1], 1, true) then
+  state = 2
+elseif string.find(value, ARGV[1], 1, true) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+  state = 1
 end
-return 0
+if state > 0 and ARGV[4] ~= '' then
+  redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[2])
+end
+return state
 """
 
-# KEYS: lease. ARGV: token. Delete the lease only if it is still ours.
+# KEYS: lease, published run. ARGV: token. Delete each only if it is still ours.
 _RELEASE = """
-local value = redis.call('GET', KEYS[1])
-if value ~= false and string.find(value, ARGV[1], 1, true) then
-  return redis.call('DEL', KEYS[1])
+local deleted = 0
+for _, key in ipairs(KEYS) do
+  local value = redis.call('GET', key)
+  if value ~= false and string.find(value, ARGV[1], 1, true) then
+    deleted = deleted + redis.call('DEL', key)
+  end
 end
-return 0
+return deleted
 """
 
 
@@ -64,6 +75,11 @@ class ConsumerLeaseLostError(Refusal, RuntimeError):
 
 def lease_key(stream: str, group: str, consumer: str) -> str:
     return f"{stream}:lease:{group}:{consumer}"
+
+
+def learner_run_key(stream: str) -> str:
+    """The key where the live learner of `stream` publishes the run it trains."""
+    return f"{stream}:learner-run"
 
 
 def describe_holder(raw: bytes | str | None) -> str:
@@ -100,12 +116,14 @@ class ConsumerLease:
             raise ValueError(f"the lease ttl must be > 0 seconds, got {ttl_s}")
         self.url, self.stream, self.group, self.consumer = url, stream, group, consumer
         self.key = lease_key(stream, group, consumer)
+        self.keys = [self.key, learner_run_key(stream)]
         self.ttl_ms = max(1, int(ttl_s * 1000))
         self.wait_s = ttl_s if wait_s is None else wait_s
         self.value = json.dumps(
             {"host": socket.gethostname(), "pid": os.getpid(), "token": uuid.uuid4().hex}
         )
         self.token = json.loads(self.value)["token"]
+        self.run_value = ""  # what `publish_run` set ('': no run published)
         self.redis = redis.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=5.0)
         self._renew = self.redis.register_script(_RENEW)
         self._release = self.redis.register_script(_RELEASE)
@@ -147,7 +165,7 @@ class ConsumerLease:
             if self._stop.wait(min(0.2, max(0.0, deadline - time.monotonic())) or 0.01):
                 return  # released meanwhile (the learner was interrupted while waiting)
         if self._stop.is_set():  # released as the lease was taken: give it back
-            self._release(keys=[self.key], args=[self.token])
+            self._release(keys=self.keys, args=[self.token])
             return
         # the thread holds the lease only weakly: a dropped lease (its source never closed) is
         # freed, which stops the thread, instead of being renewed for the life of the process
@@ -159,7 +177,7 @@ class ConsumerLease:
                 self._stop,
                 self.ttl_ms / 3000,
                 self.redis,
-                self.key,
+                self.keys,
                 self.token,
             ),
             name=f"lease-{self.consumer}",
@@ -184,7 +202,7 @@ class ConsumerLease:
         is left to the ack's own retries."""
         if self.lost_to is None:
             try:
-                renewed = self._renew(keys=[self.key], args=[self.token, self.ttl_ms, self.value])
+                renewed = self._renew_script()
             except redis.RedisError:
                 return
             if int(renewed) == 0:
@@ -198,7 +216,7 @@ class ConsumerLease:
             self._thread.join(timeout=10)
             self._thread = None
             try:
-                self._release(keys=[self.key], args=[self.token])
+                self._release(keys=self.keys, args=[self.token])
             except redis.RedisError as e:  # it expires after one ttl anyway
                 logger.warning("could not release the lease on %s (%s)", self.consumer, e)
         self.redis.close()
@@ -206,7 +224,7 @@ class ConsumerLease:
     def _renew_once(self, failing: bool) -> bool:
         """One heartbeat: renew the lease (or learn it was lost); whether Redis failed."""
         try:
-            renewed = self._renew(keys=[self.key], args=[self.token, self.ttl_ms, self.value])
+            renewed = self._renew_script()
         except redis.RedisError as e:
             if not failing:
                 logger.warning("renewing the lease on %s failed (%s); retrying", self.consumer, e)
@@ -216,6 +234,21 @@ class ConsumerLease:
         if int(renewed) == 0:
             self._lost()
         return False
+
+    def publish_run(self, run: str) -> None:
+        """Publish, while the lease is held, that this learner trains `run` (with who holds the
+        lease): written now, renewed with the lease, deleted on release, and gone one ttl after
+        a killed learner's last renewal. A Redis error is left to the next renewal."""
+        value = json.loads(self.value)
+        self.run_value = json.dumps({"run": run, **value})
+        with contextlib.suppress(redis.RedisError):
+            if int(self._renew_script()) == 0:
+                self._lost()
+
+    def _renew_script(self) -> Any:
+        return self._renew(
+            keys=self.keys, args=[self.token, self.ttl_ms, self.value, self.run_value]
+        )
 
     def _lost(self) -> None:
         try:
@@ -299,7 +332,7 @@ def _heartbeat(
     stop: threading.Event,
     every_s: float,
     client: redis.Redis,
-    key: str,
+    keys: list[str],
     token: str,
 ) -> None:
     """Renew the lease behind `ref` every `every_s` until `stop`. A lease dropped unreleased
@@ -317,5 +350,5 @@ def _heartbeat(
         del lease  # between heartbeats only the lease's owner keeps it alive
     if ref() is None:
         with contextlib.suppress(redis.RedisError):  # else it expires after one ttl
-            client.register_script(_RELEASE)(keys=[key], args=[token])
+            client.register_script(_RELEASE)(keys=keys, args=[token])
         client.close()

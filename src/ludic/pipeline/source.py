@@ -73,7 +73,8 @@ class PipelineBatchSource:
     - `lease_ttl_s`: each rank holds a lease on its consumer name (`ConsumerLease`, taken by
       `hold_lease()` or the first `next_batch()`), so a second learner under the same name is
       refused instead of training the same samples; a killed learner's lease is free after
-      this long. None: no lease (the caller guarantees one reader per name).
+      this long. None: no lease (the caller guarantees one reader per name). Rank 0's lease
+      also publishes the run it trains, for actors of another run to refuse.
     - `check_sample`: called on each decoded sample before it is accepted (the learner's
       `CreditCheck`); an exception it raises stops the read, leaving the entry unacked. If it
       has `state_dict()` / `load_state_dict(state)`, its state travels in checkpoints (under
@@ -146,6 +147,7 @@ class PipelineBatchSource:
             )
         self.lease_ttl_s = lease_ttl_s
         self._lease: ConsumerLease | None = None
+        self._published_run: str | None = None
         self.batches_served = 0
         self.timed_out = False
         self.timed_out_dropped = 0  # stale samples the timed-out wait read and dropped
@@ -199,6 +201,7 @@ class PipelineBatchSource:
                 break
         self.batches_served += 1
         self.totals.update(stats)
+        await self._publish_run()
         out = {f"pipeline/{k}": float(v) for k, v in stats.items()}
         out["pipeline/wait_seconds"] = time.monotonic() - started
         out["pipeline/unacked"] = float(len(self._trained) + len(self._captured))
@@ -291,6 +294,7 @@ class PipelineBatchSource:
             lease.release()
             raise
         self._lease = lease
+        await self._publish_run()
 
     async def aclose(self) -> None:
         """Release the lease and close the stream."""
@@ -363,6 +367,17 @@ class PipelineBatchSource:
             )
         self.totals["redelivered"] += len(self._replay)
         self._recovered = True
+        await self._publish_run()
+
+    async def _publish_run(self) -> None:
+        """Rank 0 publishes the run this learner trains, once known and whenever it changes,
+        through its lease (`ConsumerLease.publish_run`): an actor of another run then refuses
+        to start while this learner lives, also once the stream is drained."""
+        run = self.run_check.run
+        if self.rank != 0 or self._lease is None or run is None or run == self._published_run:
+            return
+        await asyncio.to_thread(self._lease.publish_run, run)
+        self._published_run = run
 
     async def _next_entries(self, count: int) -> list[StreamEntry]:
         if self._replay:

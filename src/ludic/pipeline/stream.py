@@ -24,6 +24,7 @@ and refusals are `stream_url`'s. It does not decode payloads.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ludic.errors import LudicUsageError
-from ludic.pipeline.lease import describe_holder, lease_key
+from ludic.pipeline.lease import describe_holder, learner_run_key, lease_key
 
 try:
     import redis.asyncio as aioredis
@@ -322,6 +323,21 @@ class SampleStream:
             "GET lease", lambda: self.redis.get(lease_key(self.stream, self.group, consumer))
         )
         return None if raw is None else describe_holder(raw)
+
+    async def learner_run(self) -> tuple[str, str] | None:
+        """The run the live learner of this stream trains and who it is (`host H pid P`), as
+        its lease publishes them (`ConsumerLease.publish_run`); None when no live learner has
+        published one."""
+        raw = await self._call(
+            "GET learner run", lambda: self.redis.get(learner_run_key(self.stream))
+        )
+        if raw is None:
+            return None
+        try:
+            run = str(json.loads(raw)["run"])
+        except (ValueError, KeyError, TypeError):
+            return None  # not ours to read: another program's key
+        return run, describe_holder(raw)
 
     @property
     def _acked_key(self) -> str:

@@ -1,13 +1,14 @@
-"""The actor's check, before its first batch, that the samples waiting on its stream are of its
-own run: a stream still holding another run's samples (a backlog no learner acknowledged) would
-have a new learner take that run, from the first sample it reads, and dead-letter this actor's.
+"""The actor's checks, before its first batch, that its stream's learner trains its run: a live
+learner publishes the run it trains (`refuse_live_learner_run`, also once the stream is drained),
+and a stream still holding another run's samples (a backlog no learner acknowledged) would have
+a new learner take that run, from the first sample it reads (`refuse_another_run`); either
+learner would dead-letter this actor's samples.
 
 It reads the newest entries (XREVRANGE: nothing is delivered or acked): any of them stamped
 with this actor's run lets it start (its run is on the stream; a stray sample of another run
 is the learner's to dead-letter), else the newest one stamped with another run refuses it.
 Entries without a run id (older actors) or undecodable ones say nothing.
-It does not look at what a running learner trains once the stream is drained (acked entries are
-deleted), and never changes the stream.
+It never changes the stream.
 """
 
 from __future__ import annotations
@@ -22,6 +23,26 @@ from ludic.pipeline.stream_url import shown_url
 
 NEWEST = 32
 """How many of the stream's newest entries are read for a run id."""
+
+
+async def refuse_live_learner_run(stream: SampleStream, *, run_id: str, actor_id: str) -> None:
+    """Raise LudicUsageError, naming both runs, the learner and the fixes, when a live learner
+    of `stream` publishes that it trains another run than `run_id` (`SampleStream.learner_run`)."""
+    published = await stream.learner_run()
+    if published is None or published[0] == run_id:
+        return
+    other, holder = published
+    raise LudicUsageError(
+        f"stream {stream.stream!r} at {shown_url(stream.url)} is read by a live learner "
+        f"({holder}) that trains run {other}, but this actor ({actor_id!r}) is run {run_id}: "
+        "that learner would dead-letter every sample this actor pushes. Its flags differ from "
+        "that run's actors' (--env, --env-kwargs, --algorithm and its flags, --group-size, "
+        "--max-tokens, --temperature, --top-p, the model, ...), or its --run-id does. To "
+        f"continue run {other} with these flags on purpose, pass --run-id {other}; to start "
+        "this run, give it its own stream (the same new --stream for its actors and a learner "
+        f"of its own), or stop that learner first (then `ludic learner --run-id {run_id}` "
+        "trains this run on this stream)"
+    )
 
 
 async def refuse_another_run(stream: SampleStream, *, run_id: str, actor_id: str) -> None:
