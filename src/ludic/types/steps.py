@@ -29,7 +29,11 @@ TRUNCATION_REASONS: tuple[str, ...] = ("max_steps", "env", "max_seq_len")
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StepOutcome:
     """What an env returns for one agent after `step` (the env's state identity, used by GiGPO,
-    comes from `LudicEnv.state_key`, not from here)."""
+    comes from `LudicEnv.state_key`, not from here).
+
+    `terminated`: the episode reached a terminal state (won, lost, answered). `truncated`: it
+    was cut off for an outside reason (a time limit inside the env). Both True is recorded as
+    terminated only, as Gymnasium reads the pair (`ludic.interaction.termination.env_end_fields`)."""
 
     obs: str
     reward: float = 0.0
