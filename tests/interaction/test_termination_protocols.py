@@ -5,6 +5,7 @@ ends every seat's episode; a sub-agent's episode follows its SubAgentSpec's rule
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,9 +32,17 @@ from ludic.interaction import (
     delegate,
 )
 from ludic.parsers import xml_tag_parser
-from ludic.types import Rollout
+from ludic.types import Rollout, StepOutcome
 
 MOVE = xml_tag_parser("move")
+
+
+class BothFlagsTapeEnv(TapeEnv):
+    """Ends at step 1 both terminated and truncated (a time limit hit on the winning step)."""
+
+    def env_step(self, action: str) -> StepOutcome:
+        outcome = super().env_step(action)
+        return dataclasses.replace(outcome, terminated=True, truncated=True)
 
 
 def boom(x: int) -> int:
@@ -151,6 +160,14 @@ CASES = {
         ("env_truncated", "", False, True, "env", True, "env"),
         ("go",),
         env=lambda: TapeEnv(end_at=1, truncate=True),
+    ),
+    # Gymnasium's reading: a terminal state, not a cut-off (it was recorded as env_truncated)
+    "env_terminated_and_truncated": Case(
+        ("go",),
+        (),
+        ("env_terminated", "", True, False, None, None, None),
+        ("go",),
+        env=BothFlagsTapeEnv,
     ),
 }
 

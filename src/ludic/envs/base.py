@@ -43,7 +43,8 @@ class LudicEnv(ABC):
     - `active_agents`: the agents expected to act on the next `step`.
     - `step(actions)` -> `{agent_id: StepOutcome}`; `actions` holds one action per active agent.
       Include an outcome for every agent the step concerns (an opponent's move changes your
-      board and may end your game), not only those who acted.
+      board and may end your game), not only those who acted. An outcome both `terminated`
+      and `truncated` is recorded as terminated (Gymnasium's reading: a terminal state).
     - `state_key(agent_id)`: an optional hashable identity of the agent's current state
       (str, int, or tuple of those); GiGPO groups steps that share it. None: no key.
     - `system_prompt`: an optional suggested system prompt for agents.

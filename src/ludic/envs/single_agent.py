@@ -72,7 +72,8 @@ class SingleAgentEnv(LudicEnv):
         to parse does not reach the env). `obs` is the next user message; `reward` is this
         step's reward (the parser's reward is added to the agent step separately);
         `terminated` ends the episode (goal reached or lost), `truncated` cuts it for an
-        outside reason (a time limit inside the env). May be `async def`.
+        outside reason (a time limit inside the env); both True is recorded as terminated, as
+        Gymnasium reads the pair (a terminal state, nothing to bootstrap). May be `async def`.
         """
 
     def env_state_key(self) -> Hashable | None:

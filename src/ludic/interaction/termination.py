@@ -13,12 +13,12 @@ import numbers
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, TypedDict, runtime_checkable
 
 from ludic.agents.base import AgentAct
 from ludic.interaction.collector import TraceCollector
 from ludic.interaction.info import merge_step_info
-from ludic.types import AgentStep, EnvironmentStep, Info, TruncationReason
+from ludic.types import AgentStep, EnvironmentStep, Info, StepOutcome, TruncationReason
 
 Phase = Literal["act", "env"]
 
@@ -279,12 +279,33 @@ def max_steps_termination(max_steps: int) -> Termination:
 ENV_REASONS = frozenset({"env_terminated", "env_truncated"})
 
 
+class EnvEndFields(TypedDict):
+    terminated: bool
+    truncated: bool
+    truncation_reason: TruncationReason | None
+
+
+def env_end_fields(outcome: StepOutcome) -> EnvEndFields:
+    """The `terminated`, `truncated` and `truncation_reason` an EnvironmentStep records for an
+    env's `outcome`. An outcome both terminated and truncated is recorded as terminated only,
+    as Gymnasium reads the pair: the episode reached a terminal state (no value to bootstrap
+    from), so it is not a cut-off episode (it keeps its samples where truncated episodes are
+    dropped, and its `termination_reason` is "env_terminated")."""
+    truncated = outcome.truncated and not outcome.terminated
+    return EnvEndFields(
+        terminated=outcome.terminated,
+        truncated=truncated,
+        truncation_reason="env" if truncated else None,
+    )
+
+
 def env_ended(step: EnvironmentStep) -> Termination | None:
-    """The env's own terminated / truncated flags as a Termination (truncation wins)."""
-    if step.truncated:
-        return Termination(reason="env_truncated", truncated=True, truncation_reason="env")
+    """The env's own terminated / truncated flags as a Termination (termination wins, as in
+    `env_end_fields`)."""
     if step.terminated:
         return Termination(reason="env_terminated")
+    if step.truncated:
+        return Termination(reason="env_truncated", truncated=True, truncation_reason="env")
     return None
 
 
@@ -352,6 +373,7 @@ __all__ = [
     "ENV_REASONS",
     "ContextBudget",
     "CriticalError",
+    "EnvEndFields",
     "MaxSteps",
     "OutputRegex",
     "Phase",
@@ -360,6 +382,7 @@ __all__ = [
     "TerminationRule",
     "TerminationRules",
     "TurnView",
+    "env_end_fields",
     "env_ended",
     "max_steps_termination",
     "parse_failure_info",
