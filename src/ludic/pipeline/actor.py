@@ -92,7 +92,8 @@ class PipelineActor:
     refuse samples credited by another preset than it trains. `run_id` (`run_id_for` of the
     run's settings; the same for every actor of the run and across restarts) is stamped into
     every sample's meta, so a learner dead-letters another run's samples; None stamps none (the
-    learner cannot tell this actor's run). Before the first batch, a stream whose live learner
+    learner cannot tell this actor's run); `run_id_origin` says where it comes from in the
+    line that names it. Before the first batch, a stream whose live learner
     trains another run, or whose newest samples are all another run's, is refused
     (`stream_runs`); `check_stream_run=False` skips the second (`ludic actor --run-id`: a run
     named on purpose, whose learner is told it too), never the first.
@@ -116,6 +117,7 @@ class PipelineActor:
         wait_notice_s: float = 60.0,
         credit_record: JSON | None = None,
         run_id: str | None = None,
+        run_id_origin: str = "the run id it was given",
         check_stream_run: bool = True,
     ) -> None:
         if max_backlog < 1:
@@ -141,6 +143,7 @@ class PipelineActor:
                 f"run_id must be a string of 1-{MAX_RUN_ID} characters, got {run_id!r}"
             )
         self.run_id = run_id
+        self.run_id_origin = run_id_origin
         self._said_run = run_id is None
         self.check_stream_run = check_stream_run
         self._checked_stream = run_id is None
@@ -180,10 +183,11 @@ class PipelineActor:
         if not self._said_run:
             self._said_run = True
             logger.info(
-                "actor %s stamps its samples with run id %s (the same for every actor started "
-                "with this run's flags; a learner dead-letters samples of another run)",
+                "actor %s stamps its samples with run id %s (%s; a learner dead-letters samples "
+                "of another run)",
                 self.actor_id,
                 self.run_id,
+                self.run_id_origin,
             )
         entries = []
         for i, sample in enumerate(result.samples):

@@ -205,6 +205,7 @@ async def _act(
             for _ in range(cfg.problems_per_batch)
         ]
 
+    run_id, run_id_origin = _stamped_run_id(cfg, actor_run_id(cfg, env_kwargs, served_model=served))
     actor = PipelineActor(
         engine=RolloutEngine(
             env_registry={cfg.env: env_factory},  # records name the env as --env does
@@ -224,7 +225,8 @@ async def _act(
         # the learner checks it
         credit_record=credit_record(cfg.algorithm, cfg.gigpo, max_tokens=cfg.max_tokens),
         # the learner dead-letters another run's samples
-        run_id=_stamped_run_id(cfg, actor_run_id(cfg, env_kwargs, served_model=served)),
+        run_id=run_id,
+        run_id_origin=run_id_origin,
         check_stream_run=cfg.run_id is None,  # a run named on purpose: its learner is told too
     )
     try:
@@ -289,19 +291,21 @@ def actor_run_id(
     )
 
 
-def _stamped_run_id(cfg: ActorConfig, flags_run: str) -> str:
-    """--run-id, said with the id of the flags it replaces, else the flags' run id."""
-    if cfg.run_id is None or cfg.run_id == flags_run:
-        return flags_run
-    logger.info(
-        "actor %s stamps run id %s (--run-id) instead of %s, its flags' run id: its samples are "
-        "trained as run %s's",
-        cfg.actor_id,
-        cfg.run_id,
-        flags_run,
-        cfg.run_id,
+def _stamped_run_id(cfg: ActorConfig, flags_run: str) -> tuple[str, str]:
+    """The run id the actor stamps (--run-id, else its flags' `flags_run`) and where it comes
+    from, as the actor's line says it: only a flags' run id is the same for every actor started
+    with the run's flags."""
+    if cfg.run_id is None:
+        return (
+            flags_run,
+            "its flags' run id: the same for every actor started with this run's flags",
+        )
+    if cfg.run_id == flags_run:
+        return flags_run, "--run-id, which is also its flags' run id"
+    return cfg.run_id, (
+        f"--run-id, in place of its flags' run id {flags_run}: its samples are trained as run "
+        f"{cfg.run_id}'s, as are those of every actor given --run-id {cfg.run_id}"
     )
-    return cfg.run_id
 
 
 async def wait_after_failed_batch(
