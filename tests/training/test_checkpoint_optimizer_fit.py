@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ludic.training.checkpoint import CheckpointConfig, CheckpointManager, restore_into
+from ludic.training.checkpoint import CheckpointConfig, CheckpointManager
+from ludic.training.checkpoint_contents import restore_into
 from ludic.training.checkpoint_faults import CheckpointModelMismatchError
 from ludic.training.checkpoint_manifest import MANIFEST, write_manifest
 

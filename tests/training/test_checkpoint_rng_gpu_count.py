@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ludic.training.checkpoint import capture_rng_state, restore_rng_state
+from ludic.training.checkpoint_contents import capture_rng_state, restore_rng_state
 
 
 @pytest.mark.parametrize("visible", [1, 2, 8])

@@ -10,7 +10,7 @@ from pathlib import Path
 from training_fakes import ListSource, mixed_items, tiny_llama
 
 from ludic.training import CheckpointConfig, Trainer, TrainerConfig, make_grpo
-from ludic.training.checkpoint import LoadedCheckpoint, RankState, rank_state_for
+from ludic.training.checkpoint_contents import LoadedCheckpoint, RankState, rank_state_for
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -14,7 +14,7 @@ import pytest
 from training_fakes import CountingRuntime, ListSource, mixed_items, tiny_llama
 
 from ludic.training import CheckpointConfig, Trainer, TrainerConfig, make_grpo, read_checkpoint
-from ludic.training.checkpoint import rank_state_for
+from ludic.training.checkpoint_contents import rank_state_for
 from ludic.training.trainer_checkpoints import restore_checkpoint
 from ludic.types import JSON
 
@@ -32,7 +32,7 @@ def test_a_one_process_checkpoint_resumed_on_two_ranks_warns(
     loaded = read_checkpoint(_one_process_checkpoint(tmp_path / "ckpt"))
     assert loaded.rank_states is None  # one process: no per-rank states
     caplog.clear()  # the Trainer's own warnings (this test's checkpoints hold no tokenizer)
-    with caplog.at_level(logging.WARNING, logger="ludic.training.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="ludic.training.checkpoint_contents"):
         assert rank_state_for(loaded, 0, 1).data_state == {"position": 1}
         assert caplog.messages == []  # the same world size: nothing to say
         assert rank_state_for(loaded, 0, 2).data_state == {"position": 1}

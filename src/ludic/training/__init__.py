@@ -30,9 +30,8 @@ from ludic.training.batching import (
     StatefulBatchSource,
     make_requests_fn_from_queue,
 )
-from ludic.training.checkpoint import (
-    CheckpointConfig,
-    CheckpointManager,
+from ludic.training.checkpoint import CheckpointConfig, CheckpointManager
+from ludic.training.checkpoint_contents import (
     LoadedCheckpoint,
     RankState,
     read_checkpoint,

@@ -16,17 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ludic.training.batching.types import StatefulBatchSource
-from ludic.training.checkpoint import (
-    CheckpointManager,
+from ludic.training.checkpoint import CheckpointManager, has_checkpoints
+from ludic.training.checkpoint_contents import (
     LoadedCheckpoint,
     capture_rank_state,
-    check_checkpoint_fits,
-    check_optimizer_state_fits,
-    has_checkpoints,
     rank_state_for,
     read_checkpoint,
     restore_rng_state,
 )
+from ludic.training.checkpoint_faults import check_checkpoint_fits, check_optimizer_state_fits
 from ludic.training.checkpoint_signals import signals_deferred
 from ludic.training.lr_resume import (
     RECORD_KEY,
