@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import numbers
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -95,7 +96,9 @@ class LudicEnv(ABC):
         or None for no key. Protocols read it after `reset` and after every `step`: the
         agent step records the key of the state it acted from (GiGPO's anchor state), the
         `EnvironmentStep` the key of the state the step led to. Equal keys must mean the same
-        decision; without a key GiGPO groups by a hash of the observation text."""
+        decision; without a key GiGPO groups by a hash of the observation text. A key that is
+        not an exact identity (a list, an array, an object) fails the episode with a TypeError
+        (see `state_key_to_str`)."""
         return None
 
     def current_observation(self, agent_id: str) -> str | None:
@@ -175,8 +178,39 @@ def _mark_closed(env: LudicEnv, value: bool) -> None:
         setattr(env, _CLOSE_ATTEMPTED, value)
 
 
-def state_key_to_str(key: Hashable | None) -> str | None:
-    """Canonical JSON-safe form of a state key (strings stay as they are)."""
+def state_key_to_str(key: Hashable | None, *, where: str = "state_key") -> str | None:
+    """Canonical JSON-safe form of a state key: a str stays as it is, None is no key, and an
+    int, float, bool, bytes or a (nested) tuple of those becomes its repr (numpy scalars count
+    as the Python number they hold). Anything else is refused with a TypeError naming `where`:
+    its text is not an exact identity, so two different states could share a key (a list, or a
+    numpy array whose repr elides its middle) or one state get a new key each time (an object
+    whose repr holds its address, a set whose order varies between processes)."""
     if key is None or isinstance(key, str):
         return key
-    return repr(key)
+    return repr(_exact_key(key, where=where))
+
+
+def read_state_key(env: LudicEnv, agent_id: str) -> str | None:
+    """`env.state_key(agent_id)` in its canonical form (`state_key_to_str`), a bad key refused
+    naming the env's method. How protocols read state keys."""
+    method = "env_state_key" if hasattr(env, "env_state_key") else "state_key"
+    where = f"{type(env).__name__}.{method}"
+    return state_key_to_str(env.state_key(agent_id), where=where)
+
+
+def _exact_key(key: object, *, where: str) -> object:
+    if isinstance(key, tuple):
+        return tuple(_exact_key(part, where=where) for part in key)
+    if isinstance(key, (str, bytes, bool, int, float)) or key is None:
+        return key
+    if type(key).__name__ in ("bool_", "bool"):  # numpy 1, 2
+        return bool(key)  # type: ignore[arg-type]
+    if isinstance(key, numbers.Integral):
+        return int(key)
+    if isinstance(key, numbers.Real):
+        return float(key)
+    raise TypeError(
+        f"{where} returned {type(key).__name__} {key!r:.60}; a state key must be an exact "
+        "identity of the state: a str, an int or a tuple of those (e.g. tuple(board), or "
+        "tuple(sorted(items)) for a set; an array as tuple(arr.tolist())), or None for no key"
+    )

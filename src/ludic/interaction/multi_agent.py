@@ -20,7 +20,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 
 from ludic.agents.base import Agent, AgentAct, derive_call_seed
-from ludic.envs.base import LudicEnv, call_env, closing_env, state_key_to_str
+from ludic.envs.base import LudicEnv, call_env, closing_env, read_state_key
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ExternalToolHandler, act_with_tools
 from ludic.interaction.base import EnvReturns, checked_agent, checked_env, checked_env_seed
@@ -211,7 +211,7 @@ class MultiAgentProtocol:
                     sampling=sampling[aid],
                     step_info={
                         "observation": obs.get(aid, ""),
-                        "state_key": state_key_to_str(env.state_key(aid)),
+                        "state_key": read_state_key(env, aid),
                     },
                     rollout_id=collector.rollout_ids[aid],
                     handler=self.external_tool_handler,
@@ -274,7 +274,7 @@ class MultiAgentProtocol:
             next_obs=outcome.obs,
             reward=outcome.reward,
             **env_end_fields(outcome),
-            state_key=state_key_to_str(env.state_key(aid)),
+            state_key=read_state_key(env, aid),
             agent_step_ids=tuple(s.id for s in act.steps) if act is not None else (),
             info=merge_step_info(outcome.info, {} if act is not None else {"observed": True}),
         )

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from ludic._aio import maybe_await
 from ludic.agents.base import Agent, AgentAct
-from ludic.envs.base import LudicEnv, call_env, closing_env, state_key_to_str
+from ludic.envs.base import LudicEnv, call_env, closing_env, read_state_key
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ExternalToolHandler, act_with_tools
 from ludic.interaction.base import EnvReturns, checked_agent, checked_env, checked_env_seed
@@ -129,7 +129,7 @@ class SingleAgentProtocol:
                 self.agent,
                 turn_id=new_id(),
                 sampling=sampling,
-                step_info=await self._step_info(obs, state_key_to_str(env.state_key(seat))),
+                step_info=await self._step_info(obs, read_state_key(env, seat)),
                 rollout_id=collector.rollout_ids[aid],
                 handler=self.external_tool_handler,
                 max_external_calls=self.max_external_calls,
@@ -199,7 +199,7 @@ class SingleAgentProtocol:
             next_obs=outcome.obs,
             reward=outcome.reward,
             **env_end_fields(outcome),
-            state_key=state_key_to_str(env.state_key(seat)),
+            state_key=read_state_key(env, seat),
             agent_step_ids=agent_step_ids,
             info=dict(outcome.info),
         )
