@@ -256,9 +256,7 @@ def _action_names(env: Any, given: Sequence[str] | None) -> tuple[str, ...] | No
         )
     n = int(space.n)
     if given is not None:
-        if len(given) != n:
-            raise ValueError(f"action_names has {len(given)} names for {n} actions")
-        return tuple(given)
+        return _checked_action_names(given, n)
     unwrapped = env.unwrapped
     known = KNOWN_ACTION_NAMES.get(type(unwrapped).__name__)
     if known is not None and len(known) == n:
@@ -267,6 +265,36 @@ def _action_names(env: Any, given: Sequence[str] | None) -> tuple[str, ...] | No
     if callable(meanings):
         return tuple(str(m) for m in meanings())
     return tuple(str(i) for i in range(n))
+
+
+def _checked_action_names(given: object, n: int) -> tuple[str, ...]:
+    """`action_names` as a tuple of `n` distinct names, or a ValueError / TypeError that says
+    what to pass: a str is refused (it would be split into its characters), and so are names
+    that are not strings or that match one another (the reply is matched case-insensitively,
+    so a duplicate could never be chosen)."""
+    example = "action_names=['Left', 'Down', 'Right', 'Up']"
+    if isinstance(given, str) or not isinstance(given, Sequence):
+        raise TypeError(
+            f"GymnasiumEnv action_names must be a list of names, one per action, got "
+            f"{type(given).__name__} {given!r:.60}; pass e.g. {example} (in --env-kwargs, "
+            'a JSON list: {"action_names": ["Left", "Down", "Right", "Up"]})'
+        )
+    strays = [name for name in given if not isinstance(name, str) or not name.strip()]
+    if strays:
+        raise TypeError(
+            f"GymnasiumEnv action_names must be non-empty strings, got {strays[0]!r}; pass "
+            f"e.g. {example}"
+        )
+    if len(given) != n:
+        raise ValueError(f"action_names has {len(given)} names for {n} actions")
+    folded = [name.casefold() for name in given]
+    repeated = sorted({name for name in given if folded.count(name.casefold()) > 1})
+    if repeated:
+        raise ValueError(
+            f"GymnasiumEnv action_names repeats {repeated} (a reply is matched ignoring case, "
+            "so the model could never choose the second); give each action its own name"
+        )
+    return tuple(given)
 
 
 def _plain(value: Any) -> Any:
