@@ -98,7 +98,8 @@ class EmbeddedEngine:
         warn_if_not_append_only(tokenizer)  # once per template; drift splits samples otherwise
         self.config = config or EngineConfig()
         self.codec = TextCodec(tokenizer)
-        self.max_model_len = self.config.max_model_len or model_context(model)
+        self.model_len = model_context(model)  # the model's own; max_model_len may cap it
+        self.max_model_len = self.config.max_model_len or self.model_len
         self.vocab_size = max(len(tokenizer), int(model.config.vocab_size))
         self.eos_ids = frozenset(self.config.eos_token_ids or _default_eos_ids(model, tokenizer))
         self._version = policy_version
@@ -196,6 +197,7 @@ class EmbeddedEngine:
             eos_ids=self.eos_ids,
             vocab_size=self.vocab_size,
             max_model_len=self.max_model_len,
+            model_len=self.model_len,
             seed=_seed_or_random(request.sampling.seed),
             on_done=on_done,
             on_token=on_token,

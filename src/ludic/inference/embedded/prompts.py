@@ -50,10 +50,11 @@ def render_prompt_ids(
     chat_template_kwargs: Mapping[str, Any] | None = None,
     *,
     max_model_len: int | None = None,
+    model_len: int | None = None,
 ) -> list[int]:
     """Prompt ids for `messages` with the assistant generation prompt appended. With
     `max_model_len`, a rendered prompt far over it is refused without tokenizing it whole
-    (`encode_prompt_text`)."""
+    (`encode_prompt_text`; `model_len` as there)."""
     if not messages:
         raise ValueError("a chat request needs at least one message (or prompt_token_ids)")
     check_text(list(messages), "messages")
@@ -69,7 +70,9 @@ def render_prompt_ids(
         )
     except Exception as e:
         raise ValueError(f"the chat template failed on these messages: {e}") from e
-    return encode_prompt_text(tokenizer, str(text), max_model_len, where="the rendered prompt")
+    return encode_prompt_text(
+        tokenizer, str(text), max_model_len, where="the rendered prompt", model_len=model_len
+    )
 
 
 def encode_prompt_text(
@@ -79,9 +82,11 @@ def encode_prompt_text(
     *,
     where: str = "the prompt",
     add_special_tokens: bool = False,
+    model_len: int | None = None,
 ) -> list[int]:
     """`text`'s ids; ValueError for a lone surrogate in it, and, with `max_model_len`, for a
-    text whose head alone holds the context's worth of tokens. `add_special_tokens`: add the
+    text whose head alone holds the context's worth of tokens (`model_len`: the model's own
+    context where `max_model_len` caps it lower, which the refusal offers to raise). `add_special_tokens`: add the
     tokenizer's own (a Llama-style BOS) as `tokenizer.encode(text)` and vLLM do for a text
     completion prompt; a rendered chat template keeps the default False (it holds its BOS).
 
@@ -93,7 +98,7 @@ def encode_prompt_text(
     """
     check_text(text, where)
     if max_model_len is not None:
-        _refuse_a_head_over(tokenizer, text, max_model_len, add_special_tokens)
+        _refuse_a_head_over(tokenizer, text, max_model_len, add_special_tokens, model_len)
     return list(tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
 
@@ -112,6 +117,7 @@ def _refuse_a_head_over(
     text: str,
     max_model_len: int,
     add_special_tokens: bool = False,
+    model_len: int | None = None,
 ) -> None:
     """Tokenize heads of `text` twice as long each time, from `_FIRST_HEAD_CHARS_PER_TOKEN`
     characters a token (so typical text is refused from one short head) up to the most a token
@@ -126,7 +132,8 @@ def _refuse_a_head_over(
         head_ids = tokenizer.encode(head, add_special_tokens=add_special_tokens)
         at_least = len(head_ids) - HEAD_SLACK_TOKENS
         if at_least >= max_model_len:
-            raise _too_long(at_least, max_model_len, counted=(len(head), len(text)))
+            counted = (len(head), len(text))
+            raise _too_long(at_least, max_model_len, model_len, counted=counted)
         if size >= most_chars:  # it packs more characters in a token than its vocabulary shows
             return
         size = min(2 * size, most_chars)
@@ -139,17 +146,19 @@ def build_sequence(
     eos_ids: frozenset[int],
     vocab_size: int,
     max_model_len: int,
+    model_len: int | None = None,
     seed: int,
     on_done: Callable[[SequenceState], None] | None = None,
     on_token: Callable[[SequenceState], None] | None = None,
 ) -> SequenceState:
-    """Validate `request` and build its engine state; raises ValueError naming the problem."""
+    """Validate `request` and build its engine state; raises ValueError naming the problem.
+    `model_len`: the model's own context where `max_model_len` caps it lower."""
     cfg = request.sampling
     _check_limits(cfg, max_model_len)
     if request.prompt_token_ids is not None:
         given = request.prompt_token_ids
         if isinstance(given, Sized) and len(given) >= max_model_len:  # before reading each id
-            raise _too_long(len(given), max_model_len)
+            raise _too_long(len(given), max_model_len, model_len)
         prompt_ids = _checked_ids(request.prompt_token_ids, vocab_size, "prompt_token_ids")
     else:
         prompt_ids = render_prompt_ids(
@@ -158,10 +167,11 @@ def build_sequence(
             request.tools,
             cfg.extras.get("chat_template_kwargs"),
             max_model_len=max_model_len,
+            model_len=model_len,
         )
     room = max_model_len - len(prompt_ids)
     if room <= 0:
-        raise _too_long(len(prompt_ids), max_model_len)
+        raise _too_long(len(prompt_ids), max_model_len, model_len)
     stop_token_ids = frozenset(
         _checked_ids(
             cfg.extras.get("stop_token_ids", ()), vocab_size, "stop_token_ids", allow_empty=True
@@ -214,8 +224,14 @@ def _check_limits(cfg: SamplingConfig, max_model_len: int) -> None:
         raise ValueError(f"chat_template_kwargs may not set {reserved}: the engine sets them")
 
 
-def _too_long(n: int, max_model_len: int, *, counted: tuple[int, int] | None = None) -> ValueError:
-    """`counted`: (characters tokenized, characters in all) when only the head was counted."""
+def _too_long(
+    n: int, max_model_len: int, model_len: int | None, *, counted: tuple[int, int] | None = None
+) -> ValueError:
+    """`counted`: (characters tokenized, characters in all) when only the head was counted.
+    Raising the context is offered only below `model_len`, the model's own: past it the model
+    never saw the positions (`ludic serve --max-model-len` refuses it; ludic train, eval and
+    actor have no such flag), and the advice sent users to a refusal or a flag that is not
+    there."""
     has = (
         f"{n} tokens"
         if counted is None
@@ -224,10 +240,16 @@ def _too_long(n: int, max_model_len: int, *, counted: tuple[int, int] | None = N
             "characters; the rest was not tokenized)"
         )
     )
+    if model_len is None or model_len <= max_model_len:
+        return ValueError(
+            f"the prompt has {has} but the model's context is {max_model_len} tokens; "
+            "shorten the conversation (or its system prompt and tool list), or use a model "
+            "with a longer context"
+        )
     return ValueError(
-        f"the prompt has {has} but the model's context is {max_model_len} "
-        "tokens; shorten the conversation (or raise EngineConfig.max_model_len; for `ludic "
-        "serve`, --max-model-len)"
+        f"the prompt has {has} but the model's context is {max_model_len} tokens here, capped "
+        f"below its own {model_len}; shorten the conversation, or raise the cap up to "
+        f"{model_len} (`ludic serve`: --max-model-len; in Python: EngineConfig.max_model_len)"
     )
 
 

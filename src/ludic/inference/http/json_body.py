@@ -81,13 +81,17 @@ class JSONBound:
     fix: str
 
     @classmethod
-    def for_context(cls, max_model_len: int) -> JSONBound:
-        """The bound of the completion endpoints (and the logprob probe) of a served context."""
+    def for_context(cls, max_model_len: int, model_len: int | None = None) -> JSONBound:
+        """The bound of the completion endpoints (and the logprob probe) of a served context;
+        a longer one is offered only where `max_model_len` caps `model_len`, the model's own
+        (past it `ludic serve --max-model-len` is refused)."""
+        fix = "send a shorter prompt (token ids past the context are refused anyway)"
+        if model_len is not None and model_len > max_model_len:
+            fix += f", or serve a longer context (--max-model-len up to {model_len})"
         return cls(
             limit=max_json_values(max_model_len),
             covers=f"a request within this server's {max_model_len}-token context can use",
-            fix="send a shorter prompt (token ids past the context are refused anyway), or "
-            "serve a longer context (--max-model-len)",
+            fix=fix,
         )
 
 

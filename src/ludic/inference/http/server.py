@@ -83,7 +83,9 @@ def create_app(
     if max_body_bytes < 1:
         raise ValueError(f"max_body_bytes must be >= 1, got {max_body_bytes}")
     app = FastAPI(title="ludic embedded inference server", lifespan=lifespan)
-    app.router.route_class = json_route_class(JSONBound.for_context(engine.max_model_len))
+    app.router.route_class = json_route_class(
+        JSONBound.for_context(engine.max_model_len, engine.model_len)
+    )
     app.add_middleware(_BodyLimit, max_bytes=max_body_bytes)
     bearer = HTTPBearer(auto_error=False)
 
@@ -172,6 +174,7 @@ def create_app(
                 engine.max_model_len,
                 where="prompt",
                 add_special_tokens=True,  # a BOS, as vLLM and tokenizer.encode(prompt) add
+                model_len=engine.model_len,
             )
             ids = await asyncio.to_thread(_sampling_errors_as_400, encode)
         chat = ChatRequest(messages=[], sampling=sampling, prompt_token_ids=list(ids))
