@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mappin
 from typing import Any, TypeVar
 
 from ludic._aio import call_off_loop, maybe_await
+from ludic._log_once import warn_once
 from ludic.types import Info, StepOutcome
 
 logger = logging.getLogger(__name__)
@@ -63,12 +64,19 @@ class LudicEnv(ABC):
     busy (see bench/rollout_overhead.py). `state_key` always runs on the event loop: keep it
     cheap. An async method must not block: it runs on the event loop.
     `close_timeout_s` bounds `close`; one that takes longer fails the episode.
+    `slow_call_warning_s`: a `reset`, `step` or `close` still running this long is logged once.
     """
 
     system_prompt: str | None = None
     """A suggested system prompt (the rules, the action format). The agent uses it unless it
     has its own (`Agent(system_prompt=...)` wins); None: no system message."""
     close_timeout_s: float = 10.0
+    slow_call_warning_s: float | None = 60.0
+    """A `reset`, `step` or `close` still running after this many seconds is logged once per
+    env class and method, naming the env, the call and the seconds: a hung env is otherwise
+    silent until the episode timeout (`--episode-timeout-s`, 600 s by default) fails it. None:
+    no warning. (A synchronous call made inline on the event loop, `inline_sync_calls`, is not
+    watched: it holds the loop, so nothing can run beside it.)"""
     inline_sync_calls: bool = False
     parse_failure_ends_episode: bool = False
     """True for an env that takes one reply per episode (one question, one answer): a reply
@@ -119,8 +127,36 @@ async def call_env(
     """Call one of `env`'s methods (sync or async): a synchronous one on a worker thread, or on
     the event loop when `env.inline_sync_calls` is set. How protocols reset, step and close."""
     if env.inline_sync_calls:
-        return await maybe_await(fn(*args, **kwargs))
-    return await call_off_loop(fn, *args, **kwargs)
+        return await _warned_if_slow(env, fn, maybe_await(fn(*args, **kwargs)))
+    return await _warned_if_slow(env, fn, call_off_loop(fn, *args, **kwargs))
+
+
+async def _warned_if_slow(env: LudicEnv, fn: Callable[..., object], call: Awaitable[T]) -> T:
+    """Await `call`; log once if it is still running after `env.slow_call_warning_s`."""
+    after_s = env.slow_call_warning_s
+    if after_s is None:
+        return await call
+    loop = asyncio.get_running_loop()
+    timer = loop.call_later(after_s, _warn_slow_call, type(env).__name__, fn, after_s)
+    try:
+        return await call
+    finally:
+        timer.cancel()
+
+
+def _warn_slow_call(env_name: str, fn: Callable[..., object], after_s: float) -> None:
+    method = getattr(fn, "__name__", "call")
+    warn_once(
+        logger,
+        ("slow_env_call", env_name, method),
+        "%s.%s has not returned after %g s (it may hang): the episode fails only when its "
+        "timeout runs out (--episode-timeout-s, 600 s by default). Fix the env, lower "
+        "--episode-timeout-s, or raise %s.slow_call_warning_s if it is only slow (logged once)",
+        env_name,
+        method,
+        after_s,
+        env_name,
+    )
 
 
 class EnvCloseError(RuntimeError):
