@@ -11,6 +11,7 @@ from typing import Literal
 import torch
 
 from ludic.training.checkpoint import CheckpointConfig
+from ludic.training.option_warnings import warn_unread_option
 from ludic.training.schedule import LR_SCHEDULES, LRSchedule
 
 DType = Literal["float32", "bfloat16"]
@@ -37,7 +38,8 @@ class TrainerConfig:
     total_steps: int | None = None
     """Updates the decay spans (needed by cosine and linear)."""
     min_lr_ratio: float = 0.0
-    """Floor of the decayed LR as a fraction of lr."""
+    """Floor of the decayed LR as a fraction of lr (cosine and linear; with constant, a
+    non-zero one is ignored with an `UnreadOptionWarning`)."""
     micro_batch_tokens: int | None = None
     """Token budget of one forward/backward (padding counted); None: the batch in one go."""
     max_seq_len: int | None = None
@@ -151,6 +153,13 @@ class TrainerConfig:
             )
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.lr_schedule == "constant" and self.min_lr_ratio != 0.0:
+            warn_unread_option(
+                "TrainerConfig",
+                "min_lr_ratio",
+                self.min_lr_ratio,
+                "lr_schedule='constant' never decays (the floor is read by 'cosine' and 'linear')",
+            )
 
     @property
     def torch_dtype(self) -> torch.dtype:
