@@ -9,6 +9,7 @@ from ludic.distributed import BroadcastPolicyPublisher
 from ludic.inference.http.pool import ServerPool
 from ludic.pipeline.commands import _actor_client, _publisher
 from ludic.pipeline.config import ActorConfig, LearnerConfig
+from ludic.pipeline.versions import RecordingPublisher
 from ludic.recipes.inference import ModelCard
 
 URLS = ("http://127.0.0.1:9001", "http://127.0.0.1:9002", "http://127.0.0.1:9003")
@@ -33,9 +34,11 @@ async def test_the_actor_spreads_over_every_server(monkeypatch: pytest.MonkeyPat
 
 def test_the_learner_publishes_to_every_server() -> None:
     publisher = _publisher(LearnerConfig(server_url=URLS, token="t", server_ranks=2), model=None)
-    assert isinstance(publisher, BroadcastPolicyPublisher)
+    assert isinstance(publisher, RecordingPublisher)  # records each version before the push
+    assert isinstance(publisher.publisher, BroadcastPolicyPublisher)
     assert [s.url for s in publisher.servers] == list(URLS)
     assert [s.ranks for s in publisher.servers] == [2, 2, 2]  # tensor-parallel servers
+    publisher.close()
 
 
 def test_a_server_named_twice_is_refused() -> None:

@@ -23,6 +23,7 @@ from ludic.pipeline.learner_settings import (
 )
 from ludic.pipeline.lease import refuse_other_learners
 from ludic.pipeline.stream import SampleStream
+from ludic.pipeline.versions import RecordingPublisher, highest_published
 from ludic.recipes.algorithms import make_algorithm as make_preset
 from ludic.recipes.inference import server_push_token
 
@@ -161,7 +162,7 @@ def _publisher(cfg: LearnerConfig, model: Any) -> Any:
     from ludic.distributed import BroadcastPolicyPublisher
     from ludic.recipes.inference import server_urls
 
-    return BroadcastPolicyPublisher(
+    publisher = BroadcastPolicyPublisher(
         server_urls(cfg.server_url),  # several: one broadcast reaches them all
         server_push_token(cfg.token, flag="--token"),  # `run_learner` refused a bad one at once
         backend=cfg.backend,
@@ -171,6 +172,7 @@ def _publisher(cfg: LearnerConfig, model: Any) -> Any:
         server_ranks=cfg.server_ranks,
         probe_model=model,  # the Trainer publishes state dicts: probe with its live model
     )
+    return RecordingPublisher(publisher, url=cfg.redis_url, stream=cfg.stream)  # versions' record
 
 
 def _trainer(cfg: LearnerConfig, source: Any, model: Any, tokenizer: Any, publisher: Any) -> Any:
@@ -207,7 +209,33 @@ def _trainer(cfg: LearnerConfig, source: Any, model: Any, tokenizer: Any, publis
         step = _resume_learner(trainer, cfg)
         if source.rank == 0:  # the same on every rank: said once
             logger.info("resumed from step %d (policy version %d)", step, trainer.policy_version)
+        fork_versions(trainer, source, cfg.redis_url)
     return trainer
+
+
+def fork_versions(trainer: Any, source: Any, url: str) -> None:
+    """After a resume: where a dead learner published versions past the checkpoint's, number
+    the resumed weights past all of them and publish them so (every rank, as the Trainer
+    publishes), so that no version names two weights; the source drops the dead versions'
+    samples (`ludic.pipeline.versions`)."""
+    resumed = int(trainer.policy_version)
+    published = highest_published(url, source.stream.stream)  # every rank reads the same
+    if published is None or published <= resumed:
+        return
+    trainer.policy_version = published + 1
+    source.staleness.forks.add(resumed, published + 1)
+    if source.rank == 0:
+        logger.warning(
+            "a learner before this one published policy versions up to %d, past the "
+            "checkpoint's %d: this learner numbers its weights %d on (republished now) and "
+            "drops samples of versions %d..%d, whose weights died with that learner",
+            published,
+            resumed,
+            published + 1,
+            resumed + 1,
+            published,
+        )
+    trainer.publish_weights()
 
 
 def _resume_learner(trainer: Any, cfg: LearnerConfig) -> int:

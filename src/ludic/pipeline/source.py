@@ -234,7 +234,7 @@ class PipelineBatchSource:
         batch after `load_state_dict` it is the restored position unchanged (its entries may
         still be pending, and its ranks may differ from this run's), and nothing is acked."""
         if self._resume is not None:
-            return dict(self._resume)
+            return {**self._resume, "forks": self.staleness.forks.state_dict()}
         self._captured += self._trained
         self._trained = []
         self._captured_at = self.batches_served
@@ -247,6 +247,7 @@ class PipelineBatchSource:
             "trained": [list(pair) for pair in self._captured],
             "check": getattr(self.check_sample, "state_dict", lambda: None)(),
             "run": self.run_check.state_dict(),
+            "forks": self.staleness.forks.state_dict(),
         }
 
     def load_state_dict(self, state: JSON) -> None:
@@ -269,6 +270,7 @@ class PipelineBatchSource:
             load_check(state["check"])
         self.run_check = RunCheck(stream=self.stream.stream, run=self.run_id, who=self.who)
         self.run_check.load_state_dict(state.get("run"))  # None: saved before run ids
+        self.staleness.forks.load_state_dict(state.get("forks"))  # None: saved before forks
         self._resume = state
         self.batches_served = int(state["batches_served"])
         self._trained, self._captured, self._captured_at = [], [], None

@@ -1,7 +1,8 @@
 """How `PipelineBatchSource` treats a sample by its age: `Staleness` drops or down-weights one
 more than `max_lag` policy versions behind the learner, records the lag of those it serves, warns
 once about one newer than the learner, and words what the waiting and closing lines say about
-stale drops. It reads no stream and acks nothing.
+stale drops. A sample of a dead learner's versions (`versions.Forks`) is dropped as such, and
+lags count only this learner's own updates. It reads no stream and acks nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from ludic.pipeline.source_checks import ahead_warning
+from ludic.pipeline.versions import Forks
 from ludic.rollouts.samples import SAWItem
 
 logger = logging.getLogger("ludic.pipeline.source")  # the source's lines, under its name
@@ -37,6 +39,7 @@ class Staleness:
         self.stale: StalePolicy = stale
         self.stale_decay = stale_decay
         self.current_version = current_version
+        self.forks = Forks()  # where a resumed learner renumbered its versions
         self._warned_ahead = False
 
     def apply(self, item: SAWItem, stats: Counter[str], lags: list[int]) -> SAWItem | None:
@@ -44,7 +47,14 @@ class Staleness:
         sample goes to `lags`, drops and down-weights to `stats`."""
         if not item.policy_versions:
             return item
-        lag = self.current_version() - min(item.policy_versions)
+        for version in item.policy_versions:  # a dead learner's branch: its weights are gone
+            fork = self.forks.dead(version)
+            if fork is not None:
+                self.forks.warn_dead(version, fork)
+                stats["dead_branch"] += 1
+                return None
+        lag = self.forks.position(self.current_version())
+        lag -= self.forks.position(min(item.policy_versions))
         if lag < 0:
             self._warn_ahead(item, stats)
         if self.max_lag is None or lag <= self.max_lag:

@@ -1,0 +1,119 @@
+"""Policy version numbers that never repeat across a learner's restarts.
+
+A learner resumed from a checkpoint at version `r` continues from `r`, but the learner it
+replaces may have published `r+1 .. M` before it died: weights that are gone, whose samples
+still wait in the stream (and the servers may still serve them). Counting from `r` again would
+give the resumed run's own `r+1` the number of a dead weight, so `max_lag` would read the dead
+branch's samples as fresh. So the learner records, before each push, the highest version it ever
+published (`RecordingPublisher`, under `<stream>:published-version`), and a resumed learner that
+finds it above `r` forks: its versions continue from `M + 1` (labelling the same weights as `r`),
+and `Forks` drops, counted and said once, every sample of a version in the gap `r+1 .. M`, while
+the lag of the others counts only the updates on this learner's own branch. It never changes
+a sample's logprobs (the behaviour policy's, as generated).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis
+
+logger = logging.getLogger("ludic.pipeline.source")  # the source's lines, under its name
+
+# KEYS: the highest published version. ARGV: a version about to be published.
+_RAISE = """
+local old = tonumber(redis.call('GET', KEYS[1]) or '-1')
+if tonumber(ARGV[1]) > old then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return 0
+"""
+
+
+def published_key(stream: str) -> str:
+    """Where the highest policy version a learner of `stream` published is kept."""
+    return f"{stream}:published-version"
+
+
+class RecordingPublisher:
+    """A `PolicyPublisher` that records in Redis, before each push, the highest version pushed
+    (so no server ever holds a version above the record), then pushes with `publisher`."""
+
+    def __init__(self, publisher: Any, *, url: str, stream: str) -> None:
+        self.publisher = publisher
+        self.key = published_key(stream)
+        self.redis = redis.Redis.from_url(url, socket_timeout=30.0, socket_connect_timeout=5.0)
+        self._raise = self.redis.register_script(_RAISE)
+
+    def publish(self, weights: Any, *, version: int) -> None:
+        self._raise(keys=[self.key], args=[version])
+        self.publisher.publish(weights, version=version)
+
+    def close(self) -> None:
+        self.redis.close()
+        close = getattr(self.publisher, "close", None)
+        if close is not None:
+            close()
+
+    def __getattr__(self, name: str) -> Any:  # the wrapped publisher's other attributes
+        return getattr(self.publisher, name)
+
+
+def highest_published(url: str, stream: str) -> int | None:
+    """The highest version a learner of `stream` recorded publishing, or None."""
+    client = redis.Redis.from_url(url, socket_timeout=30.0, socket_connect_timeout=5.0)
+    try:
+        raw = client.get(published_key(stream))
+    finally:
+        client.close()
+    return None if raw is None else int(raw)
+
+
+class Forks:
+    """The forks of this learner's version line: each `(resumed, new)` says that this learner
+    resumed the weights of version `resumed` and labelled them `new`, so versions strictly
+    between them belong to a dead learner's branch. Kept in the source's checkpoints."""
+
+    def __init__(self) -> None:
+        self.forks: list[tuple[int, int]] = []
+        self._warned = False
+
+    def add(self, resumed: int, new: int) -> None:
+        self.forks.append((resumed, new))
+
+    def dead(self, version: int) -> tuple[int, int] | None:
+        """The fork whose gap holds `version` (a dead branch's), else None."""
+        for resumed, new in self.forks:
+            if resumed < version < new:
+                return resumed, new
+        return None
+
+    def position(self, version: int) -> int:
+        """`version` counted in updates along this learner's branch (gaps left out)."""
+        return version - sum(new - resumed for resumed, new in self.forks if version >= new)
+
+    def warn_dead(self, version: int, fork: tuple[int, int]) -> None:
+        """Say once why samples of a dead branch are dropped."""
+        if self._warned:
+            return
+        self._warned = True
+        resumed, new = fork
+        logger.warning(
+            "a sample carries policy version %d, published by a learner that died after this "
+            "one's checkpoint (this learner resumed the weights of version %d and numbers them "
+            "%d, past every version published before): the weights that sampled it are gone, "
+            "so it and every sample of versions %d..%d are dropped, counted as "
+            "pipeline/dead_branch",
+            version,
+            resumed,
+            new,
+            resumed + 1,
+            new - 1,
+        )
+
+    def state_dict(self) -> list[list[int]]:
+        return [list(fork) for fork in self.forks]
+
+    def load_state_dict(self, state: list[list[int]] | None) -> None:
+        self.forks = [(int(a), int(b)) for a, b in state or []]

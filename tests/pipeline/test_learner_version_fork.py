@@ -1,0 +1,91 @@
+"""Policy versions never repeat across a learner's restarts: a learner resumed at version 3 after
+a killed one published 4 and 5 numbers its weights 6 on, drops (counted, said once) the samples
+of the dead versions 4 and 5, which would otherwise read as newer than it or, once it reached 5
+again, as fresh, and counts lags along its own branch only (the checkpoint's version-3 samples
+are of the weights it trains on, lag 0)."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+from pipeline_fakes import RedisServer, redis_server, sample
+
+from ludic.pipeline.codec import encode_sample
+from ludic.pipeline.learner_run import fork_versions
+from ludic.pipeline.source import PipelineBatchSource
+from ludic.pipeline.stream import SampleStream
+from ludic.pipeline.versions import RecordingPublisher, published_key
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
+__all__ = ["redis_server"]
+
+
+class _Pushes:
+    def __init__(self, server: RedisServer) -> None:
+        self.server, self.recorded = server, []
+
+    def publish(self, weights: object, *, version: int) -> None:
+        self.recorded.append(int(self.server.client().get(published_key("s"))))
+
+
+def test_the_publisher_records_the_highest_version_before_each_push(
+    redis_server: RedisServer,
+) -> None:
+    inner = _Pushes(redis_server)
+    publisher = RecordingPublisher(inner, url=redis_server.url, stream="s")
+    for version in (0, 5, 3):  # a resumed learner republishes an older version
+        publisher.publish({}, version=version)
+    publisher.close()
+    assert inner.recorded == [0, 5, 5]  # set before each push; never lowered
+
+
+async def test_a_resumed_learner_forks_past_a_dead_learners_versions(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    redis_server.client().set(published_key("s"), 5)  # the dead learner reached version 5
+    stream = SampleStream(redis_server.url, stream="s")
+    await stream.ensure_group()
+    for i, version in enumerate((3, 4, 5, 5, 6)):
+        await stream.add(encode_sample(sample(versions=(version,)), sample_id=f"id{i}"))
+    published: list[int] = []
+    trainer = SimpleNamespace(policy_version=3)  # resumed from the checkpoint at version 3
+    trainer.publish_weights = lambda: published.append(trainer.policy_version)
+    source = PipelineBatchSource(
+        stream,
+        batch_size=2,
+        max_lag=0,  # only samples of the weights the learner holds
+        current_version=lambda: trainer.policy_version,
+        block_ms=50,
+        max_wait_s=1.0,
+    )
+    with caplog.at_level(logging.WARNING, logger="ludic.pipeline"):
+        fork_versions(trainer, source, redis_server.url)
+        batch = await source.next_batch()
+    assert trainer.policy_version == 6 and published == [6]  # republished under its new number
+    assert [i.policy_versions for i in batch.items] == [(3,), (6,)]  # same weights: lag 0
+    assert batch.stats["pipeline/dead_branch"] == 3.0  # 4, 5, 5
+    assert batch.stats["pipeline/lag_max"] == 0.0 and "pipeline/ahead" not in batch.stats
+    dead = [r.getMessage() for r in caplog.records if "pipeline/dead_branch" in r.getMessage()]
+    assert len(dead) == 1 and "versions 4..5 are dropped" in dead[0]
+    state = source.state_dict()
+    await source.aclose()
+    # a checkpoint keeps the fork: the learner resumed from it still drops the dead versions
+    resumed = PipelineBatchSource(
+        SampleStream(redis_server.url, stream="s"), batch_size=1, current_version=lambda: 7
+    )
+    resumed.load_state_dict(state)
+    assert resumed.staleness.forks.dead(4) == (3, 6) and resumed.staleness.forks.dead(6) is None
+    await resumed.stream.aclose()
+
+
+async def test_no_fork_where_no_version_past_the_checkpoints_was_published(
+    redis_server: RedisServer,
+) -> None:
+    redis_server.client().set(published_key("s"), 3)
+    trainer = SimpleNamespace(policy_version=3, publish_weights=lambda: None)
+    source = PipelineBatchSource(SampleStream(redis_server.url, stream="s"), batch_size=1)
+    fork_versions(trainer, source, redis_server.url)
+    assert trainer.policy_version == 3 and source.staleness.forks.forks == []
+    await source.stream.aclose()
