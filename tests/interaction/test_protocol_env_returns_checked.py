@@ -85,15 +85,20 @@ def solo() -> SingleAgentProtocol:
             TypeError,
             r"HandWritten.reset for 'solo' returned the info None",
         ),
-        (  # was a bare KeyError: 'solo'
+        (  # was a bare KeyError: 'solo'; a key that is not a seat is named as such
             HandWritten(reset={"player": ("start", {})}),
-            KeyError,
-            r"HandWritten.reset returned nothing for agent 'solo' \(its seats: \['player'\]\)",
+            ValueError,
+            r"HandWritten.reset named \['player'\], which are not among its seats \['solo'\]",
         ),
         (
             HandWritten(step={"player": StepOutcome(obs="x", reward=1.0)}),
+            ValueError,
+            r"HandWritten.step named \['player'\], which are not among its seats \['solo'\]",
+        ),
+        (
+            HandWritten(step={}),
             KeyError,
-            r"HandWritten.step returned nothing for agent 'solo'",
+            r"HandWritten.step returned nothing for agent 'solo' \(it returned entries for \[\]\)",
         ),
     ],
 )

@@ -8,7 +8,7 @@ protocol per episode (the RolloutEngine does this through factories).
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, TypeVar, runtime_checkable
 
 from ludic.agents.base import Agent
@@ -85,11 +85,17 @@ class EnvReturns:
     the run in credit assignment). A SingleAgentEnv that checks its own returns is not
     checked twice."""
 
-    __slots__ = ("check", "name")
+    __slots__ = ("check", "name", "seats")
 
     def __init__(self, env: LudicEnv) -> None:
         self.name = type(env).__name__
         self.check = not returns_checked(env)
+        self.seats = tuple(env.agent_ids)
+
+    def active(self, active_agents: Sequence[str]) -> Sequence[str]:
+        """`env.active_agents`, or a ValueError naming an id that is not one of its seats."""
+        self._only_seats(active_agents, "active_agents")
+        return active_agents
 
     def resets(self, result: object) -> Mapping[str, tuple[str, Info]]:
         return self._mapping(result, "reset", "(observation, info)")  # type: ignore[return-value]
@@ -114,14 +120,27 @@ class EnvReturns:
         if aid in result:
             return result[aid]
         raise KeyError(
-            f"{self.name}.{method} returned nothing for agent {aid!r} (its seats: "
-            f"{sorted(map(str, result))}); return an entry for every agent the protocol runs"
+            f"{self.name}.{method} returned nothing for agent {aid!r} (it returned entries "
+            f"for {sorted(map(str, result))}); return an entry for every agent the protocol runs"
         )
 
     def _mapping(self, result: object, method: str, value: str) -> Mapping[str, object]:
-        if self.check and not isinstance(result, Mapping):
+        if not self.check:
+            return result  # type: ignore[return-value]
+        if not isinstance(result, Mapping):
             raise TypeError(
                 f"{self.name}.{method} must return a dict {{agent_id: {value}}}, got "
                 f"{type(result).__name__}; a one-agent env can subclass SingleAgentEnv instead"
             )
-        return result  # type: ignore[return-value]
+        self._only_seats(result, method)
+        return result
+
+    def _only_seats(self, ids: Iterable[object], method: str) -> None:
+        """A ValueError naming the ids that are not seats: an entry keyed by a misspelt seat
+        was skipped, so that seat never saw its last observation or reward."""
+        strays = [i for i in ids if i not in self.seats]
+        if strays:
+            raise ValueError(
+                f"{self.name}.{method} named {strays}, which are not among its seats "
+                f"{list(self.seats)} (agent_ids); key every entry by a seat in agent_ids"
+            )

@@ -119,7 +119,7 @@ class MultiAgentProtocol:
         finished: set[str] = set()
         seat_sampling = {aid: _seat_sampling(sampling, i) for i, aid in enumerate(self.agents)}
         for _ in range(self.max_steps):
-            active = [a for a in env.active_agents if a not in finished]
+            active = [a for a in returns.active(env.active_agents) if a not in finished]
             if not active:
                 return
             stop = await self._collect_actions(env, active, pending, obs, collector, seat_sampling)
