@@ -67,7 +67,7 @@ class GymnasiumEnv(SingleAgentEnv):
                 "GymnasiumEnv needs exactly one of env_id (e.g. 'FrozenLake-v1') or env="
             )
         self.env = env if env is not None else make_gym_env(str(env_id), **make_kwargs)
-        self.env_id = env_id or getattr(getattr(self.env, "spec", None), "id", None) or "env"
+        self.env_id = env_id or _registered_id(self.env) or type(self.env.unwrapped).__name__
         self.action_names = _action_names(self.env, action_names)
         self.invalid_action_reward = invalid_action_reward
         self.state_key_fn = state_key_fn or observation_state_key
@@ -265,6 +265,12 @@ def _action_names(env: Any, given: Sequence[str] | None) -> tuple[str, ...] | No
     if callable(meanings):
         return tuple(str(m) for m in meanings())
     return tuple(str(i) for i in range(n))
+
+
+def _registered_id(env: Any) -> str | None:
+    """The id Gymnasium registered `env` under, or None for an env built by hand (its class
+    name then names it in the system prompt, not the word "env")."""
+    return getattr(getattr(env, "spec", None), "id", None)
 
 
 def _checked_action_names(given: object, n: int) -> tuple[str, ...]:

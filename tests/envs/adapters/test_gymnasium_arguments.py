@@ -1,7 +1,8 @@
 """GymnasiumEnv's `action_names` is a list of names, one per action. A str was split into its
 characters without a word (`action_names="LDRU"` named FrozenLake's actions L, D, R and U, and
 "Left" was then an illegal action); names that are not strings crashed the parser on the first
-reply, and two names equal but for case left the second action out of reach."""
+reply, and two names equal but for case left the second action out of reach. An env built by
+hand (`env=`) is named by its class in the system prompt (it was "environment env")."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from ludic.envs.adapters import GymnasiumEnv
 
-pytest.importorskip("gymnasium", reason="needs gymnasium: pip install 'ludic[gymnasium]'")
+gym = pytest.importorskip("gymnasium", reason="needs gymnasium: pip install 'ludic[gymnasium]'")
 
 
 def test_a_str_is_refused_with_the_list_to_pass() -> None:
@@ -39,3 +40,17 @@ def test_a_list_or_tuple_of_names_is_taken_as_given() -> None:
         env = GymnasiumEnv("FrozenLake-v1", action_names=names)
         assert env.action_names == ("W", "S", "E", "N")
         assert env.parser("<action>e</action>").action == "E"
+
+
+class Walk(gym.Env):  # type: ignore[misc]
+    """A hand-built Gymnasium env (no registered id)."""
+
+    def __init__(self) -> None:
+        self.observation_space = gym.spaces.Discrete(3)
+        self.action_space = gym.spaces.Discrete(2)
+
+
+def test_a_hand_built_env_is_named_by_its_class_in_the_system_prompt() -> None:
+    env = GymnasiumEnv(env=gym.wrappers.TimeLimit(Walk(), 3), action_names=["back", "forward"])
+    assert env.env_id == "Walk"  # was "env": "You are playing the Gymnasium environment env"
+    assert "Gymnasium environment Walk." in str(env.system_prompt)
