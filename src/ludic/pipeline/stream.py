@@ -63,7 +63,19 @@ T = TypeVar("T")
 # (1/0), consumer ('' for none), then entry id / sample id pairs. The acked-steps hash keeps,
 # per consumer, the highest step up to which it has acked everything it trained (a world-size
 # change on resume checks it); an acked entry is never read again, so its dead-letter mark goes.
+# All or nothing: Redis stops a script only at an error, keeping the writes before it, so every
+# key is type-checked before the first write; and past maxmemory Redis refuses only a script's
+# first write (XACK, which never is refused), never one after it, so a full Redis cannot part
+# the acks from their ledger record either.
 _COMMIT = """
+local function foreign(key, kind)
+  local held = redis.call('TYPE', key)['ok']
+  return held ~= 'none' and held ~= kind
+end
+if foreign(KEYS[1], 'stream') or (ARGV[3] == '1' and foreign(KEYS[2], 'stream'))
+   or foreign(KEYS[3], 'hash') or foreign(KEYS[4], 'hash') then
+  return redis.error_reply('WRONGTYPE a key of the commit holds another type: nothing acked')
+end
 local acked = {}
 for i = 5, #ARGV, 2 do
   if redis.call('XACK', KEYS[1], ARGV[1], ARGV[i]) == 1 then

@@ -63,6 +63,7 @@ async def wrong_type(stream: SampleStream, what: str) -> str:
     ledger = stream.ledger or f"{stream.stream}:ledger"
     keys = {stream.stream: "stream", f"{stream.stream}:dead": "stream", ledger: "stream"}
     keys[dead_ids_key(stream.stream)] = "hash"
+    keys[f"{stream.stream}:acked:{stream.group}"] = "hash"  # the commit's acked steps
     foreign = []
     for key, ours in keys.items():
         try:
