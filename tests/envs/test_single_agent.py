@@ -65,6 +65,17 @@ def test_step_without_the_seat_names_it() -> None:
         SyncCounter().step({"someone": "x"})
 
 
+@pytest.mark.parametrize("actions", ["go", ["go"]])
+def test_a_bare_action_is_refused_with_the_dict_to_pass(actions: object) -> None:
+    # "agent_0" in "go" tested for a substring: KeyError "... got actions for ['g', 'o']"
+    with pytest.raises(
+        TypeError,
+        match=r"SyncCounter.step takes \{agent_id: action\}.*"
+        r"pass env.step\(\{'agent_0': ",
+    ):
+        SyncCounter().step(actions)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("env_type", [SyncCounter, AsyncCounter])
 async def test_the_protocol_drives_sync_and_async_envs_alike(env_type: type[SyncCounter]) -> None:
     env = env_type()

@@ -99,6 +99,11 @@ class SingleAgentEnv(LudicEnv):
         )
 
     def step(self, actions: Mapping[str, str]) -> StepResult | Awaitable[StepResult]:
+        if not isinstance(actions, Mapping):  # `"x" in "right"` would test for a substring
+            raise TypeError(
+                f"{type(self).__name__}.step takes {{agent_id: action}}, got "
+                f"{_kind(actions)}; pass env.step({{{self.agent_id!r}: {actions!r:.40}}})"
+            )
         if self.agent_id not in actions:
             raise KeyError(
                 f"{type(self).__name__}.step needs an action for {self.agent_id!r}; got "
