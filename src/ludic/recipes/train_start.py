@@ -63,16 +63,15 @@ def _resume(trainer: Trainer, cfg: TrainConfig, console: Console) -> None:
         ) from e
     except LRScheduleMismatchError as e:
         trainer.close()
+        if e.step is not None and e.step >= cfg.steps:  # the LR flags are not what to change
+            raise ValueError(_nothing_left_message(e.step, cfg)) from e
         raise ValueError(_lr_mismatch_message(e, cfg)) from e
     except BaseException:
         trainer.close()
         raise
     if trainer.step >= cfg.steps:
         trainer.close()
-        raise ValueError(
-            f"--resume: the checkpoint is at step {trainer.step} and --steps is {cfg.steps}, so "
-            "nothing is left to train; raise --steps to train further"
-        )
+        raise ValueError(_nothing_left_message(trainer.step, cfg))
     if cfg.override_lr_schedule:
         console.print(
             "[bold yellow]warning[/bold yellow]: --override-lr-schedule: this launch's "
@@ -83,6 +82,16 @@ def _resume(trainer: Trainer, cfg: TrainConfig, console: Console) -> None:
     console.print(
         f"resumed at step {trainer.step} (policy version {trainer.policy_version}), "
         "its weights now served for the first rollout"
+    )
+
+
+def _nothing_left_message(step: int, cfg: TrainConfig) -> str:
+    """A `--steps` the checkpoint already reached. Also said in place of an LR-settings
+    refusal: a decay's default length is `--steps`, so a lower one also "changes" it, and
+    passing the `--schedule-steps` that refusal names would only lead here."""
+    return (
+        f"--resume: the checkpoint is at step {step} and --steps is {cfg.steps}, so nothing "
+        "is left to train; raise --steps to train further"
     )
 
 

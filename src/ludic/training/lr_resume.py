@@ -24,8 +24,11 @@ class LRScheduleMismatchError(ValueError):
     """The config's LR settings differ from the checkpoint's: `changes` maps each
     `TrainerConfig` field to (checkpoint's value, config's value)."""
 
-    def __init__(self, checkpoint: str, changes: dict[str, tuple[Any, Any]]) -> None:
+    def __init__(
+        self, checkpoint: str, changes: dict[str, tuple[Any, Any]], step: int | None = None
+    ) -> None:
         self.changes = changes
+        self.step = step  # the checkpoint's step: a caller may have a plainer refusal for it
         listed = ", ".join(
             f"{k}: checkpoint {old!r}, config {new!r}" for k, (old, new) in changes.items()
         )

@@ -120,7 +120,7 @@ def restore_checkpoint(
     _warn_other_algorithm(checkpoint.extra.get(ALGORITHM_KEY), trainer, chosen)
     changes = lr_changes(checkpoint.extra.get(RECORD_KEY), trainer.config)
     if changes and not override_lr_schedule:
-        raise LRScheduleMismatchError(str(chosen), changes)
+        raise LRScheduleMismatchError(str(chosen), changes, step=checkpoint.step)
     model, optimizer, scheduler = trainer.model, trainer.optimizer, trainer.scheduler
     run_on_main(  # a model of another shape: named, not torch's state-dict dump
         runtime,
