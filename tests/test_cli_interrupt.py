@@ -101,10 +101,16 @@ def test_train_interrupted_names_its_last_checkpoint(tmp_path: Path) -> None:
     assert line == f"ludic train: interrupted (Ctrl-C); last checkpoint: run/checkpoints/{newest}"
 
 
+def _saved(path: Path) -> Path:
+    """A complete checkpoint directory: one holding the MANIFEST.json a save writes last."""
+    path.mkdir(parents=True)
+    (path / "MANIFEST.json").write_text('{"format": 1, "files": {}}')
+    return path
+
+
 def _old_checkpoint(root: Path, step: int, age_s: float = 3600) -> Path:
     """A complete `step_N` directory an earlier run left (its mtime `age_s` ago)."""
-    path = root / f"step_{step:08d}"
-    path.mkdir(parents=True)
+    path = _saved(root / f"step_{step:08d}")
     past = time.time() - age_s
     os.utime(path, (past, past))
     return path
@@ -118,7 +124,7 @@ def test_the_line_says_when_no_checkpoint_was_saved_yet(tmp_path: Path) -> None:
         f"ludic train: interrupted (SIGTERM); no checkpoint saved by this run under {cfg.out_dir}"
     )
     for step in ("step_00000002", "step_00000010", "step_00000009.tmp-host-1"):
-        (cfg.out_dir / "checkpoints" / step).mkdir(parents=True)
+        _saved(cfg.out_dir / "checkpoints" / step)
     line = _interrupted_line("train", COMMANDS["train"], cfg, terminated=False, started=started)
     assert line.endswith(f"last checkpoint: {cfg.out_dir / 'checkpoints' / 'step_00000010'}")
 
@@ -132,7 +138,7 @@ def test_a_checkpoint_an_earlier_run_left_is_never_named(tmp_path: Path) -> None
     assert line == (
         f"ludic train: interrupted (Ctrl-C); no checkpoint saved by this run under {cfg.out_dir}"
     )
-    (checkpoints / "step_00000003").mkdir()  # this run's, numbered below the leftover
+    _saved(checkpoints / "step_00000003")  # this run's, numbered below the leftover
     line = _interrupted_line("train", COMMANDS["train"], cfg, terminated=False, started=started)
     assert line.endswith(f"last checkpoint: {checkpoints / 'step_00000003'}")
 
@@ -148,6 +154,22 @@ def test_a_resumed_run_names_the_checkpoint_it_resumed_from(tmp_path: Path) -> N
         assert line.endswith(f"last checkpoint: {old} (the one it resumed from; none saved since)")
 
 
+def test_a_partial_checkpoint_is_never_named(tmp_path: Path) -> None:
+    """A `step_N` without its manifest (a save that never finished, a copy cut short) is one
+    resume skips: the line names the checkpoint resume took, not the partial one."""
+    out = tmp_path / "run"
+    resumed_from = _old_checkpoint(out / "checkpoints", 2)
+    (out / "checkpoints" / "step_00000004" / "model").mkdir(parents=True)
+    cfg = TrainConfig(out_dir=out, resume="latest")
+    started = time.time()
+    expected = f"last checkpoint: {resumed_from} (the one it resumed from; none saved since)"
+    line = _interrupted_line("train", COMMANDS["train"], cfg, terminated=False, started=started)
+    assert line.endswith(expected)
+    (out / "checkpoints" / "step_00000006").mkdir()  # written during this run, never finished
+    line = _interrupted_line("train", COMMANDS["train"], cfg, terminated=False, started=started)
+    assert line.endswith(expected)
+
+
 def test_the_quickstart_names_only_its_own_checkpoints(tmp_path: Path) -> None:
     cfg = QuickstartConfig(out_dir=tmp_path / "qs")
     _old_checkpoint(cfg.out_dir / "rl" / "checkpoints", 40)
@@ -155,7 +177,7 @@ def test_the_quickstart_names_only_its_own_checkpoints(tmp_path: Path) -> None:
     command, started = COMMANDS["quickstart"], time.time()
     line = _interrupted_line("quickstart", command, cfg, terminated=False, started=started)
     assert line.endswith(f"no checkpoint saved by this run under {cfg.out_dir}")
-    (cfg.out_dir / "sft" / "checkpoints" / "step_00000100").mkdir()
+    _saved(cfg.out_dir / "sft" / "checkpoints" / "step_00000100")
     line = _interrupted_line("quickstart", command, cfg, terminated=False, started=started)
     assert line.endswith(
         f"last checkpoint: {cfg.out_dir / 'sft' / 'checkpoints' / 'step_00000100'}"

@@ -380,12 +380,16 @@ _MTIME_SLACK_S = 1.0  # a file system's coarse timestamps may round a new mtime 
 
 
 def _newest_checkpoint(root: Path, *, since: float | None = None) -> Path | None:
-    """The highest-numbered `step_N` directory under `root` (written by an atomic rename, so
-    one that exists is complete), with `since`: only those written after that time (their
-    mtime), without importing the training stack."""
+    """The highest-numbered complete `step_N` directory under `root` (one holding its
+    MANIFEST.json: resume skips one without, a save that never finished), with `since`: only
+    those written after that time (their mtime), without importing the training stack."""
     if not root.is_dir():
         return None
-    steps = [(int(m.group(1)), p) for p in root.iterdir() if (m := _STEP.match(p.name))]
+    steps = [
+        (int(m.group(1)), p)
+        for p in root.iterdir()
+        if (m := _STEP.match(p.name)) and (p / _MANIFEST).is_file()
+    ]
     if since is not None:
         steps = [(n, p) for n, p in steps if _mtime(p) >= since - _MTIME_SLACK_S]
     return max(steps)[1] if steps else None
@@ -412,6 +416,7 @@ def _resumed_checkpoint(resume: object, root: Path) -> Path | None:
 
 
 _STEP = re.compile(r"^step_(\d+)$")
+_MANIFEST = "MANIFEST.json"  # ludic.training.checkpoint writes it last
 
 
 def _import_from_cwd() -> None:
