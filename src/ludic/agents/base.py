@@ -8,6 +8,7 @@ does not decide when an episode ends; protocols do.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -327,6 +328,40 @@ def _check_client_and_parser(client: object, parser: object) -> None:
             f"action), got {type(parser).__name__} {parser!r:.60}; pass e.g. "
             "xml_tag_parser('answer') or env_parser('tictactoe')"
         )
+    if parser is not None and not _takes_one_argument(parser):
+        raise TypeError(_one_argument_refusal(parser))
+
+
+def _takes_one_argument(parser: object) -> bool:
+    """Whether `parser(text)` binds (a callable whose signature cannot be read is taken)."""
+    try:
+        inspect.signature(parser).bind("reply")  # type: ignore[arg-type]
+    except ValueError:
+        return True
+    except TypeError:
+        return False
+    return True
+
+
+def _one_argument_refusal(parser: object) -> str:
+    """Why `parser` cannot be called as `parser(text)`, and the fix. The usual cause: a parser
+    set as a class attribute (`parser = xml_tag_parser("move")`) and read from an instance,
+    which binds it as a method, so each reply would call it with the env first."""
+    name = getattr(parser, "__qualname__", type(parser).__name__)
+    if inspect.ismethod(parser):
+        owner = type(parser.__self__).__name__
+        return (
+            f"Agent parser {name}{inspect.signature(parser.__func__)} is a method bound to an "
+            f"instance of {owner}, so it cannot be called as parser(reply): read it from the "
+            f"class ({owner}.parser), or declare it in the class body as "
+            "parser = staticmethod(...)"
+        )
+    signature = inspect.signature(parser)  # type: ignore[arg-type]
+    return (
+        f"Agent parser {name}{signature} cannot be called as parser(reply): a parser takes "
+        "one argument, the reply text (a method written `def parser(self, text)` needs an "
+        "instance: declare it as a @staticmethod taking the text)"
+    )
 
 
 def _report_parser_error(parser: Parser, exc: Exception) -> None:
