@@ -29,3 +29,12 @@ def test_the_default_floor_draws_no_warning(schedule: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", UnreadOptionWarning)
         TrainerConfig(lr_schedule=schedule, total_steps=10)  # type: ignore[arg-type]
+
+
+def test_shared_prefix_in_batch_invariant_mode_is_named() -> None:
+    with pytest.warns(UnreadOptionWarning) as caught:
+        TrainerConfig(batch_invariant=True, shared_prefix=True)
+    assert str(caught[0].message) == (
+        "TrainerConfig: shared_prefix=True is ignored: batch_invariant=True computes every row "
+        "whole (its forward takes no KV cache)"
+    )

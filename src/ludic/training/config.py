@@ -78,7 +78,8 @@ class TrainerConfig:
     """Run a group's shared prompt once in the training forward (GRPO: G completions of one
     prompt), not once per row, with micro-batches keeping such groups together
     (`ludic.training.shared_prefix`; same logprobs and gradients within rounding). Used where
-    it pays (>= 2 rows sharing >= `MIN_SHARED_TOKENS` tokens); off in batch-invariant mode.
+    it pays (>= 2 rows sharing >= `MIN_SHARED_TOKENS` tokens); off in batch-invariant mode (an
+    `UnreadOptionWarning` says so) and for a model it cannot run (a warning names why).
     Off by default: it pays for long shared prompts (forward+backward 0.61x at 64 prompt tokens)
     but its second model call costs more than it saves on short rows of tiny models (the
     quickstart's GRPO stage: 75 s per-row, 97 s with it)."""
@@ -153,6 +154,13 @@ class TrainerConfig:
             )
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.batch_invariant and self.shared_prefix:
+            warn_unread_option(
+                "TrainerConfig",
+                "shared_prefix",
+                True,
+                "batch_invariant=True computes every row whole (its forward takes no KV cache)",
+            )
         if self.lr_schedule == "constant" and self.min_lr_ratio != 0.0:
             warn_unread_option(
                 "TrainerConfig",

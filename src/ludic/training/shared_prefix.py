@@ -81,12 +81,16 @@ def shared_prefix_min_tokens(
 ) -> int | None:
     """`min_tokens` when shared prefixes should run once for `model` (the Trainer's
     `TrainerConfig.shared_prefix`), else None: off, batch-invariant mode (its forward takes no
-    KV cache), or a model `supports_shared_prefix` refuses (logged once, with the reason)."""
+    KV cache; `TrainerConfig` warns of that), or a model `supports_shared_prefix` refuses
+    (a warning with the reason: the user asked for the speed-up and does not get it)."""
     if not enabled or batch_invariant:
         return None
     reason = supports_shared_prefix(model, packed=packed)
     if reason is not None:
-        logger.info("shared prompts run once per row: %s", reason)
+        logger.warning(
+            "shared_prefix=True has no effect: shared prompts run once per row, because %s",
+            reason,
+        )
         return None
     return min_tokens
 
