@@ -134,6 +134,7 @@ def _check_view(cwd: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a chain of launches; the shared CI box is slow
 def test_own_env_factory_trained_with_gigpo_evaluated_at_temperature_and_viewed(
     tmp_path: Path,
 ) -> None:
