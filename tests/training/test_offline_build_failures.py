@@ -97,3 +97,15 @@ def test_a_clean_file_warns_nothing(tmp_path: Path, caplog: pytest.LogCaptureFix
         source = OfflineBatchSource(paths=data, credit_assigner=ConstantCredit(), batch_size=2)
     assert source.num_build_failed == 0 and len(source.samples) == 3
     assert caplog.records == []
+
+
+def test_bad_settings_are_refused_as_such_not_as_unbuildable_rollouts(tmp_path: Path) -> None:
+    data = tmp_path / "rollouts.jsonl"
+    _write_rollouts(data, 2, untraced=[])
+    with pytest.raises(ValueError, match=r"^sample mode must be one of"):
+        OfflineBatchSource(
+            paths=data,
+            credit_assigner=ConstantCredit(),
+            batch_size=2,
+            sample_mode="bogus",  # type: ignore[arg-type]
+        )
