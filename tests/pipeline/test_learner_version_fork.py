@@ -13,10 +13,11 @@ import pytest
 from pipeline_fakes import RedisServer, redis_server, sample
 
 from ludic.pipeline.codec import encode_sample
+from ludic.pipeline.learner_report import done_line
 from ludic.pipeline.learner_run import fork_versions
 from ludic.pipeline.source import PipelineBatchSource
 from ludic.pipeline.stream import SampleStream
-from ludic.pipeline.versions import RecordingPublisher, published_key
+from ludic.pipeline.versions import RecordingPublisher, dead_span, published_key
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 __all__ = ["redis_server"]
@@ -68,7 +69,7 @@ async def test_a_resumed_learner_forks_past_a_dead_learners_versions(
     assert batch.stats["pipeline/dead_branch"] == 3.0  # 4, 5, 5
     assert batch.stats["pipeline/lag_max"] == 0.0 and "pipeline/ahead" not in batch.stats
     dead = [r.getMessage() for r in caplog.records if "pipeline/dead_branch" in r.getMessage()]
-    assert len(dead) == 1 and "versions 4..5 are dropped" in dead[0]
+    assert len(dead) == 1 and "every sample of versions 4..5 are dropped" in dead[0]
     state = source.state_dict()
     await source.aclose()
     # a checkpoint keeps the fork: the learner resumed from it still drops the dead versions
@@ -89,3 +90,11 @@ async def test_no_fork_where_no_version_past_the_checkpoints_was_published(
     fork_versions(trainer, source, redis_server.url)
     assert trainer.policy_version == 3 and source.staleness.forks.forks == []
     await source.stream.aclose()
+
+
+def test_the_closing_line_counts_a_dead_learners_samples_as_untrained() -> None:
+    trainer = SimpleNamespace(step=0, checkpoints=None)
+    line = done_line(trainer, {"samples": 10, "dead_branch": 3, "dropped_stale": 1})
+    assert "6 of the 10 samples read were trained, 1 dropped as stale" in line
+    assert "3 dropped as a dead learner's (versions its resume discarded)" in line
+    assert dead_span(2, 4) == "version 3" and dead_span(3, 6) == "versions 4..5"

@@ -18,6 +18,7 @@ TOTAL_KEYS = (
     "redelivered",
     "duplicates",
     "dropped_stale",
+    "dead_branch",
     "downweighted",
     "ahead",
     "invalid",
@@ -129,12 +130,15 @@ def done_line(trainer: Any, totals: dict[str, int], world_size: int = 1) -> str:
 
 
 def _stale_note(totals: dict[str, int]) -> str:
-    """`samples` counts every sample read, stale ones dropped untrained included: when some
-    were dropped, say how many of those read were trained."""
+    """`samples` counts every sample read, stale ones and a dead learner's dropped untrained
+    included: when some were dropped, say how many of those read were trained."""
     read, dropped = totals.get("samples", 0), totals.get("dropped_stale", 0)
-    if not dropped:
+    dead = totals.get("dead_branch", 0)
+    if not dropped and not dead:
         return ""
-    return (
-        f"; {read - dropped} of the {read} samples read were trained, {dropped} dropped as "
-        "stale (more than --max-lag policy versions behind)"
-    )
+    why = []
+    if dropped:
+        why.append(f"{dropped} dropped as stale (more than --max-lag policy versions behind)")
+    if dead:
+        why.append(f"{dead} dropped as a dead learner's (versions its resume discarded)")
+    return f"; {read - dropped - dead} of the {read} samples read were trained, " + ", ".join(why)

@@ -23,7 +23,7 @@ from ludic.pipeline.learner_settings import (
 )
 from ludic.pipeline.lease import refuse_other_learners
 from ludic.pipeline.stream import SampleStream
-from ludic.pipeline.versions import RecordingPublisher, highest_published
+from ludic.pipeline.versions import RecordingPublisher, dead_span, highest_published
 from ludic.recipes.algorithms import make_algorithm as make_preset
 from ludic.recipes.inference import server_push_token
 
@@ -228,12 +228,11 @@ def fork_versions(trainer: Any, source: Any, url: str) -> None:
         logger.warning(
             "a learner before this one published policy versions up to %d, past the "
             "checkpoint's %d: this learner numbers its weights %d on (republished now) and "
-            "drops samples of versions %d..%d, whose weights died with that learner",
+            "drops samples of %s, whose weights died with that learner",
             published,
             resumed,
             published + 1,
-            resumed + 1,
-            published,
+            dead_span(resumed, published + 1),
         )
     trainer.publish_weights()
 

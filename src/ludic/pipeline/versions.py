@@ -31,6 +31,12 @@ return 0
 """
 
 
+def dead_span(resumed: int, new: int) -> str:
+    """The versions a fork `(resumed, new)` leaves dead: 'version 3' or 'versions 3..5'."""
+    first, last = resumed + 1, new - 1
+    return f"version {first}" if first == last else f"versions {first}..{last}"
+
+
 def published_key(stream: str) -> str:
     """Where the highest policy version a learner of `stream` published is kept."""
     return f"{stream}:published-version"
@@ -103,13 +109,11 @@ class Forks:
             "a sample carries policy version %d, published by a learner that died after this "
             "one's checkpoint (this learner resumed the weights of version %d and numbers them "
             "%d, past every version published before): the weights that sampled it are gone, "
-            "so it and every sample of versions %d..%d are dropped, counted as "
-            "pipeline/dead_branch",
+            "so it and every sample of %s are dropped, counted as pipeline/dead_branch",
             version,
             resumed,
             new,
-            resumed + 1,
-            new - 1,
+            dead_span(resumed, new),
         )
 
     def state_dict(self) -> list[list[int]]:
