@@ -40,9 +40,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-
-# The workload and models of bench/rl_step.py
-from rl_step import MODEL_SPECS
+from _args import positive_int
+from rl_step import MODEL_SPECS  # the workload and models of bench/rl_step.py
 from trl_side import COMPLETION_TOKENS, GROUP_SIZE, PROMPT_TEXT, PROMPTS
 
 from ludic.inference.client import ChatRequest
@@ -279,8 +278,8 @@ def compare_prepacked(work: Workload, rounds: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(MODEL_SPECS), default="tiny")
-    parser.add_argument("--generations", type=int, default=5, help="measured generations")
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--generations", type=positive_int, default=5, help="measured generations")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch intra-op threads")
     parser.add_argument("--forms", action="store_true", help="also compare the GEMM forms")
     parser.add_argument(
         "--compare-prepacked",

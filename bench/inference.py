@@ -273,7 +273,12 @@ def compare_invariant(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        default=None,
+        help="torch intra-op threads (default: torch's own count, as the report names it)",
+    )
     parser.add_argument(
         "--repeats", type=positive_int, default=REPEATS, help="runs per cell (best kept)"
     )
@@ -287,7 +292,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     load_before = os.getloadavg()
-    if args.threads:
+    if args.threads is not None:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model, tokenizer = load_tiny_model()

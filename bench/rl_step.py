@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from _args import non_negative_int, positive_int, positive_int_list
+from _machine import measured_on
 from trl_side import (
     COMPLETION_TOKENS,
     DEFAULT_TRL_PYTHON,
@@ -430,7 +431,7 @@ def main() -> None:
     import torch
     import transformers
 
-    load_before = loadavg()
+    load_before = os.getloadavg()
     arms: dict[str, Arm] = {}
     with tempfile.TemporaryDirectory(prefix="rl-step-model-") as model_dir:
         save_model_dir(args.model, model_dir)
@@ -483,8 +484,8 @@ def main() -> None:
             "trl": first_trl.info.get("trl"),
             "trl_optimizer": first_trl.info.get("optimizer"),
         },
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
-        "loadavg_before": load_before,
+        "machine": platform.machine(),
+        "measured_on": measured_on(load_before),  # the CPU model: platform's is x86_64
         "loadavg_per_round": loads,
         "rounds": args.rounds,
         "warmup_steps": args.warmup,

@@ -56,6 +56,7 @@ from typing import Any
 import httpx
 import torch
 from _args import positive_int
+from _machine import measured_on
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from ludic.distributed import BroadcastPolicyPublisher
@@ -563,7 +564,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=positive_int, default=5)
     parser.add_argument("--bucket-mb", type=megabytes(True), default=64.0)
     parser.add_argument("--piece-mb", type=megabytes(False), default=16.0, help="0: whole buckets")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--threads", type=positive_int, default=1)
     parser.add_argument(
         "--servers",
         default="",
@@ -586,9 +587,7 @@ def main() -> None:
         if args.servers
         else [bench_model(m, args.repeats, args.bucket_mb, args.piece_mb) for m in models]
     )
-    report = {
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "loadavg_before_after": [load_before, os.getloadavg()],
+    report: dict[str, Any] = {
         "benchmark": "weight_sync",
         "backend": "gloo (CPU, 127.0.0.1)",
         "bucket_mb": args.bucket_mb,
@@ -596,7 +595,6 @@ def main() -> None:
         "repeats": args.repeats,
         "torch": torch.__version__,
         "machine": platform.machine(),
-        "cpus": os.cpu_count(),
         "peak_rss_mb_trainer": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "summary": {r["model"]: summary(r) for r in results},
         "results": results,
@@ -606,7 +604,7 @@ def main() -> None:
         report["servers"] = [
             bench_servers(m, counts, args.repeats, args.bucket_mb, args.piece_mb) for m in models
         ]
-        report["loadavg_before_after"] = [load_before, os.getloadavg()]
+    report["measured_on"] = measured_on(load_before)  # the CPU model: platform's is x86_64
     print(json.dumps(report, indent=2))
 
 

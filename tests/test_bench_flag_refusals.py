@@ -3,7 +3,8 @@ rl_step.py's counts (--rounds 0 ran every arm's warm-up, then failed taking a me
 rounds; --trl-threads 0 ran TRL on torch's default thread count, labelled trl_0t; a thread
 count or arm named twice replaced the first arm, left running), train_step.py's flags of the
 other mode (--model 50m without --arms timed the tiny model; --steps with --arms was ignored)
-and gigpo_vs_grpo.py's settings (--steps 0 trained nothing and reported it as a result; an
+inference.py's, decode_step.py's and weight_sync.py's --threads 0 (torch's default, unnamed,
+or a traceback from torch), and gigpo_vs_grpo.py's settings (--steps 0 trained nothing and reported it as a result; an
 unknown algorithm raised a traceback after the model was built; one named twice ran twice)."""
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ BENCH = Path(__file__).resolve().parents[1] / "bench"
         ("train_step.py", ["--rounds", "3"], "--rounds"),
         ("train_step.py", ["--arms", "base", "--steps", "5"], "--steps"),
         ("train_step.py", ["--arms", "base", "--shared-prefix", "off"], "--shared-prefix"),
+        ("inference.py", ["--threads", "0"], "--threads"),
+        ("decode_step.py", ["--threads", "0"], "--threads"),
+        ("decode_step.py", ["--generations", "0"], "--generations"),
+        ("weight_sync.py", ["--threads", "0"], "--threads"),
         ("gigpo_vs_grpo.py", ["--steps", "0"], "--steps"),
         ("gigpo_vs_grpo.py", ["--seeds", "0"], "--seeds"),
         ("gigpo_vs_grpo.py", ["--algorithms", "grpoo"], "--algorithms"),
