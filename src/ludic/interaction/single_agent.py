@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from ludic._aio import maybe_await
+from ludic._aio import call_off_loop
 from ludic.agents.base import Agent, AgentAct
 from ludic.envs.base import LudicEnv, call_env, closing_env, read_state_key
 from ludic.inference.sampling import SamplingConfig
@@ -56,9 +56,10 @@ class SingleAgentProtocol:
     prompt_messages`; action -> `EnvironmentStep.action`, `AgentStep.parse_result` /
     `tool_calls`; raw output -> `AgentStep.completion`; logprobs -> `AgentStep.trace.
     completion_logprobs`; value estimate -> `AgentStep.info["value_estimate"]` when a
-    `value_estimator(obs, state_key)` is given; done -> `EnvironmentStep.terminated` /
-    `truncated` (+ `truncation_reason`); step info -> `EnvironmentStep.info` and `AgentStep.
-    info`; step index -> `EnvironmentStep.index`.
+    `value_estimator(obs, state_key)` is given (a sync one runs on a worker thread, as a sync
+    tool does, so a critic's forward pass stalls no other episode); done -> `EnvironmentStep.
+    terminated` / `truncated` (+ `truncation_reason`); step info -> `EnvironmentStep.info` and
+    `AgentStep.info`; step index -> `EnvironmentStep.index`.
     """
 
     def __init__(
@@ -163,7 +164,8 @@ class SingleAgentProtocol:
     async def _step_info(self, obs: str, state_key: str | None) -> Info:
         info: Info = {"observation": obs, "state_key": state_key}
         if self.value_estimator is not None:
-            info["value_estimate"] = float(await maybe_await(self.value_estimator(obs, state_key)))
+            value = await call_off_loop(self.value_estimator, obs, state_key)
+            info["value_estimate"] = float(value)
         return info
 
     @staticmethod
