@@ -40,6 +40,7 @@ def test_ids_page_names_the_run_checkpoint_to_pass(tmp_path: Path) -> None:
     for step in ("step_00000001", "step_00000002"):
         (run / "checkpoints" / step / "model").mkdir(parents=True)
         (run / "checkpoints" / step / "model" / "tokenizer_config.json").write_text("{}")
+        (run / "checkpoints" / step / "MANIFEST.json").write_text("{}")
     printed = view(run / "rollouts.jsonl")
     newest = run / "checkpoints" / "step_00000002" / "model"
     assert (

@@ -287,8 +287,14 @@ def ids_note(rollouts: Path) -> str:
     ids are not byte-level): the newest checkpoint's model beside the rollouts, when a
     `ludic train` run folder holds one."""
     found = (rollouts.parent / "checkpoints").glob("step_*/model/tokenizer_config.json")
-    # step_N only: not a quarantined step_N.corrupt (nor a save's scratch copy)
-    beside = sorted(p for p in found if p.parent.parent.name.removeprefix("step_").isdigit())
+    # a complete step_N only, the one resume would take: not a quarantined step_N.corrupt, a
+    # save's scratch copy, nor a step without its MANIFEST.json (a save that never finished)
+    beside = sorted(
+        p
+        for p in found
+        if p.parent.parent.name.removeprefix("step_").isdigit()
+        and (p.parent.parent / "MANIFEST.json").is_file()
+    )
     where = (
         f" (this run's: --tokenizer {beside[-1].parent})"
         if beside
