@@ -7,6 +7,7 @@ are of the weights it trains on, lag 0)."""
 from __future__ import annotations
 
 import logging
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -98,3 +99,17 @@ def test_the_closing_line_counts_a_dead_learners_samples_as_untrained() -> None:
     assert "6 of the 10 samples read were trained, 1 dropped as stale" in line
     assert "3 dropped as a dead learner's (versions its resume discarded)" in line
     assert dead_span(2, 4) == "version 3" and dead_span(3, 6) == "versions 4..5"
+
+
+def test_the_record_waits_out_a_redis_restart_before_the_push(redis_server: RedisServer) -> None:
+    inner = _Pushes(redis_server)
+    publisher = RecordingPublisher(inner, url=redis_server.url, stream="s")
+    redis_server.stop()
+    back = threading.Timer(1.0, redis_server.start)
+    back.start()
+    try:
+        publisher.publish({}, version=2)  # raised ConnectionError: the learner stopped
+    finally:
+        back.join()
+    publisher.close()
+    assert inner.recorded == [2]

@@ -15,6 +15,7 @@ a sample's logprobs (the behaviour policy's, as generated).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import redis
@@ -44,16 +45,22 @@ def published_key(stream: str) -> str:
 
 class RecordingPublisher:
     """A `PolicyPublisher` that records in Redis, before each push, the highest version pushed
-    (so no server ever holds a version above the record), then pushes with `publisher`."""
+    (so no server ever holds a version above the record), then pushes with `publisher`. A Redis
+    outage is waited out (retried with backoff, as the stream's commands are, for up to
+    `give_up_after_s`): a Redis restarted mid-run must not stop the learner at its publish."""
 
-    def __init__(self, publisher: Any, *, url: str, stream: str) -> None:
+    def __init__(
+        self, publisher: Any, *, url: str, stream: str, give_up_after_s: float = 600.0
+    ) -> None:
         self.publisher = publisher
         self.key = published_key(stream)
+        self.give_up_after_s = give_up_after_s
         self.redis = redis.Redis.from_url(url, socket_timeout=30.0, socket_connect_timeout=5.0)
         self._raise = self.redis.register_script(_RAISE)
 
     def publish(self, weights: Any, *, version: int) -> None:
-        self._raise(keys=[self.key], args=[version])
+        what = f"recording published policy version {version}"
+        _retried(what, lambda: self._raise(keys=[self.key], args=[version]), self.give_up_after_s)
         self.publisher.publish(weights, version=version)
 
     def close(self) -> None:
@@ -66,14 +73,30 @@ class RecordingPublisher:
         return getattr(self.publisher, name)
 
 
-def highest_published(url: str, stream: str) -> int | None:
+def highest_published(url: str, stream: str, *, give_up_after_s: float = 600.0) -> int | None:
     """The highest version a learner of `stream` recorded publishing, or None."""
     client = redis.Redis.from_url(url, socket_timeout=30.0, socket_connect_timeout=5.0)
     try:
-        raw = client.get(published_key(stream))
+        what = "reading the highest published policy version"
+        raw = _retried(what, lambda: client.get(published_key(stream)), give_up_after_s)
     finally:
         client.close()
     return None if raw is None else int(raw)
+
+
+def _retried(what: str, command: Any, give_up_after_s: float) -> Any:
+    """`command()`, retrying connection failures with backoff for up to `give_up_after_s`."""
+    failures, started = 0, time.monotonic()
+    while True:
+        try:
+            return command()
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            failures += 1
+            if time.monotonic() - started > give_up_after_s:
+                raise
+            delay = min(2.0, 0.05 * 2**failures)
+            logger.warning("redis: %s failed (%s); retry %d in %.2fs", what, e, failures, delay)
+            time.sleep(delay)
 
 
 class Forks:
