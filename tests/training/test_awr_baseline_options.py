@@ -1,6 +1,7 @@
-"""`make_awr` refuses an option that its baseline never reads (`state_prior` without state /
+"""`make_awr` warns of an option that its baseline never reads (`state_prior` without state /
 state_action, the value model's options without value / q_value, `featurize_action` without
-q_value), naming the option and the baselines that read it; an option left out (None) takes
+q_value), naming the option and the baselines that read it (`UnreadOptionWarning`: a grid
+over baselines passes every option to every arm); an option left out (None) takes
 `AWRCredit`'s default with every baseline."""
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from typing import Any, get_args
 
 import pytest
 
-from ludic.training import AWRCredit, make_awr
-from ludic.training.credit.awr import BASELINE_OPTIONS, AWRBaseline, UnreadAWROptionError
+from ludic.training import AWRCredit, UnreadOptionWarning, make_awr
+from ludic.training.credit.awr import BASELINE_OPTIONS, AWRBaseline
 from ludic.training.credit.value import MLPValueFitter
 from ludic.types import Turn
 
@@ -35,22 +36,21 @@ READ = [(o, b) for o in GIVEN for b in BASELINES if b in BASELINE_OPTIONS[o]]
 
 
 @pytest.mark.parametrize(("option", "baseline"), UNREAD)
-def test_an_option_the_baseline_ignores_is_refused(option: str, baseline: AWRBaseline) -> None:
-    with pytest.raises(UnreadAWROptionError) as refused:
-        make_awr(baseline=baseline, **{option: GIVEN[option]})
+def test_an_option_the_baseline_ignores_is_named(option: str, baseline: AWRBaseline) -> None:
+    with pytest.warns(UnreadOptionWarning) as caught:
+        algorithm = make_awr(baseline=baseline, **{option: GIVEN[option]})
+    assert algorithm.credit_assigner.baseline == baseline  # type: ignore[attr-defined]
     readers = BASELINE_OPTIONS[option]
-    assert (refused.value.option, refused.value.baseline) == (option, baseline)
-    assert refused.value.readers == readers
-    text = str(refused.value)
+    text = str(caught[0].message)
     assert text.startswith(f"AWRCredit: {option}="), text
-    assert f"applies only to baseline {' or '.join(map(repr, readers))}, not {baseline!r}" in text
-    assert text.endswith(f"pass baseline={readers[0]!r}")
+    assert f"only baseline {' or '.join(map(repr, readers))} reads it, not {baseline!r}" in text
+    assert text.endswith(f"pass baseline={readers[0]!r})")
 
 
-def test_the_refusal_names_the_value_and_a_function_by_its_name() -> None:
-    with pytest.raises(ValueError, match=r"^AWRCredit: value_folds=3 applies only to baseline "):
+def test_the_warning_names_the_value_and_a_function_by_its_name() -> None:
+    with pytest.warns(UnreadOptionWarning, match=r"^AWRCredit: value_folds=3 is ignored: "):
         make_awr(baseline="group", value_folds=3)
-    with pytest.raises(ValueError, match=r"^AWRCredit: featurize_action=board applies only to "):
+    with pytest.warns(UnreadOptionWarning, match=r"^AWRCredit: featurize_action=board is "):
         make_awr(baseline="value", featurize=board, featurize_action=board)
 
 

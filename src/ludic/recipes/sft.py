@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -50,11 +51,12 @@ from ludic.rollouts.token_check import foreign_token_ids
 from ludic.training import (
     OfflineBatchSource,
     RLAlgorithm,
+    UnreadOptionWarning,
     drop_parse_errors,
     make_awr,
     make_sft,
 )
-from ludic.training.credit.awr import UnreadAWROptionError
+from ludic.training.credit.awr import UnreadAWROptionError, check_baseline_options
 from ludic.types import Rollout, Turn
 
 
@@ -239,18 +241,27 @@ def offline_algorithm(cfg: SFTConfig) -> RLAlgorithm:
         return make_sft()
     if cfg.algorithm == "awr":
         normalizes = cfg.awr_state_normalize or cfg.awr_normalize_mean or cfg.awr_min_weight > 0
+        state_prior = _given(cfg.awr_state_prior, "awr_state_prior")
+        value_folds = _given(cfg.awr_value_folds, "awr_value_folds")
+        options = {"state_prior": state_prior, "value_folds": value_folds}
         try:
-            return make_awr(
-                beta=cfg.awr_beta,
-                max_weight=cfg.awr_max_weight,
-                baseline=cfg.awr_baseline,
-                state_prior=_given(cfg.awr_state_prior, "awr_state_prior"),
-                state_normalize=cfg.awr_state_normalize,
-                trained=trained_turns(cfg.min_reward) if normalizes else None,
-                value_folds=_given(cfg.awr_value_folds, "awr_value_folds"),
-                normalize_mean=cfg.awr_normalize_mean,
-                min_weight=cfg.awr_min_weight,
+            with warnings.catch_warnings():  # make_awr only warns; a typed flag is refused below
+                warnings.simplefilter("ignore", UnreadOptionWarning)
+                algorithm = make_awr(
+                    beta=cfg.awr_beta,
+                    max_weight=cfg.awr_max_weight,
+                    baseline=cfg.awr_baseline,
+                    state_prior=state_prior,
+                    state_normalize=cfg.awr_state_normalize,
+                    trained=trained_turns(cfg.min_reward) if normalizes else None,
+                    value_folds=value_folds,
+                    normalize_mean=cfg.awr_normalize_mean,
+                    min_weight=cfg.awr_min_weight,
+                )
+            check_baseline_options(
+                cfg.awr_baseline, {k: v for k, v in options.items() if v is not None}
             )
+            return algorithm
         except UnreadAWROptionError as e:  # a flag the baseline ignores, named as typed
             field = f"awr_{e.option}"
             raise ValueError(

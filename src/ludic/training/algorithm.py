@@ -20,7 +20,7 @@ from ludic.training.credit import (
     MonteCarloReturn,
     ReinforcePlusPlus,
 )
-from ludic.training.credit.awr import AWRBaseline, TurnPredicate, check_baseline_options
+from ludic.training.credit.awr import AWRBaseline, TurnPredicate, warn_unread_baseline_options
 from ludic.training.credit.core import AnchorKeyFn, default_anchor_key
 from ludic.training.credit.gigpo import Combine, EpisodeStat
 from ludic.training.credit.value import Featurizer, ValueFitter
@@ -356,8 +356,9 @@ def make_awr(
     The options only some baselines read (`BASELINE_OPTIONS`: `state_prior` by "state" and
     "state_action"; `value_folds`, `value_seed`, `featurize` and `fit_value` by "value" and
     "q_value"; `featurize_action` by "q_value") take `AWRCredit`'s defaults when None, and one
-    given with a baseline that does not read it raises `UnreadAWROptionError` (a ValueError
-    naming it and the baselines that read it): it would change nothing, silently."""
+    given with a baseline that does not read it is named by an `UnreadOptionWarning` (with the
+    baselines that read it): a grid over baselines builds every arm, and no knob is ignored in
+    silence. A value no baseline could use (`value_folds=1`, `state_prior <= 0`) raises."""
     options = {
         "state_prior": state_prior,
         "value_folds": value_folds,
@@ -380,7 +381,7 @@ def make_awr(
         min_weight=min_weight,
         **given,
     )
-    check_baseline_options(baseline, given)
+    warn_unread_baseline_options(baseline, given)
     return RLAlgorithm(
         name="awr", credit_assigner=credit, loss=ReinforceLoss(aggregation=aggregation)
     )

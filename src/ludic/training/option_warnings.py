@@ -17,5 +17,6 @@ class UnreadOptionWarning(UserWarning):
 def warn_unread_option(owner: str, option: str, value: object, why: str) -> None:
     """Warn that `owner` ignores `option=value` because `why`. The warning points at this
     fixed line, so the default filter shows one message once however many arms repeat it."""
-    message = f"{owner}: {option}={value!r} is ignored: {why}"
+    shown = getattr(value, "__name__", None) or repr(value)  # a function by its name
+    message = f"{owner}: {option}={shown} is ignored: {why}"
     warnings.warn(message, UnreadOptionWarning, stacklevel=1)

@@ -48,6 +48,7 @@ from ludic.training.credit.value import (
     cross_fitted_values,
     observation_features,
 )
+from ludic.training.option_warnings import warn_unread_option
 from ludic.types import Rollout, Turn
 
 AWRBaseline = Literal["group", "mean", "state", "state_action", "value", "q_value"]
@@ -63,8 +64,8 @@ BASELINE_OPTIONS: dict[str, tuple[AWRBaseline, ...]] = {
     "fit_value": ("value", "q_value"),
 }
 """The `AWRCredit` options only some baselines read, and the baselines that read each; any
-other baseline ignores it, so `AWRCredit` (and `make_awr`) refuses it there when given: set to
-a value other than its default (see `check_baseline_options`)."""
+other baseline ignores it, so `AWRCredit` (and `make_awr`) warns when one is given there: set
+to a value other than its default (see `warn_unread_baseline_options`)."""
 # (turn key, return-to-go G, state, action): one turn as the per-turn baselines read it.
 TurnReturn = tuple[TurnKey, float, AnchorKey | None, str | None]
 
@@ -112,9 +113,19 @@ def state_action_advantages(
     return out
 
 
+def unread_baseline_options(baseline: str, given: Mapping[str, object]) -> list[str]:
+    """The options of `given` (passed, by name) that `baseline` never reads, in order."""
+    return [
+        option
+        for option in given
+        if option in BASELINE_OPTIONS and baseline not in BASELINE_OPTIONS[option]
+    ]
+
+
 class UnreadAWROptionError(ValueError):
-    """An AWR option (`option`) given with a `baseline` that never reads it, so it would
-    change nothing, silently; `readers` are the baselines that read it (`BASELINE_OPTIONS`)."""
+    """An AWR option (`option`) given with a `baseline` that never reads it, raised by
+    `check_baseline_options` (a command line's check: a typed flag that does nothing is surely a
+    mistake; the library only warns); `readers` are the baselines that read it."""
 
     def __init__(self, option: str, value: object, baseline: str) -> None:
         self.option = option
@@ -129,12 +140,28 @@ class UnreadAWROptionError(ValueError):
 
 
 def check_baseline_options(baseline: str, given: Mapping[str, object]) -> None:
-    """Raise `UnreadAWROptionError` for the first option of `given` (the options passed, by
-    name; an option left out is not given) that `baseline` does not read."""
-    for option, value in given.items():
-        readers = BASELINE_OPTIONS.get(option)
-        if readers is not None and baseline not in readers:
-            raise UnreadAWROptionError(option, value, baseline)
+    """Raise `UnreadAWROptionError` for the first option of `given` that `baseline` never
+    reads: for a command line (`ludic sft`), which names the flag; `make_awr` and `AWRCredit`
+    only warn (`warn_unread_baseline_options`)."""
+    unread = unread_baseline_options(baseline, given)
+    if unread:
+        raise UnreadAWROptionError(unread[0], given[unread[0]], baseline)
+
+
+def warn_unread_baseline_options(baseline: str, given: Mapping[str, object]) -> None:
+    """An `UnreadOptionWarning` for each option of `given` that `baseline` never reads, naming
+    the baselines that read it. A warning, not an error: a grid over AWR baselines passes every
+    baseline's options to every arm; a value no baseline could use is refused by the range
+    checks of `AWRCredit` instead."""
+    for option in unread_baseline_options(baseline, given):
+        readers = BASELINE_OPTIONS[option]
+        warn_unread_option(
+            "AWRCredit",
+            option,
+            given[option],
+            f"only baseline {' or '.join(map(repr, readers))} reads it, not {baseline!r} "
+            f"(drop it, or pass baseline={readers[0]!r})",
+        )
 
 
 def awr_weights(advantages: Sequence[float], *, beta: float, max_weight: float) -> list[float]:
@@ -200,8 +227,8 @@ class AWRCredit:
         normalize_mean: every turn keeps at least half of an average turn's weight).
     An option only some baselines read (`BASELINE_OPTIONS`: `state_prior`; the value models'
     `value_folds`, `value_seed`, `featurize`, `fit_value`; Q's `featurize_action`) set away from
-    its default with a baseline that ignores it raises `UnreadAWROptionError`: it would change
-    nothing, silently.
+    its default with a baseline that ignores it is named by an `UnreadOptionWarning` (once per
+    option and value): it changes nothing, and a grid over baselines passes it to every arm.
     The paper uses beta = 0.05 on its returns and max_weight = 20; beta here defaults to 1.0
     for rewards in [-1, 1].
     """
@@ -248,7 +275,7 @@ class AWRCredit:
                 f"AWRCredit: min_weight must be in [0, max_weight={self.max_weight}], "
                 f"got {self.min_weight}"
             )
-        check_baseline_options(self.baseline, self._given_options())
+        warn_unread_baseline_options(self.baseline, self._given_options())
 
     def _given_options(self) -> dict[str, object]:
         """The `BASELINE_OPTIONS` set to a value other than their default (one left at its
