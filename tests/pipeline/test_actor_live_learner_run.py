@@ -59,6 +59,7 @@ def test_an_actor_of_another_run_is_refused_while_a_learner_of_a_drained_stream_
             assert f"trains run {run_a}, but this actor ('b') is run {run}:" in message
             assert f"pass --run-id {run_a}" in message and "--stream" in message
             assert f"stop that learner first (then `ludic learner --run-id {run}`" in message
+            assert "until its lease expires, one --lease-ttl-s after" in message
         assert redis_server.client().xlen("s") == 0  # nothing pushed
         run_actor(_config(redis_server.url, actor_id="c"))  # run A's own actor starts
         assert redis_server.client().xlen("s") == 2

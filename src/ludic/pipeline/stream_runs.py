@@ -41,7 +41,8 @@ async def refuse_live_learner_run(stream: SampleStream, *, run_id: str, actor_id
         f"continue run {other} with these flags on purpose, pass --run-id {other}; to start "
         "this run, give it its own stream (the same new --stream for its actors and a learner "
         f"of its own), or stop that learner first (then `ludic learner --run-id {run_id}` "
-        "trains this run on this stream)"
+        "trains this run on this stream; a learner killed just now holds its claim until its "
+        "lease expires, one --lease-ttl-s after its last renewal)"
     )
 
 
