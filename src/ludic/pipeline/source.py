@@ -11,7 +11,8 @@ ones read after the checkpoint. Rank 0 then claims the entries of consumers that
 this run (an earlier run's extra ranks at once, unknown names once idle `claim_min_idle_ms`);
 it never touches a live sibling's (what is taken back: `ludic.pipeline.recovery`). `ack="step"`
 acks after every step (without checkpoints). Stale samples (more than `max_lag` versions
-behind `current_version()`) are dropped or down-weighted and counted, undecodable entries and
+behind `current_version()`) are dropped or down-weighted and counted, the samples of versions a
+resume discarded dropped and counted (`ludic.pipeline.versions`), undecodable entries and
 samples of another run than the learner's (`ludic.pipeline.run_check`) are dead-lettered,
 repeated sample ids (XADD retries) are skipped. It does not generate rollouts or train.
 """
