@@ -23,7 +23,7 @@ import time
 import uuid
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from transformers import PreTrainedTokenizerBase
 
 from ludic.inference.client import ChatRequest, ChatResponse
@@ -87,6 +87,16 @@ class _SamplingFields(BaseModel):
 
     # extra: kept to refuse SAMPLING_FIELDS_REFUSED; strict: floats take ints, nothing else
     model_config = ConfigDict(extra="allow", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_unset(cls, data: Any) -> Any:
+        """A field sent as null takes its default, as OpenAI's API (`stream: boolean | null`)
+        and vLLM read it: `"logprobs": null` or `"stream": null`, which clients that write
+        every field send, was a 400 "Input should be a valid boolean"."""
+        if not isinstance(data, dict):
+            return data
+        return {k: v for k, v in data.items() if v is not None or k not in cls.model_fields}
 
     model: str | None = None
     temperature: float = 1.0
