@@ -157,6 +157,9 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     parser = resolve_parser(cfg.parser, env_factory, env_kwargs)
     context = context_of(cfg, suggested)
     console.print(context_line(cfg, suggested))
+    note = greedy_repeats_note(cfg)
+    if note is not None:
+        console.print(note, style="yellow", markup=False, highlight=False)
     model_dir = None if cfg.server_url else resolve_model_dir(cfg.model, console=console)
     if model_dir is not None:
         from ludic.recipes.inference import engine_settings
@@ -285,6 +288,20 @@ def _check_engine_options(cfg: EvalConfig) -> None:
         )
     if cfg.threads is not None and cfg.threads < 1:
         raise ValueError(f"--threads must be >= 1 (or left out), got {cfg.threads}")
+
+
+def greedy_repeats_note(cfg: EvalConfig) -> str | None:
+    """What --temperature 0 does to several samples per problem: greedy decoding repeats one
+    reply, so pass@k measured nothing pass@1 did not (the run still goes ahead)."""
+    k = cfg.samples_per_problem
+    if cfg.temperature != 0 or k < 2:
+        return None
+    return (
+        f"note: --temperature 0 decodes greedily, so the {k} samples of each problem repeat one "
+        f"another (on an env that starts the same for the same seed): pass@{k} and mean@{k} "
+        "then equal pass@1 and mean@1. To measure pass@k, sample at a temperature above 0 "
+        "(e.g. 1.0); for a greedy score, --samples-per-problem 1 is enough"
+    )
 
 
 def _check_counts(cfg: EvalConfig) -> None:
