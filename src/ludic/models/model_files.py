@@ -104,16 +104,21 @@ def _is_token_id(value: object, vocab_size: object) -> bool:
 @contextmanager
 def no_load_report() -> Iterator[None]:
     """Hold back transformers' LOAD REPORT table while a model loads: `check_loading_info`
-    refuses what it reports, in one line."""
+    refuses what it reports, in one line. Its "Loading weights" bar goes too: it showed under
+    `ludic eval --no-progress` and in every log, for a load that takes well under a second."""
     from transformers.utils import logging as hf_logging
 
     hf_logger = hf_logging.get_logger("transformers.modeling_utils")
     drop_report = _DropLoadReport()
     hf_logger.addFilter(drop_report)
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
     try:
         yield
     finally:
         hf_logger.removeFilter(drop_report)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 class _DropLoadReport(logging.Filter):
