@@ -1,7 +1,6 @@
 """`ludic eval`'s closing line for episodes that failed on a prompt longer than the model's
 context names the flags that shorten it (--context latest, --max-tokens, --max-steps), as
-`ludic train` does; the engine's own error names only EngineConfig.max_model_len and `ludic
-serve --max-model-len`, neither of which `ludic eval` with the embedded engine takes."""
+`ludic train` does; the engine's own error says only to shorten the conversation."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ from ludic.types import Rollout
 
 OVERFLOW = (
     "the prompt has 2069 tokens but the model's context is 2048 tokens; shorten the "
-    "conversation (or raise EngineConfig.max_model_len; for `ludic serve`, --max-model-len)"
+    "conversation (or its system prompt and tool list), or use a model with a longer context"
 )
 
 
