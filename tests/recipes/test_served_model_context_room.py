@@ -30,6 +30,11 @@ def test_a_budget_past_the_context_is_refused_naming_the_fix() -> None:
         "tiny with max_model_len 2048 (prompt and completion together)"
     )
     assert "pass --max-tokens below 2048" in str(refused.value)
+    # the card cannot say whether 2048 is the model's own context or a server cap below it
+    assert str(refused.value).endswith(
+        "a model with a longer one, or, where the server's --max-model-len (`ludic serve`, "
+        "vLLM) was set below the model's own, a higher one"
+    )
 
 
 @pytest.mark.parametrize("listed", [None, "2048", True, -1])

@@ -163,7 +163,8 @@ def check_context_room(
                 f"{name} with max_model_len {card.max_model_len} (prompt and completion "
                 f"together), so it would refuse every request; pass {setting} below "
                 f"{card.max_model_len} (the prompt's tokens count too), or serve a longer "
-                "context (--max-model-len on `ludic serve` or vLLM)"
+                "context: a model with a longer one, or, where the server's --max-model-len "
+                "(`ludic serve`, vLLM) was set below the model's own, a higher one"
             )
 
 
