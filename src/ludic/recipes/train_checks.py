@@ -47,9 +47,10 @@ RUN_SETTINGS_KEY = SETTINGS_KEYS["ludic train"]
 
 def check_counts(cfg: TrainConfig) -> None:
     """Refuse `--steps`, `--problems-per-step` or `--group-size` below 1, a `--checkpoint-every`
-    or `--micro-batch-tokens` below 1, and an `--lr` that is not a finite number > 0, naming the
-    flag, before the model loads (the trainer refused the last three only after it had loaded,
-    naming its own fields: `lr must be > 0`)."""
+    or `--micro-batch-tokens` below 1, an `--lr` that is not a finite number > 0, and LR-decay
+    flags a constant schedule ignores (`check_constant_schedule_flags`), naming the flag, before
+    the model loads (the trainer refused the --lr, --checkpoint-every and --micro-batch-tokens
+    ones only after it had loaded, naming its own fields: `lr must be > 0`)."""
     check_count_flags(
         ("--steps", cfg.steps, "optimizer steps of the whole run, e.g. --steps 50"),
         ("--problems-per-step", cfg.problems_per_step, "problems per step, e.g. 4"),
@@ -62,7 +63,26 @@ def check_counts(cfg: TrainConfig) -> None:
             raise ValueError(f"{flag} must be >= 1, got {value} ({fix})")
     check_micro_batch_tokens(cfg.micro_batch_tokens)  # a token budget, in its own words
     check_lr(cfg.lr, "1e-4")
+    check_constant_schedule_flags(cfg)
     check_episode_timeout(cfg.episode_timeout_s)
+
+
+def check_constant_schedule_flags(cfg: TrainConfig) -> None:
+    """Refuse `--min-lr-ratio` or `--schedule-steps` with `--lr-schedule constant`, which never
+    reads them (the LR stays at --lr after the warmup): a typed flag that does nothing is surely
+    a mistake (the library only warns, so that a sweep can pass them to every arm)."""
+    if cfg.lr_schedule != "constant":
+        return
+    given = [f"--min-lr-ratio {cfg.min_lr_ratio}"] if cfg.min_lr_ratio != 0.0 else []
+    if cfg.schedule_steps is not None:
+        given.append(f"--schedule-steps {cfg.schedule_steps}")
+    if given:
+        them = "it" if len(given) == 1 else "them"
+        raise ValueError(
+            f"{' and '.join(given)} only shape a decaying LR, and --lr-schedule constant (the "
+            f"default) keeps --lr after the warmup, ignoring {them}: pass --lr-schedule cosine "
+            f"or linear, or drop {them}"
+        )
 
 
 def group_baseline(algorithm: RLAlgorithm) -> bool:
