@@ -191,9 +191,17 @@ def _offline_source(
     _report_weights(source, algorithm, console)
     console.print(
         f"{algorithm.name.upper()} on {len(source.samples)} samples from {source.num_rollouts} "
-        f"rollouts ({source.num_filtered_out} filtered out)"
+        f"rollouts ({source.num_filtered_out} filtered out{_unbuildable(source)})"
     )
     return source
+
+
+def _unbuildable(source: OfflineBatchSource) -> str:
+    """ ", 2 rollouts dropped as unbuildable" when stored rollouts could not be turned into
+    samples (named in a warning as they were read), so the summary counts every dropped one."""
+    if not source.num_build_failed:
+        return ""
+    return f", {plural(source.num_build_failed, 'rollout')} dropped as unbuildable"
 
 
 def _read_data(
