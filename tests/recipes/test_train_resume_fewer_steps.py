@@ -25,3 +25,30 @@ def test_a_resume_with_fewer_steps_says_nothing_is_left(tmp_path: Path) -> None:
         assert f"checkpoint is at step 3 and --steps is {steps}" in said, said
         assert "nothing is left to train" in said and "--schedule-steps" not in said, said
     assert len(lrs(out)) == 3
+
+
+@pytest.mark.slow
+def test_a_resume_onto_a_constant_schedule_names_only_the_schedule(tmp_path: Path) -> None:
+    """A cosine run resumed with --lr-schedule constant: the refusal named the decay's length
+    and floor as "None" (what a constant schedule ignores), and said a longer decay climbs back
+    up; it names the schedule, and the checkpoint's values to pass."""
+    model = tiny_model_dir(seed=0, spec=SPEC, cache_dir=tmp_path / "models")
+    out = tmp_path / "run"
+    run(out, model, "--steps", "2")
+    with pytest.raises(ValueError) as refused:
+        # (--min-lr-ratio 0: the run's 0.1 with a constant schedule is refused on its own)
+        run(
+            out,
+            model,
+            "--steps",
+            "3",
+            "--resume",
+            "--lr-schedule",
+            "constant",
+            "--min-lr-ratio",
+            "0",
+        )
+    said = str(refused.value)
+    assert "the LR settings differ from the checkpoint's: --lr-schedule is constant, the " in said
+    assert "None" not in said and "climbs back up" not in said, said
+    assert "Pass --lr-schedule cosine --schedule-steps 2 --min-lr-ratio 0.1 to continue" in said

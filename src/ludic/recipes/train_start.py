@@ -150,6 +150,8 @@ def _lr_mismatch_message(error: LRScheduleMismatchError, cfg: TrainConfig) -> st
     """Name each changed flag, the checkpoint's value and how to go on either way."""
     parts = []
     for field, (old, new) in error.changes.items():
+        if old is None or new is None:  # what a constant --lr-schedule ignores: implied by it
+            continue
         flag = _FLAGS[field]
         if field == "total_steps" and cfg.schedule_steps is None:
             flag = "--schedule-steps (default: --steps)"
@@ -158,7 +160,7 @@ def _lr_mismatch_message(error: LRScheduleMismatchError, cfg: TrainConfig) -> st
         f"{_FLAGS[f]} {old}" for f, (old, _) in error.changes.items() if old is not None
     )
     stretch = ""
-    if "total_steps" in error.changes:
+    if None not in error.changes.get("total_steps", (None, None)):  # two decays' lengths
         stretch = (
             " (a longer decay climbs back up from where the checkpoint's ended; with the "
             "checkpoint's --schedule-steps the LR stays at its floor past it)"
