@@ -178,7 +178,7 @@ class CriticalError:
         n = self.max_consecutive_parse_errors or 0
         recent = turn.env_steps[-n:] if n else ()
         if n and len(recent) == n and all(s.info.get("parse_error") for s in recent):
-            return Termination(reason="critical_error", detail=f"{n} parse errors in a row")
+            return Termination(reason="critical_error", detail=f"{n} parse {_errors(n)} in a row")
         return None
 
 
@@ -267,12 +267,16 @@ class TerminationRules:
         return max_steps_termination(self.max_steps)
 
 
+def _errors(n: int) -> str:
+    return "error" if n == 1 else "errors"
+
+
 def max_steps_termination(max_steps: int) -> Termination:
     return Termination(
         reason="max_steps",
         truncated=True,
         truncation_reason="max_steps",
-        detail=f"{max_steps} steps",
+        detail=f"{max_steps} step{'' if max_steps == 1 else 's'}",
     )
 
 

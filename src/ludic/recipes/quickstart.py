@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import copy
 import json
+import math
 import shlex
 import shutil
 import time
@@ -98,7 +99,7 @@ def run_quickstart(cfg: QuickstartConfig, *, console: Console | None = None) -> 
         if cfg.threads < 1:  # as ludic train and ludic eval refuse it
             raise ValueError(f"--threads must be >= 1 (or left out), got {cfg.threads}")
         torch.set_num_threads(cfg.threads)
-    policy_spec(cfg)  # a bad size flag is refused before an earlier run's outputs are replaced
+    check_flags(cfg)  # a bad flag is refused before an earlier run's outputs are replaced
     lock = cfg.out_dir / RUN_LOCK
     check_run_lock(lock, what=LUDIC_RUN)  # another live run in OUT_DIR: before anything is built
     with run_lock(  # one lock for every stage: SFT and RL train in sft/ and rl/ under it
@@ -244,6 +245,52 @@ def build_policy(
         f"a {len(tokenizer)}-token vocabulary"
     )
     return model, tokenizer
+
+
+SHARE_FLAGS = ("opponent_epsilon", "expert_epsilon", "expert_taken")
+COUNT_FLAGS = (
+    "expert_episodes",
+    "sft_batch_size",
+    "rl_steps",
+    "rl_groups",
+    "eval_episodes",
+    "max_tokens",
+)
+"""Flags that must be >= 1. --sft-steps 0 runs (GRPO from the untrained model, an ablation);
+--rl-steps 0 trained SFT and evaluated, then failed plotting an empty reward curve."""
+
+
+def check_flags(cfg: QuickstartConfig) -> None:
+    """ValueError naming the first flag, as typed, whose value no stage can run with. The
+    stages refused these minutes in (after the first evaluation, and after an earlier run's
+    stage directories in OUT_DIR were deleted), in their components' words: `epsilon must be
+    in [0, 1]` for either --opponent-epsilon or --expert-epsilon; --rl-groups 0 and
+    --group-size 1 ran to the end, training on nothing."""
+    for name in SHARE_FLAGS:
+        value = getattr(cfg, name)
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{_flag(name)} must be in [0, 1] (a probability), got {value}")
+    for name in COUNT_FLAGS:
+        if getattr(cfg, name) < 1:
+            raise ValueError(f"{_flag(name)} must be >= 1, got {getattr(cfg, name)}")
+    if cfg.sft_steps < 0:
+        raise ValueError(f"--sft-steps must be >= 0 (0: GRPO from scratch), got {cfg.sft_steps}")
+    if cfg.group_size < 2:
+        raise ValueError(
+            f"--group-size must be >= 2, got {cfg.group_size}: GRPO's baseline is the mean of "
+            "a game's group, so a group of one has no advantage to learn from"
+        )
+    for name in ("sft_lr", "rl_lr"):
+        value = getattr(cfg, name)
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{_flag(name)} must be a positive number, got {value}")
+    if not (math.isfinite(cfg.eval_temperature) and cfg.eval_temperature >= 0):
+        raise ValueError(f"--eval-temperature must be >= 0 (0: greedy), got {cfg.eval_temperature}")
+    policy_spec(cfg)
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 def policy_spec(cfg: QuickstartConfig) -> TinyModelSpec:
