@@ -57,7 +57,9 @@ class SingleAgentProtocol:
     `tool_calls`; raw output -> `AgentStep.completion`; logprobs -> `AgentStep.trace.
     completion_logprobs`; value estimate -> `AgentStep.info["value_estimate"]` when a
     `value_estimator(obs, state_key)` is given (a sync one runs on a worker thread, as a sync
-    tool does, so a critic's forward pass stalls no other episode); done -> `EnvironmentStep.
+    tool does, so a critic's forward pass stalls no other episode; concurrent episodes then
+    call it at once, so it must be thread-safe: guard one that is not, e.g. one sharing a
+    Hugging Face tokenizer, with a `threading.Lock`, or write it `async def`); done -> `EnvironmentStep.
     terminated` / `truncated` (+ `truncation_reason`); step info -> `EnvironmentStep.info` and
     `AgentStep.info`; step index -> `EnvironmentStep.index`.
     """
