@@ -88,7 +88,7 @@ from ludic.rollouts import (
     write_rollouts_jsonl,
 )
 from ludic.training import AWRCredit, OfflineBatchSource, RLAlgorithm, make_awr, make_sft
-from ludic.training.credit.awr import UnreadAWROptionError
+from ludic.training.credit.awr import UnreadAWROptionError, check_baseline_options
 from ludic.types import Rollout
 
 _HERE = str(Path(__file__).resolve().parent)
@@ -263,18 +263,22 @@ def algorithm(cfg: AWRConfig, method: str) -> RLAlgorithm:
     if method == "sft":
         return make_sft()
     defaults = AWRConfig()
-    try:
+    options = {
+        "state_prior": None if cfg.state_prior == defaults.state_prior else cfg.state_prior,
+        "value_folds": None if cfg.value_folds == defaults.value_folds else cfg.value_folds,
+        **board_featurizers(cfg.features, cfg.baseline),
+    }
+    try:  # make_awr only warns of an option --baseline ignores; a typed flag is refused
+        check_baseline_options(cfg.baseline, {k: v for k, v in options.items() if v is not None})
         return make_awr(
             beta=cfg.beta,
             max_weight=cfg.max_weight,
             baseline=cfg.baseline,
-            state_prior=None if cfg.state_prior == defaults.state_prior else cfg.state_prior,
             state_normalize=cfg.state_normalize,
             trained=trained_by(cfg.awr_games),  # the turns `train` keeps
-            value_folds=None if cfg.value_folds == defaults.value_folds else cfg.value_folds,
             normalize_mean=cfg.normalize_mean,
             min_weight=cfg.min_weight,
-            **board_featurizers(cfg.features, cfg.baseline),
+            **options,
         )
     except UnreadAWROptionError as e:
         name = "features" if e.option.startswith("featurize") else e.option

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+from ludic._aio import run_in_worker
 from ludic.rollouts.build_samples import SampleMode, SnapshotPolicy, build_samples
 from ludic.rollouts.engine import RolloutEngine, warn_if_all_failed
 from ludic.rollouts.requests import RequestStrategy, RolloutRequest
@@ -89,21 +90,25 @@ async def generate_batch(
     group baseline. A rollout whose samples cannot be built (e.g. an agent step without a token
     trace) becomes a failed rollout (`meta["error_phase"] == "build_samples"`, its steps kept
     for inspection) and credit is assigned again without it; the rest of the batch trains.
-    A sample is kept when every filter returns True.
+    A sample is kept when every filter returns True. Credit and sample building run on a
+    worker thread: a credit assigner can be slow (AWR's "value" baseline fits a model), and on
+    the event loop it would stall every episode still running there (a prefetched batch).
     """
     expanded = strategy.expand(requests) if strategy is not None else list(requests)
     rollouts = await engine.run(expanded)
     build_samples([], {}, mode=sample_mode, snapshot_policy=snapshot_policy)  # bad settings raise
     ok = [r for r in rollouts if not r.failed]
-    built, broken = _build(ok, credit_assigner, sample_mode, snapshot_policy, retokenizer)
+    built, broken = await run_in_worker(
+        _build, ok, credit_assigner, sample_mode, snapshot_policy, retokenizer
+    )
     if broken:
         # the rollouts that just failed stay in the credit's view, marked failed (every
         # assigner leaves those out): HierarchicalCredit then sees a child's parent failed
         # and keeps the child's own weight, instead of refusing a parent it cannot find
         credit_view = ok
         ok = [r for r in ok if not r.failed]
-        built, _ = _build(
-            ok, credit_assigner, sample_mode, snapshot_policy, retokenizer, credit_view
+        built, _ = await run_in_worker(
+            _build, ok, credit_assigner, sample_mode, snapshot_policy, retokenizer, credit_view
         )
         if not ok:  # the engine saw some succeed; building samples failed the rest
             warn_if_all_failed(rollouts, stage=" (building samples)")
