@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from pipeline_fakes import RedisServer, redis_server, sample
 
+from ludic.models import load_model, tiny_model_dir
 from ludic.pipeline.codec import encode_sample
+from ludic.pipeline.config import LearnerConfig
 from ludic.pipeline.learner_report import done_line
 from ludic.pipeline.learner_run import fork_versions
 from ludic.pipeline.source import PipelineBatchSource
@@ -52,7 +55,7 @@ async def test_a_resumed_learner_forks_past_a_dead_learners_versions(
     for i, version in enumerate((3, 4, 5, 5, 6)):
         await stream.add(encode_sample(sample(versions=(version,)), sample_id=f"id{i}"))
     published: list[int] = []
-    trainer = SimpleNamespace(policy_version=3)  # resumed from the checkpoint at version 3
+    trainer = SimpleNamespace(policy_version=3, step=3)  # resumed from its checkpoint
     trainer.publish_weights = lambda: published.append(trainer.policy_version)
     source = PipelineBatchSource(
         stream,
@@ -86,10 +89,34 @@ async def test_no_fork_where_no_version_past_the_checkpoints_was_published(
     redis_server: RedisServer,
 ) -> None:
     redis_server.client().set(published_key("s"), 3)
-    trainer = SimpleNamespace(policy_version=3, publish_weights=lambda: None)
+    trainer = SimpleNamespace(policy_version=3, step=3, publish_weights=lambda: None)
     source = PipelineBatchSource(SampleStream(redis_server.url, stream="s"), batch_size=1)
     fork_versions(trainer, source, redis_server.url)
     assert trainer.policy_version == 3 and source.staleness.forks.forks == []
+    await source.stream.aclose()
+
+
+async def test_a_fresh_learner_forks_too_and_publishes_before_its_first_step(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A learner killed before its first checkpoint published 1..4: its successor starts at
+    version 0 again and would reach 1..4 with other weights (review finding 1)."""
+    from ludic.pipeline import learner_run
+
+    redis_server.client().set(published_key("s"), 4)
+    source = PipelineBatchSource(SampleStream(redis_server.url, stream="s"), batch_size=1)
+    calls: list[int] = []
+    trainer = SimpleNamespace(policy_version=0, step=0, publish_weights=lambda: calls.append(0))
+    fork_versions(trainer, source, redis_server.url)
+    assert trainer.policy_version == 5 and calls == []  # `_train` publishes before step 1
+    assert source.staleness.forks.dead(3) == (0, 5) and source.staleness.forks.dead(0) is None
+
+    forked: list[int] = []
+    monkeypatch.setattr(learner_run, "fork_versions", lambda t, s, u: forked.append(t.step))
+    model, tokenizer = load_model(tiny_model_dir(cache_dir=tmp_path))
+    cfg = LearnerConfig(redis_url=redis_server.url, stream="s", out_dir=tmp_path / "out")
+    learner_run._trainer(cfg, source, model, tokenizer, None).close()
+    assert forked == [0]  # no checkpoint to resume: the fresh learner is forked as well
     await source.stream.aclose()
 
 

@@ -209,15 +209,18 @@ def _trainer(cfg: LearnerConfig, source: Any, model: Any, tokenizer: Any, publis
         step = _resume_learner(trainer, cfg)
         if source.rank == 0:  # the same on every rank: said once
             logger.info("resumed from step %d (policy version %d)", step, trainer.policy_version)
-        fork_versions(trainer, source, cfg.redis_url)
+    # a fresh start too: a learner killed before its first checkpoint published versions that
+    # this one, back at version 0, would otherwise reach again with other weights
+    fork_versions(trainer, source, cfg.redis_url)
     return trainer
 
 
 def fork_versions(trainer: Any, source: Any, url: str) -> None:
-    """After a resume: where a dead learner published versions past the checkpoint's, number
-    the resumed weights past all of them and publish them so (every rank, as the Trainer
-    publishes), so that no version names two weights; the source drops the dead versions'
-    samples (`ludic.pipeline.versions`)."""
+    """At the start: where a dead learner published versions past the one this learner starts
+    from (its checkpoint's, or 0), number its weights past all of them, so that no version
+    names two weights; the source drops the dead versions' samples (`ludic.pipeline.versions`).
+    A resumed learner publishes them so at once (every rank, as the Trainer publishes); a
+    fresh one's first publish follows before its first step (`_train`)."""
     resumed = int(trainer.policy_version)
     published = highest_published(url, source.stream.stream)  # every rank reads the same
     if published is None or published <= resumed:
@@ -226,15 +229,16 @@ def fork_versions(trainer: Any, source: Any, url: str) -> None:
     source.staleness.forks.add(resumed, published + 1)
     if source.rank == 0:
         logger.warning(
-            "a learner before this one published policy versions up to %d, past the "
-            "checkpoint's %d: this learner numbers its weights %d on (republished now) and "
+            "a learner before this one published policy versions up to %d, past the %d this "
+            "one starts from: this learner numbers its weights %d on (published now) and "
             "drops samples of %s, whose weights died with that learner",
             published,
             resumed,
             published + 1,
             dead_span(resumed, published + 1),
         )
-    trainer.publish_weights()
+    if trainer.step > 0:  # resumed; a fresh learner publishes before its first step
+        trainer.publish_weights()
 
 
 def _resume_learner(trainer: Any, cfg: LearnerConfig) -> int:
