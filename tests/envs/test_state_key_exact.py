@@ -25,6 +25,8 @@ from ludic.types import Info, StepOutcome
         ((1, "a", (2, 3)), "(1, 'a', (2, 3))"),
         (np.int64(3), "3"),  # numpy scalars are the number they hold
         ((np.int64(1), np.float32(0.5), np.bool_(True)), "(1, 0.5, True)"),
+        # subclasses of float/str/bytes: their numpy repr would give one state another key
+        ((np.float64(1.5), np.str_("a"), np.bytes_(b"b")), "(1.5, 'a', b'b')"),
     ],
 )
 def test_exact_keys_keep_their_canonical_text(key: object, text: str | None) -> None:

@@ -237,8 +237,14 @@ def read_state_key(env: LudicEnv, agent_id: str) -> str | None:
 def _exact_key(key: object, *, where: str) -> object:
     if isinstance(key, tuple):
         return tuple(_exact_key(part, where=where) for part in key)
-    if isinstance(key, (str, bytes, bool, int, float)) or key is None:
+    if type(key) in (str, bytes, bool, int, float) or key is None:
         return key
+    # subclasses (np.float64, np.str_, np.bytes_) as their plain value: their repr differs
+    # (np.float64(1.5)), which would give one state two keys
+    if isinstance(key, str):
+        return str.__str__(key)
+    if isinstance(key, bytes):
+        return bytes(key)
     if type(key).__name__ in ("bool_", "bool"):  # numpy 1, 2
         return bool(key)  # type: ignore[arg-type]
     if isinstance(key, numbers.Integral):
