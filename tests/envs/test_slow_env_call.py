@@ -24,7 +24,9 @@ LOGGER = "ludic.envs.base"
 def step_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     """The slow-call warnings about `step` (a reset's thread hop on a busy machine may outlast
     the tiny threshold too, and be logged as well)."""
-    return [r.getMessage() for r in caplog.records if ".step has not returned" in r.getMessage()]
+    return [
+        r.getMessage() for r in caplog.records if ".env_step has not returned" in r.getMessage()
+    ]
 
 
 class ReleasedByTheWarning(logging.Handler):
@@ -35,7 +37,7 @@ class ReleasedByTheWarning(logging.Handler):
         self.released = threading.Event()
 
     def emit(self, record: logging.LogRecord) -> None:
-        if "HangingEnv.step has not returned after" in record.getMessage():
+        if "HangingEnv.env_step has not returned after" in record.getMessage():
             self.released.set()
 
 
@@ -70,7 +72,7 @@ async def test_a_hanging_step_is_logged_naming_the_env_the_call_and_the_flag(
         logging.getLogger(LOGGER).removeHandler(handler)
     assert rollout.env_steps[-1].terminated  # the episode went on once the step returned
     (message,) = step_warnings(caplog)
-    assert message.startswith("HangingEnv.step has not returned after 0.001 s")
+    assert message.startswith("HangingEnv.env_step has not returned after 0.001 s")
     assert "--episode-timeout-s" in message and "HangingEnv.slow_call_warning_s" in message
 
 
@@ -101,4 +103,4 @@ async def test_a_slow_env_is_logged_once_and_a_fast_one_not_at_all(
         await protocol.run(SlowAsyncEnv())
         await protocol.run(SlowAsyncEnv())
     (message,) = step_warnings(caplog)  # six slow steps, one line
-    assert message.startswith("SlowAsyncEnv.step has not returned after 0.001 s")
+    assert message.startswith("SlowAsyncEnv.env_step has not returned after 0.001 s")

@@ -64,7 +64,7 @@ class LudicEnv(ABC):
     busy (see bench/rollout_overhead.py). `state_key` always runs on the event loop: keep it
     cheap. An async method must not block: it runs on the event loop.
     `close_timeout_s` bounds `close`; one that takes longer fails the episode.
-    `slow_call_warning_s`: a `reset`, `step` or `close` still running this long is logged once.
+    `slow_call_warning_s`: a `reset` or `step` still running this long is logged once.
     """
 
     system_prompt: str | None = None
@@ -72,8 +72,8 @@ class LudicEnv(ABC):
     has its own (`Agent(system_prompt=...)` wins); None: no system message."""
     close_timeout_s: float = 10.0
     slow_call_warning_s: float | None = 60.0
-    """A `reset`, `step` or `close` still running after this many seconds is logged once per
-    env class and method, naming the env, the call and the seconds: a hung env is otherwise
+    """A `reset` or `step` still running after this many seconds is logged once per env class
+    and method (a `close` is watched too, but `close_timeout_s` fails it first by default), naming the env, the call and the seconds: a hung env is otherwise
     silent until the episode timeout (`--episode-timeout-s`, 600 s by default) fails it. None:
     no warning. (A synchronous call made inline on the event loop, `inline_sync_calls`, is not
     watched: it holds the loop, so nothing can run beside it.)"""
@@ -137,15 +137,17 @@ async def _warned_if_slow(env: LudicEnv, fn: Callable[..., object], call: Awaita
     if after_s is None:
         return await call
     loop = asyncio.get_running_loop()
-    timer = loop.call_later(after_s, _warn_slow_call, type(env).__name__, fn, after_s)
+    method = getattr(fn, "__name__", "call")
+    if callable(getattr(type(env), f"env_{method}", None)):  # SingleAgentEnv: the user's method
+        method = f"env_{method}"
+    timer = loop.call_later(after_s, _warn_slow_call, type(env).__name__, method, after_s)
     try:
         return await call
     finally:
         timer.cancel()
 
 
-def _warn_slow_call(env_name: str, fn: Callable[..., object], after_s: float) -> None:
-    method = getattr(fn, "__name__", "call")
+def _warn_slow_call(env_name: str, method: str, after_s: float) -> None:
     warn_once(
         logger,
         ("slow_env_call", env_name, method),
