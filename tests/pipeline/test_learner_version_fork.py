@@ -22,6 +22,7 @@ from ludic.pipeline.learner_run import fork_versions
 from ludic.pipeline.source import PipelineBatchSource
 from ludic.pipeline.stream import SampleStream
 from ludic.pipeline.versions import RecordingPublisher, dead_span, published_key
+from ludic.training.batching.types import BatchSourceExhausted
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 __all__ = ["redis_server"]
@@ -140,3 +141,30 @@ def test_the_record_waits_out_a_redis_restart_before_the_push(redis_server: Redi
         back.join()
     publisher.close()
     assert inner.recorded == [2]
+
+
+async def test_a_wait_that_read_only_dead_versions_says_so(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only samples of a killed learner's versions arrived: the closing line said "no samples
+    arrived" and the waiting line blamed slow actors (review finding 3)."""
+    stream = SampleStream(redis_server.url, stream="s")
+    await stream.ensure_group()
+    for i in range(4):
+        await stream.add(encode_sample(sample(versions=(4,)), sample_id=f"id{i}"))
+    source = PipelineBatchSource(
+        stream, batch_size=2, current_version=lambda: 6, block_ms=50, max_wait_s=0.5
+    )
+    source.wait_notice_s = 0.0  # the waiting line on every read
+    source.staleness.forks.add(3, 6)
+    with (
+        caplog.at_level(logging.WARNING, logger="ludic.pipeline"),
+        pytest.raises(BatchSourceExhausted) as stopped,
+    ):
+        await source.next_batch()
+    await source.aclose()
+    said = str(stopped.value)
+    assert said.startswith("no samples arrived for 0.5s; 4 read were of versions a killed"), said
+    waiting = [r.getMessage() for r in caplog.records if "has 0 of 2 samples" in r.getMessage()]
+    assert waiting and all("slower than this learner" not in w for w in waiting), waiting
+    assert "4 read were of versions a killed learner published" in waiting[-1], waiting

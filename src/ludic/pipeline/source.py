@@ -34,6 +34,7 @@ from ludic.pipeline.run_check import RunCheck, foreign_note
 from ludic.pipeline.source_checks import check_source_settings
 from ludic.pipeline.source_stale import Staleness, StalePolicy
 from ludic.pipeline.stream import SampleStream, StreamEntry
+from ludic.pipeline.versions import dead_branch_note
 from ludic.rollouts.samples import SAWItem
 from ludic.training.batching.types import BatchSourceExhausted, SAWBatch
 from ludic.types import JSON
@@ -196,7 +197,8 @@ class PipelineBatchSource:
                 if self.world_size == 1:  # counted first: the closing line names the drops
                     self.totals.update(stats)
                     line = self.exhausted_line(stats["dropped_stale"])
-                    raise BatchSourceExhausted(line + foreign_note(stats["foreign_run"]))
+                    notes = dead_branch_note(stats["dead_branch"])
+                    raise BatchSourceExhausted(line + notes + foreign_note(stats["foreign_run"]))
                 self.timed_out, self.timed_out_dropped = True, stats["dropped_stale"]
                 stats["timed_out"] += 1
                 break
@@ -452,11 +454,13 @@ class PipelineBatchSource:
             f"after {time.monotonic() - started:.0f}s on stream {self.stream.stream!r} (group "
             f"{self.stream.group!r})"
         )
-        line += foreign_note(stats["foreign_run"])
+        line += foreign_note(stats["foreign_run"]) + dead_branch_note(stats["dead_branch"])
         if stats["dropped_stale"]:
             return line + self.staleness.waiting_note(stats["dropped_stale"])
-        if stats["samples"] or have:
+        if have or stats["samples"] > stats["dead_branch"]:
             return line + "; the actors push samples slower than this learner trains on them"
+        if stats["dead_branch"]:
+            return line
         of_its_run = " of its run" if stats["foreign_run"] else ""
         return line + (
             f"; no sample{of_its_run} arrived: is an actor pushing to this stream (`ludic actor "

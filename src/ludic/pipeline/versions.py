@@ -38,6 +38,18 @@ def dead_span(resumed: int, new: int) -> str:
     return f"version {first}" if first == last else f"versions {first}..{last}"
 
 
+def dead_branch_note(count: int) -> str:
+    """What a learner's waiting or closing line adds when `count` samples it read were of a
+    dead learner's versions (dropped: their weights died with it)."""
+    if not count:
+        return ""
+    return (
+        f"; {count} read were of versions a killed learner published past this one's start "
+        "(dropped: their weights died with it; the actors sample the new weights once the "
+        "servers took them)"
+    )
+
+
 def published_key(stream: str) -> str:
     """Where the highest policy version a learner of `stream` published is kept."""
     return f"{stream}:published-version"
