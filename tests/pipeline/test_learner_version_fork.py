@@ -168,3 +168,22 @@ async def test_a_wait_that_read_only_dead_versions_says_so(
     waiting = [r.getMessage() for r in caplog.records if "has 0 of 2 samples" in r.getMessage()]
     assert waiting and all("slower than this learner" not in w for w in waiting), waiting
     assert "4 read were of versions a killed learner published" in waiting[-1], waiting
+
+
+def test_policy_lag_metrics_count_updates_along_the_branch() -> None:
+    """A learner resumed at 3 and renumbered 6: its version-3 samples are of the weights it
+    holds (lag 0), not 3 updates old, and a version-2 sample one update older (review
+    finding 2); the trainer's metrics read the learner's `version_position`."""
+    from ludic.pipeline.versions import Forks
+    from ludic.training.mismatch import policy_lag_metrics
+
+    forks = Forks()
+    forks.add(3, 6)
+    items = [sample(versions=(3,)), sample(versions=(2,)), sample(versions=(6,))]
+    metrics = policy_lag_metrics(6, items, position=forks.position)
+    assert (metrics["policy_lag/0"], metrics["policy_lag/1"], metrics["policy_lag/max"]) == (
+        2.0,
+        1.0,
+        1.0,
+    )
+    assert policy_lag_metrics(6, items)["policy_lag/3+"] == 2.0  # raw numbers: 3 and 4 "updates"

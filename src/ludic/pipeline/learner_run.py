@@ -212,6 +212,7 @@ def _trainer(cfg: LearnerConfig, source: Any, model: Any, tokenizer: Any, publis
     # a fresh start too: a learner killed before its first checkpoint published versions that
     # this one, back at version 0, would otherwise reach again with other weights
     fork_versions(trainer, source, cfg.redis_url)
+    trainer.version_position = source.staleness.forks.position  # policy_lag/* along the branch
     return trainer
 
 

@@ -11,7 +11,7 @@ Shape legend: B = sequences, T = padded tokens.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -61,11 +61,19 @@ def mismatch_metrics(
     }
 
 
-def policy_lag_metrics(current_version: int, items: Sequence[SAWItem]) -> dict[str, float]:
+def policy_lag_metrics(
+    current_version: int,
+    items: Sequence[SAWItem],
+    *,
+    position: Callable[[int], int] | None = None,
+) -> dict[str, float]:
     """Histogram of lag = `current_version` - oldest policy version of each sample's tokens:
     `policy_lag/0`, `/1`, `/2`, `/3+` count samples, `policy_lag/unknown` those without a
     recorded version, `policy_lag/ahead` those newer than the trainer (a version mix-up), and
-    `policy_lag/mean` and `/max` summarise the lags >= 0."""
+    `policy_lag/mean` and `/max` summarise the lags >= 0. `position` maps a version to its
+    count of updates where version numbers skip (`Trainer.version_position`)."""
+    if position is not None:
+        current_version = position(current_version)
     counts = dict.fromkeys(["0", "1", "2", f"{LAG_BUCKETS}+", "unknown", "ahead"], 0.0)
     lags: list[int] = []
     for item in items:
@@ -73,7 +81,8 @@ def policy_lag_metrics(current_version: int, items: Sequence[SAWItem]) -> dict[s
         if not versions:
             counts["unknown"] += 1
             continue
-        lag = current_version - min(versions)
+        oldest = min(versions)
+        lag = current_version - (oldest if position is None else position(oldest))
         if lag < 0:  # a sample from a newer policy than the trainer's: a version mix-up
             counts["ahead"] += 1
             continue

@@ -163,6 +163,10 @@ class Trainer:
         self.checkpoint_extra: dict[str, Any] = {}
         """More entries for every checkpoint's state.json `extra` (e.g. `ludic train`'s run flags,
         which its `--resume` checks), JSON-serialisable."""
+        self.version_position: Callable[[int], int] | None = None
+        """Where policy version numbers skip (a pipeline learner renumbered past a killed one's
+        versions): a version counted in updates along this run's branch, which `policy_lag/*`
+        subtracts; None: versions are consecutive."""
         lay_out_parameters(  # before the optimizer is built
             self.model,
             config.contiguous_parameters,
@@ -261,7 +265,9 @@ class Trainer:
         metrics["dropped_no_action_tokens"] = float(len(items) - len(trainable))
         metrics["num_samples"] = float(len(trainable))
         metrics.update(aggregate_stats(self.reducers, trainable))
-        metrics.update(policy_lag_metrics(self.policy_version, trainable))
+        metrics.update(
+            policy_lag_metrics(self.policy_version, trainable, position=self.version_position)
+        )
         return trainable, metrics
 
     def _plan(self, items: list[SAWItem]) -> tuple[CollatedBatch | None, list[list[int]]]:
