@@ -9,6 +9,7 @@ import hashlib
 import json
 import typing
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -67,14 +68,21 @@ def test_one_registry_for_every_command() -> None:
         assert type(built.credit_assigner) is type(train_algorithm(name, train_cfg).credit_assigner)  # type: ignore[arg-type]
 
 
-def test_learner_command_line_selects_the_new_presets(tmp_path: Path) -> None:
+def test_learner_command_line_selects_the_new_presets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from ludic.models import load_model, tiny_model_dir
+    from ludic.pipeline import learner_run
     from ludic.pipeline.commands import _trainer
+    from ludic.pipeline.versions import Forks
 
     model, tokenizer = load_model(tiny_model_dir(), dtype="float32")
+    # no Redis here: the version record a learner reads at its start is not what is tested
+    monkeypatch.setattr(learner_run, "fork_versions", lambda trainer, source, url: None)
 
     class Source:
         rank, world_size = 0, 1
+        staleness = SimpleNamespace(forks=Forks())
 
     def learner(*args: str) -> Any:
         cfg = tyro.cli(LearnerConfig, args=[*args, "--out-dir", str(tmp_path)])
