@@ -99,8 +99,10 @@ async def generate_batch(
     build_samples([], {}, mode=sample_mode, snapshot_policy=snapshot_policy)  # bad settings raise
     ok = [r for r in rollouts if not r.failed]
     built, broken = await run_in_worker(
-        _build, ok, credit_assigner, sample_mode, snapshot_policy, retokenizer
+        build_rollout_samples, ok, credit_assigner, sample_mode, snapshot_policy, retokenizer
     )
+    for rollout, _ in broken:
+        logger.warning("rollout %s: %s", rollout.id, rollout.meta["error"])
     if broken:
         # the rollouts that just failed stay in the credit's view, marked failed (every
         # assigner leaves those out): HierarchicalCredit then sees a child's parent failed
@@ -108,7 +110,13 @@ async def generate_batch(
         credit_view = ok
         ok = [r for r in ok if not r.failed]
         built, _ = await run_in_worker(
-            _build, ok, credit_assigner, sample_mode, snapshot_policy, retokenizer, credit_view
+            build_rollout_samples,
+            ok,
+            credit_assigner,
+            sample_mode,
+            snapshot_policy,
+            retokenizer,
+            credit_view,
         )
         if not ok:  # the engine saw some succeed; building samples failed the rest
             warn_if_all_failed(rollouts, stage=" (building samples)")
@@ -126,7 +134,7 @@ async def generate_batch(
         num_drift_splits=sum(1 for s in samples if s.meta.get("drift_split")),
         num_truncated_episodes=sum(1 for r in ok if r.meta.get("episode_truncated")),
         mean_reward=sum(r.total_reward for r in ok) / len(ok) if ok else 0.0,
-        num_build_failed=broken,
+        num_build_failed=len(broken),
         num_log_failures=sum(1 for r in rollouts if "log_error" in r.meta),
         num_incomplete=sum(1 for s in calls if s.finish_reason == "length"),
         num_incomplete_rejected=sum(1 for s in calls if s.info.get("incomplete_completion")),
@@ -134,20 +142,25 @@ async def generate_batch(
     return BatchResult(samples=samples, rollouts=rollouts, stats=stats)
 
 
-def _build(
+Broken = list[tuple[Rollout, Exception]]
+"""The rollouts whose samples could not be built, each with what it raised."""
+
+
+def build_rollout_samples(
     rollouts: Sequence[Rollout],
     credit_assigner: CreditAssigner,
     mode: SampleMode,
     snapshot_policy: SnapshotPolicy,
     retokenizer: Retokenizer | None,
     credit_view: Sequence[Rollout] | None = None,
-) -> tuple[list[SAWItem], int]:
+) -> tuple[list[SAWItem], Broken]:
     """Weight (over `credit_view`, default `rollouts`) and build samples rollout by rollout;
-    a rollout that fails to build is marked failed in place. Returns the samples and how many
-    rollouts failed."""
+    a rollout that fails to build is marked failed in place (`meta["error_phase"] ==
+    "build_samples"`). Returns the samples and the rollouts that raised, with what; the
+    caller says so (one line each online, one summary offline) and assigns credit again."""
     weights = credit_assigner.assign(rollouts if credit_view is None else credit_view)
     samples: list[SAWItem] = []
-    broken = 0
+    broken: Broken = []
     for rollout in rollouts:
         try:
             samples += build_samples(
@@ -158,10 +171,10 @@ def _build(
                 retokenizer=retokenizer,
             )
         except Exception as e:
-            broken += 1
-            message = f"building samples failed: {type(e).__name__}: {e}"
-            logger.warning("rollout %s: %s", rollout.id, message)
+            broken.append((rollout, e))
             rollout.meta.update(
-                error=message, error_type=type(e).__name__, error_phase="build_samples"
+                error=f"building samples failed: {type(e).__name__}: {e}",
+                error_type=type(e).__name__,
+                error_phase="build_samples",
             )
     return samples, broken

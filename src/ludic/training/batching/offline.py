@@ -29,6 +29,7 @@ from ludic.rollouts import (
     derive_seed,
     iter_rollouts_jsonl,
 )
+from ludic.rollouts.batch import Broken, build_rollout_samples
 from ludic.training.batching.types import BatchSourceExhausted, SAWBatch
 from ludic.training.filters import apply_filters
 from ludic.types import JSON, Rollout
@@ -181,49 +182,27 @@ class OfflineBatchSource:
         return problems
 
 
-_Broken = list[tuple[Rollout, Exception]]
-
-
 def _build_dropping_broken(
     rollouts: Sequence[Rollout],
     credit_assigner: CreditAssigner,
     mode: SampleMode,
     snapshot_policy: SnapshotPolicy,
     retokenizer: Retokenizer | None,
-) -> tuple[list[SAWItem], _Broken]:
+) -> tuple[list[SAWItem], Broken]:
     """The samples of `rollouts`, built rollout by rollout, and the rollouts that raised (with
-    what). Those are marked failed (`meta["error_phase"] == "build_samples"`) and credit is
-    assigned again without them, so no group baseline counts a rollout that does not train."""
+    what). Those are marked failed and credit is assigned again without them, so no group
+    baseline counts a rollout that does not train (as `generate_batch` does online)."""
     build_samples([], {}, mode=mode, snapshot_policy=snapshot_policy)  # bad settings raise
-    weights = credit_assigner.assign(rollouts)
-    samples: list[SAWItem] = []
-    broken: _Broken = []
-    for rollout in rollouts:
-        try:
-            samples += build_samples(
-                [rollout],
-                weights,
-                mode=mode,
-                snapshot_policy=snapshot_policy,
-                retokenizer=retokenizer,
-            )
-        except Exception as e:
-            broken.append((rollout, e))
-            rollout.meta.update(
-                error=f"building samples failed: {type(e).__name__}: {e}",
-                error_type=type(e).__name__,
-                error_phase="build_samples",
-            )
+    settings = (credit_assigner, mode, snapshot_policy, retokenizer)
+    samples, broken = build_rollout_samples(rollouts, *settings)
     if not broken:
         return samples, broken
     kept = [r for r in rollouts if not r.failed]
-    weights = credit_assigner.assign(rollouts)  # every assigner leaves failed rollouts out
-    return build_samples(
-        kept, weights, mode=mode, snapshot_policy=snapshot_policy, retokenizer=retokenizer
-    ), broken
+    # every assigner leaves the failed rollouts in its view out
+    return build_rollout_samples(kept, *settings, credit_view=rollouts)[0], broken
 
 
-def _first_broken(broken: _Broken, read: Sequence[tuple[Path, Rollout]]) -> str:
+def _first_broken(broken: Broken, read: Sequence[tuple[Path, Rollout]]) -> str:
     """'rollout <id> of <file> (ValueError: why)' for the first rollout that did not build."""
     rollout, error = broken[0]
     path = next(p for p, r in read if r is rollout)
@@ -231,7 +210,7 @@ def _first_broken(broken: _Broken, read: Sequence[tuple[Path, Rollout]]) -> str:
 
 
 def _warn_build_failures(
-    broken: _Broken, read: Sequence[tuple[Path, Rollout]], num_rollouts: int
+    broken: Broken, read: Sequence[tuple[Path, Rollout]], num_rollouts: int
 ) -> None:
     logger.warning(
         "OfflineBatchSource: %d of %d rollouts could not be built into samples and are left "
@@ -242,7 +221,7 @@ def _warn_build_failures(
     )
 
 
-def _build_failed_line(broken: _Broken, read: Sequence[tuple[Path, Rollout]]) -> str:
+def _build_failed_line(broken: Broken, read: Sequence[tuple[Path, Rollout]]) -> str:
     """'K could not be built (the first: ...), ' for the no-samples error, or ''."""
     if not broken:
         return ""
