@@ -19,8 +19,8 @@ from ludic.recipes.train_checks import check_constant_schedule_flags, check_coun
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--min-lr-ratio", "0.1"], r"^--min-lr-ratio 0\.1 only shape a decaying LR"),
-        (["--schedule-steps", "40"], r"^--schedule-steps 40 only shape a decaying LR"),
+        (["--min-lr-ratio", "0.1"], r"^--min-lr-ratio 0\.1 only shapes a decaying LR"),
+        (["--schedule-steps", "40"], r"^--schedule-steps 40 only shapes a decaying LR"),
         (
             ["--min-lr-ratio", "0.1", "--schedule-steps", "40"],
             r"^--min-lr-ratio 0\.1 and --schedule-steps 40 .* or drop them$",

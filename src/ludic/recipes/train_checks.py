@@ -77,9 +77,9 @@ def check_constant_schedule_flags(cfg: TrainConfig) -> None:
     if cfg.schedule_steps is not None:
         given.append(f"--schedule-steps {cfg.schedule_steps}")
     if given:
-        them = "it" if len(given) == 1 else "them"
+        them, shape = ("it", "shapes") if len(given) == 1 else ("them", "shape")
         raise ValueError(
-            f"{' and '.join(given)} only shape a decaying LR, and --lr-schedule constant (the "
+            f"{' and '.join(given)} only {shape} a decaying LR, and --lr-schedule constant (the "
             f"default) keeps --lr after the warmup, ignoring {them}: pass --lr-schedule cosine "
             f"or linear, or drop {them}"
         )
