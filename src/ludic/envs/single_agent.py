@@ -4,11 +4,11 @@ Subclasses implement `env_reset(seed) -> (obs, info)` and `env_step(action) -> S
 either sync or async, and optionally `env_state_key()` and `env_current_observation()`. A synchronous env stays synchronous
 for its users (`env.reset(0)` returns the result); protocols still run its calls on a worker
 thread (see `LudicEnv`). What they return is checked where it leaves the env (the
-observation a str, the outcome a `StepOutcome` with a finite number as reward, a dict as
-info and bools as `terminated` / `truncated`), so a slip is
-refused naming the method instead of failing later in the chat template or the credit
-assignment; protocols apply the same checks (`check_reset_result`, `check_step_outcome`) to
-any other `LudicEnv`. It deliberately adds nothing else.
+observation a str, the outcome a `StepOutcome` with a finite number as reward, a dict of
+JSON values as info, numpy values converted, and bools as `terminated` / `truncated`), so a
+slip is refused naming the method instead of failing later in the chat template, the credit
+assignment or the rollout log; protocols apply the same checks (`check_reset_result`,
+`check_step_outcome`) to any other `LudicEnv`. It deliberately adds nothing else.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import TypeVar
 
 from ludic.envs.base import LudicEnv, ResetResult, StepResult
+from ludic.envs.info_values import jsonable_info
 from ludic.types import Info, StepOutcome
 
 T = TypeVar("T")
@@ -182,10 +183,12 @@ def check_step_outcome(outcome: object, *, where: str) -> StepOutcome:
                 f"{where} returned a StepOutcome whose {flag} is {_kind(value)}; {flag} must "
                 "be True or False (a non-empty str such as 'False' would end the episode)"
             )
+    info = jsonable_info(outcome.info, where=where)
     fixes = {
+        **({} if info is outcome.info else {"info": info}),
         **({} if type(reward) is float else {"reward": float(reward)}),
         **{f: bool(getattr(outcome, f)) for f in _FLAGS if type(getattr(outcome, f)) is not bool},
-    }  # True/False (reward=solved), ints, numpy scalars: as plain floats and bools
+    }  # True/False (reward=solved), ints, numpy values: as plain floats, bools and lists
     return dataclasses.replace(outcome, **fixes) if fixes else outcome
 
 

@@ -1,0 +1,84 @@
+"""Step info as JSON values, checked where it leaves the env (`check_step_outcome`).
+
+A rollout record is JSON, so an env's `StepOutcome.info` must hold JSON values. Numpy (and
+torch) scalars and arrays become plain Python values, a conversion that loses nothing the
+record keeps; anything else JSON cannot write is refused naming the env method, the key and
+the type, so it fails that episode instead of the rollout log write much later. It does not
+touch JSON values (a float nan stays nan) and does not check reset info, which no record keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+_PLAIN = (str, int, float, bool, type(None))
+# the modules whose arrays and scalars have an exact plain form (`.tolist()`)
+_ARRAY_MODULES = ("numpy", "torch")
+
+
+def jsonable_info(info: Mapping[str, Any], *, where: str) -> dict[str, Any]:
+    """`info` itself when it holds only JSON values, else a copy with numpy / torch values
+    as plain ones; a TypeError names `where` (e.g. "MyEnv.env_step"), the key and the type of
+    a value that has no plain form (a set, a custom object, a dict keyed by a tuple)."""
+    return _plain(info, where, "info")  # type: ignore[no-any-return]
+
+
+def _plain(value: Any, where: str, path: str) -> Any:
+    """`value` with its numpy / torch parts converted; the same object when nothing was."""
+    if type(value) in _PLAIN:
+        return value
+    if _is_array_like(value):
+        return _plain(value.tolist(), where, path)  # an object array may hold anything
+    if isinstance(value, _PLAIN):  # a subclass (an IntEnum, say): JSON writes its value
+        return value
+    if isinstance(value, dict):
+        return _plain_dict(value, where, path)
+    if isinstance(value, (list, tuple)):
+        items = [_plain(v, where, f"{path}[{i}]") for i, v in enumerate(value)]
+        unchanged = all(new is old for new, old in zip(items, value, strict=True))
+        return value if unchanged else items
+    raise TypeError(_refusal(where, path, value))
+
+
+def _plain_dict(value: dict[Any, Any], where: str, path: str) -> dict[Any, Any]:
+    converted: dict[Any, Any] = {}
+    changed = False
+    for key, item in value.items():
+        new_key = _plain_key(key, where, path)
+        new_item = _plain(item, where, f"{path}[{key!r}]")
+        changed = changed or new_key is not key or new_item is not item
+        converted[new_key] = new_item
+    return converted if changed else value
+
+
+def _plain_key(key: Any, where: str, path: str) -> Any:
+    """A key JSON can write (str, int, float, bool, None), converting a numpy scalar."""
+    if type(key) in _PLAIN:
+        return key
+    if _is_array_like(key) and getattr(key, "ndim", None) == 0:
+        return key.item()
+    raise TypeError(
+        f"{where} returned step info {path} with the key {_describe(key)}; a rollout record "
+        "is JSON, whose keys are str (or int, float, bool, None): key it by str(...)"
+    )
+
+
+def _is_array_like(value: object) -> bool:
+    module = type(value).__module__.partition(".")[0]
+    return module in _ARRAY_MODULES and callable(getattr(value, "tolist", None))
+
+
+def _refusal(where: str, path: str, value: object) -> str:
+    return (
+        f"{where} returned step info {path} = {_describe(value)}, which a rollout record (JSON) "
+        "cannot hold; put a str, number, bool, None, or a list or dict of them there (e.g. "
+        "str(value), sorted(a_set), dataclasses.asdict(obj)), or leave it out of info"
+    )
+
+
+def _describe(value: object) -> str:
+    text, kind = repr(value), f"a {type(value).__module__}.{type(value).__qualname__}"
+    if type(value).__module__ == "builtins":
+        kind = f"a {type(value).__name__}"
+    return f"{text} ({kind})" if len(text) <= 40 else kind
