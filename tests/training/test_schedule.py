@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ludic.training import TrainerConfig, build_scheduler, lr_multiplier
+from ludic.training import TrainerConfig, UnreadOptionWarning, build_scheduler, lr_multiplier
 
 
 def test_warmup_then_constant() -> None:
@@ -41,5 +41,6 @@ def test_decay_that_starts_at_or_after_its_end_is_refused(schedule: str, warmup:
 
 
 def test_constant_schedule_ignores_total_steps_for_its_warmup() -> None:
-    config = TrainerConfig(lr_schedule="constant", warmup_steps=10, total_steps=8)
+    with pytest.warns(UnreadOptionWarning, match="total_steps=8 is ignored"):
+        config = TrainerConfig(lr_schedule="constant", warmup_steps=10, total_steps=8)
     assert config.warmup_steps == 10

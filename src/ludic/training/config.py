@@ -36,7 +36,8 @@ class TrainerConfig:
     warmup_steps: int = 0
     """Linear warmup over this many applied updates."""
     total_steps: int | None = None
-    """Updates the decay spans (needed by cosine and linear)."""
+    """Updates the decay spans (needed by cosine and linear; with constant, one given is
+    ignored with an `UnreadOptionWarning`)."""
     min_lr_ratio: float = 0.0
     """Floor of the decayed LR as a fraction of lr (cosine and linear; with constant, a
     non-zero one is ignored with an `UnreadOptionWarning`)."""
@@ -160,6 +161,14 @@ class TrainerConfig:
                 "shared_prefix",
                 True,
                 "batch_invariant=True computes every row whole (its forward takes no KV cache)",
+            )
+        if self.lr_schedule == "constant" and self.total_steps is not None:
+            warn_unread_option(
+                "TrainerConfig",
+                "total_steps",
+                self.total_steps,
+                "lr_schedule='constant' never decays (total_steps is the length of a 'cosine' "
+                "or 'linear' decay)",
             )
         if self.lr_schedule == "constant" and self.min_lr_ratio != 0.0:
             warn_unread_option(
