@@ -14,6 +14,7 @@ from each position. `tag_blocks` is the shared linear scanner for `<tag>...</tag
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Iterator
 from typing import Protocol
@@ -39,6 +40,19 @@ def _named(parse: Parser, name: str) -> Parser:
 def parser_name(parser: Parser) -> str:
     """How a log line names `parser` (`xml_tag_parser('move')`, a function's name, a class)."""
     return getattr(parser, "__qualname__", None) or type(parser).__name__
+
+
+def takes_one_text(parser: object) -> bool:
+    """Whether `parser(text)` binds: a parser takes one argument, the reply (a callable whose
+    signature cannot be read is taken). A `def parser(self, text)` read from its class does
+    not bind: it wants the instance first."""
+    try:
+        inspect.signature(parser).bind("reply")  # type: ignore[arg-type]
+    except ValueError:
+        return True
+    except TypeError:
+        return False
+    return True
 
 
 def compose_parsers(*parsers: Parser) -> Parser:

@@ -20,7 +20,7 @@ from ludic.context.base import CONTEXT_VERSION_KEY, ContextStrategy
 from ludic.context.full_dialog import FullDialog
 from ludic.inference.client import ChatClient, ChatRequest, ChatResponse
 from ludic.inference.sampling import SamplingConfig
-from ludic.parsers import DEFAULT_PENALTY, Parser, identity_parser
+from ludic.parsers import DEFAULT_PENALTY, Parser, identity_parser, takes_one_text
 from ludic.types import AgentStep, Info, Message, ParseResult, ToolCall, ToolResult
 
 logger = logging.getLogger(__name__)
@@ -328,19 +328,8 @@ def _check_client_and_parser(client: object, parser: object) -> None:
             f"action), got {type(parser).__name__} {parser!r:.60}; pass e.g. "
             "xml_tag_parser('answer') or env_parser('tictactoe')"
         )
-    if parser is not None and not _takes_one_argument(parser):
+    if parser is not None and not takes_one_text(parser):
         raise TypeError(_one_argument_refusal(parser))
-
-
-def _takes_one_argument(parser: object) -> bool:
-    """Whether `parser(text)` binds (a callable whose signature cannot be read is taken)."""
-    try:
-        inspect.signature(parser).bind("reply")  # type: ignore[arg-type]
-    except ValueError:
-        return True
-    except TypeError:
-        return False
-    return True
 
 
 def _one_argument_refusal(parser: object) -> str:
