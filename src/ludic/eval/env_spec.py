@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ludic.envs.base import LudicEnv
+from ludic.envs.declared_parser import checked_declared_parser
 from ludic.errors import is_refusal
 from ludic.parsers import Parser, boxed_parser, identity_parser, xml_tag_parser
 
@@ -152,13 +153,16 @@ def declared_parser(
     """The parser the env declares (what `--parser auto` takes), or None: the factory's
     `parser` attribute (an `EnvSpec`'s, or a class attribute of an env class used as its own
     factory), then its `default_parser`; with `env_kwargs`, a factory function's env is built
-    once to read its class's `parser`."""
+    once to read its class's `parser`. A declaration no Agent could call as `parser(reply)`
+    (a `def parser(self, text)` method, a str) is refused here, naming the env's file
+    (`checked_declared_parser`)."""
+    owner: object = env_factory
     suggested = getattr(env_factory, "parser", None) or getattr(env_factory, "default_parser", None)
     if suggested is None and env_factory is not None and env_kwargs is not None:
-        suggested = with_env(
-            env_factory, env_kwargs, lambda env: getattr(type(env), "parser", None)
+        owner, suggested = with_env(
+            env_factory, env_kwargs, lambda env: (type(env), getattr(type(env), "parser", None))
         )
-    return suggested if callable(suggested) else None
+    return checked_declared_parser(suggested, owner)
 
 
 def check_env_kwargs(env_factory: EnvFactory, env_kwargs: dict[str, Any]) -> None:
