@@ -22,6 +22,13 @@ from ludic.context.latest_observation import LatestObservationContext
 from ludic.eval.core import EvalResult, make_eval_requests, run_eval
 from ludic.eval.credit_report import CREDIT_FILE
 from ludic.eval.env_spec import EnvFactory, resolve_env_factory, resolve_parser
+from ludic.eval.evaluated_model import (
+    RUN_FILE,
+    describe_run,
+    model_record,
+    refuse_unfinished_checkpoint,
+    write_run_record,
+)
 from ludic.eval.summary import print_summary
 from ludic.inference.client import ChatClient
 from ludic.inference.sampling import SamplingConfig
@@ -150,6 +157,7 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
         )
     if cfg.model is not None and not cfg.server_url:  # a bad --model: its error, and no more
         check_model(cfg.model)
+        refuse_unfinished_checkpoint(cfg.model, verify=cfg.verify)
     # One env built up front (its kwargs checked, that it is one, with one seat), which also
     # reads the context it suggests: --context auto needs it.
     auto = cfg.context == "auto"
@@ -189,9 +197,12 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
     result = asyncio.run(
         _evaluate(cfg, env_factory, parser, context, model_dir, requests, served_model)
     )
+    record = run_record(cfg, model_dir, served_model, env_kwargs, context)
+    write_run_record(cfg.out_dir, record)
     if cfg.credit == "gigpo":
         _report_gigpo(cfg, result, console)
     print_summary(result.metrics, title=f"ludic eval: {cfg.env}", console=console)
+    console.print(f"evaluated: {describe_run(record)}", markup=False, highlight=False)
     view = f"ludic view {cfg.out_dir / 'rollouts.jsonl'}"
     if model_dir is not None:
         view += f" --tokenizer {model_dir}"
@@ -206,10 +217,42 @@ def run_eval_command(cfg: EvalConfig, *, console: Console | None = None) -> Eval
 
 EVAL_RECORDS = (
     *("episodes.jsonl", "steps.jsonl", "rollouts.jsonl", "metrics.json", CREDIT_FILE),
-    "rollouts.html",
+    *(RUN_FILE, "rollouts.html"),
 )
-"""What `ludic eval` writes in --out-dir (`EvalResult.write`, and credit.jsonl with --credit),
-and `ludic view`'s page of rollouts.jsonl beside them, which would show the earlier episodes."""
+"""What `ludic eval` writes in --out-dir (`EvalResult.write`, run.json, and credit.jsonl with
+--credit), and `ludic view`'s page of rollouts.jsonl beside them, which would show the earlier
+episodes."""
+
+
+def run_record(
+    cfg: EvalConfig,
+    model_dir: str | None,
+    served_model: str | None,
+    env_kwargs: dict[str, object],
+    context: str,
+) -> dict[str, object]:
+    """run.json: what was evaluated (the model, or the server and the name sent to it) and
+    how (env, sampling, seeds, counts), so a results folder says which checkpoint it scored."""
+    model: dict[str, object] = (
+        {"server_url": cfg.server_url, "served_model": served_model}
+        if model_dir is None
+        else model_record(model_dir)
+    )
+    return {
+        "model": model,
+        "env": cfg.env,
+        "env_kwargs": env_kwargs,
+        "sampling": {
+            "temperature": cfg.temperature,
+            "top_p": cfg.top_p,
+            "max_tokens": cfg.max_tokens,
+        },
+        "seed": cfg.seed,
+        "num_problems": cfg.num_problems,
+        "samples_per_problem": cfg.samples_per_problem,
+        "max_steps": cfg.max_steps,
+        "context": context,
+    }
 
 
 def earlier_records(out_dir: Path) -> list[Path]:

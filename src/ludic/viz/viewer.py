@@ -267,12 +267,15 @@ def view_command(cfg: ViewConfig, *, console: Console | None = None) -> Path:
     """`ludic view`: write the page and print where it is."""
     out = cfg.out or cfg.rollouts.with_suffix(".html")
     console = console or Console()
+    evaluated = _evaluated_here(cfg.rollouts)
+    if evaluated is not None:
+        console.print(f"ludic eval's episodes of {evaluated}", markup=False, highlight=False)
     path, shown_as = _write_page(
         cfg.rollouts,
         out,
         cfg.samples,
         cfg.tokenizer,
-        cfg.title,
+        cfg.title or (f"ludic eval: {evaluated}" if evaluated is not None else None),
         cfg.max_episodes,
         on_warning=lambda text: console.print(f"[yellow]warning[/yellow]: {escape(text)}"),
     )
@@ -282,10 +285,31 @@ def view_command(cfg: ViewConfig, *, console: Console | None = None) -> Path:
     return path
 
 
+def _evaluated_here(rollouts: Path) -> str | None:
+    """What `ludic eval` evaluated, when `rollouts` is its rollouts.jsonl (its run.json is
+    beside it): the model, its checkpoint step and version, and the sampling."""
+    from ludic.eval.evaluated_model import describe_run, read_run_record
+
+    if rollouts.name != "rollouts.jsonl":
+        return None
+    record = read_run_record(rollouts.parent)
+    return None if record is None else describe_run(record)
+
+
+def _evaluated_model_path(rollouts: Path) -> str | None:
+    """The local model `ludic eval` ran, from the run.json beside its rollouts.jsonl."""
+    from ludic.eval.evaluated_model import read_run_record
+
+    record = read_run_record(rollouts.parent) if rollouts.name == "rollouts.jsonl" else None
+    model = (record or {}).get("model")
+    path = model.get("path") if isinstance(model, dict) else None
+    return path if isinstance(path, str) else None
+
+
 def ids_note(rollouts: Path) -> str:
     """What to pass when the page shows token ids because no --tokenizer was given (a model's
     ids are not byte-level): the newest checkpoint's model beside the rollouts, when a
-    `ludic train` run folder holds one."""
+    `ludic train` run folder holds one, else the model a `ludic eval` there ran."""
     found = (rollouts.parent / "checkpoints").glob("step_*/model/tokenizer_config.json")
     # a complete step_N only, the one resume would take: not a quarantined step_N.corrupt, a
     # save's scratch copy, nor a step without its MANIFEST.json (a save that never finished)
@@ -295,11 +319,13 @@ def ids_note(rollouts: Path) -> str:
         if p.parent.parent.name.removeprefix("step_").isdigit()
         and (p.parent.parent / "MANIFEST.json").is_file()
     )
-    where = (
-        f" (this run's: --tokenizer {beside[-1].parent})"
-        if beside
-        else " (a run's checkpoint .../checkpoints/step_N/model)"
-    )
+    evaluated = _evaluated_model_path(rollouts)
+    if beside:
+        where = f" (this run's: --tokenizer {beside[-1].parent})"
+    elif evaluated is not None:
+        where = f" (the model this evaluation ran: --tokenizer {evaluated})"
+    else:
+        where = " (a run's checkpoint .../checkpoints/step_N/model)"
     return (
         "its tokens are shown as ids (no --tokenizer given): to see them as text, pass "
         f"--tokenizer with the model directory that generated them{where}"
