@@ -270,7 +270,7 @@ async def _train(
             lr=cfg.lr,
             lr_schedule=cfg.lr_schedule,
             warmup_steps=cfg.warmup_steps,
-            schedule_steps=schedule_steps_of(cfg),
+            schedule_steps=None if cfg.lr_schedule == "constant" else schedule_steps_of(cfg),
             min_lr_ratio=cfg.min_lr_ratio,
             seed=cfg.seed,
             publisher=inference.publisher,
