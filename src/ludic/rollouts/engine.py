@@ -23,7 +23,7 @@ from ludic.envs.base import EnvCloseError, LudicEnv, close_env
 from ludic.inference.http.affinity import conversation
 from ludic.interaction.base import InteractionProtocol
 from ludic.rollouts.requests import RolloutRequest
-from ludic.rollouts.rollout_log import append_rollouts_jsonl
+from ludic.rollouts.rollout_log import append_rollouts_jsonl, set_aside_earlier_log
 from ludic.types import Rollout
 
 EnvFactory = Callable[..., LudicEnv]
@@ -41,9 +41,13 @@ class RolloutEngine:
       episode (None: no limit).
     - `jsonl_log`: append every rollout (failed ones included) to this file as episodes finish.
       A rollout that cannot be written is logged and gets `meta["log_error"]`; never raised.
-      The first rollout written with `meta["batch_index"]` (`RolloutBatchSource` stamps it)
-      drops the file's records of that batch and later ones, and a line cut off mid-write:
-      a run resumed from a checkpoint replays them (see `ludic._resumed_log`).
+      One engine's rollouts make one run: when this engine's first rollout has no
+      `meta["batch_index"]` (rollouts outside a training batch source), a non-empty file an
+      earlier run left there is renamed to a dated name beside it (`set_aside_earlier_log`,
+      said in a warning), so a rerun writes a fresh file instead of mixing two runs. When it
+      has one (`RolloutBatchSource` stamps it: a training run, perhaps resumed), the file is
+      continued: its records of that batch and later ones, and a line cut off mid-write, are
+      dropped, since a run resumed from a checkpoint replays them (see `ludic._resumed_log`).
     - `progress`: show a progress bar (tqdm) over episodes.
 
     Rollout meta gets the request's `meta`, then the protocol's own keys, then `request_id`,
@@ -197,6 +201,8 @@ class RolloutEngine:
         assert self.jsonl_log is not None
         if self._resumed_log is None or self._resumed_log.path != self.jsonl_log:
             self._resumed_log = ResumedLog(self.jsonl_log, batch_index_of)
+            if rollouts and meta_batch_index(rollouts[0].meta) is None:
+                self._start_fresh_log(self.jsonl_log)
         for rollout in rollouts:
             try:
                 self._resumed_log.before_write(meta_batch_index(rollout.meta))
@@ -210,6 +216,30 @@ class RolloutEngine:
                     e,
                 )
                 rollout.meta["log_error"] = f"{type(e).__name__}: {e}"
+
+    @staticmethod
+    def _start_fresh_log(path: Path) -> None:
+        """Keep an earlier run's rollouts at `path` under a dated name (a warning says where);
+        a rename that fails is logged and this run appends after them."""
+        try:
+            kept = set_aside_earlier_log(path)
+        except OSError as e:
+            logger.error(
+                "jsonl_log %s holds an earlier run's rollouts and could not be renamed aside "
+                "(%s: %s); this run's rollouts follow them in the file",
+                path,
+                type(e).__name__,
+                e,
+            )
+            return
+        if kept is not None:
+            logger.warning(
+                "jsonl_log %s held an earlier run's rollouts: kept as %s; this run writes a "
+                "fresh %s",
+                path,
+                kept,
+                path.name,
+            )
 
 
 def _check_factories(registry: Mapping[str, object], name: str, what: str) -> None:

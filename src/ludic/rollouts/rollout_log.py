@@ -13,6 +13,7 @@ with ASCII JSON escapes, which read back to the same string.
 from __future__ import annotations
 
 import codecs
+import datetime
 import json
 import warnings
 from collections.abc import Iterable, Iterator
@@ -69,6 +70,24 @@ def append_rollouts_jsonl(rollouts: Iterable[Rollout], path: str | Path) -> int:
     with path.open("a", encoding="utf-8") as f:
         f.write("".join(lines))
     return len(lines)
+
+
+def set_aside_earlier_log(path: str | Path) -> Path | None:
+    """Rename a non-empty rollout log at `path` to a dated name beside it, `STEM.YYYYmmdd-HHMMSS
+    .jsonl` (when it was last written, local time; `-2`, `-3`, ... if taken), so the run about
+    to write `path` starts a fresh file instead of mixing its rollouts with an earlier run's.
+    Returns the new name, or None when there was nothing to keep (no file, or an empty one)."""
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    stamp = datetime.datetime.fromtimestamp(path.stat().st_mtime).strftime("%Y%m%d-%H%M%S")
+    kept = path.with_name(f"{path.stem}.{stamp}{path.suffix}")
+    n = 1
+    while kept.exists():
+        n += 1
+        kept = path.with_name(f"{path.stem}.{stamp}-{n}{path.suffix}")
+    path.rename(kept)
+    return kept
 
 
 def _data_first(first: Any, second: Any, name: str) -> tuple[Any, Any]:
