@@ -105,6 +105,8 @@ def test_fsdp_steps_match_single_process(runs: dict[str, Any]) -> None:
     assert dist["sharded"], "the 2-rank model was not sharded (FSDP2 not chosen under torchrun)"
     for ref, got in zip(single["history"], dist["history"], strict=True):
         assert got["num_action_tokens"] == ref["num_action_tokens"]  # summed over ranks
+        counts = [k for k in ref if k.startswith(("num_samples", "dropped_", "policy_lag/"))]
+        assert {k: got[k] for k in counts} == {k: ref[k] for k in counts}  # so are the samples
         assert got["loss"] == pytest.approx(ref["loss"], rel=tol["rel"], abs=1e-7)
         assert got["grad_norm"] == pytest.approx(ref["grad_norm"], rel=tol["rel"])
         assert got["policy_version"] == ref["policy_version"]

@@ -62,6 +62,7 @@ from ludic.training.parallel.runtime import (
     raise_if_any_failed,
 )
 from ludic.training.parallel.state import optimizer_param_names
+from ludic.training.rank_counts import counts_over_ranks
 from ludic.training.schedule import build_scheduler
 from ludic.training.shared_prefix import shared_prefix_min_tokens
 from ludic.training.stall import NoSignalWatch, SkipTracker, skip_cause, was_skipped
@@ -109,8 +110,9 @@ class Trainer:
     it returns. Under FSDP every rank builds the same Trainer on its own share of the data (a
     publisher or logger only where it should act, e.g. rank 0; `ref_model`, `eval_fn` and
     checkpoints on every rank or none); rank 0 writes checkpoints and publishes; `eval_fn` runs
-    on every rank (a sharded forward needs them all); sample stats are per rank, loss,
-    grad_norm and token counts global. An error in what one rank alone does (its batch
+    on every rank (a sharded forward needs them all); per-sample stats (`reward_mean`, ...) are
+    per rank; loss, grad_norm, token and sample counts (`num_samples`, `dropped_*`,
+    `policy_lag/*`: `ludic.training.rank_counts`) global; the progress bar is rank 0's. An error in what one rank alone does (its batch
     source, `reducers`, loss, publish, checkpoint write, logger or share of `eval_fn`) stops
     every rank at that step: that rank raises its own error, the others `RankFailedError`
     naming it and the cause. Not covered: an error inside the sharded model's forward or
@@ -234,6 +236,8 @@ class Trainer:
             if self.runtime.world_size > 1:
                 cause = replace(cause, text=f"on rank {self.runtime.rank}, {cause.text}")
             logger.warning("step %d skipped: %s", self.step, cause.text)
+        if self.runtime.world_size > 1:  # the samples of the global loss (after the cause)
+            metrics.update(counts_over_ranks(self.runtime, metrics))
         try:
             metrics.update(await self._after_step(applied=cause is None))
         except NonFiniteWeightsError as e:  # the policy diverged: the run stops here
@@ -392,10 +396,12 @@ class Trainer:
     # -- loops --------------------------------------------------------------------------------
 
     async def train(self, num_steps: int, *, progress: bool = True) -> list[dict[str, float]]:
-        """Run `num_steps` steps (fewer if the source runs out); returns each step's metrics."""
+        """Run `num_steps` steps (fewer if the source runs out); returns each step's metrics.
+        `progress` shows a bar on rank 0 only (every rank's would interleave under torchrun)."""
         check_num_steps(num_steps)
         history: list[dict[str, float]] = []
-        with tqdm(total=num_steps, desc="train", disable=not progress) as bar:
+        shown = progress and self.runtime.is_main
+        with tqdm(total=num_steps, desc="train", disable=not shown) as bar:
             for _ in range(num_steps):
                 # A step may never suspend (a source that is pure computation): without this,
                 # the cancellation `asyncio.run` makes of a first Ctrl-C would land after the run.
