@@ -96,7 +96,8 @@ class PipelineActor:
     line that names it. Before the first batch, a stream whose live learner
     trains another run, or whose newest samples are all another run's, is refused
     (`stream_runs`); `check_stream_run=False` skips the second (`ludic actor --run-id`: a run
-    named on purpose, whose learner is told it too), never the first.
+    named on purpose, whose learner is told it too), never the first, which is made again
+    before each batch is pushed (a learner of another run started after this actor).
     """
 
     def __init__(
@@ -156,7 +157,9 @@ class PipelineActor:
         """Wait for room in the stream, generate one batch and push its samples. Before the
         first batch, a stream whose live learner trains another run, or whose newest stamped
         sample is of another run, is refused (`stream_runs`): a learner would train one of the
-        two runs and dead-letter the other."""
+        two runs and dead-letter the other. Before each push the live learner's run is read
+        again (one Redis read a batch), so a learner of another run started since stops the
+        actor before it pushes samples that learner would dead-letter."""
         if not self._checked_stream and self.run_id is not None:
             await refuse_live_learner_run(self.stream, run_id=self.run_id, actor_id=self.actor_id)
             if self.check_stream_run:
@@ -199,6 +202,10 @@ class PipelineActor:
             tagged = dataclasses.replace(sample, meta=meta)
             sample_id = f"{self.actor_id}:{self.batch_index}:{i}"
             entries.append((sample_id, encode_sample(tagged, sample_id=sample_id)))
+        if self.run_id is not None:  # a learner of another run may have started since
+            await refuse_live_learner_run(
+                self.stream, run_id=self.run_id, actor_id=self.actor_id, batch=self.batch_index
+            )
         waited += await self._push(entries)
         self.samples_pushed += len(result.samples)
         self._last_batch = max(1, len(result.samples))

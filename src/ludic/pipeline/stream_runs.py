@@ -1,5 +1,6 @@
 """The actor's checks, before its first batch, that its stream's learner trains its run: a live
-learner publishes the run it trains (`refuse_live_learner_run`, also once the stream is drained),
+learner publishes the run it trains (`refuse_live_learner_run`, also once the stream is drained,
+and again before each batch is pushed: a learner started after the actor),
 and a stream still holding another run's samples (a backlog no learner acknowledged) would have
 a new learner take that run, from the first sample it reads (`refuse_another_run`); either
 learner would dead-letter this actor's samples.
@@ -25,16 +26,28 @@ NEWEST = 32
 """How many of the stream's newest entries are read for a run id."""
 
 
-async def refuse_live_learner_run(stream: SampleStream, *, run_id: str, actor_id: str) -> None:
+async def refuse_live_learner_run(
+    stream: SampleStream, *, run_id: str, actor_id: str, batch: int | None = None
+) -> None:
     """Raise LudicUsageError, naming both runs, the learner and the fixes, when a live learner
-    of `stream` publishes that it trains another run than `run_id` (`SampleStream.learner_run`)."""
+    of `stream` publishes that it trains another run than `run_id` (`SampleStream.learner_run`).
+    `batch`: the generated batch the actor was about to push (a learner started since its
+    first batch), which the message says it drops."""
     published = await stream.learner_run()
     if published is None or published[0] == run_id:
         return
     other, holder = published
-    raise LudicUsageError(
+    where = (
         f"stream {stream.stream!r} at {shown_url(stream.url)} is read by a live learner "
-        f"({holder}) that trains run {other}, but this actor ({actor_id!r}) is run {run_id}: "
+        f"({holder}) that trains run {other}"
+    )
+    if batch is not None:
+        where = (
+            f"actor {actor_id!r} stops without pushing its batch {batch}: since it started, "
+            + where
+        )
+    raise LudicUsageError(
+        f"{where}, but this actor ({actor_id!r}) is run {run_id}: "
         "that learner would dead-letter every sample this actor pushes. Its flags differ from "
         "that run's actors' (--env, --env-kwargs, --algorithm and its flags, --group-size, "
         "--max-tokens, --temperature, --top-p, the model, ...), or its --run-id does. To "
