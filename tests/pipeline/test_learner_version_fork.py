@@ -21,7 +21,12 @@ from ludic.pipeline.learner_report import done_line
 from ludic.pipeline.learner_run import fork_versions
 from ludic.pipeline.source import PipelineBatchSource
 from ludic.pipeline.stream import SampleStream
-from ludic.pipeline.versions import RecordingPublisher, dead_span, published_key
+from ludic.pipeline.versions import (
+    PublishedRecord,
+    RecordingPublisher,
+    dead_span,
+    published_key,
+)
 from ludic.training.batching.types import BatchSourceExhausted
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
@@ -33,7 +38,8 @@ class _Pushes:
         self.server, self.recorded = server, []
 
     def publish(self, weights: object, *, version: int) -> None:
-        self.recorded.append(int(self.server.client().get(published_key("s"))))
+        record = PublishedRecord.parse(self.server.client().get(published_key("s")))
+        self.recorded.append(record.version)
 
 
 def test_the_publisher_records_the_highest_version_before_each_push(
@@ -125,7 +131,7 @@ def test_the_closing_line_counts_a_dead_learners_samples_as_untrained() -> None:
     trainer = SimpleNamespace(step=0, checkpoints=None)
     line = done_line(trainer, {"samples": 10, "dead_branch": 3, "dropped_stale": 1})
     assert "6 of the 10 samples read were trained, 1 dropped as stale" in line
-    assert "3 dropped as a dead learner's (versions its resume discarded)" in line
+    assert "3 dropped as a killed learner's (versions past this one's start)" in line
     assert dead_span(2, 4) == "version 3" and dead_span(3, 6) == "versions 4..5"
 
 

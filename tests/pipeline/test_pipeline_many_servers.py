@@ -33,7 +33,9 @@ async def test_the_actor_spreads_over_every_server(monkeypatch: pytest.MonkeyPat
 
 
 def test_the_learner_publishes_to_every_server() -> None:
-    publisher = _publisher(LearnerConfig(server_url=URLS, token="t", server_ranks=2), model=None)
+    publisher = _publisher(
+        LearnerConfig(server_url=URLS, token="t", server_ranks=2), None, run=lambda: None
+    )
     assert isinstance(publisher, RecordingPublisher)  # records each version before the push
     assert isinstance(publisher.publisher, BroadcastPolicyPublisher)
     assert [s.url for s in publisher.servers] == list(URLS)
@@ -43,4 +45,4 @@ def test_the_learner_publishes_to_every_server() -> None:
 
 def test_a_server_named_twice_is_refused() -> None:
     with pytest.raises(ValueError, match="names a server twice"):
-        _publisher(LearnerConfig(server_url=(URLS[0], URLS[0]), token="t"), model=None)
+        _publisher(LearnerConfig(server_url=(URLS[0], URLS[0]), token="t"), None, run=lambda: None)

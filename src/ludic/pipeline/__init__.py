@@ -2,6 +2,10 @@
 policy version, learner ranks each read their own share (`PipelineBatchSource`) and acknowledge
 a sample once a checkpoint holds the update trained on it.
 
+A learner loop of your own (not `ludic learner`) that publishes weights to the actors' servers
+wraps its publisher in `RecordingPublisher` and calls `fork_versions` before its first step, so a
+learner started after a killed one never gives two weights one policy version.
+
 Importing this package is light; the Redis, torch and training parts load on first use.
 """
 
@@ -17,9 +21,11 @@ if TYPE_CHECKING:
     from ludic.pipeline.codec import DecodedSample, PayloadError, decode_sample, encode_sample
     from ludic.pipeline.commands import run_actor, run_learner
     from ludic.pipeline.credit_check import CreditCheck, CreditMismatchError, credit_record
+    from ludic.pipeline.learner_run import fork_versions
     from ludic.pipeline.lease import ConsumerInUseError, ConsumerLease, ConsumerLeaseLostError
     from ludic.pipeline.source import PipelineBatchSource
     from ludic.pipeline.stream import RedisUnavailableError, SampleStream, StreamEntry
+    from ludic.pipeline.versions import RecordingPublisher
 
 _LAZY = {
     "ActorBatchStats": "ludic.pipeline.actor",
@@ -40,6 +46,8 @@ _LAZY = {
     "RedisUnavailableError": "ludic.pipeline.stream",
     "SampleStream": "ludic.pipeline.stream",
     "StreamEntry": "ludic.pipeline.stream",
+    "RecordingPublisher": "ludic.pipeline.versions",
+    "fork_versions": "ludic.pipeline.learner_run",
 }
 
 __all__ = [
@@ -55,12 +63,14 @@ __all__ = [
     "PayloadError",
     "PipelineActor",
     "PipelineBatchSource",
+    "RecordingPublisher",
     "RedisUnavailableError",
     "SampleStream",
     "StreamEntry",
     "credit_record",
     "decode_sample",
     "encode_sample",
+    "fork_versions",
     "run_actor",
     "run_learner",
 ]

@@ -140,5 +140,5 @@ def _stale_note(totals: dict[str, int]) -> str:
     if dropped:
         why.append(f"{dropped} dropped as stale (more than --max-lag policy versions behind)")
     if dead:
-        why.append(f"{dead} dropped as a dead learner's (versions its resume discarded)")
+        why.append(f"{dead} dropped as a killed learner's (versions past this one's start)")
     return f"; {read - dropped - dead} of the {read} samples read were trained, " + ", ".join(why)

@@ -23,7 +23,12 @@ from ludic.pipeline.learner_settings import (
 )
 from ludic.pipeline.lease import refuse_other_learners
 from ludic.pipeline.stream import SampleStream
-from ludic.pipeline.versions import RecordingPublisher, dead_span, highest_published
+from ludic.pipeline.versions import (
+    PublishedRecord,
+    RecordingPublisher,
+    dead_span,
+    published_record,
+)
 from ludic.recipes.algorithms import make_algorithm as make_preset
 from ludic.recipes.inference import server_push_token
 
@@ -81,7 +86,11 @@ async def learn(cfg: LearnerConfig) -> list[dict[str, float]]:
             await wait_for_servers(server_urls(cfg.server_url))
         model, tokenizer = load_model(cfg.model or tiny_model_dir(), dtype="float32")
         # Only rank 0 pushes; the Trainer gathers the weights on every rank for it.
-        publisher = None if not cfg.server_url or source.rank != 0 else _publisher(cfg, model)
+        publisher = (
+            None
+            if not cfg.server_url or source.rank != 0
+            else _publisher(cfg, model, run=lambda: source.run_check.run)
+        )
         trainer = _trainer(cfg, source, model, tokenizer, publisher)
         return await _train(cfg, source, trainer)
     finally:
@@ -158,7 +167,9 @@ async def _train(cfg: LearnerConfig, source: Any, trainer: Any) -> list[dict[str
     return history
 
 
-def _publisher(cfg: LearnerConfig, model: Any) -> Any:
+def _publisher(cfg: LearnerConfig, model: Any, *, run: Callable[[], str | None]) -> Any:
+    """The learner's publisher to `--server-url`, recording each version with `run()`, the run
+    the learner trains once it knows it."""
     from ludic.distributed import BroadcastPolicyPublisher
     from ludic.recipes.inference import server_urls
 
@@ -172,7 +183,7 @@ def _publisher(cfg: LearnerConfig, model: Any) -> Any:
         server_ranks=cfg.server_ranks,
         probe_model=model,  # the Trainer publishes state dicts: probe with its live model
     )
-    return RecordingPublisher(publisher, url=cfg.redis_url, stream=cfg.stream)  # versions' record
+    return RecordingPublisher(publisher, url=cfg.redis_url, stream=cfg.stream, run=run)
 
 
 def _trainer(cfg: LearnerConfig, source: Any, model: Any, tokenizer: Any, publisher: Any) -> Any:
@@ -212,34 +223,68 @@ def _trainer(cfg: LearnerConfig, source: Any, model: Any, tokenizer: Any, publis
     # a fresh start too: a learner killed before its first checkpoint published versions that
     # this one, back at version 0, would otherwise reach again with other weights
     fork_versions(trainer, source, cfg.redis_url)
-    trainer.version_position = source.staleness.forks.position  # policy_lag/* along the branch
     return trainer
 
 
 def fork_versions(trainer: Any, source: Any, url: str) -> None:
-    """At the start: where a dead learner published versions past the one this learner starts
-    from (its checkpoint's, or 0), number its weights past all of them, so that no version
-    names two weights; the source drops the dead versions' samples (`ludic.pipeline.versions`).
-    A resumed learner publishes them so at once (every rank, as the Trainer publishes); a
-    fresh one's first publish follows before its first step (`_train`)."""
+    """Call this in a learner loop of your own on a pipeline stream (`ludic learner` does), once
+    the `Trainer` over a `PipelineBatchSource` is built and resumed, before its first step, with
+    publishes going through a `RecordingPublisher`: where a dead learner of this run published
+    versions past the one this learner starts from (its checkpoint's, or 0), it numbers this
+    learner's weights past all of them, so that no version names two weights, and the source
+    drops the dead versions' samples (`ludic.pipeline.versions`); `policy_lag/*` and
+    `publish_every` then count updates along this learner's branch. A resumed learner publishes
+    them so at once (every rank calls this, as the Trainer publishes); a fresh one publishes
+    before its first step (`_train`). Another run's record (a reused stream name) is left to be
+    replaced when this learner knows its run (`--run-id` or its checkpoint's), with a line."""
+    trainer.version_position = source.staleness.forks.position
     resumed = int(trainer.policy_version)
-    published = highest_published(url, source.stream.stream)  # every rank reads the same
-    if published is None or published <= resumed:
+    record = published_record(url, source.stream.stream)  # every rank reads the same
+    if record is None or record.version <= resumed:
         return
+    run = source.run_check.run
+    if record.run is not None and run is not None and record.run != run:
+        if source.rank == 0:
+            logger.warning(_other_run_line(source.stream.stream, record, run, resumed))
+        return
+    published = record.version
     trainer.policy_version = published + 1
     source.staleness.forks.add(resumed, published + 1)
     if source.rank == 0:
         logger.warning(
             "a learner before this one published policy versions up to %d, past the %d this "
             "one starts from: this learner numbers its weights %d on (published now) and "
-            "drops samples of %s, whose weights died with that learner",
+            "drops samples of %s, whose weights died with that learner%s",
             published,
             resumed,
             published + 1,
             dead_span(resumed, published + 1),
+            _record_run_note(record, run),
         )
     if trainer.step > 0:  # resumed; a fresh learner publishes before its first step
         trainer.publish_weights()
+
+
+def _other_run_line(stream: str, record: PublishedRecord, run: str, start: int) -> str:
+    return (
+        f"stream {stream!r} records policy versions up to {record.version} published by a "
+        f"learner of run {record.run}, not this learner's run {run}: a stream name reused by "
+        f"a new run, so this learner numbers its versions from {start} as its own and its "
+        "first publish replaces that record. A server still serving that run's weights tags "
+        "samples with its versions, which read as newer than this learner (warned once): "
+        "restart the servers for a new run"
+    )
+
+
+def _record_run_note(record: PublishedRecord, run: str | None) -> str:
+    """What the fork line adds when the record names a run this learner cannot yet compare."""
+    if record.run is None or run is not None:
+        return ""
+    return (
+        f" (the record names run {record.run}; this learner takes the run of the first sample "
+        "it reads: a new run on a reused stream name given `ludic learner --run-id` numbers "
+        "its versions from its own start instead)"
+    )
 
 
 def _resume_learner(trainer: Any, cfg: LearnerConfig) -> int:

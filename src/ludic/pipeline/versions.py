@@ -10,23 +10,45 @@ finds it above `r` forks: its versions continue from `M + 1` (labelling the same
 and `Forks` drops, counted and said once, every sample of a version in the gap `r+1 .. M`, while
 the lag of the others counts only the updates on this learner's own branch. It never changes
 a sample's logprobs (the behaviour policy's, as generated).
+
+The record also names the run its learner trained (`PublishedRecord`), so a stream name reused by
+a new run does not make that run's versions jump past the old run's: a learner that knows its run
+from the start (`--run-id`, or its checkpoint's) and finds another run's record numbers its own
+versions and replaces the record at its first publish, saying so. A learner that does not know
+its run yet (a fresh one without `--run-id`: it takes the run of the first sample it reads)
+forks past any record, as it must when that record is its own run's killed learner's.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import redis
 
 logger = logging.getLogger("ludic.pipeline.source")  # the source's lines, under its name
 
-# KEYS: the highest published version. ARGV: a version about to be published.
+# KEYS: the record. ARGV: a version about to be published, the publisher's run ('' unknown).
+# Raise the version (the run with it); another run's record (both runs known) is replaced.
 _RAISE = """
-local old = tonumber(redis.call('GET', KEYS[1]) or '-1')
-if tonumber(ARGV[1]) > old then
-  redis.call('SET', KEYS[1], ARGV[1])
+local raw = redis.call('GET', KEYS[1])
+local old, run = -1, ''
+if raw then
+  local ok, record = pcall(cjson.decode, raw)
+  if ok and type(record) == 'table' then
+    old = tonumber(record['version']) or -1
+    if type(record['run']) == 'string' then run = record['run'] end
+  else
+    old = tonumber(raw) or -1
+  end
+end
+local other = ARGV[2] ~= '' and run ~= '' and ARGV[2] ~= run
+if other or tonumber(ARGV[1]) > old then
+  redis.call('SET', KEYS[1], cjson.encode({version = tonumber(ARGV[1]), run = ARGV[2]}))
 end
 return 0
 """
@@ -55,24 +77,56 @@ def published_key(stream: str) -> str:
     return f"{stream}:published-version"
 
 
+@dataclass(frozen=True)
+class PublishedRecord:
+    """`<stream>:published-version`: the highest policy version a learner of the stream
+    published, and the run that learner trained (None: not known when it published)."""
+
+    version: int
+    run: str | None
+
+    @classmethod
+    def parse(cls, raw: bytes | str) -> PublishedRecord:
+        """The record as stored: JSON, or a bare version (written before records named runs)."""
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            return cls(int(value["version"]), str(value.get("run") or "") or None)
+        return cls(int(raw), None)
+
+
 class RecordingPublisher:
-    """A `PolicyPublisher` that records in Redis, before each push, the highest version pushed
-    (so no server ever holds a version above the record), then pushes with `publisher`. A Redis
-    outage is waited out (retried with backoff, as the stream's commands are, for up to
-    `give_up_after_s`): a Redis restarted mid-run must not stop the learner at its publish."""
+    """Wrap your `PolicyPublisher` in this in a learner loop of your own that publishes to the
+    servers of a pipeline stream's actors (`ludic learner` does): before each push it records in
+    Redis the highest version pushed, with the run `run()` names (so no server ever holds a
+    version above the record), then pushes with `publisher`. `fork_versions` reads the record
+    when a learner starts, so a learner started after a killed one never reuses a version that
+    named the killed one's weights. A Redis outage is waited out (retried with backoff, as the
+    stream's commands are, for up to `give_up_after_s`): a Redis restarted mid-run must not stop
+    the learner at its publish."""
 
     def __init__(
-        self, publisher: Any, *, url: str, stream: str, give_up_after_s: float = 600.0
+        self,
+        publisher: Any,
+        *,
+        url: str,
+        stream: str,
+        run: Callable[[], str | None] = lambda: None,
+        give_up_after_s: float = 600.0,
     ) -> None:
         self.publisher = publisher
         self.key = published_key(stream)
+        self.run = run
         self.give_up_after_s = give_up_after_s
         self.redis = redis.Redis.from_url(url, socket_timeout=30.0, socket_connect_timeout=5.0)
         self._raise = self.redis.register_script(_RAISE)
 
     def publish(self, weights: Any, *, version: int) -> None:
         what = f"recording published policy version {version}"
-        _retried(what, lambda: self._raise(keys=[self.key], args=[version]), self.give_up_after_s)
+        args: list[int | str] = [version, self.run() or ""]
+        _retried(what, lambda: self._raise(keys=[self.key], args=args), self.give_up_after_s)
         self.publisher.publish(weights, version=version)
 
     def close(self) -> None:
@@ -85,15 +139,17 @@ class RecordingPublisher:
         return getattr(self.publisher, name)
 
 
-def highest_published(url: str, stream: str, *, give_up_after_s: float = 600.0) -> int | None:
-    """The highest version a learner of `stream` recorded publishing, or None."""
+def published_record(
+    url: str, stream: str, *, give_up_after_s: float = 600.0
+) -> PublishedRecord | None:
+    """The highest version a learner of `stream` recorded publishing and its run, or None."""
     client = redis.Redis.from_url(url, socket_timeout=30.0, socket_connect_timeout=5.0)
     try:
         what = "reading the highest published policy version"
         raw = _retried(what, lambda: client.get(published_key(stream)), give_up_after_s)
     finally:
         client.close()
-    return None if raw is None else int(raw)
+    return None if raw is None else PublishedRecord.parse(raw)
 
 
 def _retried(what: str, command: Any, give_up_after_s: float) -> Any:
@@ -141,10 +197,11 @@ class Forks:
         self._warned = True
         resumed, new = fork
         logger.warning(
-            "a sample carries policy version %d, published by a learner that died after this "
-            "one's checkpoint (this learner resumed the weights of version %d and numbers them "
-            "%d, past every version published before): the weights that sampled it are gone, "
-            "so it and every sample of %s are dropped, counted as pipeline/dead_branch",
+            "a sample carries policy version %d, published by a learner killed before this one "
+            "started, past the version %d this one starts from (its checkpoint's; 0: a fresh "
+            "learner) and numbers %d on, past every version published before: the weights that "
+            "sampled it are gone, so it and every sample of %s are dropped, counted as "
+            "pipeline/dead_branch",
             version,
             resumed,
             new,
