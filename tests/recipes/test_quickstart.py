@@ -47,7 +47,9 @@ def test_quickstart_tiny_end_to_end(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert not (out / "run.lock").exists()  # held by the whole command, gone at its end
-    assert not stale.exists() and "replacing the earlier quickstart run's rl/" in result.stdout
+    assert not stale.exists() and "kept the earlier quickstart run in" in result.stdout
+    (kept,) = tmp_path.glob("run.*")  # the earlier run, in a dated folder beside OUT_DIR
+    assert (kept / "rl" / "checkpoints" / "step_99999999").is_dir()
 
     table = parse_table(result.stdout)
     assert tuple(table) == STAGES, result.stdout

@@ -19,7 +19,6 @@ import copy
 import json
 import math
 import shlex
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
@@ -58,6 +57,7 @@ from ludic.rollouts import (
     derive_seed,
     write_rollouts_jsonl,
 )
+from ludic.rollouts.rollout_log import dated_sibling
 from ludic.training import OfflineBatchSource, RolloutBatchSource, make_grpo, make_sft
 from ludic.types import Rollout
 
@@ -109,26 +109,39 @@ def run_quickstart(cfg: QuickstartConfig, *, console: Console | None = None) -> 
 
 
 STAGE_DIRS = ("eval", "expert", "sft", "rl")
-"""What a quickstart writes under OUT_DIR besides its summary files, replaced by the next run."""
+"""What a quickstart writes under OUT_DIR besides its summary files (`SUMMARY_FILES`)."""
+SUMMARY_FILES = ("results.json", "reward_curve.png")
 
 
-def _clear_earlier_run(out: Path, console: Console) -> None:
-    """A quickstart run starts over: an earlier run's stage directories in OUT_DIR go (under
-    the run lock), else its checkpoints would outlive a shorter rerun (`--rl-steps 20` after
-    40 left the old step_00000040 as the newest) and its logs would mix with this run's."""
-    earlier = [out / name for name in STAGE_DIRS if (out / name).is_dir()]
-    if earlier:
-        names = ", ".join(f"{path.name}/" for path in earlier)
-        console.print(f"run directory: replacing the earlier quickstart run's {names} in {out}")
-        for path in earlier:
-            shutil.rmtree(path)
+def _keep_earlier_run(out: Path, console: Console) -> Path | None:
+    """A quickstart run starts over: an earlier run's stage directories and summary files in
+    OUT_DIR move (under the run lock) to a dated folder beside it, `OUT_DIR.YYYYmmdd-HHMMSS`
+    (when that run last wrote), so a rerun keeps it instead of deleting it; left in place, its
+    checkpoints would outlive a shorter rerun (`--rl-steps 20` after 40 left the old
+    step_00000040 as the newest) and its logs would mix with this run's. Returns that folder."""
+    earlier = [out / name for name in (*STAGE_DIRS, *SUMMARY_FILES) if (out / name).exists()]
+    if not earlier:
+        return None
+    kept = dated_sibling(out.resolve(), max(p.stat().st_mtime for p in earlier), keep_suffix=False)
+    names = ", ".join(f"{p.name}/" if p.is_dir() else p.name for p in earlier)
+    kept.mkdir(parents=True)
+    for path in earlier:
+        path.rename(kept / path.name)
+    console.print(
+        f"run directory: kept the earlier quickstart run in {out} ({names}) as {kept}; "
+        "delete that folder when you no longer need it",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    return kept
 
 
 async def _run(cfg: QuickstartConfig, console: Console) -> QuickstartResult:
     started = time.perf_counter()
     out = cfg.out_dir
     out.mkdir(parents=True, exist_ok=True)
-    _clear_earlier_run(out, console)
+    _keep_earlier_run(out, console)
     env_kwargs = quickstart_env_kwargs(cfg)  # examples/tictactoe/eval.py plays by these too
     console.rule(f"[bold]ludic quickstart[/bold]: tic-tac-toe vs a {cfg.opponent} opponent")
     model, tokenizer = build_policy(cfg, env_kwargs, console)

@@ -80,13 +80,22 @@ def set_aside_earlier_log(path: str | Path) -> Path | None:
     path = Path(path)
     if not path.is_file() or path.stat().st_size == 0:
         return None
-    stamp = datetime.datetime.fromtimestamp(path.stat().st_mtime).strftime("%Y%m%d-%H%M%S")
-    kept = path.with_name(f"{path.stem}.{stamp}{path.suffix}")
+    kept = dated_sibling(path, path.stat().st_mtime)
+    path.rename(kept)
+    return kept
+
+
+def dated_sibling(path: Path, when: float, *, keep_suffix: bool = True) -> Path:
+    """A free name beside `path` stamped with `when` (local time): `STEM.YYYYmmdd-HHMMSS
+    SUFFIX`, or `NAME.YYYYmmdd-HHMMSS` without `keep_suffix` (a folder); `-2`, `-3`, ... after
+    the stamp when that name is taken. Where an earlier run is kept when a rerun replaces it."""
+    stamp = datetime.datetime.fromtimestamp(when).strftime("%Y%m%d-%H%M%S")
+    stem, suffix = (path.stem, path.suffix) if keep_suffix else (path.name, "")
+    kept = path.with_name(f"{stem}.{stamp}{suffix}")
     n = 1
     while kept.exists():
         n += 1
-        kept = path.with_name(f"{path.stem}.{stamp}-{n}{path.suffix}")
-    path.rename(kept)
+        kept = path.with_name(f"{stem}.{stamp}-{n}{suffix}")
     return kept
 
 
