@@ -1,7 +1,8 @@
 """The learner's step and closing lines under several ranks, through the functions `ludic
 learner` calls after each step and at the end (`report_step`, `report_done`): the sample counts
-are all ranks' (summed through the runtime's all-reduce), what is rank 0's alone says so, only
-rank 0 logs, and the run stops once every rank's batch came back empty."""
+are all ranks' (the step's `num_samples` as the Trainer sums it over ranks, the closing totals
+through the runtime's all-reduce), what is rank 0's alone says so, only rank 0 logs, and the
+run stops once every rank's batch came back empty."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from ludic.pipeline.learner_report import TOTAL_KEYS, report_done, report_step
 from ludic.pipeline.source import PipelineBatchSource
 
-METRICS = {"num_samples": 16.0, "batch/pipeline/lag_max": 2.0, "reward_mean": 0.5, "loss": 0.1}
+METRICS = {"num_samples": 32.0, "batch/pipeline/lag_max": 2.0, "reward_mean": 0.5, "loss": 0.1}
 LOGGER = "ludic.pipeline.learner_report"
 
 
@@ -58,8 +59,8 @@ def test_two_ranks_count_both_ranks_samples_and_label_rank_0s_numbers(
     [line] = _lines(caplog)
     assert line.startswith("learner step 3: 32 samples on 2 ranks (policy lag max 2 on rank 0)")
     assert "mean reward per sample on rank 0 +0.500" in line
-    assert stop is None  # this rank's timed_out, samples, stale drops while timing out:
-    assert runtime.reduced == [[0.0, 16.0, 0.0]]
+    assert stop is None  # this rank's timed_out and stale drops while timing out; the
+    assert runtime.reduced == [[0.0, 0.0]]  # Trainer's num_samples is all ranks' already
 
 
 def test_one_rank_says_nothing_about_ranks_and_reduces_nothing(
@@ -68,7 +69,7 @@ def test_one_rank_says_nothing_about_ranks_and_reduces_nothing(
     with caplog.at_level(logging.INFO, logger=LOGGER):
         report_step(*_learner(SimpleNamespace(world_size=1)), METRICS)
     [line] = _lines(caplog)
-    assert line.startswith("learner step 3: 16 samples (policy lag max 2), mean reward per")
+    assert line.startswith("learner step 3: 32 samples (policy lag max 2), mean reward per")
     assert "rank" not in line
 
 

@@ -30,19 +30,16 @@ TOTAL_KEYS = (
 
 
 def report_step(trainer: Any, source: Any, metrics: dict[str, float]) -> str | None:
-    """After each step, on every rank: rank 0 logs `step_line` with all ranks' sample count.
+    """After each step, on every rank: rank 0 logs `step_line` with all ranks' sample count
+    (the Trainer's `num_samples`, which it sums over ranks itself).
     Returns why the learner stops when every rank's batch came back empty (`source.timed_out`):
     `source.exhausted_line` with the stale samples all ranks dropped while they waited
     (`source.timed_out_dropped`); else None."""
     runtime = trainer.runtime
-    timed_out, samples, dropped = across_ranks(
-        runtime,
-        [
-            float(source.timed_out),
-            metrics.get("num_samples", 0.0),
-            float(source.timed_out_dropped),
-        ],
+    timed_out, dropped = across_ranks(
+        runtime, [float(source.timed_out), float(source.timed_out_dropped)]
     )
+    samples = metrics.get("num_samples", 0.0)
     if source.rank == 0:
         logger.info(step_line(trainer.step, metrics, samples, runtime.world_size))
         if (foreign := foreign_policy_line(metrics)) is not None:
