@@ -111,6 +111,14 @@ def gigpo_group_credit(
     G_ik     = sum_{j >= k} gamma^(j - k) r'_ij (discounted return-to-go)
     A_S(i,k) = group_normalize({G_jl : anchor_jl == anchor_ik})[ik]; 0 for no anchor or a
                group of one. Revisits of a state within one episode join the same anchor group.
+
+    A reply that did not parse leaves the state as it was, so its turn joins that state's
+    anchor group, by design: it is one more action taken from there, with return-to-go
+    (parser penalty + gamma * the retry's return), so it ranks below the valid actions from
+    that state and the retry ranks as a first-try valid action with the same outcome.
+    Excluding it (A_S = 0) would drop that comparison. Without a state key the same holds: a
+    turn's observation is the env's, which the failure left as it was (the parser's feedback
+    is in the retry's prompt, not its anchor).
     """
     finals = list(final_scores) if final_scores is not None else [None] * len(rewards)
     scores = [math.fsum(r) if f is None else float(f) for r, f in zip(rewards, finals, strict=True)]
