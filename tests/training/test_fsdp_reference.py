@@ -9,9 +9,10 @@ An `eval_fn` running the sharded model works on every rank and is logged once (b
 with the logger); given to rank 0 alone it used to hang the job (rank 0's forward waited for
 rank 1's all-gather forever), as would a reference model on rank 0 alone: both are refused
 on every rank. (One process keeps a plain reference as given, frozen: test_trainer.py.)
-A reference that shares parameters with the policy (the model itself, or the base model its
-LoRA adapters were added into) is refused on any number of ranks: freezing it froze the policy
-and the run died on "optimizer got an empty parameter list".
+A reference that shares parameters with the policy (the model itself, a LoRA model itself) is
+refused on any number of ranks: freezing it froze the policy and the run died on "optimizer
+got an empty parameter list" (a LoRA model's own base is the model with its adapters disabled:
+test_lora_reference.py).
 """
 
 from __future__ import annotations
@@ -89,10 +90,10 @@ def test_eval_fn_runs_the_sharded_model_on_every_rank_and_is_refused_on_one(
     assert "shard" in got["ref_error"][0]
 
 
-@pytest.mark.parametrize("shared", ["model", "lora_base"])
+@pytest.mark.parametrize("shared", ["model", "lora_model"])
 def test_reference_sharing_the_policy_parameters_is_refused(shared: str) -> None:
     model = tiny_llama(seed=0) if shared == "model" else lora_model()
-    ref = model if shared == "model" else model.get_base_model()
+    ref = model
     with pytest.raises(ValueError, match=r"ref_model shares \d+ parameters.*copy.deepcopy"):
         Trainer(model, ALGORITHM, ListSource(batches_for(0, 1)), config("plain"), ref_model=ref)
     assert any(p.requires_grad for p in model.parameters())  # the policy is left trainable

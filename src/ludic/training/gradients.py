@@ -26,6 +26,7 @@ import torch
 from ludic.training.algorithm_types import Loss, LossInputs
 from ludic.training.collate import CollatedBatch, shared_prefix_groups
 from ludic.training.logprobs import DEFAULT_CHUNK_TOKENS, sequence_logprobs
+from ludic.training.lora import adapters_disabled
 from ludic.training.losses import reduce_metrics
 from ludic.training.mismatch import mismatch_metrics
 
@@ -86,6 +87,8 @@ def accumulate_gradients(
     `shared_passes` (one flag per pass, the same on every rank: `agreed_shared_passes`) makes
     pass i take the shared path exactly when flag i is set, dummy passes included, so every
     rank makes the same model calls; None lets each micro-batch choose for itself.
+    `ref_model` may be `model` itself when that is a LoRA model: its base (adapters disabled)
+    is then the reference.
     """
     if loss_fn.needs_ref_logprobs and ref_model is None:
         raise ValueError(
@@ -205,7 +208,9 @@ def _forward(
     )
     ref_BT = None
     if ref_model is not None and loss_fn.needs_ref_logprobs:
-        with torch.no_grad():
+        # the policy as its own reference: a LoRA model run as its base (`Trainer`'s ref_model)
+        base = adapters_disabled(model) if ref_model is model else contextlib.nullcontext()
+        with torch.no_grad(), base:
             ref_BT, _ = sequence_logprobs(
                 ref_model,
                 micro,

@@ -1,5 +1,6 @@
 """LoRA through peft: wrap a causal LM with adapters, map peft's adapter checkpoint keys to the
-live model's, and fold adapters into full base-model weights for inference.
+live model's, fold adapters into full base-model weights for inference, and run the model as
+its base (adapters disabled) for a KL reference without a second copy.
 
 Merging is a pure function of a full state dict (`W = W0 + scaling * B @ A`), so it works the
 same on a sharded model's gathered state and never touches the live model. Only plain LoRA on
@@ -9,7 +10,8 @@ peft is imported only when a LoRA model is built or merged.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 
 import torch
 
@@ -81,6 +83,29 @@ def merged_copy(model: torch.nn.Module) -> torch.nn.Module:
 def is_lora_model(model: torch.nn.Module) -> bool:
     """A peft model (it carries `peft_config`), sharded or not."""
     return hasattr(model, "peft_config")
+
+
+def is_own_base(model: torch.nn.Module, ref_model: torch.nn.Module) -> bool:
+    """Whether `ref_model` is the base model LoRA `model` was built in (`model.get_base_model()`:
+    peft adds the adapters into it in place, so it runs with them). As a KL reference it means
+    the base's own weights: `model` run under `adapters_disabled`, with no copy."""
+    if not is_lora_model(model):
+        return False
+    get_base_model = getattr(model, "get_base_model", None)
+    return get_base_model is not None and ref_model is get_base_model()
+
+
+@contextmanager
+def adapters_disabled(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """LoRA `model` as its base model, in eval mode (no dropout, as a reference copy runs),
+    for the duration; its adapters and mode are back afterwards."""
+    training = model.training
+    model.eval()
+    try:
+        with model.disable_adapter():  # type: ignore[operator]
+            yield model
+    finally:
+        model.train(training)
 
 
 def lora_scalings(model: torch.nn.Module) -> dict[str, float]:

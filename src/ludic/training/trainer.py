@@ -80,6 +80,7 @@ from ludic.training.trainer_guards import (
     lay_out_parameters,
     log_together,
     publish_finite,
+    reference_model,
 )
 
 logger = logging.getLogger(__name__)
@@ -100,7 +101,9 @@ class Trainer:
     `publisher` receives the weights every `config.publish_every` updates (with one, the
     parameters are first laid out back to back so they travel as a few spans:
     `config.contiguous_parameters`); `ref_model` feeds
-    losses that need reference logprobs (KL); `eval_fn(trainer)` returns metrics every
+    losses that need reference logprobs (KL): a frozen copy, or for a LoRA model its own base
+    (`model.get_base_model()`), which runs as the model with its adapters disabled, without a
+    second copy; `eval_fn(trainer)` returns metrics every
     `config.eval_every` steps (logged as `eval/...`); `reducers` summarise each batch's samples
     (default: `default_sample_reducers()`). `step` counts steps taken (skipped ones included);
     `policy_version` counts applied updates from `config.initial_policy_version`.
@@ -156,8 +159,7 @@ class Trainer:
         self._logs = runtime.any_rank(logger is not None)  # then every rank agrees on each log
         # refused here, not after the first batch (or in a hang between ranks)
         check_inputs(runtime, self.model, algorithm, ref_model, eval_fn, checkpoint_manager, config)
-        # frozen, on the device; under FSDP2 sharded like the policy unless it already is
-        self.ref_model = None if ref_model is None else runtime.prepare_reference_model(ref_model)
+        self.ref_model = reference_model(runtime, self.model, ref_model)
         self.logger = logger
         self.eval_fn = eval_fn
         self.reducers = default_sample_reducers() if reducers is None else dict(reducers)

@@ -36,6 +36,7 @@ from ludic.training.checkpoint import CheckpointManager
 from ludic.training.config import TrainerConfig
 from ludic.training.contiguous_params import contiguous_problem, make_contiguous_
 from ludic.training.loggers import Metrics, TrainingLogger
+from ludic.training.lora import is_own_base
 from ludic.training.parallel.runtime import (
     TrainingRuntime,
     check_reference_model,
@@ -105,6 +106,20 @@ def check_inputs(
     if ref_model is not None:
         check_reference_model(model, ref_model)
     check_ref_logprobs(algorithm, ref_model)
+
+
+def reference_model(
+    runtime: TrainingRuntime, model: torch.nn.Module, ref_model: torch.nn.Module | None
+) -> torch.nn.Module | None:
+    """The model the loss's reference logprobs come from: `model` itself when `ref_model` is
+    the LoRA `model`'s own base (`accumulate_gradients` runs it with its adapters disabled: no
+    copy, and nothing frozen); else `ref_model` frozen on the device, under FSDP2 sharded like
+    the policy unless it already is."""
+    if ref_model is None:
+        return None
+    if is_own_base(model, ref_model):
+        return model
+    return runtime.prepare_reference_model(ref_model)
 
 
 def check_publisher_rank(runtime: TrainingRuntime, publisher: PolicyPublisher | None) -> bool:

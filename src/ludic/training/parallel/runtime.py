@@ -25,7 +25,7 @@ import torch
 from ludic._aio import maybe_await
 from ludic.distributed.interfaces import Weights
 from ludic.training.batching.types import BatchSourceExhausted, wrapped_sources
-from ludic.training.lora import inference_weights, is_lora_model
+from ludic.training.lora import inference_weights, is_lora_model, is_own_base
 from ludic.training.parallel.state import fit_state_to_model
 
 T = TypeVar("T")
@@ -197,16 +197,21 @@ class LocalRuntime:
 
 def check_reference_model(model: torch.nn.Module, ref_model: torch.nn.Module) -> None:
     """Refuse a reference model that shares parameters with the policy (the model itself, or
-    the base model a LoRA model was built in): freezing the reference would freeze the policy,
-    and the KL would compare the policy with itself."""
+    a model holding some of its modules): freezing the reference would freeze the policy, and
+    the KL would compare the policy with itself. A LoRA policy's own base is not refused: the
+    Trainer runs the policy with its adapters disabled for it (`lora.is_own_base`)."""
+    if is_own_base(model, ref_model):
+        return
     policy = {id(p) for p in model.parameters()}
     shared = sum(id(p) in policy for p in ref_model.parameters())
     if shared:
         raise ValueError(
             f"ref_model shares {shared} parameters with the model being trained (it is the "
-            "model, or a model its LoRA adapters were added into): the Trainer would freeze "
-            "them and the KL term would compare the policy with itself; pass a separate copy "
-            "made before add_lora or training, e.g. ref_model=copy.deepcopy(base_model)"
+            "model, or a model holding some of its modules): the Trainer would freeze them and "
+            "the KL term would compare the policy with itself; pass a separate copy made "
+            "before training, e.g. ref_model=copy.deepcopy(base_model), or for a LoRA model "
+            "its own base, ref_model=model.get_base_model() (the model with its adapters "
+            "disabled, no copy)"
         )
 
 
