@@ -170,7 +170,8 @@ class Trainer:
         self.version_position: Callable[[int], int] | None = None
         """Where policy version numbers skip (a pipeline learner renumbered past a killed one's
         versions): a version counted in updates along this run's branch, which `policy_lag/*`
-        subtracts; None: versions are consecutive."""
+        subtracts and `publish_every` counts (so a renumbered learner's first interval is a whole
+        one); None: versions are consecutive."""
         lay_out_parameters(  # before the optimizer is built
             self.model,
             config.contiguous_parameters,
@@ -386,7 +387,10 @@ class Trainer:
 
     async def _after_step(self, *, applied: bool) -> dict[str, float]:
         config, metrics = self.config, {}
-        updates = self.policy_version - config.initial_policy_version
+        position = self.policy_version  # counted along this run's branch where versions skip
+        if self.version_position is not None:
+            position = self.version_position(position)
+        updates = position - config.initial_policy_version
         if applied and updates % config.publish_every == 0:
             seconds = self.publish_weights()
             if seconds is not None:
