@@ -152,6 +152,7 @@ class PipelineActor:
         self.samples_pushed = 0
         self.waiting_for_room = False
         self._last_batch = 1  # samples of the last batch: the room waited for before the next
+        self._warned_past_backlog = False
 
     async def step(self) -> ActorBatchStats:
         """Wait for room in the stream, generate one batch and push its samples. Before the
@@ -209,6 +210,7 @@ class PipelineActor:
         waited += await self._push(entries)
         self.samples_pushed += len(result.samples)
         self._last_batch = max(1, len(result.samples))
+        self._warn_batch_past_backlog(len(result.samples))
         stats = ActorBatchStats(
             batch_index=self.batch_index,
             num_rollouts=result.stats.num_rollouts,
@@ -235,6 +237,25 @@ class PipelineActor:
             history.append(stats)
             logger.info("actor %s batch %d: %s", self.actor_id, stats.batch_index, stats)
         return history
+
+    def _warn_batch_past_backlog(self, samples: int) -> None:
+        """Say once that batches are larger than the backlog: each then waits for a drained
+        stream, so actor and learner take turns instead of overlapping (the pipeline's point)."""
+        if samples <= self.max_backlog or self._warned_past_backlog:
+            return
+        self._warned_past_backlog = True
+        logger.warning(
+            "actor %s's batch %d holds %d samples, more than max_backlog (--max-backlog) %d: a "
+            "batch that large is pushed only into a drained stream and the next one starts only "
+            "once a learner has read it all, so this actor and the learner take turns instead of "
+            "working at once. Raise --max-backlog to %d (two such batches) or make batches "
+            "smaller (--problems-per-batch, --group-size)",
+            self.actor_id,
+            self.batch_index,
+            samples,
+            self.max_backlog,
+            2 * samples,
+        )
 
     async def _wait_for_room(self, need: int) -> float:
         """Before a batch: wait while `need` more samples (the last batch's) would not fit in

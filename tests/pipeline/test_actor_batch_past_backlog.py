@@ -1,0 +1,76 @@
+"""An actor whose batches hold more samples than --max-backlog says so once: such a batch is
+pushed only into a drained stream and the next waits until a learner has read it all, so actor
+and learner take turns (README's flags: 4 problems x 8 episodes of tic-tac-toe, ~10 turn samples
+each, past the default backlog of 256). A batch within the backlog says nothing."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from pipeline_fakes import CountOEnv, RedisServer, redis_server
+
+from ludic.agents import Agent
+from ludic.inference.sampling import SamplingConfig
+from ludic.inference.scripted import ScriptedClient
+from ludic.interaction import SingleAgentProtocol
+from ludic.pipeline.actor import PipelineActor
+from ludic.pipeline.source import PipelineBatchSource
+from ludic.pipeline.stream import SampleStream
+from ludic.rollouts import ComponentSpec, GRPORequestStrategy, RolloutEngine, RolloutRequest
+from ludic.training.credit import GroupNormalizedReturn
+
+pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
+__all__ = ["redis_server"]
+
+
+def _actor(server: RedisServer, max_backlog: int) -> PipelineActor:
+    request = RolloutRequest(
+        env=ComponentSpec(name="count_o"),
+        protocol=ComponentSpec(name="single"),
+        sampling=SamplingConfig(max_tokens=8),
+    )
+    client = ScriptedClient(["oo", "x", "o"], policy_version=0)
+    engine = RolloutEngine(
+        env_registry={"count_o": CountOEnv},
+        protocol_registry={"single": lambda: SingleAgentProtocol(Agent(client), max_steps=1)},
+    )
+    return PipelineActor(
+        engine=engine,
+        stream=SampleStream(server.url, stream="s", group="g", retry_cap_s=0.2),
+        requests_fn=lambda: [request],
+        credit_assigner=GroupNormalizedReturn(normalize_std=False),
+        strategy=GRPORequestStrategy(group_size=3),
+        max_backlog=max_backlog,
+        actor_id="a",
+        poll_s=0.02,
+    )
+
+
+async def test_batches_past_the_backlog_are_named_once(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    actor = _actor(redis_server, max_backlog=2)
+    reader = PipelineBatchSource(
+        SampleStream(redis_server.url, stream="s", group="g"), batch_size=3, block_ms=100
+    )
+    with caplog.at_level(logging.WARNING, logger="ludic.pipeline"):
+        await actor.step()
+        await reader.next_batch()  # drained: the next batch may go
+        await actor.step()
+    await reader.aclose()
+    await actor.stream.aclose()
+    said = [r.getMessage() for r in caplog.records if "more than max_backlog" in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0].startswith("actor a's batch 0 holds 3 samples, more than max_backlog")
+    assert "take turns instead of working at once. Raise --max-backlog to 6" in said[0]
+
+
+async def test_a_batch_within_the_backlog_says_nothing(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    actor = _actor(redis_server, max_backlog=3)
+    with caplog.at_level(logging.WARNING, logger="ludic.pipeline"):
+        await actor.step()
+    await actor.stream.aclose()
+    assert not [r for r in caplog.records if "more than max_backlog" in r.getMessage()]
