@@ -192,7 +192,8 @@ class LearnerConfig:
     run_id: str | None = None
     """Train only this run's samples and dead-letter every other run's (default: the run of
     the first stamped sample read, or the one the checkpoint records). On resume it replaces
-    the checkpoint's run, and the log says so."""
+    the checkpoint's run, and the log says so. A new run on a reused --stream given it numbers
+    its policy versions from 0, not past the earlier run's."""
     device: str = "cpu"
     """Training device."""
     out_dir: Path = Path("ludic_runs/learner")
