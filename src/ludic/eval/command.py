@@ -59,7 +59,9 @@ class EvalConfig:
     env_kwargs: str = "{}"
     """JSON object of keyword arguments for the env factory."""
     model: str | None = None
-    """Local model directory for the embedded engine (default: a locally built tiny model)."""
+    """Local model directory for the embedded engine (default: a locally built tiny model); a
+    training checkpoint's `.../step_N` (or its model/) is refused when it has no MANIFEST.json
+    (its save was interrupted), naming the last complete step."""
     verify: Literal["sha256", "size"] = "sha256"
     """What a training checkpoint's model files are checked for against its MANIFEST.json before
     loading: sha256, sizes and contents (one pass over the weights: about a minute for a 28 GB
@@ -122,8 +124,9 @@ class EvalConfig:
     episode_timeout_s: float | None = 600.0
     """Wall-clock limit per episode (None: no limit)."""
     out_dir: Path = Path("ludic_runs/eval")
-    """Where episodes.jsonl, steps.jsonl, rollouts.jsonl and metrics.json are written. One that
-    holds an earlier run's records is refused (as `ludic train` refuses one holding an earlier
+    """Where episodes.jsonl, steps.jsonl, rollouts.jsonl, metrics.json and run.json (what was
+    evaluated: the model's path, checkpoint step, policy version and MANIFEST.json digest, and
+    the sampling) are written. One that holds an earlier run's records is refused (as `ludic train` refuses one holding an earlier
     run's checkpoints) unless --overwrite."""
     overwrite: bool = False
     """Replace the records an earlier run left in --out-dir (they are deleted before this
