@@ -260,3 +260,64 @@ def test_sampling_transform_packed_chunked_and_recomputed_equal_padded(attn: str
         torch.testing.assert_close(lp, lp0, atol=1e-5, rtol=0)
         for a, b in zip(g0, grads, strict=True):
             torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+def _entropy_and_logprobs(
+    logits_V: list[float], temperature: float, top_k: int = -1
+) -> tuple[torch.Tensor, list[float]]:
+    """The entropy at one position sampled with (temperature, top_k), and the logprob the
+    ratio reads for each possible token there."""
+    vocab = len(logits_V)
+    sampling = TokenSampling(
+        temperature_BT=torch.tensor([[1.0, temperature]]),
+        top_k_BT=torch.tensor([[-1, top_k]]),
+        top_p_BT=torch.tensor([[1.0, 1.0]]),
+    )
+    logits_12V = torch.tensor([[logits_V, [0.0] * vocab]], requires_grad=True)
+    _, h_12 = token_logprobs(
+        logits_12V, torch.tensor([[0, 0]]), with_entropy=True, sampling=sampling
+    )
+    assert h_12 is not None
+    lps = [
+        float(token_logprobs(logits_12V, torch.tensor([[0, v]]), sampling=sampling)[0][0, 1])
+        for v in range(vocab)
+    ]
+    return h_12[0, 1], lps
+
+
+def test_entropy_is_of_the_tempered_distribution_the_ratio_reads() -> None:
+    # logits [2, 1, 0] sampled at T = 0.7: p = softmax([2, 1, 0] / 0.7), H = -sum p log p;
+    # the temperature-1 entropy (what it used to be) is larger: 0.832 against 0.651
+    h, lps = _entropy_and_logprobs([2.0, 1.0, 0.0], temperature=0.7)
+    z = [2.0 / 0.7, 1.0 / 0.7, 0.0]
+    total = sum(math.exp(v) for v in z)
+    by_hand = -sum(math.exp(v) / total * (v - math.log(total)) for v in z)
+    assert float(h) == pytest.approx(by_hand, abs=1e-6) and by_hand == pytest.approx(
+        0.6506, abs=1e-4
+    )
+    assert float(h) == pytest.approx(-sum(math.exp(lp) * lp for lp in lps), abs=1e-6)
+    untempered, _ = _entropy_and_logprobs([2.0, 1.0, 0.0], temperature=1.0)
+    assert float(untempered) == pytest.approx(0.8324, abs=1e-4)
+
+
+def test_entropy_under_top_k_is_of_the_renormalised_support_with_finite_gradients() -> None:
+    # logits [3, 2, 1, 0], T = 0.5, top_k = 2: support {0, 1}, z = [6, 4]:
+    #   p = [e^6, e^4] / (e^6 + e^4), H = -sum p log p over the two; the dropped tokens add 0
+    h, lps = _entropy_and_logprobs([3.0, 2.0, 1.0, 0.0], temperature=0.5, top_k=2)
+    p0 = math.exp(6) / (math.exp(6) + math.exp(4))
+    assert float(h) == pytest.approx(-(p0 * math.log(p0) + (1 - p0) * math.log(1 - p0)), abs=1e-6)
+    on_support = [lp for lp in lps[:2]]
+    assert float(h) == pytest.approx(-sum(math.exp(lp) * lp for lp in on_support), abs=1e-6)
+    logits_12V = torch.tensor([[[3.0, 2.0, 1.0, 0.0], [0.0] * 4]], requires_grad=True)
+    sampling = TokenSampling(
+        temperature_BT=torch.tensor([[1.0, 0.5]]),
+        top_k_BT=torch.tensor([[-1, 2]]),
+        top_p_BT=torch.tensor([[1.0, 1.0]]),
+    )
+    _, h_12 = token_logprobs(
+        logits_12V, torch.tensor([[0, 0]]), with_entropy=True, sampling=sampling
+    )
+    assert h_12 is not None
+    h_12[0, 1].backward()
+    assert logits_12V.grad is not None and bool(torch.isfinite(logits_12V.grad).all())
+    assert logits_12V.grad[0, 0, 2:].tolist() == [0.0, 0.0]  # off the support: no gradient

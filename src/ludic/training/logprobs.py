@@ -9,8 +9,9 @@ engine's own function (`ludic.inference.embedded.token_sampling`), so ties and t
 order match; the sampled token always stays in it (a token on the nucleus boundary may fall
 outside when trainer and engine logits differ by rounding: its ratio then shows that
 mismatch instead of -inf). The gradient flows through the renormalised log-softmax on that
-support. Rows without top-k / top-p are never sorted. Entropies are of the model's own
-distribution (temperature 1, unfiltered).
+support. Rows without top-k / top-p are never sorted. Entropies are of the same distribution
+(as verl computes them on the tempered logits): an entropy bonus acts on the distribution the
+ratio's logprobs come from, not on the temperature-1 one the sampler never drew from.
 
 The logprob is `log_softmax(z).gather(token)`, the engine's own computation (not
 `z[token] - logsumexp(z)`, which rounds differently): with `batch_invariant=True`,
@@ -91,9 +92,15 @@ def _chunk_terms(
     logprob_C = torch.log_softmax(z_CV, dim=-1).gather(-1, targets_C[:, None]).squeeze(-1)
     if not with_entropy:
         return (logprob_C,)
-    lse_C = torch.logsumexp(x_CV, dim=-1)
-    # H = -sum p log p = logsumexp(x) - sum p x
-    return logprob_C, lse_C - (torch.softmax(x_CV, dim=-1) * x_CV).sum(dim=-1)
+    return logprob_C, _entropy(z_CV)
+
+
+def _entropy(z_CV: torch.Tensor) -> torch.Tensor:
+    """H = -sum p log p = logsumexp(z) - sum p z of p = softmax(z), over the support: a -inf
+    logit (off top-k / top-p) has p = 0 and adds nothing (0 * -inf would be nan)."""
+    off_CV = z_CV == float("-inf")
+    finite_CV = z_CV.masked_fill(off_CV, 0.0) if bool(off_CV.any()) else z_CV
+    return torch.logsumexp(z_CV, dim=-1) - (torch.softmax(z_CV, dim=-1) * finite_CV).sum(dim=-1)
 
 
 def _next_token_logprobs(
@@ -137,8 +144,8 @@ def token_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(logprobs_BT, entropy_BT or None) from logits where `logits_BTV[b, t]` predicts token
     t + 1. Both are float32 (float64 for float64 logits) and 0 at position 0; `entropy_BT[b, t]`
-    is the entropy of the model's distribution that token t was drawn from. With `sampling`
-    (aligned with `input_ids_BT`) token t's logprob is under its own sampling transform."""
+    is the entropy of the distribution token t was drawn from. With `sampling` (aligned with
+    `input_ids_BT`) token t's logprob and entropy are under its own sampling transform."""
     if logits_BTV.dim() != 3 or logits_BTV.shape[:2] != input_ids_BT.shape:
         raise ValueError(
             f"token_logprobs: logits {tuple(logits_BTV.shape)} do not match input_ids "

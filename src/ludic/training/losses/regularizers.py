@@ -108,6 +108,8 @@ class KLToReferenceLoss(AggregatedLoss):
 class EntropyBonus(AggregatedLoss):
     """loss = -agg(H_t): minimising it raises the policy's token entropy.
 
+    H_t is the entropy of the distribution token t was sampled from (softmax(logits / T) on its
+    top-k / top-p support: `ludic.training.logprobs`), the one the ratio's logprobs are of.
     Needs `entropy_BT` (the Trainer computes it when `needs_entropy`). Metric `entropy` is the
     token-mean entropy, additive over micro-batches.
     """
