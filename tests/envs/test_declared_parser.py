@@ -8,7 +8,8 @@ import inspect
 
 import pytest
 
-from ludic.envs.declared_parser import checked_declared_parser
+from ludic.envs.declared_parser import DeclaredParserError, checked_declared_parser
+from ludic.errors import is_refusal
 from ludic.parsers import xml_tag_parser
 from ludic.types import ParseResult
 
@@ -29,7 +30,7 @@ class StrParserEnv:
 
 
 def test_a_self_method_is_refused_naming_the_file_line_and_fix() -> None:
-    with pytest.raises(TypeError) as err:
+    with pytest.raises(DeclaredParserError) as err:
         checked_declared_parser(MethodParserEnv.parser, MethodParserEnv)
     line = MethodParserEnv.parser.__code__.co_firstlineno
     message = str(err.value)
@@ -38,10 +39,13 @@ def test_a_self_method_is_refused_naming_the_file_line_and_fix() -> None:
         "(self, text: 'str') -> 'ParseResult', which cannot be called as parser(reply)"
     )
     assert "@staticmethod" in message and "--parser module:function" in message
+    assert isinstance(err.value, TypeError) and is_refusal(err.value)  # the CLI: one line
 
 
 def test_a_str_declaration_is_refused_instead_of_meaning_no_parser() -> None:
-    with pytest.raises(TypeError, match=r"StrParserEnv.parser \(.*\) is str 'xml:move', not a "):
+    with pytest.raises(
+        DeclaredParserError, match=r"StrParserEnv.parser \(.*\) is str 'xml:move', not a "
+    ):
         checked_declared_parser(StrParserEnv.parser, StrParserEnv)
 
 
@@ -53,6 +57,6 @@ def test_usable_declarations_pass_through(parser: object) -> None:
 def test_an_owner_without_a_file_is_named_alone() -> None:
     owner = type("Built", (), {"parser": lambda self, text: None})
     owner.__module__ = "builtins"
-    with pytest.raises(TypeError, match=r"^--parser auto: Built.parser is "):
+    with pytest.raises(DeclaredParserError, match=r"^--parser auto: Built.parser is "):
         checked_declared_parser(owner.parser, owner)
     assert inspect.isfunction(owner.parser)

@@ -7,26 +7,33 @@ from __future__ import annotations
 
 import inspect
 
+from ludic.errors import LudicUsageError
 from ludic.parsers import Parser, parser_name, takes_one_text
+
+
+class DeclaredParserError(LudicUsageError, TypeError):
+    """`--parser auto`'s refusal of an env's parser declaration: a usage error, so the CLI
+    prints its message alone, and a TypeError, as the Agent's check of the same parser is."""
 
 
 def checked_declared_parser(parser: object, owner: object) -> Parser | None:
     """`parser`, as `owner` (an env class or factory) declares it for `--parser auto`, when a
-    reply alone can be passed to it; None when it declares none. A TypeError names the file
-    and the fix for a declaration that is not a parser: a `def parser(self, text)` method
-    (read from the class, it wants the env first) or a value that is not callable (a str
-    such as "xml:move", which was taken as no parser at all)."""
+    reply alone can be passed to it; None when it declares none. A declaration that is not a
+    parser is refused with a DeclaredParserError (the CLI's one-line refusal) naming the file and
+    the fix: a `def parser(self, text)` method (read from the class, it wants the env first)
+    or a value that is not callable (a str such as "xml:move" was taken as no parser at all).
+    """
     if parser is None:
         return None
     where = f"--parser auto: {_declared_at(owner, parser)}"
     if not callable(parser):
-        raise TypeError(
+        raise DeclaredParserError(
             f"{where} is {type(parser).__name__} {parser!r:.60}, not a parser; declare a "
             "callable str -> ParseResult (`parser = xml_tag_parser('move')`), or pass "
             "--parser (e.g. --parser xml:move)"
         )
     if not takes_one_text(parser):
-        raise TypeError(
+        raise DeclaredParserError(
             f"{where} is {parser_name(parser)}{_signature(parser)}, which cannot be called as "
             "parser(reply): a method written `def parser(self, text)` wants the env first. "
             "Make it a @staticmethod taking only the text (`@staticmethod` above `def "
