@@ -37,3 +37,19 @@ def test_with_the_latest_observation_only_it_does_not_advise_it_again() -> None:
     line = failure_line(_result(OVERFLOW), context="latest")
     assert line is not None and "--context latest" not in line
     assert "smaller --max-tokens" in line and "shorten the env's observation" in line
+
+
+def test_a_timeout_names_the_flags_that_give_episodes_time() -> None:
+    timed_out = Rollout(
+        steps=[],
+        meta={
+            "error": "episode exceeded episode_timeout_s=600.0",
+            "error_type": "TimeoutError",
+            "error_phase": "timeout",
+        },
+    )
+    result = EvalResult(rollouts=[timed_out], episodes=[], steps=[], metrics={})
+    line = failure_line(result)
+    assert line is not None and "counts each episode from its start" in line
+    assert "a larger --episode-timeout-s (or None) or a smaller --concurrency" in line
+    assert "--context latest" not in line

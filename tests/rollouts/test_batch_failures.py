@@ -83,3 +83,19 @@ async def test_cut_off_replies_and_rejections_are_counted(reject: bool) -> None:
     # Not rejected, the user's parser read the cut-off reply and the env got the move.
     assert stats.mean_reward == (pytest.approx(-1.0, abs=1.0) if reject else 1.0)
     assert batch.stats.to_dict()["num_incomplete"] == 2
+
+
+async def test_a_batch_that_all_timed_out_says_why_and_the_way_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Seen in the README's evaluation block on a loaded 2-core box: 64 episodes in flight on
+    one model, each timed out (each lasts about as long as all of them)."""
+    from tests.rollouts.test_rollout_engine import Harness, req
+
+    hung = [req(i, hang_at=0) for i in range(2)]
+    with caplog.at_level(logging.ERROR, logger="ludic.rollouts.engine"):
+        await Harness().engine(episode_timeout_s=0.05).run(hung)
+    (record,) = [r for r in caplog.records if "every one of the 2 episodes" in r.message]
+    assert "(timeout, TimeoutError)" in record.message
+    assert "counts each episode from its start" in record.message
+    assert "a larger episode_timeout_s (or None) or a smaller concurrency" in record.message

@@ -284,6 +284,13 @@ def failure_line(result: EvalResult, *, context: str = "full") -> str | None:
             f"{shorter if context == 'full' else ''}a smaller --max-tokens or fewer --max-steps"
             + ("" if context == "full" else ", or shorten the env's observation or system prompt")
         )
+    elif first.get("error_phase") == "timeout":  # episodes in flight share one model
+        cause += (
+            ". --episode-timeout-s counts each episode from its start while --concurrency "
+            "episodes share the model, so on a slow or loaded machine each lasts about as long "
+            "as all of them: pass a larger --episode-timeout-s (or None) or a smaller "
+            "--concurrency"
+        )
     total = len(result.rollouts)
     if len(failed) == total:
         return (

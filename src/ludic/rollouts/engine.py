@@ -273,7 +273,7 @@ def warn_if_all_failed(rollouts: Sequence[Rollout], *, stage: str = "") -> bool:
         return False
     first = rollouts[0].meta
     logger.error(
-        "every one of the %d episodes in this batch failed%s; the first error (%s, %s): %s. "
+        "every one of the %d episodes in this batch failed%s; the first error (%s, %s): %s%s. "
         "Nothing from it can train or be evaluated: fix the cause (each rollout's "
         "meta['error'] holds its own) and run again",
         len(rollouts),
@@ -281,8 +281,17 @@ def warn_if_all_failed(rollouts: Sequence[Rollout], *, stage: str = "") -> bool:
         first.get("error_phase", "?"),
         first.get("error_type", "?"),
         first.get("error", "?"),
+        TIMEOUT_ADVICE if first.get("error_phase") == "timeout" and len(rollouts) > 1 else "",
     )
     return True
+
+
+TIMEOUT_ADVICE = (
+    ". episode_timeout_s counts each episode from its start, and the episodes in flight at "
+    "once share one model, so on a slow or loaded machine each lasts about as long as all of "
+    "them: give the engine a larger episode_timeout_s (or None) or a smaller concurrency"
+)
+"""Why every episode of a concurrent batch can time out together, and the way out."""
 
 
 def _batch_cancelled() -> bool:
