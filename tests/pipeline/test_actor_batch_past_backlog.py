@@ -63,7 +63,8 @@ async def test_batches_past_the_backlog_are_named_once(
     said = [r.getMessage() for r in caplog.records if "more than max_backlog" in r.getMessage()]
     assert len(said) == 1, said
     assert said[0].startswith("actor a's batch 0 holds 3 samples, more than max_backlog")
-    assert "take turns instead of working at once. Raise --max-backlog to 6" in said[0]
+    assert "take turns instead of working at once. Make batches smaller" in said[0]
+    assert "raise --max-backlog to 6 (two such batches;" in said[0]
 
 
 async def test_a_batch_within_the_backlog_says_nothing(

@@ -248,8 +248,9 @@ class PipelineActor:
             "actor %s's batch %d holds %d samples, more than max_backlog (--max-backlog) %d: a "
             "batch that large is pushed only into a drained stream and the next one starts only "
             "once a learner has read it all, so this actor and the learner take turns instead of "
-            "working at once. Raise --max-backlog to %d (two such batches) or make batches "
-            "smaller (--problems-per-batch, --group-size)",
+            "working at once. Make batches smaller (--problems-per-batch, --group-size) or raise "
+            "--max-backlog to %d (two such batches; samples age while they wait in it, so keep "
+            "it within what the learner's --max-lag allows)",
             self.actor_id,
             self.batch_index,
             samples,
