@@ -19,6 +19,7 @@ from pathlib import Path
 import tyro
 
 from ludic.recipes import finish, load_policy, make_trainer, plot_curve, refuse_earlier_checkpoints
+from ludic.recipes.count_checks import check_count_flags
 from ludic.rollouts import ChatTemplateRetokenizer
 from ludic.training import OfflineBatchSource, drop_parse_errors, make_sft
 
@@ -48,6 +49,10 @@ class SFTConfig:
 
 
 def main(cfg: SFTConfig) -> list[dict[str, float]]:
+    check_count_flags(  # --steps 0 saved a step-0 checkpoint that refused the next run
+        ("--steps", cfg.steps, "optimizer steps, e.g. 100"),
+        ("--batch-size", cfg.batch_size, "samples per step, e.g. 32"),
+    )
     if not cfg.data.is_file():
         raise FileNotFoundError(
             f"--data {cfg.data} is not a file (expected a rollouts JSONL, e.g. from "

@@ -38,6 +38,7 @@ from ludic.recipes import (
     make_trainer,
     plot_curve,
 )
+from ludic.recipes.count_checks import check_count_flags
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -101,6 +102,11 @@ def make_protocol(client: ChatClient, cfg: LightsConfig) -> SingleAgentProtocol:
 
 async def train(cfg: LightsConfig) -> tuple[list[dict[str, float]], Path]:
     """Train with cfg.algorithm; returns the metrics of each step and the final checkpoint."""
+    check_count_flags(  # --steps 0 saved a step-0 checkpoint that refused the next run
+        ("--steps", cfg.steps, "optimizer steps, e.g. 30"),
+        ("--problems-per-step", cfg.problems_per_step, "lamp patterns per step, e.g. 4"),
+        ("--group-size", cfg.group_size, "episodes per pattern, e.g. 8"),
+    )
     # As `ludic train`: without --resume, an out_dir holding an earlier run's checkpoints is
     # refused (a new run would overwrite its first steps and leave its later ones to win a
     # later --resume).

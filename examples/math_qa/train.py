@@ -43,6 +43,7 @@ from ludic.recipes import (
     make_trainer,
     refuse_earlier_checkpoints,
 )
+from ludic.recipes.count_checks import check_count_flags
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -139,6 +140,11 @@ async def accuracy(rollouts: RolloutEngine, n: int, max_tokens: int) -> float:
 
 
 async def train(cfg: MathConfig) -> tuple[float, float]:
+    check_count_flags(  # --steps 0 saved a step-0 checkpoint that refused the next run
+        ("--steps", cfg.steps, "optimizer steps, e.g. 20"),
+        ("--problems-per-step", cfg.problems_per_step, "problems per step, e.g. 4"),
+        ("--group-size", cfg.group_size, "samples per problem, e.g. 8"),
+    )
     problems = load_problems(cfg)
     # Before the model loads: a second run here would overwrite the first one's checkpoints.
     refuse_earlier_checkpoints(

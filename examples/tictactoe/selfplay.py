@@ -34,6 +34,7 @@ from ludic.recipes import (
     make_trainer,
     refuse_earlier_checkpoints,
 )
+from ludic.recipes.count_checks import check_count_flags
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -107,6 +108,11 @@ def outcome_rates(rollouts: list[Rollout]) -> dict[str, float]:
 
 
 async def selfplay(cfg: SelfPlayConfig) -> tuple[dict[str, float], dict[str, float]]:
+    check_count_flags(  # --steps 0 saved a step-0 checkpoint that refused the next run
+        ("--steps", cfg.steps, "optimizer steps, e.g. 20"),
+        ("--games", cfg.games, "games per step, e.g. 4"),
+        ("--group-size", cfg.group_size, "samples per game, e.g. 4"),
+    )
     # Before the model loads: a second run here would overwrite the first one's checkpoints.
     refuse_earlier_checkpoints(
         cfg.out_dir, fix=f"Pass another --out-dir for a new run (or delete {cfg.out_dir})."

@@ -36,6 +36,7 @@ from ludic.recipes import (
     plot_curve,
     refuse_earlier_checkpoints,
 )
+from ludic.recipes.count_checks import check_count_flags
 from ludic.rollouts import (
     ComponentSpec,
     GRPORequestStrategy,
@@ -92,6 +93,11 @@ def make_protocol(client: ChatClient, max_tokens: int) -> SingleAgentProtocol:
 
 async def train(cfg: TrainConfig) -> tuple[list[dict[str, float]], Path]:
     """Each step's metrics and the final checkpoint."""
+    check_count_flags(  # --steps 0 saved a step-0 checkpoint that refused the next run
+        ("--steps", cfg.steps, "optimizer steps, e.g. 40"),
+        ("--groups", cfg.groups, "games per step, e.g. 4"),
+        ("--group-size", cfg.group_size, "samples per game, e.g. 8"),
+    )
     # Before the model loads: a second run here would overwrite the first one's checkpoints.
     refuse_earlier_checkpoints(
         cfg.out_dir, fix=f"Pass another --out-dir for a new run (or delete {cfg.out_dir})."
