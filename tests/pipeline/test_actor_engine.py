@@ -116,7 +116,8 @@ def test_ludic_actor_runs_the_flag_and_says_why_it_waits(
     assert "actor a batch 0: 4 samples from 4 episodes (0 failed)" in text
     assert (
         "stream 'ludic:samples' holds 4 undelivered samples, max_backlog (--max-backlog) is 2; "
-        "the next batch starts once a learner of group 'ludic-learners' reads them"
+        "the last batch held 4 samples, more than --max-backlog alone, so the next starts "
+        "once a learner of group 'ludic-learners' has read them all"
     ) in text
     assert redis_server.client().xlen("ludic:samples") == 4
 

@@ -263,8 +263,16 @@ class PipelineActor:
         the backlog, saying so when the wait starts and every `wait_notice_s` after (a stream
         nobody reads would otherwise stall the actor silently)."""
         started, noticed = time.perf_counter(), -math.inf
+        group = self.stream.group
+        then = f"the next batch starts once a learner of group {group!r} reads them"
+        if need > self.max_backlog:  # it goes only into a drained stream: say why it waits
+            then = (
+                f"the last batch held {need} samples, more than --max-backlog alone, so the "
+                f"next starts once a learner of group {group!r} has read them all (raise "
+                "--max-backlog above the batch to generate while the learner trains)"
+            )
         while (backlog := await self.stream.backlog()) > 0 and backlog + need > self.max_backlog:
-            noticed = self._notice_wait(started, noticed, backlog, "the next batch starts")
+            noticed = self._notice_wait(started, noticed, backlog, then)
             await asyncio.sleep(self.poll_s)
         self.waiting_for_room = False
         return time.perf_counter() - started
@@ -278,7 +286,10 @@ class PipelineActor:
             if pushed:
                 self.waiting_for_room = False
                 return time.perf_counter() - started
-            what = f"its batch of {len(entries)} samples is pushed"
+            what = (
+                f"its batch of {len(entries)} samples is pushed once a learner of group "
+                f"{self.stream.group!r} reads them"
+            )
             noticed = self._notice_wait(started, noticed, backlog, what)
             await asyncio.sleep(self.poll_s)
 
@@ -291,13 +302,12 @@ class PipelineActor:
             return noticed
         logger.info(
             "actor %s waits for the learner (%.0fs so far): stream %r holds %d undelivered "
-            "samples, max_backlog (--max-backlog) is %d; %s once a learner of group %r reads them",
+            "samples, max_backlog (--max-backlog) is %d; %s",
             self.actor_id,
             now - started,
             self.stream.stream,
             backlog,
             self.max_backlog,
             then,
-            self.stream.group,
         )
         return now
