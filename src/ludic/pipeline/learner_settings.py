@@ -136,6 +136,7 @@ def check_learner_resume(cfg: LearnerConfig) -> None:
     refusal = resume_refusal(path, saved, given, override_lr_schedule=cfg.override_lr_schedule)
     if refusal is not None:
         raise ValueError(refusal)
+    _refuse_nothing_left(cfg, path)
     if "--lr" in changed_settings(saved, given):  # accepted: only with the override
         logger.warning(
             "%s: --lr %s replaces the checkpoint's %s from %s on; the checkpoints this run "
@@ -192,6 +193,25 @@ def _newest_extra(root: Path) -> tuple[Path, dict[str, Any]] | None:
         if isinstance(extra, dict):
             return path, extra
     return None
+
+
+def _refuse_nothing_left(cfg: LearnerConfig, path: Path) -> None:
+    """A resume whose `--steps` the newest checkpoint already reached is refused, as `ludic
+    train --resume` refuses it: the learner would load the model, reach Redis and the server,
+    then end at once with exit code 0, having trained nothing."""
+    from ludic.training.checkpoint import STATE
+
+    try:
+        step = json.loads((path / STATE).read_text()).get("step")
+    except (OSError, ValueError, AttributeError):
+        return  # the trainer's resume refuses an unreadable state.json in its own words
+    if isinstance(step, int) and not isinstance(step, bool) and cfg.steps <= step:
+        raise ValueError(
+            f"resuming {path} (the newest checkpoint in --out-dir), which is at step {step}, "
+            f"and --steps is {cfg.steps} (it counts the whole run, not this launch), so "
+            f"nothing is left to train: pass --steps above {step} to train further, or "
+            "another --out-dir for a new run"
+        )
 
 
 def _refuse_other_command(path: Path, extra: dict[str, Any]) -> None:
