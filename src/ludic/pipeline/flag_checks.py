@@ -91,16 +91,15 @@ def check_key_names(**flags: str) -> None:
         if not value or value != value.strip() or not value.isprintable():
             raise LudicUsageError(
                 f"{flag} {value!r} is no usable Redis name (empty, surrounding spaces or a "
-                f"control character): pass the same name to the actors and the learner, e.g. "
-                f"{flag} {_EXAMPLE_NAMES[name]}"
+                f"control character): pass {_NAME_HINTS[name]}"
             )
 
 
-_EXAMPLE_NAMES = {
-    "stream": "ludic:samples",
-    "group": "ludic-learners",
-    "consumer": "learner",
-    "actor_id": "actor-0",
+_NAME_HINTS = {  # what each name must match: only the stream is shared by both sides
+    "stream": "the same name to the actors and the learner, e.g. --stream ludic:samples",
+    "group": "the same name at every restart of this learner, e.g. --group ludic-learners",
+    "consumer": "the same name at every restart of this learner, e.g. --consumer learner",
+    "actor_id": "one name per actor, kept across its restarts, e.g. --actor-id actor-0",
 }
 
 
