@@ -94,8 +94,8 @@ class DelegationConfig:
     lr: float = 3e-3
     """SFT learning rate (suits the tiny model)."""
     rl_lr: float = 1e-4
-    """GRPO learning rate (3e-3 wrecks the warm-started policy in one step; at 3e-4 the boss's
-    answers after the tool result stop parsing within 10 steps, boss reward -0.28 -> -1.28)."""
+    """GRPO learning rate (3e-3 wrecks the warm-started policy in one step; at 1e-3 parse
+    failures come and go, boss reward -0.09 -> -0.25 after 10 steps; 3e-4: -0.09 -> 0.00)."""
     hidden_size: int = 64
     """Tiny model width."""
     seed: int = 0
@@ -106,7 +106,16 @@ class DelegationConfig:
 
 
 class SuccessorEnv(SingleAgentEnv):
-    """The boss's task: the successor of a number from the env seed; reward 1 if right."""
+    """The boss's task: the successor of a number from the env seed; reward 1 if right.
+
+    One answer per episode, as `TaskEnv` takes for the helper: a reply that fails to parse
+    ends the episode with the parser's penalty. A second try would give a failed episode two
+    turns, so two samples with its negative advantage: each group's boss advantages would sum
+    below zero, a net push down on the format every boss reply shares (at --rl-lr 3e-4 the
+    boss's answers stopped parsing within 10 steps).
+    """
+
+    parse_failure_ends_episode = True
 
     def __init__(self) -> None:
         self.number = 0
