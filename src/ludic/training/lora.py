@@ -28,10 +28,15 @@ def add_lora(
     alpha: int = 16,
     dropout: float = 0.0,
     target_modules: Sequence[str] = ("q_proj", "k_proj", "v_proj", "o_proj"),
+    seed: int = 0,
 ) -> torch.nn.Module:
     """`model` wrapped by peft with LoRA adapters (B starts at zero, so outputs are unchanged);
     only the adapters require gradients. Needs `pip install peft` (the `peft` extra). TypeError
-    for anything but a plain (not yet LoRA) module, e.g. `load_model`'s (model, tokenizer)."""
+    for anything but a plain (not yet LoRA) module, e.g. `load_model`'s (model, tokenizer).
+
+    The random A matrices are drawn from `seed`, leaving torch's RNG as it was: they are made
+    before the Trainer seeds anything, from an RNG torch seeds at random in each process, so
+    without it two runs of one seeded program trained different adapters."""
     _check_lora_base(model)
     try:
         from peft import LoraConfig, get_peft_model
@@ -45,7 +50,9 @@ def add_lora(
         bias="none",
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, config)  # type: ignore[arg-type]
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return get_peft_model(model, config)  # type: ignore[arg-type]
 
 
 def _check_lora_base(model: object) -> None:
