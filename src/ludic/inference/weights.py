@@ -72,6 +72,18 @@ def check_dtype_kind(name: str, sent: torch.dtype, held: torch.dtype) -> None:
         )
 
 
+def _lora_wrapped_hint(targets: Mapping[str, torch.Tensor]) -> str:
+    """Why the names differ when the served model is itself LoRA-wrapped (peft): publishers send
+    the merged weights under the base model's names, which such a model does not hold."""
+    if not any(".lora_A." in name or name.startswith("base_model.model.") for name in targets):
+        return ""
+    return (
+        ". The served model is LoRA-wrapped (peft), and publishers send the merged weights "
+        "under the base model's names: serve the base model (build the engine from the model "
+        "before add_lora, or from load_model's copy)"
+    )
+
+
 @torch.no_grad()
 def copy_weights_(
     model: torch.nn.Module, state: Mapping[str, torch.Tensor], *, strict: bool = True
@@ -89,6 +101,7 @@ def copy_weights_(
         raise ValueError(
             f"update_weights: {len(unknown)} unknown tensor names, e.g. {unknown[:3]}; the "
             "state dict must come from the same architecture as the served model"
+            + _lora_wrapped_hint(targets)
         )
     if strict:
         missing = sorted(set(dict(model.named_parameters())) - set(state))
