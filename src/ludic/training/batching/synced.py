@@ -117,14 +117,15 @@ class RolloutBatchSource:
         self._unseeded_ids = unseeded
         if repeated:
             self._warned_replay = True
+            others = f" (and {len(repeated) - 1} more)" if len(repeated) > 1 else ""
             logger.warning(
-                "RolloutBatchSource: batch %d reuses unseeded request %r (and %d more) from "
-                "the batch before, and %s derives seeds from the request id, so every batch "
-                "plays the same problems with the same sampling seeds; pass "
+                "RolloutBatchSource: batch %d reuses unseeded request %r%s from the batch "
+                "before, and %s derives seeds from the request id, so every batch plays the "
+                "same problems with the same sampling seeds; pass "
                 "seed_sequencer=SeedSequencer(run_seed=...) or give each batch new requests",
                 self.batch_index,
                 repeated[0],
-                len(repeated) - 1,
+                others,
                 type(self.strategy).__name__,
             )
 
