@@ -93,6 +93,8 @@ async def generate_batch(
     A sample is kept when every filter returns True. Credit and sample building run on a
     worker thread: a credit assigner can be slow (AWR's "value" baseline fits a model), and on
     the event loop it would stall every episode still running there (a prefetched batch).
+    So the assigner and `retokenizer` should only read a tokenizer they share with the engine
+    (a call that sets truncation or padding races the engine's on tokenizers < 0.23).
     """
     expanded = strategy.expand(requests) if strategy is not None else list(requests)
     rollouts = await engine.run(expanded)
