@@ -24,7 +24,9 @@ class ChatResponse:
     definition of behaviour logprobs (`ludic.types.BehaviorSampling`); `sampling` is the
     transform they were computed under, stamped by the caller that knows the request
     (`with_sampling`) unless the backend set it. `extra["forced_token_positions"]` lists
-    completion tokens the backend forced (max_think).
+    completion tokens the backend forced (max_think). `policy_version` is the version the
+    first token was sampled under; `extra["policy_version_end"]`, present only where it
+    differs, the last token's (a weight push landed mid-reply: the tokens mix two policies).
     """
 
     text: str

@@ -298,7 +298,7 @@ def _parse_chat(body: dict[str, Any]) -> ChatResponse:
         finish_reason=choice.get("finish_reason"),
         policy_version=body.get("policy_version"),
         tool_calls=calls,
-        extra=_stop_reason(choice),
+        extra=_reply_extra(body, choice),
     )
 
 
@@ -316,7 +316,7 @@ def _parse_completion(body: dict[str, Any]) -> ChatResponse:
         completion_logprobs=completion_logprobs,
         finish_reason=choice.get("finish_reason"),
         policy_version=body.get("policy_version"),
-        extra=_stop_reason(choice),
+        extra=_reply_extra(body, choice),
     )
 
 
@@ -331,15 +331,23 @@ def _check_reply(r: ChatResponse, where: str) -> None:
                 raise InferenceResponseError(where, problem)
     if not all(math.isfinite(lp) for lp in r.completion_logprobs or ()):
         raise InferenceResponseError(where, "a sampled token's logprob is nan or inf")
-    if r.policy_version is not None and not _is_token_id(r.policy_version):
-        problem = f"its policy version is {r.policy_version!r:.50}, not an int >= 0"
-        raise InferenceResponseError(where, problem)
+    for name, version in (("", r.policy_version), (" end", r.extra.get("policy_version_end"))):
+        if version is not None and not _is_token_id(version):
+            problem = f"its policy version{name} is {version!r:.50}, not an int >= 0"
+            raise InferenceResponseError(where, problem)
 
 
 def _is_token_id(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _stop_reason(choice: dict[str, Any]) -> dict[str, Any]:
-    reason = choice.get("stop_reason")
-    return {} if reason is None else {"stop_reason": reason}
+def _reply_extra(body: dict[str, Any], choice: dict[str, Any]) -> dict[str, Any]:
+    """`stop_reason`, and `policy_version_end` where a weight push landed mid-reply (`ludic
+    serve` sends it always; kept only where it differs, as the embedded engine does)."""
+    extra: dict[str, Any] = {}
+    if choice.get("stop_reason") is not None:
+        extra["stop_reason"] = choice["stop_reason"]
+    end = body.get("policy_version_end")
+    if end is not None and end != body.get("policy_version"):
+        extra["policy_version_end"] = end
+    return extra

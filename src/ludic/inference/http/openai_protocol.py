@@ -2,9 +2,11 @@
 
 Field names follow vLLM's OpenAI server (`return_token_ids`, top-level `prompt_token_ids` for
 chat, per-choice `token_ids`, `logprobs.content[i].logprob`, `stop_reason`), plus Ludic's
-`policy_version` and `max_think`, so one client speaks to both. `stream=true` sends the same
-fields as server-sent-event chunks (`chat.completion.chunk` / `text_completion`, the prompt ids
-in the first chunk, `stream_options.include_usage`). Deliberately unsupported (a 400 says so):
+`policy_version` (the version a reply's first token was sampled under), `policy_version_end`
+(its last token's: larger where a weight push landed mid-reply) and `max_think`, so one client
+speaks to both. `stream=true` sends the same fields as server-sent-event chunks
+(`chat.completion.chunk` / `text_completion`, the prompt ids in the first chunk,
+`stream_options.include_usage`). Deliberately unsupported (a 400 says so):
 n > 1, top logprobs (chat's top_logprobs, a completions logprobs above 1: only the sampled
 token's logprob is returned), and any other sampling field (`SAMPLING_FIELDS_REFUSED`: logit_bias,
 penalties, min_p, min_tokens, best_of, echo, ...) set to other than its neutral value, since
@@ -292,6 +294,14 @@ def _choice_end(r: ChatResponse | None) -> dict[str, Any]:
     }
 
 
+def _versions(r: ChatResponse) -> dict[str, int | None]:
+    """The policy versions a reply was sampled under: its first token's and its last token's.
+    They differ when a weight push landed mid-reply, so the completion mixes two policies
+    (OpenAI clients ignore both fields)."""
+    end = r.extra.get("policy_version_end", r.policy_version)
+    return {"policy_version": r.policy_version, "policy_version_end": end}
+
+
 def chat_completion_body(
     r: ChatResponse, req: ChatCompletionRequest, model: str, tokenizer: PreTrainedTokenizerBase
 ) -> dict[str, Any]:
@@ -312,7 +322,7 @@ def chat_completion_body(
         "model": model,
         "choices": [choice],
         "usage": _usage(r),
-        "policy_version": r.policy_version,
+        **_versions(r),
     }
     if req.return_token_ids:
         choice["token_ids"] = list(r.completion_token_ids)
@@ -338,14 +348,14 @@ def completion_body(
         "model": model,
         "choices": [choice],
         "usage": _usage(r),
-        "policy_version": r.policy_version,
+        **_versions(r),
     }
 
 
 class ChunkWriter:
     """The server-sent-event chunks of one streamed chat or text completion, in vLLM's
     streaming format: one chunk per delta (text, its token ids and logprobs when asked), the
-    last with `finish_reason` and the policy version, then a usage chunk if asked, then
+    last with `finish_reason` and the policy versions, then a usage chunk if asked, then
     `[DONE]`."""
 
     def __init__(
@@ -388,7 +398,7 @@ class ChunkWriter:
                 target = body if self.chat else choice
                 target["prompt_token_ids"] = list(delta.prompt_token_ids)
         if r is not None:
-            body["policy_version"] = r.policy_version
+            body.update(_versions(r))
         return _event(body)
 
     def usage(self, r: ChatResponse) -> str:
