@@ -6,11 +6,12 @@ class to the plain `tokenizer.json` backend, and loading checks the loaded token
 `tokenizer.json` itself. A checkpoint step folder (`.../checkpoints/step_N`, the path a run
 prints as its last checkpoint) loads from its `model/` subfolder, once its files match the
 sizes and sha256 its MANIFEST.json recorded (`verify="size"`: sizes only; a damaged one is
-refused naming the file and an earlier step that verifies); a run folder is refused naming its
-latest checkpoint. Files transformers would misread or work around (a config.json the weights
-do not fit, tokenizer files that are not JSON) are refused first, naming the file
-(`ludic.models.model_files`). A LoRA run's checkpoint (a peft adapter directory) loads as its
-base model with the adapter merged in. Nothing here downloads from a model hub.
+refused naming the file and an earlier step that verifies, as is one without a manifest, whose
+save never finished); a run folder is refused naming its latest checkpoint. Files transformers
+would misread or work around (a config.json the weights do not fit, tokenizer files that are not
+JSON) are refused first, naming the file (`ludic.models.model_files`). A LoRA run's checkpoint
+(a peft adapter directory) loads as its base model with the adapter merged in. Nothing here
+downloads from a model hub.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from ludic.models.checkpoint_step import refuse_unfinished_step
 from ludic.models.model_files import (
     check_chat_template,
     check_eos_tokens,
@@ -162,10 +164,12 @@ def load_model(
     """Load a local model directory (or a checkpoint step folder: its `model/`) as (model in
     eval mode on `device`, tokenizer). A checkpoint's files are first checked against its
     manifest: `verify="sha256"` their sizes and contents (one pass over the weights), "size"
-    their sizes only (fast, but a file changed in place at the same size, a flipped bit, loads)."""
+    their sizes only (fast, but a file changed in place at the same size, a flipped bit, loads).
+    A step whose save never finished (no manifest) is refused naming the last complete one."""
     from ludic.training.checkpoint_manifest import deep_verify
 
     deep = deep_verify(verify)  # an unknown mode is refused before anything is read
+    refuse_unfinished_step(path, verify=verify)  # before its (maybe partial) model/ is judged
     directory = check_model_directory(path)
     _check_manifest(directory, deep=deep)
     if not (directory / "config.json").is_file():  # a LoRA run's checkpoint: its adapter
@@ -271,7 +275,8 @@ def _check_manifest(directory: Path, *, deep: bool) -> None:
     with `deep`, of other contents than its recorded sha256 (a bit flip: one streaming pass over
     the weights), or that it does not list, or the manifest itself when it is unreadable, and the
     newest earlier step whose `model/` verifies (checked the same way). Files recorded without a
-    sha256 (older saves): sizes only. A folder without a manifest is left to loading to judge."""
+    sha256 (older saves): sizes only. A `model/` without a manifest beside it is left to loading
+    to judge (a step folder without one was refused before: `refuse_unfinished_step`)."""
     from ludic.training.checkpoint_manifest import (
         MANIFEST,
         check_files,
