@@ -23,20 +23,27 @@ def fit_state_to_model(
     A missing tied weight (HF omits `lm_head.weight` when tied) is filled from its twin. A LoRA
     model takes adapter-only states (peft's key names are mapped to the live ones) and is loaded
     partially; its trainable weights must all be present. Raises ValueError naming the first
-    keys that do not fit.
+    keys that do not fit, and how many (only those: `check_checkpoint_fits` puts it after
+    "CHECKPOINT does not fit the model: ").
     """
     lora = is_lora_model(model)
     fitted = adapter_keys_to_model(state) if lora else dict(state)
     expected = set(model.state_dict().keys())
     unexpected = sorted(set(fitted) - expected)
     if unexpected:
-        raise ValueError(f"the weights do not fit the model: unexpected keys {unexpected[:5]}")
+        raise ValueError(
+            f"unexpected keys {unexpected[:5]} ({len(unexpected)} in the weights but not in the "
+            "model)"
+        )
     _fill_tied(model, fitted)
     missing = expected - set(fitted)
     if lora:
         missing &= {n for n, p in model.named_parameters() if p.requires_grad}
     if missing:
-        raise ValueError(f"the weights do not fit the model: missing keys {sorted(missing)[:5]}")
+        raise ValueError(
+            f"missing keys {sorted(missing)[:5]} ({len(missing)} in the model but not in the "
+            "weights)"
+        )
     return fitted, lora
 
 
