@@ -10,6 +10,7 @@ peft is imported only when a LoRA model is built or merged.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
@@ -19,6 +20,9 @@ ADAPTER = "default"
 """The adapter name peft gives the only adapter (it is left out of saved adapter keys)."""
 PEFT_PREFIX = "base_model.model."
 _LORA_PARTS = (".lora_A.", ".lora_B.")
+# what transformers 5 warns when peft's get_peft_model reads the old property name (peft's
+# code, not the user's: nothing they could change)
+_PEFT_DEPRECATION = r"`is_gradient_checkpointing` is deprecated"
 
 
 def add_lora(
@@ -50,7 +54,8 @@ def add_lora(
         bias="none",
         task_type="CAUSAL_LM",
     )
-    with torch.random.fork_rng():
+    with torch.random.fork_rng(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_PEFT_DEPRECATION, category=FutureWarning)
         torch.manual_seed(seed)
         return get_peft_model(model, config)  # type: ignore[arg-type]
 
