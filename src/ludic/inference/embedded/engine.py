@@ -119,6 +119,10 @@ class EmbeddedEngine:
         self._last_error: str | None = None
         self._cancelled = 0
         self._live: dict[SequenceState, None] = {}  # taken from the queue, not yet resolved
+        # The admission threads share `tokenizer` and only read it: no call sets truncation or
+        # padding, and TextCodec's encode above already cleared any a tokenizer.json shipped (a
+        # fast tokenizer changed while another thread encodes fails: "Already borrowed",
+        # huggingface/tokenizers#537; tests/inference/test_engine_shared_tokenizer.py).
         self._admission = ThreadPoolExecutor(_ADMISSION_THREADS, thread_name_prefix="ludic-admit")
         self._thread = threading.Thread(target=self._run, name="ludic-engine", daemon=True)
         self._thread.start()
