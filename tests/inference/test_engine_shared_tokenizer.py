@@ -1,8 +1,9 @@
 """The engine's admission threads (and its worker, decoding) share one Hugging Face tokenizer.
 That is safe only while they read it: a fast tokenizer's Rust backend releases the GIL while it
 encodes, and changing its truncation or padding then (what `tokenizer.encode` does whenever
-those settings differ from the call's) fails one of the threads with "Already borrowed"
-(huggingface/tokenizers#537, huggingface/transformers#47085). A
+those settings differ from the call's) fails one of the threads with "Already borrowed" on
+tokenizers < 0.23, which pyproject allows (huggingface/tokenizers#537; 0.23.3 did not fail in
+a quick try). A
 tokenizer.json may ship with truncation or padding set; the engine's constructor clears them
 by encoding once, before any admission thread exists, so requests only read."""
 

@@ -121,8 +121,8 @@ class EmbeddedEngine:
         self._live: dict[SequenceState, None] = {}  # taken from the queue, not yet resolved
         # The admission threads share `tokenizer` and only read it: no call sets truncation or
         # padding, and TextCodec's encode above already cleared any a tokenizer.json shipped (a
-        # fast tokenizer changed while another thread encodes fails: "Already borrowed",
-        # huggingface/tokenizers#537; tests/inference/test_engine_shared_tokenizer.py).
+        # fast tokenizer changed while another thread encodes fails, "Already borrowed" on
+        # tokenizers < 0.23: huggingface/tokenizers#537; test_engine_shared_tokenizer.py).
         self._admission = ThreadPoolExecutor(_ADMISSION_THREADS, thread_name_prefix="ludic-admit")
         self._thread = threading.Thread(target=self._run, name="ludic-engine", daemon=True)
         self._thread.start()
