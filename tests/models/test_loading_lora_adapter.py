@@ -6,6 +6,7 @@ the base model the adapter names, instead of refusing the path "not a model dire
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,17 @@ def lora_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, torch.Tens
     step_dir = finish(trainer)
     assert (step_dir / "model" / "adapter_config.json").is_file()
     return step_dir, _logits(trainer.model)
+
+
+def test_loading_a_lora_checkpoint_prints_no_peft_deprecation(
+    lora_run: tuple[Path, torch.Tensor],
+) -> None:
+    """transformers' FutureWarning about `is_gradient_checkpointing`, which peft triggers: noise
+    on every `ludic serve`/`ludic eval` of a LoRA checkpoint that the user cannot act on."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        load_model(lora_run[0], dtype="float32")
+    assert [str(w.message) for w in caught if "is_gradient_checkpointing" in str(w.message)] == []
 
 
 def test_a_lora_checkpoint_loads_merged_into_its_base(lora_run: tuple[Path, torch.Tensor]) -> None:

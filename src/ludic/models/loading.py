@@ -231,8 +231,11 @@ def _load_merged_adapter(
         )
     from peft import PeftModel  # the LoRA run had peft: its adapter is peft's format
 
+    from ludic.training.lora import peft_deprecation_silenced
+
     model, _ = load_model(base, dtype=dtype, device=device, verify=verify)
-    merged = PeftModel.from_pretrained(model, str(directory)).merge_and_unload()
+    with peft_deprecation_silenced():
+        merged = PeftModel.from_pretrained(model, str(directory)).merge_and_unload()
     check_finite_weights(directory, merged)  # a NaN in the adapter spreads into its layers
     logger.info("loaded %s: LoRA adapter merged into its base model %s", directory, base)
     tokenizer = load_tokenizer(directory)

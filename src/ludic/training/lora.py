@@ -54,10 +54,19 @@ def add_lora(
         bias="none",
         task_type="CAUSAL_LM",
     )
-    with torch.random.fork_rng(), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=_PEFT_DEPRECATION, category=FutureWarning)
+    with torch.random.fork_rng(), peft_deprecation_silenced():
         torch.manual_seed(seed)
         return get_peft_model(model, config)  # type: ignore[arg-type]
+
+
+@contextmanager
+def peft_deprecation_silenced() -> Iterator[None]:
+    """Inside: transformers' FutureWarning about `is_gradient_checkpointing`, which peft's model
+    wrappers (get_peft_model, PeftModel.from_pretrained) trigger, is not shown; nothing else is
+    filtered, and only inside."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_PEFT_DEPRECATION, category=FutureWarning)
+        yield
 
 
 def _check_lora_base(model: object) -> None:
