@@ -2,8 +2,10 @@
 by a new run no longer makes that run's versions jump past the old run's. A learner that knows
 its run (`--run-id`, its checkpoint's) and finds another run's record numbers its own versions,
 says so naming both runs, and its first publish replaces the record; a record of its own run,
-or one it cannot compare (its run not known yet, or a record older than run names), is forked
-past as before (a killed learner of its run), the fork line naming the record's run."""
+or one it cannot compare (its run not known yet under torchrun, or a record older than run
+names), is forked past as before (a killed learner of its run), the fork line naming the
+record's run. A fresh learner in one process decides at its first sample
+(`test_learner_fork_at_first_sample`)."""
 
 from __future__ import annotations
 
@@ -37,9 +39,14 @@ def _record(server: RedisServer, version: int, run: str | None) -> None:
     server.client().set(published_key("s"), json.dumps({"version": version, "run": run or ""}))
 
 
-def _learner(server: RedisServer, run: str | None) -> tuple[SimpleNamespace, PipelineBatchSource]:
-    """A fresh learner (version 0) whose run is `run` from the start (None: not known yet)."""
-    source = PipelineBatchSource(SampleStream(server.url, stream="s"), batch_size=1, run_id=run)
+def _learner(
+    server: RedisServer, run: str | None, world_size: int = 1
+) -> tuple[SimpleNamespace, PipelineBatchSource]:
+    """A fresh learner (version 0) whose run is `run` from the start (None: not known yet), rank
+    0 of `world_size`."""
+    source = PipelineBatchSource(
+        SampleStream(server.url, stream="s"), batch_size=1, run_id=run, world_size=world_size
+    )
     trainer = SimpleNamespace(policy_version=0, step=0, publish_weights=lambda: None)
     return trainer, source
 
@@ -70,7 +77,7 @@ async def test_another_runs_record_is_replaced_not_forked_past(
     ("recorded", "learner", "note"),
     [
         ("run-a", "run-a", False),  # its own run's killed learner
-        ("run-a", None, True),  # its run is the first sample's: not known yet
+        ("run-a", None, True),  # under torchrun each rank's run is its first sample's
         (None, "run-a", False),  # a record that names no run
     ],
 )
@@ -82,13 +89,13 @@ async def test_a_record_of_its_run_or_one_it_cannot_compare_is_forked_past(
     note: bool,
 ) -> None:
     _record(redis_server, 4, recorded)
-    trainer, source = _learner(redis_server, learner)
+    trainer, source = _learner(redis_server, learner, world_size=2)
     with caplog.at_level(logging.WARNING, logger="ludic.pipeline"):
         fork_versions(trainer, source, redis_server.url)
     assert trainer.policy_version == 5 and source.staleness.forks.dead(4) == (0, 5)
     (line,) = [r.getMessage() for r in caplog.records]
     assert line.startswith("a learner before this one published policy versions up to 4")
-    assert ("the record names run run-a; this learner takes the run of the first" in line) is note
+    assert ("the record names run run-a; this learner's run is not known yet" in line) is note
     await source.aclose()
 
 

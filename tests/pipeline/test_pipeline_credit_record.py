@@ -15,6 +15,7 @@ from pipeline_fakes import RedisServer, redis_server, sample
 from ludic.cli import main as ludic_main
 from ludic.pipeline.codec import encode_sample
 from ludic.pipeline.credit_check import CreditCheck, CreditMismatchError, credit_record
+from ludic.pipeline.learner_report import NothingTrainedLearnerError
 from ludic.pipeline.stream import SampleStream
 from ludic.recipes.algorithms import GiGPOOptions
 
@@ -104,7 +105,9 @@ def test_resumed_learner_dead_letters_actors_restarted_with_other_gigpo_knobs(
     _actor(redis_server, "--algorithm", "gigpo", "--gigpo.omega", "0.3")
     _learner(redis_server, out, "--algorithm", "gigpo", "--checkpoint-every", "1")
     _actor(redis_server, "--algorithm", "gigpo", "--gigpo.omega", "0.5")
-    with caplog.at_level(logging.INFO, logger="ludic.pipeline"):
+    nothing = "no step trained in this launch: .*4 dead-lettered as another run's"
+    refused = pytest.raises(NothingTrainedLearnerError, match=nothing)  # the command exits 1
+    with caplog.at_level(logging.INFO, logger="ludic.pipeline"), refused:
         _learner(redis_server, out, "--algorithm", "gigpo", "--steps", "2")
     [error] = [r.getMessage() for r in caplog.records if "two runs" in r.getMessage()]
     assert "as its checkpoint records" in error and "another --stream" in error

@@ -1,8 +1,9 @@
 """What `ludic learner` logs: one line per step (`report_step`, with a warning when the actors
 sample another model than the learner's) and a closing line (`report_done`), each counting what
 all ranks trained (summed through the runtime's all-reduce, a collective every rank calls) and
-logged by rank 0 alone. It does not train, checkpoint or warn about steps that changed no
-weight (`ludic.training.stall.NoSignalWatch`).
+logged by rank 0 alone; `NothingTrainedLearnerError` when a launch applied no update. It does
+not train, checkpoint or warn about steps that changed no weight
+(`ludic.training.stall.NoSignalWatch`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import logging
 import math
 from typing import Any
+
+from ludic.errors import Refusal
 
 logger = logging.getLogger(__name__)
 
@@ -49,13 +52,46 @@ def report_step(trainer: Any, source: Any, metrics: dict[str, float]) -> str | N
     return str(source.exhausted_line(int(dropped), runtime.world_size))
 
 
-def report_done(trainer: Any, source: Any) -> None:
-    """At the end, on every rank: rank 0 logs `done_line` with all ranks' `source.totals`."""
+def report_done(trainer: Any, source: Any) -> dict[str, int]:
+    """At the end, on every rank: rank 0 logs `done_line` with all ranks' `source.totals`.
+    Returns those totals (the non-zero ones), the same on every rank."""
     runtime = trainer.runtime
     totals = across_ranks(runtime, [float(source.totals[k]) for k in TOTAL_KEYS])
+    counts = {k: int(v) for k, v in zip(TOTAL_KEYS, totals, strict=True) if v}
     if source.rank == 0:
-        counts = {k: int(v) for k, v in zip(TOTAL_KEYS, totals, strict=True) if v}
         logger.info(done_line(trainer, counts, runtime.world_size))
+    return counts
+
+
+class NothingTrainedLearnerError(Refusal, RuntimeError):
+    """A `ludic learner` launch that applied no update (it stopped under `--max-wait-s` before
+    any trainable sample came, or every step was skipped): as `ludic train` ends with
+    NothingTrainedError, the command exits 1 instead of 0, so a script or supervisor that
+    waits on it sees that the run made no progress."""
+
+
+def nothing_trained_line(stop: str | None, totals: dict[str, int], steps: int) -> str:
+    """Why a launch of `steps` step(s) applied no update: `stop`, the line it stopped with
+    (None: it ran its steps, each skipped), and what became of the samples it read over the
+    whole launch (`stop` counts only its last wait's, and under torchrun no dead-lettering)."""
+    why = stop or f"each of its {steps} step(s) was skipped (each said why above)"
+    fates = ", ".join(f"{totals[k]} {what}" for k, what in _UNTRAINED.items() if totals.get(k))
+    untrained = f"; over this launch, samples read but not trained: {fates}" if fates else ""
+    return (
+        f"no step trained in this launch: {why}{untrained}. The model is the one this launch "
+        "started from and it published no new policy version: fix the cause and start the "
+        "learner again"
+    )
+
+
+_UNTRAINED = {
+    "dropped_stale": "dropped as stale (more than --max-lag policy versions behind)",
+    "dead_branch": "dropped as a killed learner's (versions past this one's start)",
+    "foreign_run": "dead-lettered as another run's",
+    "invalid": "dead-lettered as invalid",
+    "duplicates": "skipped as duplicates",
+}
+"""The `TOTAL_KEYS` that count samples read but never trained, and what became of them."""
 
 
 def across_ranks(runtime: Any, values: list[float]) -> list[float]:

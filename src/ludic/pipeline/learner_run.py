@@ -14,7 +14,12 @@ from typing import Any
 from ludic.inference.http.server_wait import wait_for_servers
 from ludic.pipeline.config import LearnerConfig
 from ludic.pipeline.credit_check import CreditCheck
-from ludic.pipeline.learner_report import report_done, report_step
+from ludic.pipeline.learner_report import (
+    NothingTrainedLearnerError,
+    nothing_trained_line,
+    report_done,
+    report_step,
+)
 from ludic.pipeline.learner_settings import (
     CHECKPOINTS_DIR,
     LEARNER_SETTINGS_KEY,
@@ -134,8 +139,11 @@ def _credit_checked_source(credit_check: CreditCheck, stream: SampleStream, **op
 
 async def _train(cfg: LearnerConfig, source: Any, trainer: Any) -> list[dict[str, float]]:
     """The step loop; step and closing lines count what all ranks trained (the ranks' credit
-    records are compared inside each step, before it trains: `_credit_checked_source`)."""
+    records are compared inside each step, before it trains: `_credit_checked_source`).
+    Raises NothingTrainedLearnerError on every rank when no step of this launch applied an
+    update (the Trainer decides a skip across ranks, so every rank agrees)."""
     from ludic.training import BatchSourceExhausted
+    from ludic.training.stall import was_skipped
 
     runtime = trainer.runtime
     if (runtime.rank, runtime.world_size) != (source.rank, source.world_size):
@@ -144,6 +152,7 @@ async def _train(cfg: LearnerConfig, source: Any, trainer: Any) -> list[dict[str
             f"WORLD_SIZE say {source.rank} of {source.world_size}: launch with torchrun"
         )
     history: list[dict[str, float]] = []
+    stop: str | None = None  # why the loop ended before --steps
     started_at = trainer.step  # the same on every rank, as the steps that follow
     if trainer.step == 0:  # the server starts from the learner's weights (resume has
         trainer.publish_weights()  # published the restored ones); every rank calls it
@@ -151,7 +160,8 @@ async def _train(cfg: LearnerConfig, source: Any, trainer: Any) -> list[dict[str
         try:
             history.append(await trainer.train_step())
         except BatchSourceExhausted as e:  # one rank only: the others would wait in a collective
-            logger.info("learner stops: %s", e)
+            stop = str(e)
+            logger.info("learner stops: %s", stop)
             break
         stop = report_step(trainer, source, history[-1])
         if stop is not None:  # every rank's batch came back empty
@@ -163,7 +173,9 @@ async def _train(cfg: LearnerConfig, source: Any, trainer: Any) -> list[dict[str
         if trainer.step > started_at and not trainer.checkpoints.due(trainer.step):
             trainer.save_checkpoint()  # not a step this launch only resumed at: kept as saved
         await source.ack_checkpointed()
-    report_done(trainer, source)
+    totals = report_done(trainer, source)
+    if all(was_skipped(metrics) for metrics in history):
+        raise NothingTrainedLearnerError(nothing_trained_line(stop, totals, len(history)))
     return history
 
 
@@ -236,13 +248,43 @@ def fork_versions(trainer: Any, source: Any, url: str) -> None:
     `publish_every` then count updates along this learner's branch. A resumed learner publishes
     them so at once (every rank calls this, as the Trainer publishes); a fresh one publishes
     before its first step (`_train`). Another run's record (a reused stream name) is left to be
-    replaced when this learner knows its run (`--run-id` or its checkpoint's), with a line."""
+    replaced when this learner knows its run (`--run-id` or its checkpoint's), with a line. A
+    fresh learner in one process that does not know its run yet decides at its first sample,
+    which pins it (`_decides_at_first_sample`)."""
     trainer.version_position = source.staleness.forks.position
     resumed = int(trainer.policy_version)
     record = published_record(url, source.stream.stream)  # every rank reads the same
     if record is None or record.version <= resumed:
         return
     run = source.run_check.run
+    if run is None and record.run is not None and _decides_at_first_sample(trainer, source):
+        source.on_first_sample = lambda pinned: _fork(trainer, source, record, pinned, 0, True)
+        return
+    _fork(trainer, source, record, run, resumed, False)
+
+
+def _decides_at_first_sample(trainer: Any, source: Any) -> bool:
+    """Whether a learner whose run is not known yet waits for the first sample it reads to
+    compare its run with the record's: a fresh one in one process. It publishes its start as
+    version 0, below the record, so no server holds a version above the record, and if the
+    record is its own run's it forks then, before that sample's lag (the servers' version 0
+    weights are its own start, at lag 0 along the fork). Under torchrun each rank pins its
+    run at its own first sample, possibly at different steps, while the version must move on
+    every rank at once: those ranks fork past any record from the start, as does a resumed
+    learner (which must publish its fork at once, not in the middle of reading a batch)."""
+    return trainer.step == 0 and source.world_size == 1
+
+
+def _fork(
+    trainer: Any,
+    source: Any,
+    record: PublishedRecord,
+    run: str | None,
+    resumed: int,
+    at_first_sample: bool,
+) -> None:
+    """Number this learner's versions past `record`, unless it names another run than `run`
+    (`at_first_sample`: a fresh learner deciding once its first sample pinned `run`)."""
     if record.run is not None and run is not None and record.run != run:
         if source.rank == 0:
             logger.warning(_other_run_line(source.stream.stream, record, run, resumed))
@@ -253,11 +295,12 @@ def fork_versions(trainer: Any, source: Any, url: str) -> None:
     if source.rank == 0:
         logger.warning(
             "a learner before this one published policy versions up to %d, past the %d this "
-            "one starts from: this learner numbers its weights %d on (published now) and "
-            "drops samples of %s, whose weights died with that learner%s",
+            "one starts from: this learner numbers its weights %d on (%s) and drops samples of "
+            "%s, whose weights died with that learner%s",
             published,
             resumed,
             published + 1,
+            "its start, served as version 0" if at_first_sample else "published now",
             dead_span(resumed, published + 1),
             _record_run_note(record, run),
         )
@@ -281,9 +324,9 @@ def _record_run_note(record: PublishedRecord, run: str | None) -> str:
     if record.run is None or run is not None:
         return ""
     return (
-        f" (the record names run {record.run}; this learner takes the run of the first sample "
-        "it reads: a new run on a reused stream name given `ludic learner --run-id` numbers "
-        "its versions from its own start instead)"
+        f" (the record names run {record.run}; this learner's run is not known yet: each rank "
+        "takes the run of the first stamped sample it reads. A new run on a reused stream name "
+        "given `ludic learner --run-id` numbers its versions from its own start instead)"
     )
 
 

@@ -150,6 +150,10 @@ class PipelineBatchSource:
         self.lease_ttl_s = lease_ttl_s
         self._lease: ConsumerLease | None = None
         self._published_run: str | None = None
+        # called once, at the first sample of a run this source reads, with its pinned run
+        # (None: unstamped): a fresh learner that did not know its run decides its version
+        # numbering then, before that sample's lag (`ludic.pipeline.learner_run.fork_versions`)
+        self.on_first_sample: Callable[[str | None], None] | None = None
         self.batches_served = 0
         self.timed_out = False
         self.timed_out_dropped = 0  # stale samples the timed-out wait read and dropped
@@ -428,6 +432,9 @@ class PipelineBatchSource:
             await self.stream.dead_letter(entry, f"a sample of another run: {foreign}")
             stats["foreign_run"] += 1
             return None
+        if self.on_first_sample is not None:
+            decide, self.on_first_sample = self.on_first_sample, None
+            decide(self.run_check.run)
         if self.check_sample is not None:  # raising leaves the entry pending, for a fixed learner
             self.check_sample(decoded.item)
         if decoded.sample_id in self._seen:
