@@ -154,8 +154,10 @@ async def _train(cfg: LearnerConfig, source: Any, trainer: Any) -> list[dict[str
     history: list[dict[str, float]] = []
     stop: str | None = None  # why the loop ended before --steps
     started_at = trainer.step  # the same on every rank, as the steps that follow
-    if trainer.step == 0:  # the server starts from the learner's weights (resume has
-        trainer.publish_weights()  # published the restored ones); every rank calls it
+    # the server starts from the learner's weights (resume has published the restored ones;
+    # one that decides its versions at its first sample publishes then); every rank calls it
+    if trainer.step == 0 and source.on_first_sample is None:
+        trainer.publish_weights()
     while trainer.step < cfg.steps:
         try:
             history.append(await trainer.train_step())
@@ -250,7 +252,7 @@ def fork_versions(trainer: Any, source: Any, url: str) -> None:
     before its first step (`_train`). Another run's record (a reused stream name) is left to be
     replaced when this learner knows its run (`--run-id` or its checkpoint's), with a line. A
     fresh learner in one process that does not know its run yet decides at its first sample,
-    which pins it (`_decides_at_first_sample`)."""
+    which pins it, and publishes its start then (`_decides_at_first_sample`)."""
     trainer.version_position = source.staleness.forks.position
     resumed = int(trainer.policy_version)
     record = published_record(url, source.stream.stream)  # every rank reads the same
@@ -258,33 +260,38 @@ def fork_versions(trainer: Any, source: Any, url: str) -> None:
         return
     run = source.run_check.run
     if run is None and record.run is not None and _decides_at_first_sample(trainer, source):
-        source.on_first_sample = lambda pinned: _fork(trainer, source, record, pinned, 0, True)
+        source.on_first_sample = lambda pinned: _fork_at_first_sample(
+            trainer, source, record, pinned
+        )
         return
-    _fork(trainer, source, record, run, resumed, False)
+    _fork(trainer, source, record, run, resumed)
 
 
 def _decides_at_first_sample(trainer: Any, source: Any) -> bool:
     """Whether a learner whose run is not known yet waits for the first sample it reads to
-    compare its run with the record's: a fresh one in one process. It publishes its start as
-    version 0, below the record, so no server holds a version above the record, and if the
-    record is its own run's it forks then, before that sample's lag (the servers' version 0
-    weights are its own start, at lag 0 along the fork). Under torchrun each rank pins its
-    run at its own first sample, possibly at different steps, while the version must move on
-    every rank at once: those ranks fork past any record from the start, as does a resumed
-    learner (which must publish its fork at once, not in the middle of reading a batch)."""
+    compare its run with the record's: a fresh one in one process, which publishes nothing
+    until then (`_fork_at_first_sample`). Under torchrun each rank pins its run at its own
+    first sample, possibly at different steps, while the version must move on every rank at
+    once: those ranks fork past any record from the start, as a resumed learner does."""
     return trainer.step == 0 and source.world_size == 1
 
 
-def _fork(
-    trainer: Any,
-    source: Any,
-    record: PublishedRecord,
-    run: str | None,
-    resumed: int,
-    at_first_sample: bool,
+def _fork_at_first_sample(
+    trainer: Any, source: Any, record: PublishedRecord, run: str | None
 ) -> None:
-    """Number this learner's versions past `record`, unless it names another run than `run`
-    (`at_first_sample`: a fresh learner deciding once its first sample pinned `run`)."""
+    """A fresh learner's decision once its first sample pinned `run` (None: unstamped, so
+    forked past as before), before that sample's lag: its own run's record is forked past,
+    another run's is left for this publish to replace. It then publishes its start, which
+    `_train` left to this moment, so the servers never went back below the record's version
+    while its run was unknown."""
+    _fork(trainer, source, record, run, 0)
+    trainer.publish_weights()
+
+
+def _fork(
+    trainer: Any, source: Any, record: PublishedRecord, run: str | None, resumed: int
+) -> None:
+    """Number this learner's versions past `record`, unless it names another run than `run`."""
     if record.run is not None and run is not None and record.run != run:
         if source.rank == 0:
             logger.warning(_other_run_line(source.stream.stream, record, run, resumed))
@@ -295,12 +302,11 @@ def _fork(
     if source.rank == 0:
         logger.warning(
             "a learner before this one published policy versions up to %d, past the %d this "
-            "one starts from: this learner numbers its weights %d on (%s) and drops samples of "
-            "%s, whose weights died with that learner%s",
+            "one starts from: this learner numbers its weights %d on (published now) and drops "
+            "samples of %s, whose weights died with that learner%s",
             published,
             resumed,
             published + 1,
-            "its start, served as version 0" if at_first_sample else "published now",
             dead_span(resumed, published + 1),
             _record_run_note(record, run),
         )
