@@ -25,7 +25,8 @@ def test_an_existing_resume_path_and_latest_pass(tmp_path: Path) -> None:
     existing = tmp_path / "elsewhere"
     existing.mkdir()
     check_run_dir(tmp_path / "run", str(existing))  # the trainer judges what it holds
-    check_run_dir(tmp_path / "run", "latest")
+    (tmp_path / "run" / CHECKPOINTS_DIR / "step_00000001").mkdir(parents=True)
+    check_run_dir(tmp_path / "run", "latest")  # a folder there: the trainer judges it too
 
 
 @pytest.mark.parametrize("command", ["train", "sft"])

@@ -187,8 +187,13 @@ def check_resume_dir(out_dir: Path, resume: str | None) -> None:
     (its files do not match its manifest) is no such step: a later bare `--resume` sets it
     aside, and this run's save of that step replaces it. A bare `--resume` takes OUT_DIR's
     newest, so it never is; no `--resume` is not checked here. A PATH that does not exist (a
-    typo) is refused here too, naming OUT_DIR's newest checkpoint, before the model loads."""
-    if resume in (None, RESUME_LATEST):
+    typo) is refused here too, naming OUT_DIR's newest checkpoint, before the model loads, and
+    so is a bare `--resume` where OUT_DIR holds no checkpoint at all (a run stopped before its
+    first save: with `--checkpoint-every None` only its end saves one)."""
+    if resume is None:
+        return
+    if resume == RESUME_LATEST:
+        _refuse_nothing_to_resume(out_dir)
         return
     if not Path(resume).exists():  # a typo: refused before the model loads, not after
         raise FileNotFoundError(
@@ -209,6 +214,24 @@ def check_resume_dir(out_dir: Path, resume: str | None) -> None:
             f"(rm -r {' '.join(str(p) for p in stale)}) to continue from step {step} here, "
             f"or pass another --out-dir."
         )
+
+
+def _refuse_nothing_to_resume(out_dir: Path) -> None:
+    """A bare `--resume` on an OUT_DIR without a single checkpoint folder is refused before
+    the model loads (and `--local-server` starts its server): the trainer's resume refused it
+    only after both. Folders that are there but damaged or incomplete are the trainer's to
+    judge, in its words."""
+    root = out_dir / CHECKPOINTS_DIR
+    if root.is_dir() and any(root.iterdir()):
+        return
+    reason = f"no complete checkpoint under {root}: it does not exist"
+    if root.is_dir():
+        reason = f"no checkpoint under {root}: it is empty"
+    hint = (
+        " (a run stopped before its end saves checkpoints only every --checkpoint-every "
+        "steps, none by default)"
+    )
+    raise FileNotFoundError(no_checkpoint_message(reason + hint, out_dir))
 
 
 def _intact(checkpoint: Path) -> bool:
