@@ -98,3 +98,18 @@ def test_ludic_serve_and_train_refuse_an_unfinished_step(tmp_path: Path, command
         result.stderr
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_a_model_another_tool_saved_in_a_step_named_folder_loads(tmp_path: Path) -> None:
+    """A Hugging Face trainer's `.../step_1000` (config.json and weights at its top, no `model/`,
+    no `state.json`) is a model, not an interrupted Ludic save: it loads, for `ludic eval` too."""
+    import shutil
+
+    from ludic.eval.evaluated_model import refuse_unfinished_checkpoint
+    from ludic.models import tiny_model_dir
+
+    model = tmp_path / "hf_outputs" / "step_1000"
+    shutil.copytree(tiny_model_dir(), model)
+    refuse_unfinished_checkpoint(str(model), verify="size")
+    loaded, _ = load_model(model)
+    assert loaded.config.num_hidden_layers >= 1

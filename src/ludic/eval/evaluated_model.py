@@ -35,24 +35,11 @@ def checkpoint_step_dir(model: str | Path) -> Path | None:
 
 def refuse_unfinished_checkpoint(model: str, *, verify: str) -> None:
     """ValueError when --model names a checkpoint step without its MANIFEST.json (a save that
-    was killed before it finished: resume skips such a step), naming the newest earlier step
-    whose model verifies (checked as `verify` says), the one to evaluate instead."""
-    step_dir = checkpoint_step_dir(model)
-    if step_dir is None or not step_dir.is_dir() or (step_dir / _MANIFEST).is_file():
-        return
-    from ludic.training.checkpoint_manifest import deep_verify, earlier_good_checkpoint
+    was killed before it finished), naming the last complete step to evaluate instead: the
+    refusal `load_model` makes, checked before the out-dir and the envs."""
+    from ludic.models.checkpoint_step import refuse_unfinished_step  # imports torch: lazily
 
-    earlier = earlier_good_checkpoint(step_dir, deep=deep_verify(verify), prefix="model/")
-    instead = (
-        f"evaluate the last complete step instead: --model {earlier / 'model'}"
-        if earlier is not None
-        else "no earlier step beside it is complete; evaluate another run's checkpoint"
-    )
-    raise ValueError(
-        f"--model {model}: {step_dir} has no {_MANIFEST}, so its save did not finish (it was "
-        f"interrupted) and its weights may be partial; {instead}. A model saved outside a "
-        "training run loads from a folder of its own: copy its model/ out of checkpoints/ first"
-    )
+    refuse_unfinished_step(model, verify=verify, action="evaluate", flag="--model ")
 
 
 def model_record(model_dir: str) -> dict[str, Any]:

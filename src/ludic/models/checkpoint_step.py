@@ -35,6 +35,8 @@ def refuse_unfinished_step(
     step_dir = checkpoint_step_dir(path)
     if step_dir is None or not step_dir.is_dir() or (step_dir / MANIFEST).is_file():
         return
+    if not _checkpoint_layout(step_dir):
+        return  # a model another tool saved in a folder named step_N: a model, loaded as such
     from ludic.training.checkpoint_manifest import deep_verify, earlier_good_checkpoint
 
     earlier = earlier_good_checkpoint(step_dir, deep=deep_verify(verify), prefix="model/")
@@ -49,3 +51,10 @@ def refuse_unfinished_step(
         f"and its weights may be partial; {instead}. A model saved outside a training run loads "
         "from a folder of its own: copy its model/ out of checkpoints/ first"
     )
+
+
+def _checkpoint_layout(step_dir: Path) -> bool:
+    """Whether `step_dir` is laid out as a training checkpoint step (its weights in `model/`, or
+    the trainer's `state.json` beside them), not a model folder that happens to be named step_N
+    (config.json and weights at its top, as Hugging Face trainers and other tools save them)."""
+    return (step_dir / "model").is_dir() or (step_dir / "state.json").is_file()
