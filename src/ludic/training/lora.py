@@ -54,7 +54,10 @@ def add_lora(
         bias="none",
         task_type="CAUSAL_LM",
     )
-    with torch.random.fork_rng(), peft_deprecation_silenced():
+    # fork only the RNGs of the devices the model is on: fork_rng() without devices reads (and
+    # so opens a CUDA context on) every visible GPU, in every torchrun rank
+    gpus = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
+    with torch.random.fork_rng(devices=gpus), peft_deprecation_silenced():
         torch.manual_seed(seed)
         return get_peft_model(model, config)  # type: ignore[arg-type]
 
