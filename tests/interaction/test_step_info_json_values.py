@@ -5,6 +5,7 @@ not JSON serializable"), naming neither, while the episode trained as if nothing
 
 from __future__ import annotations
 
+import enum
 import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -103,7 +104,7 @@ async def test_a_value_without_a_plain_form_fails_that_episode_only(tmp_path: Pa
     assert not fine.failed and "log_error" not in fine.meta
     assert bad.failed and bad.meta["error_type"] == "TypeError"
     message = bad.meta["error"]
-    assert "InfoEnv.env_step returned step info info['seen']" in message
+    assert "InfoEnv.env_step returned info['seen']" in message
     assert "(a set)" in message and "sorted(a_set)" in message
     assert [r.failed for r in read_rollouts_jsonl(log)] == [False, True]
 
@@ -123,5 +124,12 @@ def test_json_info_is_returned_as_is() -> None:
     ],
 )
 def test_a_value_without_a_plain_form_is_named(info: dict[str, Any], message: str) -> None:
-    with pytest.raises(TypeError, match=r"MyEnv\.step for 'p1' returned step info " + message):
+    with pytest.raises(TypeError, match=r"MyEnv\.step for 'p1' returned " + message):
         jsonable_info(info, where="MyEnv.step for 'p1'")
+
+
+def test_a_str_enum_key_json_can_write_is_kept() -> None:
+    class Key(enum.StrEnum):
+        A = "a"
+
+    assert json.dumps(jsonable_info({Key.A: 1}, where="Env.step")) == '{"a": 1}'

@@ -54,12 +54,12 @@ def _plain_dict(value: dict[Any, Any], where: str, path: str) -> dict[Any, Any]:
 
 def _plain_key(key: Any, where: str, path: str) -> Any:
     """A key JSON can write (str, int, float, bool, None), converting a numpy scalar."""
-    if type(key) in _PLAIN:
+    if isinstance(key, _PLAIN):  # a str Enum member too: JSON writes its value
         return key
     if _is_array_like(key) and getattr(key, "ndim", None) == 0:
         return key.item()
     raise TypeError(
-        f"{where} returned step info {path} with the key {_describe(key)}; a rollout record "
+        f"{where} returned {path} with the key {_describe(key)}; a rollout record "
         "is JSON, whose keys are str (or int, float, bool, None): key it by str(...)"
     )
 
@@ -71,7 +71,7 @@ def _is_array_like(value: object) -> bool:
 
 def _refusal(where: str, path: str, value: object) -> str:
     return (
-        f"{where} returned step info {path} = {_describe(value)}, which a rollout record (JSON) "
+        f"{where} returned {path} = {_describe(value)}, which a rollout record (JSON) "
         "cannot hold; put a str, number, bool, None, or a list or dict of them there (e.g. "
         "str(value), sorted(a_set), dataclasses.asdict(obj)), or leave it out of info"
     )
