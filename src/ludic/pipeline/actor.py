@@ -269,7 +269,8 @@ class PipelineActor:
             then = (
                 f"the last batch held {need} samples, more than --max-backlog alone, so the "
                 f"next starts once a learner of group {group!r} has read them all (raise "
-                "--max-backlog above the batch to generate while the learner trains)"
+                f"--max-backlog to about twice the batch, {2 * need}, to generate while the "
+                "learner trains)"
             )
         while (backlog := await self.stream.backlog()) > 0 and backlog + need > self.max_backlog:
             noticed = self._notice_wait(started, noticed, backlog, then)
