@@ -128,12 +128,13 @@ def test_a_learner_resumed_at_its_last_step_keeps_the_samples_to_acknowledge(
     assert [sample_id for _, sample_id in listed] == produced[8:12]
     assert Counter(_sample_ids(redis_server)) == Counter(produced[:8])
     assert redis_server.client().xpending("ludic:samples", "ludic-learners")["pending"] == 4
-    # 2: resumed at --steps 3: nothing to train, so step 3 is kept as saved (a re-save would
-    # record this launch's rank count, and a source that had read nothing)
+    # 2: resumed at --steps 3: nothing to train, refused before anything loads, so step 3 is
+    # kept as saved (a re-save would record this launch's rank count, and a source that had
+    # read nothing)
     saved_folder = step_3.stat().st_ino
     code, log = learner("l2.log", 3)
-    assert code == 0, log[-3000:]
-    assert "resumed from step 3" in log and "learner step" not in log
+    assert code == 1, log[-3000:]
+    assert "nothing is left to train" in log and "learner step" not in log
     assert step_3.stat().st_ino == saved_folder, "step 3 was saved again with nothing trained"
     listed = json.loads((step_3 / STATE).read_text())["data_state"]["trained"]
     assert [sample_id for _, sample_id in listed] == produced[8:12]
