@@ -49,7 +49,11 @@ def test_a_str_declaration_is_refused_instead_of_meaning_no_parser() -> None:
         checked_declared_parser(StrParserEnv.parser, StrParserEnv)
 
 
-@pytest.mark.parametrize("parser", [StaticParserEnv.parser, xml_tag_parser("move"), None], ids=str)
+@pytest.mark.parametrize(
+    "parser",
+    [StaticParserEnv.parser, xml_tag_parser("move"), None],
+    ids=["staticmethod", "xml_tag_parser", "none"],
+)
 def test_usable_declarations_pass_through(parser: object) -> None:
     assert checked_declared_parser(parser, StaticParserEnv) is parser
 
