@@ -20,9 +20,13 @@ from ludic.models import tiny_model_dir
 
 
 def _checkpoint(tmp_path: Path, step: int) -> Path:
-    """A checkpoint step folder as `ludic train` writes it (its `model/` is loadable)."""
+    """A checkpoint step folder as `ludic train` writes it (its `model/` is loadable, its
+    MANIFEST.json marks the save finished: `load_model` refuses a step without one)."""
+    from ludic.training.checkpoint_manifest import write_manifest
+
     folder = tmp_path / "run" / "checkpoints" / f"step_{step:08d}"
     shutil.copytree(tiny_model_dir(), folder / "model")
+    write_manifest(folder, step)
     return folder
 
 

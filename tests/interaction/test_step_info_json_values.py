@@ -133,3 +133,9 @@ def test_a_str_enum_key_json_can_write_is_kept() -> None:
         A = "a"
 
     assert json.dumps(jsonable_info({Key.A: 1}, where="Env.step")) == '{"a": 1}'
+
+
+def test_an_exception_reads_as_its_type_and_message() -> None:
+    """What an env reports under info["critical_error"] (CriticalError's detail reads the same)."""
+    info = {"critical_error": RuntimeError("disk on fire")}
+    assert jsonable_info(info, where="Env.step") == {"critical_error": "RuntimeError: disk on fire"}

@@ -1,8 +1,9 @@
 """Step info as JSON values, checked where it leaves the env (`check_step_outcome`).
 
 A rollout record is JSON, so an env's `StepOutcome.info` must hold JSON values. Numpy (and
-torch) scalars and arrays become plain Python values, a conversion that loses nothing the
-record keeps; anything else JSON cannot write is refused naming the env method, the key and
+torch) scalars and arrays become plain Python values, and an exception (an env reporting
+info["critical_error"]) its "Type: message" text, conversions that lose nothing the record
+keeps; anything else JSON cannot write is refused naming the env method, the key and
 the type, so it fails that episode instead of the rollout log write much later. It does not
 touch JSON values (a float nan stays nan) and does not check reset info, which no record keeps.
 """
@@ -32,6 +33,8 @@ def _plain(value: Any, where: str, path: str) -> Any:
         return _plain(value.tolist(), where, path)  # an object array may hold anything
     if isinstance(value, _PLAIN):  # a subclass (an IntEnum, say): JSON writes its value
         return value
+    if isinstance(value, BaseException):  # an env's report (info["critical_error"]): its text
+        return f"{type(value).__name__}: {value}"
     if isinstance(value, dict):
         return _plain_dict(value, where, path)
     if isinstance(value, (list, tuple)):
