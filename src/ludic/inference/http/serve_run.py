@@ -54,10 +54,14 @@ def _listen_socket(host: str, port: int) -> socket.socket:
 
 def run_server(config: ServeConfig) -> None:
     """`server.serve`: load the model, start the engine and serve until interrupted (blocks)."""
+    from ludic.models.checkpoint_step import refuse_unfinished_step
     from ludic.models.loading import check_model_directory
 
     check_serve_config(config)  # before the model loads
-    check_model_directory(config.model)  # a missing model is the first error, not a port in use
+    # a missing model or a step whose save never finished is the first error, not a port in use,
+    # and is refused before the port is bound (load_model would refuse it only after)
+    refuse_unfinished_step(config.model, verify=config.verify)
+    check_model_directory(config.model)
     # bound now (uvicorn would find a port in use only after loading the model), and kept: the
     # startup line names the port bound, which --port 0 leaves to the system
     with _listen_socket(config.host, config.port) as listening:
