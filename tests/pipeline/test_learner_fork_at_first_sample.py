@@ -22,7 +22,12 @@ from ludic.pipeline.learner_run import fork_versions
 from ludic.pipeline.run_check import RUN_KEY
 from ludic.pipeline.source import PipelineBatchSource
 from ludic.pipeline.stream import SampleStream
-from ludic.pipeline.versions import published_key
+from ludic.pipeline.versions import (
+    PublishedRecord,
+    RecordingPublisher,
+    published_key,
+    published_record,
+)
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
 __all__ = ["redis_server"]
@@ -50,6 +55,11 @@ async def _fresh_learner(
         max_wait_s=1.0,
     )
     return trainer, source
+
+
+class _Pushes:
+    def publish(self, weights: object, *, version: int) -> None:
+        pass
 
 
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -80,11 +90,18 @@ async def test_another_runs_record_is_not_forked_past(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     trainer, source = await _fresh_learner(redis_server, "run-old", "run-new", (0, 1))
+    publisher = RecordingPublisher(
+        _Pushes(), url=redis_server.url, stream="s", run=lambda: source.run_check.run
+    )
+    publish = trainer.publish_weights
+    trainer.publish_weights = lambda: (publish(), publisher.publish({}, version=0))
     with caplog.at_level(logging.WARNING, logger="ludic.pipeline"):
         fork_versions(trainer, source, redis_server.url)
         batch = await source.next_batch()
+    publisher.close()
     assert trainer.policy_version == 0 and source.staleness.forks.forks == []
     assert trainer.published == [0]  # its start, as run-new: the record is replaced
+    assert published_record(redis_server.url, "s") == PublishedRecord(0, "run-new")
     assert len(batch.items) == 2 and "pipeline/dead_branch" not in batch.stats
     (line,) = [w for w in _warnings(caplog) if "stream 's' records" in w]
     assert "published by a learner of run run-old, not this learner's run run-new" in line

@@ -1,10 +1,10 @@
 """`<stream>:published-version` names the run of the learner that published: a stream name reused
 by a new run no longer makes that run's versions jump past the old run's. A learner that knows
 its run (`--run-id`, its checkpoint's) and finds another run's record numbers its own versions,
-says so naming both runs, and its first publish replaces the record; a record of its own run,
-or one it cannot compare (its run not known yet under torchrun, or a record older than run
-names), is forked past as before (a killed learner of its run), the fork line naming the
-record's run. A fresh learner in one process decides at its first sample
+and its first publish (a resumed one's: at resume) replaces the record, saying so naming both
+runs; a record of its own run, or one it cannot compare (its run not known yet under torchrun,
+or a record older than run names), is forked past as before (a killed learner of its run), the
+fork line naming the record's run. A fresh learner in one process decides at its first sample
 (`test_learner_fork_at_first_sample`)."""
 
 from __future__ import annotations
@@ -51,25 +51,56 @@ def _learner(
     return trainer, source
 
 
+def _other_run_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "stream 's' records" in r.getMessage()]
+
+
 async def test_another_runs_record_is_replaced_not_forked_past(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     _record(redis_server, 40, "run-old")
     trainer, source = _learner(redis_server, "run-new")
-    with caplog.at_level(logging.WARNING, logger="ludic.pipeline"):
-        fork_versions(trainer, source, redis_server.url)
-    assert trainer.policy_version == 0 and source.staleness.forks.forks == []
-    (line,) = [r.getMessage() for r in caplog.records]
-    assert "records policy versions up to 40 published by a learner of run run-old" in line
-    assert "not this learner's run run-new: a stream name reused by a new run" in line
-    assert "numbers its versions from 0 as its own and its first publish replaces" in line
     publisher = RecordingPublisher(
         _Pushes(), url=redis_server.url, stream="s", run=lambda: source.run_check.run
     )
-    publisher.publish({}, version=0)  # `_train`'s publish before step 1
-    publisher.publish({}, version=1)
+    with caplog.at_level(logging.WARNING, logger="ludic.pipeline"):
+        fork_versions(trainer, source, redis_server.url)
+        assert trainer.policy_version == 0 and source.staleness.forks.forks == []
+        publisher.publish({}, version=0)  # `_train`'s publish before step 1
+        publisher.publish({}, version=1)
     publisher.close()
+    (line,) = _other_run_warnings(caplog)  # said once, by the publish that replaced it
+    assert "records policy versions up to 40 published by a learner of run run-old" in line
+    assert "not this learner's run run-new: a stream name reused by a new run" in line
+    assert "numbers its versions as its own (version 0 published now, not past" in line
     assert published_record(redis_server.url, "s") == PublishedRecord(1, "run-new")
+    await source.aclose()
+
+
+@pytest.mark.parametrize("recorded", [40, 2])  # past its checkpoint's version 3, or below it
+async def test_a_resumed_learner_says_it_replaces_another_runs_record(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture, recorded: int
+) -> None:
+    """A learner resumed at version 3 whose checkpoint pinned run-new: `Trainer.resume`
+    publishes before `fork_versions` reads the record, so the publish that replaces run-old's
+    record is the one that says so, as a fresh `--run-id` learner's first publish does."""
+    _record(redis_server, recorded, "run-old")
+    trainer, source = _learner(redis_server, None)
+    source.run_check.load_state_dict({"id": "run-new", "actor": "a"})  # the checkpoint's run
+    publisher = RecordingPublisher(
+        _Pushes(), url=redis_server.url, stream="s", run=lambda: source.run_check.run
+    )
+    trainer.policy_version, trainer.step = 3, 3
+    with caplog.at_level(logging.WARNING, logger="ludic.pipeline"):
+        publisher.publish({}, version=3)  # `Trainer.resume`'s publish of the restored weights
+        fork_versions(trainer, source, redis_server.url)
+        publisher.publish({}, version=4)
+    publisher.close()
+    assert trainer.policy_version == 3 and source.staleness.forks.forks == []
+    (line,) = _other_run_warnings(caplog)
+    assert f"records policy versions up to {recorded} published by a learner of run run-old" in line
+    assert "not this learner's run run-new" in line and "(version 3 published now" in line
+    assert published_record(redis_server.url, "s") == PublishedRecord(4, "run-new")
     await source.aclose()
 
 

@@ -250,7 +250,8 @@ def fork_versions(trainer: Any, source: Any, url: str) -> None:
     `publish_every` then count updates along this learner's branch. A resumed learner publishes
     them so at once (every rank calls this, as the Trainer publishes); a fresh one publishes
     before its first step (`_train`). Another run's record (a reused stream name) is left to be
-    replaced when this learner knows its run (`--run-id` or its checkpoint's), with a line. A
+    replaced when this learner knows its run (`--run-id` or its checkpoint's): its first publish
+    (a resumed learner's: the one at resume, already done) replaces it, saying so. A
     fresh learner in one process that does not know its run yet decides at its first sample,
     which pins it, and publishes its start then (`_decides_at_first_sample`)."""
     trainer.version_position = source.staleness.forks.position
@@ -293,9 +294,7 @@ def _fork(
 ) -> None:
     """Number this learner's versions past `record`, unless it names another run than `run`."""
     if record.run is not None and run is not None and record.run != run:
-        if source.rank == 0:
-            logger.warning(_other_run_line(source.stream.stream, record, run, resumed))
-        return
+        return  # replaced by this learner's next publish, which says so (`RecordingPublisher`)
     published = record.version
     trainer.policy_version = published + 1
     source.staleness.forks.add(resumed, published + 1)
@@ -312,17 +311,6 @@ def _fork(
         )
     if trainer.step > 0:  # resumed; a fresh learner publishes before its first step
         trainer.publish_weights()
-
-
-def _other_run_line(stream: str, record: PublishedRecord, run: str, start: int) -> str:
-    return (
-        f"stream {stream!r} records policy versions up to {record.version} published by a "
-        f"learner of run {record.run}, not this learner's run {run}: a stream name reused by "
-        f"a new run, so this learner numbers its versions from {start} as its own and its "
-        "first publish replaces that record. A server still serving that run's weights tags "
-        "samples with its versions, which read as newer than this learner (warned once): "
-        "restart the servers for a new run"
-    )
 
 
 def _record_run_note(record: PublishedRecord, run: str | None) -> str:

@@ -14,7 +14,8 @@ a sample's logprobs (the behaviour policy's, as generated).
 The record also names the run its learner trained (`PublishedRecord`), so a stream name reused by
 a new run does not make that run's versions jump past the old run's: a learner that knows its run
 from the start (`--run-id`, or its checkpoint's) and finds another run's record numbers its own
-versions and replaces the record at its first publish, saying so. A learner that does not know
+versions and replaces the record at its first publish (a resumed one: its publish at resume),
+which says so naming both runs (`RecordingPublisher`). A learner that does not know
 its run yet (a fresh one without `--run-id`: it takes the run of the first sample it reads)
 forks past any record, as it must when that record is its own run's killed learner's.
 """
@@ -33,7 +34,8 @@ import redis
 logger = logging.getLogger("ludic.pipeline.source")  # the source's lines, under its name
 
 # KEYS: the record. ARGV: a version about to be published, the publisher's run ('' unknown).
-# Raise the version (the run with it); another run's record (both runs known) is replaced.
+# Raise the version (the run with it); another run's record (both runs known) is replaced, and
+# returned ({version, run}) for the publisher to say so; else {}.
 _RAISE = """
 local raw = redis.call('GET', KEYS[1])
 local old, run = -1, ''
@@ -50,7 +52,8 @@ local other = ARGV[2] ~= '' and run ~= '' and ARGV[2] ~= run
 if other or tonumber(ARGV[1]) > old then
   redis.call('SET', KEYS[1], cjson.encode({version = tonumber(ARGV[1]), run = ARGV[2]}))
 end
-return 0
+if other then return {old, run} end
+return {}
 """
 
 
@@ -101,7 +104,10 @@ class RecordingPublisher:
     """Wrap your `PolicyPublisher` in this in a learner loop of your own that publishes to the
     servers of a pipeline stream's actors (`ludic learner` does): before each push it records in
     Redis the highest version pushed, with the run `run()` names (so no server ever holds a
-    version above the record), then pushes with `publisher`. `fork_versions` reads the record
+    version above the record), then pushes with `publisher`. A record of another run than
+    `run()` (a stream name reused by a new run) is replaced, with a warning naming both runs:
+    said where it happens, so a resumed learner, whose publish at resume comes before
+    `fork_versions`, says it as a fresh one does. `fork_versions` reads the record
     when a learner starts, so a learner started after a killed one never reuses a version that
     named the killed one's weights. A Redis outage is waited out (retried with backoff, as the
     stream's commands are, for up to `give_up_after_s`): a Redis restarted mid-run must not stop
@@ -117,6 +123,7 @@ class RecordingPublisher:
         give_up_after_s: float = 600.0,
     ) -> None:
         self.publisher = publisher
+        self.stream = stream
         self.key = published_key(stream)
         self.run = run
         self.give_up_after_s = give_up_after_s
@@ -125,8 +132,14 @@ class RecordingPublisher:
 
     def publish(self, weights: Any, *, version: int) -> None:
         what = f"recording published policy version {version}"
-        args: list[int | str] = [version, self.run() or ""]
-        _retried(what, lambda: self._raise(keys=[self.key], args=args), self.give_up_after_s)
+        run = self.run()
+        args: list[int | str] = [version, run or ""]
+        replaced = _retried(
+            what, lambda: self._raise(keys=[self.key], args=args), self.give_up_after_s
+        )
+        if replaced and run is not None:
+            old = PublishedRecord(int(replaced[0]), _text(replaced[1]))
+            logger.warning(other_run_line(self.stream, old, run, version))
         self.publisher.publish(weights, version=version)
 
     def close(self) -> None:
@@ -137,6 +150,23 @@ class RecordingPublisher:
 
     def __getattr__(self, name: str) -> Any:  # the wrapped publisher's other attributes
         return getattr(self.publisher, name)
+
+
+def other_run_line(stream: str, record: PublishedRecord, run: str, version: int) -> str:
+    """The warning of a learner of `run` whose publish of `version` replaces `record`, another
+    run's."""
+    return (
+        f"stream {stream!r} records policy versions up to {record.version} published by a "
+        f"learner of run {record.run}, not this learner's run {run}: a stream name reused by "
+        f"a new run, so this learner numbers its versions as its own (version {version} "
+        "published now, not past that run's) and replaces that record. A server still serving "
+        "that run's weights tags samples with its versions, which read as newer than this "
+        "learner (warned once): restart the servers for a new run"
+    )
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def published_record(
