@@ -12,8 +12,10 @@ subprocess), or no memory cgroup (each run is held to one process so that `memor
 caps the whole run). Every result names its `isolation` and `memory_scope`.
 
 Cached results are returned as first seen (`cached=True`): code that prints random numbers is
-not re-run (pass `use_cache=False` for that). Wall-time and process-cap outcomes are never
-cached (they depend on host load). A pool belongs to one event loop.
+not re-run (pass `use_cache=False` for that). Wall-time and process-cap outcomes, and deaths
+by a signal no limit explains, are never cached (they depend on the host). A pool serves one event loop at a time: used under one
+`asyncio.run` and then another, it moves to the new loop; two loops running at once (threads)
+are refused, as they would split its concurrency limit.
 """
 
 from __future__ import annotations
@@ -158,16 +160,38 @@ class SandboxPool:
         for gap in isolation_gaps(backend):
             _log.warning("ludic.sandbox: %s", gap)
             warnings.warn(f"ludic.sandbox: {gap}", SandboxIsolationWarning, stacklevel=2)
+        self._cache: OrderedDict[str, SandboxResult] = OrderedDict()
+        self._loop: weakref.ref[asyncio.AbstractEventLoop] | None = None  # bound at first use
         self._backend_lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(max_concurrency)
-        self._cache: OrderedDict[str, SandboxResult] = OrderedDict()
         self._in_flight: dict[str, asyncio.Future[SandboxResult]] = {}
+
+    def _bind_to_running_loop(self) -> None:
+        """Give the pool locks of the loop running now (asyncio locks belong to the loop that
+        first waits on them: a second `asyncio.run` got "bound to a different event loop" for
+        every run that had to wait for a slot). Runs in flight on a stopped loop are dropped;
+        the cache is kept."""
+        loop = asyncio.get_running_loop()
+        bound = self._loop() if self._loop is not None else None
+        if bound is loop:
+            return
+        if bound is not None and bound.is_running():
+            raise RuntimeError(
+                "this SandboxPool is in use by another running event loop (another thread); "
+                "give each event loop its own SandboxPool (shared_pool() does)"
+            )
+        if self._loop is not None:
+            self._backend_lock = asyncio.Lock()
+            self._slots = asyncio.Semaphore(self.max_concurrency)
+            self._in_flight = {}
+        self._loop = weakref.ref(loop)
 
     async def backend(self) -> SandboxBackend:
         """The backend runs go to: the one given, probed on first use (a backend that cannot
         run here is refused, naming why, instead of failing every run; the probe also settles
         what it adapts to the host, e.g. the restricted backend's network namespace), or the
         best one `detect_backend` finds."""
+        self._bind_to_running_loop()
         async with self._backend_lock:
             if self._backend is None:
                 self._backend = await detect_backend(allow_weak=self.allow_weak)
@@ -217,13 +241,12 @@ class SandboxPool:
         return await asyncio.shield(task)
 
     def _finish(self, key: str, task: asyncio.Future[SandboxResult]) -> None:
-        del self._in_flight[key]
+        if self._in_flight.get(key) is task:  # not when a new event loop took over meanwhile
+            del self._in_flight[key]
         if task.cancelled() or task.exception() is not None:
             return
         result = task.result()
-        # Both depend on host load: when not root, the process cap counts every process of
-        # the shared uid, so a fork refused while other sandboxes ran may succeed next time.
-        if not (result.timed_out or result.processes_exceeded):
+        if not _depends_on_host(result):
             self._cache[key] = result
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
@@ -256,6 +279,16 @@ class SandboxPool:
     ) -> SandboxResult:
         async with self._slots:
             return await backend.run(argv, files=files, stdin=stdin, limits=limits)
+
+
+def _depends_on_host(result: SandboxResult) -> bool:
+    """Whether the same run may end otherwise next time, so its result is not cached: the wall
+    time and the process cap depend on host load (when not root, the cap counts every process
+    of the shared uid), and a signal no limit explains may come from outside the program (the
+    host's OOM killer, an operator, a sandbox process that crashed); re-running a program that
+    kills itself costs one run."""
+    unexplained_signal = result.killed_signal is not None and result.limit_hit is None
+    return result.timed_out or result.processes_exceeded or unexplained_signal
 
 
 _shared: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SandboxPool] = (
