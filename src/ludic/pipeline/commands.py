@@ -26,6 +26,7 @@ from ludic.pipeline.flag_checks import (
     check_actor_counts,
     check_learner_counts,
     check_learner_model,
+    check_learner_model_path,
     refusals_need_torch,
 )
 from ludic.pipeline.learner_run import _credit_checked_source as _credit_checked_source
@@ -419,6 +420,7 @@ def run_learner(cfg: LearnerConfig) -> list[dict[str, float]]:
     """Train `cfg.steps` steps on samples from the stream; returns each step's metrics."""
     check_learner_counts(cfg)  # --steps 0, --lr 0, dr_grpo without --max-tokens: before Redis
     check_run_id(cfg.run_id)
+    check_learner_model_path(cfg)  # --model /nonexistent: refused before torch loads
     if cfg.server_url:  # no --token (nor $LUDIC_SERVER_TOKEN): refused before any wait or load
         server_push_token(cfg.token, flag="--token")
     if not refusals_need_torch(cfg):  # Redis not started: refused in seconds, not after torch

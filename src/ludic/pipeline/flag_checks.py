@@ -62,6 +62,22 @@ def check_actor_counts(cfg: ActorConfig) -> None:
     )
 
 
+def check_learner_model_path(cfg: LearnerConfig) -> None:
+    """Refuse a `--model` path that does not exist without importing torch (whose import took
+    ~30 s of the refusal on a loaded box), in `load_model`'s words. A missing step folder
+    (`.../step_N` or its `model/`) is left to `check_learner_model`: a re-save killed between
+    its renames leaves it aside, which that check renames back."""
+    if cfg.model is None:
+        return
+    path = Path(cfg.model).expanduser()
+    if path.exists() or any(p.name.startswith("step_") for p in (path, path.parent)):
+        return
+    raise FileNotFoundError(
+        f"no model directory at {cfg.model} (--model): check the path (a run saves models "
+        "under RUN/checkpoints/step_N/model), or leave --model out to train the tiny model"
+    )
+
+
 def check_learner_model(cfg: LearnerConfig) -> None:
     """Refuse a `--model` that is no model directory (this imports torch)."""
     if cfg.model is not None:
