@@ -214,14 +214,40 @@ if set(PRESETS) != set(get_args(Algorithm)):  # pragma: no cover - caught at imp
     raise AssertionError("PRESETS and Algorithm must name the same presets")
 
 
+SPLIT_OVER_TURNS_PRESETS = ("grpo", "dr_grpo", "gspo", "cispo", "gmpo", "reinforce_baseline")
+"""The presets whose credit is `GroupNormalizedReturn`, which `--split-over-turns` configures."""
+
+
 def make_algorithm(
-    name: str, *, max_tokens: int | None = None, gigpo: GiGPOOptions | None = None
+    name: str,
+    *,
+    max_tokens: int | None = None,
+    gigpo: GiGPOOptions | None = None,
+    split_over_turns: bool = False,
 ) -> RLAlgorithm:
     """The preset `name` (see `PRESETS`). GiGPO options other than the defaults are refused
-    for any other preset, so a knob is never silently ignored."""
+    for any other preset, so a knob is never silently ignored; so is `split_over_turns` (each
+    turn of a k-turn episode gets A / k) outside `SPLIT_OVER_TURNS_PRESETS`."""
     gigpo = gigpo or GiGPOOptions()
     check_gigpo_options(name, gigpo)
-    return PRESETS[name](PresetInputs(max_tokens=max_tokens, gigpo=gigpo))
+    check_split_over_turns(name, split_over_turns)
+    algorithm = PRESETS[name](PresetInputs(max_tokens=max_tokens, gigpo=gigpo))
+    if not split_over_turns:
+        return algorithm
+    import dataclasses
+
+    credit = dataclasses.replace(algorithm.credit_assigner, split_over_turns=True)  # type: ignore[type-var]
+    return dataclasses.replace(algorithm, credit_assigner=credit)
+
+
+def check_split_over_turns(name: str, split_over_turns: bool) -> None:
+    """Refuse `--split-over-turns` with a preset whose credit is not GRPO's group-normalised
+    episode return (it would be ignored). Imports no torch."""
+    if split_over_turns and name not in SPLIT_OVER_TURNS_PRESETS:
+        raise ValueError(
+            f"--split-over-turns applies to the group-normalised presets "
+            f"({', '.join(SPLIT_OVER_TURNS_PRESETS)}), not {name!r}: drop it or pick one of them"
+        )
 
 
 def check_gigpo_options(name: str, gigpo: GiGPOOptions) -> None:
@@ -239,11 +265,13 @@ def check_gigpo_options(name: str, gigpo: GiGPOOptions) -> None:
 
 __all__ = [
     "PRESETS",
+    "SPLIT_OVER_TURNS_PRESETS",
     "STATE_KEYS",
     "Algorithm",
     "GiGPOOptions",
     "PresetInputs",
     "check_gigpo_options",
+    "check_split_over_turns",
     "make_algorithm",
     "observation_anchor_key",
 ]

@@ -233,6 +233,11 @@ class TrainConfig:
     """Algorithm preset (credit assignment + loss); see `ludic.recipes.algorithms.PRESETS`."""
     gigpo: GiGPOOptions = field(default_factory=GiGPOOptions)
     """GiGPO's knobs (only with --algorithm gigpo)."""
+    split_over_turns: bool = False
+    """Give each turn sample of a k-turn episode its advantage / k, so every episode weighs
+    once in the loss whatever its turn count (off: an episode that retried after parse
+    failures pushes its advantage once per turn). GRPO-family presets (grpo, dr_grpo, gspo,
+    cispo, gmpo, reinforce_baseline)."""
     steps: int = 50
     """Optimizer steps."""
     problems_per_step: int = 4

@@ -125,8 +125,10 @@ __all__ = [
 
 def make_algorithm(name: Algorithm, cfg: TrainConfig) -> RLAlgorithm:
     """The preset `name` from the shared registry (`ludic.recipes.algorithms.PRESETS`), with
-    `cfg`'s generation budget and GiGPO knobs."""
-    return algorithms.make_algorithm(name, max_tokens=cfg.max_tokens, gigpo=cfg.gigpo)
+    `cfg`'s generation budget, GiGPO knobs and --split-over-turns."""
+    return algorithms.make_algorithm(
+        name, max_tokens=cfg.max_tokens, gigpo=cfg.gigpo, split_over_turns=cfg.split_over_turns
+    )
 
 
 def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainResult:

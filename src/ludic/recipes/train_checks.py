@@ -199,11 +199,17 @@ def run_settings(cfg: TrainConfig, env_kwargs: Mapping[str, Any]) -> dict[str, A
         "--reject-incomplete": cfg.reject_incomplete,
         "--seed": cfg.seed,
     }
+    if cfg.split_over_turns:  # recorded when on; off is what a run without it trained
+        settings["--split-over-turns"] = True
     if cfg.algorithm == "gigpo":
         for name, value in asdict(cfg.gigpo).items():
             settings[f"--gigpo.{name.replace('_', '-')}"] = value
     return dict(json.loads(json.dumps(settings)))  # as state.json gives them back
 
+
+_RECORDED_WHEN_ON = ("--split-over-turns",)
+"""Boolean flags `run_settings` records only when on, so that a resume compares them as off
+when absent."""
 
 _CUTS = {"--max-tokens": "completions", "--max-steps": "episodes"}
 """The truncation flags a `--resume` may change, and what each cuts off."""
@@ -260,6 +266,9 @@ def check_resume_settings(
         return
     path, saved = found
     given = run_settings(cfg, env_kwargs)
+    for flag in _RECORDED_WHEN_ON:  # absent: off (a run saved before the flag existed too)
+        saved.setdefault(flag, False)
+        given.setdefault(flag, False)
     # flags one side does not record (--gigpo.* of another algorithm) are not compared
     resolve = resolve or {}
     resolved = {f: (resolve[f](saved[f]), resolve[f](given[f])) for f in resolve if f in saved}

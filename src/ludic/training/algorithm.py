@@ -168,6 +168,7 @@ def make_grpo(
     dual_clip: bool = False,
     dual_clip_c: float = 3.0,
     kl_clamp: float | None = None,
+    split_over_turns: bool = False,
 ) -> RLAlgorithm:
     """GRPO (DeepSeekMath, arXiv:2402.03300): A_i = (R_i - mean) / (std + eps) in the group,
     token-clipped surrogate with eps = 0.2, aggregated as the paper writes it,
@@ -176,6 +177,8 @@ def make_grpo(
     DAPO (arXiv:2503.14476) is clip_eps_high=0.28 with aggregation="token_mean".
     `dual_clip=True` bounds the loss of negative-advantage tokens by -c * A (dual-clip PPO);
     `kl_clamp` caps a k3 / k3+ estimate (verl's low_var_kl uses 10).
+    `split_over_turns=True` gives each of a k-turn episode's turn samples A_i / k, so every
+    episode weighs once in the loss whatever its turn count (see `GroupNormalizedReturn`).
     """
     loss = TokenClippedSurrogateLoss(
         clip_eps_low=clip_eps_low,
@@ -186,7 +189,9 @@ def make_grpo(
     )
     return RLAlgorithm(
         name="grpo",
-        credit_assigner=GroupNormalizedReturn(normalize_std=True),
+        credit_assigner=GroupNormalizedReturn(
+            normalize_std=True, split_over_turns=split_over_turns
+        ),
         loss=_regularized(
             loss,
             owner="make_grpo",

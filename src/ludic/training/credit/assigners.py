@@ -102,10 +102,18 @@ class GroupNormalizedReturn:
     same `meta["group_id"]`, or, for rollouts without a group id, the same first-turn
     observation text. std is the sample std (n - 1). Failed rollouts are left out, so a partial
     group is normalised over the episodes that finished; a group of one gets 0.
+
+    With `split_over_turns`, each of episode i's n_i acting turns (turns with agent steps; each
+    becomes a sample in sample mode "turn") gets A_i / n_i instead of A_i, so an episode weighs
+    the same in the loss whatever its turn count: off, a k-turn episode (one that retried after
+    parse failures, say) pushes its advantage k times, and a group whose losers took more turns
+    than its winners sums below zero. Leave it off in sample mode "episode", where an episode
+    is already one sample.
     """
 
     normalize_std: bool = True
     eps: float = 1e-6
+    split_over_turns: bool = False
 
     def __post_init__(self) -> None:
         check_eps(self.eps, "GroupNormalizedReturn")
@@ -120,6 +128,12 @@ class GroupNormalizedReturn:
             returns = [math.fsum(t.reward for t in turns) for _, turns in members]
             advantages = group_normalize(returns, normalize_std=self.normalize_std, eps=self.eps)
             for (rollout, turns), adv in zip(members, advantages, strict=True):
+                share = adv / _acting_turns(turns) if self.split_over_turns else adv
                 for turn in turns:
-                    out[turn_key(rollout, turn, seen)] = adv
+                    out[turn_key(rollout, turn, seen)] = share
         return out
+
+
+def _acting_turns(turns: Sequence[Turn]) -> int:
+    """How many of an episode's turns the agent acted in (at least 1, so a division is safe)."""
+    return max(1, sum(1 for turn in turns if turn.agent_steps))
