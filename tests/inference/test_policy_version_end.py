@@ -2,7 +2,9 @@
 token was sampled under, `extra["policy_version_end"]` its last token's, in process and over
 HTTP alike (`ludic serve` sends `policy_version_end` beside `policy_version`; the HTTP client
 reads it back into `extra`). Before, HTTP replies carried the starting version only, so a
-client could not see that a completion mixed two policies."""
+client could not see that a completion mixed two policies. A non-streamed reply's
+`X-Ludic-Policy-Version` header is its body's `policy_version` (it was the engine's version as
+the reply was sent), and `ChatResponse.to_info()` puts `policy_version_end` in step info."""
 
 from __future__ import annotations
 
@@ -19,7 +21,11 @@ from tests.inference.test_server import serving_in_thread
 from ludic.inference import ChatRequest, SamplingConfig
 from ludic.inference.embedded.engine import EmbeddedEngine
 from ludic.inference.embedded.sequence import SequenceState
-from ludic.inference.http.openai_client import InferenceResponseError, OpenAICompatibleClient
+from ludic.inference.http.openai_client import (
+    VERSION_HEADER,
+    InferenceResponseError,
+    OpenAICompatibleClient,
+)
 from ludic.inference.http.server import create_app
 from ludic.models import load_tiny_model
 
@@ -95,6 +101,30 @@ def test_the_server_sends_both_versions_unstreamed_and_streamed(engine: Embedded
     assert (after["policy_version"], after["policy_version_end"]) == (1, 1)
     last = json.loads(events[-2])  # before [DONE]
     assert (last["policy_version"], last["policy_version_end"]) == (1, 1)
+
+
+def test_an_unstreamed_reply_s_header_is_its_body_s_version(engine: EmbeddedEngine) -> None:
+    """The header was the engine's version as the reply was sent: 1 for a reply whose first
+    token was sampled under 0, so a client reading the header saw a newer policy than the body's
+    (and than the tokens'); it is now the body's `policy_version`."""
+    body = {"messages": USER, "max_tokens": 6, "ignore_eos": True, "seed": 3}
+    with serving_in_thread(create_app(engine, model_name="tiny")) as url:
+        spanning = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
+        after = httpx.post(url + "/v1/completions", json={**body, "prompt": [5]}, timeout=120)
+    assert (spanning.json()["policy_version"], spanning.headers[VERSION_HEADER]) == (0, "0")
+    assert (after.json()["policy_version"], after.headers[VERSION_HEADER]) == (1, "1")
+    assert [k.lower() for k in spanning.headers].count(VERSION_HEADER.lower()) == 1
+
+
+async def test_step_info_carries_the_end_version_of_a_reply_spanning_a_push(
+    engine: EmbeddedEngine,
+) -> None:
+    spanning = await engine.complete(ChatRequest(messages=USER, sampling=SAMPLING))
+    after = await engine.complete(ChatRequest(messages=USER, sampling=SAMPLING))
+    assert spanning.to_info()["policy_version"] == 0
+    assert spanning.to_info()["policy_version_end"] == 1
+    assert after.to_info()["policy_version"] == 1
+    assert "policy_version_end" not in after.to_info()  # only where the versions differ
 
 
 def _reply(**versions: Any) -> dict[str, Any]:

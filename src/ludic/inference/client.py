@@ -61,7 +61,9 @@ class ChatResponse:
         )
 
     def to_info(self) -> dict[str, Any]:
-        """Facts merged into step info (never the token ids, which live in the trace)."""
+        """Facts merged into step info (never the token ids, which live in the trace):
+        `policy_version_end` too where a push landed mid-reply, so a step's logs show that its
+        completion mixed two policies."""
         info: dict[str, Any] = {
             "finish_reason": self.finish_reason,
             "completion_tokens": len(self.completion_token_ids),
@@ -69,7 +71,8 @@ class ChatResponse:
         }
         if self.policy_version is not None:
             info["policy_version"] = self.policy_version
-        for key in ("served_by", "failed_over_from"):  # a pool of servers (ServerPool)
+        # policy_version_end: only where it differs; served_by, failed_over_from: a ServerPool
+        for key in ("policy_version_end", "served_by", "failed_over_from"):
             if key in self.extra:
                 info[key] = self.extra[key]
         return info

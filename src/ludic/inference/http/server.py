@@ -129,14 +129,15 @@ def create_app(
                 deltas = await engine.open_stream(request)
                 writer = ChunkWriter(req, model_name, engine.tokenizer)
                 return _ClosingStream(_events(deltas, writer, request), deltas)
-            content = body(await _unless_the_client_leaves(http, engine.complete(request)))
+            reply = await _unless_the_client_leaves(http, engine.complete(request))
+            content = body(reply)
         except ValueError as e:
             raise HTTPException(400, str(e)) from e
         except RuntimeError as e:
             raise HTTPException(_failure_status(e), str(e)) from e
         # The same bytes FastAPI would send for the dict, without its jsonable_encoder walk over
         # every logprob (~2 ms of CPU for a 64-token completion); outside the try: a NaN is a 500
-        return JSONResponse(content)
+        return JSONResponse(content, headers=_version_header(reply))
 
     async def _events(
         deltas: CompletionStream, writer: ChunkWriter, request: ChatRequest
@@ -232,9 +233,20 @@ def create_app(
     return app
 
 
+def _version_header(reply: ChatResponse) -> dict[str, str]:
+    """The version header of a non-streamed completion: its body's `policy_version` (its first
+    token's), not the engine's version when the reply is sent, which a weight push that landed
+    during or after generation makes newer than the tokens."""
+    return {} if reply.policy_version is None else {VERSION_HEADER: str(reply.policy_version)}
+
+
 class _VersionHeader:
-    """Puts the engine's policy version in every reply's headers as the reply starts (plain
-    ASGI: starlette's `@app.middleware("http")` costs ~1 ms of CPU per request)."""
+    """Puts the engine's policy version in the headers of every reply that has none as the
+    reply starts (plain ASGI: starlette's `@app.middleware("http")` costs ~1 ms of CPU per
+    request). A non-streamed completion carries its body's version (`_version_header`); a
+    stream's headers go out once its request is queued, before its first token, so a push that
+    lands in between makes the header older than the tokens (never newer): its last chunk's
+    `policy_version` and `policy_version_end` name the versions its tokens were sampled under."""
 
     def __init__(self, app: ASGIApp, engine: EmbeddedEngine) -> None:
         self.app, self.engine = app, engine
@@ -246,12 +258,12 @@ class _VersionHeader:
             return
 
         async def with_version(message: Message) -> None:
-            if message["type"] == "http.response.start":
+            headers = message.get("headers", ())
+            if message["type"] == "http.response.start" and all(
+                name.lower() != self.name for name, _ in headers
+            ):
                 version = str(self.engine.policy_version).encode("latin-1")
-                message = {
-                    **message,
-                    "headers": [*message.get("headers", ()), (self.name, version)],
-                }
+                message = {**message, "headers": [*headers, (self.name, version)]}
             await send(message)
 
         await self.app(scope, receive, with_version)
