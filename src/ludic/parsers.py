@@ -14,7 +14,10 @@ from each position. `tag_blocks` is the shared linear scanner for `<tag>...</tag
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import math
+import numbers
 import re
 from collections.abc import Iterator
 from typing import Protocol
@@ -53,6 +56,48 @@ def takes_one_text(parser: object) -> bool:
     except TypeError:
         return False
     return True
+
+
+def check_parse_result(result: ParseResult, *, where: str) -> ParseResult:
+    """`result` with a plain float reward (a numpy or int reward converted), or a TypeError
+    (ValueError for a nan or inf reward) naming `where` (the parser), the field and its type:
+    the action is the text the env receives and the obs the text the model reads, and all
+    three go into the rollout record (JSON), where a numpy value or an object failed only at
+    the log write, after the env had received it."""
+    for field in ("action", "obs"):
+        value = getattr(result, field)
+        if value is not None and not isinstance(value, str):
+            raise TypeError(
+                f"{where} returned ParseResult.{field} = {_kind(value)}; {field} must be a str "
+                f"(str(...)) or None ({_FIELD_ROLE[field]})"
+            )
+    reward = result.reward
+    if isinstance(reward, str) or not isinstance(reward, numbers.Real):
+        raise TypeError(
+            f"{where} returned ParseResult.reward = {_kind(reward)}; the reward must be a "
+            "number (a float such as 0.0)"
+        )
+    if not math.isfinite(reward):
+        raise ValueError(
+            f"{where} returned ParseResult.reward = {reward}; the reward must be finite (a nan "
+            "or inf would turn every advantage of its group into nan)"
+        )
+    return result if type(reward) is float else dataclasses.replace(result, reward=float(reward))
+
+
+_FIELD_ROLE = {
+    "action": "the text the env receives; None marks a reply it cannot read",
+    "obs": "the feedback the model reads after a parse failure",
+}
+
+
+def _kind(value: object) -> str:
+    text = repr(value)
+    kind = type(value).__name__
+    if type(value).__module__ != "builtins":
+        kind = f"{type(value).__module__}.{type(value).__qualname__}"
+    article = "an" if kind[0] in "aeiou" else "a"
+    return f"{text} ({article} {kind})" if len(text) <= 40 else f"{article} {kind}"
 
 
 def compose_parsers(*parsers: Parser) -> Parser:
@@ -272,6 +317,7 @@ __all__ = [
     "ParseResult",
     "Parser",
     "boxed_parser",
+    "check_parse_result",
     "compose_parsers",
     "identity_parser",
     "tag_blocks",

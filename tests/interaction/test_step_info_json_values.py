@@ -139,3 +139,10 @@ def test_an_exception_reads_as_its_type_and_message() -> None:
     """What an env reports under info["critical_error"] (CriticalError's detail reads the same)."""
     info = {"critical_error": RuntimeError("disk on fire")}
     assert jsonable_info(info, where="Env.step") == {"critical_error": "RuntimeError: disk on fire"}
+
+
+def test_a_value_holding_itself_is_named_not_a_recursion_error() -> None:
+    loop: list[object] = []
+    loop.append(loop)
+    with pytest.raises(TypeError, match=r"Env\.step returned info holding itself \(a circular"):
+        jsonable_info({"a": loop}, where="Env.step")

@@ -5,7 +5,13 @@ from ludic.agents.code_tool import format_sandbox_result, make_python_tool
 from ludic.agents.context_editing import ContextEditingAgent
 from ludic.agents.react import ReActAgent
 from ludic.agents.tool_agent import ToolAgent, tool_results_from_json
-from ludic.agents.tools import Tool, execute_tool, parse_tool_calls, tool_from_callable
+from ludic.agents.tools import (
+    Tool,
+    ToolResultTypeError,
+    execute_tool,
+    parse_tool_calls,
+    tool_from_callable,
+)
 
 __all__ = [
     "Agent",
@@ -14,6 +20,7 @@ __all__ = [
     "ReActAgent",
     "Tool",
     "ToolAgent",
+    "ToolResultTypeError",
     "derive_call_seed",
     "execute_tool",
     "format_sandbox_result",

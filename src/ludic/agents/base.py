@@ -20,7 +20,14 @@ from ludic.context.base import CONTEXT_VERSION_KEY, ContextStrategy
 from ludic.context.full_dialog import FullDialog
 from ludic.inference.client import ChatClient, ChatRequest, ChatResponse
 from ludic.inference.sampling import SamplingConfig
-from ludic.parsers import DEFAULT_PENALTY, Parser, identity_parser, takes_one_text
+from ludic.parsers import (
+    DEFAULT_PENALTY,
+    Parser,
+    check_parse_result,
+    identity_parser,
+    parser_name,
+    takes_one_text,
+)
 from ludic.types import AgentStep, Info, Message, ParseResult, ToolCall, ToolResult
 
 logger = logging.getLogger(__name__)
@@ -192,7 +199,7 @@ class Agent:
                 info,
             )
         try:
-            result = _checked_parse_result(await self._run_parser(response.text))
+            result = _checked_parse_result(await self._run_parser(response.text), self.parser)
         except Exception as exc:  # a buggy parser is a parse failure, never a crash
             result = ParseResult(
                 action=None,
@@ -274,15 +281,16 @@ class Agent:
 __all__ = ["INCOMPLETE_FEEDBACK", "Agent", "AgentAct", "derive_call_seed", "resolve_sampling"]
 
 
-def _checked_parse_result(result: object) -> ParseResult:
+def _checked_parse_result(result: object, parser: Parser) -> ParseResult:
     """The parser's result, or a TypeError naming what it returned instead (a parser that
-    returns the action text itself failed the episode with an AttributeError)."""
+    returns the action text itself failed the episode with an AttributeError), or what in it
+    is not a str / finite number (`check_parse_result`)."""
     if not isinstance(result, ParseResult):
         raise TypeError(
             f"the parser returned {type(result).__name__} {result!r:.60}, not a ParseResult; "
             "return ParseResult(action=..., reward=..., obs=...)"
         )
-    return result
+    return check_parse_result(result, where=f"the parser {parser_name(parser)}")
 
 
 def _check_context_and_sampling(context: object, sampling: object) -> None:

@@ -8,7 +8,6 @@ error results the model sees, never exceptions. It does not sandbox tools.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ from ludic.agents.tools import (
     execute_tool,
     parse_tool_calls,
     strip_tool_calls,
+    tool_result_text,
 )
 from ludic.inference.client import ChatClient, ChatResponse
 from ludic.inference.sampling import SamplingConfig
@@ -162,13 +162,11 @@ def _assistant_message(response: ChatResponse, calls: Sequence[ToolCall]) -> Mes
 
 
 def tool_results_from_json(calls: Sequence[ToolCall], outputs: Sequence[Any]) -> list[ToolResult]:
-    """Pair external tool outputs (any JSON-able values) with their calls."""
+    """Pair external tool outputs (str, or JSON values: numpy / torch ones are converted) with
+    their calls. An output JSON cannot hold raises `ToolResultTypeError` naming the tool,
+    which fails the episode rather than becoming an error result (see `act_with_tools`)."""
     return [
-        ToolResult(
-            tool_call_id=c.id,
-            name=c.name,
-            content=o if isinstance(o, str) else json.dumps(o, default=str),
-        )
+        ToolResult(tool_call_id=c.id, name=c.name, content=tool_result_text(o, tool_name=c.name))
         for c, o in zip(calls, outputs, strict=True)
     ]
 

@@ -3,9 +3,12 @@ parsing from completion text, and safe execution.
 
 A tool is a plain (sync or async) function with type hints and a docstring. Its name is the
 function name, its description the docstring's first paragraph, and parameter descriptions come
-from an "Args:" section. Execution never raises: errors become `ToolResult(is_error=True)`.
-Sync tools run on a worker thread, so a blocking one holds only its own episode. It does not
-sandbox code; see `ludic.sandbox` for untrusted code.
+from an "Args:" section. Execution never raises for what the model did (an unknown tool, bad
+arguments, a tool that raises): those become `ToolResult(is_error=True)` the model reads. A
+tool that returns a value JSON cannot hold (a set, an object) is the tool's bug, not the
+model's: `ToolResultTypeError` fails that episode naming the tool (numpy / torch values are
+converted, as for env step info). Sync tools run on a worker thread, so a blocking one holds
+only its own episode. It does not sandbox code; see `ludic.sandbox` for untrusted code.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any, Literal
 
 from ludic._aio import call_off_loop
 from ludic._log_once import warn_once
+from ludic.envs.info_values import jsonable_value
 from ludic.parsers import tag_blocks
 from ludic.types import ToolCall, ToolResult, new_id
 
@@ -185,6 +189,8 @@ def validate_arguments(tool: Tool, arguments: Any) -> str | None:
 
 async def execute_tool(tool: Tool | None, call: ToolCall, *, max_chars: int = 4000) -> ToolResult:
     """Run one call; any problem (unknown tool, bad JSON, bad args, exception) is an error result.
+    A result JSON cannot hold raises `ToolResultTypeError` (`tool_result_text`): the tool's bug,
+    which fails the episode.
 
     A sync tool runs on a worker thread, as env methods do: a tool that blocks (a network call,
     a subprocess, a slow computation) holds its own episode only, and the engine's
@@ -206,13 +212,37 @@ async def execute_tool(tool: Tool | None, call: ToolCall, *, max_chars: int = 40
         return error(problem)
     try:
         value = await call_off_loop(tool.fn, **arguments)  # a sync tool on a worker thread
-        content = value if isinstance(value, str) else json.dumps(value, default=str)
     except Exception as exc:  # a tool that raises must not crash the episode
         _report_tool_error(call.name, exc)
         return error(f"{type(exc).__name__}: {exc}")
+    content = tool_result_text(value, tool_name=call.name)
     if len(content) > max_chars:
         content = content[:max_chars] + f"... [truncated {len(content) - max_chars} chars]"
     return ToolResult(tool_call_id=call.id, name=call.name, content=content)
+
+
+class ToolResultTypeError(TypeError):
+    """A tool's result that JSON cannot hold: the tool's bug, so it fails the episode (the
+    engine records it, the batch goes on) instead of reaching the model as an error result
+    or as the object's repr."""
+
+
+_TOOL_RESULT_HOLDER = "a tool result (JSON text for the model and the rollout record)"
+
+
+def tool_result_text(value: object, *, tool_name: str) -> str:
+    """The text the model reads for a tool's return `value`: a str as is, else its JSON, with
+    numpy / torch values as plain ones (`np.int64(3)` reads `3`, not `"3"`). A value JSON
+    cannot hold raises ToolResultTypeError naming the tool, where in the value and its type
+    (`json.dumps(default=str)` would hand the model `"{1, 2}"` or `"<Obj object at 0x...>"`)."""
+    if isinstance(value, str):
+        return value
+    where = f"tool {tool_name!r}"
+    try:
+        plain = jsonable_value(value, where=where, path="result", holder=_TOOL_RESULT_HOLDER)
+    except TypeError as exc:
+        raise ToolResultTypeError(str(exc)) from None
+    return json.dumps(plain)
 
 
 def _report_tool_error(name: str, exc: Exception) -> None:

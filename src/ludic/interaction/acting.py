@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from ludic._aio import call_off_loop
 from ludic._log_once import warn_once
 from ludic.agents.base import Agent, AgentAct
+from ludic.agents.tools import ToolResultTypeError
 from ludic.inference.sampling import SamplingConfig
 from ludic.types import AgentStep, Info, ToolCall, ToolResult
 
@@ -53,8 +54,9 @@ async def act_with_tools(
     """Let the agent act; route external tool calls through `handler` and feed the results
     back until it gives a final action. Returns one AgentAct holding every model call of the
     turn, their `loop_index` numbered 0, 1, ... across the whole turn. A missing or failing
-    handler yields error results the agent sees; too many round trips end the turn as a parse
-    failure (`Agent.give_up`)."""
+    handler yields error results the agent sees (a result JSON cannot hold fails the episode
+    instead: `ToolResultTypeError`); too many round trips end the turn as a parse failure
+    (`Agent.give_up`)."""
     steps: list[AgentStep] = []
     for _ in range(max_external_calls + 1):
         act = await agent.act(turn_id=turn_id, sampling=sampling, step_info=step_info)
@@ -63,22 +65,14 @@ async def act_with_tools(
         )
         if not act.external_calls:
             return dataclasses.replace(act, steps=tuple(steps))
-        calls = act.external_calls
-        if handler is None:
-            results = _error_results(calls, "no handler for external tools in this protocol")
-        else:
-            ctx = ToolCallContext(
-                rollout_id=rollout_id,
-                agent_id=agent.agent_id,
-                turn_id=turn_id,
-                agent_step_id=act.final_step.id,
-                sampling=sampling,
-            )
-            try:
-                results = _match_results(calls, await call_off_loop(handler, calls, ctx))
-            except Exception as exc:  # a failing handler is a tool error, not a crash
-                results = _error_results(calls, f"{type(exc).__name__}: {exc}")
-                _report(handler, exc)
+        ctx = ToolCallContext(
+            rollout_id=rollout_id,
+            agent_id=agent.agent_id,
+            turn_id=turn_id,
+            agent_step_id=act.final_step.id,
+            sampling=sampling,
+        )
+        results = await _handle_external(handler, act.external_calls, ctx)
         agent.on_tool_results(results)
         steps[-1] = dataclasses.replace(steps[-1], tool_results=(*steps[-1].tool_results, *results))
     return agent.give_up(
@@ -86,6 +80,23 @@ async def act_with_tools(
         f"You made {max_external_calls + 1} external tool calls without a final answer. "
         "Give your final answer now.",
     )
+
+
+async def _handle_external(
+    handler: ExternalToolHandler | None, calls: Sequence[ToolCall], ctx: ToolCallContext
+) -> list[ToolResult]:
+    """The handler's result for each call; a missing or failing handler gives error results
+    the model reads. A result JSON cannot hold (`ToolResultTypeError`) is the handler's bug,
+    not the model's: it fails the episode, as an env's step info JSON cannot hold does."""
+    if handler is None:
+        return _error_results(calls, "no handler for external tools in this protocol")
+    try:
+        return _match_results(calls, await call_off_loop(handler, calls, ctx))
+    except ToolResultTypeError:
+        raise
+    except Exception as exc:  # a failing handler is a tool error, not a crash
+        _report(handler, exc)
+        return _error_results(calls, f"{type(exc).__name__}: {exc}")
 
 
 def _report(handler: object, exc: Exception) -> None:
@@ -116,8 +127,20 @@ def _match_results(calls: Sequence[ToolCall], results: object) -> list[ToolResul
             f"external_tool_handler must return ToolResult items, got {strays[0]} "
             "(ludic.agents.tool_results_from_json pairs plain outputs with their calls)"
         )
+    for r in results:
+        if not isinstance(r.content, str):
+            raise ToolResultTypeError(
+                f"external_tool_handler returned a ToolResult for tool {r.name!r} whose content "
+                f"is {_kind(r.content)}; content is the text the model reads: a str (ludic."
+                "agents.tool_results_from_json writes other JSON values as JSON text)"
+            )
     by_id = {r.tool_call_id: r for r in results}
     return [
         by_id.get(c.id) or _error_results([c], "the tool handler returned no result")[0]
         for c in calls
     ]
+
+
+def _kind(value: object) -> str:
+    text = repr(value)
+    return f"{text} (a {type(value).__name__})" if len(text) <= 40 else f"a {type(value).__name__}"
