@@ -202,8 +202,11 @@ def test_a_lora_run_on_the_device_with_its_base_as_kl_reference(dtype: str) -> N
     assert trainer.ref_model is trainer.model  # the base is the policy, adapters off: no copy
     base_before = base_weights(trainer.model)
     got = trainer.run(3, progress=False)
-    # step 1: B = 0, so the policy is its base and the KL term is zero to float noise
-    assert got[0]["loss/kl_ref/kl_ref"] == pytest.approx(0.0, abs=1e-6)
+    # step 1: B = 0, so the policy is its base and the KL term is zero. Allowed: the k3 of
+    # rounding noise (~1e-5 logprobs in float32, ~1e-2 in bf16 should the no-grad reference
+    # forward take another attention kernel); any other reference gives a KL above 1e-3
+    zero = {"float32": 1e-9, "bfloat16": 2.5e-4}[dtype]
+    assert got[0]["loss/kl_ref/kl_ref"] == pytest.approx(0.0, abs=zero)
     assert all(step["loss/kl_ref/kl_ref"] > 1e-4 for step in got[1:]), got  # adapters moved
     assert trainer.model.training  # the reference forward left the policy in train mode
     assert all(torch.equal(base_weights(trainer.model)[n], w) for n, w in base_before.items())
