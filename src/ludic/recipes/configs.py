@@ -294,6 +294,9 @@ class TrainConfig:
     not with --batch-invariant or --server-url."""
     checkpoint_every: int | None = None
     """Save a checkpoint every N steps (a final one is always saved)."""
+    keep_checkpoints: int | None = 2
+    """Checkpoints kept under OUT_DIR/checkpoints: the newest K complete ones (the one just
+    saved always stays); None keeps every one."""
     server_url: tuple[str, ...] | None = None
     """Generate rollouts on these OpenAI-compatible servers (`ludic serve`, vLLM with Ludic's
     extension) instead of in process; weights are pushed to all of them after every step.

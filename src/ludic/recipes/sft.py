@@ -35,7 +35,6 @@ from ludic.recipes.sft_resume import (
     check_sft_counts,
     check_sft_resume_settings,
     check_sft_run_dir,
-    keep_checkpoints,
     resume_sft,
     sft_settings,
 )
@@ -139,10 +138,10 @@ def _fine_tune(cfg: SFTConfig, algorithm: RLAlgorithm, console: Console) -> SFTR
         lr=cfg.lr,
         seed=cfg.seed,
         checkpoint_every=cfg.checkpoint_every,
+        keep_checkpoints=cfg.keep_checkpoints,
         micro_batch_tokens=cfg.micro_batch_tokens,
         device=cfg.device,
     )
-    keep_checkpoints(trainer, cfg.keep_checkpoints)
     trainer.checkpoint_extra[SFT_SETTINGS_KEY] = sft_settings(cfg)
     if cfg.resume is not None:
         resume_sft(trainer, source, cfg)

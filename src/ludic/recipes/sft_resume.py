@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,6 @@ from ludic.recipes.training import (
     refuse_other_settings,
 )
 from ludic.training import OfflineBatchSource, Trainer
-from ludic.training.checkpoint import CheckpointManager
 from ludic.training.lr_resume import LRScheduleMismatchError
 
 SFT_SETTINGS_KEY = SETTINGS_KEYS["ludic sft"]
@@ -106,13 +105,6 @@ def _flag_text(flag: str, value: Any) -> str:
     if isinstance(value, bool):
         return flag if value else f"--no-{flag.removeprefix('--')}"
     return f"{flag} {value}"
-
-
-def keep_checkpoints(trainer: Trainer, keep: int | None) -> None:
-    """Keep the newest `keep` checkpoints (None: all) instead of `make_trainer`'s two."""
-    assert trainer.checkpoints is not None
-    config = replace(trainer.checkpoints.config, keep_last=keep)
-    trainer.checkpoints = CheckpointManager(config)
 
 
 def resume_sft(trainer: Trainer, source: OfflineBatchSource, cfg: SFTConfig) -> None:

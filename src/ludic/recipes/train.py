@@ -278,6 +278,7 @@ async def _train(
             publisher=inference.publisher,
             max_lag=run.max_lag,
             checkpoint_every=cfg.checkpoint_every,
+            keep_checkpoints=cfg.keep_checkpoints,
             micro_batch_tokens=cfg.micro_batch_tokens,
             device=cfg.device,
             dtype=cfg.dtype,

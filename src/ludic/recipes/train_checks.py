@@ -58,6 +58,7 @@ def check_counts(cfg: TrainConfig) -> None:
     )
     for flag, value, fix in (
         ("--checkpoint-every", cfg.checkpoint_every, "or leave it out: a final one is saved"),
+        ("--keep-checkpoints", cfg.keep_checkpoints, "or None: keep every one"),
     ):
         if value is not None and value < 1:
             raise ValueError(f"{flag} must be >= 1, got {value} ({fix})")

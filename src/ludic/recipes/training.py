@@ -70,13 +70,15 @@ def make_trainer(
     initial_policy_version: int = 0,
     max_lag: int = 0,
     checkpoint_every: int | None = None,
+    keep_checkpoints: int | None = 2,
     micro_batch_tokens: int | None = None,
     device: str = "cpu",
     dtype: DType = "float32",
     batch_invariant: bool = False,
 ) -> Trainer:
     """A Trainer logging to `out/metrics.jsonl` and checkpointing under `out/checkpoints`
-    (every `checkpoint_every` steps, the last two kept; the tokenizer is saved with the model
+    (every `checkpoint_every` steps, the newest `keep_checkpoints` kept, None: all; the
+    tokenizer is saved with the model
     so a checkpoint's `model/` directory loads with `ludic.models.load_model`).
     The learning rate warms up linearly over `warmup_steps`, then follows `lr_schedule`
     (cosine or linear: down to `min_lr_ratio * lr` over `schedule_steps` optimizer steps;
@@ -104,7 +106,9 @@ def make_trainer(
         dtype=dtype,
         batch_invariant=batch_invariant,
         checkpoint=CheckpointConfig(
-            dir=str(out / CHECKPOINTS_DIR), every_n_steps=checkpoint_every, keep_last=2
+            dir=str(out / CHECKPOINTS_DIR),
+            every_n_steps=checkpoint_every,
+            keep_last=keep_checkpoints,
         ),
     )
     return Trainer(
