@@ -97,10 +97,14 @@ def _chunk_terms(
 
 def _entropy(z_CV: torch.Tensor) -> torch.Tensor:
     """H = -sum p log p = logsumexp(z) - sum p z of p = softmax(z), over the support: a -inf
-    logit (off top-k / top-p) has p = 0 and adds nothing (0 * -inf would be nan)."""
-    off_CV = z_CV == float("-inf")
-    finite_CV = z_CV.masked_fill(off_CV, 0.0) if bool(off_CV.any()) else z_CV
-    return torch.logsumexp(z_CV, dim=-1) - (torch.softmax(z_CV, dim=-1) * finite_CV).sum(dim=-1)
+    logit (off top-k / top-p) has p = 0 and adds nothing (0 * -inf would be nan). The fill
+    runs on every chunk, -inf or not (a no-op on the values and gradients where there is
+    none), instead of first asking whether any is there: that question waited for the
+    device once per chunk, forward and recompute."""
+    logsumexp_C = torch.logsumexp(z_CV, dim=-1)
+    p_CV = torch.softmax(z_CV, dim=-1)
+    finite_CV = z_CV.masked_fill(z_CV == float("-inf"), 0.0)
+    return logsumexp_C - (p_CV * finite_CV).sum(dim=-1)
 
 
 def _next_token_logprobs(
