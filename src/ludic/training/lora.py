@@ -40,7 +40,9 @@ def add_lora(
 
     The random A matrices are drawn from `seed`, leaving torch's RNG as it was: they are made
     before the Trainer seeds anything, from an RNG torch seeds at random in each process, so
-    without it two runs of one seeded program trained different adapters."""
+    without it two runs of one seeded program trained different adapters. The default 0 draws
+    the same adapters in every run whatever else it seeds: pass your run's seed (the one given
+    to `TrainerConfig(seed=...)`) so that runs with other seeds start from other adapters."""
     _check_lora_base(model)
     try:
         from peft import LoraConfig, get_peft_model
