@@ -20,7 +20,10 @@ def _trainer(step: int, checkpoints_dir: Path | None) -> SimpleNamespace:
 
 def test_a_learner_that_trained_no_step_says_so(tmp_path: Path) -> None:
     line = done_line(_trainer(0, tmp_path), {})
-    assert line == "learner done at step 0: {}; no step trained, so no checkpoint was written"
+    assert (
+        line
+        == "learner done at step 0: no sample read; no step trained, so no checkpoint was written"
+    )
     assert "--checkpoint-every None" not in line
 
 

@@ -1,7 +1,8 @@
 """The learner's policy-lag metrics describe the samples it trains: under --max-lag 2 with
 "drop", a sample 4 versions behind is counted in `dropped_stale` and left out of
-`lag_max` / `lag_mean` (the learner used to log "policy lag max 4" under --max-lag 2). Real
-redis-server, the real Trainer on a tiny local model, the learner's own step line."""
+`lag_max` / `lag_mean` (the learner used to log "policy lag max 4" under --max-lag 2), as the
+Trainer's `policy_lag/max` that the step line prints. Real redis-server, the real Trainer on a
+tiny local model, the learner's own step line."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ async def test_lag_metrics_leave_out_dropped_samples(
         stream, batch_size=3, max_lag=2, current_version=lambda: 6, block_ms=50, max_wait_s=0.5
     )
     model, _ = load_model(tiny_model_dir(spec=SPEC), dtype="float32")
-    trainer = Trainer(model, make_grpo(), source, TrainerConfig(lr=1e-3))
+    config = TrainerConfig(lr=1e-3, initial_policy_version=6)  # the step line reads its lags
+    trainer = Trainer(model, make_grpo(), source, config)
     metrics = await trainer.train_step()
     assert metrics["num_samples"] == 3 and metrics["batch/pipeline/dropped_stale"] == 1.0
     assert metrics["batch/pipeline/lag_max"] == 2.0  # never above --max-lag with "drop"

@@ -1,8 +1,8 @@
 """The learner's step and closing lines under several ranks, through the functions `ludic
 learner` calls after each step and at the end (`report_step`, `report_done`): the sample counts
-are all ranks' (the step's `num_samples` as the Trainer sums it over ranks, the closing totals
-through the runtime's all-reduce), what is rank 0's alone says so, only rank 0 logs, and the
-run stops once every rank's batch came back empty."""
+and lags are all ranks' (the step's `num_samples` and `policy_lag/*` as the Trainer sums them
+over ranks, the closing totals through the runtime's all-reduce), what is rank 0's alone says
+so, only rank 0 logs, and the run stops once every rank's batch came back empty."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from ludic.pipeline.learner_report import TOTAL_KEYS, report_done, report_step
 from ludic.pipeline.source import PipelineBatchSource
 
-METRICS = {"num_samples": 32.0, "batch/pipeline/lag_max": 2.0, "reward_mean": 0.5, "loss": 0.1}
+METRICS = {"num_samples": 32.0, "policy_lag/max": 2.0, "reward_mean": 0.5, "loss": 0.1}
 LOGGER = "ludic.pipeline.learner_report"
 
 
@@ -57,7 +57,7 @@ def test_two_ranks_count_both_ranks_samples_and_label_rank_0s_numbers(
     with caplog.at_level(logging.INFO, logger=LOGGER):
         stop = report_step(*_learner(runtime), METRICS)
     [line] = _lines(caplog)
-    assert line.startswith("learner step 3: 32 samples on 2 ranks (policy lag max 2 on rank 0)")
+    assert line.startswith("learner step 3: 32 samples on 2 ranks (policy lag max 2), mean")
     assert "mean reward per sample on rank 0 +0.500" in line
     assert stop is None  # this rank's timed_out and stale drops while timing out; the
     assert runtime.reduced == [[0.0, 0.0]]  # Trainer's num_samples is all ranks' already
@@ -91,8 +91,6 @@ def test_the_done_line_names_the_ranks_its_totals_cover(caplog: pytest.LogCaptur
         report_done(*_learner(runtime))
         report_done(*_learner(SimpleNamespace(world_size=1)))
     two, one = _lines(caplog)
-    assert two.startswith(
-        "learner done at step 3: {'samples': 32, 'redelivered': 4} (all 2 ranks); no checkpoint"
-    )
-    assert one.startswith("learner done at step 3: {'samples': 16, 'redelivered': 2}; no ")
+    assert two.startswith("learner done at step 3: 32 samples read on 2 ranks, 4 redelivered (")
+    assert one.startswith("learner done at step 3: 16 samples read, 2 redelivered (read but ")
     assert runtime.reduced == [[16.0, 2.0] + [0.0] * (len(TOTAL_KEYS) - 2)]

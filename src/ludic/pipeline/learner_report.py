@@ -52,14 +52,15 @@ def report_step(trainer: Any, source: Any, metrics: dict[str, float]) -> str | N
     return str(source.exhausted_line(int(dropped), runtime.world_size))
 
 
-def report_done(trainer: Any, source: Any) -> dict[str, int]:
-    """At the end, on every rank: rank 0 logs `done_line` with all ranks' `source.totals`.
-    Returns those totals (the non-zero ones), the same on every rank."""
+def report_done(trainer: Any, source: Any, *, trained: bool = True) -> dict[str, int]:
+    """At the end, on every rank: rank 0 logs `done_line` with all ranks' `source.totals`
+    (`trained`: whether any step of this launch applied an update). Returns those totals (the
+    non-zero ones), the same on every rank."""
     runtime = trainer.runtime
     totals = across_ranks(runtime, [float(source.totals[k]) for k in TOTAL_KEYS])
     counts = {k: int(v) for k, v in zip(TOTAL_KEYS, totals, strict=True) if v}
     if source.rank == 0:
-        logger.info(done_line(trainer, counts, runtime.world_size))
+        logger.info(done_line(trainer, counts, runtime.world_size, trained=trained))
     return counts
 
 
@@ -100,17 +101,32 @@ def across_ranks(runtime: Any, values: list[float]) -> list[float]:
 
 
 def step_line(step: int, metrics: dict[str, float], samples: float, world_size: int) -> str:
-    """One INFO line per step: `samples` trained by all ranks; with several ranks the lag and
-    reward are rank 0's and say so."""
+    """One INFO line per step: `samples` trained by all ranks and their policy lag (`_lags`);
+    with several ranks the reward is rank 0's and says so."""
     get = metrics.get
     ranks, rank0 = (f" on {world_size} ranks", " on rank 0") if world_size > 1 else ("", "")
+    lags = _lags(metrics)
     return (
-        f"learner step {step}: {int(samples)} samples{ranks} (policy lag max "
-        f"{int(get('batch/pipeline/lag_max', 0))}{rank0}), mean reward per sample{rank0} "
-        f"{get('reward_mean', math.nan):+.3f}, loss {get('loss', math.nan):.4g}, grad norm "
-        f"{get('grad_norm', math.nan):.3g}, policy version {int(get('policy_version', 0))}, "
-        f"{get('step_seconds', math.nan):.1f}s"
+        f"learner step {step}: {int(samples)} samples{ranks}{f' ({lags})' if lags else ''}, "
+        f"mean reward per sample{rank0} {get('reward_mean', math.nan):+.3f}, loss "
+        f"{get('loss', math.nan):.4g}, grad norm {get('grad_norm', math.nan):.3g}, policy "
+        f"version {int(get('policy_version', 0))}, {get('step_seconds', math.nan):.1f}s"
     )
+
+
+def _lags(metrics: dict[str, float]) -> str:
+    """The step's policy lags as the Trainer counts them over all ranks (`policy_lag/*`): the
+    largest lag of the samples at or behind the learner's version, and apart from them the
+    samples of a version ahead of it (weights it never held sampled them: warned once) or of
+    none recorded. Empty when the step trained no sample."""
+    parts = []
+    if "policy_lag/max" in metrics:
+        parts.append(f"policy lag max {int(metrics['policy_lag/max'])}")
+    if ahead := int(metrics.get("policy_lag/ahead", 0)):
+        parts.append(f"{ahead} ahead of the learner's policy version")
+    if unknown := int(metrics.get("policy_lag/unknown", 0)):
+        parts.append(f"{unknown} of no recorded policy version")
+    return "; ".join(parts)
 
 
 FOREIGN_POLICY_SHARE = 0.5
@@ -146,32 +162,56 @@ def foreign_policy_line(metrics: dict[str, float]) -> str | None:
     )
 
 
-def done_line(trainer: Any, totals: dict[str, int], world_size: int = 1) -> str:
-    """The closing line: the step reached, what all ranks read, where the model is, and how
-    many samples read were trained when stale ones were dropped."""
+def done_line(
+    trainer: Any, totals: dict[str, int], world_size: int = 1, *, trained: bool = True
+) -> str:
+    """The closing line: the step reached, what all ranks read and what became of it
+    (`_read_line`), and where the model is (`trained`: whether any step of this launch
+    applied an update; none: no checkpoint was written for it)."""
     newest = None if trainer.checkpoints is None else trainer.checkpoints.path_for(trainer.step)
     if newest is not None and newest.is_dir():
         where = f"model: {newest / 'model'}"
-    elif trainer.step == 0:  # stopped before its first step (--max-wait-s): nothing to keep
+    elif trainer.step == 0 or not trained:  # stopped before training (--max-wait-s)
         where = "no step trained, so no checkpoint was written"
     elif newest is None:
         where = "no checkpoint kept (--checkpoint-every None), so the trained weights are gone"
     else:
         where = f"no checkpoint at {newest}, so the weights of step {trainer.step} are gone"
-    ranks = f" (all {world_size} ranks)" if world_size > 1 else ""
-    return f"learner done at step {trainer.step}: {totals}{ranks}; {where}{_stale_note(totals)}"
+    return f"learner done at step {trainer.step}: {_read_line(totals, world_size)}; {where}"
 
 
-def _stale_note(totals: dict[str, int]) -> str:
-    """`samples` counts every sample read, stale ones and a dead learner's dropped untrained
-    included: when some were dropped, say how many of those read were trained."""
-    read, dropped = totals.get("samples", 0), totals.get("dropped_stale", 0)
-    dead = totals.get("dead_branch", 0)
-    if not dropped and not dead:
-        return ""
-    why = []
+def _read_line(totals: dict[str, int], world_size: int) -> str:
+    """`totals` in words: '96 samples read on 2 ranks, 64 of them trained (32 dropped as stale,
+    ...), 4 redelivered ...'. `samples` counts every sample of its run read, the stale ones and
+    a dead learner's dropped untrained included: when some were dropped, it says how many of
+    those read were trained, so `samples` is not taken for the trained count."""
+    if not totals:
+        return "no sample read"
+    read = totals.get("samples", 0)
+    ranks = f" on {world_size} ranks" if world_size > 1 else ""
+    parts = [f"{read} sample{'' if read == 1 else 's'} read{ranks}"]
+    dropped = [f"{totals[k]} {_DROPPED[k]}" for k in _DROPPED if totals.get(k)]
     if dropped:
-        why.append(f"{dropped} dropped as stale (more than --max-lag policy versions behind)")
-    if dead:
-        why.append(f"{dead} dropped as a killed learner's (versions past this one's start)")
-    return f"; {read - dropped - dead} of the {read} samples read were trained, " + ", ".join(why)
+        trained = read - sum(totals.get(k, 0) for k in _DROPPED)
+        parts.append(f"{trained} of them trained ({'; '.join(dropped)})")
+    parts += [f"{totals[k]} {what}" for k, what in _OTHER_TOTALS.items() if totals.get(k)]
+    return ", ".join(parts)
+
+
+_DROPPED = {
+    "dropped_stale": "dropped as stale, more than --max-lag policy versions behind",
+    "dead_branch": "dropped as a killed learner's, of versions past this one's start",
+}
+"""The totals counted under `samples` but not trained."""
+
+_OTHER_TOTALS = {
+    "downweighted": "trained downweighted as stale (--stale downweight)",
+    "ahead": "of a policy version ahead of the learner's (trained; warned above)",
+    "redelivered": "redelivered (read but not acknowledged before a restart or a lost Redis reply)",
+    "duplicates": "skipped as duplicates",
+    "foreign_run": "dead-lettered as another run's",
+    "invalid": "dead-lettered as invalid",
+    "trimmed": "trimmed from the stream before they were trained (lost)",
+    "timed_out": "rank waits timed out without a sample (--max-wait-s)",
+}
+"""The other `TOTAL_KEYS`, in the closing line's words."""

@@ -61,7 +61,8 @@ class PipelineBatchSource:
       without recorded versions are never stale. With "downweight", leave the Trainer's own
       `TrainerConfig.max_lag` at None (it would drop them). A batch's `pipeline/lag_mean`
       and `pipeline/lag_max` describe the samples it serves (dropped ones are only counted,
-      in `pipeline/dropped_stale`), so with "drop" `lag_max` never exceeds `max_lag`.
+      in `pipeline/dropped_stale`, and ones newer than the learner in `pipeline/ahead`), so
+      with "drop" `lag_max` never exceeds `max_lag` and is never negative.
     - `block_ms`: one wait on Redis; `max_wait_s`: after this long without a full batch,
       return what arrived; if nothing did, raise BatchSourceExhausted with one rank, or
       return an empty batch and set `timed_out` (and `timed_out_dropped`, the stale samples

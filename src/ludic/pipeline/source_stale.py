@@ -44,7 +44,8 @@ class Staleness:
 
     def apply(self, item: SAWItem, stats: Counter[str], lags: list[int]) -> SAWItem | None:
         """`item` as trained (down-weighted if stale), or None if dropped; the lag of a served
-        sample goes to `lags`, drops and down-weights to `stats`."""
+        sample goes to `lags` (one newer than the learner's goes to `stats` as `ahead`), drops
+        and down-weights to `stats`."""
         if not item.policy_versions:
             return item
         for version in item.policy_versions:  # a dead learner's branch: its weights are gone
@@ -55,8 +56,9 @@ class Staleness:
                 return None
         lag = self.forks.position(self.current_version())
         lag -= self.forks.position(min(item.policy_versions))
-        if lag < 0:
-            self._warn_ahead(item, stats)
+        if lag < 0:  # trained, never stale, counted as `ahead` outside the lags >= 0
+            self._warn_ahead(item, stats)  # (`policy_lag/ahead` and `/max` count them so)
+            return item
         if self.max_lag is None or lag <= self.max_lag:
             lags.append(lag)
             return item
