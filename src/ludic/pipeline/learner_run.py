@@ -169,14 +169,17 @@ async def _train(cfg: LearnerConfig, source: Any, trainer: Any) -> list[dict[str
         if stop is not None:  # every rank's batch came back empty
             logger.info("learner stops: %s", stop)
             break
+    trained = not all(was_skipped(metrics) for metrics in history)  # the same on every rank
     if trainer.checkpoints is None:
         await source.commit()
     else:  # the last checkpoint must hold every step before its samples are acked
-        if trainer.step > started_at and not trainer.checkpoints.due(trainer.step):
-            trainer.save_checkpoint()  # not a step this launch only resumed at: kept as saved
+        # not a step this launch only resumed at (kept as saved), nor the unchanged weights of
+        # steps that were all skipped (under torchrun, ranks that all timed out skip a step)
+        if trained and trainer.step > started_at and not trainer.checkpoints.due(trainer.step):
+            trainer.save_checkpoint()
         await source.ack_checkpointed()
-    totals = report_done(trainer, source)
-    if all(was_skipped(metrics) for metrics in history):
+    totals = report_done(trainer, source, trained=trained)
+    if not trained:
         raise NothingTrainedLearnerError(nothing_trained_line(stop, totals, len(history)))
     return history
 
@@ -273,7 +276,12 @@ def _decides_at_first_sample(trainer: Any, source: Any) -> bool:
     compare its run with the record's: a fresh one in one process, which publishes nothing
     until then (`_fork_at_first_sample`). Under torchrun each rank pins its run at its own
     first sample, possibly at different steps, while the version must move on every rank at
-    once: those ranks fork past any record from the start, as a resumed learner does."""
+    once: those ranks fork past any record from the start, as a resumed learner does. One
+    collective on rank 0's decision does not fit: the only one between a batch's read and its
+    training (`check_ranks`) comes after each rank weighed that batch's lags and dead-branch
+    drops against version 0, and one inside the read would hold every rank until the slowest
+    rank's first sample (up to --max-wait-s, or past the process group's timeout). Forking
+    past is the safe side (only the numbers jump); `--run-id` decides at start instead."""
     return trainer.step == 0 and source.world_size == 1
 
 
