@@ -88,8 +88,9 @@ def check_learner_model(cfg: LearnerConfig) -> None:
 
 def refusals_need_torch(cfg: LearnerConfig) -> bool:
     """Whether a refusal that must import torch to decide may apply to `cfg`: a `--model` path
-    that does not exist, or checkpoints in `--out-dir` (a resume whose flags differ, a
-    `--no-resume` over them). The learner then runs those checks before reaching Redis, so they
+    that does not exist (past `check_learner_model_path`: a step folder a killed re-save left
+    aside), or checkpoints in `--out-dir` (a resume whose flags differ, a `--no-resume` over
+    them). The learner then runs those checks before reaching Redis, so they
     are named even with Redis down; otherwise it reaches Redis first, within seconds."""
     if cfg.model is not None and not Path(cfg.model).expanduser().exists():
         return True
