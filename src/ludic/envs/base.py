@@ -113,7 +113,9 @@ class LudicEnv(ABC):
         """`agent_id`'s observation of the CURRENT state, rendered again, or None (the default)
         when the env does not offer it. After a reply that fails to parse (the state does not
         change), protocols show it below the parser's feedback, so the agent sees again what
-        it must act on instead of the feedback alone. It runs on the event loop: keep it cheap."""
+        it must act on instead of the feedback alone; anything but a str or None fails the
+        episode naming this method (`read_current_observation`). It runs on the event loop:
+        keep it cheap."""
         return None
 
     def close(self) -> Awaitable[None] | None:  # noqa: B027 - optional hook
@@ -234,6 +236,25 @@ def read_state_key(env: LudicEnv, agent_id: str) -> str | None:
     method = "env_state_key" if hasattr(env, "env_state_key") else "state_key"
     where = f"{type(env).__name__}.{method}"
     return state_key_to_str(env.state_key(agent_id), where=where)
+
+
+def read_current_observation(env: LudicEnv, agent_id: str) -> str | None:
+    """`env.current_observation(agent_id)`, or a TypeError naming the env's method when it is
+    neither a str nor None: the protocol appends it to the parser's feedback as text, so an
+    array or a dict reached the model as its repr, in silence. How protocols read it."""
+    observation = env.current_observation(agent_id)
+    if observation is None or isinstance(observation, str):
+        return observation
+    method = (
+        "env_current_observation"
+        if hasattr(env, "env_current_observation")
+        else ("current_observation")
+    )
+    raise TypeError(
+        f"{type(env).__name__}.{method} returned {type(observation).__name__} "
+        f"{' '.join(repr(observation).split()):.60}; it is the text the model reads below the parser's feedback: "
+        "return a str (render the state as the observation does), or None for none"
+    )
 
 
 def _exact_key(key: object, *, where: str) -> object:

@@ -20,7 +20,13 @@ import asyncio
 from collections.abc import Mapping, Sequence
 
 from ludic.agents.base import Agent, AgentAct, derive_call_seed
-from ludic.envs.base import LudicEnv, call_env, closing_env, read_state_key
+from ludic.envs.base import (
+    LudicEnv,
+    call_env,
+    closing_env,
+    read_current_observation,
+    read_state_key,
+)
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ExternalToolHandler, act_with_tools
 from ludic.interaction.base import EnvReturns, checked_agent, checked_env, checked_env_seed
@@ -244,7 +250,7 @@ class MultiAgentProtocol:
                 index=index,
                 agent_id=aid,
                 agent_step_ids=tuple(s.id for s in act.steps),
-                current_obs=env.current_observation(aid),
+                current_obs=read_current_observation(env, aid),
             )
             collector.add_env_step(aid, step)
             self.agents[aid].on_after_step(step.next_obs, step.info)

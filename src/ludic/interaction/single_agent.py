@@ -17,7 +17,13 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from ludic._aio import call_off_loop
 from ludic.agents.base import Agent, AgentAct
-from ludic.envs.base import LudicEnv, call_env, closing_env, read_state_key
+from ludic.envs.base import (
+    LudicEnv,
+    call_env,
+    closing_env,
+    read_current_observation,
+    read_state_key,
+)
 from ludic.inference.sampling import SamplingConfig
 from ludic.interaction.acting import ExternalToolHandler, act_with_tools
 from ludic.interaction.base import EnvReturns, checked_agent, checked_env, checked_env_seed
@@ -190,7 +196,7 @@ class SingleAgentProtocol:
                 index=index,
                 agent_id=aid,
                 agent_step_ids=agent_step_ids,
-                current_obs=env.current_observation(seat),
+                current_obs=read_current_observation(env, seat),
             )
         outcomes = returns.outcomes(await call_env(env, env.step, {seat: act.action}))
         outcome = returns.outcome_of(outcomes, seat)
