@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 from interaction_fakes import CountingEnv
 
-from ludic.agents import Agent, ToolAgent
+from ludic.agents import Agent, ToolAgent, ToolResultTypeError
 from ludic.inference.sampling import SamplingConfig
 from ludic.inference.scripted import ScriptedClient
 from ludic.interaction import DelegatingProtocol, SubAgentSpec, TaskEnv, delegate, final_answer
@@ -217,3 +217,12 @@ async def test_sub_agents_keep_their_own_identity_at_every_depth() -> None:
         assert [top.agent_id, mid.agent_id, leaf.agent_id] == ["agent_0", "default", leaf_id]
         for rollout in (top, mid, leaf):
             assert {s.agent_id for s in rollout.steps} == {rollout.agent_id}
+
+
+async def test_a_result_fn_returning_no_str_fails_the_parent_naming_it() -> None:
+    """The result_fn's bug, not the model's: not an error result the boss is penalised for
+    (nor a ToolResult whose content the chat template cannot render)."""
+    registry = {"math": SubAgentSpec(agent_factory=solver("5"), result_fn=lambda r: {"n": 5})}
+    boss = parent(delegate_call({"task": "2+3?", "agent": "math"}), "<move>good</move>")
+    with pytest.raises(ToolResultTypeError, match=r"SubAgentSpec 'math': result_fn returned dict"):
+        await run(DelegatingProtocol(boss, registry))  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ludic.agents.base import Agent, derive_call_seed
-from ludic.agents.tools import tool_from_callable, validate_arguments
+from ludic.agents.tools import ToolResultTypeError, tool_from_callable, validate_arguments
 from ludic.envs.base import LudicEnv, set_parse_failure_ends_episode
 from ludic.envs.single_agent import SingleAgentEnv
 from ludic.inference.sampling import SamplingConfig
@@ -164,6 +164,8 @@ class DelegatingProtocol:
             for call in calls:
                 try:
                     result, rollouts = await self._run_child(call, ctx, depth, next(ordinals))
+                except ToolResultTypeError:  # a result_fn's bug, not the model's: fail it
+                    raise
                 except Exception as exc:  # a broken child episode is this call's error only
                     result = _error(call, f"sub-agent episode failed: {type(exc).__name__}: {exc}")
                     rollouts = []
@@ -232,6 +234,12 @@ class DelegatingProtocol:
             delegation_depth=depth + 1,
         )
         answer = spec.result_fn(rollouts[0])
+        if not isinstance(answer, str):
+            raise ToolResultTypeError(
+                f"SubAgentSpec {name!r}: result_fn returned {type(answer).__name__} "
+                f"{answer!r:.60}; it is the delegate tool's result the parent reads: return a "
+                "str (json.dumps(...) for structured data)"
+            )
         return ToolResult(tool_call_id=call.id, name=call.name, content=answer), rollouts
 
 
