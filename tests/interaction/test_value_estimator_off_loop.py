@@ -5,8 +5,11 @@ while it works. On the loop it stalled every concurrent episode for the estimate
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 
+import numpy as np
+import pytest
 from interaction_fakes import TapeEnv
 
 from ludic.agents import Agent
@@ -58,3 +61,31 @@ async def test_an_async_estimator_still_runs_on_the_loop() -> None:
     (rollout,) = await protocol.run(TapeEnv(), env_seed=0)
     assert threads == [threading.get_ident()]
     assert rollout.agent_steps[0].info["value_estimate"] == 2.0
+
+
+@pytest.mark.parametrize(
+    ("value", "named"),
+    [(None, "NoneType None"), ("0.5", "str '0.5'"), (np.array([1.0, 2.0]), "ndarray array")],
+)
+async def test_an_estimate_that_is_not_a_number_fails_naming_the_estimator(
+    value: object, named: str
+) -> None:
+    def critic(obs: str, state_key: str | None) -> object:
+        return value
+
+    protocol = SingleAgentProtocol(
+        Agent(ScriptedClient(["go"])), termination=[MaxSteps(max_steps=1)], value_estimator=critic
+    )
+    with pytest.raises(TypeError, match=rf"value_estimator .*critic returned {re.escape(named)}"):
+        await protocol.run(TapeEnv(), env_seed=0)
+
+
+async def test_a_numpy_estimate_is_a_plain_float() -> None:
+    protocol = SingleAgentProtocol(
+        Agent(ScriptedClient(["go"])),
+        termination=[MaxSteps(max_steps=1)],
+        value_estimator=lambda obs, key: np.float32(0.25),
+    )
+    (rollout,) = await protocol.run(TapeEnv(), env_seed=0)
+    estimate = rollout.agent_steps[0].info["value_estimate"]
+    assert type(estimate) is float and estimate == 0.25

@@ -173,7 +173,7 @@ class SingleAgentProtocol:
         info: Info = {"observation": obs, "state_key": state_key}
         if self.value_estimator is not None:
             value = await call_off_loop(self.value_estimator, obs, state_key)
-            info["value_estimate"] = float(value)
+            info["value_estimate"] = _value_estimate(value, self.value_estimator)
         return info
 
     @staticmethod
@@ -256,3 +256,20 @@ def synthetic_failure_step(
         agent_step_ids=agent_step_ids,
         info=info,
     )
+
+
+def _value_estimate(value: object, estimator: object) -> float:
+    """A value estimate as a float (a numpy scalar or a one-element tensor too), or a
+    TypeError naming the estimator: `float()` alone took a str such as "0.5" and, for None or
+    a many-element array, failed the episode without naming where the value came from."""
+    try:
+        if isinstance(value, (str, bytes)):
+            raise TypeError
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, RuntimeError):  # RuntimeError: a many-element tensor
+        name = getattr(estimator, "__qualname__", type(estimator).__name__)
+        raise TypeError(
+            f"value_estimator {name} returned {type(value).__name__} {value!r:.60}; return "
+            "the value of the observation as a number (a float, a numpy scalar or a "
+            "one-element tensor)"
+        ) from None
