@@ -35,3 +35,17 @@ def positive_int_list(text: str) -> list[int]:
     if len(set(values)) < len(values):
         raise argparse.ArgumentTypeError(f"names a number twice: {text!r}")
     return values
+
+
+def show_defaults(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`parser`, its --help naming each option's default, also for options given no help text
+    (`weight_sync.py --help` showed `--models MODELS`, not which models or that it runs
+    `tiny,100m`). Options without a default say what their absence means themselves."""
+    for action in parser._actions:
+        help_text = action.help or ""
+        if not action.option_strings or help_text == argparse.SUPPRESS or "%(default)" in help_text:
+            continue
+        if action.default in (None, False, "", argparse.SUPPRESS):
+            continue
+        action.help = f"{help_text} (default: %(default)s)".strip()
+    return parser

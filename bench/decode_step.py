@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from _args import positive_int
+from _args import positive_int, show_defaults
 from rl_step import MODEL_SPECS  # the workload and models of bench/rl_step.py
 from trl_side import COMPLETION_TOKENS, GROUP_SIZE, PROMPT_TEXT, PROMPTS
 
@@ -288,7 +288,7 @@ def main() -> None:
         metavar="ROUNDS",
         help="instead: today's GEMMs against EngineConfig(prepacked_gemm=True), ROUNDS rounds",
     )
-    args = parser.parse_args()
+    args = show_defaults(parser).parse_args()
     torch.set_num_threads(args.threads)
     work = Workload(args.model)
     if args.compare_prepacked:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _args import show_defaults
 
 from ludic.inference import ChatRequest, SamplingConfig
 from ludic.inference.http.local_server import LocalServer
@@ -84,7 +85,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=30, help="batches per round and arm")
     parser.add_argument("--in-flight", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=1)
-    args = parser.parse_args()
+    args = show_defaults(parser).parse_args()
     if min(args.rounds, args.batches, args.in_flight, args.max_tokens) < 1:
         raise SystemExit("--rounds, --batches, --in-flight and --max-tokens must be >= 1")
     with tempfile.TemporaryDirectory(prefix="http-bench-") as root:

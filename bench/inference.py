@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import torch
 import transformers
-from _args import positive_int
+from _args import positive_int, show_defaults
 from _machine import measured_on
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -290,7 +290,7 @@ def main() -> None:
         action="store_true",
         help="default vs batch-invariant engine, interleaved (invariant_vs_default)",
     )
-    args = parser.parse_args()
+    args = show_defaults(parser).parse_args()
     load_before = os.getloadavg()
     if args.threads is not None:
         torch.set_num_threads(args.threads)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from _args import show_defaults
 
 
 def loadavg() -> list[float]:
@@ -145,7 +146,7 @@ def main() -> None:
     parser.add_argument("--model", choices=["tiny", "50m"], default="50m")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=80)
-    args = parser.parse_args()
+    args = show_defaults(parser).parse_args()
     out = {
         "torch": torch.__version__,
         "semantics": semantics(),

@@ -17,6 +17,7 @@ import statistics
 import time
 
 import torch
+from _args import show_defaults
 
 from ludic.training.collate import TokenSampling
 from ludic.training.logprobs import token_logprobs
@@ -54,7 +55,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="bfloat16" if torch.cuda.is_available() else "float32")
-    args = parser.parse_args()
+    args = show_defaults(parser).parse_args()
     gen = torch.Generator().manual_seed(0)
     logits = 3 * torch.randn(1, args.tokens, args.vocab, generator=gen)
     logits_1NV = logits.to(device=args.device, dtype=getattr(torch, args.dtype))

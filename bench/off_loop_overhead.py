@@ -19,6 +19,7 @@ import json
 import os
 import sys
 
+from _args import show_defaults
 from _machine import measured_on
 from rollout_overhead import TenStepEnv, add_size_args, credit_assigner, timed_batch
 
@@ -56,7 +57,7 @@ async def measure(episodes: int, steps: int, repeats: int) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_size_args(parser)
-    args = parser.parse_args()
+    args = show_defaults(parser).parse_args()
     load_before = os.getloadavg()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})

@@ -38,6 +38,7 @@ import os
 
 import torch
 import torch.nn.functional as F
+from _args import show_defaults
 
 from ludic.inference import ChatRequest, ChatResponse, SamplingConfig
 from ludic.inference.embedded import lean_forward as lf
@@ -260,7 +261,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2, help="model seeds and prompt sets each")
     parser.add_argument("--prompts", type=int, default=6)
     parser.add_argument("--max-tokens", type=int, default=30)
-    args = parser.parse_args()
+    args = show_defaults(parser).parse_args()
     result: dict[str, object] = {
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),

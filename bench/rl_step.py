@@ -60,7 +60,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _args import non_negative_int, positive_int, positive_int_list
+from _args import non_negative_int, positive_int, positive_int_list, show_defaults
 from _machine import measured_on
 from trl_side import (
     COMPLETION_TOKENS,
@@ -422,7 +422,7 @@ def main() -> None:
         help="python of the bench-only TRL virtualenv (default: $LUDIC_TRL_PYTHON or "
         f"{DEFAULT_TRL_PYTHON})",
     )
-    args = parser.parse_args()
+    args = show_defaults(parser).parse_args()
     ludic_modes = parse_list(args.ludic)
     for name in ludic_modes:
         ludic_arm(name)

@@ -21,7 +21,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from _args import positive_int
+from _args import positive_int, show_defaults
 from _machine import measured_on
 
 from ludic.agents import Agent
@@ -201,7 +201,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_size_args(parser)
     parser.add_argument("--profile", action="store_true", help="print a cProfile to stderr")
-    args = parser.parse_args()
+    args = show_defaults(parser).parse_args()
     load_before = os.getloadavg()
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from _args import positive_int
+from _args import positive_int, show_defaults
 from _machine import measured_on
 
 import ludic.training.trainer as trainer_module
@@ -436,7 +436,7 @@ def main() -> None:
         default=None,
         help="unmeasured steps per arm, the first included (with --arms; 2)",
     )
-    args = parser.parse_args()
+    args = show_defaults(parser).parse_args()
     given = {k for k in ("model", "rounds", "warmup", "steps", "shared_prefix") if getattr(args, k)}
     arms_only = sorted(given & {"model", "rounds", "warmup"})
     step_only = sorted(given & {"steps", "shared_prefix"})

@@ -55,7 +55,7 @@ from typing import Any
 
 import httpx
 import torch
-from _args import positive_int
+from _args import positive_int, show_defaults
 from _machine import measured_on
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -560,7 +560,12 @@ def model_names(text: str) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
-    parser.add_argument("--models", type=model_names, default="tiny,100m")
+    parser.add_argument(
+        "--models",
+        type=model_names,
+        default="tiny,100m",
+        help=f"comma-separated, of: {', '.join(['tiny', *CONFIGS])}",
+    )
     parser.add_argument("--repeats", type=positive_int, default=5)
     parser.add_argument("--bucket-mb", type=megabytes(True), default=64.0)
     parser.add_argument("--piece-mb", type=megabytes(False), default=16.0, help="0: whole buckets")
@@ -572,7 +577,7 @@ def main() -> None:
     )
     parser.add_argument("--raw-receiver", nargs="+", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--serve", nargs=3, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = show_defaults(parser).parse_args()
     if args.raw_receiver:
         run_raw_receiver(*args.raw_receiver)
         return
