@@ -22,6 +22,7 @@ Killer = Callable[[asyncio.subprocess.Process], Awaitable[None]]
 
 _CHUNK = 64 * 1024
 _DRAIN_GRACE_S = 2.0  # after exit, how long leftover pipe holders may keep us waiting
+_STDERR_SAID = 2000  # of a sandbox that failed to start, the end of its stderr in the error
 
 
 @dataclass(slots=True)
@@ -80,6 +81,17 @@ async def _exited(proc: asyncio.subprocess.Process) -> int:
     return proc.returncode
 
 
+async def _said_on_stderr(proc: asyncio.subprocess.Process) -> str:
+    """The end of what a process that never ran its program wrote to stderr (its launcher's
+    reason, such as bwrap's), without waiting for more."""
+    if proc.stderr is None:
+        return ""
+    with contextlib.suppress(TimeoutError, OSError):
+        data = await asyncio.wait_for(proc.stderr.read(_STDERR_SAID), _DRAIN_GRACE_S)
+        return data.decode("utf-8", errors="replace").strip()[-_STDERR_SAID:]
+    return ""
+
+
 async def kill_process_group(proc: asyncio.subprocess.Process) -> None:
     """SIGKILL the process group led by `proc` (it was started with a new session).
 
@@ -127,10 +139,16 @@ async def run_contained(
     if on_start is not None:
         try:
             await on_start(proc)
-        except BaseException:
+        except BaseException as exc:
             await kill(proc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(proc.wait(), _DRAIN_GRACE_S)
+            said = await _said_on_stderr(proc) if isinstance(exc, Exception) else ""
+            if said:  # e.g. bwrap could not create its namespaces: that, not the cgroup, is why
+                raise RuntimeError(
+                    f"the sandbox did not start: {exc}; its process ended (status "
+                    f"{proc.returncode}, negative: killed by that signal) saying: {said}"
+                ) from exc
             raise
     overflow = asyncio.Event()
     captures = (_Capture(data=bytearray()), _Capture(data=bytearray()))
