@@ -33,7 +33,7 @@ def tiny_qwen2(seed: int = 0, vocab: int = 300) -> Qwen2ForCausalLM:
         tie_word_embeddings=False,
     )
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        torch.default_generator.manual_seed(seed)
         return Qwen2ForCausalLM(config)
 
 

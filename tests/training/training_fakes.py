@@ -35,7 +35,7 @@ def tiny_llama(seed: int = 0, vocab: int = VOCAB, dropout: float = 0.0) -> Llama
         eos_token_id=None,
     )
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        torch.default_generator.manual_seed(seed)
         return LlamaForCausalLM(config)
 
 

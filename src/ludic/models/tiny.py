@@ -107,7 +107,8 @@ def build_tiny_model(
         pad_token_id=pad,
     )
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        # the CPU generator alone: torch.manual_seed would reseed every GPU's too, unrestored
+        torch.default_generator.manual_seed(seed)
         model = LlamaForCausalLM(config)
     model.generation_config = GenerationConfig(
         eos_token_id=[im_end, pad], pad_token_id=pad, bos_token_id=None

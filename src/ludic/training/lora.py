@@ -60,7 +60,11 @@ def add_lora(
     # so opens a CUDA context on) every visible GPU, in every torchrun rank
     gpus = sorted({p.device.index or 0 for p in model.parameters() if p.device.type == "cuda"})
     with torch.random.fork_rng(devices=gpus), peft_deprecation_silenced():
-        torch.manual_seed(seed)
+        # seed only the RNGs forked here: torch.manual_seed also reseeds every other GPU's,
+        # which fork_rng does not restore
+        torch.default_generator.manual_seed(seed)
+        for gpu in gpus:
+            torch.cuda.default_generators[gpu].manual_seed(seed)
         return get_peft_model(model, config)  # type: ignore[arg-type]
 
 
