@@ -39,6 +39,8 @@ def import_object(spec: str) -> Any:
         raise ValueError(
             f"cannot import module {module_name!r} from {spec!r}: {e}{_not_found_hint(e, module_name)}"
         ) from e
+    except SyntaxError as e:  # the file's own line, not importlib's frames, says what is wrong
+        raise ValueError(f"cannot import module {module_name!r} from {spec!r}: {_syntax(e)}") from e
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -47,6 +49,18 @@ def import_object(spec: str) -> Any:
             meant = f"; did you mean {close[0]!r}?" if close else ""
             raise ValueError(f"module {module_name!r} has no attribute {attr!r}{meant}") from None
     return obj
+
+
+def _syntax(error: SyntaxError) -> str:
+    """Python's own report of a syntax error, in the lines its traceback would end with:
+    `file:line: SyntaxError: message`, the line, and a caret under the column."""
+    where = f"{error.filename}:{error.lineno}" if error.lineno else str(error.filename)
+    report = f"{where}: {type(error).__name__}: {error.msg}"
+    if error.text:
+        line = error.text.rstrip("\n")
+        caret = " " * (max(error.offset or 1, 1) - 1 - (len(line) - len(line.lstrip()))) + "^"
+        report += f"\n    {line.strip()}\n    {caret}"
+    return report
 
 
 def _file_not_module(spec: str, module_name: str, attr: str) -> str:
