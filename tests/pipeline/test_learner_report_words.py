@@ -51,9 +51,9 @@ def test_the_closing_line_says_what_became_of_every_sample_read() -> None:
     totals = dict(zip(TOTAL_KEYS, counts, strict=True))
     line = done_line(SimpleNamespace(step=9, checkpoints=None), totals, world_size=2)
     assert line == (
-        "learner done at step 9: 100 samples read on 2 ranks, 85 of them trained (10 dropped "
-        "as stale, more than --max-lag policy versions behind; 5 dropped as a killed "
-        "learner's, of versions past this one's start), 7 trained downweighted as stale "
+        "learner done at step 9: 100 samples read on 2 ranks, 85 of them trained, 10 dropped "
+        "as stale (more than --max-lag policy versions behind), 5 dropped as a killed "
+        "learner's (versions past this one's start), 7 trained downweighted as stale "
         "(--stale downweight), 3 of a policy version ahead of the learner's (trained; warned "
         "above), 6 redelivered (read but not acknowledged before a restart or a lost Redis "
         "reply), 2 skipped as duplicates, 4 dead-lettered as another run's, 1 dead-lettered "

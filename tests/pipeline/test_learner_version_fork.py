@@ -130,8 +130,8 @@ async def test_a_fresh_learner_forks_too_and_publishes_before_its_first_step(
 def test_the_closing_line_counts_a_dead_learners_samples_as_untrained() -> None:
     trainer = SimpleNamespace(step=0, checkpoints=None)
     line = done_line(trainer, {"samples": 10, "dead_branch": 3, "dropped_stale": 1})
-    assert "10 samples read, 6 of them trained (1 dropped as stale, more than --max-lag" in line
-    assert "; 3 dropped as a killed learner's, of versions past this one's start)" in line
+    assert "10 samples read, 6 of them trained, 1 dropped as stale (more than --max-lag" in line
+    assert ", 3 dropped as a killed learner's (versions past this one's start)" in line
     assert dead_span(2, 4) == "version 3" and dead_span(3, 6) == "versions 4..5"
 
 

@@ -53,7 +53,7 @@ async def test_a_wait_that_ends_on_stale_samples_names_and_counts_them(
     )
     assert source.totals["samples"] == 3 and source.totals["dropped_stale"] == 3
     line = done_line(_Trainer(), {k: v for k, v in source.totals.items() if v})
-    assert "3 samples read, 0 of them trained (3 dropped as stale, more than --max-lag" in line
+    assert "3 samples read, 0 of them trained, 3 dropped as stale (more than --max-lag" in line
 
 
 async def test_a_wait_on_an_empty_stream_still_says_nothing_arrived(

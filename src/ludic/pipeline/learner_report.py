@@ -181,8 +181,8 @@ def done_line(
 
 
 def _read_line(totals: dict[str, int], world_size: int) -> str:
-    """`totals` in words: '96 samples read on 2 ranks, 64 of them trained (32 dropped as stale,
-    ...), 4 redelivered ...'. `samples` counts every sample of its run read, the stale ones and
+    """`totals` in words: '96 samples read on 2 ranks, 64 of them trained, 32 dropped as stale
+    (...), 4 redelivered (...)'. `samples` counts every sample of its run read, the stale ones and
     a dead learner's dropped untrained included: when some were dropped, it says how many of
     those read were trained, so `samples` is not taken for the trained count."""
     if not totals:
@@ -190,28 +190,22 @@ def _read_line(totals: dict[str, int], world_size: int) -> str:
     read = totals.get("samples", 0)
     ranks = f" on {world_size} ranks" if world_size > 1 else ""
     parts = [f"{read} sample{'' if read == 1 else 's'} read{ranks}"]
-    dropped = [f"{totals[k]} {_DROPPED[k]}" for k in _DROPPED if totals.get(k)]
-    if dropped:
-        trained = read - sum(totals.get(k, 0) for k in _DROPPED)
-        parts.append(f"{trained} of them trained ({'; '.join(dropped)})")
-    parts += [f"{totals[k]} {what}" for k, what in _OTHER_TOTALS.items() if totals.get(k)]
+    if any(totals.get(k) for k in _DROPPED):
+        parts.append(f"{read - sum(totals.get(k, 0) for k in _DROPPED)} of them trained")
+    parts += [f"{totals[k]} {what}" for k, what in _WORDS.items() if totals.get(k)]
     return ", ".join(parts)
 
 
-_DROPPED = {
-    "dropped_stale": "dropped as stale, more than --max-lag policy versions behind",
-    "dead_branch": "dropped as a killed learner's, of versions past this one's start",
-}
+_DROPPED = ("dropped_stale", "dead_branch")
 """The totals counted under `samples` but not trained."""
 
-_OTHER_TOTALS = {
+_WORDS = {
+    **{key: _UNTRAINED[key] for key in _DROPPED},
     "downweighted": "trained downweighted as stale (--stale downweight)",
     "ahead": "of a policy version ahead of the learner's (trained; warned above)",
     "redelivered": "redelivered (read but not acknowledged before a restart or a lost Redis reply)",
-    "duplicates": "skipped as duplicates",
-    "foreign_run": "dead-lettered as another run's",
-    "invalid": "dead-lettered as invalid",
+    **{key: _UNTRAINED[key] for key in ("duplicates", "foreign_run", "invalid")},
     "trimmed": "trimmed from the stream before they were trained (lost)",
     "timed_out": "rank waits timed out without a sample (--max-wait-s)",
 }
-"""The other `TOTAL_KEYS`, in the closing line's words."""
+"""The `TOTAL_KEYS` but `samples`, in the closing line's words."""
