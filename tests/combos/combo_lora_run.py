@@ -9,9 +9,10 @@ import asyncio
 import sys
 from pathlib import Path
 
+from combo_say_o import SayOEnv
+
 from ludic.agents import Agent
 from ludic.context import FullDialog
-from ludic.envs.single_agent import SingleAgentEnv
 from ludic.inference import SamplingConfig
 from ludic.interaction import SingleAgentProtocol
 from ludic.recipes import finish, load_policy, make_trainer
@@ -24,21 +25,8 @@ from ludic.rollouts import (
     SeedSequencer,
 )
 from ludic.training import RolloutBatchSource, add_lora, make_grpo
-from ludic.types import Info, StepOutcome
 
 SAMPLING = SamplingConfig(temperature=1.0, max_tokens=8)
-
-
-class ShareOfO(SingleAgentEnv):
-    """One turn; reward = share of "o" in the reply, so a group's rewards differ and the
-    adapters move."""
-
-    def env_reset(self, seed: int | None = None) -> tuple[str, Info]:
-        return "Say something.", {}
-
-    def env_step(self, action: str) -> StepOutcome:
-        reward = action.count("o") / max(1, len(action))
-        return StepOutcome(obs="", reward=reward, terminated=True)
 
 
 async def main(base: str, out: Path, total: int, url: str | None, token: str | None) -> None:
@@ -52,12 +40,12 @@ async def main(base: str, out: Path, total: int, url: str | None, token: str | N
         return SingleAgentProtocol(agent, max_steps=1)
 
     rollouts = RolloutEngine(
-        env_registry={"share_of_o": ShareOfO},
+        env_registry={"say_o": SayOEnv},
         protocol_registry={"agent": protocol},
         jsonl_log=out / "rollouts.jsonl",
     )
     request = RolloutRequest(
-        env=ComponentSpec(name="share_of_o"),
+        env=ComponentSpec(name="say_o"),
         protocol=ComponentSpec(name="agent"),
         sampling=SAMPLING,
     )

@@ -8,12 +8,11 @@ final checkpoints then plays the same episodes."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from combo2_processes import HERE, SPEC, finish, ludic, records, run, start
+from combo_processes import SPEC, completions, finish, ludic, program, records, run, start
 from safetensors.torch import load_file
 
 from ludic.models import tiny_model_dir
@@ -23,16 +22,6 @@ TRAIN_FLAGS = (
     *("--max-steps", "1", "--max-tokens", "8", "--lr", "3e-2", "--steps", "4"),
     *("--checkpoint-every", "2", "--concurrency", "1", "--threads", "1", "--no-progress"),
 )
-
-
-def _completions(out_dir: Path) -> list[list[int]]:
-    """Every model call's sampled token ids, in the order rollouts.jsonl holds them."""
-    return [
-        step["trace"]["completion_token_ids"]
-        for record in records(out_dir / "rollouts.jsonl")
-        for step in record["steps"]
-        if step["kind"] == "agent"
-    ]
 
 
 def _weights(out_dir: Path, step: int) -> dict[str, torch.Tensor]:
@@ -49,9 +38,8 @@ def test_killed_mid_save_resumes_from_the_last_good_checkpoint_and_evaluates(
         ludic("train", *TRAIN_FLAGS, "--model", model, "--out-dir", "whole"), tmp_path
     )
     killed = run(
-        [
-            sys.executable,
-            str(HERE / "combo2_die_mid_save.py"),
+        program(
+            "combo2_die_mid_save.py",
             "4",
             "train",
             *TRAIN_FLAGS,
@@ -59,7 +47,7 @@ def test_killed_mid_save_resumes_from_the_last_good_checkpoint_and_evaluates(
             model,
             "--out-dir",
             "split",
-        ],
+        ),
         tmp_path,
         code=-9,
     )
@@ -84,8 +72,8 @@ def test_killed_mid_save_resumes_from_the_last_good_checkpoint_and_evaluates(
     steps = [(m["step"], m["loss"]) for m in records(split / "metrics.jsonl")]
     assert steps == [(m["step"], m["loss"]) for m in records(whole / "metrics.jsonl")]
     assert [step for step, _ in steps] == [1, 2, 3, 4]
-    assert len(_completions(split)) == 4 * 2 * 3  # steps x problems x group size
-    assert _completions(split) == _completions(whole)
+    assert len(completions(split / "rollouts.jsonl")) == 4 * 2 * 3  # steps x problems x group size
+    assert completions(split / "rollouts.jsonl") == completions(whole / "rollouts.jsonl")
     final_split, final_whole = _weights(split, 4), _weights(whole, 4)
     assert all(torch.equal(final_split[k], final_whole[k]) for k in final_whole)
     assert any(not torch.equal(_weights(split, 2)[k], final_split[k]) for k in final_split)
@@ -115,6 +103,6 @@ def test_killed_mid_save_resumes_from_the_last_good_checkpoint_and_evaluates(
         )
     for name, process in running.items():
         finish(process)
-        evals[name] = _completions(tmp_path / f"eval_{name}")
+        evals[name] = completions(tmp_path / f"eval_{name}" / "rollouts.jsonl")
     assert len(evals["split"]) == 4
     assert evals["split"] == evals["whole"]

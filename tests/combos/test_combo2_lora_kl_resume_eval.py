@@ -10,12 +10,21 @@ relative to the run's), plays the merged policy at the checkpoint's version."""
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from combo2_processes import HERE, SPEC, finish, ludic, records, run, start
+from combo_processes import (
+    SPEC,
+    agent_steps,
+    completions,
+    finish,
+    ludic,
+    program,
+    records,
+    run,
+    start,
+)
 from safetensors.torch import load_file
 
 from ludic.models import load_model, tiny_model_dir
@@ -25,21 +34,12 @@ KL = "loss/kl_ref/kl_ref"
 
 
 def _lora_run(out: str, total: int) -> list[str]:
-    return [sys.executable, str(HERE / "combo2_lora_kl_run.py"), "base", out, str(total)]
+    return program("combo2_lora_kl_run.py", "base", out, str(total))
 
 
 def _adapter(out_dir: Path, step: int) -> dict[str, torch.Tensor]:
     checkpoint = out_dir / "checkpoints" / f"step_{step:08d}" / "model"
     return load_file(checkpoint / "adapter_model.safetensors")
-
-
-def _completions(rollouts: Path) -> list[list[int]]:
-    return [
-        step["trace"]["completion_token_ids"]
-        for record in records(rollouts)
-        for step in record["steps"]
-        if step["kind"] == "agent"
-    ]
 
 
 def _first_token_logprobs(model_dir: Path, prompt: list[int], tokens: list[int]) -> torch.Tensor:
@@ -70,7 +70,7 @@ def test_lora_kl_run_resumed_equals_uninterrupted_and_evaluates(tmp_path: Path) 
         assert [m[key] for m in split] == [m[key] for m in uninterrupted], key
     assert split[0][KL] == 0.0  # LoRA starts as the identity: the policy is the reference
     assert split[2][KL] > 0.0  # the resumed step still compares against the base
-    assert _completions(tmp_path / "split" / "rollouts.jsonl") == _completions(
+    assert completions(tmp_path / "split" / "rollouts.jsonl") == completions(
         tmp_path / "whole" / "rollouts.jsonl"
     )
     final, expected = _adapter(tmp_path / "split", 4), _adapter(tmp_path / "whole", 4)
@@ -88,12 +88,7 @@ def test_lora_kl_run_resumed_equals_uninterrupted_and_evaluates(tmp_path: Path) 
         ),
         elsewhere,
     )
-    played = [
-        s
-        for r in records(elsewhere / "eval" / "rollouts.jsonl")
-        for s in r["steps"]
-        if s["kind"] == "agent"
-    ]
+    played = agent_steps(elsewhere / "eval" / "rollouts.jsonl")
     assert len(played) == 2 and {s["policy_version"] for s in played} == {4}
     prompt = played[0]["trace"]["prompt_token_ids"]
     firsts = [

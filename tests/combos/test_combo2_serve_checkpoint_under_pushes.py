@@ -16,11 +16,10 @@ from typing import Any
 import httpx
 import pytest
 import torch
-from combo2_processes import SPEC, finish, ludic, run, serve, start, stop
+from combo_processes import SPEC, TOKEN, finish, ludic, run, serve, served_version, start, stop
 
 from ludic.models import load_model, tiny_model_dir
 
-TOKEN = "combo2-token"
 CLIENTS = 4
 LAST = 3  # the resumed run trains steps 2..LAST
 PROMPT_IDS = [5, 17, 42, 99, 3, 250, 7]
@@ -95,7 +94,7 @@ def test_a_served_checkpoint_answers_concurrent_clients_while_pushes_land(tmp_pa
     checkpoints = tmp_path / "run" / "checkpoints"
     first = checkpoints / "step_00000001"
     shutil.copytree(first, tmp_path / "kept" / first.name)  # retention will remove it
-    server, url = serve(first, tmp_path, tmp_path / "serve.log", TOKEN)
+    server, url = serve(first, tmp_path, tmp_path / "serve.log")
     traffic = Traffic(url)
     try:
         traffic.burst()  # at the checkpoint's own version
@@ -115,11 +114,11 @@ def test_a_served_checkpoint_answers_concurrent_clients_while_pushes_land(tmp_pa
             for client in clients:
                 client.result()
         traffic.burst()  # at the run's last version
-        version = httpx.get(url + "/ludic/version", headers={"Authorization": f"Bearer {TOKEN}"})
+        version = served_version(url)
     finally:
         stop(server)
     assert "resumed at step 1" in resumed, resumed
-    assert version.json()["policy_version"] == LAST
+    assert version == LAST
 
     assert traffic.bad and {r.status_code for r in traffic.bad} == {400}, [
         r.text for r in traffic.bad

@@ -8,98 +8,66 @@ plays it at its policy version."""
 
 from __future__ import annotations
 
-import json
-import shutil
 import signal
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
-import httpx
 import pytest
 import redis
-from combo2_processes import finish, free_port, ludic, records, run, serve, start, stop
+from combo_processes import (
+    TOKEN,
+    agent_steps,
+    finish,
+    ledger_ids,
+    ludic,
+    pipeline_servers,
+    records,
+    run,
+    served_version,
+    sft_on_expert_games,
+    start,
+)
 
-REPO = Path(__file__).resolve().parents[2]
-TOKEN = "combo2-token"
 SFT_MODEL = "sft/checkpoints/step_00000002/model"
 STEPS = 3
-
-
-def _redis(tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not on PATH")
-    port = free_port()
-    (tmp_path / "redis").mkdir()
-    store = start(
-        [
-            *(binary, "--port", str(port), "--bind", "127.0.0.1"),
-            *("--dir", str(tmp_path / "redis"), "--appendonly", "yes"),
-            *("--appendfsync", "always", "--save", ""),
-        ],
-        tmp_path,
-    )
-    return store, port
-
-
-def _ledger_ids(client: redis.Redis) -> list[str]:
-    ids = [i for _, f in client.xrange("ludic:samples:ledger") for i in json.loads(f[b"ids"])]
-    return [i for i in ids if i.split(":", 1)[0] not in ("duplicate", "invalid", "trimmed")]
 
 
 @pytest.mark.slow
 @pytest.mark.redis
 def test_sft_checkpoint_trained_over_redis_then_evaluated(tmp_path: Path) -> None:
-    expert = [sys.executable, str(REPO / "examples" / "rejection_sampling.py")]
-    run([*expert, "--expert", "--problems", "8", "--out", "data/expert.jsonl"], tmp_path)
-    sft = run(
-        ludic(
-            *("sft", "--data", "data/expert.jsonl", "--steps", "2", "--batch-size", "8"),
-            *("--out-dir", "sft", "--no-progress"),
-        ),
-        tmp_path,
-    )
+    sft = sft_on_expert_games(tmp_path)
     assert SFT_MODEL in sft
 
-    store, port = _redis(tmp_path)
     # At version 0, the learner's first (README "Inference": RL after `ludic sft`), not the
     # SFT checkpoint's saved one, so the actor's samples before the first push are not ahead.
-    serve_log = tmp_path / "serve.log"
-    server, url = serve(tmp_path / SFT_MODEL, tmp_path, serve_log, TOKEN, "--policy-version", "0")
-    urls = ("--redis-url", f"redis://127.0.0.1:{port}/0", "--server-url", url)
-    env = {"LUDIC_SERVER_TOKEN": TOKEN}
-    try:
+    with pipeline_servers(tmp_path, tmp_path / SFT_MODEL, "--policy-version", "0") as servers:
         actor = start(
             ludic(
-                *("actor", *urls, "--env", "tictactoe", "--max-steps", "3", "--max-tokens", "8"),
-                *("--problems-per-batch", "2", "--group-size", "2", "--actor-id", "a0"),
-                *("--max-backlog", "16", "--batches", "1000", "--metrics-path", "actor.jsonl"),
+                *("actor", *servers.flags, "--env", "tictactoe", "--max-steps", "3"),
+                *("--max-tokens", "8", "--problems-per-batch", "2", "--group-size", "2"),
+                *("--actor-id", "a0", "--max-backlog", "16", "--batches", "1000"),
+                *("--metrics-path", "actor.jsonl"),
             ),
             tmp_path,
-            **env,
+            LUDIC_SERVER_TOKEN=TOKEN,
         )
         try:
             learned = run(
                 ludic(
-                    *("learner", *urls, "--model", SFT_MODEL, "--steps", str(STEPS)),
+                    *("learner", *servers.flags, "--model", SFT_MODEL, "--steps", str(STEPS)),
                     *("--batch-size", "4", "--lr", "1e-3", "--max-lag", "4"),
                     *("--checkpoint-every", "1", "--ledger", "--out-dir", "learner"),
                 ),
                 tmp_path,
-                **env,
+                LUDIC_SERVER_TOKEN=TOKEN,
             )
         finally:
             actor.send_signal(signal.SIGTERM)
         actor_out = finish(actor, code=143)
-        served = httpx.get(url + "/ludic/version", headers={"Authorization": f"Bearer {TOKEN}"})
-        trained = _ledger_ids(redis.Redis(port=port))
-    finally:
-        stop(server)
-        stop(store)
+        served = served_version(servers.url)
+        trained = ledger_ids(redis.Redis(port=servers.redis_port))
 
-    assert served.json()["policy_version"] == STEPS, (served.text, learned, actor_out)
+    assert served == STEPS, (served, learned, actor_out)
     steps = records(tmp_path / "learner" / "metrics.jsonl")
     assert [m["step"] for m in steps] == list(range(1, STEPS + 1)), learned
     assert sum(m.get("policy_lag/ahead", 0) for m in steps) == 0, learned
@@ -117,8 +85,6 @@ def test_sft_checkpoint_trained_over_redis_then_evaluated(tmp_path: Path) -> Non
         ),
         tmp_path,
     )
-    played = records(tmp_path / "eval" / "rollouts.jsonl")
-    assert len(played) == 2
-    assert {
-        step["policy_version"] for r in played for step in r["steps"] if step["kind"] == "agent"
-    } == {STEPS}
+    assert len(records(tmp_path / "eval" / "rollouts.jsonl")) == 2
+    played = agent_steps(tmp_path / "eval" / "rollouts.jsonl")
+    assert {step["policy_version"] for step in played} == {STEPS}

@@ -9,66 +9,25 @@ and its samples are all counted as such. Every sample records the sampling it wa
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from combo_processes import ludic, records, run, stop_after_checkpoint
 
 from ludic.models import tiny_model_dir
 
-HERE = Path(__file__).parent
-STOPPED = re.compile(r"ludic train: interrupted \(SIGTERM\); last checkpoint: \S+step_(\d+)")
 NOISE = 5e-3  # README: float32 rounding, up to 1.6e-3 where the top-p boundary moves
 
 
 def _command(model: Path, steps: int, *extra: str) -> list[str]:
-    script = Path(sys.executable).parent / "ludic"
-    head = [str(script)] if script.exists() else [sys.executable, "-m", "ludic.cli"]
-    return [
-        *(*head, "train", "--env", "combo_say_o:SayOEnv", "--local-server", "--model", str(model)),
+    return ludic(
+        *("train", "--env", "combo_say_o:SayOEnv", "--local-server", "--model", str(model)),
         *("--temperature", "0.7", "--top-p", "0.9", "--algorithm", "cispo", "--max-lag", "1"),
         *("--problems-per-step", "2", "--group-size", "3", "--max-steps", "1"),
         *("--max-tokens", "8", "--lr", "3e-2", "--checkpoint-every", "1"),
         *("--steps", str(steps), "--out-dir", "run", "--no-progress", *extra),
-    ]
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
-
-
-def _records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def _stop_after_two_steps(cwd: Path, model: Path) -> int:
-    child = subprocess.Popen(
-        _command(model, 200), cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    try:
-        mark = cwd / "run" / "checkpoints" / "step_00000002" / "MANIFEST.json"
-        deadline = time.monotonic() + 400
-        while not mark.exists():
-            assert child.poll() is None, child.communicate()
-            assert time.monotonic() < deadline, "no second checkpoint within 400 s"
-            time.sleep(0.1)
-        child.send_signal(signal.SIGTERM)
-        out, err = child.communicate(timeout=120)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.communicate()
-    said = " ".join((out + err).decode().split())
-    assert child.returncode == 143, said
-    (step,) = STOPPED.findall(said)
-    return int(step)
 
 
 def _check_step(metrics: dict[str, Any], on_policy: bool) -> None:
@@ -89,27 +48,19 @@ def test_local_server_top_p_ratio_loss_stays_on_its_samples_across_a_resume(
     tmp_path: Path,
 ) -> None:
     model = tiny_model_dir(seed=0, cache_dir=tmp_path / "models")
-    stopped_at = _stop_after_two_steps(tmp_path, model)
+    stopped_at = stop_after_checkpoint(_command(model, 200), tmp_path, "run")
     total = stopped_at + 2
-    done = subprocess.run(
-        _command(model, total, "--resume"),
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert f"resumed at step {stopped_at}" in " ".join(done.stdout.split())
+    said = run(_command(model, total, "--resume"), tmp_path)
+    assert f"resumed at step {stopped_at}" in said
 
-    metrics = _records(tmp_path / "run" / "metrics.jsonl")
+    metrics = records(tmp_path / "run" / "metrics.jsonl")
     assert [m["step"] for m in metrics] == list(range(1, total + 1))
     for m in metrics:
         _check_step(m, on_policy=m["step"] in (1, stopped_at + 1))
     # The weights move far in one step: a one-version-old batch shows it, so the initial
     # weights served after the resume would have shown it too.
     assert max(m["loss/mismatch/abs_log_ratio_max"] for m in metrics) > 100 * NOISE
-    for sample in _records(tmp_path / "run" / "samples.jsonl"):
+    for sample in records(tmp_path / "run" / "samples.jsonl"):
         assert sample["meta"]["behavior_sampling"] == {
             "temperature": 0.7,
             "top_k": -1,

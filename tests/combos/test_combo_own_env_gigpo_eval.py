@@ -9,13 +9,11 @@ writes GiGPO's per-turn credit; `ludic view` renders the training and the evalua
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
+from combo_processes import agent_steps, ludic, records, run
 
 MY_ENV = """
 import random
@@ -66,31 +64,15 @@ TRAIN = (
 CHECKPOINT = "run/checkpoints/step_00000002"
 
 
-def _ludic(*args: str) -> list[str]:
-    script = Path(sys.executable).parent / "ludic"
-    head = [str(script)] if script.exists() else [sys.executable, "-m", "ludic.cli"]
-    return [*head, *args]
-
-
 def _run(cwd: Path, *args: str, code: int = 0) -> str:
-    done = subprocess.run(_ludic(*args), cwd=cwd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == code, done.stdout + done.stderr
-    return " ".join((done.stdout + done.stderr).split())  # rich wraps long lines
-
-
-def _records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def _agent_steps(rollouts: Path) -> list[dict[str, Any]]:
-    return [s for r in _records(rollouts) for s in r["steps"] if s["kind"] == "agent"]
+    return run(ludic(*args), cwd, code=code)
 
 
 def _check_training(cwd: Path) -> None:
     said = _run(cwd, *TRAIN, "--steps", "2")
     assert "parser: lamp_parser (--parser auto)" in said  # found through the factory
     assert "context: latest (--context auto: the env's suggested_context)" in said
-    samples = _records(cwd / "run" / "samples.jsonl")
+    samples = records(cwd / "run" / "samples.jsonl")
     assert {s["meta"]["sample_mode"] for s in samples} == {"turn"}
     assert all(len(s["meta"]["state_key"]) == 4 for s in samples)
     weights: dict[str, set[float]] = defaultdict(set)
@@ -103,7 +85,7 @@ def _check_training(cwd: Path) -> None:
 def _check_gigpo_change_refused(cwd: Path) -> None:
     said = _run(cwd, *TRAIN, "--steps", "3", "--resume", "--gigpo.gamma", "0.5", code=1)
     assert "--gigpo.gamma" in said and "0.5" in said and "0.95" in said, said
-    assert len(_records(cwd / "run" / "metrics.jsonl")) == 2  # nothing trained or logged
+    assert len(records(cwd / "run" / "metrics.jsonl")) == 2  # nothing trained or logged
 
 
 def _check_eval(cwd: Path) -> None:
@@ -113,12 +95,12 @@ def _check_eval(cwd: Path) -> None:
         *("--credit", "gigpo", "--num-problems", "3", "--samples-per-problem", "2"),
         *("--out-dir", "eval", *SHAPE),
     )
-    steps = _agent_steps(cwd / "eval" / "rollouts.jsonl")
+    steps = agent_steps(cwd / "eval" / "rollouts.jsonl")
     assert {s["trace"]["sampling"]["temperature"] for s in steps} == {0.7}
     assert {s["policy_version"] for s in steps} == {2}  # the checkpoint's weights
     metrics = json.loads((cwd / "eval" / "metrics.json").read_text())
     assert metrics["episodes"] == 6 and metrics["gigpo/turns"] == len(steps)
-    credit = _records(cwd / "eval" / "credit.jsonl")
+    credit = records(cwd / "eval" / "credit.jsonl")
     assert sorted(c["turn_id"] for c in credit) == sorted(s["turn_id"] for s in steps)
 
 
@@ -130,7 +112,7 @@ def _check_view(cwd: Path) -> None:
         said = _run(cwd, "view", rollouts, *extra, "--tokenizer", CHECKPOINT, "--out", "v.html")
         assert "warn" not in said.lower(), said
         html = (cwd / "v.html").read_text()
-        assert all(r["id"] in html for r in _records(cwd / rollouts)), rollouts
+        assert all(r["id"] in html for r in records(cwd / rollouts)), rollouts
 
 
 @pytest.mark.slow

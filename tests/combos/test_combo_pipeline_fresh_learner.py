@@ -14,21 +14,22 @@ trained twice."""
 from __future__ import annotations
 
 import signal
+import subprocess
 from collections import Counter
 from pathlib import Path
 
-import httpx
 import pytest
 import redis
-from combo_pipeline import (
+from combo_processes import (
     TOKEN,
     finish,
-    free_port,
     ledger_ids,
     ludic,
+    pipeline_servers,
     records,
+    say_o_actor,
+    served_version,
     spawn,
-    start_redis,
     until,
 )
 
@@ -36,57 +37,37 @@ from ludic.models import tiny_model_dir
 from ludic.pipeline.versions import published_record
 
 
-def _served_version(url: str) -> int | None:
-    try:
-        reply = httpx.get(url + "/ludic/version", headers={"Authorization": f"Bearer {TOKEN}"})
-    except httpx.TransportError:  # still loading its model
-        return None
-    return int(reply.json()["policy_version"]) if reply.status_code == 200 else None
-
-
 @pytest.mark.slow
 @pytest.mark.redis
 @pytest.mark.timeout(2400)  # a chain of launches; the shared CI box is slow
 def test_a_fresh_learner_after_a_killed_one_never_repeats_a_version(tmp_path: Path) -> None:
-    store, port = start_redis(tmp_path)
-    serve_port = free_port()
     model = str(tiny_model_dir(seed=0))
-    server = spawn(
-        ludic("serve", "--model", model, "--port", str(serve_port), "--threads", "1"),
-        tmp_path / "serve.log",
-    )
-    served = f"http://127.0.0.1:{serve_port}"
-    urls = ["--redis-url", f"redis://127.0.0.1:{port}/0", "--server-url", served]
-    actor = [
-        *ludic("actor", *urls, "--env", "combo_say_o:SayOEnv", "--max-steps", "1"),
-        *("--max-tokens", "8", "--problems-per-batch", "2", "--group-size", "2"),
-        *("--actor-id", "a0", "--max-backlog", "16", "--metrics-path", "actor.jsonl"),
-    ]
-    learner = [
-        *ludic("learner", *urls, "--model", model, "--batch-size", "4", "--lr", "1e-2"),
-        *("--ledger", "--max-lag", "None", "--lease-ttl-s", "3"),
-    ]
-    try:
-        first = spawn([*learner, "--steps", "1000", "--out-dir", "l1"], tmp_path / "l1.log")
-        finish(spawn([*actor, "--batches", "3"], tmp_path / "a1.log"), tmp_path / "a1.log")
-        until(lambda: _served_version(served) == 3, "the first learner's third publish")
+
+    def launch(command: list[str], log: str) -> subprocess.Popen[bytes]:
+        return spawn(command, tmp_path / log, LUDIC_SERVER_TOKEN=TOKEN)
+
+    with pipeline_servers(tmp_path, model) as servers:
+        actor = say_o_actor(servers, "--max-backlog", "16")
+        learner = [
+            *ludic("learner", *servers.flags, "--model", model, "--batch-size", "4"),
+            *("--lr", "1e-2", "--ledger", "--max-lag", "None", "--lease-ttl-s", "3"),
+        ]
+        first = launch([*learner, "--steps", "1000", "--out-dir", "l1"], "l1.log")
+        finish(launch([*actor, "--batches", "3"], "a1.log"), tmp_path / "a1.log")
+        until(lambda: served_version(servers.url) == 3, "the first learner's third publish")
         first.kill()  # killed waiting for its 4th batch, before any checkpoint
         first.wait()
-        killed_at = published_record(f"redis://127.0.0.1:{port}/0", "ludic:samples")
+        redis_url = f"redis://127.0.0.1:{servers.redis_port}/0"
+        killed_at = published_record(redis_url, "ludic:samples")
         # the server still serves the dead learner's version 3: these samples carry it
-        finish(spawn([*actor, "--batches", "2"], tmp_path / "a2.log"), tmp_path / "a2.log")
-        running = spawn([*actor, "--batches", "1000"], tmp_path / "a3.log")
+        finish(launch([*actor, "--batches", "2"], "a2.log"), tmp_path / "a2.log")
+        running = launch([*actor, "--batches", "1000"], "a3.log")
         second_log = tmp_path / "l2.log"
-        second = spawn([*learner, "--steps", "5", "--out-dir", "l2"], second_log)
-        finish(second, second_log)
+        finish(launch([*learner, "--steps", "5", "--out-dir", "l2"], "l2.log"), second_log)
         running.send_signal(signal.SIGTERM)
         finish(running, tmp_path / "a3.log", code=143)
-        final_version = _served_version(served)
-        trained = ledger_ids(redis.Redis(port=port))
-    finally:
-        for process in (server, store):
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=60)
+        final_version = served_version(servers.url)
+        trained = ledger_ids(redis.Redis(port=servers.redis_port))
 
     assert killed_at is not None and killed_at.version == 3 and killed_at.run is not None
     said = second_log.read_text()

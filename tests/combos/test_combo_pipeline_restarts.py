@@ -14,7 +14,16 @@ from pathlib import Path
 
 import pytest
 import redis
-from combo_pipeline import finish, free_port, ledger_ids, ludic, records, spawn, start_redis
+from combo_processes import (
+    TOKEN,
+    finish,
+    ledger_ids,
+    ludic,
+    pipeline_servers,
+    records,
+    say_o_actor,
+    spawn,
+)
 
 from ludic.models import tiny_model_dir
 
@@ -23,36 +32,24 @@ from ludic.models import tiny_model_dir
 @pytest.mark.redis
 @pytest.mark.timeout(2400)  # a chain of launches; the shared CI box is slow
 def test_actor_restarted_and_learner_resumed_train_each_sample_once(tmp_path: Path) -> None:
-    store, port = start_redis(tmp_path)
-    serve_port = free_port()
     model = str(tiny_model_dir(seed=0))
-    server = spawn(
-        ludic("serve", "--model", model, "--port", str(serve_port), "--threads", "1"),
-        tmp_path / "serve.log",
-    )
-    urls = ["--redis-url", f"redis://127.0.0.1:{port}/0"]
-    urls += ["--server-url", f"http://127.0.0.1:{serve_port}"]
-    actor = [
-        *ludic("actor", *urls, "--env", "combo_say_o:SayOEnv", "--max-steps", "1"),
-        *("--max-tokens", "8", "--problems-per-batch", "2", "--group-size", "2"),
-        *("--actor-id", "a0", "--max-backlog", "8", "--metrics-path", "actor.jsonl"),
-    ]
-    learner = [
-        *ludic("learner", *urls, "--model", model, "--batch-size", "4", "--lr", "1e-2"),
-        *("--checkpoint-every", "1", "--out-dir", "learner", "--ledger", "--max-lag", "None"),
-    ]
-    try:
+    with pipeline_servers(tmp_path, model) as servers:
+        actor = say_o_actor(servers, "--max-backlog", "8")
+        learner = [
+            *ludic("learner", *servers.flags, "--model", model, "--batch-size", "4"),
+            *("--lr", "1e-2", "--checkpoint-every", "1", "--out-dir", "learner", "--ledger"),
+            *("--max-lag", "None"),
+        ]
         for launch in (1, 2):  # the actor runs ahead (its backlog) until it is stopped
             actor_log, learner_log = tmp_path / f"actor{launch}.log", tmp_path / f"l{launch}.log"
-            running = spawn([*actor, "--batches", "1000"], actor_log)
-            finish(spawn([*learner, "--steps", str(3 * launch)], learner_log), learner_log)
+            running = spawn([*actor, "--batches", "1000"], actor_log, LUDIC_SERVER_TOKEN=TOKEN)
+            training = spawn(
+                [*learner, "--steps", str(3 * launch)], learner_log, LUDIC_SERVER_TOKEN=TOKEN
+            )
+            finish(training, learner_log)
             running.send_signal(signal.SIGTERM)
             finish(running, actor_log, code=143)
-        trained = ledger_ids(redis.Redis(port=port))
-    finally:
-        for process in (server, store):
-            process.send_signal(signal.SIGTERM)
-            process.wait(timeout=60)
+        trained = ledger_ids(redis.Redis(port=servers.redis_port))
 
     assert "resumed from step 3" in (tmp_path / "l2.log").read_text()
     steps = records(tmp_path / "learner" / "metrics.jsonl")

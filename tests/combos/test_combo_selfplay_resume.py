@@ -6,36 +6,18 @@ final weights, and the same evaluation of the final policy (batch-invariant engi
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from combo_processes import program, records, run
 from safetensors.torch import load_file
-
-HERE = Path(__file__).parent
 
 
 def _duel_run(cwd: Path, out: str, total: int) -> str:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), *sys.path])}
-    done = subprocess.run(
-        [sys.executable, str(HERE / "combo_duel_run.py"), out, str(total)],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
-
-
-def _records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return run(program("combo_duel_run.py", out, str(total)), cwd)
 
 
 def _completions(record: dict[str, Any]) -> list[list[int]]:
@@ -46,7 +28,7 @@ def _trained_episodes(run: Path) -> dict[tuple[int, int, str], list[list[int]]]:
     """Each trained rollout's sampled tokens, keyed by (batch, sampling seed, seat); the
     evaluation's rollouts (no batch index) are left out."""
     episodes: dict[tuple[int, int, str], list[list[int]]] = {}
-    for record in _records(run / "rollouts.jsonl"):
+    for record in records(run / "rollouts.jsonl"):
         meta = record["meta"]
         if "batch_index" in meta:
             key = (meta["batch_index"], meta["sampling_seed"], record["agent_id"])
@@ -56,7 +38,8 @@ def _trained_episodes(run: Path) -> dict[tuple[int, int, str], list[list[int]]]:
 
 
 def _eval_line(output: str) -> str:
-    (line,) = [line for line in output.splitlines() if line.startswith("eval ")]
+    """The program's printed evaluation metrics (one flat JSON object)."""
+    (line,) = re.findall(r"eval \{[^{}]*\}", output)
     return line
 
 
@@ -67,8 +50,8 @@ def test_selfplay_resumed_in_a_new_process_equals_the_uninterrupted_run(tmp_path
     resumed = _duel_run(tmp_path, "split", 4)
     assert "resumed at step 2" in resumed
 
-    metrics = _records(tmp_path / "split" / "metrics.jsonl")
-    expected = _records(tmp_path / "straight" / "metrics.jsonl")
+    metrics = records(tmp_path / "split" / "metrics.jsonl")
+    expected = records(tmp_path / "straight" / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     for key in ("loss", "batch/mean_reward", "num_samples", "policy_version"):
         assert [m[key] for m in metrics] == [m[key] for m in expected], key

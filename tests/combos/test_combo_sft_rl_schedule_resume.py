@@ -9,17 +9,13 @@ nothing to train. Each launch's logged `lr` is the schedule's formula at that up
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
+from combo_processes import ludic, records, run, sft_on_expert_games
 
 from ludic.training.schedule import lr_multiplier
 
-REPO = Path(__file__).resolve().parents[2]
 LR, FLOOR = 1e-3, 0.1
 SFT_MODEL = "sft/checkpoints/step_00000002/model"
 TRAIN = (
@@ -33,22 +29,8 @@ RL_FLAGS = (
 )
 
 
-def _ludic(*args: str) -> list[str]:
-    script = Path(sys.executable).parent / "ludic"
-    head = [str(script)] if script.exists() else [sys.executable, "-m", "ludic.cli"]
-    return [*head, *args]
-
-
-def _run(cwd: Path, command: list[str], code: int = 0) -> str:
-    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == code, done.stdout + done.stderr
-    return " ".join((done.stdout + done.stderr).split())  # rich wraps long lines
-
-
 def _lrs(cwd: Path) -> dict[int, float]:
-    lines = (cwd / "rl" / "metrics.jsonl").read_text().splitlines()
-    records: list[dict[str, Any]] = [json.loads(line) for line in lines]
-    return {r["step"]: r["lr"] for r in records}
+    return {r["step"]: r["lr"] for r in records(cwd / "rl" / "metrics.jsonl")}
 
 
 def _cosine(step: int, total: int) -> float:
@@ -58,23 +40,20 @@ def _cosine(step: int, total: int) -> float:
 
 
 def _sft(cwd: Path) -> None:
-    expert = [str(REPO / "examples" / "rejection_sampling.py"), "--expert", "--problems", "8"]
-    _run(cwd, [sys.executable, *expert, "--out", "data/expert.jsonl"])
-    sft = ("sft", "--data", "data/expert.jsonl", "--batch-size", "8", "--no-progress")
-    _run(cwd, _ludic(*sft, "--steps", "2", "--out-dir", "sft"))
+    sft_on_expert_games(cwd)
     # An SFT run is not an RL run to continue, in its own directory or named by --resume DIR.
     for out_dir, resume in (("sft", []), ("elsewhere", ["sft/checkpoints/step_00000002"])):
-        said = _run(cwd, _ludic(*TRAIN, "--out-dir", out_dir, "--resume", *resume), 1)
+        said = run(ludic(*TRAIN, "--out-dir", out_dir, "--resume", *resume), cwd, 1)
         assert "is a `ludic sft` checkpoint" in said and f"--model {SFT_MODEL}" in said, said
     assert not (cwd / "elsewhere").exists()
 
 
 def _refusals_after_two_steps(cwd: Path) -> None:
-    said = _run(cwd, _ludic(*RL_FLAGS, "--steps", "4", "--resume"), 1)
+    said = run(ludic(*RL_FLAGS, "--steps", "4", "--resume"), cwd, 1)
     assert "--schedule-steps (default: --steps) is 4, the checkpoint's is 2" in said, said
-    said = _run(cwd, _ludic(*RL_FLAGS, "--steps", "2", "--resume"), 1)
+    said = run(ludic(*RL_FLAGS, "--steps", "2", "--resume"), cwd, 1)
     assert "nothing is left to train" in said, said
-    said = _run(cwd, _ludic("sft", "--data", "data/expert.jsonl", "--out-dir", "rl", "--resume"), 1)
+    said = run(ludic("sft", "--data", "data/expert.jsonl", "--out-dir", "rl", "--resume"), cwd, 1)
     assert "is a `ludic train` checkpoint" in said, said
     assert sorted(_lrs(cwd)) == [1, 2]  # no refused launch logged a step
 
@@ -83,19 +62,19 @@ def _refusals_after_two_steps(cwd: Path) -> None:
 @pytest.mark.timeout(1800)  # a chain of launches; the shared CI box is slow
 def test_sft_then_rl_resumed_with_a_changed_schedule(tmp_path: Path) -> None:
     _sft(tmp_path)
-    _run(tmp_path, _ludic(*RL_FLAGS, "--steps", "2"))
+    run(ludic(*RL_FLAGS, "--steps", "2"), tmp_path)
     assert _lrs(tmp_path) == pytest.approx({1: _cosine(1, 2), 2: _cosine(2, 2)})
     _refusals_after_two_steps(tmp_path)
 
     # The checkpoint's curve kept: past its 2 steps the rate stays at the floor.
-    said = _run(tmp_path, _ludic(*RL_FLAGS, "--steps", "4", "--schedule-steps", "2", "--resume"))
+    said = run(ludic(*RL_FLAGS, "--steps", "4", "--schedule-steps", "2", "--resume"), tmp_path)
     assert "resumed at step 2" in said, said
     lrs = _lrs(tmp_path)
     assert sorted(lrs) == [1, 2, 3, 4]
     assert [lrs[3], lrs[4]] == pytest.approx([LR * FLOOR, LR * FLOOR])
 
     # This launch's curve (a cosine over 6 steps) from the checkpoint's step on.
-    said = _run(tmp_path, _ludic(*RL_FLAGS, "--steps", "6", "--override-lr-schedule", "--resume"))
+    said = run(ludic(*RL_FLAGS, "--steps", "6", "--override-lr-schedule", "--resume"), tmp_path)
     assert "resumed at step 4" in said, said
     lrs = _lrs(tmp_path)
     assert sorted(lrs) == [1, 2, 3, 4, 5, 6]
