@@ -23,6 +23,7 @@ from ludic.sandbox.records import (
     SandboxIsolationWarning,
     SandboxLimits,
     SandboxResult,
+    SandboxStartError,
     classify_exit,
 )
 from ludic.sandbox.restricted import RestrictedSubprocessBackend
@@ -37,6 +38,7 @@ __all__ = [
     "SandboxLimits",
     "SandboxPool",
     "SandboxResult",
+    "SandboxStartError",
     "cache_key",
     "classify_exit",
     "default_python",

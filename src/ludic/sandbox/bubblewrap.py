@@ -17,6 +17,12 @@ every page it writes to its tmpfs mounts count against one cap. Elsewhere the ru
 one process (RLIMIT_NPROC 1) so that RLIMIT_AS caps the whole run. As root, bwrap itself runs
 as a claimed unprivileged uid (see `host`), so RLIMIT_NPROC holds. It deliberately adds no
 seccomp filter.
+
+bwrap reports on `--json-status-fd` whether it ran the program: an "exit-code" line comes only
+once its setup finished and the program was started. bwrap that exits without one never ran
+it (no namespace, a mount that failed, no launcher): that is raised as a `SandboxStartError`
+with bwrap's message, not returned as the program's exit status, so a host failure is never
+scored as the model's code nor cached.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ from ludic.sandbox.cgroup import (
     with_cgroup_outcome,
 )
 from ludic.sandbox.host import claim_uid, kill_uid_processes, running_as_root
-from ludic.sandbox.records import SandboxLimits, SandboxResult
+from ludic.sandbox.records import SandboxLimits, SandboxResult, SandboxStartError
 from ludic.sandbox.runner import kill_process_group, run_contained
 
 WORKDIR = "/work"
@@ -59,6 +65,7 @@ _ETC_FILES = (
     "/etc/localtime",
 )
 _PROBE_LIMITS = SandboxLimits(wall_time_s=30.0, cpu_time_s=10, max_output_bytes=4096)
+_SAID_CHARS = 2000  # of bwrap's stderr, when it did not start the program
 
 
 def default_python() -> str:
@@ -134,6 +141,45 @@ def _memfds(staged: Sequence[tuple[PurePosixPath, bytes]]) -> Iterator[list[tupl
             os.close(fd)
 
 
+@contextlib.contextmanager
+def _status_pipe() -> Iterator[tuple[int, int]]:
+    """A pipe for bwrap's `--json-status-fd` (the write end); read after bwrap exits."""
+    read_fd, write_fd = os.pipe()
+    try:
+        os.set_blocking(read_fd, False)
+        yield read_fd, write_fd
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+def _program_started(status_fd: int) -> bool:
+    """Whether bwrap's JSON status reports the program's exit code, which it writes only for
+    a program it started (read once bwrap has exited, so all it wrote is in the pipe)."""
+    data = b""
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(status_fd, 65536):
+            data += chunk
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            if "exit-code" in json.loads(line):
+                return True
+    return False
+
+
+def _check_started(result: SandboxResult, status_fd: int, bwrap: str) -> None:
+    """Raises `SandboxStartError` when bwrap exited by itself without running the program.
+    (A run killed by a limit or the runner has no exit code to report: it is the program's.)"""
+    if result.killed_signal is not None or result.timed_out or _program_started(status_fd):
+        return
+    said = result.stderr.strip()[-_SAID_CHARS:] or "(nothing on stderr)"
+    raise SandboxStartError(
+        f"the sandbox did not start: {bwrap} exited with status {result.exit_code} before "
+        f"running the program, saying: {said}. This is the host's failure, not the program's "
+        "(e.g. the user-namespace limit reached under load: /proc/sys/user/max_*_namespaces)"
+    )
+
+
 class BubblewrapBackend:
     """Runs programs under bubblewrap. `ro_binds` adds host paths, read-only at the same place
     (the interpreter's prefix is added when it is not under /usr). `memory_cgroups="auto"`
@@ -180,10 +226,11 @@ class BubblewrapBackend:
         *,
         files: Sequence[tuple[int, str]] = (),
         gate_fd: int | None = None,
+        status_fd: int | None = None,
     ) -> list[str]:
         """The full bwrap command line for one run: `files` are (fd, path in the sandbox)
         copied into the scratch tmpfs; with `gate_fd`, bwrap waits for a byte on it before
-        starting the program."""
+        starting the program; with `status_fd`, bwrap writes its JSON status there."""
         args = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session"]
         args += ["--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
         for name in _ROOT_LINKS:
@@ -210,6 +257,8 @@ class BubblewrapBackend:
             args += ["--setenv", key, value]
         if gate_fd is not None:
             args += ["--block-fd", str(gate_fd)]
+        if status_fd is not None:
+            args += ["--json-status-fd", str(status_fd)]
         nproc = None if self.memory_cgroups else 1
         prefix = limit_prefix(limits, prlimit=self.prlimit, python=self.python, nproc=nproc)
         return [*args, "--", *prefix, *argv]
@@ -219,7 +268,10 @@ class BubblewrapBackend:
             return (
                 f"{self.bwrap!r} not found; install it (Debian/Ubuntu: apt-get install bubblewrap)"
             )
-        result = await self.run([self.python, "-c", "print('ok')"], limits=_PROBE_LIMITS)
+        try:
+            result = await self.run([self.python, "-c", "print('ok')"], limits=_PROBE_LIMITS)
+        except SandboxStartError as exc:
+            return f"bwrap cannot start a sandbox here: {exc}"
         if result.exit_code == 0 and result.stdout == "ok\n":
             return None
         return (
@@ -252,6 +304,7 @@ class BubblewrapBackend:
             if self.memory_cgroups is not None:
                 cgroup = stack.enter_context(self.memory_cgroups.run_cgroup(limits.memory_bytes))
             gate = stack.enter_context(gate_pipe()) if cgroup is not None else None
+            status = stack.enter_context(_status_pipe())
 
             async def cleanup(proc: asyncio.subprocess.Process) -> None:
                 # bwrap's death takes the pid namespace with it; the uid sweep is a backstop.
@@ -261,12 +314,13 @@ class BubblewrapBackend:
                 if cgroup is not None:
                     cgroup.kill_all()
 
-            pass_fds = [fd for fd, _ in file_fds] + ([gate[0]] if gate else [])
+            pass_fds = [fd for fd, _ in file_fds] + ([gate[0]] if gate else []) + [status[1]]
             popen: dict[str, object] = {"pass_fds": pass_fds}
             if uid is not None:
                 popen |= {"user": uid, "group": uid, "extra_groups": []}
+            gate_fd = gate[0] if gate else None
             result = await run_contained(
-                self.command(argv, limits, files=file_fds, gate_fd=gate[0] if gate else None),
+                self.command(argv, limits, files=file_fds, gate_fd=gate_fd, status_fd=status[1]),
                 stdin=stdin,
                 limits=limits,
                 isolation=self.isolation,
@@ -277,4 +331,5 @@ class BubblewrapBackend:
                 popen_kwargs=popen,
                 memory_scope=self.memory_scope,
             )
+            _check_started(result, status[0], self.bwrap)
             return with_cgroup_outcome(result, cgroup)

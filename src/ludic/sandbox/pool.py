@@ -13,9 +13,10 @@ caps the whole run). Every result names its `isolation` and `memory_scope`.
 
 Cached results are returned as first seen (`cached=True`): code that prints random numbers is
 not re-run (pass `use_cache=False` for that). Wall-time and process-cap outcomes, and deaths
-by a signal no limit explains, are never cached (they depend on the host). A pool serves one event loop at a time: used under one
-`asyncio.run` and then another, it moves to the new loop; two loops running at once (threads)
-are refused, as they would split its concurrency limit.
+by a signal no limit explains, are never cached (they depend on the host); a sandbox that
+never ran the program raises `SandboxStartError`, and nothing is cached. A pool serves one
+event loop at a time: used under one `asyncio.run` and then another, it moves to the new loop;
+two loops running at once (threads) are refused, as they would split its concurrency limit.
 """
 
 from __future__ import annotations

@@ -31,6 +31,12 @@ _FILE_SIZE_ERRORS = re.compile(
 )
 
 
+class SandboxStartError(RuntimeError):
+    """The sandbox failed before it ran the program (e.g. bwrap could not create its
+    namespaces): the host's failure, not the program's, so it is raised instead of being
+    returned as the program's exit status, and never cached."""
+
+
 class SandboxIsolationWarning(UserWarning):
     """Sandboxed code will run with weaker isolation than Ludic gives where the host allows
     it (no bubblewrap, or no memory cgroup for a whole-run memory cap)."""

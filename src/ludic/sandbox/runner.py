@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ludic.sandbox.records import SandboxLimits, SandboxResult, classify_exit
+from ludic.sandbox.records import SandboxLimits, SandboxResult, SandboxStartError, classify_exit
 
 Killer = Callable[[asyncio.subprocess.Process], Awaitable[None]]
 
@@ -145,7 +145,7 @@ async def run_contained(
                 await asyncio.wait_for(proc.wait(), _DRAIN_GRACE_S)
             said = await _said_on_stderr(proc) if isinstance(exc, Exception) else ""
             if said:  # e.g. bwrap could not create its namespaces: that, not the cgroup, is why
-                raise RuntimeError(
+                raise SandboxStartError(
                     f"the sandbox did not start: {exc}; its process ended (status "
                     f"{proc.returncode}, negative: killed by that signal) saying: {said}"
                 ) from exc
