@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ludic.agents import ReActAgent, tool_from_callable
 from ludic.agents.code_tool import format_sandbox_result, make_python_tool
 from ludic.envs.code_env import CodeTestEnv, load_code_problems
@@ -62,6 +64,34 @@ def test_the_process_and_file_size_caps_are_named() -> None:
     assert "limit hit: process count (4), a fork or thread was refused" in report
     report = format_sandbox_result(written, limits, max_chars=200)
     assert "limit hit: file size (2048 bytes), a write was refused" in report
+
+
+def test_a_full_directory_is_not_named_as_the_file_size_cap() -> None:
+    """A write into a full tmpfs (ENOSPC) is the same limit kind as a file over
+    max_file_bytes; the tool cited max_file_bytes for both, though the scratch directory's
+    scratch_bytes is the usual cause. Which tmpfs was full the result cannot tell: both are
+    named."""
+    full = SandboxResult(
+        stdout="", stderr="OSError: [Errno 28] No space left on device: 'out.bin'", exit_code=1
+    )
+    killed = SandboxResult(stdout="", stderr="", exit_code=None, killed_signal=25)  # SIGXFSZ
+    assert full.limit_hit == killed.limit_hit == "file_size"
+    limits = SandboxLimits(max_file_bytes=2048, scratch_bytes=8192)
+    report = format_sandbox_result(full, limits, max_chars=200)
+    assert "limit hit: storage, a write found its directory full" in report
+    assert "working directory holds 8192 bytes" in report and "2048 bytes each" in report
+    assert "file size" not in report
+    report = format_sandbox_result(killed, limits, max_chars=200)
+    assert "limit hit: file size (2048 bytes), a write was refused" in report
+
+
+async def test_a_full_scratch_directory_is_named_in_a_real_run() -> None:
+    pool = SandboxPool(limits=SandboxLimits(max_file_bytes=2**20, scratch_bytes=64 * 1024))
+    if (await pool.backend()).isolation != "bubblewrap":
+        pytest.skip("only bubblewrap caps the scratch directory (scratch_bytes)")
+    python = make_python_tool(pool)
+    report = await python("for i in range(3):\n    open(f'{i}.bin', 'wb').write(b'x' * 40000)")
+    assert "limit hit: storage" in report and "holds 65536 bytes in all" in report
 
 
 def test_long_output_is_clipped_in_the_middle() -> None:

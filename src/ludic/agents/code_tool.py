@@ -13,7 +13,13 @@ from collections.abc import Awaitable, Callable
 from ludic.sandbox import SandboxLimits, SandboxPool, SandboxResult, shared_pool
 
 
-def _limit_text(limit: str, limits: SandboxLimits) -> str:
+def _limit_text(result: SandboxResult, limit: str, limits: SandboxLimits) -> str:
+    if limit == "file_size" and result.storage_full:  # which tmpfs was full, it cannot tell
+        return (
+            f"storage, a write found its directory full (the working directory holds "
+            f"{limits.scratch_bytes} bytes in all, /tmp and /dev/shm {limits.max_file_bytes} "
+            "bytes each)"
+        )
     return {
         "wall_time": f"wall time ({limits.wall_time_s:g} s), the program was killed",
         "cpu_time": f"CPU time ({limits.cpu_time_s} s), the program was killed",
@@ -40,7 +46,7 @@ def format_sandbox_result(
     else:
         lines = [f"killed by signal {result.killed_signal}"]
     if result.limit_hit is not None:
-        lines.append("limit hit: " + _limit_text(result.limit_hit, limits))
+        lines.append("limit hit: " + _limit_text(result, result.limit_hit, limits))
     stdout = result.stdout if result.stdout.strip() else "(empty)"
     lines += ["stdout:", _clip(stdout.rstrip("\n"), max_chars)]
     if result.stderr.strip():

@@ -29,6 +29,7 @@ _PROCESS_ERRORS = re.compile(
 _FILE_SIZE_ERRORS = re.compile(
     r"File too large$|File size limit exceeded|No space left on device", re.MULTILINE
 )
+_OVER_FILE_SIZE = re.compile(r"File too large$|File size limit exceeded", re.MULTILINE)
 
 
 class SandboxStartError(RuntimeError):
@@ -140,10 +141,21 @@ class SandboxResult:
         )
 
     @property
+    def storage_full(self) -> bool:
+        """The file-size limit was a full tmpfs (ENOSPC: the scratch directory's
+        `scratch_bytes`, or `/tmp` / `/dev/shm`'s `max_file_bytes`; which one, the result
+        cannot tell), not a single file over `max_file_bytes` (SIGXFSZ or EFBIG)."""
+        return (
+            self.file_size_exceeded
+            and self.killed_signal != signal.SIGXFSZ
+            and not _OVER_FILE_SIZE.search(self.stderr[-_STDERR_TAIL:])
+        )
+
+    @property
     def limit_hit(self) -> str | None:
         """The first limit the run hit, in this order: "wall_time", "cpu_time", "memory",
         "output", "processes" (a fork or thread the process cap refused), "file_size" (a write
-        over `max_file_bytes`), or None."""
+        over `max_file_bytes`, or into a full tmpfs: see `storage_full`), or None."""
         if self.timed_out:
             return "wall_time"
         if self.cpu_time_exceeded:
