@@ -2,8 +2,10 @@
 
 Internal tools run inside the agent (results go to its context and it calls the model again);
 external tools are handed to the protocol, which feeds results back. Every model call is an
-AgentStep. Tool problems (unknown tool, bad JSON, bad arguments, a tool that raises) become
-error results the model sees, never exceptions. It does not sandbox tools.
+AgentStep. Tool problems the model caused (unknown tool, bad JSON, bad arguments, a tool that
+raises) become error results the model sees, never exceptions; a tool's result JSON cannot hold
+(`ToolResultTypeError`) and a sandbox that never started (`SandboxStartError`) fail the episode
+instead (`execute_tool`). It does not sandbox tools.
 """
 
 from __future__ import annotations

@@ -7,8 +7,10 @@ from an "Args:" section. Execution never raises for what the model did (an unkno
 arguments, a tool that raises): those become `ToolResult(is_error=True)` the model reads. A
 tool that returns a value JSON cannot hold (a set, an object) is the tool's bug, not the
 model's: `ToolResultTypeError` fails that episode naming the tool (numpy / torch values are
-converted, as for env step info). Sync tools run on a worker thread, so a blocking one holds
-only its own episode. It does not sandbox code; see `ludic.sandbox` for untrusted code.
+converted, as for env step info). A sandbox that never started (`SandboxStartError`) is the
+host's failure: it fails that episode too, instead of teaching the model about the host. Sync
+tools run on a worker thread, so a blocking one holds only its own episode. It does not sandbox
+code; see `ludic.sandbox` for untrusted code.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ludic._aio import call_off_loop
 from ludic._log_once import warn_once
 from ludic.envs.info_values import jsonable_value
 from ludic.parsers import tag_blocks
+from ludic.sandbox.records import SandboxStartError
 from ludic.types import ToolCall, ToolResult, new_id
 
 logger = logging.getLogger(__name__)
@@ -190,7 +193,10 @@ def validate_arguments(tool: Tool, arguments: Any) -> str | None:
 async def execute_tool(tool: Tool | None, call: ToolCall, *, max_chars: int = 4000) -> ToolResult:
     """Run one call; any problem (unknown tool, bad JSON, bad args, exception) is an error result.
     A result JSON cannot hold raises `ToolResultTypeError` (`tool_result_text`): the tool's bug,
-    which fails the episode.
+    which fails the episode. A `SandboxStartError` from the tool (e.g. bwrap could not create
+    its namespaces) is raised again naming the tool: the host failed, not the model's code, so
+    the episode fails (the engine records why and the batch goes on) rather than the model
+    reading "Error: SandboxStartError" as the result of its call.
 
     A sync tool runs on a worker thread, as env methods do: a tool that blocks (a network call,
     a subprocess, a slow computation) holds its own episode only, and the engine's
@@ -212,6 +218,8 @@ async def execute_tool(tool: Tool | None, call: ToolCall, *, max_chars: int = 40
         return error(problem)
     try:
         value = await call_off_loop(tool.fn, **arguments)  # a sync tool on a worker thread
+    except SandboxStartError as exc:
+        raise SandboxStartError(f"tool {call.name!r}: {exc}") from exc
     except Exception as exc:  # a tool that raises must not crash the episode
         _report_tool_error(call.name, exc)
         return error(f"{type(exc).__name__}: {exc}")
