@@ -9,7 +9,6 @@ import pytest
 import torch
 from training_fakes import mixed_items, tiny_llama
 
-import ludic.training.logprobs as logprobs_module
 from ludic.inference.embedded.token_sampling import RowKnobs
 from ludic.rollouts.samples import SAWItem
 from ludic.training import collate, sequence_logprobs, token_logprobs
@@ -201,12 +200,10 @@ def test_a_sampled_token_off_the_trainers_support_stays_in_it() -> None:
 
 
 def test_rows_without_top_k_or_top_p_are_never_sorted(monkeypatch: pytest.MonkeyPatch) -> None:
-    class NoSort:
-        @staticmethod
-        def of(*args: object, **kwargs: object) -> RowKnobs:
-            raise AssertionError("sorted a row without top-k / top-p")
+    def no_sort(*args: object, **kwargs: object) -> object:
+        raise AssertionError("sorted a row without top-k / top-p")
 
-    monkeypatch.setattr(logprobs_module, "RowKnobs", NoSort)
+    monkeypatch.setattr(torch.Tensor, "sort", no_sort)
     logits_1TV = torch.randn(1, 4, V)
     ids_1T = torch.randint(0, V, (1, 4))
     scaled = TokenSampling(

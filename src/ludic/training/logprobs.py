@@ -46,31 +46,51 @@ def processed_logits(
     temperature_C: torch.Tensor,
     top_k_C: torch.Tensor,
     top_p_C: torch.Tensor,
+    filtered_rows: int,
 ) -> torch.Tensor:
     """Logits whose log-softmax is the sampled distribution: x / T, with -inf off the top-k /
     top-p support (computed detached from these logits, as the engine does; `targets_C` always
-    kept). Only rows with a filter on are sorted."""
-    if bool((temperature_C != 1).any()):
-        temperature_C = torch.where(temperature_C > 0, temperature_C, 1.0)  # greedy counts as 1
-        x_CV = x_CV / temperature_C[:, None].to(x_CV.dtype)
-    vocab = x_CV.shape[-1]
-    filtered_C = ((top_k_C > 0) & (top_k_C < vocab)) | (top_p_C < 1)
-    if not bool(filtered_C.any()):
+    kept). Only the `filtered_rows` rows with a filter on are sorted: the caller counts them
+    (`_filtered_counts`), so nothing here reads a value on the host (a device sync per chunk,
+    forward and recompute). Every row is divided by its temperature, 1 included: x / 1 is x
+    and its gradient g / 1 is g, bit for bit, and one division costs less than asking the
+    device whether any row needs it."""
+    temperature_C = torch.where(temperature_C > 0, temperature_C, 1.0)  # greedy counts as 1
+    x_CV = x_CV / temperature_C[:, None].to(x_CV.dtype)
+    if filtered_rows == 0:
         return x_CV
-    rows_R = filtered_C.nonzero().squeeze(-1)
+    vocab = x_CV.shape[-1]
+    rows_R = torch.nonzero_static(_filtered(top_k_C, top_p_C, vocab), size=filtered_rows)[:, 0]
     with torch.no_grad():
-        knobs = RowKnobs.of(
-            [1.0] * len(rows_R),  # already scaled
-            top_k_C[rows_R].tolist(),
-            top_p_C[rows_R].tolist(),
-            vocab,
-            device=x_CV.device,
+        top_p_R = top_p_C[rows_R].to(torch.float32)
+        knobs = RowKnobs(  # RowKnobs.of would read the knobs on the host
+            temperature_B=torch.ones_like(top_p_R),  # already scaled
+            top_k_B=top_k_C[rows_R].to(torch.long),
+            top_p_B=top_p_R,
+            greedy_B=None,
+            scaled=False,
+            filtered=True,
         )
         support_RV = knobs.logprobs(x_CV[rows_R].detach()) > float("-inf")
         support_RV.scatter_(-1, targets_C[rows_R, None], True)
         drop_CV = torch.zeros(x_CV.shape, dtype=torch.bool, device=x_CV.device)
         drop_CV[rows_R] = ~support_RV
     return x_CV.masked_fill(drop_CV, float("-inf"))
+
+
+def _filtered(top_k_N: torch.Tensor, top_p_N: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Which rows have top-k or top-p on (a top-k of the whole vocabulary is off)."""
+    return ((top_k_N > 0) & (top_k_N < vocab)) | (top_p_N < 1)
+
+
+def _filtered_counts(knobs_N: _Knobs, vocab: int, chunk_tokens: int) -> list[int]:
+    """Rows with top-k / top-p on, per chunk of `chunk_tokens`. One host read per call, kept
+    because it saves real work: a chunk without a filter (prompt tokens, temperature-only
+    sampling) sorts nothing, and a chunk with some sorts only those rows, where a sync-free
+    transform would sort every row of every chunk over the vocabulary, twice (recompute)."""
+    filtered_N = _filtered(knobs_N[1], knobs_N[2], vocab)
+    counts_K = torch.stack([f_C.sum() for f_C in torch.split(filtered_N, chunk_tokens)])
+    return [int(n) for n in counts_K.tolist()]
 
 
 def _chunk_terms(
@@ -80,14 +100,16 @@ def _chunk_terms(
     temperature_C: torch.Tensor | None = None,
     top_k_C: torch.Tensor | None = None,
     top_p_C: torch.Tensor | None = None,
+    filtered_rows: int = 0,
 ) -> tuple[torch.Tensor, ...]:
     """(logprob_C,) or (logprob_C, entropy_C) of one chunk, computed in float32 (or float64),
-    the logprobs under the sampling transform when one is given."""
+    the logprobs under the sampling transform when one is given (`filtered_rows` of its rows
+    with top-k / top-p on)."""
     if x_CV.dtype != torch.float64:
         x_CV = x_CV.float()
     z_CV = x_CV
     if temperature_C is not None and top_k_C is not None and top_p_C is not None:
-        z_CV = processed_logits(x_CV, targets_C, temperature_C, top_k_C, top_p_C)
+        z_CV = processed_logits(x_CV, targets_C, temperature_C, top_k_C, top_p_C, filtered_rows)
     # log_softmax then gather: the engine's own computation, so equal logits give equal bits
     logprob_C = torch.log_softmax(z_CV, dim=-1).gather(-1, targets_C[:, None]).squeeze(-1)
     if not with_entropy:
@@ -124,10 +146,14 @@ def _next_token_logprobs(
     recompute = logits_NV.requires_grad  # the log-softmax output would stay alive otherwise
     logprobs, entropies = [], []
     split = [torch.split(logits_NV, chunk_tokens), torch.split(targets_N, chunk_tokens)]
+    counts: list[int] = []
     if knobs_N is not None:
         split.extend(torch.split(k_N, chunk_tokens) for k_N in knobs_N)
-    for chunk in zip(*split, strict=True):
+        counts = _filtered_counts(knobs_N, logits_NV.shape[-1], chunk_tokens)
+    for i, chunk in enumerate(zip(*split, strict=True)):
         args = (chunk[0], chunk[1], with_entropy, *chunk[2:])
+        if counts:
+            args += (counts[i],)
         if recompute:
             terms = checkpoint(_chunk_terms, *args, use_reentrant=False)
         else:
