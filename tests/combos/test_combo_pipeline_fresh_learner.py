@@ -85,7 +85,8 @@ def test_a_fresh_learner_after_a_killed_one_never_repeats_a_version(tmp_path: Pa
     assert final_version == 9
     dead = sum(m.get("batch/pipeline/dead_branch", 0) for m in second_steps)
     assert dead >= 8, second_steps  # the 2 batches sampled at version 3, each dropped
-    assert "'redelivered': 12" in said  # the killed learner's unacknowledged version-0 samples
+    # the killed learner's unacknowledged version-0 samples, in the closing line's words
+    assert "12 redelivered (read but not acknowledged" in said
     assert not [i for i, n in Counter(trained).items() if n > 1]
     versions = [b["policy_version_max"] for b in records(tmp_path / "actor.jsonl")]
     assert versions == sorted(versions) and versions[-1] >= 4, versions
