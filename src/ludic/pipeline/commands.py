@@ -41,7 +41,7 @@ from ludic.pipeline.learner_settings import (
 from ludic.pipeline.run_check import check_run_id, run_id_for
 from ludic.pipeline.stream import SampleStream
 from ludic.pipeline.stream_url import check_reachable
-from ludic.recipes.algorithms import GiGPOOptions
+from ludic.recipes.algorithms import GiGPOOptions, check_split_over_turns
 from ludic.recipes.inference import (  # shared with `ludic eval` and `ludic train`
     engine_settings,
     server_push_token,
@@ -52,17 +52,40 @@ if TYPE_CHECKING:
     from ludic.inference import SamplingConfig
     from ludic.parsers import Parser
     from ludic.recipes.configs import ContextChoice
+    from ludic.types import JSON
 
 logger = logging.getLogger(__name__)
 
 
 def make_algorithm(
-    name: Algorithm, *, max_tokens: int | None = None, gigpo: GiGPOOptions | None = None
+    name: Algorithm,
+    *,
+    max_tokens: int | None = None,
+    gigpo: GiGPOOptions | None = None,
+    split_over_turns: bool = False,
 ) -> Any:
     """The `RLAlgorithm` preset called `name`, from the registry `ludic train` uses too."""
     from ludic.recipes.algorithms import make_algorithm as make_preset
 
-    return make_preset(name, max_tokens=max_tokens, gigpo=gigpo)
+    return make_preset(name, max_tokens=max_tokens, gigpo=gigpo, split_over_turns=split_over_turns)
+
+
+def actor_algorithm(cfg: ActorConfig) -> Any:
+    """The preset whose credit the actor assigns, with its --max-tokens, --gigpo.* and
+    --split-over-turns."""
+    return make_algorithm(
+        cfg.algorithm,
+        max_tokens=cfg.max_tokens,
+        gigpo=cfg.gigpo,
+        split_over_turns=cfg.split_over_turns,
+    )
+
+
+def actor_credit_record(cfg: ActorConfig) -> JSON:
+    """What the actor stamps on each sample for the learner's `CreditCheck`."""
+    return credit_record(
+        cfg.algorithm, cfg.gigpo, max_tokens=cfg.max_tokens, split_over_turns=cfg.split_over_turns
+    )
 
 
 def configure_logging() -> None:
@@ -97,6 +120,7 @@ def run_actor(cfg: ActorConfig) -> list[ActorBatchStats]:
     sampling = actor_sampling(cfg)  # a bad --temperature / --top-p fails before any work
     check_actor_preset(cfg)  # --group-size 1 or --temperature 0 where the preset cannot learn
     check_gigpo_flags(cfg)  # --gigpo.* with another preset, a bad --gigpo.state-key
+    check_split_over_turns(cfg.algorithm, cfg.split_over_turns)  # a preset it cannot split
     check_engine_flags(  # as `ludic train` and `ludic eval` refuse them, before any model loads
         batch_invariant=cfg.batch_invariant,
         prepacked_gemm=cfg.prepacked_gemm,
@@ -121,7 +145,7 @@ def check_actor_preset(cfg: ActorConfig) -> None:
         return
     from ludic.recipes.train_checks import check_greedy, check_group_size
 
-    algorithm = make_algorithm(cfg.algorithm, max_tokens=cfg.max_tokens, gigpo=cfg.gigpo)
+    algorithm = actor_algorithm(cfg)
     check_group_size(cfg, algorithm)
     check_greedy(cfg, algorithm)
 
@@ -216,15 +240,13 @@ async def _act(
         ),
         stream=stream,
         requests_fn=requests,
-        credit_assigner=make_algorithm(
-            cfg.algorithm, max_tokens=cfg.max_tokens, gigpo=cfg.gigpo
-        ).credit_assigner,
+        credit_assigner=actor_algorithm(cfg).credit_assigner,
         strategy=GRPORequestStrategy(group_size=cfg.group_size),
         seed_sequencer=SeedSequencer(run_seed=cfg.seed),
         max_backlog=cfg.max_backlog,
         actor_id=cfg.actor_id,
         # the learner checks it
-        credit_record=credit_record(cfg.algorithm, cfg.gigpo, max_tokens=cfg.max_tokens),
+        credit_record=actor_credit_record(cfg),
         # the learner dead-letters another run's samples
         run_id=run_id,
         run_id_origin=run_id_origin,
@@ -282,7 +304,7 @@ def actor_run_id(
             "context": cfg.context,
             "system_prompt": cfg.system_prompt,
             "max_steps": cfg.max_steps,
-            "credit": credit_record(cfg.algorithm, cfg.gigpo, max_tokens=cfg.max_tokens),
+            "credit": actor_credit_record(cfg),
             "group_size": cfg.group_size,
             "max_tokens": cfg.max_tokens,
             "temperature": cfg.temperature,

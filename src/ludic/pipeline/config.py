@@ -68,6 +68,12 @@ class ActorConfig:
     """Preset whose credit assignment runs here (the learner must use the same preset)."""
     gigpo: GiGPOOptions = field(default_factory=GiGPOOptions)
     """GiGPO's credit knobs (only with --algorithm gigpo; credit is assigned here)."""
+    split_over_turns: bool = False
+    """Give each turn sample of a k-turn episode its advantage / k, so every episode weighs
+    once in the loss whatever its turn count, as `ludic train --split-over-turns` does (credit
+    is assigned here: the learner takes no such flag; each sample records it, and actors of
+    one stream must agree). GRPO-family presets (grpo, dr_grpo, gspo, cispo, gmpo,
+    reinforce_baseline); others are refused before any work."""
     problems_per_batch: int = 4
     """Distinct problems (env seeds) per batch."""
     group_size: int = 8

@@ -2,8 +2,9 @@
 
 The actor assigns credit (GRPO baselines, RLOO, GiGPO anchors...) before samples leave it; the
 learner runs only the loss. `credit_record` is what the actor stamps into every sample's meta
-under `CREDIT_KEY`: its `--algorithm`, the flags that change credit (`--gigpo.*`) and, for a
-preset whose loss divides by it (dr_grpo), the `--max-tokens` the samples were generated with.
+under `CREDIT_KEY`: its `--algorithm`, the flags that change credit (`--gigpo.*`,
+`--split-over-turns` when on) and, for a preset whose loss divides by it (dr_grpo), the
+`--max-tokens` the samples were generated with.
 `CreditCheck` refuses, on the first sample that shows it, a learner whose `--algorithm` or
 dr_grpo `--max-tokens` differs from the actor's (or two actors on one stream that record
 different settings), naming both sides and the fix, and logs the settings of the first recorded
@@ -36,6 +37,7 @@ CREDIT_KEY = "credit"
 MAX_TOKENS = "max_tokens"  # the record's key of --max-tokens
 MAX_TOKENS_PRESETS = frozenset({"dr_grpo"})
 """Presets whose loss divides by the generation budget (`--max-tokens`)."""
+SPLIT_OVER_TURNS = "split_over_turns"  # the record's key of --split-over-turns (when on)
 _RECORD = "record"  # the notice of the first record's settings
 Held = dict[str, tuple[int, str]]
 """A rank's notices not said yet, by kind: (logging level, line)."""
@@ -58,16 +60,23 @@ class RankCredit:
 
 
 def credit_record(
-    algorithm: str, gigpo: GiGPOOptions | None = None, *, max_tokens: int | None = None
+    algorithm: str,
+    gigpo: GiGPOOptions | None = None,
+    *,
+    max_tokens: int | None = None,
+    split_over_turns: bool = False,
 ) -> JSON:
     """What the actor stamps into each sample: `{"algorithm": name, "flags": {...}}`, the
-    flags being the `--gigpo.*` knobs for gigpo and `max_tokens` for a preset whose loss
-    divides by it (empty for the other presets)."""
+    flags being the `--gigpo.*` knobs for gigpo, `max_tokens` for a preset whose loss
+    divides by it and `split_over_turns` when on (off, it is left out: the record of an actor
+    older than the flag, which never split, stays the same), else empty."""
     flags: dict[str, Any] = {}
     if algorithm == "gigpo":
         flags = {f"gigpo.{k}": v for k, v in dataclasses.asdict(gigpo or GiGPOOptions()).items()}
     if algorithm in MAX_TOKENS_PRESETS:
         flags[MAX_TOKENS] = max_tokens
+    if split_over_turns:
+        flags[SPLIT_OVER_TURNS] = True
     return {"algorithm": algorithm, "flags": flags}
 
 
@@ -227,7 +236,7 @@ def _actors_differ(
         f"actors on this stream assign credit differently: {actor!r}{read[0]} with "
         f"{_flags_line(record, other_record)}, {other_actor!r}{read[1]} with "
         f"{_flags_line(other_record, record)}: run every actor of a stream with the same "
-        "--algorithm and --gigpo.* flags"
+        "--algorithm, --gigpo.* flags and --split-over-turns"
     )
 
 
