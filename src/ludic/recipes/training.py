@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -117,7 +118,8 @@ def make_trainer(
         source,
         config,
         publisher=publisher,
-        logger=JsonlLogger(out / METRICS_FILE),
+        # Rank 0 alone writes it (under torchrun every rank logs the same all-rank step).
+        logger=JsonlLogger(out / METRICS_FILE) if int(os.environ.get("RANK", "0")) == 0 else None,
         tokenizer=tokenizer,
     )
 
