@@ -5,14 +5,16 @@ advantage weighs; off, it weighs three times as much."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
 from ludic.recipes.algorithms import make_algorithm
+from ludic.rollouts.build_samples import build_samples
 from ludic.training import LossInputs, make_grpo
 from ludic.training.credit import GroupNormalizedReturn
-from ludic.types import AgentStep, EnvironmentStep, Rollout
+from ludic.types import AgentStep, EnvironmentStep, Rollout, TokenTrace
 
 # one turn's action logprobs (4 action tokens after a 2-token prompt); every turn of the
 # episodes below has these same tokens, so only the weights tell the episodes apart
@@ -105,6 +107,40 @@ def test_turns_the_agent_did_not_act_in_are_not_counted() -> None:
         [rollout, episode("h-lose", 0.0, 1)]
     )
     assert weights[("h-two", "t0")] == pytest.approx(0.5 / 2, abs=1e-12)
+
+
+def traced_episode(rid: str, reward: float, completions: list[tuple[int, ...]]) -> Rollout:
+    """`episode`, each agent step with a token trace whose completion is that turn's entry
+    (an empty one: the model replied nothing)."""
+    plain = episode(rid, reward, len(completions))
+    agent_steps = [s for s in plain.steps if isinstance(s, AgentStep)]
+    traced = {
+        s.id: replace(s, trace=TokenTrace(prompt_token_ids=(1, 2), completion_token_ids=ids))
+        for s, ids in zip(agent_steps, completions, strict=True)
+    }
+    return replace(plain, steps=[traced.get(s.id, s) for s in plain.steps])
+
+
+def test_an_empty_turn_is_not_counted_and_the_episodes_samples_sum_to_its_advantage() -> None:
+    # 3 turns, the middle one an empty reply (no sample): the other two carry A / 2 each, and
+    # the samples built sum to A = 1 - 1/2 (normalize_std off); A / 3 each summed to 2A / 3
+    rollouts = [
+        traced_episode("e-win", 1.0, [(5, 6), (), (7,)]),
+        traced_episode("e-lose", 0.0, [(8,)]),
+    ]
+    weights = GroupNormalizedReturn(split_over_turns=True, normalize_std=False).assign(rollouts)
+    samples = [s for s in build_samples(rollouts, weights) if s.meta["rollout_id"] == "e-win"]
+    assert [s.meta["turn_id"] for s in samples] == ["t0", "t2"]
+    assert [s.weight for s in samples] == [0.25, 0.25]
+    assert math.fsum(s.weight for s in samples) == 0.5
+
+
+def test_a_turn_without_a_token_trace_is_counted() -> None:
+    # retokenized later: the chat template renders even an empty reply with end-of-turn tokens
+    weights = GroupNormalizedReturn(split_over_turns=True, normalize_std=False).assign(
+        [episode("r-win", 1.0, 2), episode("r-lose", 0.0, 1)]
+    )
+    assert weights[("r-win", "t0")] == weights[("r-win", "t1")] == 0.25
 
 
 def test_the_command_registry_sets_it_on_group_presets_and_refuses_it_elsewhere() -> None:

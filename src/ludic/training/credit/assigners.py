@@ -22,7 +22,7 @@ from ludic.training.credit.core import (
     rollout_group_key,
     turn_key,
 )
-from ludic.types import Rollout, Turn
+from ludic.types import AgentStep, Rollout, Turn
 
 
 def _per_turn(rollouts: Sequence[Rollout]) -> list[tuple[Rollout, list[Turn]]]:
@@ -103,12 +103,12 @@ class GroupNormalizedReturn:
     observation text. std is the sample std (n - 1). Failed rollouts are left out, so a partial
     group is normalised over the episodes that finished; a group of one gets 0.
 
-    With `split_over_turns`, each of episode i's n_i acting turns (turns with agent steps; each
-    becomes a sample in sample mode "turn") gets A_i / n_i instead of A_i, so an episode weighs
-    the same in the loss whatever its turn count: off, a k-turn episode (one that retried after
-    parse failures, say) pushes its advantage k times, and a group whose losers took more turns
-    than its winners sums below zero. Leave it off in sample mode "episode", where an episode
-    is already one sample.
+    With `split_over_turns`, each of episode i's n_i trained turns (the turns that become a
+    sample in sample mode "turn", see `_trained_turns`) gets A_i / n_i instead of A_i, so an
+    episode's samples weigh A_i in the loss whatever its turn count: off, a k-turn episode (one
+    that retried after parse failures, say) pushes its advantage k times, and a group whose
+    losers took more turns than its winners sums below zero. Leave it off in sample mode
+    "episode", where an episode is already one sample.
     """
 
     normalize_std: bool = True
@@ -128,12 +128,22 @@ class GroupNormalizedReturn:
             returns = [math.fsum(t.reward for t in turns) for _, turns in members]
             advantages = group_normalize(returns, normalize_std=self.normalize_std, eps=self.eps)
             for (rollout, turns), adv in zip(members, advantages, strict=True):
-                share = adv / _acting_turns(turns) if self.split_over_turns else adv
+                share = adv / _trained_turns(turns) if self.split_over_turns else adv
                 for turn in turns:
                     out[turn_key(rollout, turn, seen)] = share
         return out
 
 
-def _acting_turns(turns: Sequence[Turn]) -> int:
-    """How many of an episode's turns the agent acted in (at least 1, so a division is safe)."""
-    return max(1, sum(1 for turn in turns if turn.agent_steps))
+def _trained_turns(turns: Sequence[Turn]) -> int:
+    """How many of an episode's turns build a sample in sample mode "turn"
+    (`ludic.rollouts.build_samples`), at least 1 so a division is safe: the turns the agent
+    acted in with at least one completion token. A turn whose replies were all empty builds
+    none; counted, it would leave the episode's samples summing to less than A."""
+    return max(1, sum(1 for turn in turns if any(map(_has_completion, turn.agent_steps))))
+
+
+def _has_completion(step: AgentStep) -> bool:
+    """Whether the step sampled a token. A step without a token trace is retokenized when its
+    samples are built (`ChatTemplateRetokenizer`), and the template renders even an empty
+    reply with its end-of-turn tokens: it counts."""
+    return step.trace is None or len(step.trace.completion_token_ids) > 0
