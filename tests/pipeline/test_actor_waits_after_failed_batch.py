@@ -2,7 +2,8 @@
 `ludic actor` while it loaded its model: each batch's episodes failed within seconds once the
 client's retries ran out, and the next batch started at once (two batches of 8 episodes lost in
 25 s on the walk). After a batch whose every episode failed, the actor now waits for its
-servers to listen, as it does at startup; otherwise it goes on at once."""
+servers to listen, as it does at startup, up to --server-wait-s; otherwise it goes on at
+once."""
 
 from __future__ import annotations
 
@@ -24,18 +25,24 @@ def stats(*, failed: int) -> ActorBatchStats:
     )  # fmt: skip
 
 
-def waited(cfg: ActorConfig, batch: ActorBatchStats) -> list[list[str]]:
-    calls: list[list[str]] = []
+def waited(cfg: ActorConfig, batch: ActorBatchStats) -> list[tuple[list[str], float]]:
+    """Each wait the actor made: the servers, and for how long at most."""
+    calls: list[tuple[list[str], float]] = []
 
-    async def wait(urls: list[str]) -> None:
-        calls.append(list(urls))
+    async def wait(urls: list[str], *, within_s: float, setting: str) -> None:
+        calls.append((list(urls), within_s))
 
     asyncio.run(wait_after_failed_batch(cfg, batch, wait=wait))
     return calls
 
 
 def test_a_batch_whose_every_episode_failed_waits_for_every_server() -> None:
-    assert waited(ActorConfig(server_url=URLS), stats(failed=4)) == [list(URLS)]
+    assert waited(ActorConfig(server_url=URLS), stats(failed=4)) == [(list(URLS), 300.0)]
+
+
+def test_it_waits_as_long_as_the_flag_says() -> None:
+    cfg = ActorConfig(server_url=URLS, server_wait_s=900.0)
+    assert waited(cfg, stats(failed=4)) == [(list(URLS), 900.0)]
 
 
 def test_a_batch_with_a_sample_goes_on_at_once() -> None:

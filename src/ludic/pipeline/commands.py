@@ -198,7 +198,6 @@ async def _act(
     from ludic.agents import Agent
     from ludic.context import FullDialog, LatestObservationContext
     from ludic.interaction import SingleAgentProtocol
-    from ludic.recipes.inference import server_urls
     from ludic.rollouts import (
         ComponentSpec,
         GRPORequestStrategy,
@@ -211,7 +210,7 @@ async def _act(
     try:  # Redis first: a wrong --redis-url fails in seconds, before a model loads
         await stream.ensure_group()
         if cfg.server_url:  # one started just before may still be loading its model
-            await wait_for_servers(server_urls(cfg.server_url))
+            await wait_for_actor_servers(cfg)
         served = await _served_name(cfg) if cfg.server_url else None
         client = await _actor_client(cfg, served)
     except BaseException:
@@ -331,20 +330,35 @@ def _stamped_run_id(cfg: ActorConfig, flags_run: str) -> tuple[str, str]:
     )
 
 
+async def wait_for_actor_servers(
+    cfg: ActorConfig, wait: Callable[..., Awaitable[None]] = wait_for_servers
+) -> None:
+    """Wait up to --server-wait-s for every --server-url server to listen (none: the embedded
+    engine); past it the error names the server and both flags (a server slower to start
+    needs a longer wait)."""
+    from ludic.recipes.inference import server_urls
+
+    if not cfg.server_url:
+        return
+    await wait(
+        server_urls(cfg.server_url),
+        within_s=cfg.server_wait_s,
+        setting="--server-url, or raise --server-wait-s for a server that takes longer to start",
+    )
+
+
 async def wait_after_failed_batch(
     cfg: ActorConfig,
     stats: ActorBatchStats,
-    wait: Callable[[list[str]], Awaitable[None]] = wait_for_servers,
+    wait: Callable[..., Awaitable[None]] = wait_for_servers,
 ) -> None:
     """After a batch whose every episode failed, wait for the servers to listen again (up to
-    `wait_for_servers`' 5 minutes, then the actor stops naming the URL), as at startup: a
-    server restarted mid-run (a crash, a new `ludic serve`) failed every batch while it loaded
-    its model, each in seconds once the client's retries ran out, burning the seed sequence.
-    A server that listens (episodes failing for another reason) passes at once."""
-    from ludic.recipes.inference import server_urls
-
-    if cfg.server_url and stats.every_episode_failed:
-        await wait(server_urls(cfg.server_url))
+    --server-wait-s, then the actor stops naming the URL), as at startup: a server restarted
+    mid-run (a crash, a new `ludic serve`) failed every batch while it loaded its model, each
+    in seconds once the client's retries ran out, burning the seed sequence. A server that
+    listens (episodes failing for another reason) passes at once."""
+    if stats.every_episode_failed:
+        await wait_for_actor_servers(cfg, wait)
 
 
 def batch_line(cfg: ActorConfig, stats: ActorBatchStats) -> str:

@@ -29,6 +29,11 @@ class ActorConfig:
     publishes to; several (`--server-url A B C`): episodes spread over them, each kept on one
     server. None: an embedded engine on --model in this process, whose weights never change
     (for debugging the pipeline only)."""
+    server_wait_s: float = 300.0
+    """How long to wait for the --server-url servers to listen, at startup and after a batch
+    whose every episode failed (a server restarted mid-run): a server started just before is
+    loading its model (vLLM's CPU build took 211 s on a quiet machine). Past it the actor stops,
+    naming the server. At least 1."""
     served_model: str | None = None
     """Model name to request from every server (default: the one model the first server lists
     at /v1/models; one listing several is refused, asking for --served-model). A name a

@@ -4,7 +4,8 @@ a server or a model is touched, in the words of `ludic train` (`ludic.recipes.tr
 Counts must be >= 1: the actor's `--problems-per-batch`, `--group-size`, `--max-steps`,
 `--concurrency`, `--batches`, `--max-backlog`, `--max-stream-len`; the learner's `--steps`,
 `--batch-size`, `--publish-every`, `--checkpoint-every`, `--server-ranks`,
-`--micro-batch-tokens`, `--max-tokens` (None turns the optional ones off), its `--lr` must be
+`--micro-batch-tokens`, `--max-tokens` (None turns the optional ones off), the actor's
+`--server-wait-s` must be at least 1 second; the learner's `--lr` must be
 a finite number > 0 and its `--max-lag` >= 0; its seconds and fractions must make sense
 (`--max-wait-s` > 0, `--stale-decay` in [0, 1], `--bucket-mb` > 0, `--verify-atol` >= 0):
 out of range they were taken as given (a learner that stopped at once, a push verification
@@ -38,8 +39,8 @@ logger = logging.getLogger(__name__)
 
 def check_actor_counts(cfg: ActorConfig) -> None:
     """Refuse any of the actor's counts below 1, naming the flag, an `--episode-timeout-s` not
-    above 0, and a `--policy-version` that is negative or given with `--server-url` (whose
-    server says the version)."""
+    above 0, a `--server-wait-s` below 1 and a `--policy-version` that is negative or given
+    with `--server-url` (whose server says the version)."""
     if cfg.policy_version is not None:
         if cfg.server_url:
             raise ValueError(
@@ -50,6 +51,11 @@ def check_actor_counts(cfg: ActorConfig) -> None:
         if cfg.policy_version < 0:
             raise ValueError(f"--policy-version must be >= 0, got {cfg.policy_version}")
     check_episode_timeout(cfg.episode_timeout_s)
+    if not cfg.server_wait_s >= 1:  # nan too
+        raise ValueError(
+            f"--server-wait-s is {cfg.server_wait_s}: pass seconds >= 1 (how long the actor "
+            "waits for its --server-url servers to listen; 300 by default)"
+        )
     check_key_names(stream=cfg.stream, actor_id=cfg.actor_id)
     check_count_flags(
         ("--problems-per-batch", cfg.problems_per_batch, "problems per batch, e.g. 4"),
