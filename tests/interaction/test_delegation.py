@@ -14,7 +14,8 @@ from ludic.inference.sampling import SamplingConfig
 from ludic.inference.scripted import ScriptedClient
 from ludic.interaction import DelegatingProtocol, SubAgentSpec, TaskEnv, delegate, final_answer
 from ludic.parsers import xml_tag_parser
-from ludic.types import AgentStep, Rollout
+from ludic.sandbox import SandboxStartError
+from ludic.types import AgentStep, Rollout, StepOutcome
 
 MOVE = xml_tag_parser("move")
 
@@ -183,6 +184,21 @@ async def test_a_failing_child_episode_is_an_error_result() -> None:
     boss = parent(delegate_call({"task": "t"}), "<move>good</move>")
     (only,) = await run(DelegatingProtocol(boss, registry))
     assert "sub-agent episode failed: RuntimeError: the env broke" in tool_result(only)
+
+
+async def test_a_child_whose_sandbox_never_started_fails_the_parent() -> None:
+    """The host's failure: the boss must not read it as its sub-agent's answer."""
+
+    class HostDown(CountingEnv):
+        def env_step(self, action: str) -> StepOutcome:
+            raise SandboxStartError("the sandbox did not start: bwrap: no namespaces")
+
+    registry = {
+        "default": SubAgentSpec(agent_factory=solver("x"), env_factory=lambda t: HostDown())
+    }
+    boss = parent(delegate_call({"task": "t"}), "<move>good</move>")
+    with pytest.raises(SandboxStartError, match=r"handler: the sandbox did not start: bwrap"):
+        await run(DelegatingProtocol(boss, registry))
 
 
 def test_registry_must_not_be_empty_and_delegate_is_not_run_locally() -> None:

@@ -4,15 +4,13 @@ never reach the env, external tool round trips, seeds and bookkeeping."""
 from __future__ import annotations
 
 import json
-import logging
 import threading
 from collections.abc import Sequence
 
 import pytest
 from interaction_fakes import CountingEnv
 
-from ludic._log_once import forget_warnings
-from ludic.agents import Agent, ReActAgent, ToolAgent
+from ludic.agents import Agent, ReActAgent, ToolAgent, ToolResultTypeError
 from ludic.agents.base import INCOMPLETE_FEEDBACK
 from ludic.inference.sampling import SamplingConfig
 from ludic.inference.scripted import ScriptedClient
@@ -266,23 +264,26 @@ async def test_a_sync_handler_runs_on_a_worker_thread() -> None:
 
 @pytest.mark.parametrize(
     ("returned", "named"),
-    [("answer!", "got str"), (["answer!"], "ToolResult items, got str"), (None, "got NoneType")],
+    [
+        ("answer!", "returned 'answer!' (a str), not a list of ToolResult"),
+        (["answer!"], "returned a list whose item 0 is 'answer!' (a str), not a ToolResult"),
+        (None, "returned None (a NoneType), not a list of ToolResult"),
+    ],
 )
-async def test_a_handler_returning_the_wrong_type_is_named_and_logged(
-    returned: object, named: str, caplog: pytest.LogCaptureFixture
+async def test_a_handler_returning_the_wrong_shape_fails_the_episode_naming_it(
+    returned: object, named: str
 ) -> None:
-    forget_warnings()  # each distinct failure is logged once
+    """The handler's bug, not the model's: the model used to read it as its tool's answer."""
 
     async def handler(calls: Sequence[ToolCall], ctx: ToolCallContext) -> object:
         return returned
 
-    with caplog.at_level(logging.WARNING, logger="ludic.interaction.acting"):
-        rollout, _ = await run_external(handler, [EXTERNAL_CALL, "<move>good</move>"])
-    (result,) = rollout.agent_steps[0].tool_results
-    assert (
-        result.is_error and named in result.content and "tool_results_from_json" in result.content
-    )
-    assert named in caplog.text and "external_tool_handler" in caplog.text
+    with pytest.raises(ToolResultTypeError) as failed:
+        await run_external(handler, [EXTERNAL_CALL, "<move>good</move>"])
+    message = str(failed.value)
+    assert message.startswith("external_tool_handler test_a_handler_returning_the_wrong_shape")
+    assert named in message and "return one ToolResult per call" in message
+    assert "tool_results_from_json" in message
 
 
 async def test_too_many_external_round_trips_end_the_turn_as_a_parse_failure() -> None:

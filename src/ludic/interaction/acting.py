@@ -11,6 +11,7 @@ from ludic._log_once import warn_once
 from ludic.agents.base import Agent, AgentAct
 from ludic.agents.tools import ToolResultTypeError
 from ludic.inference.sampling import SamplingConfig
+from ludic.sandbox.records import SandboxStartError
 from ludic.types import AgentStep, Info, ToolCall, ToolResult
 
 logger = logging.getLogger(__name__)
@@ -54,9 +55,9 @@ async def act_with_tools(
     """Let the agent act; route external tool calls through `handler` and feed the results
     back until it gives a final action. Returns one AgentAct holding every model call of the
     turn, their `loop_index` numbered 0, 1, ... across the whole turn. A missing or failing
-    handler yields error results the agent sees (a result JSON cannot hold fails the episode
-    instead: `ToolResultTypeError`); too many round trips end the turn as a parse failure
-    (`Agent.give_up`)."""
+    handler yields error results the agent sees (a handler's result of the wrong shape or that
+    JSON cannot hold fails the episode instead: `ToolResultTypeError`); too many round trips
+    end the turn as a parse failure (`Agent.give_up`)."""
     steps: list[AgentStep] = []
     for _ in range(max_external_calls + 1):
         act = await agent.act(turn_id=turn_id, sampling=sampling, step_info=step_info)
@@ -86,24 +87,39 @@ async def _handle_external(
     handler: ExternalToolHandler | None, calls: Sequence[ToolCall], ctx: ToolCallContext
 ) -> list[ToolResult]:
     """The handler's result for each call; a missing or failing handler gives error results
-    the model reads. A result JSON cannot hold (`ToolResultTypeError`) is the handler's bug,
-    not the model's: it fails the episode, as an env's step info JSON cannot hold does."""
+    the model reads. A result of the wrong shape or one JSON cannot hold (`ToolResultTypeError`)
+    is the handler's bug, not the model's, and a sandbox that never started
+    (`SandboxStartError`) the host's failure: they fail the episode, as an env's step info JSON
+    cannot hold does."""
     if handler is None:
         return _error_results(calls, "no handler for external tools in this protocol")
     try:
-        return _match_results(calls, await call_off_loop(handler, calls, ctx))
-    except ToolResultTypeError:
+        returned = await call_off_loop(handler, calls, ctx)
+    except ToolResultTypeError:  # e.g. tool_results_from_json inside the handler
         raise
+    except SandboxStartError as exc:
+        raise SandboxStartError(f"external_tool_handler {_name(handler)}: {exc}") from exc
     except Exception as exc:  # a failing handler is a tool error, not a crash
         _report(handler, exc)
         return _error_results(calls, f"{type(exc).__name__}: {exc}")
+    return _match_results(calls, returned, handler)
+
+
+_SHAPE = (
+    "return one ToolResult per call (ludic.agents.tool_results_from_json pairs plain outputs "
+    "with their calls)"
+)
+
+
+def _name(handler: object) -> str:
+    return getattr(handler, "__qualname__", type(handler).__name__)
 
 
 def _report(handler: object, exc: Exception) -> None:
     """Log a handler failure once per handler and exception type: the model sees it as an
     error result, and so should whoever wrote the handler (a bug there fails every call)."""
     message = f"{type(exc).__name__}: {exc}"
-    name = getattr(handler, "__qualname__", type(handler).__name__)
+    name = _name(handler)
     warn_once(
         logger,
         ("handler", name, type(exc).__name__),
@@ -113,26 +129,29 @@ def _report(handler: object, exc: Exception) -> None:
     )
 
 
-def _match_results(calls: Sequence[ToolCall], results: object) -> list[ToolResult]:
+def _match_results(calls: Sequence[ToolCall], results: object, handler: object) -> list[ToolResult]:
     """One result per call, in call order; a call the handler left unanswered gets an error
-    (the model must see a reply to every tool call it made)."""
+    (the model must see a reply to every tool call it made). A result that is no list of
+    ToolResult raises `ToolResultTypeError` naming `handler` and what it returned: the
+    handler's bug, which the model must not read as its tool's answer."""
     if isinstance(results, str | bytes) or not isinstance(results, Sequence):
-        raise TypeError(
-            f"external_tool_handler must return a list of ToolResult, got {type(results).__name__} "
-            "(ludic.agents.tool_results_from_json pairs plain outputs with their calls)"
+        raise ToolResultTypeError(
+            f"external_tool_handler {_name(handler)} returned {_kind(results)}, not a list of "
+            f"ToolResult: {_SHAPE}"
         )
-    strays = [type(r).__name__ for r in results if not isinstance(r, ToolResult)]
-    if strays:
-        raise TypeError(
-            f"external_tool_handler must return ToolResult items, got {strays[0]} "
-            "(ludic.agents.tool_results_from_json pairs plain outputs with their calls)"
-        )
+    for i, r in enumerate(results):
+        if not isinstance(r, ToolResult):
+            raise ToolResultTypeError(
+                f"external_tool_handler {_name(handler)} returned a {type(results).__name__} "
+                f"whose item {i} is {_kind(r)}, not a ToolResult: {_SHAPE}"
+            )
     for r in results:
         if not isinstance(r.content, str):
             raise ToolResultTypeError(
-                f"external_tool_handler returned a ToolResult for tool {r.name!r} whose content "
-                f"is {_kind(r.content)}; content is the text the model reads: a str (ludic."
-                "agents.tool_results_from_json writes other JSON values as JSON text)"
+                f"external_tool_handler {_name(handler)} returned a ToolResult for tool "
+                f"{r.name!r} whose content is {_kind(r.content)}; content is the text the model "
+                "reads: a str (ludic.agents.tool_results_from_json writes other JSON values as "
+                "JSON text)"
             )
     by_id = {r.tool_call_id: r for r in results}
     return [

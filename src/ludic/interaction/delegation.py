@@ -28,6 +28,7 @@ from ludic.interaction.base import checked_agent
 from ludic.interaction.info import merge_step_info
 from ludic.interaction.single_agent import SingleAgentProtocol
 from ludic.interaction.termination import TerminationRule, TerminationRules
+from ludic.sandbox.records import SandboxStartError
 from ludic.types import (
     AgentStep,
     EnvironmentStep,
@@ -164,8 +165,8 @@ class DelegatingProtocol:
             for call in calls:
                 try:
                     result, rollouts = await self._run_child(call, ctx, depth, next(ordinals))
-                except ToolResultTypeError:  # a result_fn's bug, not the model's: fail it
-                    raise
+                except (ToolResultTypeError, SandboxStartError):  # a result_fn's bug or the
+                    raise  # host's failure (a sandbox that never started), not the model's
                 except Exception as exc:  # a broken child episode is this call's error only
                     result = _error(call, f"sub-agent episode failed: {type(exc).__name__}: {exc}")
                     rollouts = []
