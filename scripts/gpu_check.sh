@@ -14,7 +14,8 @@ export PYTHONUNBUFFERED=1
 # 1. the GPU user paths
 timeout "${GPU_S:-400}" python3 -m pytest -q -p no:cacheprovider -m gpu -s \
   tests/recipes/test_train_cuda.py tests/training/test_trainer_cuda.py \
-  tests/inference/test_batch_invariant_cuda.py tests/training/test_entropy_lora_cuda.py \
+  tests/inference/test_batch_invariant_cuda.py tests/training/test_sampling_transform_cuda_no_sync.py \
+  tests/training/test_entropy_lora_cuda.py \
   tests/recipes/test_train_cuda_to_cpu.py \
   --junitxml="$OUT/gpu.xml" 2>&1 | tee "$OUT/gpu.log"
 # 2. the CPU-side unit tests with CUDA visible (checkpoint RNG, device picks), in what time is left
