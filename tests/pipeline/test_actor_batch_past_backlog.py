@@ -15,6 +15,7 @@ from ludic.inference.sampling import SamplingConfig
 from ludic.inference.scripted import ScriptedClient
 from ludic.interaction import SingleAgentProtocol
 from ludic.pipeline.actor import PipelineActor
+from ludic.pipeline.commands import LOG_FORMAT
 from ludic.pipeline.source import PipelineBatchSource
 from ludic.pipeline.stream import SampleStream
 from ludic.rollouts import ComponentSpec, GRPORequestStrategy, RolloutEngine, RolloutRequest
@@ -24,7 +25,7 @@ pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
 __all__ = ["redis_server"]
 
 
-def _actor(server: RedisServer, max_backlog: int) -> PipelineActor:
+def _actor(server: RedisServer, max_backlog: int, actor_id: str = "a") -> PipelineActor:
     request = RolloutRequest(
         env=ComponentSpec(name="count_o"),
         protocol=ComponentSpec(name="single"),
@@ -42,7 +43,7 @@ def _actor(server: RedisServer, max_backlog: int) -> PipelineActor:
         credit_assigner=GroupNormalizedReturn(normalize_std=False),
         strategy=GRPORequestStrategy(group_size=3),
         max_backlog=max_backlog,
-        actor_id="a",
+        actor_id=actor_id,
         poll_s=0.02,
     )
 
@@ -50,7 +51,7 @@ def _actor(server: RedisServer, max_backlog: int) -> PipelineActor:
 async def test_batches_past_the_backlog_are_named_once(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    actor = _actor(redis_server, max_backlog=2)
+    actor = _actor(redis_server, max_backlog=2, actor_id="actor")  # `ludic actor`'s default
     reader = PipelineBatchSource(
         SampleStream(redis_server.url, stream="s", group="g"), batch_size=3, block_ms=100
     )
@@ -60,11 +61,19 @@ async def test_batches_past_the_backlog_are_named_once(
         await actor.step()
     await reader.aclose()
     await actor.stream.aclose()
-    said = [r.getMessage() for r in caplog.records if "more than max_backlog" in r.getMessage()]
-    assert len(said) == 1, said
-    assert said[0].startswith("actor a's batch 0 holds 3 samples, more than max_backlog")
-    assert "take turns instead of working at once. Make batches smaller" in said[0]
-    assert "raise --max-backlog to 6 (two such batches;" in said[0]
+    said = [r for r in caplog.records if "more than max_backlog" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in said]
+    # as `ludic actor` logs it, after the timestamp's date and time: it read "ludic.pipeline.actor
+    # actor actor's batch 0 holds ..." (the logger's name ran into the actor's)
+    line = logging.Formatter(LOG_FORMAT).format(said[0]).split(" ", 2)[2]
+    assert line == (
+        "ludic.pipeline.actor: batch 0 of actor 'actor' holds 3 samples, more than max_backlog "
+        "(--max-backlog) 2: a batch that large is pushed only into a drained stream and the next "
+        "one starts only once a learner has read it all, so this actor and the learner take "
+        "turns instead of working at once. Make batches smaller (--problems-per-batch, "
+        "--group-size) or raise --max-backlog to 6 (two such batches; samples age while they "
+        "wait in it, so keep it within what the learner's --max-lag allows)"
+    )
 
 
 async def test_a_batch_within_the_backlog_says_nothing(

@@ -113,7 +113,9 @@ def test_ludic_actor_runs_the_flag_and_says_why_it_waits(
         if actor.poll() is None:
             actor.kill()
     assert f"engine: embedded on {tiny_model_dir(spec=SPEC)} ({flag})" in text
-    assert "actor a batch 0: 4 samples from 4 episodes (0 failed)" in text
+    assert (
+        "ludic.pipeline.commands: actor 'a' batch 0: 4 samples from 4 episodes (0 failed)" in text
+    )
     assert (
         "stream 'ludic:samples' holds 4 undelivered samples, max_backlog (--max-backlog) is 2; "
         "the last batch held 4 samples, more than --max-backlog alone, so the next starts "

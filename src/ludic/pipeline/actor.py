@@ -187,7 +187,7 @@ class PipelineActor:
         if not self._said_run:
             self._said_run = True
             logger.info(
-                "actor %s stamps its samples with run id %s (%s; a learner dead-letters samples "
+                "actor %r stamps its samples with run id %s (%s; a learner dead-letters samples "
                 "of another run)",
                 self.actor_id,
                 self.run_id,
@@ -235,7 +235,7 @@ class PipelineActor:
                 break
             stats = await self.step()
             history.append(stats)
-            logger.info("actor %s batch %d: %s", self.actor_id, stats.batch_index, stats)
+            logger.info("actor %r batch %d: %s", self.actor_id, stats.batch_index, stats)
         return history
 
     def _warn_batch_past_backlog(self, samples: int) -> None:
@@ -245,14 +245,14 @@ class PipelineActor:
             return
         self._warned_past_backlog = True
         logger.warning(
-            "actor %s's batch %d holds %d samples, more than max_backlog (--max-backlog) %d: a "
+            "batch %d of actor %r holds %d samples, more than max_backlog (--max-backlog) %d: a "
             "batch that large is pushed only into a drained stream and the next one starts only "
             "once a learner has read it all, so this actor and the learner take turns instead of "
             "working at once. Make batches smaller (--problems-per-batch, --group-size) or raise "
             "--max-backlog to %d (two such batches; samples age while they wait in it, so keep "
             "it within what the learner's --max-lag allows)",
-            self.actor_id,
             self.batch_index,
+            self.actor_id,
             samples,
             self.max_backlog,
             2 * samples,
@@ -302,7 +302,7 @@ class PipelineActor:
         if now - noticed < self.wait_notice_s:
             return noticed
         logger.info(
-            "actor %s waits for the learner (%.0fs so far): stream %r holds %d undelivered "
+            "actor %r waits for the learner (%.0fs so far): stream %r holds %d undelivered "
             "samples, max_backlog (--max-backlog) is %d; %s",
             self.actor_id,
             now - started,

@@ -88,9 +88,14 @@ def actor_credit_record(cfg: ActorConfig) -> JSON:
     )
 
 
+LOG_FORMAT = "%(asctime)s %(name)s: %(message)s"
+"""The pipeline processes' log lines: the colon ends the logger's name, so a line of
+`ludic.pipeline.actor` reads apart from its message, which names the actor ('actor 'a0' ...')."""
+
+
 def configure_logging() -> None:
     """INFO lines with timestamps: the pipeline processes are long-running services."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request otherwise
 
 
@@ -263,13 +268,13 @@ async def _act(
             await wait_after_failed_batch(cfg, stats)
         if history and all(stats.every_episode_failed for stats in history):
             raise NothingPushedError(
-                f"actor {cfg.actor_id}: every episode of all {len(history)} batch(es) failed, "
+                f"actor {cfg.actor_id!r}: every episode of all {len(history)} batch(es) failed, "
                 "so no sample reached the stream; the first error and its traceback are logged "
                 "above (each batch's first error too). Fix the cause and run again"
             )
         pushed = sum(stats.num_samples for stats in history)
         logger.info(
-            "actor %s done: %d batches, %d samples pushed", cfg.actor_id, len(history), pushed
+            "actor %r done: %d batches, %d samples pushed", cfg.actor_id, len(history), pushed
         )
         return history
     finally:
@@ -368,7 +373,7 @@ def batch_line(cfg: ActorConfig, stats: ActorBatchStats) -> str:
     all_failed = stats.every_episode_failed
     reward = "unknown" if all_failed else f"{stats.mean_reward:+.3f}"
     line = (
-        f"actor {cfg.actor_id} batch {stats.batch_index}: {stats.num_samples} samples from "
+        f"actor {cfg.actor_id!r} batch {stats.batch_index}: {stats.num_samples} samples from "
         f"{stats.num_rollouts} episodes ({stats.num_failed} failed), mean episode "
         f"reward {reward}, {_versions(stats)}, generated in {stats.generate_seconds:.1f}s after "
         f"{stats.backpressure_seconds:.1f}s waiting for the learner"
