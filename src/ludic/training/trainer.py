@@ -3,8 +3,9 @@
 One step = pull a batch from the BatchSource, drop stale samples (`max_lag`), cap sequence
 lengths, collate, accumulate gradients over token-budget micro-batches (equal to one big batch),
 guard against nan/inf, clip, step AdamW and the LR schedule, bump the policy version, then
-publish / checkpoint / evaluate when due. A step with nothing to train on is skipped, and
-`max_skipped_steps` skipped in a row stop the run with the cause (`TrainingStalledError`).
+publish / checkpoint / evaluate when due. A step with nothing to train on is skipped (it
+neither publishes nor checkpoints), and `max_skipped_steps` skipped in a row stop the run with
+the cause (`TrainingStalledError`).
 Which algorithm runs is entirely the `RLAlgorithm`'s loss (and the source's credit assigner):
 there is no algorithm branch here.
 
@@ -201,6 +202,10 @@ class Trainer:
             self.tokenizer = checkpoint_tokenizer(model, checkpoint_manager.root)
         self.step = 0
         self.policy_version = config.initial_policy_version
+        self.checkpointed_step: int | None = None
+        """The step of the checkpoint this Trainer last saved or resumed from (None: neither),
+        the same on every rank: a run's final save is due when it differs from `step` (a
+        checkpoint due on a skipped step is not written)."""
         self._shared_prefix_min_tokens = shared_prefix_min_tokens(
             self.model,
             enabled=config.shared_prefix,
@@ -250,8 +255,11 @@ class Trainer:
         metrics["step_seconds"] = time.perf_counter() - started
         if self._logs:  # a logger's error on its rank stops every rank
             log_together(self.runtime, self.logger, metrics, self.step)
-        if self.checkpoints is not None and self.checkpoints.due(self.step):
-            self.save_checkpoint()  # after the step's row: a resume from it never lacks that row
+        if self.checkpoints is not None and cause is None and self.checkpoints.due(self.step):
+            # after the step's row: a resume from it never lacks that row. Not a skipped step:
+            # its unchanged weights would pass for a trained step (a launch that trained nothing
+            # wrote step 1), and a resume would start past the batch it never trained on.
+            self.save_checkpoint()
         if (no_signal := self._no_signal.record(self.step, metrics)) and self.runtime.is_main:
             logger.warning(no_signal)
         self._skips.record(self.step, cause)  # raises TrainingStalledError after too many
@@ -431,7 +439,9 @@ class Trainer:
     def save_checkpoint(self) -> Path:
         """Save model, optimizer, schedule, RNG, step, version and the source's data position
         (full states gathered from every rank, written by rank 0)."""
-        return write_checkpoint(self)
+        path = write_checkpoint(self)
+        self.checkpointed_step = self.step
+        return path
 
     def resume(
         self,
@@ -456,6 +466,7 @@ class Trainer:
         )
         if chosen is None:
             return self.step
+        self.checkpointed_step = self.step
         self._skips = SkipTracker(self.config.max_skipped_steps)
         try:
             seconds = self.publish_weights()
