@@ -31,6 +31,8 @@ pytestmark = pytest.mark.timeout(60)
         ("--bucket-mb", "inf", "--bucket-mb is inf: pass a finite size > 0 in MiB"),
         ("--verify-atol", "-1", "--verify-atol is -1.0: pass a finite logprob gap >= 0"),
         ("--verify-atol", "nan", "--verify-atol is nan: pass a finite logprob gap >= 0"),
+        ("--server-wait-s", "0.5", "--server-wait-s is 0.5: pass seconds >= 1 (how long the le"),
+        ("--server-wait-s", "nan", "--server-wait-s is nan: pass seconds >= 1"),
     ],
 )
 def test_a_real_flag_out_of_range_is_refused_before_redis(

@@ -142,6 +142,10 @@ class LearnerConfig:
     server_url: tuple[str, ...] | None = None
     """Inference servers to publish weights to, all in one broadcast (None: do not publish);
     a server that is down is named each step and rejoins when it is back."""
+    server_wait_s: float = 300.0
+    """How long to wait at startup, before the model loads, for the --server-url servers to
+    listen (one started just before is loading its model); past it the learner stops, naming
+    the server. At least 1."""
     server_ranks: int = 1
     """Weight-receiving ranks of each server: its tensor-parallel size for vLLM (1 for
     `ludic serve`)."""

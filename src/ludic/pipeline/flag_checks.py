@@ -7,7 +7,7 @@ Counts must be >= 1: the actor's `--problems-per-batch`, `--group-size`, `--max-
 `--micro-batch-tokens`, `--max-tokens` (None turns the optional ones off), the actor's
 `--server-wait-s` must be at least 1 second; the learner's `--lr` must be
 a finite number > 0 and its `--max-lag` >= 0; its seconds and fractions must make sense
-(`--max-wait-s` > 0, `--stale-decay` in [0, 1], `--bucket-mb` > 0, `--verify-atol` >= 0):
+(`--server-wait-s` >= 1, as the actor's, `--max-wait-s` > 0, `--stale-decay` in [0, 1], `--bucket-mb` > 0, `--verify-atol` >= 0):
 out of range they were taken as given (a learner that stopped at once, a push verification
 that fails every time) or refused only after the model loaded, in a field's words. The learner under dr_grpo needs `--max-tokens` (its loss divides by the actors'
 generation budget; `CreditCheck` then refuses samples generated with another one); under any
@@ -51,11 +51,7 @@ def check_actor_counts(cfg: ActorConfig) -> None:
         if cfg.policy_version < 0:
             raise ValueError(f"--policy-version must be >= 0, got {cfg.policy_version}")
     check_episode_timeout(cfg.episode_timeout_s)
-    if not cfg.server_wait_s >= 1:  # nan too
-        raise ValueError(
-            f"--server-wait-s is {cfg.server_wait_s}: pass seconds >= 1 (how long the actor "
-            "waits for its --server-url servers to listen; 300 by default)"
-        )
+    check_server_wait(cfg.server_wait_s, "actor")
     check_key_names(stream=cfg.stream, actor_id=cfg.actor_id)
     check_count_flags(
         ("--problems-per-batch", cfg.problems_per_batch, "problems per batch, e.g. 4"),
@@ -66,6 +62,20 @@ def check_actor_counts(cfg: ActorConfig) -> None:
         ("--max-backlog", cfg.max_backlog, "undelivered samples before waiting, e.g. 256"),
         ("--max-stream-len", cfg.max_stream_len, "the stream's safety cap, e.g. 100000"),
     )
+
+
+SERVER_WAIT_HINT = "--server-url, or raise --server-wait-s for a server that takes longer to start"
+"""What the error of a server that never listened says to check (`wait_for_servers`'
+`setting`)."""
+
+
+def check_server_wait(seconds: float, command: str) -> None:
+    """Refuse a `--server-wait-s` below 1 second (nan too), naming the flag."""
+    if not seconds >= 1:
+        raise ValueError(
+            f"--server-wait-s is {seconds}: pass seconds >= 1 (how long the {command} waits for "
+            "its --server-url servers to listen; 300 by default)"
+        )
 
 
 def check_learner_model_path(cfg: LearnerConfig) -> None:
@@ -178,6 +188,7 @@ def check_learner_counts(cfg: LearnerConfig) -> None:
 
 def _check_learner_reals(cfg: LearnerConfig) -> None:
     """Refuse the learner's seconds, fractions and sizes out of range, naming the flag."""
+    check_server_wait(cfg.server_wait_s, "learner")
     if cfg.max_wait_s is not None and not cfg.max_wait_s > 0:  # nan too
         raise ValueError(
             f"--max-wait-s is {cfg.max_wait_s}: pass seconds > 0 (how long the learner waits "
