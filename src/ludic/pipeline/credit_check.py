@@ -236,7 +236,7 @@ def _actors_differ(
         f"actors on this stream assign credit differently: {actor!r}{read[0]} with "
         f"{_flags_line(record, other_record)}, {other_actor!r}{read[1]} with "
         f"{_flags_line(other_record, record)}: run every actor of a stream with the same "
-        "--algorithm, --gigpo.* flags and --split-over-turns"
+        "--algorithm and --gigpo.* flags"
     )
 
 
