@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 from tyro.constructors import PrimitiveConstructorSpec
 
 from ludic.recipes.algorithms import Algorithm, GiGPOOptions
+from ludic.recipes.rollout_correction_flags import RolloutCorrectionOptions
 
 if TYPE_CHECKING:
     from ludic.inference.sampling import SamplingConfig
@@ -238,6 +239,9 @@ class TrainConfig:
     once in the loss whatever its turn count (off: an episode that retried after parse
     failures pushes its advantage once per turn). GRPO-family presets (grpo, dr_grpo, gspo,
     cispo, gmpo, reinforce_baseline)."""
+    rollout_correction: RolloutCorrectionOptions = field(default_factory=RolloutCorrectionOptions)
+    """Rollout importance-sampling correction of the loss (truncated IS, rejection), any
+    preset; off unless a cap or bound is given."""
     steps: int = 50
     """Optimizer steps."""
     problems_per_step: int = 4

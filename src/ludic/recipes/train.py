@@ -125,10 +125,11 @@ __all__ = [
 
 def make_algorithm(name: Algorithm, cfg: TrainConfig) -> RLAlgorithm:
     """The preset `name` from the shared registry (`ludic.recipes.algorithms.PRESETS`), with
-    `cfg`'s generation budget, GiGPO knobs and --split-over-turns."""
-    return algorithms.make_algorithm(
+    `cfg`'s generation budget, GiGPO knobs, --split-over-turns and --rollout-correction.*."""
+    algorithm = algorithms.make_algorithm(
         name, max_tokens=cfg.max_tokens, gigpo=cfg.gigpo, split_over_turns=cfg.split_over_turns
     )
+    return cfg.rollout_correction.apply(algorithm)
 
 
 def train_command(cfg: TrainConfig, *, console: Console | None = None) -> TrainResult:

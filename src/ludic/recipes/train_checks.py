@@ -11,7 +11,8 @@ importance ratio assumes sampled completions; a greedy one is not). `ludic actor
 same two checks (`check_group_size`, `check_greedy`) on its flags. `run_settings` is what each checkpoint's state.json `extra` holds under
 `RUN_SETTINGS_KEY` (the env, its kwargs, the algorithm, the group size, the sampling, the
 prompt and parse flags `--context`, `--parser`, `--system-prompt`, `--reject-incomplete`, and
-`--seed`, from which every env and sampling seed of a batch derives), and
+`--seed`, from which every env and sampling seed of a batch derives; `--split-over-turns` and
+`--rollout-correction.*` when on), and
 `check_resume_settings` refuses a `--resume` whose flags differ from them before the model
 loads, but for `--max-tokens` and `--max-steps` (they only move truncation; a notice names the
 change; `--max-tokens` is kept under dr_grpo, whose loss divides by it); `--context` and
@@ -38,6 +39,7 @@ from ludic.recipes.count_checks import (
     check_lr,
     check_micro_batch_tokens,
 )
+from ludic.recipes.rollout_correction_flags import OFF_SETTINGS as CORRECTION_OFF
 from ludic.recipes.training import SETTINGS_KEYS, recorded_settings, refuse_other_settings
 from ludic.training.algorithm_types import RLAlgorithm
 
@@ -202,15 +204,16 @@ def run_settings(cfg: TrainConfig, env_kwargs: Mapping[str, Any]) -> dict[str, A
     }
     if cfg.split_over_turns:  # recorded when on; off is what a run without it trained
         settings["--split-over-turns"] = True
+    settings.update(cfg.rollout_correction.settings())  # the same: recorded when on
     if cfg.algorithm == "gigpo":
         for name, value in asdict(cfg.gigpo).items():
             settings[f"--gigpo.{name.replace('_', '-')}"] = value
     return dict(json.loads(json.dumps(settings)))  # as state.json gives them back
 
 
-_RECORDED_WHEN_ON = ("--split-over-turns",)
-"""Boolean flags `run_settings` records only when on, so that a resume compares them as off
-when absent."""
+_RECORDED_WHEN_ON: dict[str, Any] = {"--split-over-turns": False, **CORRECTION_OFF}
+"""Flags `run_settings` records only when on, and their values when off, so that a resume
+compares them as off when absent."""
 
 _CUTS = {"--max-tokens": "completions", "--max-steps": "episodes"}
 """The truncation flags a `--resume` may change, and what each cuts off."""
@@ -267,9 +270,9 @@ def check_resume_settings(
         return
     path, saved = found
     given = run_settings(cfg, env_kwargs)
-    for flag in _RECORDED_WHEN_ON:  # absent: off (a run saved before the flag existed too)
-        saved.setdefault(flag, False)
-        given.setdefault(flag, False)
+    for flag, off in _RECORDED_WHEN_ON.items():  # absent: off (saved before the flag too)
+        saved.setdefault(flag, off)
+        given.setdefault(flag, off)
     # flags one side does not record (--gigpo.* of another algorithm) are not compared
     resolve = resolve or {}
     resolved = {f: (resolve[f](saved[f]), resolve[f](given[f])) for f in resolve if f in saved}
