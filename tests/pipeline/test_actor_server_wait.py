@@ -47,3 +47,20 @@ def test_a_server_that_never_comes_up_is_reported_after_the_wait(
         "or check --server-url, or raise --server-wait-s for a server that takes longer to start"
     ), message
     assert redis_server.client().xlen("s") == 0  # no episode ran
+
+
+@pytest.mark.redis
+@pytest.mark.timeout(120)
+def test_a_host_name_that_does_not_resolve_names_only_the_url(redis_server: RedisServer) -> None:
+    """Waiting longer cannot mend a host name that does not resolve: the refusal comes at once
+    and names --server-url alone, not --server-wait-s."""
+    cfg = ActorConfig(
+        redis_url=redis_server.url,
+        server_url=("http://no-such-host.invalid:8000",),
+        server_wait_s=600.0,
+        batches=1,
+        stream="s",
+    )
+    with pytest.raises(ValueError, match="its host name does not resolve") as refused:
+        run_actor(cfg)
+    assert str(refused.value).endswith("check --server-url"), refused.value

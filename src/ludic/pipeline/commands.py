@@ -23,7 +23,6 @@ from ludic.pipeline.actor import ActorBatchStats, PipelineActor
 from ludic.pipeline.config import ActorConfig, Algorithm, LearnerConfig
 from ludic.pipeline.credit_check import credit_record
 from ludic.pipeline.flag_checks import (
-    SERVER_WAIT_HINT,
     check_actor_counts,
     check_learner_counts,
     check_learner_model,
@@ -349,7 +348,7 @@ async def wait_for_actor_servers(
     await wait(
         server_urls(cfg.server_url),
         within_s=cfg.server_wait_s,
-        setting=SERVER_WAIT_HINT,
+        wait_setting="--server-wait-s",
     )
 
 

@@ -64,11 +64,6 @@ def check_actor_counts(cfg: ActorConfig) -> None:
     )
 
 
-SERVER_WAIT_HINT = "--server-url, or raise --server-wait-s for a server that takes longer to start"
-"""What the error of a server that never listened says to check (`wait_for_servers`'
-`setting`)."""
-
-
 def check_server_wait(seconds: float, command: str) -> None:
     """Refuse a `--server-wait-s` below 1 second (nan too), naming the flag."""
     if not seconds >= 1:

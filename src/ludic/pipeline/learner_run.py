@@ -14,7 +14,6 @@ from typing import Any
 from ludic.inference.http.server_wait import wait_for_servers
 from ludic.pipeline.config import LearnerConfig
 from ludic.pipeline.credit_check import CreditCheck
-from ludic.pipeline.flag_checks import SERVER_WAIT_HINT
 from ludic.pipeline.learner_report import (
     NothingTrainedLearnerError,
     nothing_trained_line,
@@ -90,7 +89,7 @@ async def learn(cfg: LearnerConfig) -> list[dict[str, float]]:
             )
         if cfg.server_url and source.rank == 0:  # one started just before may still be loading
             urls = server_urls(cfg.server_url)
-            await wait_for_servers(urls, within_s=cfg.server_wait_s, setting=SERVER_WAIT_HINT)
+            await wait_for_servers(urls, within_s=cfg.server_wait_s, wait_setting="--server-wait-s")
         model, tokenizer = load_model(cfg.model or tiny_model_dir(), dtype="float32")
         # Only rank 0 pushes; the Trainer gathers the weights on every rank for it.
         publisher = (

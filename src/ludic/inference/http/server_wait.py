@@ -92,11 +92,14 @@ async def wait_for_servers(
     retry_s: float = 0.5,
     say: Callable[[str], None] | None = None,
     setting: str = "--server-url",
+    wait_setting: str | None = None,
 ) -> None:
     """Return once every server in `urls` accepts connections; say so while waiting (at once,
     then every `LOG_EVERY_S`: an INFO log line, or `say(line)` for a command that prints rather
     than logs), and after `within_s` raise a ValueError naming the server and the fix: check
-    `setting`, where the caller's user gave the URLs (a flag, or a Python argument)."""
+    `setting`, where the caller's user gave the URLs (a flag, or a Python argument), or raise
+    `wait_setting` (where the caller has one) for a server that takes longer to start. Errors
+    that waiting cannot mend (a host name that does not resolve, TLS) name `setting` alone."""
     say = say or logger.info
     budget = PollBudget(within_s, retry_s)  # one wait for all the servers
     async with httpx.AsyncClient(timeout=30) as http:
@@ -116,6 +119,11 @@ async def wait_for_servers(
                             f"nothing listens at {base} after {within_s:g}s ({type(e).__name__}: "
                             f"{e}): start the inference server there (`ludic serve --model DIR "
                             f"--port PORT`, or vLLM) or check {setting}"
+                            + (
+                                f", or raise {wait_setting} for a server that takes longer to start"
+                                if wait_setting
+                                else ""
+                            )
                         ) from e
                     if time.monotonic() >= next_log:
                         say(
