@@ -175,8 +175,9 @@ async def _train(cfg: LearnerConfig, source: Any, trainer: Any) -> list[dict[str
         await source.commit()
     else:  # the last checkpoint must hold every step before its samples are acked
         # not a step this launch only resumed at (kept as saved), nor the unchanged weights of
-        # steps that were all skipped (under torchrun, ranks that all timed out skip a step)
-        if trained and trainer.step > started_at and not trainer.checkpoints.due(trainer.step):
+        # steps that were all skipped (under torchrun, ranks that all timed out skip a step);
+        # a checkpoint due on a skipped last step was not written (`Trainer.checkpointed_step`)
+        if trained and trainer.step > started_at and trainer.checkpointed_step != trainer.step:
             trainer.save_checkpoint()
         await source.ack_checkpointed()
     totals = report_done(trainer, source, trained=trained)
