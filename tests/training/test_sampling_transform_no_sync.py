@@ -91,3 +91,29 @@ def test_the_rows_to_sort_are_counted_once_per_call_and_only_they_are_sorted(
     assert reads == ["tolist"]  # one read for the whole call, not one per chunk
     # chunks 0 and 2 sort their one filtered row, forward and recompute; chunk 1 sorts nothing
     assert sorted_rows == [1, 1, 1, 1]
+
+
+def test_the_filtered_rows_are_picked_without_nonzero_static(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch.nonzero_static has no CUDA kernel before torch 2.6 (Ludic allows torch 2.4): the
+    rows are picked by a stable sort instead, giving the same rows in the same order."""
+    monkeypatch.setattr(torch, "nonzero_static", _read)
+    gen = torch.Generator().manual_seed(1)
+    logits_CV = 3.0 * torch.randn(len(ROWS), V, generator=gen)
+    targets_C = logits_CV.argmax(dim=-1)
+    (logprob_C,) = _chunk_terms(logits_CV, targets_C, False, *_knobs(), FILTERED)
+    for row, (temperature, top_k, top_p) in enumerate(ROWS):
+        engine = RowKnobs.of([temperature], [top_k], [top_p], V).logprobs(logits_CV[row : row + 1])
+        assert torch.equal(logprob_C[row], engine[0, targets_C[row]]), row
+
+
+def test_a_caller_that_gives_knobs_without_a_count_still_gets_the_filter() -> None:
+    """`_chunk_terms` with sampling knobs but no count of filtered rows counts them itself
+    (a default of 0 skipped top-k / top-p without a word)."""
+    gen = torch.Generator().manual_seed(2)
+    logits_CV = 3.0 * torch.randn(len(ROWS), V, generator=gen)
+    targets_C = logits_CV.argmax(dim=-1)
+    (counted,) = _chunk_terms(logits_CV, targets_C, False, *_knobs(), FILTERED)
+    (uncounted,) = _chunk_terms(logits_CV, targets_C, False, *_knobs())
+    assert torch.equal(counted, uncounted)

@@ -60,7 +60,10 @@ def processed_logits(
     if filtered_rows == 0:
         return x_CV
     vocab = x_CV.shape[-1]
-    rows_R = torch.nonzero_static(_filtered(top_k_C, top_p_C, vocab), size=filtered_rows)[:, 0]
+    # the filtered rows' indices, in order, without a host read: a stable sort puts them first
+    # (torch.nonzero_static would too, but has no CUDA kernel before torch 2.6)
+    off_C = (~_filtered(top_k_C, top_p_C, vocab)).to(torch.uint8)
+    rows_R = torch.argsort(off_C, stable=True)[:filtered_rows]
     with torch.no_grad():
         top_p_R = top_p_C[rows_R].to(torch.float32)
         knobs = RowKnobs(  # RowKnobs.of would read the knobs on the host
@@ -100,15 +103,17 @@ def _chunk_terms(
     temperature_C: torch.Tensor | None = None,
     top_k_C: torch.Tensor | None = None,
     top_p_C: torch.Tensor | None = None,
-    filtered_rows: int = 0,
+    filtered_rows: int | None = None,
 ) -> tuple[torch.Tensor, ...]:
     """(logprob_C,) or (logprob_C, entropy_C) of one chunk, computed in float32 (or float64),
     the logprobs under the sampling transform when one is given (`filtered_rows` of its rows
-    with top-k / top-p on)."""
+    with top-k / top-p on: counted here, one host read, where the caller did not count them)."""
     if x_CV.dtype != torch.float64:
         x_CV = x_CV.float()
     z_CV = x_CV
     if temperature_C is not None and top_k_C is not None and top_p_C is not None:
+        if filtered_rows is None:
+            filtered_rows = int(_filtered(top_k_C, top_p_C, x_CV.shape[-1]).sum())
         z_CV = processed_logits(x_CV, targets_C, temperature_C, top_k_C, top_p_C, filtered_rows)
     # log_softmax then gather: the engine's own computation, so equal logits give equal bits
     logprob_C = torch.log_softmax(z_CV, dim=-1).gather(-1, targets_C[:, None]).squeeze(-1)
