@@ -245,6 +245,10 @@ def tool_result_text(value: object, *, tool_name: str) -> str:
     (`json.dumps(default=str)` would hand the model `"{1, 2}"` or `"<Obj object at 0x...>"`)."""
     if isinstance(value, str):
         return value
+    try:  # JSON values (the common result) in one C pass; a walk only for what it refuses
+        return json.dumps(value)
+    except (TypeError, ValueError):  # numpy parts, sets, objects, a cycle: named below
+        pass
     where = f"tool {tool_name!r}"
     try:
         plain = jsonable_value(value, where=where, path="result", holder=_TOOL_RESULT_HOLDER)

@@ -2,8 +2,9 @@
 
 A rollout record is JSON, so an env's `StepOutcome.info` (`check_step_outcome`) and a tool's
 result (`ludic.agents.tools`) must hold JSON values. Numpy (and torch) scalars and arrays
-become plain Python values, and an exception (an env reporting info["critical_error"]) its
-"Type: message" text, conversions that lose nothing the record keeps; anything else JSON
+become plain Python values, an exception (an env reporting info["critical_error"]) its
+"Type: message" text, and values with one standard text form theirs (a datetime, date or time
+its ISO text; a Decimal, UUID or path its str), conversions that lose nothing the record keeps; anything else JSON
 cannot write is refused naming where it came from (the env method, the tool), the key and
 the type, so it fails that episode instead of the rollout log write much later (or, for a
 tool, instead of reaching the model as its repr). It does not touch JSON values (a float nan
@@ -12,14 +13,21 @@ stays nan) and does not check reset info, which no record keeps.
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any
 
 _PLAIN = (str, int, float, bool, type(None))
 # the modules whose arrays and scalars have an exact plain form (`.tolist()`)
 _ARRAY_MODULES = ("numpy", "torch")
 _RECORD = "a rollout record (JSON)"
+# values with one standard text form: a calendar tool's datetime reads as its ISO text
+_ISO = (datetime.datetime, datetime.date, datetime.time)
+_TEXT = (decimal.Decimal, uuid.UUID, PurePath)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +73,10 @@ def _plain(value: Any, exit_: _Exit, path: str) -> Any:
         return value
     if isinstance(value, BaseException):  # an env's report (info["critical_error"]): its text
         return f"{type(value).__name__}: {value}"
+    if isinstance(value, _ISO):
+        return value.isoformat()
+    if isinstance(value, _TEXT):
+        return str(value)
     if isinstance(value, dict):
         return _plain_dict(value, exit_, path)
     if isinstance(value, (list, tuple)):
