@@ -201,6 +201,25 @@ async def test_a_child_whose_sandbox_never_started_fails_the_parent() -> None:
         await run(DelegatingProtocol(boss, registry))
 
 
+async def test_a_child_whose_own_tool_returns_no_json_is_this_calls_error_only() -> None:
+    """A child's tool bug fails the child's episode, as a child env that raises does: the
+    boss reads it as that call's error (only a result_fn's bug or the host's failure fails the
+    boss's episode)."""
+
+    def tags() -> set[str]:
+        """Tags of the task."""
+        return {"a", "b"}
+
+    def child() -> Agent:
+        replies = ['<tool_call>{"name": "tags", "arguments": {}}</tool_call>', "<move>x</move>"]
+        return ToolAgent(ScriptedClient(replies), tools=[tags], parser=MOVE)
+
+    registry = {"default": SubAgentSpec(agent_factory=child)}
+    boss = parent(delegate_call({"task": "t"}), "<move>good</move>")
+    (only,) = await run(DelegatingProtocol(boss, registry))
+    assert "sub-agent episode failed: ToolResultTypeError: tool 'tags'" in tool_result(only)
+
+
 def test_registry_must_not_be_empty_and_delegate_is_not_run_locally() -> None:
     with pytest.raises(ValueError, match="at least one sub-agent"):
         DelegatingProtocol(parent("x"), {})

@@ -167,7 +167,7 @@ class DelegatingProtocol:
                     result, rollouts = await self._run_child(call, ctx, depth, next(ordinals))
                 except (ToolResultTypeError, SandboxStartError):  # a result_fn's bug or the
                     raise  # host's failure (a sandbox that never started), not the model's
-                except Exception as exc:  # a broken child episode is this call's error only
+                except Exception as exc:  # a factory of the spec that raises: this call's error
                     result = _error(call, f"sub-agent episode failed: {type(exc).__name__}: {exc}")
                     rollouts = []
                 results.append(result)
@@ -223,9 +223,14 @@ class DelegatingProtocol:
             max_depth=self.max_depth,
             max_external_calls=self.max_external_calls,
         )
-        rollouts = await child_protocol.run(
-            spec.env_factory(args["task"]), sampling=sampling, depth=depth + 1
-        )
+        try:
+            rollouts = await child_protocol.run(
+                spec.env_factory(args["task"]), sampling=sampling, depth=depth + 1
+            )
+        except SandboxStartError:  # the host's failure: the parent's episode fails too
+            raise
+        except Exception as exc:  # a broken child episode (its env, its tools) is this call's
+            return _error(call, f"sub-agent episode failed: {type(exc).__name__}: {exc}"), []
         rollouts[0].meta.update(
             parent_rollout_id=ctx.rollout_id,
             parent_step_id=ctx.agent_step_id,
