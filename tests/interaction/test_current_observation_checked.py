@@ -49,6 +49,21 @@ async def test_a_multi_agent_env_returning_a_dict_fails_naming_its_method() -> N
         await protocol.run(DuelWithDictObservation(), env_seed=0)
 
 
+class BoardOverridingTheMethod(CountingEnv):
+    """A SingleAgentEnv that overrides current_observation itself, not its env_ hook."""
+
+    def current_observation(self, agent_id: str) -> object:
+        return np.array([1, 2])
+
+
+async def test_a_single_agent_env_overriding_the_method_itself_is_named_by_it() -> None:
+    """Named by the method it wrote (every SingleAgentEnv has the hook, so asking whether the
+    env has it named a method this env never wrote)."""
+    protocol = SingleAgentProtocol(move_agent(), max_steps=2)
+    with pytest.raises(TypeError, match=r"BoardOverridingTheMethod\.current_observation returned"):
+        await protocol.run(BoardOverridingTheMethod(), env_seed=0)
+
+
 class BoardAsTextEnv(CountingEnv):
     def env_current_observation(self) -> str:
         return "board: X.O"

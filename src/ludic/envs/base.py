@@ -233,8 +233,7 @@ def state_key_to_str(key: Hashable | None, *, where: str = "state_key") -> str |
 def read_state_key(env: LudicEnv, agent_id: str) -> str | None:
     """`env.state_key(agent_id)` in its canonical form (`state_key_to_str`), a bad key refused
     naming the env's method. How protocols read state keys."""
-    method = "env_state_key" if hasattr(env, "env_state_key") else "state_key"
-    where = f"{type(env).__name__}.{method}"
+    where = f"{type(env).__name__}.{_written_method(env, 'env_state_key', 'state_key')}"
     return state_key_to_str(env.state_key(agent_id), where=where)
 
 
@@ -245,16 +244,24 @@ def read_current_observation(env: LudicEnv, agent_id: str) -> str | None:
     observation = env.current_observation(agent_id)
     if observation is None or isinstance(observation, str):
         return observation
-    method = (
-        "env_current_observation"
-        if hasattr(env, "env_current_observation")
-        else ("current_observation")
-    )
+    method = _written_method(env, "env_current_observation", "current_observation")
     raise TypeError(
         f"{type(env).__name__}.{method} returned {type(observation).__name__} "
         f"{' '.join(repr(observation).split()):.60}; it is the text the model reads below the parser's feedback: "
         "return a str (render the state as the observation does), or None for none"
     )
+
+
+def _written_method(env: LudicEnv, hook: str, method: str) -> str:
+    """Which of `hook` (what SingleAgentEnv's `method` calls) and `method` the env's own class
+    wrote: the first class in its MRO defining either (a subclass of SingleAgentEnv may
+    override `method` itself, and `hasattr(env, hook)` is true for every one)."""
+    for cls in type(env).__mro__:
+        if hook in vars(cls):
+            return hook
+        if method in vars(cls):
+            return method
+    return method
 
 
 def _exact_key(key: object, *, where: str) -> object:
