@@ -96,9 +96,11 @@ async def generate_batch(
     So the assigner and `retokenizer` should only read a tokenizer they share with the engine
     (a call that sets truncation or padding races the engine's on tokenizers < 0.23).
     """
+    # bad settings raise before any episode runs
+    build_samples([], {}, mode=sample_mode, snapshot_policy=snapshot_policy)
+    check_credit_fits_mode(credit_assigner, sample_mode)
     expanded = strategy.expand(requests) if strategy is not None else list(requests)
     rollouts = await engine.run(expanded)
-    build_samples([], {}, mode=sample_mode, snapshot_policy=snapshot_policy)  # bad settings raise
     ok = [r for r in rollouts if not r.failed]
     built, broken = await run_in_worker(
         build_rollout_samples, ok, credit_assigner, sample_mode, snapshot_policy, retokenizer
@@ -148,6 +150,18 @@ Broken = list[tuple[Rollout, Exception]]
 """The rollouts whose samples could not be built, each with what it raised."""
 
 
+def check_credit_fits_mode(credit_assigner: CreditAssigner, mode: SampleMode) -> None:
+    """Refuse credit split over an episode's turns (`split_over_turns`) in sample mode
+    "episode": the episode is one sample there, whose weight would be A / turns instead of A."""
+    if mode == "episode" and getattr(credit_assigner, "split_over_turns", False):
+        raise ValueError(
+            f"{type(credit_assigner).__name__}(split_over_turns=True) with sample_mode "
+            "'episode': an episode is one sample there, so splitting its advantage over its "
+            "turns would only shrink it; pass split_over_turns=False (make_grpo's default), "
+            "or sample_mode='turn'"
+        )
+
+
 def build_rollout_samples(
     rollouts: Sequence[Rollout],
     credit_assigner: CreditAssigner,
@@ -160,6 +174,7 @@ def build_rollout_samples(
     a rollout that fails to build is marked failed in place (`meta["error_phase"] ==
     "build_samples"`). Returns the samples and the rollouts that raised, with what; the
     caller says so (one line each online, one summary offline) and assigns credit again."""
+    check_credit_fits_mode(credit_assigner, mode)
     weights = credit_assigner.assign(rollouts if credit_view is None else credit_view)
     samples: list[SAWItem] = []
     broken: Broken = []
