@@ -29,7 +29,7 @@ def waited(cfg: ActorConfig, batch: ActorBatchStats) -> list[tuple[list[str], fl
     """Each wait the actor made: the servers, and for how long at most."""
     calls: list[tuple[list[str], float]] = []
 
-    async def wait(urls: list[str], *, within_s: float, setting: str) -> None:
+    async def wait(urls: list[str], *, within_s: float, wait_setting: str) -> None:
         calls.append((list(urls), within_s))
 
     asyncio.run(wait_after_failed_batch(cfg, batch, wait=wait))
