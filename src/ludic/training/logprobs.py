@@ -127,7 +127,9 @@ def _entropy(z_CV: torch.Tensor) -> torch.Tensor:
     logit (off top-k / top-p) has p = 0 and adds nothing (0 * -inf would be nan). The fill
     runs on every chunk, -inf or not (a no-op on the values and gradients where there is
     none), instead of first asking whether any is there: that question waited for the
-    device once per chunk, forward and recompute."""
+    device once per chunk, forward and recompute. The price: autograd keeps the filled
+    [chunk, V] float32 copy for backward even without a -inf (chunking bounds it), and where
+    a -inf is present the gradient is summed in another order than before (~1 ulp)."""
     logsumexp_C = torch.logsumexp(z_CV, dim=-1)
     p_CV = torch.softmax(z_CV, dim=-1)
     finite_CV = z_CV.masked_fill(z_CV == float("-inf"), 0.0)
