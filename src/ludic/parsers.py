@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterator
 from typing import Protocol
 
+from ludic._describe import describe_value
 from ludic.types import ParseResult
 
 
@@ -68,13 +69,13 @@ def check_parse_result(result: ParseResult, *, where: str) -> ParseResult:
         value = getattr(result, field)
         if value is not None and not isinstance(value, str):
             raise TypeError(
-                f"{where} returned ParseResult.{field} = {_kind(value)}; {field} must be a str "
+                f"{where} returned ParseResult.{field} = {describe_value(value, qualified=True, article=True)}; {field} must be a str "
                 f"(str(...)) or None ({_FIELD_ROLE[field]})"
             )
     reward = result.reward
     if isinstance(reward, str) or not isinstance(reward, numbers.Real):
         raise TypeError(
-            f"{where} returned ParseResult.reward = {_kind(reward)}; the reward must be a "
+            f"{where} returned ParseResult.reward = {describe_value(reward, qualified=True, article=True)}; the reward must be a "
             "number (a float such as 0.0)"
         )
     if not math.isfinite(reward):
@@ -89,15 +90,6 @@ _FIELD_ROLE = {
     "action": "the text the env receives; None marks a reply it cannot read",
     "obs": "the feedback the model reads after a parse failure",
 }
-
-
-def _kind(value: object) -> str:
-    text = repr(value)
-    kind = type(value).__name__
-    if type(value).__module__ != "builtins":
-        kind = f"{type(value).__module__}.{type(value).__qualname__}"
-    article = "an" if kind[0] in "aeiou" else "a"
-    return f"{text} ({article} {kind})" if len(text) <= 40 else f"{article} {kind}"
 
 
 def compose_parsers(*parsers: Parser) -> Parser:

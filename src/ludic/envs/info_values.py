@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
 
+from ludic._describe import describe_value
+
 _PLAIN = (str, int, float, bool, type(None))
 # the modules whose arrays and scalars have an exact plain form (`.tolist()`)
 _ARRAY_MODULES = ("numpy", "torch")
@@ -104,7 +106,7 @@ def _plain_key(key: Any, exit_: _Exit, path: str) -> Any:
     if _is_array_like(key) and getattr(key, "ndim", None) == 0:
         return key.item()
     raise TypeError(
-        f"{exit_.where} returned {path} with the key {_describe(key)}; {exit_.holder} keys "
+        f"{exit_.where} returned {path} with the key {describe_value(key, qualified=True)}; {exit_.holder} keys "
         "dicts by str (or int, float, bool, None): key it by str(...)"
     )
 
@@ -116,14 +118,7 @@ def _is_array_like(value: object) -> bool:
 
 def _refusal(exit_: _Exit, path: str, value: object) -> str:
     return (
-        f"{exit_.where} returned {path} = {_describe(value)}, which {exit_.holder} "
+        f"{exit_.where} returned {path} = {describe_value(value, qualified=True)}, which {exit_.holder} "
         "cannot hold; put a str, number, bool, None, or a list or dict of them there (e.g. "
         f"str(value), sorted(a_set), dataclasses.asdict(obj)){exit_.advice}"
     )
-
-
-def _describe(value: object) -> str:
-    text, kind = repr(value), f"a {type(value).__module__}.{type(value).__qualname__}"
-    if type(value).__module__ == "builtins":
-        kind = f"a {type(value).__name__}"
-    return f"{text} ({kind})" if len(text) <= 40 else kind

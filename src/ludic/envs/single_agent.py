@@ -21,6 +21,7 @@ from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from typing import TypeVar
 
+from ludic._describe import describe_value
 from ludic.envs.base import LudicEnv, ResetResult, StepResult
 from ludic.envs.info_values import jsonable_info
 from ludic.types import Info, StepOutcome
@@ -103,7 +104,7 @@ class SingleAgentEnv(LudicEnv):
         if not isinstance(actions, Mapping):  # `"x" in "right"` would test for a substring
             raise TypeError(
                 f"{type(self).__name__}.step takes {{agent_id: action}}, got "
-                f"{_kind(actions)}; pass env.step({{{self.agent_id!r}: {actions!r:.40}}})"
+                f"{describe_value(actions)}; pass env.step({{{self.agent_id!r}: {actions!r:.40}}})"
             )
         if self.agent_id not in actions:
             raise KeyError(
@@ -138,14 +139,16 @@ def check_reset_result(result: object, *, where: str) -> tuple[str, Info]:
     it; `where` names the method (and seat) in the message, e.g. "MyEnv.reset for 'p1'"."""
     if not (isinstance(result, (tuple, list)) and len(result) == 2):
         raise TypeError(
-            f"{where} must return (observation, info), got {_kind(result)}; e.g. "
+            f"{where} must return (observation, info), got {describe_value(result)}; e.g. "
             "`return self.describe(), {}`"
         )
     obs, info = result
     if not isinstance(obs, str):
-        raise TypeError(f"{where} returned the observation {_kind(obs)}; {_OBS_FIX}")
+        raise TypeError(f"{where} returned the observation {describe_value(obs)}; {_OBS_FIX}")
     if not isinstance(info, dict):
-        raise TypeError(f"{where} returned the info {_kind(info)}; return a dict ({{}}: none)")
+        raise TypeError(
+            f"{where} returned the info {describe_value(info)}; return a dict ({{}}: none)"
+        )
     return obs, info
 
 
@@ -155,16 +158,16 @@ def check_step_outcome(outcome: object, *, where: str) -> StepOutcome:
     if not isinstance(outcome, StepOutcome):
         raise TypeError(
             f"{where} must return a StepOutcome(obs=..., reward=..., terminated=...) "
-            f"(ludic.types.StepOutcome), got {_kind(outcome)}"
+            f"(ludic.types.StepOutcome), got {describe_value(outcome)}"
         )
     if not isinstance(outcome.obs, str):
         raise TypeError(
-            f"{where} returned a StepOutcome whose obs is {_kind(outcome.obs)}; {_OBS_FIX}"
+            f"{where} returned a StepOutcome whose obs is {describe_value(outcome.obs)}; {_OBS_FIX}"
         )
     reward = outcome.reward
     if not isinstance(reward, numbers.Real):
         raise TypeError(
-            f"{where} returned a StepOutcome whose reward is {_kind(reward)}; the reward must "
+            f"{where} returned a StepOutcome whose reward is {describe_value(reward)}; the reward must "
             "be a number (a float such as 1.0)"
         )
     if not math.isfinite(reward):
@@ -174,13 +177,13 @@ def check_step_outcome(outcome: object, *, where: str) -> StepOutcome:
         )
     if not isinstance(outcome.info, dict):
         raise TypeError(
-            f"{where} returned a StepOutcome whose info is {_kind(outcome.info)}; return a "
+            f"{where} returned a StepOutcome whose info is {describe_value(outcome.info)}; return a "
             "dict ({}: none)"
         )
     for flag in _FLAGS:
         if not _is_flag(value := getattr(outcome, flag)):
             raise TypeError(
-                f"{where} returned a StepOutcome whose {flag} is {_kind(value)}; {flag} must "
+                f"{where} returned a StepOutcome whose {flag} is {describe_value(value)}; {flag} must "
                 "be True or False (a non-empty str such as 'False' would end the episode)"
             )
     info = jsonable_info(outcome.info, where=where)
@@ -200,12 +203,6 @@ def _is_flag(value: object) -> bool:
     if isinstance(value, bool) or type(value).__name__ in ("bool_", "bool"):  # numpy 1, 2
         return True
     return isinstance(value, numbers.Integral) and value in (0, 1)
-
-
-def _kind(value: object) -> str:
-    """A short description of a returned value: its repr when short, and its type."""
-    text, kind = repr(value), f"a {type(value).__name__}"
-    return f"{text} ({kind})" if len(text) <= 40 else kind
 
 
 def _then(value: T | Awaitable[T], wrap: Callable[[T], R]) -> R | Awaitable[R]:

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from ludic._aio import call_off_loop
+from ludic._describe import describe_value
 from ludic._log_once import warn_once
 from ludic.agents.base import Agent, AgentAct
 from ludic.agents.tools import ToolResultTypeError
@@ -136,20 +137,20 @@ def _match_results(calls: Sequence[ToolCall], results: object, handler: object) 
     handler's bug, which the model must not read as its tool's answer."""
     if isinstance(results, str | bytes) or not isinstance(results, Sequence):
         raise ToolResultTypeError(
-            f"external_tool_handler {_name(handler)} returned {_kind(results)}, not a list of "
+            f"external_tool_handler {_name(handler)} returned {describe_value(results)}, not a list of "
             f"ToolResult: {_SHAPE}"
         )
     for i, r in enumerate(results):
         if not isinstance(r, ToolResult):
             raise ToolResultTypeError(
                 f"external_tool_handler {_name(handler)} returned a {type(results).__name__} "
-                f"whose item {i} is {_kind(r)}, not a ToolResult: {_SHAPE}"
+                f"whose item {i} is {describe_value(r)}, not a ToolResult: {_SHAPE}"
             )
     for r in results:
         if not isinstance(r.content, str):
             raise ToolResultTypeError(
                 f"external_tool_handler {_name(handler)} returned a ToolResult for tool "
-                f"{r.name!r} whose content is {_kind(r.content)}; content is the text the model "
+                f"{r.name!r} whose content is {describe_value(r.content)}; content is the text the model "
                 "reads: a str (ludic.agents.tool_results_from_json writes other JSON values as "
                 "JSON text)"
             )
@@ -158,8 +159,3 @@ def _match_results(calls: Sequence[ToolCall], results: object, handler: object) 
         by_id.get(c.id) or _error_results([c], "the tool handler returned no result")[0]
         for c in calls
     ]
-
-
-def _kind(value: object) -> str:
-    text = repr(value)
-    return f"{text} (a {type(value).__name__})" if len(text) <= 40 else f"a {type(value).__name__}"
