@@ -4,8 +4,10 @@ the rest as an expected weakness)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -98,3 +100,65 @@ def host_pids_with(marker: str) -> list[int]:
             if marker.encode() in cmdline and stat[stat.rindex(")") + 2] not in "ZX":
                 pids.append(int(entry.name))
     return pids
+
+
+class EchoBackend:
+    """Echoes stdin; records how many runs overlap. No processes."""
+
+    isolation = "fake"
+    python = "python3"
+
+    def __init__(self, *, delay_s: float = 0.01, timed_out: bool = False) -> None:
+        self.delay_s = delay_s
+        self.timed_out = timed_out
+        self.runs = 0
+        self.active = 0
+        self.peak = 0
+
+    async def probe(self) -> str | None:
+        return None
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        files: Mapping[str, bytes] | None = None,
+        stdin: bytes = b"",
+        limits: SandboxLimits,
+    ) -> SandboxResult:
+        self.runs += 1
+        self.active += 1
+        self.peak = max(self.peak, self.active)
+        try:
+            await asyncio.sleep(self.delay_s)
+        finally:
+            self.active -= 1
+        return SandboxResult(
+            stdout=stdin.decode(), stderr="", exit_code=0, timed_out=self.timed_out
+        )
+
+
+class ScriptedBackend:
+    """Returns the scripted results in order, one per run, the last again once they run out.
+    No processes."""
+
+    isolation = "fake"
+    python = "python3"
+
+    def __init__(self, *results: SandboxResult) -> None:
+        self.results = list(results)
+        self.runs = 0
+
+    async def probe(self) -> str | None:
+        return None
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        files: Mapping[str, bytes] | None = None,
+        stdin: bytes = b"",
+        limits: SandboxLimits,
+    ) -> SandboxResult:
+        self.runs += 1
+        return self.results[min(self.runs, len(self.results)) - 1]

@@ -5,60 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
 
 import pytest
+from sandbox_backends import EchoBackend
 
 from ludic.sandbox import (
     BubblewrapBackend,
     RestrictedSubprocessBackend,
     SandboxLimits,
     SandboxPool,
-    SandboxResult,
     cache_key,
     detect_backend,
     shared_pool,
 )
 
 
-class FakeBackend:
-    """Echoes stdin; records how many runs overlap. No processes."""
-
-    isolation = "fake"
-    python = "python3"
-
-    def __init__(self, *, delay_s: float = 0.01, timed_out: bool = False) -> None:
-        self.delay_s = delay_s
-        self.timed_out = timed_out
-        self.runs = 0
-        self.active = 0
-        self.peak = 0
-
-    async def probe(self) -> str | None:
-        return None
-
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        files: Mapping[str, bytes] | None = None,
-        stdin: bytes = b"",
-        limits: SandboxLimits,
-    ) -> SandboxResult:
-        self.runs += 1
-        self.active += 1
-        self.peak = max(self.peak, self.active)
-        try:
-            await asyncio.sleep(self.delay_s)
-        finally:
-            self.active -= 1
-        return SandboxResult(
-            stdout=stdin.decode(), stderr="", exit_code=0, timed_out=self.timed_out
-        )
-
-
 async def test_identical_runs_hit_the_cache() -> None:
-    backend = FakeBackend()
+    backend = EchoBackend()
     pool = SandboxPool(backend)
     first = await pool.run_python("print(1)", stdin="a")
     second = await pool.run_python("print(1)", stdin="a")
@@ -69,7 +32,7 @@ async def test_identical_runs_hit_the_cache() -> None:
 
 
 async def test_cache_is_lru_bounded() -> None:
-    backend = FakeBackend()
+    backend = EchoBackend()
     pool = SandboxPool(backend, cache_size=2)
     for stdin in ("a", "b", "a", "c"):  # "b" is least recently used when "c" arrives
         await pool.run_python("x", stdin=stdin)
@@ -81,7 +44,7 @@ async def test_cache_is_lru_bounded() -> None:
 
 
 async def test_cache_can_be_bypassed_and_disabled() -> None:
-    backend = FakeBackend()
+    backend = EchoBackend()
     pool = SandboxPool(backend)
     await pool.run_python("x")
     await pool.run_python("x", use_cache=False)
@@ -92,7 +55,7 @@ async def test_cache_can_be_bypassed_and_disabled() -> None:
 
 
 async def test_wall_time_outcomes_are_not_cached() -> None:
-    backend = FakeBackend(timed_out=True)
+    backend = EchoBackend(timed_out=True)
     pool = SandboxPool(backend)
     await pool.run_python("while True: pass")
     await pool.run_python("while True: pass")
@@ -100,7 +63,7 @@ async def test_wall_time_outcomes_are_not_cached() -> None:
 
 
 async def test_identical_runs_in_flight_share_one_execution() -> None:
-    backend = FakeBackend(delay_s=0.05)
+    backend = EchoBackend(delay_s=0.05)
     pool = SandboxPool(backend)
     results = await asyncio.gather(*(pool.run_python("x", stdin="s") for _ in range(3)))
     assert backend.runs == 1
@@ -108,7 +71,7 @@ async def test_identical_runs_in_flight_share_one_execution() -> None:
 
 
 async def test_a_cancelled_caller_does_not_cancel_a_shared_run() -> None:
-    backend = FakeBackend(delay_s=0.05)
+    backend = EchoBackend(delay_s=0.05)
     pool = SandboxPool(backend)
     first = asyncio.create_task(pool.run_python("x"))
     second = asyncio.create_task(pool.run_python("x"))
@@ -118,7 +81,7 @@ async def test_a_cancelled_caller_does_not_cancel_a_shared_run() -> None:
 
 
 async def test_concurrency_is_limited() -> None:
-    backend = FakeBackend(delay_s=0.02)
+    backend = EchoBackend(delay_s=0.02)
     pool = SandboxPool(backend, max_concurrency=2)
     await asyncio.gather(*(pool.run_python("x", stdin=str(i)) for i in range(7)))
     assert backend.runs == 7 and backend.peak == 2
@@ -142,9 +105,9 @@ def test_cache_key_covers_everything_that_decides_a_run() -> None:
 
 def test_pool_rejects_bad_settings() -> None:
     with pytest.raises(ValueError, match="max_concurrency"):
-        SandboxPool(FakeBackend(), max_concurrency=0)
+        SandboxPool(EchoBackend(), max_concurrency=0)
     with pytest.raises(ValueError, match="cache_size"):
-        SandboxPool(FakeBackend(), cache_size=-1)
+        SandboxPool(EchoBackend(), cache_size=-1)
 
 
 async def test_detect_backend_prefers_bubblewrap_when_it_works() -> None:

@@ -7,36 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Mapping, Sequence
 
 import pytest
+from sandbox_backends import EchoBackend
 
-from ludic.sandbox import SandboxLimits, SandboxPool, SandboxResult
-
-
-class SlowEcho:
-    """Echoes stdin after a short sleep, so runs queue for the pool's slots. No processes."""
-
-    isolation = "fake"
-    python = "python3"
-
-    def __init__(self) -> None:
-        self.runs = 0
-
-    async def probe(self) -> str | None:
-        return None
-
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        files: Mapping[str, bytes] | None = None,
-        stdin: bytes = b"",
-        limits: SandboxLimits,
-    ) -> SandboxResult:
-        self.runs += 1
-        await asyncio.sleep(0.01)
-        return SandboxResult(stdout=stdin.decode(), stderr="", exit_code=0)
+from ludic.sandbox import SandboxPool
 
 
 async def _batch(pool: SandboxPool, tag: str) -> list[str]:
@@ -45,7 +20,7 @@ async def _batch(pool: SandboxPool, tag: str) -> list[str]:
 
 
 def test_a_pool_serves_one_event_loop_after_another() -> None:
-    backend = SlowEcho()
+    backend = EchoBackend()
     pool = SandboxPool(backend, max_concurrency=2)  # 5 runs: 3 wait for a slot in each loop
     assert asyncio.run(_batch(pool, "a")) == [f"a{i}" for i in range(5)]
     assert asyncio.run(_batch(pool, "b")) == [f"b{i}" for i in range(5)]
@@ -54,7 +29,7 @@ def test_a_pool_serves_one_event_loop_after_another() -> None:
 
 
 def test_a_pool_in_use_by_a_running_loop_refuses_another() -> None:
-    pool = SandboxPool(SlowEcho())
+    pool = SandboxPool(EchoBackend())
     started, release = threading.Event(), threading.Event()
 
     async def hold_the_pool() -> None:

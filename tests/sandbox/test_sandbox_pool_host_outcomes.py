@@ -9,46 +9,19 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
-from sandbox_backends import TEST_LIMITS, get_backend
+from sandbox_backends import TEST_LIMITS, ScriptedBackend, get_backend
 
-from ludic.sandbox import SandboxLimits, SandboxPool, SandboxResult
-
-
-class Outcomes:
-    """Returns the given results in turn. No processes."""
-
-    isolation = "fake"
-    python = "python3"
-
-    def __init__(self, *results: SandboxResult) -> None:
-        self.results = list(results)
-        self.runs = 0
-
-    async def probe(self) -> str | None:
-        return None
-
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        files: Mapping[str, bytes] | None = None,
-        stdin: bytes = b"",
-        limits: SandboxLimits,
-    ) -> SandboxResult:
-        self.runs += 1
-        return self.results[min(self.runs, len(self.results)) - 1]
-
+from ludic.sandbox import SandboxPool, SandboxResult
 
 KILLED = SandboxResult(stdout="", stderr="", exit_code=None, killed_signal=signal.SIGKILL)
 DONE = SandboxResult(stdout="3\n", stderr="", exit_code=0)
 
 
 async def test_an_unexplained_signal_death_runs_again() -> None:
-    backend = Outcomes(KILLED, DONE)
+    backend = ScriptedBackend(KILLED, DONE)
     pool = SandboxPool(backend)
     first = await pool.run_python("print(3)")
     second = await pool.run_python("print(3)")
@@ -68,7 +41,7 @@ async def test_an_unexplained_signal_death_runs_again() -> None:
     ids=["cpu_time", "memory", "exit_1"],
 )
 async def test_a_death_a_limit_explains_stays_cached(outcome: SandboxResult) -> None:
-    backend = Outcomes(outcome)
+    backend = ScriptedBackend(outcome)
     pool = SandboxPool(backend)
     await pool.run_python("x")
     assert (await pool.run_python("x")).cached and backend.runs == 1

@@ -4,36 +4,11 @@ host load, like a wall-time timeout."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from sandbox_backends import ScriptedBackend
 
-from ludic.sandbox import SandboxLimits, SandboxPool, SandboxResult
+from ludic.sandbox import SandboxPool, SandboxResult
 
 FORK_TB = "Traceback (most recent call last):\n  ...\nBlockingIOError: [Errno 11] Resource temporarily unavailable\n"
-
-
-class ScriptedBackend:
-    """Returns the scripted results in order, one per run. No processes."""
-
-    isolation = "fake"
-    python = "python3"
-
-    def __init__(self, *results: SandboxResult) -> None:
-        self.results = list(results)
-        self.runs = 0
-
-    async def probe(self) -> str | None:
-        return None
-
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        files: Mapping[str, bytes] | None = None,
-        stdin: bytes = b"",
-        limits: SandboxLimits,
-    ) -> SandboxResult:
-        self.runs += 1
-        return self.results.pop(0)
 
 
 async def test_a_run_refused_a_fork_is_not_served_from_the_cache() -> None:
