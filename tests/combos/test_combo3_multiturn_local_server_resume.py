@@ -5,7 +5,11 @@ checkpoint at that temperature and `ludic view` of both, each a new process (REA
 hold every batch once, its episodes three turns each, and every turn is trained exactly once,
 as one sample, at most one version old, drawn at temperature 0.7 (the first batch after the
 resume from the restored weights); the evaluation samples every turn at 0.7 from the final
-checkpoint's weights, and the viewer shows every episode."""
+checkpoint's weights, and the viewer shows every episode. Both launches also split each
+episode's advantage over its turns (`--split-over-turns`), correct the ratio by truncated
+importance sampling (`--rollout-correction.tis-cap 2`) and keep one checkpoint
+(`--keep-checkpoints 1`): the resume takes them from the same flags and every step, resumed
+ones too, reports the correction."""
 
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ from ludic.models import tiny_model_dir
 
 GROUP, PROBLEMS, TURNS = 2, 2, 3
 SHAPE = ("--env", "combo_say_o:SayOThriceEnv", "--max-steps", str(TURNS), "--max-tokens", "6")
+# the neighbours a multi-turn run at temperature 0.7 takes with it through a stop and resume
+CREDIT = ("--split-over-turns", "--rollout-correction.tis-cap", "2", "--keep-checkpoints", "1")
 
 
 def _train(model: Path, steps: int, *extra: str) -> list[str]:
@@ -26,7 +32,7 @@ def _train(model: Path, steps: int, *extra: str) -> list[str]:
         *("train", *SHAPE, "--local-server", "--model", str(model), "--temperature", "0.7"),
         *("--algorithm", "grpo", "--problems-per-step", str(PROBLEMS)),
         *("--group-size", str(GROUP), "--lr", "3e-2", "--checkpoint-every", "1"),
-        *("--steps", str(steps), "--out-dir", "run", "--no-progress", *extra),
+        *("--steps", str(steps), "--out-dir", "run", "--no-progress", *CREDIT, *extra),
     )
 
 
@@ -53,6 +59,8 @@ def _check_turns_trained_once(out: Path, total: int, stopped_at: int) -> None:
     assert [m["step"] for m in metrics] == list(range(1, total + 1))
     in_batch = Counter(s["meta"]["batch_index"] for s in samples)
     assert [in_batch[b] for b in range(total)] == [int(m["num_samples_in"]) for m in metrics]
+    assert all("loss/rollout_is/weight_mean" in m for m in metrics), metrics[-1].keys()
+    assert [p.name for p in (out / "checkpoints").iterdir()] == [f"step_{total:08d}"]
 
 
 def _check_eval_and_view(cwd: Path, checkpoint: str, version: int) -> None:
